@@ -1,0 +1,115 @@
+//! Payload fingerprints: SHA-256 (lowercase hex) of the RFC 8785 (JCS) canonical JSON of the
+//! operation's payload, so that member order, whitespace and number spelling never matter and
+//! "same key, different data" is detected as a conflict.
+
+use std::fmt;
+
+use serde::{Serialize, Serializer};
+use sha2::{Digest, Sha256};
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Fingerprint(String);
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FingerprintError {
+    #[error("fingerprint must be 64 hex digits (SHA-256)")]
+    Malformed,
+    #[error("payload cannot be canonicalized: {0}")]
+    Canonicalization(String),
+}
+
+impl Fingerprint {
+    /// Fingerprints a JSON payload.
+    pub fn of_payload(payload: &serde_json::Value) -> Result<Self, FingerprintError> {
+        let canonical = canonical_json(payload)?;
+        Ok(Fingerprint(hex::encode(Sha256::digest(
+            canonical.as_bytes(),
+        ))))
+    }
+
+    /// Accepts a precomputed fingerprint (64 hex digits, either case; stored lowercase).
+    pub fn parse(s: &str) -> Result<Self, FingerprintError> {
+        if s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit()) {
+            Ok(Fingerprint(s.to_ascii_lowercase()))
+        } else {
+            Err(FingerprintError::Malformed)
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// RFC 8785 canonical JSON text of a value.
+pub fn canonical_json(value: &serde_json::Value) -> Result<String, FingerprintError> {
+    serde_json_canonicalizer::to_string(value)
+        .map_err(|e| FingerprintError::Canonicalization(e.to_string()))
+}
+
+impl fmt::Display for Fingerprint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl Serialize for Fingerprint {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn fp(s: &str) -> Fingerprint {
+        Fingerprint::of_payload(&serde_json::from_str(s).expect("test json")).expect("fp")
+    }
+
+    #[test]
+    fn member_order_and_whitespace_do_not_matter() {
+        assert_eq!(
+            fp(r#"{"a":1,"b":[1,2,{"y":true,"x":null}]}"#),
+            fp(r#"{ "b": [1, 2, {"x": null, "y": true}], "a": 1 }"#)
+        );
+    }
+
+    #[test]
+    fn number_spelling_is_canonical() {
+        assert_eq!(fp(r#"{"amount":1.0}"#), fp(r#"{"amount":1}"#));
+        assert_eq!(fp(r#"{"amount":1e2}"#), fp(r#"{"amount":100}"#));
+    }
+
+    #[test]
+    fn different_data_differs() {
+        assert_ne!(fp(r#"{"amount":100}"#), fp(r#"{"amount":101}"#));
+        assert_ne!(fp(r#"{"a":"1"}"#), fp(r#"{"a":1}"#));
+    }
+
+    #[test]
+    fn rfc8785_known_vector() {
+        // RFC 8785 §3.2.2 sorting and escaping rules.
+        let v = json!({"b": "\u{20ac}", "a": "\n", "c": [null, true, false]});
+        assert_eq!(
+            canonical_json(&v).expect("jcs"),
+            "{\"a\":\"\\n\",\"b\":\"€\",\"c\":[null,true,false]}"
+        );
+        assert_eq!(
+            fp("{}").as_str(),
+            "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a"
+        );
+    }
+
+    #[test]
+    fn precomputed_is_normalized() {
+        let upper = "A".repeat(64);
+        assert_eq!(
+            Fingerprint::parse(&upper).expect("ok").as_str(),
+            "a".repeat(64)
+        );
+        assert!(Fingerprint::parse("abc").is_err());
+        assert!(Fingerprint::parse(&"g".repeat(64)).is_err());
+    }
+}

@@ -1,0 +1,33 @@
+//! The pure rules of idem.
+//!
+//! Everything that decides what happens to a ledger record lives here, as functions over
+//! plain data: validated identifiers ([`Namespace`], [`Key`], [`Fingerprint`], [`Token`]),
+//! the namespace [`Policy`], the [`Record`] and its [`Event`]s, and [`decide::apply`], the one
+//! function that turns (existing record, operation, namespace context, now) into the record
+//! to write, the events to append and the answer to give. Stores execute its output
+//! atomically; they never decide. Nothing in this crate performs I/O or reads a clock.
+
+pub mod classify;
+pub mod decide;
+pub mod derive;
+pub mod fingerprint;
+pub mod ids;
+pub mod policy;
+pub mod record;
+pub mod time;
+
+pub use classify::{classify, Class, FailSignal};
+pub use decide::{
+    apply, ClaimOutcome, ClaimReply, ClaimRequest, CompleteRequest, Ctx, FailErrorInput, FailReply,
+    FailRequest, HeartbeatRequest, Op, OpError, PrepareRequest, Reply, ResolveAction,
+    ResolveRequest, RetryDecision, Transition, Write,
+};
+pub use decide::{retention_action, sanitize_message, RetentionAction};
+pub use fingerprint::Fingerprint;
+pub use ids::{mask_key, Key, LeaseId, Namespace, Token, ValidationError};
+pub use policy::{LeaseExpiry, Policy, PolicyError, RetryPolicy};
+pub use record::{
+    AlertDraft, Event, EventDraft, EventType, LastError, Record, ReviewReason, State,
+};
+pub use record::{AlertReason, PublicRecord};
+pub use time::{Clock, SystemClock, TestClock, Timestamp};

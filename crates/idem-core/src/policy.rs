@@ -1,0 +1,319 @@
+//! Namespace policy: lease length and expiry behaviour, retention clocks, retry budget,
+//! daily ceiling, alerting. [`Policy::patch`] merges a JSON object into a policy recursively
+//! and strictly: an unknown field or a wrong type/range is an error naming the field, and a
+//! refused patch changes nothing.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+pub const DAY_MS: i64 = 86_400_000;
+
+/// What happens when a `processing` lease expires.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LeaseExpiry {
+    /// The next claim resumes it (attempt + 1, new token).
+    Reclaim,
+    /// It moves to `needs_review`: a person decides (right for money paths).
+    Review,
+}
+
+impl LeaseExpiry {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LeaseExpiry::Reclaim => "reclaim",
+            LeaseExpiry::Review => "review",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "reclaim" => Some(LeaseExpiry::Reclaim),
+            "review" => Some(LeaseExpiry::Review),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RetryPolicy {
+    /// Attempts allowed per budget, the first included.
+    pub max_attempts: u32,
+    /// Backoff base: attempt n waits up to `base_ms * 2^(n-1)` (full jitter).
+    pub base_ms: i64,
+    /// Backoff cap.
+    pub max_ms: i64,
+    /// A retry that cannot start within this long after the budget began is not allowed.
+    pub window_ms: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Policy {
+    pub lease_ms: i64,
+    pub lease_expiry: LeaseExpiry,
+    pub retention_ms: i64,
+    pub audit_retention_ms: i64,
+    pub stuck_after_ms: i64,
+    pub retry: RetryPolicy,
+    pub daily_limit: Option<u64>,
+    pub alert_url: Option<String>,
+    pub destination_idempotent: bool,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy {
+            lease_ms: 30_000,
+            lease_expiry: LeaseExpiry::Reclaim,
+            retention_ms: 30 * DAY_MS,
+            audit_retention_ms: 400 * DAY_MS,
+            stuck_after_ms: 15 * 60_000,
+            retry: RetryPolicy {
+                max_attempts: 5,
+                base_ms: 1000,
+                max_ms: 300_000,
+                window_ms: DAY_MS,
+            },
+            daily_limit: None,
+            alert_url: None,
+            destination_idempotent: false,
+        }
+    }
+}
+
+/// Why a policy patch was refused; `field` is the dotted path (`retry.max_attempts`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PolicyError {
+    #[error("unknown field `{field}`")]
+    UnknownField { field: String },
+    #[error("invalid value for `{field}`: {message}")]
+    InvalidField { field: String, message: String },
+}
+
+/// Longest lease or clock accepted anywhere (10 years), so arithmetic never overflows.
+pub const MAX_DURATION_MS: i64 = 10 * 366 * DAY_MS;
+/// Longest single lease: 7 days.
+pub const MAX_LEASE_MS: i64 = 7 * DAY_MS;
+
+fn invalid(field: &str, message: impl Into<String>) -> PolicyError {
+    PolicyError::InvalidField {
+        field: field.to_owned(),
+        message: message.into(),
+    }
+}
+
+fn int_in(v: &Value, field: &str, min: i64, max: i64) -> Result<i64, PolicyError> {
+    match v.as_i64() {
+        Some(n) if (min..=max).contains(&n) => Ok(n),
+        Some(_) => Err(invalid(
+            field,
+            format!("must be an integer from {min} to {max}"),
+        )),
+        None => Err(invalid(
+            field,
+            format!("must be an integer from {min} to {max}"),
+        )),
+    }
+}
+
+/// Validates an `alert_url`: absolute http(s), at most 2048 characters.
+pub fn validate_alert_url(s: &str) -> Result<(), String> {
+    if s.len() > 2048 {
+        return Err("must be at most 2048 characters".into());
+    }
+    let rest = s
+        .strip_prefix("http://")
+        .or_else(|| s.strip_prefix("https://"))
+        .ok_or_else(|| String::from("must be an absolute http:// or https:// URL"))?;
+    if rest.is_empty()
+        || rest.starts_with('/')
+        || rest.chars().any(|c| c.is_whitespace() || c.is_control())
+    {
+        return Err("must be an absolute http:// or https:// URL with a host".into());
+    }
+    Ok(())
+}
+
+impl Policy {
+    /// Merges `patch` (a JSON object) into a copy of this policy and validates the result.
+    pub fn patch(&self, patch: &Value) -> Result<Policy, PolicyError> {
+        let obj = patch
+            .as_object()
+            .ok_or_else(|| invalid("policy", "must be a JSON object"))?;
+        let mut p = self.clone();
+        for (k, v) in obj {
+            match k.as_str() {
+                "lease_ms" => p.lease_ms = int_in(v, "lease_ms", 1, MAX_LEASE_MS)?,
+                "lease_expiry" => {
+                    p.lease_expiry = v.as_str().and_then(LeaseExpiry::parse).ok_or_else(|| {
+                        invalid("lease_expiry", "must be \"reclaim\" or \"review\"")
+                    })?
+                }
+                "retention_ms" => p.retention_ms = int_in(v, "retention_ms", 0, MAX_DURATION_MS)?,
+                "audit_retention_ms" => {
+                    p.audit_retention_ms = int_in(v, "audit_retention_ms", 0, MAX_DURATION_MS)?
+                }
+                "stuck_after_ms" => {
+                    p.stuck_after_ms = int_in(v, "stuck_after_ms", 1, MAX_DURATION_MS)?
+                }
+                "retry" => p.retry = patch_retry(&p.retry, v)?,
+                "daily_limit" => {
+                    p.daily_limit = match v {
+                        Value::Null => None,
+                        _ => Some(int_in(v, "daily_limit", 0, i64::MAX)? as u64),
+                    }
+                }
+                "alert_url" => {
+                    p.alert_url = match v {
+                        Value::Null => None,
+                        Value::String(s) => {
+                            validate_alert_url(s).map_err(|m| invalid("alert_url", m))?;
+                            Some(s.clone())
+                        }
+                        _ => return Err(invalid("alert_url", "must be a URL string or null")),
+                    }
+                }
+                "destination_idempotent" => {
+                    p.destination_idempotent = v
+                        .as_bool()
+                        .ok_or_else(|| invalid("destination_idempotent", "must be true or false"))?
+                }
+                other => {
+                    return Err(PolicyError::UnknownField {
+                        field: other.to_owned(),
+                    })
+                }
+            }
+        }
+        p.validate()?;
+        Ok(p)
+    }
+
+    /// Cross-field rules.
+    pub fn validate(&self) -> Result<(), PolicyError> {
+        if self.audit_retention_ms < self.retention_ms {
+            return Err(invalid(
+                "audit_retention_ms",
+                "must be at least retention_ms",
+            ));
+        }
+        if self.retry.max_ms < self.retry.base_ms {
+            return Err(invalid("retry.max_ms", "must be at least retry.base_ms"));
+        }
+        Ok(())
+    }
+
+    /// The policy as the JSON object the API shows.
+    pub fn to_json(&self) -> Value {
+        serde_json::to_value(self).unwrap_or(Value::Null)
+    }
+}
+
+fn patch_retry(current: &RetryPolicy, v: &Value) -> Result<RetryPolicy, PolicyError> {
+    let obj: &Map<String, Value> = v
+        .as_object()
+        .ok_or_else(|| invalid("retry", "must be a JSON object"))?;
+    let mut r = current.clone();
+    for (k, v) in obj {
+        match k.as_str() {
+            "max_attempts" => r.max_attempts = int_in(v, "retry.max_attempts", 1, 1000)? as u32,
+            "base_ms" => r.base_ms = int_in(v, "retry.base_ms", 0, MAX_DURATION_MS)?,
+            "max_ms" => r.max_ms = int_in(v, "retry.max_ms", 0, MAX_DURATION_MS)?,
+            "window_ms" => r.window_ms = int_in(v, "retry.window_ms", 0, MAX_DURATION_MS)?,
+            other => {
+                return Err(PolicyError::UnknownField {
+                    field: format!("retry.{other}"),
+                })
+            }
+        }
+    }
+    Ok(r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn defaults_are_the_specs() {
+        let v = Policy::default().to_json();
+        assert_eq!(
+            v,
+            json!({"lease_ms": 30000, "lease_expiry": "reclaim", "retention_ms": 2_592_000_000i64,
+                   "audit_retention_ms": 34_560_000_000i64, "stuck_after_ms": 900000,
+                   "retry": {"max_attempts": 5, "base_ms": 1000, "max_ms": 300000, "window_ms": 86_400_000},
+                   "daily_limit": null, "alert_url": null, "destination_idempotent": false})
+        );
+    }
+
+    #[test]
+    fn patch_merges_recursively() {
+        let p = Policy::default()
+            .patch(&json!({"retry": {"max_attempts": 3}, "lease_expiry": "review"}))
+            .expect("ok");
+        assert_eq!(p.retry.max_attempts, 3);
+        assert_eq!(p.retry.base_ms, 1000);
+        assert_eq!(p.lease_expiry, LeaseExpiry::Review);
+        assert_eq!(p.lease_ms, 30000);
+    }
+
+    #[test]
+    fn patch_names_unknown_and_invalid_fields() {
+        let d = Policy::default();
+        assert_eq!(
+            d.patch(&json!({"bogus": 1})),
+            Err(PolicyError::UnknownField {
+                field: "bogus".into()
+            })
+        );
+        assert_eq!(
+            d.patch(&json!({"retry": {"nope": 1}})),
+            Err(PolicyError::UnknownField {
+                field: "retry.nope".into()
+            })
+        );
+        for (patch, field) in [
+            (json!({"lease_ms": "x"}), "lease_ms"),
+            (json!({"lease_ms": 0}), "lease_ms"),
+            (json!({"lease_expiry": "maybe"}), "lease_expiry"),
+            (json!({"retry": {"max_attempts": 0}}), "retry.max_attempts"),
+            (json!({"retry": 5}), "retry"),
+            (json!({"daily_limit": -1}), "daily_limit"),
+            (json!({"alert_url": "ftp://x"}), "alert_url"),
+            (
+                json!({"destination_idempotent": "yes"}),
+                "destination_idempotent",
+            ),
+            (
+                json!({"retention_ms": 10, "audit_retention_ms": 5}),
+                "audit_retention_ms",
+            ),
+            (
+                json!({"retry": {"base_ms": 10, "max_ms": 5}}),
+                "retry.max_ms",
+            ),
+        ] {
+            match d.patch(&patch) {
+                Err(PolicyError::InvalidField { field: f, .. }) => assert_eq!(f, field, "{patch}"),
+                other => panic!("{patch}: {other:?}"),
+            }
+        }
+        assert!(matches!(
+            d.patch(&json!([1])),
+            Err(PolicyError::InvalidField { .. })
+        ));
+    }
+
+    #[test]
+    fn nulls_clear_optional_fields() {
+        let p = Policy::default()
+            .patch(&json!({"daily_limit": 10, "alert_url": "http://127.0.0.1:9/a"}))
+            .expect("ok");
+        assert_eq!(p.daily_limit, Some(10));
+        let p = p
+            .patch(&json!({"daily_limit": null, "alert_url": null}))
+            .expect("ok");
+        assert_eq!(p.daily_limit, None);
+        assert_eq!(p.alert_url, None);
+    }
+}

@@ -1,0 +1,249 @@
+//! Data exchanged with stores.
+
+use idem_core::{
+    Event, LeaseId, Op, OpError, Policy, PolicyError, Record, Reply, State, Timestamp,
+};
+use serde::Serialize;
+
+/// Inputs of one execution that do not come from the store: the time, the random draws
+/// (chosen by the caller so tests can fix them) and the actor of operator actions.
+#[derive(Debug, Clone)]
+pub struct ExecCtx {
+    pub now: Timestamp,
+    pub lease_id: LeaseId,
+    pub jitter: f64,
+    pub actor: Option<String>,
+}
+
+impl ExecCtx {
+    /// Fresh random inputs at `now`.
+    pub fn at(now: Timestamp) -> Self {
+        ExecCtx {
+            now,
+            lease_id: LeaseId::random(),
+            jitter: rand::random::<f64>(),
+            actor: None,
+        }
+    }
+}
+
+/// What an execution did: the answer, and the events it appended (numbered).
+#[derive(Debug, Clone)]
+pub struct Executed {
+    pub reply: Result<Reply, OpError>,
+    pub events: Vec<Event>,
+    /// The record state before the operation (for logs: old → new).
+    pub from_state: Option<State>,
+    /// Alerts queued by this step.
+    pub alerts_queued: usize,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct RecordWithEvents {
+    pub record: Record,
+    pub events: Vec<Event>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct ListQuery {
+    pub state: Option<State>,
+    /// 1..=1000; the API defaults to 100.
+    pub limit: usize,
+    /// Opaque cursor from a previous page.
+    pub cursor: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Page {
+    pub items: Vec<Record>,
+    pub next_cursor: Option<String>,
+}
+
+/// Position in the list order (newest `updated_at` first, then key descending).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cursor {
+    pub updated_at: i64,
+    pub key: String,
+}
+
+impl Cursor {
+    pub fn encode(&self) -> String {
+        hex::encode(format!("{}\n{}", self.updated_at, self.key))
+    }
+    /// `None` for anything that is not a cursor this store made.
+    pub fn decode(s: &str) -> Option<Cursor> {
+        let raw = String::from_utf8(hex::decode(s).ok()?).ok()?;
+        let (t, k) = raw.split_once('\n')?;
+        Some(Cursor {
+            updated_at: t.parse().ok()?,
+            key: k.to_owned(),
+        })
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct StateCounts(pub Vec<(State, u64)>);
+
+impl StateCounts {
+    /// Every state with its count, zeros included.
+    pub fn from_pairs(pairs: impl IntoIterator<Item = (State, u64)>) -> Self {
+        let mut all: Vec<(State, u64)> = State::ALL.iter().map(|s| (*s, 0)).collect();
+        for (s, n) in pairs {
+            if let Some(e) = all.iter_mut().find(|(x, _)| *x == s) {
+                e.1 += n;
+            }
+        }
+        StateCounts(all)
+    }
+    pub fn get(&self, s: State) -> u64 {
+        self.0.iter().find(|(x, _)| *x == s).map_or(0, |(_, n)| *n)
+    }
+    pub fn to_json(&self) -> serde_json::Value {
+        let mut m = serde_json::Map::new();
+        for (s, n) in &self.0 {
+            m.insert(s.as_str().to_owned(), (*n).into());
+        }
+        serde_json::Value::Object(m)
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct NamespaceInfo {
+    pub namespace: String,
+    pub paused: bool,
+    pub policy: Policy,
+    pub counts: StateCounts,
+}
+
+#[derive(Debug, Clone)]
+pub enum NamespaceChange {
+    /// A JSON merge patch of the policy (validated by `Policy::patch`).
+    Patch(serde_json::Value),
+    Pause,
+    Resume,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SweepReport {
+    pub examined: usize,
+    pub moved_to_review: usize,
+    pub stuck_alerts: usize,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RetentionReport {
+    pub results_expired: usize,
+    pub tombstones_deleted: usize,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Stats {
+    pub records: StateCounts,
+    /// Age of the oldest `processing` record's last acquisition/heartbeat, seconds.
+    pub oldest_processing_seconds: f64,
+    pub review_queue_depth: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingAlert {
+    pub id: i64,
+    pub namespace: String,
+    pub key: String,
+    pub reason: String,
+    pub state: State,
+    pub error_category: Option<String>,
+    pub attempt: u32,
+    pub created_at: Timestamp,
+    /// Deliveries tried so far.
+    pub tries: u32,
+    /// The namespace's current alert_url (None: nothing to send to; the alert is dropped).
+    pub alert_url: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AlertOutcome {
+    Sent,
+    RetryAt(Timestamp),
+    GaveUp,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    Worker,
+    Operator,
+    Admin,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Worker => "worker",
+            Role::Operator => "operator",
+            Role::Admin => "admin",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Role> {
+        match s {
+            "worker" => Some(Role::Worker),
+            "operator" => Some(Role::Operator),
+            "admin" => Some(Role::Admin),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct NewApiToken {
+    /// SHA-256 hex of the secret; the secret itself is never stored.
+    pub secret_hash: String,
+    pub role: Role,
+    /// A namespace name, or `*` for all.
+    pub scope: String,
+    pub label: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct ApiToken {
+    pub id: i64,
+    pub secret_hash: String,
+    pub role: Role,
+    pub scope: String,
+    pub label: Option<String>,
+}
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum StoreError {
+    /// The store cannot be reached or answered with a transient failure (503 `store_unavailable`).
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+    /// A namespace change was refused by the policy rules (400/422 naming the field).
+    #[error(transparent)]
+    Policy(#[from] PolicyError),
+    /// Bad paging input.
+    #[error("invalid cursor")]
+    InvalidCursor,
+    /// Stored data could not be read back (a bug or a damaged store).
+    #[error("corrupt stored data: {0}")]
+    Corrupt(String),
+    /// Anything else the backend reports.
+    #[error("store error: {0}")]
+    Internal(String),
+}
+
+/// Helper for backends: the op an execution ran (for logging at the store level).
+pub fn op_name(op: &Op) -> &'static str {
+    op.name()
+}
+
+/// SHA-256 hex of an API token secret: what stores keep and look up.
+pub fn hash_secret(secret: &str) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(secret.as_bytes()))
+}
+
+/// A new random API token secret (`idem_` + 48 hex digits, 192 bits).
+pub fn generate_secret() -> String {
+    let bytes: [u8; 24] = rand::random();
+    format!("idem_{}", hex::encode(bytes))
+}

@@ -1,0 +1,146 @@
+//! idem as a library: an idempotency gate and side-effect ledger for in-process use.
+//!
+//! Open a ledger by URL — `sqlite://path/to/file.db` (or a bare path) for the embedded
+//! default, `postgres://…` for a ledger shared by many instances — then claim before each
+//! irreversible side effect and complete after it. A duplicate claim replays the stored result.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use idem::{ClaimOutcome, ClaimRequest, CompleteRequest, Key, Namespace};
+//!
+//! let dir = tempfile::tempdir()?;
+//! let ledger = idem::open(&format!("sqlite://{}", dir.path().join("idem.db").display())).await?;
+//! let ns = Namespace::try_from("payments")?;
+//! let key = Key::try_from("evt_123:charge")?;
+//!
+//! let first = ledger.claim(&ns, &key, ClaimRequest::default()).await?;
+//! assert_eq!(first.outcome, ClaimOutcome::Acquired);
+//! let token = first.token.expect("acquired claims carry a token").secret();
+//! // ... charge the card here, exactly once ...
+//! ledger
+//!     .complete(&ns, &key, CompleteRequest {
+//!         token,
+//!         result: Some(serde_json::json!({"charge": "ch_1"})),
+//!         external_ref: Some("ch_1".into()),
+//!     })
+//!     .await?;
+//!
+//! let again = ledger.claim(&ns, &key, ClaimRequest::default()).await?;
+//! assert_eq!(again.outcome, ClaimOutcome::Completed);
+//! assert_eq!(again.record.expect("replay").external_ref.as_deref(), Some("ch_1"));
+//! # Ok(()) }
+//! ```
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+pub use idem_core::*;
+pub use idem_store::*;
+
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error(
+        "unsupported database URL {0:?}: use sqlite://PATH, a bare file path, or postgres://…"
+    )]
+    UnsupportedUrl(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Where a database URL points.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DbUrl {
+    Sqlite(PathBuf),
+    Postgres(String),
+}
+
+impl DbUrl {
+    /// `sqlite://PATH`, `sqlite:PATH`, a bare path, or `postgres://` / `postgresql://`.
+    pub fn parse(url: &str) -> Result<DbUrl, OpenError> {
+        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            return Ok(DbUrl::Postgres(url.to_owned()));
+        }
+        if let Some(p) = url
+            .strip_prefix("sqlite://")
+            .or_else(|| url.strip_prefix("sqlite:"))
+        {
+            if p.is_empty() {
+                return Err(OpenError::UnsupportedUrl(url.to_owned()));
+            }
+            return Ok(DbUrl::Sqlite(PathBuf::from(p)));
+        }
+        if url.is_empty() || url.contains("://") {
+            return Err(OpenError::UnsupportedUrl(url.to_owned()));
+        }
+        Ok(DbUrl::Sqlite(PathBuf::from(url)))
+    }
+
+    /// The URL for logs: PostgreSQL passwords are replaced by `***`.
+    pub fn redacted(&self) -> String {
+        match self {
+            DbUrl::Sqlite(p) => format!("sqlite://{}", p.display()),
+            DbUrl::Postgres(u) => redact_password(u),
+        }
+    }
+}
+
+/// Replaces the password of a `scheme://user:password@host…` URL by `***`.
+pub fn redact_password(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let (auth, host) = match rest.split_once('@') {
+        Some(x) => x,
+        None => return url.to_owned(),
+    };
+    match auth.split_once(':') {
+        Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
+        None => url.to_owned(),
+    }
+}
+
+/// Opens the store a URL names (running migrations).
+pub async fn open_store(url: &str) -> Result<Arc<dyn Store>, OpenError> {
+    Ok(match DbUrl::parse(url)? {
+        DbUrl::Sqlite(path) => Arc::new(idem_sqlite::SqliteStore::open(&path)?),
+        DbUrl::Postgres(u) => Arc::new(idem_postgres::PgStore::connect(&u).await?),
+    })
+}
+
+/// Opens a ledger on the store a URL names, with the system clock.
+pub async fn open(url: &str) -> Result<Ledger, OpenError> {
+    Ok(Ledger::new(open_store(url).await?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls() {
+        assert_eq!(
+            DbUrl::parse("sqlite://idem.db").ok(),
+            Some(DbUrl::Sqlite("idem.db".into()))
+        );
+        assert_eq!(
+            DbUrl::parse("sqlite:///var/lib/idem.db").ok(),
+            Some(DbUrl::Sqlite("/var/lib/idem.db".into()))
+        );
+        assert_eq!(
+            DbUrl::parse("/tmp/x.db").ok(),
+            Some(DbUrl::Sqlite("/tmp/x.db".into()))
+        );
+        assert!(matches!(
+            DbUrl::parse("postgres://u:p@h/db"),
+            Ok(DbUrl::Postgres(_))
+        ));
+        assert!(DbUrl::parse("mysql://x").is_err());
+        assert!(DbUrl::parse("").is_err());
+        assert_eq!(
+            redact_password("postgres://u:secret@h:5432/db"),
+            "postgres://u:***@h:5432/db"
+        );
+        assert_eq!(redact_password("postgres://h/db"), "postgres://h/db");
+    }
+}

@@ -1,0 +1,194 @@
+//! The bare-store baseline: the articles' hand-rolled recipe, no idem. One durable
+//! `INSERT … ON CONFLICT DO NOTHING RETURNING` transaction per claim, one `UPDATE` per
+//! complete, one connection per client, through the same drivers idem uses (rusqlite,
+//! tokio-postgres) with the same durability (SQLite WAL + `synchronous=FULL`; PostgreSQL
+//! default `synchronous_commit=on`).
+
+use std::sync::Arc;
+
+use anyhow::Context;
+use rusqlite::OptionalExtension;
+
+use crate::load::{drive_async, drive_threads, Measurement};
+use crate::{Backend, BenchOpts, Workload};
+
+const SQLITE_SCHEMA: &str = "CREATE TABLE IF NOT EXISTS claims (
+    key TEXT PRIMARY KEY, state TEXT NOT NULL, token TEXT NOT NULL, result TEXT)";
+const PG_SCHEMA: &str = "CREATE TABLE IF NOT EXISTS claims (
+    key TEXT PRIMARY KEY, state TEXT NOT NULL, token TEXT NOT NULL, result TEXT)";
+
+fn sqlite_conn(path: &str) -> anyhow::Result<rusqlite::Connection> {
+    let c = rusqlite::Connection::open(path)?;
+    c.busy_timeout(std::time::Duration::from_secs(30))?;
+    c.pragma_update(None, "journal_mode", "WAL")?;
+    c.pragma_update(None, "synchronous", "FULL")?;
+    Ok(c)
+}
+
+fn sqlite_pair(c: &mut rusqlite::Connection, key: &str) -> anyhow::Result<()> {
+    let token = format!("{:032x}", rand::random::<u128>());
+    let got: Option<String> = c
+        .query_row(
+            "INSERT INTO claims (key, state, token) VALUES (?1, 'processing', ?2)
+             ON CONFLICT DO NOTHING RETURNING token",
+            rusqlite::params![key, token],
+            |r| r.get(0),
+        )
+        .optional()?;
+    anyhow::ensure!(got.is_some(), "fresh key already claimed");
+    let n = c.execute(
+        "UPDATE claims SET state = 'completed', result = ?1 WHERE key = ?2 AND token = ?3",
+        rusqlite::params![r#"{"ok":true}"#, key, token],
+    )?;
+    anyhow::ensure!(n == 1, "complete updated {n} rows");
+    Ok(())
+}
+
+fn sqlite_dup(c: &mut rusqlite::Connection, key: &str) -> anyhow::Result<()> {
+    let got: Option<String> = c
+        .query_row(
+            "INSERT INTO claims (key, state, token) VALUES (?1, 'processing', 'x')
+             ON CONFLICT DO NOTHING RETURNING token",
+            rusqlite::params![key],
+            |r| r.get(0),
+        )
+        .optional()?;
+    anyhow::ensure!(got.is_none(), "duplicate key was inserted");
+    let (state, _result): (String, Option<String>) = c.query_row(
+        "SELECT state, result FROM claims WHERE key = ?1",
+        rusqlite::params![key],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?;
+    anyhow::ensure!(state == "completed", "state {state}");
+    Ok(())
+}
+
+pub async fn run(url: &str, backend: Backend, workload: Workload, c: usize, opts: &BenchOpts) -> anyhow::Result<Measurement> {
+    match backend {
+        Backend::Sqlite => {
+            let path = url.strip_prefix("sqlite://").unwrap_or(url).to_owned();
+            sqlite_conn(&path)?.execute_batch(SQLITE_SCHEMA)?;
+            let run_id: u64 = rand::random();
+            let dur = opts.duration;
+            let n_dup = opts.duplicate_keys.max(1);
+            tokio::task::spawn_blocking(move || match workload {
+                Workload::FirstTimePair => {
+                    let p = path.clone();
+                    drive_threads(c, dur, move |_| sqlite_conn(&p), move |conn, client, seq| {
+                        sqlite_pair(conn, &crate::key_for(run_id, client, seq))
+                    })
+                }
+                Workload::Duplicate => {
+                    let mut conn = sqlite_conn(&path)?;
+                    let keys: Arc<Vec<String>> = Arc::new((0..n_dup).map(|i| format!("dup-{i}")).collect());
+                    for k in keys.iter() {
+                        sqlite_pair(&mut conn, k)?;
+                    }
+                    let p = path.clone();
+                    drive_threads(c, dur, move |_| sqlite_conn(&p), move |conn, client, seq| {
+                        let k = &keys[(seq as usize).wrapping_mul(7919).wrapping_add(client) % keys.len()];
+                        sqlite_dup(conn, k)
+                    })
+                }
+            })
+            .await?
+        }
+        Backend::Postgres => {
+            let (setup, _h) = pg_connect(url).await?;
+            setup.batch_execute(PG_SCHEMA).await?;
+            let run_id: u64 = rand::random();
+            let mut conns = Vec::with_capacity(c);
+            let mut handles = Vec::new();
+            for _ in 0..c.max(1) {
+                let (client, h) = pg_connect(url).await?;
+                handles.push(h);
+                conns.push(Arc::new(client));
+            }
+            let conns = Arc::new(conns);
+            let insert = "INSERT INTO claims (key, state, token) VALUES ($1, 'processing', $2) ON CONFLICT DO NOTHING RETURNING token";
+            let update = "UPDATE claims SET state = 'completed', result = $1 WHERE key = $2 AND token = $3";
+            match workload {
+                Workload::FirstTimePair => {
+                    drive_async(c, opts.duration, move |client, seq| {
+                        let conn = conns[client % conns.len()].clone();
+                        async move {
+                            let key = crate::key_for(run_id, client, seq);
+                            let token = format!("{:032x}", rand::random::<u128>());
+                            let row = conn.query_opt(insert, &[&key, &token]).await?;
+                            anyhow::ensure!(row.is_some(), "fresh key already claimed");
+                            let n = conn.execute(update, &[&r#"{"ok":true}"#, &key, &token]).await?;
+                            anyhow::ensure!(n == 1, "complete updated {n} rows");
+                            Ok(())
+                        }
+                    })
+                    .await
+                }
+                Workload::Duplicate => {
+                    let keys: Arc<Vec<String>> = Arc::new((0..opts.duplicate_keys.max(1)).map(|i| format!("dup-{i}")).collect());
+                    for k in keys.iter() {
+                        setup.execute(insert, &[k, &"t"]).await?;
+                        setup.execute(update, &[&r#"{"ok":true}"#, k, &"t"]).await?;
+                    }
+                    drive_async(c, opts.duration, move |client, seq| {
+                        let conn = conns[client % conns.len()].clone();
+                        let k = keys[(seq as usize).wrapping_mul(7919).wrapping_add(client) % keys.len()].clone();
+                        async move {
+                            let row = conn.query_opt(insert, &[&k, &"x"]).await?;
+                            anyhow::ensure!(row.is_none(), "duplicate key was inserted");
+                            let row = conn.query_one("SELECT state, result FROM claims WHERE key = $1", &[&k]).await?;
+                            let state: String = row.get(0);
+                            anyhow::ensure!(state == "completed", "state {state}");
+                            Ok(())
+                        }
+                    })
+                    .await
+                }
+            }
+        }
+    }
+}
+
+async fn pg_connect(url: &str) -> anyhow::Result<(tokio_postgres::Client, tokio::task::JoinHandle<()>)> {
+    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .with_context(|| format!("connecting to {}", idem::redact_password(url)))?;
+    let h = tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    Ok((client, h))
+}
+
+/// Runs one statement on the server's admin database (CREATE/DROP DATABASE).
+pub async fn pg_admin(url: &str, sql: &str) -> anyhow::Result<()> {
+    let (client, _h) = pg_connect(url).await?;
+    client.batch_execute(sql).await?;
+    Ok(())
+}
+
+/// The same server URL pointing at database `db`.
+pub fn pg_url_with_db(url: &str, db: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((b, q)) => (b, Some(q)),
+        None => (url, None),
+    };
+    let scheme_end = base.find("://").map_or(0, |i| i + 3);
+    let path_start = base[scheme_end..].find('/').map(|i| i + scheme_end);
+    let host_part = match path_start {
+        Some(i) => &base[..i],
+        None => base,
+    };
+    match query {
+        Some(q) => format!("{host_part}/{db}?{q}"),
+        None => format!("{host_part}/{db}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn db_swap() {
+        assert_eq!(super::pg_url_with_db("postgres://u@h:5432/postgres", "x"), "postgres://u@h:5432/x");
+        assert_eq!(super::pg_url_with_db("postgres://u@h", "x"), "postgres://u@h/x");
+        assert_eq!(super::pg_url_with_db("postgres://u@h/a?sslmode=disable", "x"), "postgres://u@h/x?sslmode=disable");
+    }
+}

@@ -1,112 +1,270 @@
-//! SQLite backend (scaffold: being written).
-use idem_store::StoreError;
-use std::path::Path;
+//! The embedded SQLite store of idem: one file, WAL, fsync before acknowledge, group commit.
+//!
+//! Layout: one OS thread owns the only write connection ([`writer`]); every write
+//! ([`Store::execute`], namespace changes, janitor steps, alert bookkeeping, tokens) is a job
+//! on its channel. The thread runs queued jobs in one `BEGIN IMMEDIATE` transaction, each
+//! under its own savepoint, and commits once (`synchronous=FULL`: one fsync) before answering
+//! any of them — many concurrent requests share one fsync, none is acknowledged before it.
+//! Reads run on a small pool of read connections beside the writer (WAL).
+//!
+//! Invariants kept here:
+//! - **Durable before acknowledged**: a write's `Ok` is sent only after the `COMMIT` of its
+//!   batch returned; if that commit fails, every job in the batch gets an error.
+//! - **One decision per record at a time**: decisions are made by `idem_core::apply` on data
+//!   read through the write connection inside the write transaction; SQLite's write lock
+//!   (`BEGIN IMMEDIATE`) serialises writers, also across processes and across several
+//!   `SqliteStore`s on one file, so two claims can never both see "no record".
+//! - **Persist exactly the transition**: insert guarded by the primary key, update guarded by
+//!   `version`, its events, the daily counter, the alerts (only with an `alert_url`).
+//! - The janitor touches only `processing` (sweep) and final states (retention).
 
-/// The SQLite store.
-#[derive(Debug)]
-pub struct SqliteStore;
+mod error;
+mod read_ops;
+mod readers;
+mod rows;
+mod schema;
+mod write_ops;
+mod writer;
+
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use idem_core::{Key, Namespace, Op, Timestamp};
+use idem_store::{
+    AlertOutcome, ApiToken, ExecCtx, Executed, ListQuery, NamespaceChange, NamespaceInfo,
+    NewApiToken, Page, PendingAlert, RecordWithEvents, RetentionReport, Stats, Store, StoreError,
+    SweepReport,
+};
+use rusqlite::Connection;
+use tokio::sync::oneshot;
+
+use crate::readers::Readers;
+use crate::writer::{BoxJob, Task};
+
+/// Tuning of a [`SqliteStore`]. The defaults suit a server; tests and benchmarks change them.
+#[derive(Debug, Clone)]
+pub struct SqliteOptions {
+    /// Most writes committed by one transaction (one fsync). `1` disables group commit.
+    pub max_batch: usize,
+    /// Read connections (reads running at once).
+    pub readers: usize,
+    /// How long a connection waits for another process's lock before answering
+    /// `Unavailable`.
+    pub busy_timeout: Duration,
+}
+
+impl Default for SqliteOptions {
+    fn default() -> Self {
+        SqliteOptions {
+            max_batch: 512,
+            readers: 4,
+            busy_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// The SQLite store. Cheap to share behind an `Arc`; dropping the last handle stops the
+/// writer thread after it finished its current batch.
+pub struct SqliteStore {
+    path: PathBuf,
+    writer: WriterHandle,
+    readers: Readers,
+}
+
+impl std::fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteStore")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The channel to the writer thread and the thread itself (joined on drop, so that a file
+/// reopened right after the store was dropped sees every committed write and no open
+/// connection of the old store).
+struct WriterHandle {
+    tx: Option<mpsc::Sender<BoxJob>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Drop for WriterHandle {
+    fn drop(&mut self) {
+        // Closing the channel ends the writer loop once the queue is drained.
+        self.tx.take();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
 
 impl SqliteStore {
     /// Opens (creating if needed) the ledger file at `path` and runs migrations.
-    pub fn open(_path: &Path) -> Result<SqliteStore, StoreError> {
-        Err(StoreError::Internal("sqlite backend not built yet".into()))
+    pub fn open(path: &Path) -> Result<SqliteStore, StoreError> {
+        Self::open_with(path, SqliteOptions::default())
+    }
+
+    /// [`SqliteStore::open`] with explicit tuning.
+    pub fn open_with(path: &Path, options: SqliteOptions) -> Result<SqliteStore, StoreError> {
+        // Opened and migrated here so that a bad path or a newer schema fails the open call.
+        let conn = schema::open_writer(path, options.busy_timeout)?;
+        let (tx, rx) = mpsc::channel::<BoxJob>();
+        let max_batch = options.max_batch;
+        let thread = std::thread::Builder::new()
+            .name("idem-sqlite-writer".into())
+            .spawn(move || writer::run(conn, rx, max_batch))
+            .map_err(|e| StoreError::Unavailable(format!("cannot start the writer thread: {e}")))?;
+        tracing::debug!(path = %path.display(), "sqlite: store open");
+        Ok(SqliteStore {
+            path: path.to_owned(),
+            writer: WriterHandle {
+                tx: Some(tx),
+                thread: Some(thread),
+            },
+            readers: Readers::new(path.to_owned(), options.readers, options.busy_timeout),
+        })
+    }
+
+    /// The ledger file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Runs `work` in the writer thread inside a group-commit batch and answers after commit.
+    async fn write<T, F>(&self, work: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+    {
+        let (reply, answer) = oneshot::channel();
+        let job: BoxJob = Box::new(Task::new(work, reply));
+        self.writer
+            .tx
+            .as_ref()
+            .ok_or_else(stopped)?
+            .send(job)
+            .map_err(|_| stopped())?;
+        answer.await.map_err(|_| stopped())?
     }
 }
 
-// Scaffold only: every call fails until the real backend replaces this file.
-#[async_trait::async_trait]
-impl idem_store::Store for SqliteStore {
+fn stopped() -> StoreError {
+    StoreError::Unavailable("the sqlite writer has stopped".into())
+}
+
+#[async_trait]
+impl Store for SqliteStore {
     fn backend(&self) -> &'static str {
-        "scaffold"
+        "sqlite"
     }
+
     async fn execute(
         &self,
-        _: &idem_core::Namespace,
-        _: &idem_core::Key,
-        _: idem_core::Op,
-        _: idem_store::ExecCtx,
-    ) -> Result<idem_store::Executed, StoreError> {
-        Err(nb())
+        ns: &Namespace,
+        key: &Key,
+        op: Op,
+        ctx: ExecCtx,
+    ) -> Result<Executed, StoreError> {
+        let (ns, key) = (ns.clone(), key.clone());
+        self.write(move |conn| {
+            let info = write_ops::execute_step(conn, &ns, &key, &op, &ctx)?;
+            tracing::trace!(namespace = %ns, key = %key.masked(), op = op.name(),
+                reply = write_ops::reply_kind(&info.executed.reply), "sqlite: executed");
+            Ok(info.executed)
+        })
+        .await
     }
-    async fn get(
-        &self,
-        _: &idem_core::Namespace,
-        _: &idem_core::Key,
-    ) -> Result<Option<idem_store::RecordWithEvents>, StoreError> {
-        Err(nb())
+
+    async fn get(&self, ns: &Namespace, key: &Key) -> Result<Option<RecordWithEvents>, StoreError> {
+        let (ns, key) = (ns.clone(), key.clone());
+        self.readers
+            .read(move |c| read_ops::get(c, &ns, &key))
+            .await
     }
-    async fn list(
-        &self,
-        _: &idem_core::Namespace,
-        _: &idem_store::ListQuery,
-    ) -> Result<idem_store::Page, StoreError> {
-        Err(nb())
+
+    async fn list(&self, ns: &Namespace, query: &ListQuery) -> Result<Page, StoreError> {
+        let (ns, query) = (ns.clone(), query.clone());
+        self.readers
+            .read(move |c| read_ops::list(c, &ns, &query))
+            .await
     }
-    async fn namespace(
-        &self,
-        _: &idem_core::Namespace,
-    ) -> Result<idem_store::NamespaceInfo, StoreError> {
-        Err(nb())
+
+    async fn namespace(&self, ns: &Namespace) -> Result<NamespaceInfo, StoreError> {
+        let ns = ns.clone();
+        self.readers
+            .read(move |c| read_ops::namespace(c, &ns))
+            .await
     }
+
     async fn update_namespace(
         &self,
-        _: &idem_core::Namespace,
-        _: idem_store::NamespaceChange,
-        _: idem_core::Timestamp,
-    ) -> Result<idem_store::NamespaceInfo, StoreError> {
-        Err(nb())
+        ns: &Namespace,
+        change: NamespaceChange,
+        now: Timestamp,
+    ) -> Result<NamespaceInfo, StoreError> {
+        let ns = ns.clone();
+        self.write(move |c| write_ops::update_namespace_step(c, &ns, &change, now))
+            .await
     }
-    async fn sweep_once(
-        &self,
-        _: idem_core::Timestamp,
-        _: usize,
-    ) -> Result<idem_store::SweepReport, StoreError> {
-        Err(nb())
+
+    async fn sweep_once(&self, now: Timestamp, batch: usize) -> Result<SweepReport, StoreError> {
+        self.write(move |c| write_ops::sweep_step(c, now, batch))
+            .await
     }
+
     async fn retention_once(
         &self,
-        _: idem_core::Timestamp,
-        _: usize,
-    ) -> Result<idem_store::RetentionReport, StoreError> {
-        Err(nb())
+        now: Timestamp,
+        batch: usize,
+    ) -> Result<RetentionReport, StoreError> {
+        self.write(move |c| write_ops::retention_step(c, now, batch))
+            .await
     }
-    async fn stats(&self, _: idem_core::Timestamp) -> Result<idem_store::Stats, StoreError> {
-        Err(nb())
+
+    async fn stats(&self, now: Timestamp) -> Result<Stats, StoreError> {
+        self.readers.read(move |c| read_ops::stats(c, now)).await
     }
+
     async fn due_alerts(
         &self,
-        _: idem_core::Timestamp,
-        _: usize,
-        _: i64,
-    ) -> Result<Vec<idem_store::PendingAlert>, StoreError> {
-        Err(nb())
+        now: Timestamp,
+        limit: usize,
+        lease_ms: i64,
+    ) -> Result<Vec<PendingAlert>, StoreError> {
+        // A write: claiming the rows moves their next_at so other senders skip them.
+        self.write(move |c| write_ops::due_alerts_step(c, now, limit, lease_ms))
+            .await
     }
+
     async fn finish_alert(
         &self,
-        _: i64,
-        _: idem_store::AlertOutcome,
-        _: idem_core::Timestamp,
+        id: i64,
+        outcome: AlertOutcome,
+        now: Timestamp,
     ) -> Result<(), StoreError> {
-        Err(nb())
+        self.write(move |c| write_ops::finish_alert_step(c, id, &outcome, now))
+            .await
     }
-    async fn create_token(
-        &self,
-        _: idem_store::NewApiToken,
-        _: idem_core::Timestamp,
-    ) -> Result<(), StoreError> {
-        Err(nb())
-    }
-    async fn find_token(&self, _: &str) -> Result<Option<idem_store::ApiToken>, StoreError> {
-        Err(nb())
-    }
-    async fn token_count(&self) -> Result<u64, StoreError> {
-        Err(nb())
-    }
-    async fn ping(&self) -> Result<(), StoreError> {
-        Err(nb())
-    }
-}
 
-fn nb() -> StoreError {
-    StoreError::Internal("backend not built yet".into())
+    async fn create_token(&self, token: NewApiToken, now: Timestamp) -> Result<(), StoreError> {
+        self.write(move |c| write_ops::create_token_step(c, &token, now))
+            .await
+    }
+
+    async fn find_token(&self, secret_hash: &str) -> Result<Option<ApiToken>, StoreError> {
+        let h = secret_hash.to_owned();
+        self.readers
+            .read(move |c| read_ops::find_token(c, &h))
+            .await
+    }
+
+    async fn token_count(&self) -> Result<u64, StoreError> {
+        self.readers.read(read_ops::token_count).await
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        self.readers.read(read_ops::ping).await
+    }
 }

@@ -1,0 +1,173 @@
+//! Queries served by the read connections.
+//!
+//! Invariants: every read that looks at more than one statement runs in one read transaction
+//! (one WAL snapshot), so a record is never shown with events from a later write; reads never
+//! write (the connections are `query_only`).
+
+use std::sync::LazyLock;
+
+use idem_core::{Key, Namespace, State, Timestamp};
+use idem_store::{
+    ApiToken, Cursor, ListQuery, NamespaceInfo, Page, RecordWithEvents, Role, Stats, StoreError,
+};
+use rusqlite::{params, Connection, OptionalExtension};
+
+use crate::error::{corrupt, SqlResult};
+use crate::rows::{
+    collect_counts, count_states, load_events, load_namespace, load_record, record_from_row,
+    RECORD_SELECT,
+};
+
+pub(crate) fn get(
+    conn: &mut Connection,
+    ns: &Namespace,
+    key: &Key,
+) -> Result<Option<RecordWithEvents>, StoreError> {
+    let tx = conn.transaction().db()?;
+    let Some(record) = load_record(&tx, ns, key)? else {
+        return Ok(None);
+    };
+    let events = load_events(&tx, ns, key)?;
+    Ok(Some(RecordWithEvents { record, events }))
+}
+
+// Four spellings so that each one can use its index ((namespace, [state,] updated_at DESC,
+// key DESC)); a generic `?x IS NULL OR …` filter would defeat the planner.
+static LIST_SQL: LazyLock<[String; 4]> = LazyLock::new(|| {
+    let base = format!(
+        "SELECT {} FROM records WHERE namespace = ?1",
+        *RECORD_SELECT
+    );
+    let order = "ORDER BY updated_at DESC, key DESC LIMIT ?2";
+    [
+        format!("{base} {order}"),
+        format!("{base} AND state = ?3 {order}"),
+        format!("{base} AND (updated_at, key) < (?4, ?5) {order}"),
+        format!("{base} AND state = ?3 AND (updated_at, key) < (?4, ?5) {order}"),
+    ]
+});
+
+pub(crate) fn list(
+    conn: &mut Connection,
+    ns: &Namespace,
+    q: &ListQuery,
+) -> Result<Page, StoreError> {
+    let limit = q.limit.clamp(1, 1000);
+    let cursor = match &q.cursor {
+        None => None,
+        Some(c) => Some(Cursor::decode(c).ok_or(StoreError::InvalidCursor)?),
+    };
+    let fetch = (limit + 1) as i64; // one more than asked tells whether a next page exists
+    let state = q.state.map(State::as_str);
+    let sql = &LIST_SQL[usize::from(q.state.is_some()) + 2 * usize::from(cursor.is_some())];
+    let mut stmt = conn.prepare_cached(sql).db()?;
+    let mut rows = match (&cursor, state) {
+        (None, None) => stmt.query(params![ns.as_str(), fetch]),
+        (None, Some(s)) => stmt.query(params![ns.as_str(), fetch, s]),
+        (Some(c), None) => stmt.query(params![
+            ns.as_str(),
+            fetch,
+            rusqlite::types::Null,
+            c.updated_at,
+            c.key
+        ]),
+        (Some(c), Some(s)) => stmt.query(params![ns.as_str(), fetch, s, c.updated_at, c.key]),
+    }
+    .db()?;
+    let mut items = Vec::with_capacity(limit.min(128));
+    while let Some(row) = rows.next().db()? {
+        items.push(record_from_row(row)?);
+    }
+    let next_cursor = if items.len() > limit {
+        items.truncate(limit);
+        items.last().map(|r| {
+            Cursor {
+                updated_at: r.updated_at.0,
+                key: r.key.as_str().to_owned(),
+            }
+            .encode()
+        })
+    } else {
+        None
+    };
+    Ok(Page { items, next_cursor })
+}
+
+pub(crate) fn namespace(
+    conn: &mut Connection,
+    ns: &Namespace,
+) -> Result<NamespaceInfo, StoreError> {
+    let tx = conn.transaction().db()?;
+    let (policy, paused) = load_namespace(&tx, ns.as_str())?;
+    Ok(NamespaceInfo {
+        namespace: ns.as_str().to_owned(),
+        paused,
+        policy,
+        counts: count_states(&tx, ns.as_str())?,
+    })
+}
+
+pub(crate) fn stats(conn: &mut Connection, now: Timestamp) -> Result<Stats, StoreError> {
+    let tx = conn.transaction().db()?;
+    let records = {
+        let mut stmt = tx
+            .prepare_cached("SELECT state, COUNT(*) FROM records GROUP BY state")
+            .db()?;
+        let rows = stmt.query([]).db()?;
+        collect_counts(rows)?
+    };
+    let oldest: Option<i64> = tx
+        .prepare_cached("SELECT MIN(active_at) FROM records WHERE state = 'processing'")
+        .db()?
+        .query_row([], |r| r.get(0))
+        .db()?;
+    Ok(Stats {
+        oldest_processing_seconds: oldest
+            .map_or(0.0, |t| (now.0.saturating_sub(t)).max(0) as f64 / 1000.0),
+        review_queue_depth: records.get(State::NeedsReview),
+        records,
+    })
+}
+
+pub(crate) fn find_token(
+    conn: &mut Connection,
+    secret_hash: &str,
+) -> Result<Option<ApiToken>, StoreError> {
+    let row: Option<(i64, String, String, String, Option<String>)> = conn
+        .prepare_cached(
+            "SELECT id, secret_hash, role, scope, label FROM api_tokens WHERE secret_hash = ?1",
+        )
+        .db()?
+        .query_row(params![secret_hash], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+        })
+        .optional()
+        .db()?;
+    row.map(|(id, secret_hash, role, scope, label)| {
+        Ok(ApiToken {
+            id,
+            secret_hash,
+            role: Role::parse(&role).ok_or_else(|| corrupt("token role", &role))?,
+            scope,
+            label,
+        })
+    })
+    .transpose()
+}
+
+pub(crate) fn token_count(conn: &mut Connection) -> Result<u64, StoreError> {
+    let n: i64 = conn
+        .prepare_cached("SELECT COUNT(*) FROM api_tokens")
+        .db()?
+        .query_row([], |r| r.get(0))
+        .db()?;
+    Ok(u64::try_from(n).unwrap_or(0))
+}
+
+pub(crate) fn ping(conn: &mut Connection) -> Result<(), StoreError> {
+    conn.prepare_cached("SELECT 1")
+        .db()?
+        .query_row([], |r| r.get::<_, i64>(0))
+        .db()?;
+    Ok(())
+}

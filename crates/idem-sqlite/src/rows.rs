@@ -1,0 +1,409 @@
+//! Rows ↔ domain values: records, events, namespace settings, per-state counts.
+//!
+//! Invariants: a record row holds every field of [`Record`], bookkeeping included, so reading
+//! a row back yields exactly the record that was written (JSON values as text, where SQL
+//! NULL means "absent" and the text `null` means a JSON null; times as integer ms). A stored
+//! value that does not parse back is reported as [`StoreError::Corrupt`], never guessed.
+
+use std::sync::LazyLock;
+
+use idem_core::{
+    Event, EventDraft, EventType, Fingerprint, Key, LastError, LeaseExpiry, LeaseId, Namespace,
+    Policy, Record, ReviewReason, State, Timestamp,
+};
+use idem_store::{StateCounts, StoreError};
+use rusqlite::types::Value as Sql;
+use rusqlite::{params, Connection, OptionalExtension, Row};
+use serde_json::Value;
+
+use crate::error::{corrupt, SqlResult};
+
+/// Record columns in the order of [`record_values`] and [`record_from_row`].
+pub(crate) const RECORD_COLUMNS: [&str; 28] = [
+    "namespace",
+    "key",
+    "state",
+    "attempt",
+    "fingerprint",
+    "owner",
+    "correlation_id",
+    "lease_expires_at",
+    "not_before",
+    "prepared_payload",
+    "result",
+    "result_expired",
+    "external_ref",
+    "error_category",
+    "error_message",
+    "error_http_status",
+    "created_at",
+    "updated_at",
+    "lease_id",
+    "lease_expiry",
+    "reported",
+    "budget_base",
+    "window_start",
+    "final_at",
+    "active_at",
+    "review_reason",
+    "stuck_alerted",
+    "version",
+];
+
+/// `namespace, key, …` for SELECTs.
+pub(crate) static RECORD_SELECT: LazyLock<String> = LazyLock::new(|| RECORD_COLUMNS.join(", "));
+
+static INSERT_RECORD: LazyLock<String> = LazyLock::new(|| {
+    let marks: Vec<String> = (1..=RECORD_COLUMNS.len())
+        .map(|i| format!("?{i}"))
+        .collect();
+    format!(
+        "INSERT INTO records ({}) VALUES ({})",
+        RECORD_COLUMNS.join(", "),
+        marks.join(", ")
+    )
+});
+
+// Parameters 1 and 2 (namespace, key) identify the row, 3..=28 are the new values and 29 is
+// the version the row must still have: the optimistic guard of the design.
+static UPDATE_RECORD: LazyLock<String> = LazyLock::new(|| {
+    let sets: Vec<String> = RECORD_COLUMNS
+        .iter()
+        .enumerate()
+        .skip(2)
+        .map(|(i, c)| format!("{c} = ?{}", i + 1))
+        .collect();
+    format!(
+        "UPDATE records SET {} WHERE namespace = ?1 AND key = ?2 AND version = ?{}",
+        sets.join(", "),
+        RECORD_COLUMNS.len() + 1
+    )
+});
+
+fn text(s: Option<&str>) -> Sql {
+    s.map_or(Sql::Null, |s| Sql::Text(s.to_owned()))
+}
+
+fn int(n: Option<i64>) -> Sql {
+    n.map_or(Sql::Null, Sql::Integer)
+}
+
+fn json(v: &Option<Value>) -> Result<Sql, StoreError> {
+    match v {
+        None => Ok(Sql::Null),
+        Some(v) => serde_json::to_string(v)
+            .map(Sql::Text)
+            .map_err(|e| StoreError::Internal(format!("JSON value cannot be stored: {e}"))),
+    }
+}
+
+fn record_values(r: &Record) -> Result<Vec<Sql>, StoreError> {
+    let err = r.last_error.as_ref();
+    Ok(vec![
+        Sql::Text(r.namespace.as_str().to_owned()),
+        Sql::Text(r.key.as_str().to_owned()),
+        Sql::Text(r.state.as_str().to_owned()),
+        Sql::Integer(i64::from(r.attempt)),
+        text(r.fingerprint.as_ref().map(Fingerprint::as_str)),
+        text(r.owner.as_deref()),
+        text(r.correlation_id.as_deref()),
+        int(r.lease_expires_at.map(Timestamp::millis)),
+        int(r.not_before.map(Timestamp::millis)),
+        json(&r.prepared_payload)?,
+        json(&r.result)?,
+        Sql::Integer(i64::from(r.result_expired)),
+        text(r.external_ref.as_deref()),
+        text(err.map(|e| e.category.as_str())),
+        text(err.map(|e| e.message.as_str())),
+        int(err.and_then(|e| e.http_status).map(i64::from)),
+        Sql::Integer(r.created_at.0),
+        Sql::Integer(r.updated_at.0),
+        text(r.lease_id.as_ref().map(LeaseId::as_str)),
+        Sql::Text(r.lease_expiry.as_str().to_owned()),
+        Sql::Integer(i64::from(r.reported)),
+        Sql::Integer(i64::from(r.budget_base)),
+        Sql::Integer(r.window_start.0),
+        int(r.final_at.map(Timestamp::millis)),
+        Sql::Integer(r.active_at.0),
+        text(r.review_reason.map(ReviewReason::as_str)),
+        Sql::Integer(i64::from(r.stuck_alerted)),
+        Sql::Integer(r.version),
+    ])
+}
+
+/// Inserts a new record (the primary key refuses a second one for the same key).
+pub(crate) fn insert_record(conn: &Connection, r: &Record) -> Result<(), StoreError> {
+    let values = record_values(r)?;
+    conn.prepare_cached(&INSERT_RECORD)
+        .db()?
+        .execute(rusqlite::params_from_iter(values))
+        .db()?;
+    Ok(())
+}
+
+/// Writes `r` over the row whose version is `r.version - 1`. With one writer per file and
+/// `BEGIN IMMEDIATE` the guard always holds; a miss means the decision was made on stale data,
+/// so it is an internal error and the job's savepoint is rolled back.
+pub(crate) fn update_record(conn: &Connection, r: &Record) -> Result<(), StoreError> {
+    let mut values = record_values(r)?;
+    values.push(Sql::Integer(r.version - 1));
+    let n = conn
+        .prepare_cached(&UPDATE_RECORD)
+        .db()?
+        .execute(rusqlite::params_from_iter(values))
+        .db()?;
+    if n != 1 {
+        return Err(StoreError::Internal(format!(
+            "version guard: record moved under the writer (expected version {})",
+            r.version - 1
+        )));
+    }
+    Ok(())
+}
+
+fn get_u32(row: &Row<'_>, i: usize, what: &str) -> Result<u32, StoreError> {
+    let n: i64 = row.get(i).db()?;
+    u32::try_from(n).map_err(|_| corrupt(what, n))
+}
+
+fn get_bool(row: &Row<'_>, i: usize) -> Result<bool, StoreError> {
+    Ok(row.get::<_, i64>(i).db()? != 0)
+}
+
+fn get_ts(row: &Row<'_>, i: usize) -> Result<Timestamp, StoreError> {
+    Ok(Timestamp(row.get(i).db()?))
+}
+
+fn get_opt_ts(row: &Row<'_>, i: usize) -> Result<Option<Timestamp>, StoreError> {
+    Ok(row.get::<_, Option<i64>>(i).db()?.map(Timestamp))
+}
+
+fn get_json(row: &Row<'_>, i: usize, what: &str) -> Result<Option<Value>, StoreError> {
+    match row.get::<_, Option<String>>(i).db()? {
+        None => Ok(None),
+        Some(s) => serde_json::from_str(&s)
+            .map(Some)
+            .map_err(|e| corrupt(what, e)),
+    }
+}
+
+pub(crate) fn parse_state(s: &str) -> Result<State, StoreError> {
+    State::parse(s).ok_or_else(|| corrupt("state", s))
+}
+
+fn get_opt_state(row: &Row<'_>, i: usize) -> Result<Option<State>, StoreError> {
+    row.get::<_, Option<String>>(i)
+        .db()?
+        .map(|s| parse_state(&s))
+        .transpose()
+}
+
+/// Reads a row selected with [`RECORD_SELECT`].
+pub(crate) fn record_from_row(row: &Row<'_>) -> Result<Record, StoreError> {
+    let namespace: String = row.get(0).db()?;
+    let key: String = row.get(1).db()?;
+    let state: String = row.get(2).db()?;
+    let last_error = match row.get::<_, Option<String>>(13).db()? {
+        None => None,
+        Some(category) => Some(LastError {
+            category,
+            message: row.get::<_, Option<String>>(14).db()?.unwrap_or_default(),
+            http_status: match row.get::<_, Option<i64>>(15).db()? {
+                None => None,
+                Some(n) => Some(u16::try_from(n).map_err(|_| corrupt("error_http_status", n))?),
+            },
+        }),
+    };
+    let lease_expiry: String = row.get(19).db()?;
+    Ok(Record {
+        namespace: Namespace::try_from(namespace.as_str()).map_err(|e| corrupt("namespace", e))?,
+        key: Key::try_from(key.as_str()).map_err(|e| corrupt("key", e))?,
+        state: parse_state(&state)?,
+        attempt: get_u32(row, 3, "attempt")?,
+        fingerprint: row
+            .get::<_, Option<String>>(4)
+            .db()?
+            .map(|s| Fingerprint::parse(&s).map_err(|e| corrupt("fingerprint", e)))
+            .transpose()?,
+        owner: row.get(5).db()?,
+        correlation_id: row.get(6).db()?,
+        lease_expires_at: get_opt_ts(row, 7)?,
+        not_before: get_opt_ts(row, 8)?,
+        prepared_payload: get_json(row, 9, "prepared_payload")?,
+        result: get_json(row, 10, "result")?,
+        result_expired: get_bool(row, 11)?,
+        external_ref: row.get(12).db()?,
+        last_error,
+        created_at: get_ts(row, 16)?,
+        updated_at: get_ts(row, 17)?,
+        lease_id: row
+            .get::<_, Option<String>>(18)
+            .db()?
+            .map(LeaseId::from_stored),
+        lease_expiry: LeaseExpiry::parse(&lease_expiry)
+            .ok_or_else(|| corrupt("lease_expiry", &lease_expiry))?,
+        reported: get_bool(row, 20)?,
+        budget_base: get_u32(row, 21, "budget_base")?,
+        window_start: get_ts(row, 22)?,
+        final_at: get_opt_ts(row, 23)?,
+        active_at: get_ts(row, 24)?,
+        review_reason: row
+            .get::<_, Option<String>>(25)
+            .db()?
+            .map(|s| ReviewReason::parse(&s).ok_or_else(|| corrupt("review_reason", &s)))
+            .transpose()?,
+        stuck_alerted: get_bool(row, 26)?,
+        version: row.get(27).db()?,
+    })
+}
+
+static SELECT_RECORD: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT {} FROM records WHERE namespace = ?1 AND key = ?2",
+        *RECORD_SELECT
+    )
+});
+
+pub(crate) fn load_record(
+    conn: &Connection,
+    ns: &Namespace,
+    key: &Key,
+) -> Result<Option<Record>, StoreError> {
+    let mut stmt = conn.prepare_cached(&SELECT_RECORD).db()?;
+    let mut rows = stmt.query(params![ns.as_str(), key.as_str()]).db()?;
+    match rows.next().db()? {
+        None => Ok(None),
+        Some(row) => record_from_row(row).map(Some),
+    }
+}
+
+/// Appends one event and returns its sequence number.
+pub(crate) fn insert_event(
+    conn: &Connection,
+    ns: &str,
+    key: &str,
+    e: &EventDraft,
+) -> Result<i64, StoreError> {
+    conn.prepare_cached(
+        "INSERT INTO events (namespace, key, at, type, from_state, to_state, attempt, owner, \
+         correlation_id, note, actor) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+    )
+    .db()?
+    .execute(params![
+        ns,
+        key,
+        e.at.0,
+        e.kind.as_str(),
+        e.from_state.map(State::as_str),
+        e.to_state.map(State::as_str),
+        i64::from(e.attempt),
+        e.owner,
+        e.correlation_id,
+        e.note,
+        e.actor,
+    ])
+    .db()?;
+    Ok(conn.last_insert_rowid())
+}
+
+/// The audit trail of one record, oldest first.
+pub(crate) fn load_events(
+    conn: &Connection,
+    ns: &Namespace,
+    key: &Key,
+) -> Result<Vec<Event>, StoreError> {
+    let mut stmt = conn
+        .prepare_cached(
+            "SELECT seq, at, type, from_state, to_state, attempt, owner, correlation_id, note, \
+             actor FROM events WHERE namespace = ?1 AND key = ?2 ORDER BY seq",
+        )
+        .db()?;
+    let mut rows = stmt.query(params![ns.as_str(), key.as_str()]).db()?;
+    let mut out = Vec::new();
+    while let Some(row) = rows.next().db()? {
+        let kind: String = row.get(2).db()?;
+        out.push(Event {
+            seq: row.get(0).db()?,
+            at: get_ts(row, 1)?,
+            kind: EventType::parse(&kind).ok_or_else(|| corrupt("event type", &kind))?,
+            from_state: get_opt_state(row, 3)?,
+            to_state: get_opt_state(row, 4)?,
+            attempt: get_u32(row, 5, "event attempt")?,
+            owner: row.get(6).db()?,
+            correlation_id: row.get(7).db()?,
+            note: row.get(8).db()?,
+            actor: row.get(9).db()?,
+        });
+    }
+    Ok(out)
+}
+
+/// The namespace settings: its policy (defaults when never configured) and pause flag.
+pub(crate) fn load_namespace(conn: &Connection, ns: &str) -> Result<(Policy, bool), StoreError> {
+    let row: Option<(String, i64)> = conn
+        .prepare_cached("SELECT policy, paused FROM namespaces WHERE namespace = ?1")
+        .db()?
+        .query_row(params![ns], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()
+        .db()?;
+    match row {
+        None => Ok((Policy::default(), false)),
+        Some((json, paused)) => {
+            let policy: Policy =
+                serde_json::from_str(&json).map_err(|e| corrupt("namespace policy", e))?;
+            Ok((policy, paused != 0))
+        }
+    }
+}
+
+/// Writes the namespace settings (creating the row on first change).
+pub(crate) fn save_namespace(
+    conn: &Connection,
+    ns: &str,
+    policy: &Policy,
+    paused: bool,
+    now: Timestamp,
+) -> Result<(), StoreError> {
+    let json = serde_json::to_string(policy)
+        .map_err(|e| StoreError::Internal(format!("policy cannot be stored: {e}")))?;
+    conn.prepare_cached(
+        "INSERT INTO namespaces (namespace, policy, paused, updated_at, retention_ms, \
+         audit_retention_ms, stuck_after_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) \
+         ON CONFLICT (namespace) DO UPDATE SET policy = excluded.policy, \
+         paused = excluded.paused, updated_at = excluded.updated_at, \
+         retention_ms = excluded.retention_ms, audit_retention_ms = excluded.audit_retention_ms, \
+         stuck_after_ms = excluded.stuck_after_ms",
+    )
+    .db()?
+    .execute(params![
+        ns,
+        json,
+        i64::from(paused),
+        now.0,
+        policy.retention_ms,
+        policy.audit_retention_ms,
+        policy.stuck_after_ms,
+    ])
+    .db()?;
+    Ok(())
+}
+
+/// Per-state record counts of one namespace, every state present.
+pub(crate) fn count_states(conn: &Connection, ns: &str) -> Result<StateCounts, StoreError> {
+    let mut stmt = conn
+        .prepare_cached("SELECT state, COUNT(*) FROM records WHERE namespace = ?1 GROUP BY state")
+        .db()?;
+    let rows = stmt.query(params![ns]).db()?;
+    collect_counts(rows)
+}
+
+/// Reads `(state, count)` rows into [`StateCounts`].
+pub(crate) fn collect_counts(mut rows: rusqlite::Rows<'_>) -> Result<StateCounts, StoreError> {
+    let mut pairs = Vec::new();
+    while let Some(row) = rows.next().db()? {
+        let s: String = row.get(0).db()?;
+        let n: i64 = row.get(1).db()?;
+        pairs.push((parse_state(&s)?, u64::try_from(n).unwrap_or(0)));
+    }
+    Ok(StateCounts::from_pairs(pairs))
+}

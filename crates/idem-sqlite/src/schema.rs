@@ -1,0 +1,197 @@
+//! Connection set-up and the embedded schema migrations.
+//!
+//! Invariants: every connection runs with `foreign_keys=ON` and a `busy_timeout` (several
+//! instances may open one file: the write lock is then shared by waiting, never by failing
+//! fast); the write connection also runs `journal_mode=WAL` (readers never block the writer)
+//! and `synchronous=FULL` (a commit returns only after the WAL is fsync'd, so an acknowledged
+//! write survives `kill -9` and power loss). Migrations are applied in order inside one
+//! `BEGIN IMMEDIATE` transaction and the schema version is `PRAGMA user_version`, so two
+//! processes opening a fresh file at once cannot both migrate it. Migrations are append-only:
+//! never edit a released one, add the next.
+
+use std::path::Path;
+use std::time::Duration;
+
+use idem_store::StoreError;
+use rusqlite::{Connection, OpenFlags, TransactionBehavior};
+
+use crate::error::SqlResult;
+
+/// Schema versions; `MIGRATIONS[i]` moves `user_version` from `i` to `i + 1`.
+const MIGRATIONS: &[&str] = &[
+    // 1: the ledger.
+    r#"
+CREATE TABLE records (
+    namespace         TEXT    NOT NULL,
+    key               TEXT    NOT NULL,
+    state             TEXT    NOT NULL,
+    attempt           INTEGER NOT NULL,
+    fingerprint       TEXT,
+    owner             TEXT,
+    correlation_id    TEXT,
+    lease_expires_at  INTEGER,
+    not_before        INTEGER,
+    prepared_payload  TEXT,            -- JSON text; SQL NULL = absent
+    result            TEXT,            -- JSON text; SQL NULL = absent
+    result_expired    INTEGER NOT NULL DEFAULT 0,
+    external_ref      TEXT,
+    error_category    TEXT,            -- last_error, NULL when there is none
+    error_message     TEXT,
+    error_http_status INTEGER,
+    created_at        INTEGER NOT NULL,
+    updated_at        INTEGER NOT NULL,
+    lease_id          TEXT,
+    lease_expiry      TEXT    NOT NULL,
+    reported          INTEGER NOT NULL,
+    budget_base       INTEGER NOT NULL,
+    window_start      INTEGER NOT NULL,
+    final_at          INTEGER,
+    active_at         INTEGER NOT NULL,
+    review_reason     TEXT,
+    stuck_alerted     INTEGER NOT NULL,
+    version           INTEGER NOT NULL,
+    PRIMARY KEY (namespace, key)
+);
+-- list, newest first, with and without a state filter
+CREATE INDEX records_by_updated ON records (namespace, updated_at DESC, key DESC);
+CREATE INDEX records_by_state_updated
+    ON records (namespace, state, updated_at DESC, key DESC);
+-- janitor: expired leases and stuck processing; stats: oldest processing
+CREATE INDEX records_by_lease ON records (state, lease_expires_at);
+CREATE INDEX records_by_active ON records (state, active_at);
+-- retention: final records by age, unexpired ones first
+CREATE INDEX records_by_final ON records (state, result_expired, final_at);
+
+CREATE TABLE events (
+    seq            INTEGER PRIMARY KEY AUTOINCREMENT,
+    namespace      TEXT    NOT NULL,
+    key            TEXT    NOT NULL,
+    at             INTEGER NOT NULL,
+    type           TEXT    NOT NULL,
+    from_state     TEXT,
+    to_state       TEXT,
+    attempt        INTEGER NOT NULL,
+    owner          TEXT,
+    correlation_id TEXT,
+    note           TEXT,
+    actor          TEXT
+);
+CREATE INDEX events_by_record ON events (namespace, key, seq);
+
+-- Namespace settings. The retention and stuck clocks are copied out of the policy JSON so
+-- that the janitor can select work with set-based SQL; update_namespace keeps them in step.
+CREATE TABLE namespaces (
+    namespace          TEXT    PRIMARY KEY,
+    policy             TEXT    NOT NULL,
+    paused             INTEGER NOT NULL DEFAULT 0,
+    updated_at         INTEGER NOT NULL,
+    retention_ms       INTEGER NOT NULL,
+    audit_retention_ms INTEGER NOT NULL,
+    stuck_after_ms     INTEGER NOT NULL
+);
+
+CREATE TABLE daily_counts (
+    namespace TEXT    NOT NULL,
+    day       INTEGER NOT NULL,
+    count     INTEGER NOT NULL,
+    PRIMARY KEY (namespace, day)
+);
+
+CREATE TABLE alerts (
+    id             INTEGER PRIMARY KEY AUTOINCREMENT,
+    namespace      TEXT    NOT NULL,
+    key            TEXT    NOT NULL,
+    reason         TEXT    NOT NULL,
+    state          TEXT    NOT NULL,
+    error_category TEXT,
+    attempt        INTEGER NOT NULL,
+    created_at     INTEGER NOT NULL,
+    next_at        INTEGER NOT NULL,
+    tries          INTEGER NOT NULL DEFAULT 0,
+    status         TEXT    NOT NULL DEFAULT 'pending',  -- pending | sent | gave_up
+    UNIQUE (namespace, key, reason, attempt)
+);
+CREATE INDEX alerts_due ON alerts (status, next_at);
+
+CREATE TABLE api_tokens (
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,
+    secret_hash TEXT    NOT NULL UNIQUE,
+    role        TEXT    NOT NULL,
+    scope       TEXT    NOT NULL,
+    label       TEXT,
+    created_at  INTEGER NOT NULL
+);
+"#,
+];
+
+/// The schema version this build writes.
+pub(crate) fn latest_version() -> i64 {
+    MIGRATIONS.len() as i64
+}
+
+/// Opens the connection that owns all writes, sets it up and migrates the schema.
+pub(crate) fn open_writer(path: &Path, busy_timeout: Duration) -> Result<Connection, StoreError> {
+    let mut conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .db()?;
+    conn.busy_timeout(busy_timeout).db()?;
+    let mode: String = conn
+        .pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))
+        .db()?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        // In-memory and some exotic file systems cannot do WAL; durability still holds with
+        // synchronous=FULL, only readers then wait for the writer.
+        tracing::warn!(journal_mode = %mode, "sqlite: WAL not available");
+    }
+    conn.pragma_update(None, "synchronous", "FULL").db()?;
+    conn.pragma_update(None, "foreign_keys", "ON").db()?;
+    conn.set_prepared_statement_cache_capacity(64);
+    migrate(&mut conn)?;
+    // Scratch space of the retention step: one connection's private table, never on disk in
+    // the ledger file, so it costs nothing to the durability of the batch.
+    conn.execute_batch(
+        "CREATE TEMP TABLE IF NOT EXISTS retention_batch (rid INTEGER PRIMARY KEY);",
+    )
+    .db()?;
+    Ok(conn)
+}
+
+/// Opens one read connection (WAL lets it read beside the writer; `query_only` makes sure a
+/// read path can never write behind the writer's back).
+pub(crate) fn open_reader(path: &Path, busy_timeout: Duration) -> Result<Connection, StoreError> {
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .db()?;
+    conn.busy_timeout(busy_timeout).db()?;
+    conn.pragma_update(None, "foreign_keys", "ON").db()?;
+    conn.pragma_update(None, "query_only", "ON").db()?;
+    conn.set_prepared_statement_cache_capacity(32);
+    Ok(conn)
+}
+
+fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .db()?;
+    let current: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0)).db()?;
+    if current > latest_version() {
+        return Err(StoreError::Internal(format!(
+            "the ledger file has schema version {current}, newer than this build knows ({}): \
+             upgrade idem",
+            latest_version()
+        )));
+    }
+    for (i, sql) in MIGRATIONS.iter().enumerate().skip(current.max(0) as usize) {
+        tx.execute_batch(sql).db()?;
+        tx.pragma_update(None, "user_version", (i + 1) as i64)
+            .db()?;
+        tracing::info!(version = i + 1, "sqlite: schema migrated");
+    }
+    tx.commit().db()
+}

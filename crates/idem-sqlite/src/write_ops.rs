@@ -1,0 +1,514 @@
+//! The steps the writer thread runs, each inside the batch transaction under its savepoint.
+//!
+//! Invariants: a step reads and writes through the one write connection only, so what it
+//! reads is exactly what the batch wrote before it (no stale decision is possible); a step
+//! persists exactly what `idem_core::apply` returned and nothing else; the janitor steps only
+//! ever touch the states the contract lets them touch (sweep: `processing`; retention:
+//! `completed` and `failed_permanent`).
+
+use std::collections::HashMap;
+
+use idem_core::{
+    AlertDraft, AlertReason, Ctx, Event, EventDraft, EventType, Key, Namespace, Op, Policy, Record,
+    Reply, Timestamp, Write,
+};
+use idem_store::{
+    AlertOutcome, ExecCtx, Executed, NamespaceChange, NamespaceInfo, NewApiToken, PendingAlert,
+    RetentionReport, StoreError, SweepReport,
+};
+use rusqlite::{params, Connection, OptionalExtension};
+
+use crate::error::{corrupt, SqlResult};
+use crate::rows::{
+    count_states, insert_event, insert_record, load_namespace, load_record, parse_state,
+    save_namespace, update_record,
+};
+
+/// What one step did beyond its answer (the janitor reports these).
+pub(crate) struct StepInfo {
+    pub(crate) executed: Executed,
+    pub(crate) stuck_alerts: usize,
+}
+
+/// Load → decide → persist for one operation on one record (design: "one atomic step").
+pub(crate) fn execute_step(
+    conn: &Connection,
+    ns: &Namespace,
+    key: &Key,
+    op: &Op,
+    ctx: &ExecCtx,
+) -> Result<StepInfo, StoreError> {
+    let existing = load_record(conn, ns, key)?;
+    let (policy, paused) = load_namespace(conn, ns.as_str())?;
+    let day = ctx.now.utc_day();
+    // Only a first-time claim under a daily ceiling reads the counter.
+    let daily_count = match (op, &existing, policy.daily_limit) {
+        (Op::Claim(_), None, Some(_)) => daily_count(conn, ns.as_str(), day)?,
+        _ => 0,
+    };
+    let core_ctx = Ctx {
+        now: ctx.now,
+        policy: &policy,
+        paused,
+        daily_count,
+        new_lease_id: ctx.lease_id.clone(),
+        jitter: ctx.jitter,
+        actor: ctx.actor.clone(),
+    };
+    let t = idem_core::apply(ns, key, existing.as_ref(), op, &core_ctx);
+    match &t.write {
+        Write::None => {}
+        Write::Insert(rec) => insert_record(conn, rec)?,
+        Write::Update(rec) => update_record(conn, rec)?,
+    }
+    let mut events = Vec::with_capacity(t.events.len());
+    for draft in t.events {
+        let seq = insert_event(conn, ns.as_str(), key.as_str(), &draft)?;
+        events.push(Event::from_draft(seq, draft));
+    }
+    if t.first_acquisition {
+        conn.prepare_cached(
+            "INSERT INTO daily_counts (namespace, day, count) VALUES (?1, ?2, 1) \
+             ON CONFLICT (namespace, day) DO UPDATE SET count = count + 1",
+        )
+        .db()?
+        .execute(params![ns.as_str(), day])
+        .db()?;
+    }
+    // Alerts go to the outbox only when there is somewhere to send them; otherwise the rows
+    // would pile up undeliverable.
+    let mut alerts_queued = 0;
+    if policy.alert_url.is_some() {
+        for a in &t.alerts {
+            alerts_queued += queue_alert(conn, ns.as_str(), key.as_str(), a)?;
+        }
+    }
+    let stuck_alerts = t
+        .alerts
+        .iter()
+        .filter(|a| a.reason == AlertReason::Stuck)
+        .count();
+    Ok(StepInfo {
+        executed: Executed {
+            reply: t.reply,
+            events,
+            from_state: existing.map(|r| r.state),
+            alerts_queued,
+        },
+        stuck_alerts,
+    })
+}
+
+fn daily_count(conn: &Connection, ns: &str, day: i64) -> Result<u64, StoreError> {
+    let n: Option<i64> = conn
+        .prepare_cached("SELECT count FROM daily_counts WHERE namespace = ?1 AND day = ?2")
+        .db()?
+        .query_row(params![ns, day], |r| r.get(0))
+        .optional()
+        .db()?;
+    Ok(n.map_or(0, |n| u64::try_from(n).unwrap_or(0)))
+}
+
+/// Queues one alert; deduplicated per record, reason and attempt. Returns rows inserted.
+fn queue_alert(
+    conn: &Connection,
+    ns: &str,
+    key: &str,
+    a: &AlertDraft,
+) -> Result<usize, StoreError> {
+    conn.prepare_cached(
+        "INSERT OR IGNORE INTO alerts (namespace, key, reason, state, error_category, attempt, \
+         created_at, next_at, tries, status) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7, 0, 'pending')",
+    )
+    .db()?
+    .execute(params![
+        ns,
+        key,
+        a.reason.as_str(),
+        a.state.as_str(),
+        a.error_category,
+        i64::from(a.attempt),
+        a.at.0,
+    ])
+    .db()
+}
+
+/// Applies a policy patch or the pause switch and answers with the new settings.
+pub(crate) fn update_namespace_step(
+    conn: &Connection,
+    ns: &Namespace,
+    change: &NamespaceChange,
+    now: Timestamp,
+) -> Result<NamespaceInfo, StoreError> {
+    let (policy, paused) = load_namespace(conn, ns.as_str())?;
+    let (policy, paused) = match change {
+        NamespaceChange::Patch(patch) => (policy.patch(patch)?, paused),
+        NamespaceChange::Pause => (policy, true),
+        NamespaceChange::Resume => (policy, false),
+    };
+    save_namespace(conn, ns.as_str(), &policy, paused, now)?;
+    Ok(NamespaceInfo {
+        namespace: ns.as_str().to_owned(),
+        paused,
+        counts: count_states(conn, ns.as_str())?,
+        policy,
+    })
+}
+
+/// One janitor pass over leases: `Op::Sweep` on every `processing` record that the sweep
+/// rule would change (expired lease under `lease_expiry=review`, or stuck and not yet
+/// alerted). Selecting exactly those keeps records the sweep leaves alone from filling every
+/// batch forever.
+pub(crate) fn sweep_step(
+    conn: &Connection,
+    now: Timestamp,
+    batch: usize,
+) -> Result<SweepReport, StoreError> {
+    let default_stuck = Policy::default().stuck_after_ms;
+    let candidates: Vec<(String, String)> = {
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT r.namespace, r.key FROM records r \
+                 LEFT JOIN namespaces n ON n.namespace = r.namespace \
+                 WHERE r.state = 'processing' AND ( \
+                   (r.lease_expiry = 'review' \
+                    AND (r.lease_expires_at IS NULL OR r.lease_expires_at <= ?1)) \
+                   OR (r.stuck_alerted = 0 \
+                       AND r.active_at <= ?1 - COALESCE(n.stuck_after_ms, ?2))) \
+                 ORDER BY r.active_at LIMIT ?3",
+            )
+            .db()?;
+        let rows = stmt
+            .query_map(params![now.0, default_stuck, limit(batch)], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+            .db()?;
+        rows.collect::<Result<_, _>>().db()?
+    };
+    let mut report = SweepReport::default();
+    for (ns, key) in candidates {
+        let ns = Namespace::try_from(ns.as_str()).map_err(|e| corrupt("namespace", e))?;
+        let key = Key::try_from(key.as_str()).map_err(|e| corrupt("key", e))?;
+        report.examined += 1;
+        // Each record under its own savepoint: one bad row must not stop the janitor.
+        conn.execute_batch("SAVEPOINT sweep_one").db()?;
+        match execute_step(conn, &ns, &key, &Op::Sweep, &ExecCtx::at(now)) {
+            Ok(info) => {
+                conn.execute_batch("RELEASE sweep_one").db()?;
+                if info
+                    .executed
+                    .events
+                    .iter()
+                    .any(|e| e.kind == EventType::MovedToReview)
+                {
+                    report.moved_to_review += 1;
+                }
+                report.stuck_alerts += info.stuck_alerts;
+            }
+            Err(e) => {
+                if conn.is_autocommit() {
+                    return Err(e);
+                }
+                conn.execute_batch("ROLLBACK TO sweep_one; RELEASE sweep_one")
+                    .db()?;
+                tracing::warn!(namespace = %ns, key = %key.masked(), error = %e,
+                    "sqlite: sweep skipped a record");
+            }
+        }
+    }
+    Ok(report)
+}
+
+fn limit(batch: usize) -> i64 {
+    i64::try_from(batch).unwrap_or(i64::MAX)
+}
+
+/// One retention pass, set-based: at most `batch` tombstones past `audit_retention_ms` are
+/// deleted with their events, then at most `batch` final records past `retention_ms` lose
+/// their result and prepared payload (one `result_expired` event each). The `state IN
+/// ('completed', 'failed_permanent')` condition is in every statement that selects rows, so
+/// no other state can ever be touched.
+pub(crate) fn retention_step(
+    conn: &Connection,
+    now: Timestamp,
+    batch: usize,
+) -> Result<RetentionReport, StoreError> {
+    let defaults = Policy::default();
+    // The smallest clock of any namespace bounds the index range scan; the per-namespace
+    // clock is then checked row by row inside that range.
+    let (min_retention, min_audit): (Option<i64>, Option<i64>) = conn
+        .prepare_cached("SELECT MIN(retention_ms), MIN(audit_retention_ms) FROM namespaces")
+        .db()?
+        .query_row([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .db()?;
+    let min_retention =
+        min_retention.map_or(defaults.retention_ms, |m| m.min(defaults.retention_ms));
+    let min_audit = min_audit.map_or(defaults.audit_retention_ms, |m| {
+        m.min(defaults.audit_retention_ms)
+    });
+    let n = limit(batch);
+
+    // Tombstones first: a record already past its audit clock need not be expired first.
+    conn.prepare_cached("DELETE FROM temp.retention_batch")
+        .db()?
+        .execute([])
+        .db()?;
+    conn.prepare_cached(
+        "INSERT INTO temp.retention_batch (rid) \
+         SELECT r.rowid FROM records r LEFT JOIN namespaces n ON n.namespace = r.namespace \
+         WHERE r.state IN ('completed', 'failed_permanent') AND r.result_expired IN (0, 1) \
+           AND r.final_at <= ?1 - ?2 \
+           AND r.final_at <= ?1 - COALESCE(n.audit_retention_ms, ?3) \
+         LIMIT ?4",
+    )
+    .db()?
+    .execute(params![now.0, min_audit, defaults.audit_retention_ms, n])
+    .db()?;
+    for sql in [
+        "DELETE FROM events WHERE (namespace, key) IN \
+         (SELECT r.namespace, r.key FROM temp.retention_batch b JOIN records r ON r.rowid = b.rid)",
+        "DELETE FROM alerts WHERE (namespace, key) IN \
+         (SELECT r.namespace, r.key FROM temp.retention_batch b JOIN records r ON r.rowid = b.rid)",
+    ] {
+        conn.prepare_cached(sql).db()?.execute([]).db()?;
+    }
+    let tombstones_deleted = conn
+        .prepare_cached(
+            "DELETE FROM records WHERE rowid IN (SELECT rid FROM temp.retention_batch) \
+             AND state IN ('completed', 'failed_permanent')",
+        )
+        .db()?
+        .execute([])
+        .db()?;
+
+    conn.prepare_cached("DELETE FROM temp.retention_batch")
+        .db()?
+        .execute([])
+        .db()?;
+    conn.prepare_cached(
+        "INSERT INTO temp.retention_batch (rid) \
+         SELECT r.rowid FROM records r LEFT JOIN namespaces n ON n.namespace = r.namespace \
+         WHERE r.state IN ('completed', 'failed_permanent') AND r.result_expired = 0 \
+           AND r.final_at <= ?1 - ?2 \
+           AND r.final_at <= ?1 - COALESCE(n.retention_ms, ?3) \
+         LIMIT ?4",
+    )
+    .db()?
+    .execute(params![now.0, min_retention, defaults.retention_ms, n])
+    .db()?;
+    conn.prepare_cached(
+        "INSERT INTO events (namespace, key, at, type, from_state, to_state, attempt, owner, \
+         correlation_id, note, actor) \
+         SELECT r.namespace, r.key, ?1, 'result_expired', r.state, r.state, r.attempt, r.owner, \
+                r.correlation_id, 'result and prepared payload dropped after retention_ms', NULL \
+         FROM temp.retention_batch b JOIN records r ON r.rowid = b.rid ORDER BY b.rid",
+    )
+    .db()?
+    .execute(params![now.0])
+    .db()?;
+    // updated_at is left alone on purpose: retention is housekeeping, not a business change,
+    // and must not move old records to the top of the newest-first lists.
+    let results_expired = conn
+        .prepare_cached(
+            "UPDATE records SET result = NULL, prepared_payload = NULL, result_expired = 1, \
+             version = version + 1 \
+             WHERE rowid IN (SELECT rid FROM temp.retention_batch) \
+             AND state IN ('completed', 'failed_permanent')",
+        )
+        .db()?
+        .execute([])
+        .db()?;
+    Ok(RetentionReport {
+        results_expired,
+        tombstones_deleted,
+    })
+}
+
+/// Claims due alerts for `lease_ms` (other senders skip them meanwhile).
+pub(crate) fn due_alerts_step(
+    conn: &Connection,
+    now: Timestamp,
+    max: usize,
+    lease_ms: i64,
+) -> Result<Vec<PendingAlert>, StoreError> {
+    type AlertRow = (
+        i64,
+        String,
+        String,
+        String,
+        String,
+        Option<String>,
+        i64,
+        i64,
+        i64,
+    );
+    let rows: Vec<AlertRow> = {
+        let mut stmt = conn
+            .prepare_cached(
+                "UPDATE alerts SET next_at = ?2 WHERE id IN \
+                 (SELECT id FROM alerts WHERE status = 'pending' AND next_at <= ?1 \
+                  ORDER BY next_at, id LIMIT ?3) \
+                 RETURNING id, namespace, key, reason, state, error_category, attempt, \
+                 created_at, tries",
+            )
+            .db()?;
+        let rows = stmt
+            .query_map(
+                params![now.0, now.plus_ms(lease_ms.max(0)).0, limit(max)],
+                |r| {
+                    Ok((
+                        r.get(0)?,
+                        r.get(1)?,
+                        r.get(2)?,
+                        r.get(3)?,
+                        r.get(4)?,
+                        r.get(5)?,
+                        r.get(6)?,
+                        r.get(7)?,
+                        r.get(8)?,
+                    ))
+                },
+            )
+            .db()?;
+        rows.collect::<Result<_, _>>().db()?
+    };
+    // The URL is read now, not when queued: an operator may have fixed it meanwhile.
+    let mut urls: HashMap<String, Option<String>> = HashMap::new();
+    let mut out = Vec::with_capacity(rows.len());
+    for (id, ns, key, reason, state, error_category, attempt, created_at, tries) in rows {
+        let alert_url = match urls.get(&ns) {
+            Some(u) => u.clone(),
+            None => {
+                let u = load_namespace(conn, &ns)?.0.alert_url;
+                urls.insert(ns.clone(), u.clone());
+                u
+            }
+        };
+        out.push(PendingAlert {
+            id,
+            namespace: ns,
+            key,
+            reason,
+            state: parse_state(&state)?,
+            error_category,
+            attempt: u32::try_from(attempt).map_err(|_| corrupt("alert attempt", attempt))?,
+            created_at: Timestamp(created_at),
+            tries: u32::try_from(tries).unwrap_or(u32::MAX),
+            alert_url,
+        });
+    }
+    out.sort_by_key(|a| (a.created_at, a.id));
+    Ok(out)
+}
+
+/// Records one delivery attempt. Only a pending alert changes, so a repeated `Sent` writes
+/// one `alert_sent` event, not two.
+pub(crate) fn finish_alert_step(
+    conn: &Connection,
+    id: i64,
+    outcome: &AlertOutcome,
+    now: Timestamp,
+) -> Result<(), StoreError> {
+    let changed = match outcome {
+        AlertOutcome::Sent => conn
+            .prepare_cached(
+                "UPDATE alerts SET status = 'sent', tries = tries + 1 \
+                 WHERE id = ?1 AND status = 'pending'",
+            )
+            .db()?
+            .execute(params![id]),
+        AlertOutcome::RetryAt(at) => conn
+            .prepare_cached(
+                "UPDATE alerts SET next_at = ?2, tries = tries + 1 \
+                 WHERE id = ?1 AND status = 'pending'",
+            )
+            .db()?
+            .execute(params![id, at.0]),
+        AlertOutcome::GaveUp => conn
+            .prepare_cached(
+                "UPDATE alerts SET status = 'gave_up', tries = tries + 1 \
+                 WHERE id = ?1 AND status = 'pending'",
+            )
+            .db()?
+            .execute(params![id]),
+    }
+    .db()?;
+    if changed == 0 || *outcome != AlertOutcome::Sent {
+        return Ok(());
+    }
+    let (ns, key, reason): (String, String, String) = conn
+        .prepare_cached("SELECT namespace, key, reason FROM alerts WHERE id = ?1")
+        .db()?
+        .query_row(params![id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .db()?;
+    let (Ok(ns_id), Ok(key_id)) = (
+        Namespace::try_from(ns.as_str()),
+        Key::try_from(key.as_str()),
+    ) else {
+        return Err(corrupt(
+            "alert",
+            format!("bad namespace or key in alert {id}"),
+        ));
+    };
+    // The record may have been deleted by retention since: then there is nothing to annotate.
+    if let Some(rec) = load_record(conn, &ns_id, &key_id)? {
+        insert_event(conn, &ns, &key, &alert_sent_event(&rec, &reason, now))?;
+    }
+    Ok(())
+}
+
+fn alert_sent_event(rec: &Record, reason: &str, now: Timestamp) -> EventDraft {
+    EventDraft {
+        at: now,
+        kind: EventType::AlertSent,
+        from_state: Some(rec.state),
+        to_state: Some(rec.state),
+        attempt: rec.attempt,
+        owner: rec.owner.clone(),
+        correlation_id: rec.correlation_id.clone(),
+        note: Some(format!("{reason} alert delivered")),
+        actor: None,
+    }
+}
+
+pub(crate) fn create_token_step(
+    conn: &Connection,
+    token: &NewApiToken,
+    now: Timestamp,
+) -> Result<(), StoreError> {
+    let res = conn
+        .prepare_cached(
+            "INSERT INTO api_tokens (secret_hash, role, scope, label, created_at) \
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+        )
+        .db()?
+        .execute(params![
+            token.secret_hash,
+            token.role.as_str(),
+            token.scope,
+            token.label,
+            now.0
+        ]);
+    match res {
+        Ok(_) => Ok(()),
+        Err(rusqlite::Error::SqliteFailure(f, _))
+            if f.code == rusqlite::ErrorCode::ConstraintViolation =>
+        {
+            Err(StoreError::Internal(
+                "a token with this secret already exists".into(),
+            ))
+        }
+        Err(e) => Err(crate::error::map(e)),
+    }
+}
+
+/// Whether a step's reply says the operation went through (for logs).
+pub(crate) fn reply_kind(r: &Result<Reply, idem_core::OpError>) -> &'static str {
+    match r {
+        Ok(Reply::Claim(c)) => c.outcome.as_str(),
+        Ok(Reply::Record(_)) => "ok",
+        Ok(Reply::Fail(_)) => "failed",
+        Ok(Reply::Swept { .. }) => "swept",
+        Err(_) => "refused",
+    }
+}

@@ -1,0 +1,153 @@
+//! The single writer and its group commit.
+//!
+//! One OS thread owns the only write connection of a [`crate::SqliteStore`]. Every write is a
+//! [`WriteJob`] sent over a channel. The thread takes one job, drains whatever else is queued
+//! (up to `max_batch`), opens `BEGIN IMMEDIATE`, runs each job under its own `SAVEPOINT`
+//! (a job that fails is rolled back to its savepoint and answered with its error; the others
+//! proceed), then issues ONE `COMMIT` — one fsync for the whole batch — and only after it
+//! succeeded answers every job. Invariants:
+//! - no job is answered `Ok` before the commit that contains its write returned;
+//! - if the commit (or the transaction itself) fails, every job of the batch gets an error;
+//! - jobs of one batch run in arrival order, each seeing the writes of those before it, so a
+//!   batch is equivalent to running its jobs one by one.
+//!
+//! With `max_batch = 1` this degrades to one transaction (one fsync) per write.
+
+use std::sync::mpsc::{Receiver, TryRecvError};
+
+use idem_store::StoreError;
+use rusqlite::Connection;
+use tokio::sync::oneshot;
+
+use crate::error::map;
+
+/// One unit of work for the writer thread.
+pub(crate) trait WriteJob: Send {
+    /// Runs the job inside the open batch transaction (under its savepoint). `false` means it
+    /// failed and its changes must be rolled back.
+    fn run(&mut self, conn: &Connection) -> bool;
+    /// Answers the caller once the batch's fate is known: `commit` is the batch result.
+    fn finish(self: Box<Self>, commit: Result<(), StoreError>);
+}
+
+/// A closure job whose result is held back until the batch committed.
+pub(crate) struct Task<T, F> {
+    work: Option<F>,
+    out: Option<Result<T, StoreError>>,
+    reply: oneshot::Sender<Result<T, StoreError>>,
+}
+
+impl<T, F> Task<T, F> {
+    pub(crate) fn new(work: F, reply: oneshot::Sender<Result<T, StoreError>>) -> Self {
+        Task {
+            work: Some(work),
+            out: None,
+            reply,
+        }
+    }
+}
+
+impl<T, F> WriteJob for Task<T, F>
+where
+    T: Send,
+    F: FnOnce(&Connection) -> Result<T, StoreError> + Send,
+{
+    fn run(&mut self, conn: &Connection) -> bool {
+        let out = match self.work.take() {
+            Some(work) => work(conn),
+            None => Err(StoreError::Internal("write job ran twice".into())),
+        };
+        let ok = out.is_ok();
+        self.out = Some(out);
+        ok
+    }
+
+    fn finish(self: Box<Self>, commit: Result<(), StoreError>) {
+        let answer = match commit {
+            Err(e) => Err(e),
+            Ok(()) => self
+                .out
+                .unwrap_or_else(|| Err(StoreError::Internal("write job never ran".into()))),
+        };
+        // The caller may have given up waiting (request cancelled): nothing to do then.
+        let _ = self.reply.send(answer);
+    }
+}
+
+pub(crate) type BoxJob = Box<dyn WriteJob>;
+
+/// The writer thread's loop; returns when every sender is gone (the store was dropped).
+pub(crate) fn run(conn: Connection, rx: Receiver<BoxJob>, max_batch: usize) {
+    let max_batch = max_batch.max(1);
+    while let Ok(first) = rx.recv() {
+        let mut batch = Vec::with_capacity(max_batch.min(64));
+        batch.push(first);
+        while batch.len() < max_batch {
+            match rx.try_recv() {
+                Ok(job) => batch.push(job),
+                Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
+            }
+        }
+        run_batch(&conn, batch);
+    }
+    tracing::debug!("sqlite: writer stopped");
+}
+
+/// Runs one batch in one transaction and answers every job after its commit.
+pub(crate) fn run_batch(conn: &Connection, mut batch: Vec<BoxJob>) {
+    if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
+        let err = map(e);
+        tracing::warn!(error = %err, jobs = batch.len(), "sqlite: cannot begin write batch");
+        for job in batch {
+            job.finish(Err(err.clone()));
+        }
+        return;
+    }
+    // Set when the transaction as a whole is lost: every job then fails, done or not.
+    let mut broken: Option<StoreError> = None;
+    for job in batch.iter_mut() {
+        if let Err(e) = exec(conn, "SAVEPOINT job") {
+            broken = Some(e);
+            break;
+        }
+        if job.run(conn) {
+            if let Err(e) = exec(conn, "RELEASE job") {
+                broken = Some(e);
+                break;
+            }
+            continue;
+        }
+        // Some errors (I/O, full disk) make SQLite roll the whole transaction back: the
+        // earlier jobs' writes are gone too, so none of them may be acknowledged.
+        if conn.is_autocommit() {
+            broken = Some(StoreError::Unavailable(
+                "the write transaction was aborted by a failing step".into(),
+            ));
+            break;
+        }
+        if let Err(e) = exec(conn, "ROLLBACK TO job").and_then(|()| exec(conn, "RELEASE job")) {
+            broken = Some(e);
+            break;
+        }
+    }
+    let commit = match broken {
+        Some(e) => Err(e),
+        None => exec(conn, "COMMIT"),
+    };
+    if commit.is_err() && !conn.is_autocommit() {
+        let _ = conn.execute_batch("ROLLBACK");
+    }
+    if let Err(e) = &commit {
+        tracing::warn!(error = %e, jobs = batch.len(), "sqlite: write batch not committed");
+    }
+    for job in batch {
+        job.finish(commit.clone());
+    }
+}
+
+fn exec(conn: &Connection, sql: &str) -> Result<(), StoreError> {
+    conn.prepare_cached(sql)
+        .and_then(|mut s| s.execute([]))
+        .map(|_| ())
+        .map_err(map)
+}

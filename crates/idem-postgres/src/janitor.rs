@@ -1,0 +1,341 @@
+//! Background work shared by many instances: lease sweeps, retention, alert delivery leases.
+//!
+//! Every step selects its rows with `FOR UPDATE SKIP LOCKED` and a `LIMIT`, so instances
+//! running the janitor at the same moment split the work instead of repeating it or waiting
+//! for each other, and a claim never waits longer than one small batch for a row the janitor
+//! holds. Record changes still go through [`idem_core::apply`] (sweeps) or the pure
+//! retention rule mirrored in SQL, and every changed record gets its event. Retention never
+//! touches `processing` or `needs_review` records: its candidate queries only ever select the
+//! final states `completed` and `failed_permanent`.
+
+use futures_util::future::try_join_all;
+use idem_core::{AlertReason, Ctx, Key, LeaseId, Namespace, Op, Policy, State, Timestamp, Write};
+use idem_store::{AlertOutcome, PendingAlert, RetentionReport, StateCounts, Stats, SweepReport};
+use std::collections::HashMap;
+use std::sync::LazyLock;
+
+use crate::error::PgError;
+use crate::rows::{
+    as_i64, as_u64, parse_state, policy_from_text, record_from_row, EventParams, RecordParams,
+    INSERT_EVENT, R_RECORD_COLS, UPDATE_RECORD,
+};
+use crate::{corrupt, AlertParams, PgStore, INSERT_ALERT};
+
+/// `processing` records the sweep would change: an expired lease under `lease_expiry =
+/// review`, or stuck past the namespace's `stuck_after_ms` without an alert yet. Records with
+/// an expired `reclaim` lease are left to the next claim (the sweep would not change them).
+static SWEEP_CANDIDATES: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT n.policy, n.paused, {} FROM records r \
+         LEFT JOIN namespaces n ON n.namespace = r.namespace \
+         WHERE r.state = 'processing' AND ( \
+             (r.lease_expiry = 'review' AND (r.lease_expires_at IS NULL OR r.lease_expires_at <= $1)) \
+             OR (NOT r.stuck_alerted AND r.active_at <= $1 - COALESCE(n.stuck_after_ms, $3))) \
+         ORDER BY r.active_at LIMIT $2 \
+         FOR UPDATE OF r SKIP LOCKED",
+        *R_RECORD_COLS
+    )
+});
+
+pub(crate) async fn sweep_once(
+    store: &PgStore,
+    now: Timestamp,
+    batch: usize,
+) -> Result<SweepReport, PgError> {
+    let mut client = store.client().await?;
+    let select = client.prepare_cached(&SWEEP_CANDIDATES).await?;
+    let update = client.prepare_cached(&UPDATE_RECORD).await?;
+    let insert_event = client.prepare_cached(INSERT_EVENT).await?;
+    let insert_alert = client.prepare_cached(INSERT_ALERT).await?;
+    let default_stuck = Policy::default().stuck_after_ms;
+    let tx = client.transaction().await?;
+    let rows = tx
+        .query(&select, &[&now.0, &as_i64(batch), &default_stuck])
+        .await?;
+    let mut report = SweepReport {
+        examined: rows.len(),
+        ..SweepReport::default()
+    };
+    let mut records = Vec::new();
+    let mut events = Vec::new();
+    let mut alerts = Vec::new();
+    for row in &rows {
+        let policy_json: Option<String> = row.try_get(0).map_err(|e| corrupt(&e))?;
+        let policy = policy_from_text(policy_json.as_deref())?;
+        let paused = row
+            .try_get::<_, Option<bool>>(1)
+            .map_err(|e| corrupt(&e))?
+            .unwrap_or(false);
+        let rec = record_from_row(row, 2)?;
+        let ctx = Ctx {
+            now,
+            policy: &policy,
+            paused,
+            daily_count: 0,
+            new_lease_id: LeaseId::random(),
+            jitter: rand::random::<f64>(),
+            actor: None,
+        };
+        let (ns, key): (Namespace, Key) = (rec.namespace.clone(), rec.key.clone());
+        let t = idem_core::apply(&ns, &key, Some(&rec), &Op::Sweep, &ctx);
+        report.stuck_alerts += t
+            .alerts
+            .iter()
+            .filter(|a| a.reason == AlertReason::Stuck)
+            .count();
+        match &t.write {
+            Write::Update(next) => {
+                if next.state == State::NeedsReview {
+                    report.moved_to_review += 1;
+                }
+                records.push(RecordParams::new(next)?);
+            }
+            Write::Insert(_) | Write::None => {}
+        }
+        events.extend(t.events.iter().map(|e| EventParams::new(&ns, &key, e)));
+        if policy.alert_url.is_some() {
+            alerts.extend(t.alerts.iter().map(|a| AlertParams::new(&ns, &key, a)));
+        }
+    }
+    let olds: Vec<i64> = records.iter().map(|p| p.version - 1).collect();
+    // All writes of the batch go out pipelined; the rows are locked by this transaction, so
+    // the version guards hold unless the data changed under us (then the batch is redone).
+    let record_writes = try_join_all(records.iter().zip(&olds).map(|(p, old)| {
+        let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = p.params().to_vec();
+        params.push(old);
+        let tx = &tx;
+        let update = &update;
+        async move { tx.execute(update, &params).await }
+    }));
+    let event_writes = try_join_all(events.iter().map(|p| {
+        let tx = &tx;
+        let insert_event = &insert_event;
+        async move { tx.execute(insert_event, &p.params()).await }
+    }));
+    let alert_writes = try_join_all(alerts.iter().map(|p| {
+        let tx = &tx;
+        let insert_alert = &insert_alert;
+        async move { tx.execute(insert_alert, &p.params()).await }
+    }));
+    let (written, _, _) = tokio::try_join!(record_writes, event_writes, alert_writes)?;
+    if written.iter().any(|n| *n != 1) {
+        return Err(PgError::Retry);
+    }
+    tx.commit().await?;
+    Ok(report)
+}
+
+/// Drops result and payloads of final records past `retention_ms` (not yet past
+/// `audit_retention_ms`: those are deleted instead), with a `result_expired` event each.
+/// Namespaces without a row use the default policy.
+const EXPIRE_RESULTS: &str = "WITH batch AS ( \
+        SELECT r.namespace, r.key FROM records r \
+        LEFT JOIN namespaces n ON n.namespace = r.namespace \
+        WHERE r.state IN ('completed', 'failed_permanent') AND r.final_at IS NOT NULL \
+          AND NOT r.result_expired \
+          AND r.final_at <= $1 - COALESCE(n.retention_ms, $3) \
+          AND r.final_at > $1 - COALESCE(n.audit_retention_ms, $4) \
+        ORDER BY r.final_at LIMIT $2 \
+        FOR UPDATE OF r SKIP LOCKED \
+    ), expired AS ( \
+        UPDATE records r SET result = NULL, prepared_payload = NULL, result_expired = TRUE, \
+            version = r.version + 1 \
+        FROM batch WHERE r.namespace = batch.namespace AND r.key = batch.key \
+        RETURNING r.namespace, r.key, r.state, r.attempt, r.owner, r.correlation_id \
+    ) \
+    INSERT INTO events (namespace, key, at, type, from_state, to_state, attempt, owner, \
+        correlation_id, note) \
+    SELECT namespace, key, $1, 'result_expired', state, state, attempt, owner, correlation_id, \
+        'retention: result and payloads dropped, tombstone kept' FROM expired";
+
+/// Deletes final records past `audit_retention_ms` with their events and alerts.
+const DELETE_TOMBSTONES: &str = "WITH batch AS ( \
+        SELECT r.namespace, r.key FROM records r \
+        LEFT JOIN namespaces n ON n.namespace = r.namespace \
+        WHERE r.state IN ('completed', 'failed_permanent') AND r.final_at IS NOT NULL \
+          AND r.final_at <= $1 - COALESCE(n.audit_retention_ms, $3) \
+        ORDER BY r.final_at LIMIT $2 \
+        FOR UPDATE OF r SKIP LOCKED \
+    ), del AS ( \
+        DELETE FROM records r USING batch \
+        WHERE r.namespace = batch.namespace AND r.key = batch.key \
+        RETURNING r.namespace, r.key \
+    ), ev AS ( \
+        DELETE FROM events e USING del \
+        WHERE e.namespace = del.namespace AND e.key = del.key RETURNING 1 \
+    ), al AS ( \
+        DELETE FROM alerts a USING del \
+        WHERE a.namespace = del.namespace AND a.key = del.key RETURNING 1 \
+    ) \
+    SELECT count(*) FROM del";
+
+/// Daily acquisition counters are only read for today; keep two days for clock skew.
+const DELETE_OLD_COUNTS: &str = "DELETE FROM daily_counts WHERE day < $1";
+
+pub(crate) async fn retention_once(
+    store: &PgStore,
+    now: Timestamp,
+    batch: usize,
+) -> Result<RetentionReport, PgError> {
+    let client = store.client().await?;
+    let d = Policy::default();
+    let expire = client.prepare_cached(EXPIRE_RESULTS).await?;
+    let delete = client.prepare_cached(DELETE_TOMBSTONES).await?;
+    let counts = client.prepare_cached(DELETE_OLD_COUNTS).await?;
+    let limit = as_i64(batch);
+    let old_day = now.utc_day() - 2;
+    // Three independent autocommit statements, pipelined: each is atomic on its own.
+    let expire_params: [&(dyn tokio_postgres::types::ToSql + Sync); 4] =
+        [&now.0, &limit, &d.retention_ms, &d.audit_retention_ms];
+    let delete_params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] =
+        [&now.0, &limit, &d.audit_retention_ms];
+    let counts_params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&old_day];
+    let (expired, deleted, _) = tokio::try_join!(
+        client.execute(&expire, &expire_params),
+        client.query_one(&delete, &delete_params),
+        client.execute(&counts, &counts_params),
+    )?;
+    let deleted: i64 = deleted.try_get(0).map_err(|e| corrupt(&e))?;
+    Ok(RetentionReport {
+        results_expired: usize::try_from(expired).unwrap_or(usize::MAX),
+        tombstones_deleted: usize::try_from(deleted).unwrap_or(0),
+    })
+}
+
+pub(crate) async fn stats(store: &PgStore, now: Timestamp) -> Result<Stats, PgError> {
+    let client = store.client().await?;
+    let by_state = client
+        .prepare_cached("SELECT state, count(*) FROM records GROUP BY state")
+        .await?;
+    let oldest = client
+        .prepare_cached("SELECT min(active_at) FROM records WHERE state = 'processing'")
+        .await?;
+    let (rows, oldest) =
+        tokio::try_join!(client.query(&by_state, &[]), client.query_one(&oldest, &[]))?;
+    let mut pairs = Vec::with_capacity(rows.len());
+    for r in rows {
+        let s: String = r.try_get(0).map_err(|e| corrupt(&e))?;
+        let n: i64 = r.try_get(1).map_err(|e| corrupt(&e))?;
+        pairs.push((parse_state(&s)?, as_u64(n)));
+    }
+    let records = StateCounts::from_pairs(pairs);
+    let oldest: Option<i64> = oldest.try_get(0).map_err(|e| corrupt(&e))?;
+    Ok(Stats {
+        review_queue_depth: records.get(State::NeedsReview),
+        records,
+        oldest_processing_seconds: oldest
+            .map_or(0.0, |t| (now.0.saturating_sub(t)).max(0) as f64 / 1000.0),
+    })
+}
+
+/// Leases due alerts for `lease_ms` (by moving `next_at`), skipping rows another instance is
+/// leasing right now.
+const LEASE_ALERTS: &str = "WITH due AS ( \
+        SELECT id FROM alerts WHERE status = 'pending' AND next_at <= $1 \
+        ORDER BY next_at, id LIMIT $2 FOR UPDATE SKIP LOCKED \
+    ) \
+    UPDATE alerts a SET next_at = $1 + $3 FROM due WHERE a.id = due.id \
+    RETURNING a.id, a.namespace, a.key, a.reason, a.state, a.error_category, a.attempt, \
+        a.created_at, a.tries";
+
+pub(crate) async fn due_alerts(
+    store: &PgStore,
+    now: Timestamp,
+    limit: usize,
+    lease_ms: i64,
+) -> Result<Vec<PendingAlert>, PgError> {
+    let client = store.client().await?;
+    let lease = client.prepare_cached(LEASE_ALERTS).await?;
+    let rows = client
+        .query(&lease, &[&now.0, &as_i64(limit), &lease_ms.max(0)])
+        .await?;
+    let mut out = Vec::with_capacity(rows.len());
+    let mut namespaces: Vec<String> = Vec::new();
+    for r in &rows {
+        let state: String = r.try_get(4).map_err(|e| corrupt(&e))?;
+        let attempt: i64 = r.try_get(6).map_err(|e| corrupt(&e))?;
+        let tries: i64 = r.try_get(8).map_err(|e| corrupt(&e))?;
+        let ns: String = r.try_get(1).map_err(|e| corrupt(&e))?;
+        if !namespaces.contains(&ns) {
+            namespaces.push(ns.clone());
+        }
+        out.push(PendingAlert {
+            id: r.try_get(0).map_err(|e| corrupt(&e))?,
+            namespace: ns,
+            key: r.try_get(2).map_err(|e| corrupt(&e))?,
+            reason: r.try_get(3).map_err(|e| corrupt(&e))?,
+            state: parse_state(&state)?,
+            error_category: r.try_get(5).map_err(|e| corrupt(&e))?,
+            attempt: u32::try_from(attempt).unwrap_or(u32::MAX),
+            created_at: Timestamp(r.try_get(7).map_err(|e| corrupt(&e))?),
+            tries: u32::try_from(tries).unwrap_or(u32::MAX),
+            alert_url: None,
+        });
+    }
+    if out.is_empty() {
+        return Ok(out);
+    }
+    // The URL is read at delivery time: a namespace that removed its alert_url stops alerts.
+    let urls = client
+        .query(
+            "SELECT namespace, policy FROM namespaces WHERE namespace = ANY($1)",
+            &[&namespaces],
+        )
+        .await?;
+    let mut by_ns: HashMap<String, Option<String>> = HashMap::new();
+    for r in urls {
+        let ns: String = r.try_get(0).map_err(|e| corrupt(&e))?;
+        let text: String = r.try_get(1).map_err(|e| corrupt(&e))?;
+        by_ns.insert(ns, policy_from_text(Some(&text))?.alert_url);
+    }
+    for a in &mut out {
+        a.alert_url = by_ns.get(&a.namespace).cloned().flatten();
+    }
+    Ok(out)
+}
+
+/// Marks an alert sent and records `alert_sent` on its record (if the record still exists).
+const ALERT_SENT: &str = "WITH a AS ( \
+        UPDATE alerts SET status = 'sent', tries = tries + 1, finished_at = $2 \
+        WHERE id = $1 AND status = 'pending' \
+        RETURNING namespace, key, reason, attempt \
+    ) \
+    INSERT INTO events (namespace, key, at, type, from_state, to_state, attempt, owner, \
+        correlation_id, note) \
+    SELECT r.namespace, r.key, $2, 'alert_sent', r.state, r.state, a.attempt, r.owner, \
+        r.correlation_id, 'alert delivered: ' || a.reason \
+    FROM a JOIN records r ON r.namespace = a.namespace AND r.key = a.key";
+
+pub(crate) async fn finish_alert(
+    store: &PgStore,
+    id: i64,
+    outcome: &AlertOutcome,
+    now: Timestamp,
+) -> Result<(), PgError> {
+    let client = store.client().await?;
+    match outcome {
+        AlertOutcome::Sent => {
+            let stmt = client.prepare_cached(ALERT_SENT).await?;
+            client.execute(&stmt, &[&id, &now.0]).await?;
+        }
+        AlertOutcome::RetryAt(at) => {
+            let stmt = client
+                .prepare_cached(
+                    "UPDATE alerts SET tries = tries + 1, next_at = $2 \
+                     WHERE id = $1 AND status = 'pending'",
+                )
+                .await?;
+            client.execute(&stmt, &[&id, &at.0]).await?;
+        }
+        AlertOutcome::GaveUp => {
+            let stmt = client
+                .prepare_cached(
+                    "UPDATE alerts SET status = 'gave_up', tries = tries + 1, finished_at = $2 \
+                     WHERE id = $1 AND status = 'pending'",
+                )
+                .await?;
+            client.execute(&stmt, &[&id, &now.0]).await?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,389 @@
+//! Conversions between idem's types and table rows.
+//!
+//! Every column of a record has one fixed position ([`RECORD_COLS`]); reading checks each
+//! stored enum spelling and JSON text and reports a damaged row as [`StoreError::Corrupt`]
+//! instead of guessing.
+
+use std::sync::LazyLock;
+
+use idem_core::{
+    Event, EventDraft, EventType, Fingerprint, Key, LastError, LeaseExpiry, LeaseId, Namespace,
+    Policy, Record, ReviewReason, State, Timestamp,
+};
+use idem_store::StoreError;
+use serde_json::Value;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::Row;
+
+/// The record columns, in the order [`record_from_row`] and [`RecordParams`] use.
+pub(crate) const RECORD_COLUMNS: [&str; 28] = [
+    "namespace",
+    "key",
+    "state",
+    "attempt",
+    "fingerprint",
+    "owner",
+    "correlation_id",
+    "lease_expires_at",
+    "not_before",
+    "prepared_payload",
+    "result",
+    "result_expired",
+    "external_ref",
+    "error_category",
+    "error_message",
+    "error_http_status",
+    "created_at",
+    "updated_at",
+    "lease_id",
+    "lease_expiry",
+    "reported",
+    "budget_base",
+    "window_start",
+    "final_at",
+    "active_at",
+    "review_reason",
+    "stuck_alerted",
+    "version",
+];
+
+/// `namespace, key, …` (unqualified).
+pub(crate) static RECORD_COLS: LazyLock<String> = LazyLock::new(|| cols(""));
+/// `r.namespace, r.key, …` (for joins).
+pub(crate) static R_RECORD_COLS: LazyLock<String> = LazyLock::new(|| cols("r."));
+
+fn cols(prefix: &str) -> String {
+    RECORD_COLUMNS
+        .iter()
+        .map(|c| format!("{prefix}{c}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn corrupt(what: &str, e: impl std::fmt::Display) -> StoreError {
+    StoreError::Corrupt(format!("{what}: {e}"))
+}
+
+fn get<'a, T: tokio_postgres::types::FromSql<'a>>(
+    row: &'a Row,
+    idx: usize,
+) -> Result<T, StoreError> {
+    row.try_get(idx)
+        .map_err(|e| corrupt(&format!("column {idx}"), e))
+}
+
+pub(crate) fn json_text(v: &Option<Value>) -> Result<Option<String>, StoreError> {
+    v.as_ref()
+        .map(serde_json::to_string)
+        .transpose()
+        .map_err(|e| StoreError::Internal(format!("json encoding: {e}")))
+}
+
+fn json_value(s: Option<String>, what: &str) -> Result<Option<Value>, StoreError> {
+    s.map(|t| serde_json::from_str(&t))
+        .transpose()
+        .map_err(|e| corrupt(what, e))
+}
+
+pub(crate) fn parse_state(s: &str) -> Result<State, StoreError> {
+    State::parse(s).ok_or_else(|| corrupt("state", s))
+}
+
+fn opt_state(s: Option<String>) -> Result<Option<State>, StoreError> {
+    s.map(|s| parse_state(&s)).transpose()
+}
+
+fn u32_of(n: i64, what: &str) -> Result<u32, StoreError> {
+    u32::try_from(n).map_err(|e| corrupt(what, e))
+}
+
+/// Reads a record whose columns start at `off` (in [`RECORD_COLUMNS`] order).
+pub(crate) fn record_from_row(row: &Row, off: usize) -> Result<Record, StoreError> {
+    let ns: String = get(row, off)?;
+    let key: String = get(row, off + 1)?;
+    let state: String = get(row, off + 2)?;
+    let fingerprint: Option<String> = get(row, off + 4)?;
+    let error_category: Option<String> = get(row, off + 13)?;
+    let error_message: Option<String> = get(row, off + 14)?;
+    let error_http_status: Option<i32> = get(row, off + 15)?;
+    let lease_id: Option<String> = get(row, off + 18)?;
+    let lease_expiry: String = get(row, off + 19)?;
+    let review_reason: Option<String> = get(row, off + 25)?;
+    Ok(Record {
+        namespace: Namespace::try_from(ns).map_err(|e| corrupt("namespace", e))?,
+        key: Key::try_from(key).map_err(|e| corrupt("key", e))?,
+        state: parse_state(&state)?,
+        attempt: u32_of(get(row, off + 3)?, "attempt")?,
+        fingerprint: fingerprint
+            .map(|f| Fingerprint::parse(&f))
+            .transpose()
+            .map_err(|e| corrupt("fingerprint", e))?,
+        owner: get(row, off + 5)?,
+        correlation_id: get(row, off + 6)?,
+        lease_expires_at: get::<Option<i64>>(row, off + 7)?.map(Timestamp),
+        not_before: get::<Option<i64>>(row, off + 8)?.map(Timestamp),
+        prepared_payload: json_value(get(row, off + 9)?, "prepared_payload")?,
+        result: json_value(get(row, off + 10)?, "result")?,
+        result_expired: get(row, off + 11)?,
+        external_ref: get(row, off + 12)?,
+        last_error: match error_category {
+            Some(category) => Some(LastError {
+                category,
+                message: error_message.unwrap_or_default(),
+                http_status: error_http_status
+                    .map(u16::try_from)
+                    .transpose()
+                    .map_err(|e| corrupt("error_http_status", e))?,
+            }),
+            None => None,
+        },
+        created_at: Timestamp(get(row, off + 16)?),
+        updated_at: Timestamp(get(row, off + 17)?),
+        lease_id: lease_id.map(LeaseId::from_stored),
+        lease_expiry: LeaseExpiry::parse(&lease_expiry)
+            .ok_or_else(|| corrupt("lease_expiry", &lease_expiry))?,
+        reported: get(row, off + 20)?,
+        budget_base: u32_of(get(row, off + 21)?, "budget_base")?,
+        window_start: Timestamp(get(row, off + 22)?),
+        final_at: get::<Option<i64>>(row, off + 23)?.map(Timestamp),
+        active_at: Timestamp(get(row, off + 24)?),
+        review_reason: review_reason
+            .map(|r| ReviewReason::parse(&r).ok_or_else(|| corrupt("review_reason", &r)))
+            .transpose()?,
+        stuck_alerted: get(row, off + 26)?,
+        version: get(row, off + 27)?,
+    })
+}
+
+/// A record as owned SQL parameters ($1..$28 in [`RECORD_COLUMNS`] order).
+pub(crate) struct RecordParams {
+    namespace: String,
+    key: String,
+    state: &'static str,
+    attempt: i64,
+    fingerprint: Option<String>,
+    owner: Option<String>,
+    correlation_id: Option<String>,
+    lease_expires_at: Option<i64>,
+    not_before: Option<i64>,
+    prepared_payload: Option<String>,
+    result: Option<String>,
+    result_expired: bool,
+    external_ref: Option<String>,
+    error_category: Option<String>,
+    error_message: Option<String>,
+    error_http_status: Option<i32>,
+    created_at: i64,
+    updated_at: i64,
+    lease_id: Option<String>,
+    lease_expiry: &'static str,
+    reported: bool,
+    budget_base: i64,
+    window_start: i64,
+    final_at: Option<i64>,
+    active_at: i64,
+    review_reason: Option<&'static str>,
+    stuck_alerted: bool,
+    pub(crate) version: i64,
+}
+
+impl RecordParams {
+    pub(crate) fn new(r: &Record) -> Result<Self, StoreError> {
+        Ok(RecordParams {
+            namespace: r.namespace.as_str().to_owned(),
+            key: r.key.as_str().to_owned(),
+            state: r.state.as_str(),
+            attempt: i64::from(r.attempt),
+            fingerprint: r.fingerprint.as_ref().map(|f| f.as_str().to_owned()),
+            owner: r.owner.clone(),
+            correlation_id: r.correlation_id.clone(),
+            lease_expires_at: r.lease_expires_at.map(|t| t.0),
+            not_before: r.not_before.map(|t| t.0),
+            prepared_payload: json_text(&r.prepared_payload)?,
+            result: json_text(&r.result)?,
+            result_expired: r.result_expired,
+            external_ref: r.external_ref.clone(),
+            error_category: r.last_error.as_ref().map(|e| e.category.clone()),
+            error_message: r.last_error.as_ref().map(|e| e.message.clone()),
+            error_http_status: r
+                .last_error
+                .as_ref()
+                .and_then(|e| e.http_status)
+                .map(i32::from),
+            created_at: r.created_at.0,
+            updated_at: r.updated_at.0,
+            lease_id: r.lease_id.as_ref().map(|l| l.as_str().to_owned()),
+            lease_expiry: r.lease_expiry.as_str(),
+            reported: r.reported,
+            budget_base: i64::from(r.budget_base),
+            window_start: r.window_start.0,
+            final_at: r.final_at.map(|t| t.0),
+            active_at: r.active_at.0,
+            review_reason: r.review_reason.map(|x| x.as_str()),
+            stuck_alerted: r.stuck_alerted,
+            version: r.version,
+        })
+    }
+
+    pub(crate) fn params(&self) -> [&(dyn ToSql + Sync); 28] {
+        [
+            &self.namespace,
+            &self.key,
+            &self.state,
+            &self.attempt,
+            &self.fingerprint,
+            &self.owner,
+            &self.correlation_id,
+            &self.lease_expires_at,
+            &self.not_before,
+            &self.prepared_payload,
+            &self.result,
+            &self.result_expired,
+            &self.external_ref,
+            &self.error_category,
+            &self.error_message,
+            &self.error_http_status,
+            &self.created_at,
+            &self.updated_at,
+            &self.lease_id,
+            &self.lease_expiry,
+            &self.reported,
+            &self.budget_base,
+            &self.window_start,
+            &self.final_at,
+            &self.active_at,
+            &self.review_reason,
+            &self.stuck_alerted,
+            &self.version,
+        ]
+    }
+}
+
+/// `INSERT` guarded by the primary key: no row back means another writer got there first.
+pub(crate) static INSERT_RECORD: LazyLock<String> = LazyLock::new(|| {
+    let placeholders: Vec<String> = (1..=RECORD_COLUMNS.len())
+        .map(|i| format!("${i}"))
+        .collect();
+    format!(
+        "INSERT INTO records ({}) VALUES ({}) ON CONFLICT (namespace, key) DO NOTHING \
+         RETURNING version",
+        *RECORD_COLS,
+        placeholders.join(", ")
+    )
+});
+
+/// `UPDATE` guarded by the version that was read ($29): 0 rows means the record moved.
+pub(crate) static UPDATE_RECORD: LazyLock<String> = LazyLock::new(|| {
+    let sets: Vec<String> = RECORD_COLUMNS
+        .iter()
+        .enumerate()
+        .skip(2)
+        .map(|(i, c)| format!("{c} = ${}", i + 1))
+        .collect();
+    format!(
+        "UPDATE records SET {} WHERE namespace = $1 AND key = $2 AND version = ${}",
+        sets.join(", "),
+        RECORD_COLUMNS.len() + 1
+    )
+});
+
+pub(crate) const INSERT_EVENT: &str = "INSERT INTO events \
+    (namespace, key, at, type, from_state, to_state, attempt, owner, correlation_id, note, actor) \
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING seq";
+
+pub(crate) const EVENT_COLS: &str =
+    "seq, at, type, from_state, to_state, attempt, owner, correlation_id, note, actor";
+
+/// An event draft as owned SQL parameters for [`INSERT_EVENT`].
+pub(crate) struct EventParams {
+    namespace: String,
+    key: String,
+    at: i64,
+    kind: &'static str,
+    from_state: Option<&'static str>,
+    to_state: Option<&'static str>,
+    attempt: i64,
+    owner: Option<String>,
+    correlation_id: Option<String>,
+    note: Option<String>,
+    actor: Option<String>,
+}
+
+impl EventParams {
+    pub(crate) fn new(ns: &Namespace, key: &Key, e: &EventDraft) -> Self {
+        EventParams {
+            namespace: ns.as_str().to_owned(),
+            key: key.as_str().to_owned(),
+            at: e.at.0,
+            kind: e.kind.as_str(),
+            from_state: e.from_state.map(State::as_str),
+            to_state: e.to_state.map(State::as_str),
+            attempt: i64::from(e.attempt),
+            owner: e.owner.clone(),
+            correlation_id: e.correlation_id.clone(),
+            note: e.note.clone(),
+            actor: e.actor.clone(),
+        }
+    }
+
+    pub(crate) fn params(&self) -> [&(dyn ToSql + Sync); 11] {
+        [
+            &self.namespace,
+            &self.key,
+            &self.at,
+            &self.kind,
+            &self.from_state,
+            &self.to_state,
+            &self.attempt,
+            &self.owner,
+            &self.correlation_id,
+            &self.note,
+            &self.actor,
+        ]
+    }
+}
+
+/// Reads an event selected with [`EVENT_COLS`].
+pub(crate) fn event_from_row(row: &Row) -> Result<Event, StoreError> {
+    let kind: String = get(row, 2)?;
+    Ok(Event {
+        seq: get(row, 0)?,
+        at: Timestamp(get(row, 1)?),
+        kind: EventType::parse(&kind).ok_or_else(|| corrupt("event type", &kind))?,
+        from_state: opt_state(get(row, 3)?)?,
+        to_state: opt_state(get(row, 4)?)?,
+        attempt: u32_of(get(row, 5)?, "event attempt")?,
+        owner: get(row, 6)?,
+        correlation_id: get(row, 7)?,
+        note: get(row, 8)?,
+        actor: get(row, 9)?,
+    })
+}
+
+/// The policy stored for a namespace (defaults when there is no row). Stored policies are
+/// merged over the defaults, so fields added by later versions get their default.
+pub(crate) fn policy_from_text(text: Option<&str>) -> Result<Policy, StoreError> {
+    match text {
+        None => Ok(Policy::default()),
+        Some(t) => {
+            let v: Value = serde_json::from_str(t).map_err(|e| corrupt("policy", e))?;
+            Policy::default()
+                .patch(&v)
+                .map_err(|e| corrupt("policy", e))
+        }
+    }
+}
+
+pub(crate) fn policy_text(p: &Policy) -> Result<String, StoreError> {
+    serde_json::to_string(&p.to_json())
+        .map_err(|e| StoreError::Internal(format!("policy encoding: {e}")))
+}
+
+/// Conversions for counts and limits coming from the API (`usize`) into SQL (`BIGINT`).
+pub(crate) fn as_i64(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+pub(crate) fn as_u64(n: i64) -> u64 {
+    u64::try_from(n).unwrap_or(0)
+}

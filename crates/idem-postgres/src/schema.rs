@@ -1,0 +1,170 @@
+//! Embedded schema migrations.
+//!
+//! Migrations run at connect, in one transaction that first takes a transaction-scoped
+//! advisory lock, so several instances starting at once apply each version exactly once (the
+//! others wait, then find nothing to do). Applied versions are kept in
+//! `idem_schema_migrations`. A migration is never edited once released: add a new version.
+//!
+//! Conventions the store relies on: times are BIGINT milliseconds since the epoch; JSON values
+//! (payloads, results, policies) are TEXT holding serde_json's output, so what is read back is
+//! exactly what was written (no JSONB number or key-order normalisation); `namespace` and
+//! `key` use the "C" collation so list order is byte order on every engine.
+
+use deadpool_postgres::Client;
+use idem_store::StoreError;
+
+use crate::error::store_err;
+
+/// Arbitrary constant identifying idem's migration lock (`'idem'` as ASCII).
+const MIGRATION_LOCK: i64 = 0x6964_656d;
+
+pub(crate) const MIGRATIONS: &[(i32, &str)] = &[(1, V1)];
+
+const V1: &str = r#"
+CREATE TABLE records (
+    namespace         TEXT COLLATE "C" NOT NULL,
+    key               TEXT COLLATE "C" NOT NULL,
+    state             TEXT NOT NULL,
+    attempt           BIGINT NOT NULL,
+    fingerprint       TEXT,
+    owner             TEXT,
+    correlation_id    TEXT,
+    lease_expires_at  BIGINT,
+    not_before        BIGINT,
+    prepared_payload  TEXT,
+    result            TEXT,
+    result_expired    BOOLEAN NOT NULL DEFAULT FALSE,
+    external_ref      TEXT,
+    error_category    TEXT,
+    error_message     TEXT,
+    error_http_status INTEGER,
+    created_at        BIGINT NOT NULL,
+    updated_at        BIGINT NOT NULL,
+    lease_id          TEXT,
+    lease_expiry      TEXT NOT NULL,
+    reported          BOOLEAN NOT NULL,
+    budget_base       BIGINT NOT NULL,
+    window_start      BIGINT NOT NULL,
+    final_at          BIGINT,
+    active_at         BIGINT NOT NULL,
+    review_reason     TEXT,
+    stuck_alerted     BOOLEAN NOT NULL,
+    version           BIGINT NOT NULL,
+    PRIMARY KEY (namespace, key)
+);
+-- list (newest updated first, key as tie-break), with and without a state filter
+CREATE INDEX records_list ON records (namespace, updated_at DESC, key DESC);
+CREATE INDEX records_state_list ON records (namespace, state, updated_at DESC, key DESC);
+-- janitor: sweep candidates, retention candidates, gauges
+CREATE INDEX records_processing ON records (active_at) WHERE state = 'processing';
+CREATE INDEX records_final ON records (final_at) WHERE state IN ('completed', 'failed_permanent');
+CREATE INDEX records_state ON records (state);
+
+CREATE TABLE events (
+    seq            BIGSERIAL PRIMARY KEY,
+    namespace      TEXT COLLATE "C" NOT NULL,
+    key            TEXT COLLATE "C" NOT NULL,
+    at             BIGINT NOT NULL,
+    type           TEXT NOT NULL,
+    from_state     TEXT,
+    to_state       TEXT,
+    attempt        BIGINT NOT NULL,
+    owner          TEXT,
+    correlation_id TEXT,
+    note           TEXT,
+    actor          TEXT
+);
+CREATE INDEX events_record ON events (namespace, key, seq);
+
+CREATE TABLE namespaces (
+    namespace          TEXT COLLATE "C" PRIMARY KEY,
+    policy             TEXT NOT NULL,
+    paused             BOOLEAN NOT NULL DEFAULT FALSE,
+    -- copies of policy fields the janitor filters on in SQL
+    retention_ms       BIGINT NOT NULL,
+    audit_retention_ms BIGINT NOT NULL,
+    stuck_after_ms     BIGINT NOT NULL,
+    updated_at         BIGINT NOT NULL
+);
+
+CREATE TABLE daily_counts (
+    namespace TEXT COLLATE "C" NOT NULL,
+    day       BIGINT NOT NULL,
+    count     BIGINT NOT NULL,
+    PRIMARY KEY (namespace, day)
+);
+
+CREATE TABLE alerts (
+    id             BIGSERIAL PRIMARY KEY,
+    namespace      TEXT COLLATE "C" NOT NULL,
+    key            TEXT COLLATE "C" NOT NULL,
+    reason         TEXT NOT NULL,
+    state          TEXT NOT NULL,
+    error_category TEXT,
+    attempt        BIGINT NOT NULL,
+    created_at     BIGINT NOT NULL,
+    next_at        BIGINT NOT NULL,
+    tries          BIGINT NOT NULL DEFAULT 0,
+    status         TEXT NOT NULL DEFAULT 'pending',
+    finished_at    BIGINT,
+    UNIQUE (namespace, key, reason, attempt)
+);
+CREATE INDEX alerts_due ON alerts (next_at) WHERE status = 'pending';
+
+CREATE TABLE api_tokens (
+    id          BIGSERIAL PRIMARY KEY,
+    secret_hash TEXT NOT NULL UNIQUE,
+    role        TEXT NOT NULL,
+    scope       TEXT NOT NULL,
+    label       TEXT,
+    created_at  BIGINT NOT NULL
+);
+"#;
+
+/// Applies every migration not applied yet. Safe to call from many instances at once.
+pub(crate) async fn migrate(client: &mut Client, now_ms: i64) -> Result<Vec<i32>, StoreError> {
+    let tx = client.transaction().await.map_err(store_err)?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+        .await
+        .map_err(store_err)?;
+    tx.batch_execute(
+        "CREATE TABLE IF NOT EXISTS idem_schema_migrations (
+             version    INTEGER PRIMARY KEY,
+             applied_at BIGINT NOT NULL
+         )",
+    )
+    .await
+    .map_err(store_err)?;
+    let rows = tx
+        .query("SELECT version FROM idem_schema_migrations", &[])
+        .await
+        .map_err(store_err)?;
+    let mut applied = Vec::with_capacity(rows.len());
+    for row in rows {
+        applied.push(row.try_get::<_, i32>(0).map_err(store_err)?);
+    }
+    if let Some(newest) = applied.iter().max() {
+        if *newest > MIGRATIONS.iter().map(|m| m.0).max().unwrap_or(0) {
+            return Err(StoreError::Internal(format!(
+                "database schema version {newest} is newer than this idem understands; \
+                 upgrade idem"
+            )));
+        }
+    }
+    let mut ran = Vec::new();
+    for (version, sql) in MIGRATIONS {
+        if applied.contains(version) {
+            continue;
+        }
+        tx.batch_execute(sql).await.map_err(store_err)?;
+        tx.execute(
+            "INSERT INTO idem_schema_migrations (version, applied_at) VALUES ($1, $2)",
+            &[version, &now_ms],
+        )
+        .await
+        .map_err(store_err)?;
+        ran.push(*version);
+    }
+    tx.commit().await.map_err(store_err)?;
+    Ok(ran)
+}

@@ -1,0 +1,264 @@
+/**
+ * The pure part of the Idempotency Gate node: which output a claim outcome goes to, how each
+ * request to idem is built, and how an n8n error item becomes a `fail` body. No n8n runtime
+ * here, so the unit tests exercise it directly.
+ *
+ * Invariant kept: only `acquired` ever reaches the Proceed output. Every other answer —
+ * including ones this version does not know — goes somewhere that does NOT run the side effect.
+ */
+import type { IDataObject } from 'n8n-workflow';
+
+/** Output index of the Claim operation, in canvas order. */
+export const OUTPUT = {
+	proceed: 0,
+	duplicate: 1,
+	busy: 2,
+	needsReview: 3,
+	blocked: 4,
+} as const;
+
+export const CLAIM_OUTPUT_NAMES = ['Proceed', 'Duplicate', 'Busy', 'Needs Review', 'Blocked'];
+
+/**
+ * Claim outcome → output.
+ * - acquired (fresh or resumed): run the side effect.
+ * - completed: already done; the stored result is in `idem.record.result` (answer the provider 200).
+ * - in_flight / backoff / awaiting_approval / paused / limited: not now; retry later
+ *   (`idem.retry_after_ms` says when, where the server knows).
+ * - needs_review: a person must decide whether the effect happened.
+ * - conflict (same key, different payload) / failed_permanent: never run automatically.
+ */
+export function outputForOutcome(outcome: string): number | undefined {
+	switch (outcome) {
+		case 'acquired':
+			return OUTPUT.proceed;
+		case 'completed':
+			return OUTPUT.duplicate;
+		case 'in_flight':
+		case 'backoff':
+		case 'awaiting_approval':
+		case 'paused':
+		case 'limited':
+			return OUTPUT.busy;
+		case 'needs_review':
+			return OUTPUT.needsReview;
+		case 'conflict':
+		case 'failed_permanent':
+			return OUTPUT.blocked;
+		default:
+			return undefined;
+	}
+}
+
+export interface Target {
+	baseUrl: string;
+	namespace: string;
+	key: string;
+}
+
+/** `{base}/v1/namespaces/{ns}/keys/{key}/{verb}` with both path segments percent-encoded. */
+export function keyUrl(t: Target, verb: string): string {
+	const base = t.baseUrl.replace(/\/+$/, '');
+	return `${base}/v1/namespaces/${encodeURIComponent(t.namespace)}/keys/${encodeURIComponent(
+		t.key,
+	)}/${verb}`;
+}
+
+/** Same rule as the server (1–255 bytes of visible ASCII), checked before any request. */
+export function keyProblem(key: unknown): string | undefined {
+	if (typeof key !== 'string' && typeof key !== 'number') {
+		return `the key must be a string, got ${key === undefined ? 'nothing (undefined)' : key === null ? 'null' : typeof key}`;
+	}
+	const s = String(key);
+	if (s.length === 0) return 'the key is empty';
+	if (Buffer.byteLength(s, 'utf8') > 255) return `the key is ${Buffer.byteLength(s, 'utf8')} bytes long (at most 255)`;
+	for (let i = 0; i < s.length; i++) {
+		const c = s.charCodeAt(i);
+		if (c < 0x21 || c > 0x7e) {
+			return `the key may only contain visible ASCII (no spaces); character ${JSON.stringify(
+				s[i],
+			)} at position ${i} is not`;
+		}
+	}
+	return undefined;
+}
+
+export function namespaceProblem(ns: unknown): string | undefined {
+	if (typeof ns !== 'string' || ns.length === 0) return 'the namespace is empty';
+	if (ns.length > 128) return 'the namespace is longer than 128 characters';
+	const bad = [...ns].find((c) => !/[A-Za-z0-9._:-]/.test(c));
+	if (bad !== undefined) return `the namespace may only contain A-Z a-z 0-9 . _ - : (found ${JSON.stringify(bad)})`;
+	return undefined;
+}
+
+/** A JSON parameter may arrive as an object or as JSON text; '' means "not given". */
+export function jsonParam(value: unknown, name: string): unknown {
+	if (value === undefined || value === null) return undefined;
+	if (typeof value === 'string') {
+		const t = value.trim();
+		if (t === '') return undefined;
+		try {
+			return JSON.parse(t);
+		} catch {
+			throw new Error(`${name} is not valid JSON`);
+		}
+	}
+	return value;
+}
+
+export interface ClaimParams {
+	fingerprintMode: 'payload' | 'fingerprint' | 'none';
+	payload?: unknown;
+	fingerprint?: string;
+	owner?: string;
+	leaseMs?: number;
+	waitMs?: number;
+	correlationId?: string;
+	leaseExpiry?: string;
+}
+
+export function claimBody(p: ClaimParams): IDataObject {
+	const body: IDataObject = {};
+	if (p.fingerprintMode === 'payload') {
+		const payload = jsonParam(p.payload, 'Payload');
+		if (payload === undefined) {
+			throw new Error(
+				'Payload is empty: give the business payload to fingerprint (e.g. {{ $json.body }}), or set Fingerprint to "None"',
+			);
+		}
+		body.payload = payload as IDataObject;
+	} else if (p.fingerprintMode === 'fingerprint') {
+		const fp = (p.fingerprint ?? '').trim().toLowerCase();
+		if (!/^[0-9a-f]{64}$/.test(fp)) {
+			throw new Error('Fingerprint must be 64 hex digits (the SHA-256 of the JCS-canonical payload)');
+		}
+		body.fingerprint = fp;
+	}
+	if (p.owner) body.owner = String(p.owner);
+	if (p.leaseMs) body.lease_ms = p.leaseMs;
+	if (p.waitMs) body.wait_ms = p.waitMs;
+	if (p.correlationId) body.correlation_id = p.correlationId;
+	if (p.leaseExpiry) body.lease_expiry = p.leaseExpiry;
+	return body;
+}
+
+export function requireToken(token: unknown, operation: string): string {
+	if (typeof token !== 'string' || token.trim() === '') {
+		throw new Error(
+			`No lease token for ${operation}: set Lease Token to the claim's token, e.g. {{ $('Claim').item.json.idem.token }} (the name of your claim node in place of Claim)`,
+		);
+	}
+	return token.trim();
+}
+
+export function prepareBody(token: string, payload: unknown, approvalRequired: boolean): IDataObject {
+	const p = jsonParam(payload, 'Payload');
+	if (p === undefined) throw new Error('Payload is empty: prepare saves the payload a later attempt must reuse');
+	const body: IDataObject = { token, payload: p as IDataObject };
+	if (approvalRequired) body.approval_required = true;
+	return body;
+}
+
+export function completeBody(token: string, result: unknown, externalRef?: string): IDataObject {
+	const body: IDataObject = { token };
+	const r = jsonParam(result, 'Result');
+	if (r !== undefined) body.result = r as IDataObject;
+	if (externalRef !== undefined && externalRef !== null && String(externalRef) !== '') {
+		body.external_ref = String(externalRef);
+	}
+	return body;
+}
+
+export interface FailParams {
+	kind: 'auto' | 'retryable' | 'permanent' | 'ambiguous';
+	httpStatus?: unknown;
+	category: string; // 'auto' | timeout | connection | validation | auth | business
+	sent: 'unknown' | 'yes' | 'no';
+	message?: string;
+	retryAfter?: string;
+	/** The failed item's `error` (n8n error output) — used when category is 'auto'. */
+	error?: IDataObject;
+}
+
+const NOT_SENT = /ECONNREFUSED|ENOTFOUND|EAI_AGAIN|EHOSTUNREACH|ENETUNREACH|ERR_INVALID_URL|certificate|CERT_|self.signed/i;
+const TIMEOUT = /ETIMEDOUT|ESOCKETTIMEDOUT|ECONNABORTED|timeout|timed out/i;
+const CONNECTION = /ECONNRESET|EPIPE|socket hang up|network/i;
+
+/** The status n8n left on a failed item, if any (`httpCode` on node errors, a number or string). */
+export function statusFromError(error: IDataObject | undefined): number | undefined {
+	if (!error) return undefined;
+	for (const v of [error.httpCode, error.status, error.statusCode]) {
+		const n = typeof v === 'string' ? parseInt(v, 10) : typeof v === 'number' ? v : NaN;
+		if (Number.isInteger(n) && n >= 100 && n <= 599) return n;
+	}
+	return undefined;
+}
+
+function parseStatus(v: unknown): number | undefined {
+	if (v === undefined || v === null || v === '') return undefined;
+	const n = typeof v === 'number' ? v : parseInt(String(v), 10);
+	if (!Number.isInteger(n) || n < 100 || n > 599) {
+		throw new Error(`HTTP Status ${JSON.stringify(v)} is not an HTTP status code`);
+	}
+	return n;
+}
+
+/**
+ * Body of `fail`. The server classifies (kind > http_status > category); this only fills in
+ * what n8n knows: the status, and for transport errors whether the request left at all.
+ * With nothing to go on it says `ambiguous`: a person decides, nothing is retried blindly.
+ */
+export function failBody(token: string, p: FailParams): IDataObject {
+	const body: IDataObject = { token };
+	const status = parseStatus(p.httpStatus) ?? statusFromError(p.error);
+	const text = [p.message, p.error?.message, p.error?.description, p.error?.code]
+		.filter((x) => typeof x === 'string' && x !== '')
+		.join(' ');
+	let category = p.category;
+	let sent: boolean | undefined = p.sent === 'yes' ? true : p.sent === 'no' ? false : undefined;
+	if (category === 'auto') {
+		if (status !== undefined) category = 'http';
+		else if (NOT_SENT.test(text)) {
+			category = 'connection';
+			if (sent === undefined) sent = false;
+		} else if (TIMEOUT.test(text)) category = 'timeout';
+		else if (CONNECTION.test(text)) category = 'connection';
+		else category = 'unknown';
+	}
+	if (p.kind !== 'auto') body.kind = p.kind;
+	else if (status === undefined && !['timeout', 'connection', 'validation', 'auth', 'business'].includes(category)) {
+		body.kind = 'ambiguous';
+	}
+	if (status !== undefined) body.http_status = status;
+	if (sent !== undefined) body.sent = sent;
+	if (p.retryAfter !== undefined && p.retryAfter !== null && String(p.retryAfter) !== '') {
+		body.retry_after = String(p.retryAfter);
+	}
+	const message = (p.message || (p.error?.message as string) || (status ? `HTTP ${status}` : category)).slice(0, 500);
+	body.error = { category, message };
+	return body;
+}
+
+/** idem answers problem+json with `code`, `title`, `detail`; turn it into one readable line. */
+export function describeProblem(status: number, body: unknown): string {
+	if (body && typeof body === 'object') {
+		const b = body as IDataObject;
+		const parts = [b.code, b.detail ?? b.title].filter((x) => x !== undefined && x !== null && x !== '');
+		if (parts.length) return `idem answered ${status}: ${parts.join(': ')}`;
+	}
+	if (typeof body === 'string' && body.trim() !== '') return `idem answered ${status}: ${body.slice(0, 300)}`;
+	return `idem answered ${status}`;
+}
+
+/** Response bodies are JSON, also when served as application/problem+json. */
+export function parseBody(body: unknown): unknown {
+	if (typeof body === 'string') {
+		try {
+			return JSON.parse(body);
+		} catch {
+			return body;
+		}
+	}
+	if (Buffer.isBuffer(body)) return parseBody((body as Buffer).toString('utf8'));
+	return body;
+}

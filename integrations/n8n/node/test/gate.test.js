@@ -1,0 +1,99 @@
+const test = require('node:test');
+const assert = require('node:assert/strict');
+const gate = require('../dist/nodes/IdempotencyGate/gate.js');
+
+test('only acquired proceeds; every other outcome goes to a path that does not run the effect', () => {
+	assert.equal(gate.outputForOutcome('acquired'), gate.OUTPUT.proceed);
+	assert.equal(gate.outputForOutcome('completed'), gate.OUTPUT.duplicate);
+	for (const o of ['in_flight', 'backoff', 'awaiting_approval', 'paused', 'limited']) {
+		assert.equal(gate.outputForOutcome(o), gate.OUTPUT.busy, o);
+	}
+	assert.equal(gate.outputForOutcome('needs_review'), gate.OUTPUT.needsReview);
+	assert.equal(gate.outputForOutcome('conflict'), gate.OUTPUT.blocked);
+	assert.equal(gate.outputForOutcome('failed_permanent'), gate.OUTPUT.blocked);
+	assert.equal(gate.outputForOutcome('something_new'), undefined);
+	assert.deepEqual(gate.CLAIM_OUTPUT_NAMES, ['Proceed', 'Duplicate', 'Busy', 'Needs Review', 'Blocked']);
+});
+
+test('key URL percent-encodes namespace and key and drops trailing slashes of the base', () => {
+	assert.equal(
+		gate.keyUrl({ baseUrl: 'http://h:1//', namespace: 'shop', key: 'evt_1:crm/x?y#z' }, 'claim'),
+		'http://h:1/v1/namespaces/shop/keys/evt_1%3Acrm%2Fx%3Fy%23z/claim',
+	);
+});
+
+test('key validation follows the server rule (1-255 bytes of visible ASCII)', () => {
+	assert.equal(gate.keyProblem('evt_123:charge'), undefined);
+	assert.equal(gate.keyProblem(12345), undefined);
+	assert.match(gate.keyProblem(undefined), /undefined/);
+	assert.match(gate.keyProblem(null), /null/);
+	assert.match(gate.keyProblem(''), /empty/);
+	assert.match(gate.keyProblem('has space'), /position 3/);
+	assert.match(gate.keyProblem('x'.repeat(256)), /256 bytes/);
+	assert.equal(gate.keyProblem('x'.repeat(255)), undefined);
+	assert.match(gate.namespaceProblem('bad ns'), /found " "/);
+	assert.equal(gate.namespaceProblem('shop.prod:eu-1'), undefined);
+});
+
+test('claim body: payload, precomputed fingerprint or none; never both', () => {
+	assert.deepEqual(gate.claimBody({ fingerprintMode: 'payload', payload: '{"a":1}', owner: '7' }), {
+		payload: { a: 1 },
+		owner: '7',
+	});
+	const fp = 'A'.repeat(64);
+	assert.deepEqual(gate.claimBody({ fingerprintMode: 'fingerprint', fingerprint: fp }), {
+		fingerprint: 'a'.repeat(64),
+	});
+	assert.deepEqual(
+		gate.claimBody({ fingerprintMode: 'none', payload: { a: 1 }, leaseMs: 5000, waitMs: 100, leaseExpiry: 'review', correlationId: 'c' }),
+		{ lease_ms: 5000, wait_ms: 100, lease_expiry: 'review', correlation_id: 'c' },
+	);
+	assert.throws(() => gate.claimBody({ fingerprintMode: 'payload', payload: '' }), /Payload is empty/);
+	assert.throws(() => gate.claimBody({ fingerprintMode: 'payload', payload: '{nope' }), /not valid JSON/);
+	assert.throws(() => gate.claimBody({ fingerprintMode: 'fingerprint', fingerprint: 'abc' }), /64 hex/);
+});
+
+test('complete and prepare bodies carry the token', () => {
+	assert.deepEqual(gate.completeBody('t', { id: 'c_1' }, 'c_1'), { token: 't', result: { id: 'c_1' }, external_ref: 'c_1' });
+	assert.deepEqual(gate.completeBody('t', undefined, ''), { token: 't' });
+	assert.deepEqual(gate.prepareBody('t', { text: 'hi' }, true), { token: 't', payload: { text: 'hi' }, approval_required: true });
+	assert.deepEqual(gate.prepareBody('t', { text: 'hi' }, false), { token: 't', payload: { text: 'hi' } });
+	assert.throws(() => gate.requireToken('', 'complete'), /No lease token for complete/);
+});
+
+test('fail body: the HTTP status goes to idem, which classifies', () => {
+	const b = gate.failBody('t', { kind: 'auto', httpStatus: '503', category: 'auto', sent: 'unknown', retryAfter: '120' });
+	assert.deepEqual(b, { token: 't', http_status: 503, retry_after: '120', error: { category: 'http', message: 'HTTP 503' } });
+});
+
+test('fail body: status from an n8n error item (httpCode)', () => {
+	const b = gate.failBody('t', {
+		kind: 'auto', httpStatus: '', category: 'auto', sent: 'unknown',
+		error: { message: 'Bad gateway - the service failed', httpCode: '502' },
+	});
+	assert.equal(b.http_status, 502);
+	assert.equal(b.kind, undefined);
+	assert.equal(b.error.message, 'Bad gateway - the service failed');
+});
+
+test('fail body: connection refused never left, timeouts are ambiguous, unknown is ambiguous', () => {
+	const refused = gate.failBody('t', { kind: 'auto', category: 'auto', sent: 'unknown', error: { message: 'connect ECONNREFUSED 127.0.0.1:9' } });
+	assert.deepEqual(refused.error.category, 'connection');
+	assert.equal(refused.sent, false);
+	assert.equal(refused.kind, undefined);
+	const timeout = gate.failBody('t', { kind: 'auto', category: 'auto', sent: 'unknown', error: { message: 'timeout of 5000ms exceeded' } });
+	assert.equal(timeout.error.category, 'timeout');
+	assert.equal(timeout.sent, undefined);
+	const unknown = gate.failBody('t', { kind: 'auto', category: 'auto', sent: 'unknown', error: { message: 'weird' } });
+	assert.equal(unknown.kind, 'ambiguous');
+	const explicit = gate.failBody('t', { kind: 'permanent', category: 'business', sent: 'no', message: 'card declined' });
+	assert.deepEqual(explicit, { token: 't', kind: 'permanent', sent: false, error: { category: 'business', message: 'card declined' } });
+	assert.throws(() => gate.failBody('t', { kind: 'auto', httpStatus: 'abc', category: 'auto', sent: 'unknown' }), /not an HTTP status/);
+});
+
+test('problem+json is described with its code and detail', () => {
+	assert.equal(gate.describeProblem(400, { code: 'invalid_key', detail: 'key may only…' }), 'idem answered 400: invalid_key: key may only…');
+	assert.equal(gate.describeProblem(502, '<html>'), 'idem answered 502: <html>');
+	assert.deepEqual(gate.parseBody('{"a":1}'), { a: 1 });
+	assert.deepEqual(gate.parseBody(Buffer.from('{"a":1}')), { a: 1 });
+});

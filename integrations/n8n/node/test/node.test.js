@@ -1,0 +1,226 @@
+const test = require('node:test');
+const assert = require('node:assert/strict');
+const { run, IdempotencyGate } = require('./helpers');
+
+const claimParams = (over = {}) => ({
+	operation: 'claim',
+	namespace: 'shop',
+	key: (i) => `evt_${i}:crm`,
+	fingerprintMode: 'payload',
+	payload: (i) => ({ id: `evt_${i}`, amount: 100 }),
+	claimOptions: {},
+	...over,
+});
+
+const record = (state) => ({ namespace: 'shop', key: 'k', state, attempt: 1, result: state === 'completed' ? { id: 'c_1' } : null });
+
+test('claim builds the request: URL, body, bearer token, JSON, never throwing on 4xx', async () => {
+	const { requests } = await run({
+		items: [{ body: { id: 'evt_0' } }],
+		params: claimParams({ claimOptions: { leaseMs: 60000, waitMs: 2000 } }),
+		respond: () => ({ statusCode: 201, body: { outcome: 'acquired', token: 'T1', resumed: false, record: record('processing') } }),
+	});
+	assert.equal(requests.length, 1);
+	const r = requests[0];
+	assert.equal(r.method, 'POST');
+	assert.equal(r.url, 'http://127.0.0.1:7780/v1/namespaces/shop/keys/evt_0%3Acrm/claim');
+	assert.deepEqual(r.body, { payload: { id: 'evt_0', amount: 100 }, owner: '42', lease_ms: 60000, wait_ms: 2000 });
+	assert.equal(r.headers.Authorization, 'Bearer tok_secret');
+	assert.equal(r.json, true);
+	assert.equal(r.returnFullResponse, true);
+	assert.equal(r.ignoreHttpStatusErrors, true);
+	assert.equal(r.timeout, 12000);
+});
+
+test('no token configured: no Authorization header', async () => {
+	const { requests } = await run({
+		items: [{}],
+		credentials: { baseUrl: 'http://127.0.0.1:1', token: '' },
+		params: claimParams(),
+		respond: () => ({ statusCode: 201, body: { outcome: 'acquired', token: 'T', resumed: false, record: record('processing') } }),
+	});
+	assert.equal(requests[0].headers.Authorization, undefined);
+});
+
+test('claim routes each outcome to its output and keeps the input item', async () => {
+	const answers = [
+		[201, { outcome: 'acquired', token: 'T', resumed: false, record: record('processing') }],
+		[200, { outcome: 'completed', record: record('completed') }, { 'idempotent-replayed': 'true' }],
+		[409, { outcome: 'in_flight', retry_after_ms: 1234, record: record('processing') }],
+		[409, { outcome: 'needs_review', record: record('needs_review') }],
+		[422, { outcome: 'conflict', record: record('processing') }],
+		[503, { outcome: 'paused', record: null }],
+		[200, { outcome: 'failed_permanent', record: record('failed_permanent') }, { 'idempotent-replayed': 'true' }],
+		[409, { outcome: 'backoff', retry_after_ms: 50, record: record('failed_retryable') }],
+		[409, { outcome: 'awaiting_approval', record: record('awaiting_approval') }],
+		[429, { outcome: 'limited', record: null }],
+	];
+	const items = answers.map((_, i) => ({ body: { id: `evt_${i}` }, headers: { 'stripe-signature': 'x' } }));
+	const { out } = await run({
+		items,
+		params: claimParams(),
+		respond: (req, n) => ({ statusCode: answers[n][0], body: JSON.stringify(answers[n][1]), headers: answers[n][2] ?? {} }),
+	});
+	assert.equal(out.length, 5);
+	const outcomes = out.map((o) => o.map((it) => it.json.idem.outcome));
+	assert.deepEqual(outcomes, [
+		['acquired'],
+		['completed'],
+		['in_flight', 'paused', 'backoff', 'awaiting_approval', 'limited'],
+		['needs_review'],
+		['conflict', 'failed_permanent'],
+	]);
+	const proceed = out[0][0];
+	assert.equal(proceed.json.idem.token, 'T');
+	assert.equal(proceed.json.idem.key, 'evt_0:crm');
+	assert.equal(proceed.json.idem.resumed, false);
+	assert.equal(proceed.json.body.id, 'evt_0', 'input item kept');
+	assert.deepEqual(proceed.pairedItem, { item: 0 });
+	const dup = out[1][0];
+	assert.equal(dup.json.idem.replayed, true);
+	assert.deepEqual(dup.json.idem.record.result, { id: 'c_1' });
+	assert.equal(dup.json.idem.token, undefined);
+	assert.equal(out[2][0].json.idem.retry_after_ms, 1234);
+	assert.deepEqual(out[2][1].pairedItem, { item: 5 });
+});
+
+test('claim: an error answer without outcome is a clear error, never Proceed', async () => {
+	await assert.rejects(
+		run({
+			items: [{}],
+			params: claimParams(),
+			respond: () => ({ statusCode: 401, body: { type: 'about:blank', title: 'Unauthorized', code: 'unauthorized', detail: 'missing or wrong token' } }),
+		}),
+		/idem answered 401: unauthorized: missing or wrong token/,
+	);
+});
+
+test('claim: an unknown outcome is refused, never Proceed', async () => {
+	await assert.rejects(
+		run({ items: [{}], params: claimParams(), respond: () => ({ statusCode: 200, body: { outcome: 'teleported' } }) }),
+		(e) => /idem answered 200/.test(e.message) && /teleported/.test(e.description),
+	);
+});
+
+test('claim: idem unreachable with Continue On Fail lands on Busy, not Proceed', async () => {
+	const { out } = await run({
+		items: [{ body: { id: 'evt_1' } }],
+		params: claimParams(),
+		continueOnFail: true,
+		respond: () => {
+			const e = new Error('connect ECONNREFUSED 127.0.0.1:7780');
+			e.code = 'ECONNREFUSED';
+			throw e;
+		},
+	});
+	assert.equal(out[0].length, 0);
+	assert.equal(out[2].length, 1);
+	assert.match(out[2][0].json.error, /Could not reach idem at http:\/\/127.0.0.1:7780\/: ECONNREFUSED/);
+});
+
+test('claim: a missing key is an error naming the problem, and nothing is sent', async () => {
+	const { ctx, requests } = require('./helpers').makeContext({
+		items: [{ body: {} }],
+		params: claimParams({ key: undefined }),
+		respond: () => assert.fail('must not send'),
+	});
+	await assert.rejects(new IdempotencyGate().execute.call(ctx), /Invalid key: the key must be a string, got nothing/);
+	assert.equal(requests.length, 0);
+});
+
+test('complete sends token, result and external ref; one output', async () => {
+	const { out, requests } = await run({
+		items: [{ id: 'contact_9' }],
+		params: {
+			operation: 'complete', namespace: 'shop', key: 'evt_1:crm', leaseToken: 'T1',
+			sendResult: true, result: '{"contact":"contact_9"}', externalRef: 'contact_9',
+		},
+		respond: () => ({ statusCode: 200, body: { state: 'completed', record: record('completed') } }),
+	});
+	assert.equal(requests[0].url, 'http://127.0.0.1:7780/v1/namespaces/shop/keys/evt_1%3Acrm/complete');
+	assert.deepEqual(requests[0].body, { token: 'T1', result: { contact: 'contact_9' }, external_ref: 'contact_9' });
+	assert.equal(out.length, 1);
+	assert.equal(out[0][0].json.idem.state, 'completed');
+	assert.equal(out[0][0].json.id, 'contact_9');
+});
+
+test('complete without a token explains where to get it', async () => {
+	await assert.rejects(
+		run({
+			items: [{}],
+			params: { operation: 'complete', namespace: 'shop', key: 'k', leaseToken: '', sendResult: false },
+			respond: () => assert.fail('must not send'),
+		}),
+		/No lease token for complete/,
+	);
+});
+
+test('complete: lease_lost is an error that says not to repeat the effect', async () => {
+	await assert.rejects(
+		run({
+			items: [{}],
+			params: { operation: 'complete', namespace: 'shop', key: 'k', leaseToken: 'old', sendResult: false },
+			respond: () => ({ statusCode: 409, body: { code: 'lease_lost', detail: 'the lease was taken over' } }),
+		}),
+		(e) => /409: lease_lost/.test(e.message) && /Do not repeat/.test(e.description),
+	);
+});
+
+test('fail passes the destination status so idem classifies', async () => {
+	const { out, requests } = await run({
+		items: [{ statusCode: 503, headers: { 'retry-after': '30' } }],
+		params: {
+			operation: 'fail', namespace: 'shop', key: 'k', leaseToken: 'T', kind: 'auto',
+			httpStatus: '503', category: 'auto', sent: 'unknown', message: '', retryAfter: '30',
+		},
+		respond: () => ({ statusCode: 200, body: { state: 'failed_retryable', class: 'retryable', retry: { allowed: true, attempt: 1, max_attempts: 5 }, record: record('failed_retryable') } }),
+	});
+	assert.deepEqual(requests[0].body, { token: 'T', http_status: 503, retry_after: '30', error: { category: 'http', message: 'HTTP 503' } });
+	assert.equal(out[0][0].json.idem.class, 'retryable');
+	assert.equal(out[0][0].json.idem.retry.allowed, true);
+});
+
+test('fail reads the n8n error item when no status is given', async () => {
+	const { requests } = await run({
+		items: [{ error: { message: 'connect ECONNREFUSED 10.0.0.1:443', code: 'ECONNREFUSED' } }],
+		params: {
+			operation: 'fail', namespace: 'shop', key: 'k', leaseToken: 'T', kind: 'auto',
+			httpStatus: '', category: 'auto', sent: 'unknown', message: '', retryAfter: '',
+		},
+		respond: () => ({ statusCode: 200, body: { state: 'failed_retryable', class: 'retryable' } }),
+	});
+	assert.deepEqual(requests[0].body, {
+		token: 'T', sent: false, error: { category: 'connection', message: 'connect ECONNREFUSED 10.0.0.1:443' },
+	});
+});
+
+test('prepare saves the payload with approval', async () => {
+	const { requests, out } = await run({
+		items: [{ draft: 'Hello' }],
+		params: { operation: 'prepare', namespace: 'crm', key: 'order-847:draft-followup:v1', leaseToken: 'T', preparedPayload: { text: 'Hello' }, approvalRequired: true },
+		respond: () => ({ statusCode: 200, body: { state: 'awaiting_approval', record: record('awaiting_approval') } }),
+	});
+	assert.equal(requests[0].url, 'http://127.0.0.1:7780/v1/namespaces/crm/keys/order-847%3Adraft-followup%3Av1/prepare');
+	assert.deepEqual(requests[0].body, { token: 'T', payload: { text: 'Hello' }, approval_required: true });
+	assert.equal(out[0][0].json.idem.state, 'awaiting_approval');
+});
+
+test('bad credential URL is refused before any request', async () => {
+	await assert.rejects(
+		run({ items: [{}], credentials: { baseUrl: 'idem:7780', token: '' }, params: claimParams(), respond: () => assert.fail() }),
+		/Base URL "idem:7780" is not an http\(s\) URL/,
+	);
+});
+
+test('description: claim has five named outputs, other operations one', () => {
+	const d = new IdempotencyGate().description;
+	assert.equal(d.name, 'idempotencyGate');
+	assert.equal(d.displayName, 'Idempotency Gate');
+	const fn = d.outputs.slice(3, -2); // strip "={{" and "}}"
+	// eslint-disable-next-line no-new-func
+	const evalOutputs = new Function('$parameter', `return ${fn};`);
+	assert.deepEqual(evalOutputs({ operation: 'claim' }).map((o) => o.displayName), ['Proceed', 'Duplicate', 'Busy', 'Needs Review', 'Blocked']);
+	assert.deepEqual(evalOutputs({}).length, 5, 'claim is the default operation');
+	assert.deepEqual(evalOutputs({ operation: 'complete' }), [{ type: 'main' }]);
+	assert.deepEqual(d.credentials, [{ name: 'idemApi', required: true }]);
+});

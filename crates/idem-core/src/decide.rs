@@ -717,14 +717,17 @@ fn invalid(rec: &Record, op: &Op, why: &str) -> Transition {
 }
 
 /// A record the current token holder may still write to: leased states, and `needs_review`
-/// reached by lease expiry or stuck detection before the holder reported (a late report
-/// resolves the doubt).
+/// reached while the holder had not reported yet (a late report resolves the doubt). That is
+/// lease expiry or stuck detection, and also a claim that found the lease expired but could
+/// not resume it because the budget was spent: nobody acquired since, so the holder's token is
+/// still the newest. (`worker_write` refuses once the holder reported; operator decisions
+/// clear the lease id, so no token reaches here after them.)
 fn holder_may_report(rec: &Record) -> bool {
     match rec.state {
         State::Processing | State::Prepared => true,
         State::NeedsReview => matches!(
             rec.review_reason,
-            Some(ReviewReason::LeaseExpired | ReviewReason::Stuck)
+            Some(ReviewReason::LeaseExpired | ReviewReason::Stuck | ReviewReason::BudgetExhausted)
         ),
         _ => false,
     }

@@ -1,0 +1,107 @@
+//! Shared set-up: a fresh ledger file per test, a clock tests move by hand.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use idem_core::{
+    ClaimOutcome, ClaimReply, ClaimRequest, CompleteRequest, Key, Namespace, TestClock, Timestamp,
+};
+use idem_sqlite::{SqliteOptions, SqliteStore};
+use idem_store::Ledger;
+use serde_json::json;
+
+/// 2026-06-22T00:00:00Z: far from any day boundary issue in the tests.
+pub const T0: Timestamp = Timestamp(1_782_086_400_000);
+pub const DAY: i64 = 86_400_000;
+
+pub struct TestLedger {
+    pub dir: tempfile::TempDir,
+    pub store: Arc<SqliteStore>,
+    pub ledger: Ledger,
+    pub clock: TestClock,
+}
+
+impl TestLedger {
+    pub fn new() -> Self {
+        Self::with_options(SqliteOptions::default())
+    }
+
+    pub fn with_options(options: SqliteOptions) -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store =
+            Arc::new(SqliteStore::open_with(&db_path(dir.path()), options).expect("open store"));
+        let clock = TestClock::new(T0);
+        let ledger = Ledger::with_clock(store.clone(), Arc::new(clock.clone()));
+        TestLedger {
+            dir,
+            store,
+            ledger,
+            clock,
+        }
+    }
+
+    pub fn path(&self) -> PathBuf {
+        db_path(self.dir.path())
+    }
+
+    /// Drops the store (joining its writer) and opens the file again, same clock.
+    pub fn reopen(self) -> Self {
+        let TestLedger {
+            dir,
+            store,
+            ledger,
+            clock,
+        } = self;
+        drop(ledger);
+        drop(store);
+        let store = Arc::new(SqliteStore::open(&db_path(dir.path())).expect("reopen"));
+        let ledger = Ledger::with_clock(store.clone(), Arc::new(clock.clone()));
+        TestLedger {
+            dir,
+            store,
+            ledger,
+            clock,
+        }
+    }
+
+    pub fn now(&self) -> Timestamp {
+        self.ledger.now()
+    }
+
+    pub async fn claim(&self, ns: &Namespace, key: &Key) -> ClaimReply {
+        self.ledger
+            .claim(ns, key, ClaimRequest::default())
+            .await
+            .expect("claim")
+    }
+
+    /// Claims (must acquire) and completes with `{"n": key}`.
+    pub async fn claim_complete(&self, ns: &Namespace, key: &Key) {
+        let c = self.claim(ns, key).await;
+        assert_eq!(c.outcome, ClaimOutcome::Acquired, "{key}");
+        self.ledger
+            .complete(
+                ns,
+                key,
+                CompleteRequest {
+                    token: c.token.expect("token").secret(),
+                    result: Some(json!({"n": key.as_str()})),
+                    external_ref: Some(format!("ref-{key}")),
+                },
+            )
+            .await
+            .expect("complete");
+    }
+}
+
+pub fn db_path(dir: &Path) -> PathBuf {
+    dir.join("idem.db")
+}
+
+pub fn ns(s: &str) -> Namespace {
+    Namespace::try_from(s).expect("namespace")
+}
+
+pub fn key(s: &str) -> Key {
+    Key::try_from(s).expect("key")
+}

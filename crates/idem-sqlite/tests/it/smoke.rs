@@ -1,0 +1,441 @@
+//! Every Store method once, through the Ledger where there is one.
+
+use idem_core::{
+    ClaimOutcome, ClaimRequest, Class, CompleteRequest, EventType, FailRequest, OpError,
+    PrepareRequest, State,
+};
+use idem_store::{
+    hash_secret, LedgerError, ListQuery, NamespaceChange, NewApiToken, Role, Store, StoreError,
+};
+use serde_json::json;
+
+use crate::helpers::{key, ns, TestLedger};
+
+#[tokio::test]
+async fn claim_complete_then_duplicate_replays_result() {
+    let t = TestLedger::new();
+    let (n, k) = (ns("pay"), key("evt_1:charge"));
+    let first = t.claim(&n, &k).await;
+    assert_eq!(first.outcome, ClaimOutcome::Acquired);
+    assert_eq!(first.resumed, Some(false));
+    let rec = t
+        .ledger
+        .complete(
+            &n,
+            &k,
+            CompleteRequest {
+                token: first.token.expect("token").secret(),
+                result: Some(json!({"charge": "ch_1"})),
+                external_ref: Some("ch_1".into()),
+            },
+        )
+        .await
+        .expect("complete");
+    assert_eq!(rec.state, State::Completed);
+
+    let again = t.claim(&n, &k).await;
+    assert_eq!(again.outcome, ClaimOutcome::Completed);
+    let rec = again.record.expect("record");
+    assert_eq!(rec.result, Some(json!({"charge": "ch_1"})));
+    assert_eq!(rec.external_ref.as_deref(), Some("ch_1"));
+
+    let got = t.store.get(&n, &k).await.expect("get").expect("known");
+    let kinds: Vec<EventType> = got.events.iter().map(|e| e.kind).collect();
+    assert_eq!(
+        kinds,
+        [
+            EventType::Acquired,
+            EventType::Completed,
+            EventType::DuplicateHit
+        ]
+    );
+    assert!(got.events.windows(2).all(|w| w[0].seq < w[1].seq));
+    assert_eq!(got.record, rec);
+    assert!(t
+        .store
+        .get(&n, &key("unknown"))
+        .await
+        .expect("get")
+        .is_none());
+}
+
+#[tokio::test]
+async fn executed_reports_numbered_events_and_from_state() {
+    let t = TestLedger::new();
+    let (n, k) = (ns("pay"), key("k"));
+    let ex = t
+        .ledger
+        .execute(&n, &k, idem_core::Op::Claim(ClaimRequest::default()), None)
+        .await
+        .expect("execute");
+    assert_eq!(ex.from_state, None);
+    assert_eq!(ex.events.len(), 1);
+    let stored = t.store.get(&n, &k).await.expect("get").expect("known");
+    assert_eq!(stored.events, ex.events);
+}
+
+#[tokio::test]
+async fn every_record_field_round_trips() {
+    let t = TestLedger::new();
+    let (n, k) = (ns("ai"), key("draft:1"));
+    let c = t
+        .ledger
+        .claim(
+            &n,
+            &k,
+            ClaimRequest {
+                fingerprint: Some(
+                    idem_core::Fingerprint::of_payload(&json!({"a": 1})).expect("fp"),
+                ),
+                owner: Some("exec-9".into()),
+                lease_ms: Some(60_000),
+                correlation_id: Some("corr".into()),
+                lease_expiry: Some(idem_core::LeaseExpiry::Review),
+            },
+        )
+        .await
+        .expect("claim");
+    let token = c.token.expect("token").secret();
+    let prepared = t
+        .ledger
+        .prepare(
+            &n,
+            &k,
+            PrepareRequest {
+                token: token.clone(),
+                payload: json!({"draft": "hello", "null": null}),
+                approval_required: false,
+            },
+        )
+        .await
+        .expect("prepare");
+    let failed = t
+        .ledger
+        .fail(
+            &n,
+            &k,
+            FailRequest {
+                token,
+                kind: None,
+                http_status: Some(502),
+                retry_after_ms: None,
+                sent: None,
+                error: Some(idem_core::FailErrorInput {
+                    category: "http".into(),
+                    message: "bad gateway".into(),
+                }),
+            },
+        )
+        .await
+        .expect("fail");
+    assert_eq!(failed.class, Class::Ambiguous);
+    assert_eq!(failed.record.state, State::NeedsReview);
+    assert_eq!(failed.record.prepared_payload, prepared.prepared_payload);
+    let got = t.store.get(&n, &k).await.expect("get").expect("known");
+    // Bookkeeping included: the record read back is exactly the one decided.
+    assert_eq!(got.record, failed.record);
+}
+
+#[tokio::test]
+async fn stale_token_is_refused_and_the_refusal_is_recorded() {
+    let t = TestLedger::new();
+    let (n, k) = (ns("pay"), key("k"));
+    t.claim(&n, &k).await;
+    let err = t
+        .ledger
+        .complete(
+            &n,
+            &k,
+            CompleteRequest {
+                token: "1.00000000000000000000000000000000".into(),
+                result: None,
+                external_ref: None,
+            },
+        )
+        .await
+        .expect_err("refused");
+    assert!(
+        matches!(err, LedgerError::Op(OpError::LeaseLost)),
+        "{err:?}"
+    );
+    let got = t.store.get(&n, &k).await.expect("get").expect("known");
+    assert_eq!(got.record.state, State::Processing);
+    assert_eq!(got.record.version, 1);
+    assert_eq!(
+        got.events.last().map(|e| e.kind),
+        Some(EventType::LeaseLost)
+    );
+}
+
+#[tokio::test]
+async fn list_pages_newest_first_with_state_filter_and_cursor() {
+    let t = TestLedger::new();
+    let n = ns("list");
+    for i in 0..25 {
+        t.clock.advance_ms(1000);
+        let k = key(&format!("k{i:02}"));
+        if i % 2 == 0 {
+            t.claim_complete(&n, &k).await;
+        } else {
+            t.claim(&n, &k).await;
+        }
+    }
+    // Same updated_at for two keys: the key breaks the tie, descending.
+    t.clock.advance_ms(1000);
+    t.claim(&n, &key("z-same")).await;
+    t.claim(&n, &key("a-same")).await;
+
+    let mut seen = Vec::new();
+    let mut cursor = None;
+    loop {
+        let page = t
+            .store
+            .list(
+                &n,
+                &ListQuery {
+                    state: None,
+                    limit: 10,
+                    cursor: cursor.clone(),
+                },
+            )
+            .await
+            .expect("list");
+        assert!(page.items.len() <= 10);
+        seen.extend(page.items.iter().map(|r| r.key.as_str().to_owned()));
+        match page.next_cursor {
+            Some(c) => cursor = Some(c),
+            None => break,
+        }
+    }
+    assert_eq!(seen.len(), 27);
+    assert_eq!(&seen[..3], ["z-same", "a-same", "k24"]);
+    assert_eq!(seen.last().map(String::as_str), Some("k00"));
+
+    let processing = t
+        .store
+        .list(
+            &n,
+            &ListQuery {
+                state: Some(State::Processing),
+                limit: 1000,
+                cursor: None,
+            },
+        )
+        .await
+        .expect("list");
+    assert_eq!(processing.items.len(), 14);
+    assert!(processing.next_cursor.is_none());
+    assert!(processing
+        .items
+        .iter()
+        .all(|r| r.state == State::Processing));
+
+    // limit 0 is clamped to 1
+    let one = t
+        .store
+        .list(
+            &n,
+            &ListQuery {
+                state: Some(State::Completed),
+                limit: 0,
+                cursor: None,
+            },
+        )
+        .await
+        .expect("list");
+    assert_eq!(one.items.len(), 1);
+    assert!(one.next_cursor.is_some());
+
+    let bad = t
+        .store
+        .list(
+            &n,
+            &ListQuery {
+                state: None,
+                limit: 10,
+                cursor: Some("not-a-cursor".into()),
+            },
+        )
+        .await;
+    assert!(matches!(bad, Err(StoreError::InvalidCursor)), "{bad:?}");
+}
+
+#[tokio::test]
+async fn namespace_defaults_patch_pause_resume_and_counts() {
+    let t = TestLedger::new();
+    let n = ns("ops");
+    let info = t.store.namespace(&n).await.expect("namespace");
+    assert!(!info.paused);
+    assert_eq!(info.policy, idem_core::Policy::default());
+    assert_eq!(info.counts.0.len(), State::ALL.len());
+
+    let bad = t
+        .store
+        .update_namespace(&n, NamespaceChange::Patch(json!({"bogus": 1})), t.now())
+        .await;
+    assert!(matches!(bad, Err(StoreError::Policy(_))), "{bad:?}");
+
+    let info = t
+        .store
+        .update_namespace(
+            &n,
+            NamespaceChange::Patch(json!({"retry": {"max_attempts": 3}, "daily_limit": 2})),
+            t.now(),
+        )
+        .await
+        .expect("patch");
+    assert_eq!(info.policy.retry.max_attempts, 3);
+    assert_eq!(info.policy.retry.base_ms, 1000);
+    assert_eq!(info.policy.daily_limit, Some(2));
+
+    t.claim(&n, &key("a")).await;
+    t.claim_complete(&n, &key("b")).await;
+    let limited = t.claim(&n, &key("c")).await;
+    assert_eq!(limited.outcome, ClaimOutcome::Limited);
+    assert!(limited.retry_after_ms.is_some());
+
+    let paused = t
+        .store
+        .update_namespace(&n, NamespaceChange::Pause, t.now())
+        .await
+        .expect("pause");
+    assert!(paused.paused);
+    assert_eq!(paused.policy.daily_limit, Some(2));
+    assert_eq!(t.claim(&n, &key("b")).await.outcome, ClaimOutcome::Paused);
+    let info = t
+        .store
+        .update_namespace(&n, NamespaceChange::Resume, t.now())
+        .await
+        .expect("resume");
+    assert!(!info.paused);
+    assert_eq!(info.counts.get(State::Processing), 1);
+    assert_eq!(info.counts.get(State::Completed), 1);
+    assert_eq!(info.counts.get(State::NeedsReview), 0);
+
+    // The daily counter starts again the next UTC day.
+    t.clock.advance_ms(crate::helpers::DAY);
+    assert_eq!(t.claim(&n, &key("c")).await.outcome, ClaimOutcome::Acquired);
+}
+
+#[tokio::test]
+async fn stats_count_states_oldest_processing_and_review_depth() {
+    let t = TestLedger::new();
+    let n = ns("s");
+    let empty = t.store.stats(t.now()).await.expect("stats");
+    assert_eq!(empty.oldest_processing_seconds, 0.0);
+    t.claim(&n, &key("old")).await;
+    t.clock.advance_ms(90_000);
+    t.claim(&n, &key("new")).await;
+    t.claim_complete(&n, &key("done")).await;
+    let c = t.claim(&n, &key("amb")).await;
+    t.ledger
+        .fail(
+            &n,
+            &key("amb"),
+            FailRequest {
+                token: c.token.expect("token").secret(),
+                kind: Some(Class::Ambiguous),
+                http_status: None,
+                retry_after_ms: None,
+                sent: None,
+                error: None,
+            },
+        )
+        .await
+        .expect("fail");
+    t.clock.advance_ms(10_000);
+    let s = t.store.stats(t.now()).await.expect("stats");
+    assert_eq!(s.records.get(State::Processing), 2);
+    assert_eq!(s.records.get(State::Completed), 1);
+    assert_eq!(s.review_queue_depth, 1);
+    assert_eq!(s.oldest_processing_seconds, 100.0);
+}
+
+#[tokio::test]
+async fn tokens_are_stored_by_hash_and_counted() {
+    let t = TestLedger::new();
+    assert_eq!(t.store.token_count().await.expect("count"), 0);
+    let hash = hash_secret("idem_secret");
+    let token = NewApiToken {
+        secret_hash: hash.clone(),
+        role: Role::Operator,
+        scope: "*".into(),
+        label: Some("ci".into()),
+    };
+    t.store
+        .create_token(token.clone(), t.now())
+        .await
+        .expect("create");
+    assert!(t.store.create_token(token, t.now()).await.is_err());
+    let found = t
+        .store
+        .find_token(&hash)
+        .await
+        .expect("find")
+        .expect("known");
+    assert_eq!(found.role, Role::Operator);
+    assert_eq!(found.scope, "*");
+    assert_eq!(found.label.as_deref(), Some("ci"));
+    assert!(t
+        .store
+        .find_token(&hash_secret("other"))
+        .await
+        .expect("find")
+        .is_none());
+    assert_eq!(t.store.token_count().await.expect("count"), 1);
+    t.store.ping().await.expect("ping");
+    assert_eq!(t.store.backend(), "sqlite");
+}
+
+#[tokio::test]
+async fn reopen_keeps_records_events_namespaces_tokens_and_schema() {
+    let t = TestLedger::new();
+    let n = ns("keep");
+    t.claim_complete(&n, &key("a")).await;
+    t.claim(&n, &key("b")).await;
+    t.store
+        .update_namespace(&n, NamespaceChange::Pause, t.now())
+        .await
+        .expect("pause");
+    t.store
+        .create_token(
+            NewApiToken {
+                secret_hash: hash_secret("s"),
+                role: Role::Admin,
+                scope: "keep".into(),
+                label: None,
+            },
+            t.now(),
+        )
+        .await
+        .expect("token");
+    let before = t
+        .store
+        .get(&n, &key("a"))
+        .await
+        .expect("get")
+        .expect("known");
+    let path = t.path();
+    let t = t.reopen();
+    let after = t
+        .store
+        .get(&n, &key("a"))
+        .await
+        .expect("get")
+        .expect("known");
+    assert_eq!(after.record, before.record);
+    assert_eq!(after.events, before.events);
+    let info = t.store.namespace(&n).await.expect("namespace");
+    assert!(info.paused);
+    assert_eq!(info.counts.get(State::Processing), 1);
+    assert_eq!(t.store.token_count().await.expect("count"), 1);
+    let conn = rusqlite::Connection::open(path).expect("open raw");
+    let version: i64 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .expect("user_version");
+    assert_eq!(version, 1);
+    let mode: String = conn
+        .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+        .expect("journal_mode");
+    assert_eq!(mode, "wal");
+}

@@ -1,5 +1,36 @@
-//! HTTP service (scaffold: being written).
+//! The HTTP service of idem: the v1 API of the contract on axum, with bearer-token auth,
+//! Prometheus metrics, an OpenAPI document generated from the code, and the janitor and
+//! alert loops.
+//!
+//! [`run`] takes a bound listener and a shutdown future so tests start it on `127.0.0.1:0`
+//! and stop it cleanly; [`serve`] is `idem serve`: it layers the configuration, sets up
+//! logging, opens the store, binds and runs until SIGTERM/SIGINT. Invariants kept at start:
+//! without any API token the server only runs on a loopback address (and says auth is off);
+//! the database URL is only ever logged without its password.
+
+pub mod api;
+pub mod auth;
+pub mod background;
+pub mod config;
+pub mod error;
+pub mod handlers;
+pub mod input;
+pub mod metrics;
+pub mod openapi;
+pub mod routes;
+pub mod state;
+
+use std::future::Future;
 use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+pub use config::{Config, ConfigError, LogFormat};
+pub use error::ApiError;
+pub use routes::{route_table, router};
 
 /// What `idem serve` was given on the command line (each overrides config file and env).
 #[derive(Debug, Clone, Default)]
@@ -11,7 +42,184 @@ pub struct ServeArgs {
     pub log_format: Option<String>,
 }
 
+/// A commented example configuration file (`idem default-config`).
+pub fn default_config_toml() -> &'static str {
+    config::default_config_toml()
+}
+
 /// Runs `idem serve` until SIGTERM/SIGINT.
-pub async fn serve(_args: ServeArgs) -> anyhow::Result<()> {
-    anyhow::bail!("server not built yet")
+pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let config = Config::load(&args, &|k| std::env::var(k).ok())?;
+    init_logging(config.log_format, &config.log_level);
+    let db = config.db_redacted();
+    tracing::info!(db = %db, "opening ledger");
+    let ledger = idem::open(&config.db).await.map_err(|e| {
+        anyhow::anyhow!(
+            "cannot open the ledger at {db}: {}",
+            redact_err(&e, &config.db)
+        )
+    })?;
+    let listener = TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", config.listen))?;
+    run(config, ledger, listener, shutdown_signal()).await
+}
+
+/// An error message with the raw database URL (which may hold a password) redacted.
+fn redact_err(e: &dyn std::fmt::Display, url: &str) -> String {
+    e.to_string().replace(url, &idem::redact_password(url))
+}
+
+/// Sets up `tracing` (text or JSON on stderr). Does nothing if a subscriber is already set.
+pub fn init_logging(format: LogFormat, level: &str) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_new(level).unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+        LogFormat::Text => builder.try_init(),
+    };
+}
+
+/// Resolves on SIGINT (Ctrl-C) or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = term => {}
+    }
+    tracing::info!("shutting down: finishing in-flight requests");
+}
+
+/// Serves the API on `listener` until `shutdown` resolves, then finishes in-flight requests,
+/// stops the background loops and drops the store.
+pub async fn run(
+    config: Config,
+    ledger: idem::Ledger,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    config.validate()?;
+    metrics::handle();
+    metrics::register_all();
+    let addr = listener
+        .local_addr()
+        .context("listener has no local address")?;
+    let store = ledger.store().clone();
+    let tokens = store
+        .token_count()
+        .await
+        .context("cannot read API tokens from the store")?;
+    if tokens == 0 {
+        if !addr.ip().is_loopback() {
+            anyhow::bail!(
+                "refusing to listen on {addr} without API tokens: anyone could use the ledger. \
+                 Create one with `idem token create --namespace '*' --role admin`, \
+                 or listen on 127.0.0.1"
+            );
+        }
+        tracing::warn!(
+            "no API token exists: auth is OFF; serving on loopback only. \
+             Create a token with `idem token create` to require auth"
+        );
+    }
+    for (name, patch) in &config.namespaces {
+        let ns = idem::Namespace::try_from(name.as_str())
+            .map_err(|e| anyhow::anyhow!("config namespaces.{name}: {e}"))?;
+        store
+            .update_namespace(
+                &ns,
+                idem::NamespaceChange::Patch(patch.clone()),
+                ledger.now(),
+            )
+            .await
+            .map_err(|e| anyhow::anyhow!("config namespaces.{name}: {e}"))?;
+        tracing::info!(namespace = %ns, "policy applied from config");
+    }
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let stop_tx = Arc::new(stop_tx);
+    let config = Arc::new(config);
+    let state = state::AppState {
+        config: config.clone(),
+        ledger: ledger.clone(),
+        auth: Arc::new(auth::AuthCache::new(store.clone())),
+        shutdown: stop_rx.clone(),
+    };
+
+    let janitor = {
+        let (store, ledger, batch) = (store.clone(), ledger.clone(), config.janitor_batch);
+        tokio::spawn(background::run_loop(
+            "janitor",
+            config.janitor_interval,
+            stop_rx.clone(),
+            move || {
+                let (store, now) = (store.clone(), ledger.now());
+                async move {
+                    Ok(background::janitor_once(&store, now, batch)
+                        .await?
+                        .full_batch)
+                }
+            },
+        ))
+    };
+    let alerts = {
+        let client = reqwest::Client::builder()
+            .timeout(config.alert_timeout)
+            .user_agent(concat!("idem/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .context("cannot build the HTTP client for alerts")?;
+        let (store, ledger, tries) = (store.clone(), ledger.clone(), config.alert_max_tries);
+        tokio::spawn(background::run_loop(
+            "alerts",
+            config.alert_interval,
+            stop_rx.clone(),
+            move || {
+                let (store, client, now) = (store.clone(), client.clone(), ledger.now());
+                async move {
+                    Ok(background::alerts_once(&store, &client, now, tries)
+                        .await?
+                        .full_batch)
+                }
+            },
+        ))
+    };
+
+    let app = routes::router(state);
+    tracing::info!(backend = store.backend(), "listening on {addr}");
+    let signal = {
+        let stop_tx = stop_tx.clone();
+        async move {
+            shutdown.await;
+            let _ = stop_tx.send(true);
+        }
+    };
+    let served = axum::serve(listener, app)
+        .with_graceful_shutdown(signal)
+        .await
+        .context("server error");
+    let _ = stop_tx.send(true);
+    let _ = janitor.await;
+    let _ = alerts.await;
+    drop(store);
+    drop(ledger);
+    tracing::info!("stopped");
+    served
 }

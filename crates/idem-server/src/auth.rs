@@ -1,0 +1,211 @@
+//! Bearer-token authentication and authorization.
+//!
+//! Tokens are looked up by the SHA-256 of the presented secret (`idem::hash_secret`), and the
+//! stored hash is compared again in constant time. Once any token exists, every `/v1` call
+//! needs one: missing or unknown → 401; a role below the route's or a namespace outside the
+//! token's scope → 403. With no token at all auth is off (the server then only listens on
+//! loopback, checked at start).
+//!
+//! Lookups (positive and negative) and the token count are cached for about a second so a
+//! busy gate does not hit the store twice per call; a token created through this server
+//! invalidates the cache at once, one created by `idem token create` is seen within a second.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::extract::{FromRequestParts, RawPathParams, Request};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use idem::{ApiToken, Namespace, Role, Store, StoreError};
+use subtle::ConstantTimeEq;
+
+use crate::error::ApiError;
+use crate::input::parse_namespace;
+use crate::state::AppState;
+
+/// Entries kept before the lookup cache is cleared (bounds memory under random tokens).
+const MAX_CACHED: usize = 10_000;
+
+/// Cached token lookups.
+#[derive(Debug)]
+pub struct AuthCache {
+    store: Arc<dyn Store>,
+    ttl: Duration,
+    count: Mutex<Option<(Instant, u64)>>,
+    lookups: Mutex<HashMap<String, (Instant, Option<ApiToken>)>>,
+}
+
+impl AuthCache {
+    pub fn new(store: Arc<dyn Store>) -> Self {
+        AuthCache {
+            store,
+            ttl: Duration::from_secs(1),
+            count: Mutex::new(None),
+            lookups: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Number of tokens (cached).
+    pub async fn token_count(&self) -> Result<u64, StoreError> {
+        if let Ok(g) = self.count.lock() {
+            if let Some((at, n)) = *g {
+                if at.elapsed() < self.ttl {
+                    return Ok(n);
+                }
+            }
+        }
+        let n = self.store.token_count().await?;
+        if let Ok(mut g) = self.count.lock() {
+            *g = Some((Instant::now(), n));
+        }
+        Ok(n)
+    }
+
+    /// The token whose secret this is, if any (cached).
+    pub async fn lookup(&self, secret: &str) -> Result<Option<ApiToken>, StoreError> {
+        let hash = idem::hash_secret(secret);
+        let cached = self.lookups.lock().ok().and_then(|g| {
+            g.get(&hash)
+                .filter(|(at, _)| at.elapsed() < self.ttl)
+                .map(|(_, t)| t.clone())
+        });
+        let found = match cached {
+            Some(t) => t,
+            None => {
+                let t = self.store.find_token(&hash).await?;
+                if let Ok(mut g) = self.lookups.lock() {
+                    if g.len() >= MAX_CACHED {
+                        g.clear();
+                    }
+                    g.insert(hash.clone(), (Instant::now(), t.clone()));
+                }
+                t
+            }
+        };
+        // The store found it by hash; compare again in constant time so a backend that
+        // matched loosely (collation, prefix) can never let a different secret in.
+        Ok(found.filter(|t| bool::from(t.secret_hash.as_bytes().ct_eq(hash.as_bytes()))))
+    }
+
+    /// Forgets everything cached (after a token was created here).
+    pub fn invalidate(&self) {
+        if let Ok(mut g) = self.count.lock() {
+            *g = None;
+        }
+        if let Ok(mut g) = self.lookups.lock() {
+            g.clear();
+        }
+    }
+}
+
+/// Who is calling.
+#[derive(Debug, Clone)]
+pub enum Caller {
+    /// Auth is off (no token exists).
+    Anonymous,
+    Token(ApiToken),
+}
+
+impl Caller {
+    /// The name recorded on operator events: the token label, else its role and id.
+    pub fn actor(&self) -> Option<String> {
+        match self {
+            Caller::Anonymous => None,
+            Caller::Token(t) => Some(
+                t.label
+                    .clone()
+                    .unwrap_or_else(|| format!("{}#{}", t.role.as_str(), t.id)),
+            ),
+        }
+    }
+
+    /// May this caller act on `ns` (when the route has one) with at least `role`?
+    pub fn authorize(&self, role: Role, ns: Option<&Namespace>) -> Result<(), ApiError> {
+        let Caller::Token(t) = self else {
+            return Ok(());
+        };
+        if let Some(ns) = ns {
+            if !in_scope(&t.scope, ns.as_str()) {
+                return Err(ApiError::Forbidden(format!(
+                    "this token is scoped to namespace {:?}",
+                    t.scope
+                )));
+            }
+        }
+        if t.role < role {
+            return Err(ApiError::Forbidden(format!(
+                "this call needs the {} role; the token has {}",
+                role.as_str(),
+                t.role.as_str()
+            )));
+        }
+        Ok(())
+    }
+
+    /// The caller's scope covers `scope` (a namespace or `*`).
+    pub fn covers_scope(&self, scope: &str) -> bool {
+        match self {
+            Caller::Anonymous => true,
+            Caller::Token(t) => t.scope == "*" || t.scope == scope,
+        }
+    }
+}
+
+fn in_scope(token_scope: &str, ns: &str) -> bool {
+    token_scope == "*" || token_scope == ns
+}
+
+/// The bearer secret of a request, if it carries one.
+fn bearer(req: &Request) -> Result<Option<String>, ApiError> {
+    let Some(v) = req.headers().get(axum::http::header::AUTHORIZATION) else {
+        return Ok(None);
+    };
+    let s = v
+        .to_str()
+        .map_err(|_| ApiError::Unauthorized("malformed Authorization header".into()))?;
+    let (scheme, secret) = s
+        .trim()
+        .split_once(' ')
+        .ok_or_else(|| ApiError::Unauthorized("use Authorization: Bearer <token>".into()))?;
+    if !scheme.eq_ignore_ascii_case("bearer") || secret.trim().is_empty() {
+        return Err(ApiError::Unauthorized(
+            "use Authorization: Bearer <token>".into(),
+        ));
+    }
+    Ok(Some(secret.trim().to_owned()))
+}
+
+/// Authenticates the caller and checks the route's `role` and the `{ns}` scope; puts the
+/// [`Caller`] into the request extensions for handlers.
+pub async fn require(role: Role, state: AppState, req: Request, next: Next) -> Response {
+    match check(role, &state, req).await {
+        Ok(req) => next.run(req).await,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn check(role: Role, state: &AppState, req: Request) -> Result<Request, ApiError> {
+    let secret = bearer(&req)?;
+    let caller = if state.auth.token_count().await? == 0 {
+        Caller::Anonymous
+    } else {
+        let secret =
+            secret.ok_or_else(|| ApiError::Unauthorized("a bearer token is required".into()))?;
+        match state.auth.lookup(&secret).await? {
+            Some(t) => Caller::Token(t),
+            None => return Err(ApiError::Unauthorized("unknown token".into())),
+        }
+    };
+    let (mut parts, body) = req.into_parts();
+    let ns = match RawPathParams::from_request_parts(&mut parts, &()).await {
+        Ok(params) => match params.iter().find(|(k, _)| *k == "ns") {
+            Some((_, raw)) => Some(parse_namespace(raw)?),
+            None => None,
+        },
+        Err(_) => None,
+    };
+    caller.authorize(role, ns.as_ref())?;
+    parts.extensions.insert(caller);
+    Ok(Request::from_parts(parts, body))
+}

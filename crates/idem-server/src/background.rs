@@ -1,0 +1,222 @@
+//! Background loops: the janitor (lease expiry, stuck detection, retention, store gauges) and
+//! the alert sender.
+//!
+//! Each is one public `*_once()` step that tests drive deterministically, plus a thin loop
+//! that runs the step again at once after a full batch (there is more to do), sleeps the
+//! interval after a partial one, backs off exponentially after an error, and stops at
+//! shutdown. Steps work in bounded batches so they never hold the store for long.
+//! Alerts carry no payloads, results or secrets: only the namespace, the masked key and its
+//! SHA-256, the state, the reason and the error category.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use idem::{AlertOutcome, Key, PendingAlert, Store, StoreError, Timestamp};
+use serde::Serialize;
+use tokio::sync::watch;
+
+/// Longest pause after repeated errors.
+const MAX_ERROR_BACKOFF: Duration = Duration::from_secs(300);
+
+/// What one janitor step did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JanitorReport {
+    pub examined: usize,
+    pub moved_to_review: usize,
+    pub stuck_alerts: usize,
+    pub results_expired: usize,
+    pub tombstones_deleted: usize,
+    /// Some part filled its batch: run again without waiting.
+    pub full_batch: bool,
+}
+
+/// One janitor step at `now`: sweep leases, apply retention, refresh the store gauges.
+pub async fn janitor_once(
+    store: &Arc<dyn Store>,
+    now: Timestamp,
+    batch: usize,
+) -> Result<JanitorReport, StoreError> {
+    let sweep = store.sweep_once(now, batch).await?;
+    let ret = store.retention_once(now, batch).await?;
+    let expired = ret.results_expired + ret.tombstones_deleted;
+    if expired > 0 {
+        metrics::counter!("idem_janitor_expired_total").increment(expired as u64);
+    }
+    let stats = store.stats(now).await?;
+    crate::metrics::set_stats(&stats);
+    let report = JanitorReport {
+        examined: sweep.examined,
+        moved_to_review: sweep.moved_to_review,
+        stuck_alerts: sweep.stuck_alerts,
+        results_expired: ret.results_expired,
+        tombstones_deleted: ret.tombstones_deleted,
+        full_batch: sweep.examined >= batch
+            || ret.results_expired >= batch
+            || ret.tombstones_deleted >= batch,
+    };
+    if report.moved_to_review + report.stuck_alerts + expired > 0 {
+        tracing::info!(
+            moved_to_review = report.moved_to_review,
+            stuck = report.stuck_alerts,
+            results_expired = report.results_expired,
+            tombstones_deleted = report.tombstones_deleted,
+            "janitor"
+        );
+    }
+    Ok(report)
+}
+
+/// The alert body posted to a namespace `alert_url`.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct AlertBody {
+    pub namespace: String,
+    pub key_masked: String,
+    pub key_sha256: String,
+    pub state: &'static str,
+    pub reason: String,
+    pub error_category: Option<String>,
+    pub at: String,
+}
+
+impl AlertBody {
+    pub fn of(a: &PendingAlert) -> AlertBody {
+        AlertBody {
+            namespace: a.namespace.clone(),
+            key_masked: idem::mask_key(&a.key),
+            key_sha256: Key::try_from(a.key.as_str())
+                .map(|k| k.sha256_hex())
+                .unwrap_or_default(),
+            state: a.state.as_str(),
+            reason: a.reason.clone(),
+            error_category: a.error_category.clone(),
+            at: a.created_at.to_rfc3339(),
+        }
+    }
+}
+
+/// What one alert step did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AlertsReport {
+    pub sent: usize,
+    pub retried: usize,
+    pub gave_up: usize,
+    /// No alert_url any more: nothing to send to.
+    pub dropped: usize,
+    pub full_batch: bool,
+}
+
+/// Alerts handled per step.
+pub const ALERT_BATCH: usize = 50;
+/// How long a claimed alert is reserved for this instance.
+const ALERT_LEASE_MS: i64 = 60_000;
+
+/// Delay before delivery attempt `tries + 1`: 1 s, 2 s, 4 s … capped at 5 min.
+pub fn alert_backoff_ms(tries: u32) -> i64 {
+    1000i64.saturating_mul(1i64 << tries.min(20)).min(300_000)
+}
+
+/// One alert step: delivers due alerts, each at most once per step.
+pub async fn alerts_once(
+    store: &Arc<dyn Store>,
+    client: &reqwest::Client,
+    now: Timestamp,
+    max_tries: u32,
+) -> Result<AlertsReport, StoreError> {
+    let due = store.due_alerts(now, ALERT_BATCH, ALERT_LEASE_MS).await?;
+    let mut report = AlertsReport {
+        full_batch: due.len() >= ALERT_BATCH,
+        ..Default::default()
+    };
+    for alert in due {
+        let masked = idem::mask_key(&alert.key);
+        let Some(url) = alert.alert_url.clone() else {
+            store
+                .finish_alert(alert.id, AlertOutcome::GaveUp, now)
+                .await?;
+            metrics::counter!("idem_alerts_total", "result" => "dropped").increment(1);
+            report.dropped += 1;
+            continue;
+        };
+        let body = AlertBody::of(&alert);
+        let outcome = match client.post(&url).json(&body).send().await {
+            Ok(resp) if resp.status().is_success() => Ok(()),
+            Ok(resp) => Err(format!("HTTP {}", resp.status().as_u16())),
+            Err(e) => Err(if e.is_timeout() {
+                "timeout".to_string()
+            } else if e.is_connect() {
+                "connection failed".to_string()
+            } else {
+                "request failed".to_string()
+            }),
+        };
+        let tries = alert.tries.saturating_add(1);
+        match outcome {
+            Ok(()) => {
+                store
+                    .finish_alert(alert.id, AlertOutcome::Sent, now)
+                    .await?;
+                metrics::counter!("idem_alerts_total", "result" => "sent").increment(1);
+                tracing::info!(namespace = %alert.namespace, key = %masked, reason = %alert.reason, "alert sent");
+                report.sent += 1;
+            }
+            Err(why) if tries >= max_tries => {
+                store
+                    .finish_alert(alert.id, AlertOutcome::GaveUp, now)
+                    .await?;
+                metrics::counter!("idem_alerts_total", "result" => "gave_up").increment(1);
+                tracing::warn!(namespace = %alert.namespace, key = %masked, tries, why, "alert given up");
+                report.gave_up += 1;
+            }
+            Err(why) => {
+                let at = now.plus_ms(alert_backoff_ms(alert.tries));
+                store
+                    .finish_alert(alert.id, AlertOutcome::RetryAt(at), now)
+                    .await?;
+                metrics::counter!("idem_alerts_total", "result" => "retry").increment(1);
+                tracing::warn!(namespace = %alert.namespace, key = %masked, tries, why, "alert delivery failed; will retry");
+                report.retried += 1;
+            }
+        }
+    }
+    Ok(report)
+}
+
+/// Runs `step` until shutdown: again at once after a full batch, after `interval` after a
+/// partial one, with exponential backoff after errors.
+pub async fn run_loop<F, Fut>(
+    name: &'static str,
+    interval: Duration,
+    mut shutdown: watch::Receiver<bool>,
+    mut step: F,
+) where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<bool, StoreError>>,
+{
+    let mut error_delay = interval;
+    loop {
+        if *shutdown.borrow() {
+            break;
+        }
+        let delay = match step().await {
+            Ok(true) => Duration::ZERO,
+            Ok(false) => {
+                error_delay = interval;
+                interval
+            }
+            Err(e) => {
+                error_delay = (error_delay * 2).min(MAX_ERROR_BACKOFF).max(interval);
+                tracing::warn!(loop_name = name, error = %e, retry_in = ?error_delay, "background step failed");
+                error_delay
+            }
+        };
+        if delay.is_zero() {
+            tokio::task::yield_now().await;
+            continue;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => {}
+            r = shutdown.changed() => if r.is_err() { break },
+        }
+    }
+    tracing::debug!(loop_name = name, "stopped");
+}

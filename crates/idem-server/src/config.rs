@@ -1,0 +1,507 @@
+//! Service configuration in layers: defaults → `--config` TOML file → `IDEM_*` environment →
+//! command-line flags, each layer overriding the one before. Validated once, at start, with
+//! errors that name the setting and where it came from.
+//!
+//! Durations are human (`300ms`, `15m`, `30d`). Per-namespace policy may be set in the file
+//! (`[namespaces.NAME]`); it uses the policy fields of the API, where a `*_ms` field also
+//! accepts a human duration string, and a field without `_ms` (`lease = "45s"`) means the
+//! same thing. The database URL is only ever printed through [`Config::db_redacted`].
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::ServeArgs;
+
+/// Longest `wait_ms` honoured on claim (the contract caps it at 30 s).
+pub const MAX_WAIT_MS: i64 = 30_000;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+impl LogFormat {
+    fn parse(s: &str) -> Option<LogFormat> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "text" | "pretty" | "plain" => Some(LogFormat::Text),
+            "json" => Some(LogFormat::Json),
+            _ => None,
+        }
+    }
+}
+
+/// The validated configuration of one server.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub listen: SocketAddr,
+    pub db: String,
+    pub janitor_interval: Duration,
+    /// Records per janitor batch (sweep and retention).
+    pub janitor_batch: usize,
+    pub alert_interval: Duration,
+    /// Alert delivery attempts before giving up.
+    pub alert_max_tries: u32,
+    pub alert_timeout: Duration,
+    pub log_format: LogFormat,
+    /// `tracing` filter directive (`info`, `idem_server=debug`, …).
+    pub log_level: String,
+    /// Largest request body, bytes.
+    pub body_limit: usize,
+    /// Policy patches applied at start, by namespace (JSON merge patches with `*_ms` integers).
+    pub namespaces: BTreeMap<String, Value>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            listen: SocketAddr::from(([127, 0, 0, 1], 7780)),
+            db: "sqlite://idem.db".into(),
+            janitor_interval: Duration::from_secs(30),
+            janitor_batch: 1000,
+            alert_interval: Duration::from_secs(2),
+            alert_max_tries: 6,
+            alert_timeout: Duration::from_secs(5),
+            log_format: LogFormat::Text,
+            log_level: "info".into(),
+            body_limit: 1024 * 1024,
+            namespaces: BTreeMap::new(),
+        }
+    }
+}
+
+impl Config {
+    /// The database URL with any password replaced by `***`.
+    pub fn db_redacted(&self) -> String {
+        idem::redact_password(&self.db)
+    }
+
+    /// Builds the configuration from every layer; `env` reads one environment variable.
+    pub fn load(
+        args: &ServeArgs,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Config, ConfigError> {
+        let mut c = Config::default();
+        let path = args.config.clone().or_else(|| {
+            env("IDEM_CONFIG")
+                .filter(|s| !s.is_empty())
+                .map(PathBuf::from)
+        });
+        if let Some(p) = path {
+            let text = std::fs::read_to_string(&p).map_err(|e| ConfigError::File {
+                path: p.clone(),
+                message: e.to_string(),
+            })?;
+            c.apply_file(&text).map_err(|e| e.in_file(&p))?;
+        }
+        let vars = [
+            ("IDEM_LISTEN", "listen"),
+            ("IDEM_DB", "db"),
+            ("IDEM_JANITOR_INTERVAL", "janitor_interval"),
+            ("IDEM_JANITOR_BATCH", "janitor_batch"),
+            ("IDEM_ALERT_INTERVAL", "alert_interval"),
+            ("IDEM_LOG_FORMAT", "log_format"),
+            ("IDEM_LOG", "log_level"),
+            ("IDEM_BODY_LIMIT", "body_limit"),
+        ];
+        for (var, setting) in vars {
+            if let Some(v) = env(var).filter(|v| !v.is_empty()) {
+                c.set(setting, &v).map_err(|m| ConfigError::Setting {
+                    setting: var.into(),
+                    message: m,
+                })?;
+            }
+        }
+        let flags = [
+            ("--listen", "listen", &args.listen),
+            ("--db", "db", &args.db),
+            (
+                "--janitor-interval",
+                "janitor_interval",
+                &args.janitor_interval,
+            ),
+            ("--log-format", "log_format", &args.log_format),
+        ];
+        for (flag, setting, v) in flags {
+            if let Some(v) = v {
+                c.set(setting, v).map_err(|m| ConfigError::Setting {
+                    setting: flag.into(),
+                    message: m,
+                })?;
+            }
+        }
+        c.validate()?;
+        Ok(c)
+    }
+
+    /// Sets one scalar setting from its text form.
+    fn set(&mut self, setting: &str, v: &str) -> Result<(), String> {
+        match setting {
+            "listen" => {
+                self.listen = v.trim().parse().map_err(|_| {
+                    format!("{v:?} is not an address: use IP:PORT, e.g. 127.0.0.1:7780")
+                })?
+            }
+            "db" => {
+                idem::DbUrl::parse(v).map_err(|e| e.to_string())?;
+                self.db = v.to_owned();
+            }
+            "janitor_interval" => self.janitor_interval = parse_duration(v)?,
+            "alert_interval" => self.alert_interval = parse_duration(v)?,
+            "janitor_batch" => {
+                self.janitor_batch = v
+                    .trim()
+                    .parse()
+                    .map_err(|_| format!("{v:?} is not a positive integer"))?
+            }
+            "log_format" => {
+                self.log_format = LogFormat::parse(v)
+                    .ok_or_else(|| format!("{v:?} is not a log format: use text or json"))?
+            }
+            "log_level" => self.log_level = v.to_owned(),
+            "body_limit" => self.body_limit = parse_size(v)?,
+            other => return Err(format!("unknown setting {other}")),
+        }
+        Ok(())
+    }
+
+    fn apply_file(&mut self, text: &str) -> Result<(), ConfigError> {
+        let file: FileConfig = toml::from_str(text).map_err(|e| ConfigError::Setting {
+            setting: "file".into(),
+            message: e.to_string(),
+        })?;
+        let mut set = |name: &str, v: Option<String>| -> Result<(), ConfigError> {
+            match v {
+                Some(v) => self.set(name, &v).map_err(|m| ConfigError::Setting {
+                    setting: name.into(),
+                    message: m,
+                }),
+                None => Ok(()),
+            }
+        };
+        set("listen", file.listen)?;
+        set("db", file.db)?;
+        set("janitor_interval", file.janitor_interval)?;
+        set("janitor_batch", file.janitor_batch.map(|n| n.to_string()))?;
+        set("alert_interval", file.alert_interval)?;
+        set("log_format", file.log_format)?;
+        set("log_level", file.log_level)?;
+        set(
+            "body_limit",
+            file.body_limit.map(|v| match v {
+                toml::Value::String(s) => s,
+                other => other.to_string(),
+            }),
+        )?;
+        for (name, table) in file.namespaces {
+            let patch = policy_from_toml(&table).map_err(|m| ConfigError::Setting {
+                setting: format!("namespaces.{name}"),
+                message: m,
+            })?;
+            self.namespaces.insert(name, patch);
+        }
+        Ok(())
+    }
+
+    /// Cross-setting checks and the namespace patches (validated against the default policy).
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |setting: &str, message: &str| ConfigError::Setting {
+            setting: setting.into(),
+            message: message.into(),
+        };
+        if self.janitor_interval < Duration::from_millis(10) {
+            return Err(bad("janitor_interval", "must be at least 10ms"));
+        }
+        if self.alert_interval < Duration::from_millis(10) {
+            return Err(bad("alert_interval", "must be at least 10ms"));
+        }
+        if !(1..=100_000).contains(&self.janitor_batch) {
+            return Err(bad("janitor_batch", "must be from 1 to 100000"));
+        }
+        if !(1024..=1024 * 1024 * 1024).contains(&self.body_limit) {
+            return Err(bad("body_limit", "must be from 1KiB to 1GiB"));
+        }
+        for (name, patch) in &self.namespaces {
+            idem::Namespace::try_from(name.as_str())
+                .map_err(|e| bad(&format!("namespaces.{name}"), &e.to_string()))?;
+            idem::Policy::default()
+                .patch(patch)
+                .map_err(|e| bad(&format!("namespaces.{name}"), &e.to_string()))?;
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    listen: Option<String>,
+    db: Option<String>,
+    janitor_interval: Option<String>,
+    janitor_batch: Option<u64>,
+    alert_interval: Option<String>,
+    log_format: Option<String>,
+    log_level: Option<String>,
+    body_limit: Option<toml::Value>,
+    #[serde(default)]
+    namespaces: BTreeMap<String, toml::Table>,
+}
+
+/// Why the configuration was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {message}")]
+    File { path: PathBuf, message: String },
+    #[error("invalid setting {setting}: {message}")]
+    Setting { setting: String, message: String },
+    #[error("in config file {path}: {source}")]
+    InFile {
+        path: PathBuf,
+        #[source]
+        source: Box<ConfigError>,
+    },
+}
+
+impl ConfigError {
+    fn in_file(self, path: &Path) -> ConfigError {
+        ConfigError::InFile {
+            path: path.to_owned(),
+            source: Box::new(self),
+        }
+    }
+}
+
+/// `300ms`, `15m`, `30d`, or a bare number of milliseconds.
+pub fn parse_duration(v: &str) -> Result<Duration, String> {
+    let t = v.trim();
+    if let Ok(ms) = t.parse::<u64>() {
+        return Ok(Duration::from_millis(ms));
+    }
+    humantime::parse_duration(t)
+        .map_err(|e| format!("{v:?} is not a duration ({e}); use e.g. 300ms, 30s, 15m, 30d"))
+}
+
+/// Bytes: `1048576`, `512KiB`, `1MiB`, `2MB`.
+pub fn parse_size(v: &str) -> Result<usize, String> {
+    let t = v.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: usize = num
+        .parse()
+        .map_err(|_| format!("{v:?} is not a size: use bytes or e.g. 512KiB, 1MiB"))?;
+    let mult = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" => 1000,
+        "kib" => 1024,
+        "m" | "mb" => 1_000_000,
+        "mib" => 1024 * 1024,
+        "g" | "gb" => 1_000_000_000,
+        "gib" => 1024 * 1024 * 1024,
+        _ => {
+            return Err(format!(
+                "{v:?} has an unknown unit: use B, KiB, MiB, KB, MB"
+            ))
+        }
+    };
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("{v:?} is too large"))
+}
+
+/// Policy fields that are durations, without their `_ms` suffix.
+const DURATION_FIELDS: [&str; 7] = [
+    "lease",
+    "retention",
+    "audit_retention",
+    "stuck_after",
+    "base",
+    "max",
+    "window",
+];
+
+/// Turns a `[namespaces.NAME]` table into a JSON policy patch (`*_ms` integers).
+fn policy_from_toml(table: &toml::Table) -> Result<Value, String> {
+    let mut out = serde_json::Map::new();
+    for (k, v) in table {
+        let (name, value) = policy_member(k, v)?;
+        out.insert(name, value);
+    }
+    Ok(Value::Object(out))
+}
+
+fn policy_member(k: &str, v: &toml::Value) -> Result<(String, Value), String> {
+    let base = k.strip_suffix("_ms").unwrap_or(k);
+    let is_duration = DURATION_FIELDS.contains(&base);
+    if k == "retry" {
+        let t = v
+            .as_table()
+            .ok_or_else(|| "retry must be a table".to_string())?;
+        let mut m = serde_json::Map::new();
+        for (rk, rv) in t {
+            let (n, val) = policy_member(rk, rv).map_err(|e| format!("retry.{e}"))?;
+            m.insert(n, val);
+        }
+        return Ok((k.into(), Value::Object(m)));
+    }
+    if is_duration {
+        let ms = match v {
+            toml::Value::String(s) => parse_duration(s)
+                .map_err(|e| format!("{k}: {e}"))?
+                .as_millis() as i64,
+            toml::Value::Integer(n) => *n,
+            _ => {
+                return Err(format!(
+                    "{k}: must be a duration like \"30s\" or milliseconds"
+                ))
+            }
+        };
+        return Ok((format!("{base}_ms"), Value::from(ms)));
+    }
+    let json = serde_json::to_value(v).map_err(|e| format!("{k}: {e}"))?;
+    Ok((k.into(), json))
+}
+
+/// A commented example configuration (`idem default-config`).
+pub fn default_config_toml() -> &'static str {
+    r#"# idem server configuration.
+# Layers: defaults -> this file (--config / IDEM_CONFIG) -> IDEM_* environment -> flags.
+# Durations are human: 300ms, 30s, 15m, 30d.
+
+# Address to listen on (IDEM_LISTEN, --listen). Without any API token the server only
+# accepts a loopback address; create one with `idem token create` to listen elsewhere.
+listen = "127.0.0.1:7780"
+
+# Ledger database (IDEM_DB, --db): sqlite://PATH (embedded, default) or
+# postgres://user:password@host/db (shared by several instances).
+db = "sqlite://idem.db"
+
+# How often the janitor expires leases, detects stuck work and applies retention
+# (IDEM_JANITOR_INTERVAL, --janitor-interval), and how many records it handles per batch.
+janitor_interval = "30s"
+janitor_batch = 1000
+
+# How often pending alerts are delivered to namespace alert_urls (IDEM_ALERT_INTERVAL).
+alert_interval = "2s"
+
+# Logs: "text" or "json" (IDEM_LOG_FORMAT, --log-format); filter (IDEM_LOG), e.g. "info".
+log_format = "text"
+log_level = "info"
+
+# Largest accepted request body (IDEM_BODY_LIMIT): bytes, or e.g. "512KiB", "1MiB".
+body_limit = "1MiB"
+
+# Per-namespace policy applied at start (same fields as PATCH /v1/namespaces/{ns};
+# durations may be written "30s" or as integer milliseconds in the *_ms fields).
+# [namespaces.payments]
+# lease_ms = "30s"
+# lease_expiry = "review"          # money paths: an expired lease goes to a person
+# retention_ms = "30d"
+# audit_retention_ms = "400d"
+# stuck_after_ms = "15m"
+# daily_limit = 10000
+# alert_url = "https://alerts.example.com/idem"
+# destination_idempotent = false
+# [namespaces.payments.retry]
+# max_attempts = 5
+# base_ms = "1s"
+# max_ms = "5m"
+# window_ms = "24h"
+"#
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn env(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let m: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |k| m.get(k).cloned()
+    }
+
+    #[test]
+    fn defaults() {
+        let c = Config::load(&ServeArgs::default(), &env(&[])).expect("ok");
+        assert_eq!(c.listen.to_string(), "127.0.0.1:7780");
+        assert_eq!(c.db, "sqlite://idem.db");
+        assert_eq!(c.janitor_interval, Duration::from_secs(30));
+        assert_eq!(c.body_limit, 1 << 20);
+    }
+
+    #[test]
+    fn layers_override_in_order() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let p = dir.path().join("idem.toml");
+        std::fs::write(
+            &p,
+            "listen = \"127.0.0.1:1\"\ndb = \"sqlite://file.db\"\njanitor_interval = \"5m\"\n\
+             [namespaces.pay]\nlease = \"45s\"\nlease_expiry = \"review\"\n\
+             [namespaces.pay.retry]\nmax_attempts = 3\nwindow_ms = \"2h\"\n",
+        )
+        .expect("write");
+        let args = ServeArgs {
+            config: Some(p),
+            listen: Some("127.0.0.1:3".into()),
+            ..Default::default()
+        };
+        let c = Config::load(
+            &args,
+            &env(&[
+                ("IDEM_LISTEN", "127.0.0.1:2"),
+                ("IDEM_DB", "sqlite://env.db"),
+            ]),
+        )
+        .expect("ok");
+        assert_eq!(c.listen.to_string(), "127.0.0.1:3");
+        assert_eq!(c.db, "sqlite://env.db");
+        assert_eq!(c.janitor_interval, Duration::from_secs(300));
+        assert_eq!(
+            c.namespaces.get("pay"),
+            Some(
+                &serde_json::json!({"lease_ms": 45000, "lease_expiry": "review",
+                "retry": {"max_attempts": 3, "window_ms": 7_200_000}})
+            )
+        );
+    }
+
+    #[test]
+    fn errors_name_the_setting() {
+        let e = Config::load(
+            &ServeArgs::default(),
+            &env(&[("IDEM_JANITOR_INTERVAL", "soon")]),
+        )
+        .expect_err("bad");
+        assert!(e.to_string().contains("IDEM_JANITOR_INTERVAL"), "{e}");
+        let args = ServeArgs {
+            listen: Some("nope".into()),
+            ..Default::default()
+        };
+        let e = Config::load(&args, &env(&[])).expect_err("bad");
+        assert!(e.to_string().contains("--listen"), "{e}");
+        let dir = tempfile::tempdir().expect("tmp");
+        let p = dir.path().join("idem.toml");
+        std::fs::write(&p, "[namespaces.pay]\nbogus = 1\n").expect("write");
+        let args = ServeArgs {
+            config: Some(p),
+            ..Default::default()
+        };
+        let e = Config::load(&args, &env(&[])).expect_err("bad");
+        assert!(e.to_string().contains("bogus"), "{e}");
+    }
+
+    #[test]
+    fn example_config_parses() {
+        let mut c = Config::default();
+        c.apply_file(default_config_toml()).expect("example parses");
+        c.validate().expect("example is valid");
+        assert_eq!(parse_size("1MiB"), Ok(1 << 20));
+        assert_eq!(parse_size("512KiB"), Ok(512 * 1024));
+    }
+}

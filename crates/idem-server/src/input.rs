@@ -1,0 +1,333 @@
+//! Reading requests: the body (size-limited JSON), path identifiers and strict field access.
+//!
+//! Invariants: a body larger than the configured limit is refused before it is parsed (413);
+//! malformed JSON is 400 `invalid_json`; a member the endpoint does not know is 400
+//! `unknown_field` naming it; a member of the wrong type, range or length is 422
+//! `invalid_field` naming it (dotted path for nested members). A JSON `null` counts as absent
+//! for optional members. `Content-Type` is not required: n8n and curl users often send JSON
+//! without it, and an idempotency gate that refuses such a call would only push people to
+//! skip it. A body declared as something other than JSON is still parsed as JSON.
+
+use axum::body::Bytes;
+use axum::extract::{FromRequest, FromRequestParts, RawPathParams, Request};
+use axum::http::request::Parts;
+use idem::{Key, Namespace, ValidationError};
+use serde_json::{Map, Value};
+
+use crate::error::ApiError;
+use crate::state::AppState;
+
+/// A request body read as JSON (`Value::Null` when the body is empty).
+#[derive(Debug)]
+pub struct JsonBody(pub Value);
+
+impl FromRequest<AppState> for JsonBody {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, Self::Rejection> {
+        let limit = state.config.body_limit;
+        let too_large = ApiError::BodyTooLarge { limit };
+        if let Some(len) = req
+            .headers()
+            .get(axum::http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok())
+        {
+            if len > limit as u64 {
+                return Err(too_large);
+            }
+        }
+        let bytes: Bytes = axum::body::to_bytes(req.into_body(), limit)
+            .await
+            .map_err(|_| ApiError::BodyTooLarge { limit })?;
+        parse_json(&bytes).map(JsonBody)
+    }
+}
+
+/// Parses a body: empty (or only whitespace) means `null`.
+pub fn parse_json(bytes: &[u8]) -> Result<Value, ApiError> {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(Value::Null);
+    }
+    serde_json::from_slice(bytes).map_err(|e| ApiError::InvalidJson(format!("malformed JSON: {e}")))
+}
+
+/// The `{ns}` and `{key}` path segments, percent-decoded and validated.
+#[derive(Debug, Clone)]
+pub struct NsKey {
+    pub ns: Namespace,
+    pub key: Key,
+}
+
+impl FromRequestParts<AppState> for NsKey {
+    type Rejection = ApiError;
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let ns = NsPath::from_request_parts(parts, state).await?.0;
+        let raw = raw_param(parts, "key").await?;
+        Ok(NsKey {
+            ns,
+            key: parse_key(&raw)?,
+        })
+    }
+}
+
+/// The `{ns}` path segment, percent-decoded and validated.
+#[derive(Debug, Clone)]
+pub struct NsPath(pub Namespace);
+
+impl FromRequestParts<AppState> for NsPath {
+    type Rejection = ApiError;
+    async fn from_request_parts(parts: &mut Parts, _: &AppState) -> Result<Self, ApiError> {
+        let raw = raw_param(parts, "ns").await?;
+        parse_namespace(&raw).map(NsPath)
+    }
+}
+
+async fn raw_param(parts: &mut Parts, name: &str) -> Result<String, ApiError> {
+    let params = RawPathParams::from_request_parts(parts, &())
+        .await
+        .map_err(|e| ApiError::Internal(format!("path parameters: {e}")))?;
+    params
+        .iter()
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v.to_owned())
+        .ok_or_else(|| ApiError::Internal(format!("route has no {{{name}}} segment")))
+}
+
+/// Decodes `%XX` escapes (a `+` stays a `+`: this is a path, not a form).
+pub fn percent_decode(raw: &str) -> Result<Vec<u8>, String> {
+    let b = raw.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let hex = b
+                .get(i + 1..i + 3)
+                .and_then(|h| std::str::from_utf8(h).ok())
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .ok_or_else(|| format!("bad percent-escape at position {i}"))?;
+            out.push(hex);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    Ok(out)
+}
+
+/// A key from its percent-encoded path segment: 1–255 bytes of visible ASCII.
+pub fn parse_key(raw: &str) -> Result<Key, ApiError> {
+    let bytes = percent_decode(raw).map_err(|m| ApiError::InvalidKey(format!("key: {m}")))?;
+    if bytes.is_empty() || bytes.len() > 255 {
+        return Err(ApiError::InvalidKey(
+            ValidationError::KeyLength(bytes.len()).to_string(),
+        ));
+    }
+    if let Some((pos, &byte)) = bytes
+        .iter()
+        .enumerate()
+        .find(|(_, b)| !(0x21..=0x7e).contains(*b))
+    {
+        return Err(ApiError::InvalidKey(
+            ValidationError::KeyByte { byte, pos }.to_string(),
+        ));
+    }
+    let s =
+        String::from_utf8(bytes).map_err(|_| ApiError::InvalidKey("key is not ASCII".into()))?;
+    Key::try_from(s).map_err(|e| ApiError::InvalidKey(e.to_string()))
+}
+
+/// A namespace from its percent-encoded path segment.
+pub fn parse_namespace(raw: &str) -> Result<Namespace, ApiError> {
+    let bytes =
+        percent_decode(raw).map_err(|m| ApiError::InvalidNamespace(format!("namespace: {m}")))?;
+    let s = String::from_utf8(bytes)
+        .map_err(|_| ApiError::InvalidNamespace("namespace is not valid UTF-8".into()))?;
+    Namespace::try_from(s).map_err(|e| ApiError::InvalidNamespace(e.to_string()))
+}
+
+/// Strict access to the members of a JSON object body.
+///
+/// Built with the list of members the endpoint knows; any other member is refused at once
+/// (400 `unknown_field`), before any value is looked at.
+#[derive(Debug)]
+pub struct Obj {
+    map: Map<String, Value>,
+    /// Dotted prefix for nested objects (`error.`), so errors name the full path.
+    prefix: String,
+}
+
+impl Obj {
+    /// A top-level body: `null` (empty body) is `{}` when `empty_ok`.
+    pub fn body(v: Value, allowed: &[&str], empty_ok: bool) -> Result<Obj, ApiError> {
+        match v {
+            Value::Null if empty_ok => Obj::new(Map::new(), allowed, ""),
+            Value::Null => Err(ApiError::InvalidJson(
+                "a JSON object body is required".into(),
+            )),
+            Value::Object(m) => Obj::new(m, allowed, ""),
+            _ => Err(ApiError::InvalidJson(
+                "the request body must be a JSON object".into(),
+            )),
+        }
+    }
+
+    fn new(map: Map<String, Value>, allowed: &[&str], prefix: &str) -> Result<Obj, ApiError> {
+        if let Some(k) = map.keys().find(|k| !allowed.contains(&k.as_str())) {
+            return Err(ApiError::UnknownField {
+                field: format!("{prefix}{k}"),
+            });
+        }
+        Ok(Obj {
+            map,
+            prefix: prefix.to_owned(),
+        })
+    }
+
+    fn name(&self, field: &str) -> String {
+        format!("{}{field}", self.prefix)
+    }
+
+    fn invalid(&self, field: &str, msg: &str) -> ApiError {
+        let name = self.name(field);
+        ApiError::InvalidField {
+            message: format!("`{name}` {msg}"),
+            field: name,
+        }
+    }
+
+    /// The raw value (absent or `null` → `None`).
+    pub fn value(&mut self, field: &str) -> Option<Value> {
+        match self.map.remove(field) {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(v),
+        }
+    }
+
+    pub fn opt_str(&mut self, field: &str, max_len: usize) -> Result<Option<String>, ApiError> {
+        match self.value(field) {
+            None => Ok(None),
+            Some(Value::String(s)) if s.chars().count() <= max_len => Ok(Some(s)),
+            Some(Value::String(_)) => {
+                Err(self.invalid(field, &format!("must be at most {max_len} characters")))
+            }
+            Some(_) => Err(self.invalid(field, "must be a string")),
+        }
+    }
+
+    pub fn req_str(&mut self, field: &str, max_len: usize) -> Result<String, ApiError> {
+        match self.opt_str(field, max_len)? {
+            Some(s) if !s.is_empty() => Ok(s),
+            _ => Err(self.invalid(field, "is required (a non-empty string)")),
+        }
+    }
+
+    pub fn opt_i64(&mut self, field: &str, min: i64, max: i64) -> Result<Option<i64>, ApiError> {
+        match self.value(field) {
+            None => Ok(None),
+            Some(v) => match v.as_i64() {
+                Some(n) if (min..=max).contains(&n) => Ok(Some(n)),
+                _ => Err(self.invalid(field, &format!("must be an integer from {min} to {max}"))),
+            },
+        }
+    }
+
+    pub fn opt_bool(&mut self, field: &str) -> Result<Option<bool>, ApiError> {
+        match self.value(field) {
+            None => Ok(None),
+            Some(Value::Bool(b)) => Ok(Some(b)),
+            Some(_) => Err(self.invalid(field, "must be true or false")),
+        }
+    }
+
+    /// One of a fixed set of strings.
+    pub fn opt_enum<T>(
+        &mut self,
+        field: &str,
+        parse: impl Fn(&str) -> Option<T>,
+        choices: &str,
+    ) -> Result<Option<T>, ApiError> {
+        match self.value(field) {
+            None => Ok(None),
+            Some(Value::String(s)) => match parse(&s) {
+                Some(t) => Ok(Some(t)),
+                None => Err(self.invalid(field, &format!("must be one of {choices}"))),
+            },
+            Some(_) => Err(self.invalid(field, &format!("must be one of {choices}"))),
+        }
+    }
+
+    /// A nested object with its own list of known members.
+    pub fn opt_obj(&mut self, field: &str, allowed: &[&str]) -> Result<Option<Obj>, ApiError> {
+        match self.value(field) {
+            None => Ok(None),
+            Some(Value::Object(m)) => {
+                Obj::new(m, allowed, &format!("{}.", self.name(field))).map(Some)
+            }
+            Some(_) => Err(self.invalid(field, "must be a JSON object")),
+        }
+    }
+
+    /// An error for a member the caller checks itself.
+    pub fn error(&self, field: &str, msg: &str) -> ApiError {
+        self.invalid(field, msg)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn keys_are_percent_decoded_then_validated() {
+        assert_eq!(
+            parse_key("evt_1%3Acharge").map(|k| k.to_string()).ok(),
+            Some("evt_1:charge".into())
+        );
+        assert_eq!(
+            parse_key("a%2Fb").map(|k| k.to_string()).ok(),
+            Some("a/b".into())
+        );
+        assert_eq!(
+            parse_key("a+b").map(|k| k.to_string()).ok(),
+            Some("a+b".into())
+        );
+        for bad in ["a%20b", "%C3%A9", "a%2", "%zz", ""] {
+            assert!(
+                matches!(parse_key(bad), Err(ApiError::InvalidKey(_))),
+                "{bad}"
+            );
+        }
+        let long = "k".repeat(256);
+        assert!(matches!(parse_key(&long), Err(ApiError::InvalidKey(m)) if m.contains("256")));
+    }
+
+    #[test]
+    fn strict_objects_name_fields() {
+        let e = Obj::body(json!({"x": 1}), &["a"], true).map(|_| ());
+        assert!(matches!(e, Err(ApiError::UnknownField { field }) if field == "x"));
+        let mut o = Obj::body(
+            json!({"a": "s", "n": 5, "e": {"z": 1}}),
+            &["a", "n", "e"],
+            true,
+        )
+        .expect("ok");
+        assert!(
+            matches!(o.opt_i64("a", 0, 1), Err(ApiError::InvalidField { field, .. }) if field == "a")
+        );
+        assert!(matches!(
+            o.opt_i64("n", 0, 1),
+            Err(ApiError::InvalidField { .. })
+        ));
+        assert!(
+            matches!(o.opt_obj("e", &["y"]), Err(ApiError::UnknownField { field }) if field == "e.z")
+        );
+        assert!(Obj::body(Value::Null, &[], true).is_ok());
+        assert!(matches!(
+            Obj::body(json!([1]), &[], true),
+            Err(ApiError::InvalidJson(_))
+        ));
+    }
+}

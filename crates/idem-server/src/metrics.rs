@@ -1,0 +1,148 @@
+//! Prometheus metrics.
+//!
+//! The recorder is process-global: it is installed once (tests start many servers in one
+//! process) and every server renders the same registry. Every metric the contract names is
+//! registered at zero when a server starts, so `/metrics` lists them before any traffic.
+//! Labels are bounded sets (outcome, state, class, HTTP status, route pattern) — never a key,
+//! a namespace or other caller-controlled text.
+
+use std::sync::OnceLock;
+use std::time::Instant;
+
+use axum::extract::{MatchedPath, Request};
+use axum::middleware::Next;
+use axum::response::Response;
+use idem::{ClaimOutcome, State, Stats};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
+
+/// Latency buckets, seconds.
+const BUCKETS: &[f64] = &[
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+
+/// Installs the recorder if nobody did yet; `None` if another recorder owns the process.
+pub fn handle() -> Option<&'static PrometheusHandle> {
+    HANDLE
+        .get_or_init(|| {
+            let builder = PrometheusBuilder::new()
+                .set_buckets_for_metric(
+                    Matcher::Full("idem_http_request_duration_seconds".into()),
+                    BUCKETS,
+                )
+                .ok()?;
+            match builder.install_recorder() {
+                Ok(h) => Some(h),
+                Err(e) => {
+                    tracing::warn!(error = %e, "metrics recorder not installed; /metrics is empty");
+                    None
+                }
+            }
+        })
+        .as_ref()
+}
+
+/// Registers every metric at zero.
+pub fn register_all() {
+    metrics::describe_counter!("idem_claims_total", "Claims by outcome.");
+    metrics::describe_counter!(
+        "idem_duplicate_hits_total",
+        "Claims that replayed a final outcome."
+    );
+    metrics::describe_counter!("idem_acquired_total", "Acquisitions (fresh or resumed).");
+    metrics::describe_counter!(
+        "idem_fails_total",
+        "Reported failures by class and HTTP status."
+    );
+    metrics::describe_counter!(
+        "idem_reclaims_total",
+        "Acquisitions that took over an expired lease."
+    );
+    metrics::describe_gauge!("idem_records", "Records per state.");
+    metrics::describe_gauge!(
+        "idem_oldest_processing_seconds",
+        "Age of the oldest processing record."
+    );
+    metrics::describe_gauge!("idem_review_queue_depth", "Records in needs_review.");
+    metrics::describe_counter!(
+        "idem_janitor_expired_total",
+        "Results expired and tombstones deleted by the janitor."
+    );
+    metrics::describe_counter!("idem_alerts_total", "Alert deliveries by result.");
+    metrics::describe_histogram!(
+        "idem_http_request_duration_seconds",
+        metrics::Unit::Seconds,
+        "HTTP request latency by route pattern and status."
+    );
+    for o in ClaimOutcome::ALL {
+        metrics::counter!("idem_claims_total", "outcome" => o.as_str()).increment(0);
+    }
+    metrics::counter!("idem_duplicate_hits_total").increment(0);
+    for r in ["false", "true"] {
+        metrics::counter!("idem_acquired_total", "resumed" => r).increment(0);
+    }
+    metrics::counter!("idem_fails_total", "class" => "retryable", "status" => "none").increment(0);
+    metrics::counter!("idem_reclaims_total").increment(0);
+    metrics::counter!("idem_janitor_expired_total").increment(0);
+    for r in ["sent", "retry", "gave_up", "dropped"] {
+        metrics::counter!("idem_alerts_total", "result" => r).increment(0);
+    }
+    metrics::gauge!("idem_oldest_processing_seconds").increment(0.0);
+    metrics::gauge!("idem_review_queue_depth").increment(0.0);
+    for s in State::ALL {
+        metrics::gauge!("idem_records", "state" => s.as_str()).increment(0.0);
+    }
+}
+
+/// Publishes the store gauges.
+pub fn set_stats(stats: &Stats) {
+    for (s, n) in &stats.records.0 {
+        metrics::gauge!("idem_records", "state" => s.as_str()).set(*n as f64);
+    }
+    metrics::gauge!("idem_oldest_processing_seconds").set(stats.oldest_processing_seconds);
+    metrics::gauge!("idem_review_queue_depth").set(stats.review_queue_depth as f64);
+}
+
+/// Records one claim answer.
+pub fn claim(outcome: ClaimOutcome, resumed: Option<bool>, reclaimed: bool, duplicate: bool) {
+    metrics::counter!("idem_claims_total", "outcome" => outcome.as_str()).increment(1);
+    if let Some(r) = resumed {
+        metrics::counter!("idem_acquired_total", "resumed" => if r { "true" } else { "false" })
+            .increment(1);
+    }
+    if reclaimed {
+        metrics::counter!("idem_reclaims_total").increment(1);
+    }
+    if duplicate {
+        metrics::counter!("idem_duplicate_hits_total").increment(1);
+    }
+}
+
+/// Records one reported failure.
+pub fn fail(class: &'static str, http_status: Option<u16>) {
+    let status = http_status.map_or_else(|| "none".to_string(), |s| s.to_string());
+    metrics::counter!("idem_fails_total", "class" => class, "status" => status).increment(1);
+}
+
+/// Middleware: request latency by matched route pattern (never the concrete path).
+pub async fn track(req: Request, next: Next) -> Response {
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_owned(), |m| m.as_str().to_owned());
+    let start = Instant::now();
+    let resp = next.run(req).await;
+    metrics::histogram!(
+        "idem_http_request_duration_seconds",
+        "route" => route,
+        "status" => resp.status().as_u16().to_string()
+    )
+    .record(start.elapsed().as_secs_f64());
+    resp
+}
+
+/// The Prometheus text exposition.
+pub fn render() -> String {
+    handle().map(PrometheusHandle::render).unwrap_or_default()
+}

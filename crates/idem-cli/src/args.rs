@@ -1,0 +1,473 @@
+//! The command line of `idem` (clap derive). The `///` comments are the `--help` text.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::client::DEFAULT_URL;
+use crate::exit::EXIT_CODES_HELP;
+
+/// idem — an idempotency gate and side-effect ledger.
+///
+/// Ask it "may I do this now?" before every irreversible side effect (charge, e-mail, CRM
+/// create) and tell it afterwards what happened: retries, replays and duplicate deliveries then
+/// become exactly-once business outcomes, and every ambiguous case lands in a review queue.
+#[derive(Debug, Parser)]
+#[command(name = "idem", version, after_long_help = EXIT_CODES_HELP, after_help = EXIT_CODES_HELP)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the HTTP service.
+    ///
+    /// Settings come in layers: built-in defaults, then the config file, then IDEM_* environment
+    /// variables, then the flags given here. Only flags you actually pass are handed to the
+    /// server as overrides; the server reads the environment itself.
+    Serve(ServeCmd),
+    /// Print a commented example configuration file (TOML) for `idem serve --config`.
+    DefaultConfig,
+    /// Manage API tokens (stored hashed in the ledger database).
+    #[command(subcommand)]
+    Token(TokenCmd),
+    /// Work with keys offline.
+    #[command(subcommand)]
+    Key(KeyCmd),
+    /// Claim a key: "may I do this now?" (exit code = outcome, see `idem --help`).
+    Claim(ClaimCmd),
+    /// Save the payload to deliver (e.g. an AI draft) under the lease; optionally hold it for
+    /// approval.
+    Prepare(PrepareCmd),
+    /// Extend the lease you hold.
+    Heartbeat(HeartbeatCmd),
+    /// Report that the side effect happened (stores the result for replays).
+    Complete(CompleteCmd),
+    /// Report that the side effect failed; idem decides retry, permanent or review.
+    Fail(FailCmd),
+    /// Show a record and its audit trail.
+    Get(KeyTarget),
+    /// List the records of a namespace (the review queue: `--state needs_review`).
+    Ls(LsCmd),
+    /// Operator: settle a record in review (or a failed one).
+    Resolve(ResolveCmd),
+    /// Operator: approve a prepared payload waiting for approval.
+    Approve(NoteCmd),
+    /// Operator: reject a prepared payload waiting for approval (→ failed_permanent).
+    Reject(NoteCmd),
+    /// Operator: stop all claims in a namespace (in-flight work may still report).
+    Pause(NsTarget),
+    /// Operator: let claims in a paused namespace through again.
+    Resume(NsTarget),
+    /// Show or change a namespace's policy.
+    #[command(subcommand)]
+    Ns(NsCmd),
+    /// Run a command exactly once per key (cron, scripts, queue consumers).
+    ///
+    /// Claims the key; runs COMMAND only when the claim is acquired, with IDEM_KEY,
+    /// IDEM_NAMESPACE, IDEM_ATTEMPT and IDEM_TOKEN (the lease token, also as IDEM_LEASE_TOKEN)
+    /// in its environment; heartbeats the lease every third of it while it runs; passes its
+    /// stdout through and stores the first 64 KiB as the result on exit 0. Non-zero exits are
+    /// reported as failures: 75 (EX_TEMPFAIL) → retryable, killed by a signal → ambiguous
+    /// (needs_review), anything else → permanent. A duplicate of a completed run prints the
+    /// stored stdout and exits 0 without running anything.
+    ///
+    /// Example (an exactly-once cron job, no server needed):
+    ///   idem run --db ~/.idem.db --ns cron --key "renewal-reminders:$(date +%F)" -- ./send.sh
+    Run(RunCmd),
+    /// Run the failure drills against a running idem and report PASS/FAIL per drill.
+    ///
+    /// Each drill runs in a fresh namespace it creates (PREFIX-<random>-<drill>) and never
+    /// touches any other; a local counter stands in for the destination's side effects. The
+    /// token (if the server has auth on) needs the operator role and scope `*`.
+    Drill(DrillCmd),
+    // `idem bench` is reserved for the load benchmark (added separately).
+}
+
+// ------------------------------------------------------------------ serve
+
+#[derive(Debug, Args)]
+pub struct ServeCmd {
+    /// Address to listen on [default: 127.0.0.1:7780] [env: IDEM_LISTEN].
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<String>,
+    /// Ledger database: sqlite://PATH (or a bare path) or postgres://…
+    /// [default: sqlite://idem.db] [env: IDEM_DB].
+    #[arg(long, value_name = "URL")]
+    pub db: Option<String>,
+    /// TOML configuration file (see `idem default-config`) [env: IDEM_CONFIG].
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// How often the janitor sweeps expired leases and retention, e.g. 30s
+    /// [default: 30s] [env: IDEM_JANITOR_INTERVAL].
+    #[arg(long, value_name = "DURATION")]
+    pub janitor_interval: Option<String>,
+    /// Log format on stderr.
+    #[arg(long, value_enum, value_name = "FORMAT")]
+    pub log_format: Option<LogFormat>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+impl LogFormat {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogFormat::Text => "text",
+            LogFormat::Json => "json",
+        }
+    }
+}
+
+// ------------------------------------------------------------------ token
+
+#[derive(Debug, Subcommand)]
+pub enum TokenCmd {
+    /// Create an API token: prints the secret alone on stdout (shown once, stored hashed).
+    Create(TokenCreate),
+}
+
+#[derive(Debug, Args)]
+pub struct TokenCreate {
+    /// Namespace the token may use, or '*' for all namespaces.
+    #[arg(long, value_name = "NS|*")]
+    pub namespace: String,
+    /// worker: claim/report/read; operator: also list, resolve, approve, pause, policy;
+    /// admin: also token management.
+    #[arg(long, value_enum)]
+    pub role: RoleArg,
+    /// Free text to recognise the token later (e.g. "n8n prod").
+    #[arg(long)]
+    pub label: Option<String>,
+    /// Ledger database the server uses (same URL as `idem serve --db`).
+    #[arg(
+        long,
+        env = "IDEM_DB",
+        default_value = "sqlite://idem.db",
+        value_name = "URL"
+    )]
+    pub db: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RoleArg {
+    Worker,
+    Operator,
+    Admin,
+}
+
+// ------------------------------------------------------------------ key
+
+#[derive(Debug, Subcommand)]
+pub enum KeyCmd {
+    /// Derive a stable key from identity fields of a JSON event read on stdin.
+    ///
+    /// Same algorithm as POST /v1/keys/derive: prefix:v1:v2:…:suffix when every value is a
+    /// short plain token ([A-Za-z0-9_.-], ≤ 64 chars), otherwise the SHA-256 of the values
+    /// (so e-mail addresses and free text never appear in a key). Member order and formatting
+    /// of the event never matter. A missing or null field is an error (exit 1) naming it.
+    ///
+    /// Example: idem key derive --field /id --field /type --prefix stripe < event.json
+    Derive(DeriveCmd),
+}
+
+#[derive(Debug, Args)]
+pub struct DeriveCmd {
+    /// JSON pointer (RFC 6901) of an identity field, e.g. /id or /data/object/id; repeat, in
+    /// order.
+    #[arg(long = "field", value_name = "POINTER", required = true)]
+    pub fields: Vec<String>,
+    /// Text put before the values (e.g. the provider or workflow name).
+    #[arg(long)]
+    pub prefix: Option<String>,
+    /// Text put after the values (e.g. the side effect: charge, email).
+    #[arg(long)]
+    pub suffix: Option<String>,
+    /// Always hash the values, even when they are short plain tokens.
+    #[arg(long)]
+    pub hash: bool,
+}
+
+// ------------------------------------------------------------------ client verbs
+
+/// How to reach the server.
+#[derive(Debug, Clone, Args)]
+pub struct Server {
+    /// Base URL of the idem server.
+    #[arg(long, env = "IDEM_URL", default_value = DEFAULT_URL)]
+    pub url: String,
+    /// API token (Bearer), when the server has tokens.
+    #[arg(long, env = "IDEM_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+}
+
+/// The server, and how to print its answer.
+#[derive(Debug, Clone, Args)]
+pub struct Conn {
+    #[command(flatten)]
+    pub server: Server,
+    /// Print the server's raw JSON answer instead of a table (for scripts).
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct NsTarget {
+    /// Namespace.
+    pub ns: String,
+    #[command(flatten)]
+    pub conn: Conn,
+}
+
+#[derive(Debug, Args)]
+pub struct KeyTarget {
+    /// Namespace.
+    pub ns: String,
+    /// Key (any visible ASCII; percent-encoded for you).
+    pub key: String,
+    #[command(flatten)]
+    pub conn: Conn,
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = EXIT_CODES_HELP)]
+pub struct ClaimCmd {
+    #[command(flatten)]
+    pub target: KeyTarget,
+    /// The operation's payload (JSON); the server fingerprints it to detect a key reused for
+    /// a different operation.
+    #[arg(long, group = "fp", value_name = "JSON")]
+    pub payload: Option<String>,
+    /// Read the payload from a JSON file.
+    #[arg(long, group = "fp", value_name = "FILE")]
+    pub payload_file: Option<PathBuf>,
+    /// A precomputed fingerprint (SHA-256 hex of the JCS canonical payload).
+    #[arg(long, group = "fp", value_name = "HEX")]
+    pub fingerprint: Option<String>,
+    /// Who is claiming (e.g. the n8n execution id): recorded, never part of the key.
+    #[arg(long)]
+    pub owner: Option<String>,
+    /// Lease length, e.g. 30s (default: the namespace policy).
+    #[arg(long, value_name = "DURATION")]
+    pub lease: Option<String>,
+    /// Instead of answering in_flight at once, wait up to this long for the holder to finish
+    /// (server caps it at 30s).
+    #[arg(long, value_name = "DURATION")]
+    pub wait: Option<String>,
+    /// Correlation id recorded with the claim.
+    #[arg(long)]
+    pub correlation_id: Option<String>,
+    /// Lease-expiry behaviour for this claim: reclaim or review.
+    #[arg(long, value_name = "POLICY")]
+    pub lease_expiry: Option<String>,
+}
+
+/// The fencing token of the lease you hold (from the claim's `.token`).
+#[derive(Debug, Args)]
+pub struct LeaseTokenArg {
+    /// Lease token returned by the claim (`idem claim --json | jq -r .token`).
+    #[arg(
+        long,
+        env = "IDEM_LEASE_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN"
+    )]
+    pub lease_token: String,
+}
+
+#[derive(Debug, Args)]
+pub struct PrepareCmd {
+    #[command(flatten)]
+    pub target: KeyTarget,
+    #[command(flatten)]
+    pub lease: LeaseTokenArg,
+    /// The payload to deliver (JSON).
+    #[arg(long, value_name = "JSON", required_unless_present = "payload_file")]
+    pub payload: Option<String>,
+    /// Read the payload to deliver from a JSON file.
+    #[arg(long, value_name = "FILE", conflicts_with = "payload")]
+    pub payload_file: Option<PathBuf>,
+    /// Hold it for an operator's approval (→ awaiting_approval).
+    #[arg(long)]
+    pub approval_required: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct HeartbeatCmd {
+    #[command(flatten)]
+    pub target: KeyTarget,
+    #[command(flatten)]
+    pub lease: LeaseTokenArg,
+    /// New lease length from now, e.g. 30s (default: the namespace policy).
+    #[arg(long, value_name = "DURATION")]
+    pub lease_for: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct CompleteCmd {
+    #[command(flatten)]
+    pub target: KeyTarget,
+    #[command(flatten)]
+    pub lease: LeaseTokenArg,
+    /// Result to store and replay to duplicates (JSON).
+    #[arg(long, value_name = "JSON")]
+    pub result: Option<String>,
+    /// The destination's id for the effect (charge id, message id).
+    #[arg(long)]
+    pub external_ref: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct FailCmd {
+    #[command(flatten)]
+    pub target: KeyTarget,
+    #[command(flatten)]
+    pub lease: LeaseTokenArg,
+    /// Decide the class yourself: retryable, permanent or ambiguous.
+    #[arg(long)]
+    pub kind: Option<String>,
+    /// HTTP status the destination answered (classified by the server).
+    #[arg(long)]
+    pub http_status: Option<u16>,
+    /// Error category: timeout, connection, validation, auth, business, …
+    #[arg(long)]
+    pub category: Option<String>,
+    /// Error message (sanitized and stored for operators).
+    #[arg(long)]
+    pub message: Option<String>,
+    /// Whether the request may have reached the destination (false: it certainly did not).
+    #[arg(long, value_name = "true|false")]
+    pub sent: Option<bool>,
+    /// The destination's Retry-After (seconds or HTTP-date).
+    #[arg(long)]
+    pub retry_after: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct LsCmd {
+    #[command(flatten)]
+    pub target: NsTarget,
+    /// Only records in this state (e.g. needs_review).
+    #[arg(long)]
+    pub state: Option<String>,
+    /// Page size (1–1000).
+    #[arg(long)]
+    pub limit: Option<u32>,
+    /// Continue after a previous page (its next_cursor).
+    #[arg(long)]
+    pub cursor: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct ResolveCmd {
+    #[command(flatten)]
+    pub target: KeyTarget,
+    /// completed (it happened), retry (fresh retry budget) or failed_permanent.
+    #[arg(long, value_name = "ACTION")]
+    pub action: String,
+    /// Why (recorded with who resolved it).
+    #[arg(long)]
+    pub note: String,
+    /// The destination's id, when you confirmed the effect happened.
+    #[arg(long)]
+    pub external_ref: Option<String>,
+    /// Result to store (JSON), with --action completed.
+    #[arg(long, value_name = "JSON")]
+    pub result: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct NoteCmd {
+    #[command(flatten)]
+    pub target: KeyTarget,
+    /// Why (recorded).
+    #[arg(long)]
+    pub note: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum NsCmd {
+    /// Show a namespace: paused, policy and record counts per state.
+    Get(NsTarget),
+    /// Merge policy fields (JSON, durations in *_ms milliseconds), e.g.
+    /// idem ns set payments --json '{"lease_expiry": "review", "retry": {"max_attempts": 3}}'
+    Set(NsSetCmd),
+}
+
+#[derive(Debug, Args)]
+pub struct NsSetCmd {
+    /// Namespace.
+    pub ns: String,
+    /// The policy patch (JSON object); fields not given keep their value.
+    #[arg(long = "json", value_name = "JSON")]
+    pub patch: String,
+    /// Print the server's raw JSON answer instead of a table.
+    #[arg(long)]
+    pub raw: bool,
+    #[command(flatten)]
+    pub server: Server,
+}
+
+// ------------------------------------------------------------------ run
+
+#[derive(Debug, Args)]
+#[command(after_help = EXIT_CODES_HELP)]
+pub struct RunCmd {
+    /// Namespace of the key.
+    #[arg(long)]
+    pub ns: String,
+    /// The key of this operation (one business operation, not one attempt).
+    #[arg(long)]
+    pub key: String,
+    /// The operation's payload as a JSON file: the same key with a different payload is a
+    /// conflict (exit 14) instead of a silent replay.
+    #[arg(long, value_name = "FILE", conflicts_with = "payload")]
+    pub payload_file: Option<PathBuf>,
+    /// The operation's payload as inline JSON.
+    #[arg(long, value_name = "JSON")]
+    pub payload: Option<String>,
+    /// Lease length, e.g. 30s (default: the namespace policy); heartbeats every third of it.
+    #[arg(long, value_name = "DURATION")]
+    pub lease: Option<String>,
+    /// Who runs it (recorded) [default: idem-run@HOST/PID].
+    #[arg(long)]
+    pub owner: Option<String>,
+    /// idem server to use [env: IDEM_URL].
+    #[arg(long, value_name = "URL", conflicts_with = "db")]
+    pub url: Option<String>,
+    /// Use this ledger directly, no server: sqlite://PATH, a bare path (SQLite file), or
+    /// postgres://…
+    #[arg(long, value_name = "URL")]
+    pub db: Option<String>,
+    /// API token for --url.
+    #[arg(long, env = "IDEM_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// The command and its arguments (after `--`).
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+}
+
+// ------------------------------------------------------------------ drill
+
+#[derive(Debug, Args)]
+pub struct DrillCmd {
+    /// Base URL of the idem server to drill.
+    #[arg(long, env = "IDEM_URL", default_value = DEFAULT_URL)]
+    pub url: String,
+    /// Prefix of the namespaces the drills create.
+    #[arg(long, value_name = "PREFIX", default_value = "drill")]
+    pub ns: String,
+    /// API token (operator role, scope `*`) when the server has tokens.
+    #[arg(long, env = "IDEM_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Run only the drills whose name contains this text.
+    #[arg(long)]
+    pub only: Option<String>,
+}

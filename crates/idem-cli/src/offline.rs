@@ -1,0 +1,111 @@
+//! Commands that need no server: `key derive`, `token create`, `serve`, `default-config`.
+
+use std::io::Read;
+
+use idem::derive::{derive_key, DeriveError};
+use idem::{generate_secret, hash_secret, Namespace, NewApiToken, Role};
+
+use crate::args::{DeriveCmd, RoleArg, ServeCmd, TokenCreate};
+use crate::exit::{self, CliError};
+
+/// Reads the event on stdin and prints its key.
+pub fn key_derive(cmd: &DeriveCmd, stdin: &mut dyn Read) -> Result<u8, CliError> {
+    let mut text = String::new();
+    stdin
+        .read_to_string(&mut text)
+        .map_err(|e| CliError::input(format!("cannot read the event on stdin: {e}")))?;
+    if text.trim().is_empty() {
+        return Err(CliError::input(
+            "no event on stdin: pipe the JSON event in, e.g. `idem key derive --field /id < event.json`",
+        ));
+    }
+    let event: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| CliError::input(format!("the event on stdin is not valid JSON: {e}")))?;
+    let key = derive_key(
+        &event,
+        &cmd.fields,
+        cmd.prefix.as_deref(),
+        cmd.suffix.as_deref(),
+        cmd.hash,
+    )
+    .map_err(|e| match e {
+        DeriveError::MissingField { pointer } => CliError::input(format!(
+            "identity field {pointer} is missing or null in the event: refusing to derive a \
+             key without it (a missing key must never skip the gate)"
+        )),
+        DeriveError::InvalidField { field, message } => {
+            let flag = match field.as_str() {
+                "prefix" => "--prefix".to_owned(),
+                "suffix" => "--suffix".to_owned(),
+                f if f.starts_with("fields") => "--field".to_owned(),
+                f => f.to_owned(),
+            };
+            CliError::input(format!("{flag}: {message}"))
+        }
+    })?;
+    println!("{key}");
+    Ok(exit::OK)
+}
+
+/// Creates an API token and prints its secret alone on stdout.
+pub async fn token_create(cmd: &TokenCreate) -> Result<u8, CliError> {
+    let scope = cmd.namespace.trim();
+    if scope != "*" {
+        Namespace::try_from(scope)
+            .map_err(|e| CliError::input(format!("--namespace: {e} (or '*' for all)")))?;
+    }
+    let role = match cmd.role {
+        RoleArg::Worker => Role::Worker,
+        RoleArg::Operator => Role::Operator,
+        RoleArg::Admin => Role::Admin,
+    };
+    let store = idem::open_store(&cmd.db)
+        .await
+        .map_err(|e| CliError::input(format!("--db: cannot open the ledger: {e}")))?;
+    let secret = generate_secret();
+    let now = idem::Clock::now(&idem::SystemClock);
+    store
+        .create_token(
+            NewApiToken {
+                secret_hash: hash_secret(&secret),
+                role,
+                scope: scope.to_owned(),
+                label: cmd.label.clone(),
+            },
+            now,
+        )
+        .await
+        .map_err(|e| CliError::input(format!("cannot store the token: {e}")))?;
+    // The secret alone on stdout (scripts capture it); everything else on stderr.
+    println!("{secret}");
+    let db = idem::DbUrl::parse(&cmd.db)
+        .map(|u| u.redacted())
+        .unwrap_or_default();
+    eprintln!(
+        "idem: created a {} token for namespace {scope} in {db}; it is shown only once",
+        role.as_str()
+    );
+    Ok(exit::OK)
+}
+
+/// The flags given to `idem serve`, as overrides for the server's own layering.
+pub fn serve_args(cmd: ServeCmd) -> idem_server::ServeArgs {
+    idem_server::ServeArgs {
+        listen: cmd.listen,
+        db: cmd.db,
+        config: cmd.config,
+        janitor_interval: cmd.janitor_interval,
+        log_format: cmd.log_format.map(|f| f.as_str().to_owned()),
+    }
+}
+
+pub async fn serve(cmd: ServeCmd) -> Result<u8, CliError> {
+    idem_server::serve(serve_args(cmd)).await?;
+    Ok(exit::OK)
+}
+
+pub fn default_config() -> Result<u8, CliError> {
+    Err(CliError::input(
+        "default-config is not available in this build of the server yet",
+    ))
+}

@@ -1,0 +1,195 @@
+//! Running the binary and a throwaway server.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Environment variables of idem that must not leak from the developer's shell into tests.
+const IDEM_ENV: [&str; 8] = [
+    "IDEM_URL",
+    "IDEM_TOKEN",
+    "IDEM_LEASE_TOKEN",
+    "IDEM_DB",
+    "IDEM_LISTEN",
+    "IDEM_CONFIG",
+    "IDEM_JANITOR_INTERVAL",
+    "IDEM_LOG",
+];
+
+pub fn idem() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_idem"));
+    for v in IDEM_ENV {
+        c.env_remove(v);
+    }
+    c
+}
+
+#[derive(Debug)]
+pub struct Out {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Out {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {self:?}"))
+    }
+}
+
+/// Runs `idem ARGS` with `stdin`, waits, captures.
+pub fn run_with(args: &[&str], stdin: &str, env: &[(&str, &str)]) -> Out {
+    let mut cmd = idem();
+    cmd.args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().expect("spawn idem");
+    if let Some(mut i) = child.stdin.take() {
+        let _ = i.write_all(stdin.as_bytes());
+    }
+    let out = child.wait_with_output().expect("wait idem");
+    Out {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+pub fn run(args: &[&str]) -> Out {
+    run_with(args, "", &[])
+}
+
+/// A free loopback port (bound then released).
+pub fn free_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr").port()
+}
+
+/// One HTTP/1.0 GET; answers the status code.
+pub fn http_status(addr: &str, path: &str) -> Option<u16> {
+    let mut s = TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).ok()?;
+    buf.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// `idem serve` on a free port with a fresh SQLite file; killed on drop.
+pub struct Server {
+    pub url: String,
+    child: Child,
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl Server {
+    pub fn start() -> Server {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = dir.path().join("idem.db");
+        let mut s = Server::start_on(&db);
+        s._dir = Some(dir);
+        s
+    }
+
+    /// On an existing database file (e.g. one that holds tokens).
+    pub fn start_on(db: &Path) -> Server {
+        let port = free_port();
+        let addr = format!("127.0.0.1:{port}");
+        let log = db.with_extension("log");
+        let log_file = std::fs::File::create(&log).expect("log file");
+        let child = idem()
+            .args(["serve", "--listen", &addr, "--db"])
+            .arg(format!("sqlite://{}", db.display()))
+            .args(["--janitor-interval", "200ms"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log_file)
+            .spawn()
+            .expect("spawn idem serve");
+        let mut server = Server {
+            url: format!("http://{addr}"),
+            child,
+            _dir: None,
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if http_status(&addr, "/healthz") == Some(200) {
+                return server;
+            }
+            if let Ok(Some(st)) = server.child.try_wait() {
+                let log = std::fs::read_to_string(&log).unwrap_or_default();
+                panic!("idem serve exited with {st} before listening:\n{log}");
+            }
+            if Instant::now() > deadline {
+                let _ = server.child.kill();
+                let log = std::fs::read_to_string(&log).unwrap_or_default();
+                panic!("idem serve did not answer /healthz within 30s:\n{log}");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// `idem ARGS --url <this server>`.
+    pub fn idem(&self, args: &[&str]) -> Out {
+        let mut all: Vec<&str> = args.to_vec();
+        all.extend(["--url", &self.url]);
+        run(&all)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A temp dir holding a ledger file for `idem run --db`.
+pub struct LocalDb {
+    pub dir: tempfile::TempDir,
+}
+
+impl LocalDb {
+    pub fn new() -> LocalDb {
+        LocalDb {
+            dir: tempfile::tempdir().expect("tempdir"),
+        }
+    }
+    /// A bare path: `--db` takes it as a SQLite file.
+    pub fn path(&self) -> String {
+        self.dir.path().join("ledger.db").display().to_string()
+    }
+    pub fn file(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+    /// `idem run --db <file> --ns NS --key KEY EXTRA… -- COMMAND…`
+    pub fn run(&self, key: &str, extra: &[&str], command: &[&str]) -> Out {
+        let db = self.path();
+        let mut args = vec!["run", "--db", &db, "--ns", "cron", "--key", key];
+        args.extend(extra);
+        args.push("--");
+        args.extend(command);
+        run(&args)
+    }
+    /// The record state of `cron/key`, read from the file with the library.
+    pub fn state(&self, key: &str) -> String {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(async {
+            let ledger = idem::open(&self.path()).await.expect("open ledger");
+            let ns = idem::Namespace::try_from("cron").expect("ns");
+            let k = idem::Key::try_from(key).expect("key");
+            let rec = ledger.store().get(&ns, &k).await.expect("get");
+            rec.map_or("-".into(), |r| r.record.state.as_str().to_owned())
+        })
+    }
+}

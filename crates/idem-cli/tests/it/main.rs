@@ -1,0 +1,10 @@
+//! Integration tests of the `idem` binary: each test runs the real executable.
+//!
+//! Tests that need no server use a SQLite file in a temp dir (`idem run --db`); the others
+//! start `idem serve` on a free loopback port with a fresh database (see [`helpers::Server`]).
+
+mod derive;
+mod helpers;
+mod run_local;
+mod server;
+mod token;

@@ -97,3 +97,14 @@ test('problem+json is described with its code and detail', () => {
 	assert.deepEqual(gate.parseBody('{"a":1}'), { a: 1 });
 	assert.deepEqual(gate.parseBody(Buffer.from('{"a":1}')), { a: 1 });
 });
+
+test("fail body: n8n's rewritten socket messages are recognised", () => {
+	const refused = gate.failBody('t', { kind: 'auto', category: 'auto', sent: 'unknown', error: { message: 'The service refused the connection - perhaps it is offline' } });
+	assert.equal(refused.sent, false);
+	assert.equal(refused.error.category, 'connection');
+	const reset = gate.failBody('t', { kind: 'auto', category: 'auto', sent: 'unknown', error: { message: 'The connection to the server was closed unexpectedly, perhaps it is offline.' } });
+	assert.equal(reset.error.category, 'connection');
+	assert.equal(reset.sent, undefined, 'a reset may have happened after the request arrived');
+	const t = gate.failBody('t', { kind: 'auto', category: 'auto', sent: 'unknown', error: { message: "The connection timed out, consider setting the 'Retry on Fail' option" } });
+	assert.equal(t.error.category, 'timeout');
+});

@@ -180,9 +180,11 @@ export interface FailParams {
 	error?: IDataObject;
 }
 
-const NOT_SENT = /ECONNREFUSED|ENOTFOUND|EAI_AGAIN|EHOSTUNREACH|ENETUNREACH|ERR_INVALID_URL|certificate|CERT_|self.signed/i;
-const TIMEOUT = /ETIMEDOUT|ESOCKETTIMEDOUT|ECONNABORTED|timeout|timed out/i;
-const CONNECTION = /ECONNRESET|EPIPE|socket hang up|network/i;
+// Raw socket codes and the texts n8n replaces them with (n8n-workflow's NodeError COMMON_ERRORS).
+const NOT_SENT =
+	/ECONNREFUSED|ENOTFOUND|EAI_AGAIN|EHOSTUNREACH|ENETUNREACH|EADDRNOTAVAIL|ERR_INVALID_URL|refused the connection|connection cannot be established|DNS server returned an error|host is unreachable|address is not available/i;
+const TIMEOUT = /ETIMEDOUT|ESOCKETTIMEDOUT|ECONNABORTED|timeout|timed out|connection was aborted/i;
+const CONNECTION = /ECONNRESET|EPIPE|socket hang up|closed unexpectedly|network/i;
 
 /** The status n8n left on a failed item, if any (`httpCode` on node errors, a number or string). */
 export function statusFromError(error: IDataObject | undefined): number | undefined {

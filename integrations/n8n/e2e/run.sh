@@ -1,0 +1,323 @@
+#!/usr/bin/env bash
+# End-to-end test of the n8n integration against a REAL n8n and a real idem server.
+#
+#   bash integrations/n8n/e2e/run.sh
+#
+# 1. installs n8n (pinned, 2.8.4) into ${IDEM_N8N_CACHE:-~/.cache/idem-n8n} once (≈ 5–8 min);
+# 2. builds the community node (integrations/n8n/node) and installs it into a temp n8n user folder;
+# 3. starts idem (IDEM_BIN, default target/release/idem, then target/debug/idem) on a free
+#    loopback port with a temp SQLite file and a worker token, and a counting sink;
+# 4. imports + publishes two workflows (the stock-node Stripe template and the community-node
+#    example), starts n8n headless on loopback and waits until the production webhooks answer;
+# 5. per workflow: fires one event 5 times concurrently, then once more (a replay), and asserts
+#    exactly one side effect per key at the sink and the duplicate branch for the other 5.
+#
+# Prints `N passed, M failed` and exits non-zero on any failure. Every wait is bounded; every
+# process it starts is stopped on exit. Only loopback traffic.
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+N8N_INT="$(cd "$HERE/.." && pwd)"
+REPO="$(cd "$N8N_INT/../.." && pwd)"
+N8N_VERSION="${IDEM_N8N_VERSION:-2.8.4}"
+CACHE="${IDEM_N8N_CACHE:-$HOME/.cache/idem-n8n}"
+N8N_HOME="$CACHE/n8n-$N8N_VERSION"
+N8N_BIN="$N8N_HOME/node_modules/.bin/n8n"
+KEEP="${IDEM_E2E_KEEP:-0}" # 1: keep the temp folder (logs, databases) for inspection
+
+T0=$(date +%s)
+PASSED=0
+FAILED=0
+declare -a PIDS=()
+WORK=""
+
+log() { printf '[e2e %4ss] %s\n' "$(($(date +%s) - T0))" "$*"; }
+pass() { PASSED=$((PASSED + 1)); printf 'PASS  %s\n' "$*"; }
+fail() { FAILED=$((FAILED + 1)); printf 'FAIL  %s\n' "$*"; }
+summary() { printf '%d passed, %d failed\n' "$PASSED" "$FAILED"; }
+
+stop_pid() {
+	local pid="$1"
+	kill -0 "$pid" 2>/dev/null || return 0
+	# Each service runs in its own process group (setsid): stop the group (n8n has a task-runner child).
+	kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
+	for _ in $(seq 1 50); do
+		kill -0 "$pid" 2>/dev/null || return 0
+		sleep 0.2
+	done
+	kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
+}
+
+cleanup() {
+	local rc=$?
+	for pid in "${PIDS[@]}"; do stop_pid "$pid"; done
+	if [[ -n "$WORK" && -d "$WORK" ]]; then
+		if [[ "$KEEP" == 1 || $FAILED -gt 0 || $rc -ne 0 ]]; then
+			echo "logs kept in $WORK"
+		else
+			rm -rf "$WORK"
+		fi
+	fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# abort: a setup step failed; count it and stop (the summary line is still printed).
+abort() {
+	fail "$*"
+	for f in idem.log n8n.log sink.log; do
+		if [[ -n "$WORK" && -s "$WORK/$f" ]]; then
+			echo "---- last lines of $f"
+			tail -n 40 "$WORK/$f"
+		fi
+	done
+	summary
+	exit 1
+}
+
+# start NAME LOGFILE CMD…: run in the background in its own process group, remember its pid.
+start() {
+	local name="$1" logf="$2"
+	shift 2
+	setsid "$@" >"$logf" 2>&1 </dev/null &
+	local pid=$!
+	PIDS+=("$pid")
+	eval "${name}_PID=$pid"
+}
+
+# wait_for SECONDS DESCRIPTION CMD…: poll CMD every 0.5 s until it succeeds or time runs out.
+wait_for() {
+	local secs="$1" what="$2"
+	shift 2
+	local deadline=$(($(date +%s) + secs))
+	until "$@" >/dev/null 2>&1; do
+		if (($(date +%s) >= deadline)); then
+			return 1
+		fi
+		sleep 0.5
+	done
+	log "$what: ready"
+}
+
+# json FILE EXPR: evaluate a JS expression over the parsed JSON file (bound to `d`).
+json() { node -e 'const d=JSON.parse(require("fs").readFileSync(process.argv[1],"utf8"));const v=('"$2"');process.stdout.write(typeof v==="string"?v:JSON.stringify(v))' "$1"; }
+
+command -v node >/dev/null || abort "node is not installed"
+command -v npm >/dev/null || abort "npm is not installed"
+command -v curl >/dev/null || abort "curl is not installed"
+command -v setsid >/dev/null || abort "setsid (util-linux) is not installed"
+
+# ---------------------------------------------------------------- 1. n8n (cached) + idem binary
+log "n8n $N8N_VERSION: installing into $CACHE if needed"
+IDEM_N8N_VERSION="$N8N_VERSION" IDEM_N8N_CACHE="$CACHE" bash "$HERE/install-n8n.sh" || abort "n8n install failed"
+[[ -x "$N8N_BIN" ]] || abort "n8n binary missing at $N8N_BIN"
+
+if [[ -z "${IDEM_BIN:-}" ]]; then
+	for cand in "$REPO/target/release/idem" "$REPO/target/debug/idem"; do
+		if [[ -x "$cand" ]]; then IDEM_BIN="$cand"; break; fi
+	done
+fi
+[[ -n "${IDEM_BIN:-}" && -x "$IDEM_BIN" ]] ||
+	abort "idem binary not found: build it (cargo build --release -p idem-cli) or set IDEM_BIN"
+log "idem binary: $IDEM_BIN"
+
+# ---------------------------------------------------------------- 2. community node
+log "building the community node"
+(
+	cd "$N8N_INT/node"
+	if [[ ! -d node_modules || package-lock.json -nt node_modules/.package-lock.json ]]; then
+		npm ci --ignore-scripts --no-audit --no-fund --fetch-retries=5 --loglevel=error
+	fi
+	npm run build --silent
+) || abort "community node build failed"
+
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/idem-n8n-e2e.XXXXXX")"
+read -r IDEM_PORT N8N_PORT BROKER_PORT < <(node "$HERE/free-ports.js" 3)
+log "work dir $WORK; ports idem=$IDEM_PORT n8n=$N8N_PORT broker=$BROKER_PORT"
+
+# ---------------------------------------------------------------- 3. idem + sink
+IDEM_DB="sqlite://$WORK/idem.db"
+IDEM_URL="http://127.0.0.1:$IDEM_PORT"
+# A worker token makes the test go through auth as production would. If this build has no
+# `token create`, the server runs open on loopback and the credentials carry a dummy token.
+if TOKEN="$("$IDEM_BIN" token create --namespace '*' --role worker --db "$IDEM_DB" 2>"$WORK/token.err")" && [[ -n "$TOKEN" ]]; then
+	TOKEN="$(printf '%s' "$TOKEN" | tail -n 1 | tr -d '[:space:]')"
+	log "idem: worker token created"
+else
+	TOKEN="no-token-configured"
+	log "idem: no token (token create failed: $(head -c 200 "$WORK/token.err")); server runs open on loopback"
+fi
+start IDEM "$WORK/idem.log" "$IDEM_BIN" serve --listen "127.0.0.1:$IDEM_PORT" --db "$IDEM_DB"
+wait_for 60 "idem on $IDEM_URL" curl -fsS "$IDEM_URL/healthz" || abort "idem did not become healthy within 60 s"
+
+start SINK "$WORK/sink.log" node "$HERE/sink.js" --port-file "$WORK/sink.port"
+wait_for 20 "sink" test -s "$WORK/sink.port" || abort "sink did not start"
+SINK_URL="http://127.0.0.1:$(cat "$WORK/sink.port")"
+
+# ---------------------------------------------------------------- 4. n8n: node, credentials, workflows
+export N8N_USER_FOLDER="$WORK/n8n"
+export N8N_PORT N8N_LISTEN_ADDRESS=127.0.0.1 N8N_HOST=127.0.0.1 N8N_PROTOCOL=http
+export WEBHOOK_URL="http://127.0.0.1:$N8N_PORT/"
+export N8N_RUNNERS_BROKER_PORT="$BROKER_PORT" N8N_RUNNERS_BROKER_LISTEN_ADDRESS=127.0.0.1
+export N8N_ENCRYPTION_KEY="idem-e2e-$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')"
+export N8N_DIAGNOSTICS_ENABLED=false N8N_VERSION_NOTIFICATIONS_ENABLED=false
+export N8N_VERSION_NOTIFICATIONS_WHATS_NEW_ENABLED=false N8N_TEMPLATES_ENABLED=false
+export N8N_PERSONALIZATION_ENABLED=false N8N_VERIFIED_PACKAGES_ENABLED=false
+export N8N_LICENSE_AUTO_RENEW_ENABLED=false N8N_DYNAMIC_BANNERS_ENABLED=false
+export N8N_HIRING_BANNER_ENABLED=false N8N_COMMUNITY_PACKAGES_ENABLED=true
+export N8N_PUBLIC_API_DISABLED=true N8N_SECURE_COOKIE=false N8N_LOG_LEVEL=info
+export N8N_DIAGNOSTICS_CONFIG_FRONTEND="" N8N_DIAGNOSTICS_CONFIG_BACKEND=""
+export EXECUTIONS_DATA_SAVE_ON_SUCCESS=all
+unset N8N_CONFIG_FILES || true
+
+# The community node, installed the way n8n finds community packages: ~/.n8n/nodes/node_modules.
+PKG_DIR="$N8N_USER_FOLDER/.n8n/nodes/node_modules/n8n-nodes-idem"
+mkdir -p "$PKG_DIR"
+cp "$N8N_INT/node/package.json" "$PKG_DIR/"
+cp -R "$N8N_INT/node/dist" "$PKG_DIR/dist"
+printf '{"name":"installed-nodes","private":true,"dependencies":{"n8n-nodes-idem":"file:./node_modules/n8n-nodes-idem"}}\n' \
+	>"$N8N_USER_FOLDER/.n8n/nodes/package.json"
+
+node -e '
+const [url, token] = process.argv.slice(1);
+console.log(JSON.stringify([
+  { id: "idemWorkerToken1", name: "idem worker token", type: "httpHeaderAuth",
+    data: { name: "Authorization", value: "Bearer " + token } },
+  { id: "idemNodeCredent1", name: "idem", type: "idemApi",
+    data: { baseUrl: url, token } },
+]));' "$IDEM_URL" "$TOKEN" >"$WORK/credentials.json"
+
+STOCK_WF="$N8N_INT/templates/stripe-webhook-crm-receipt.json"
+NODE_WF="$N8N_INT/node/examples/webhook-gate-node.json"
+STOCK_ID="$(json "$STOCK_WF" d.id)"
+NODE_ID="$(json "$NODE_WF" d.id)"
+
+log "n8n: importing credentials and workflows (n8n stopped)"
+"$N8N_BIN" import:credentials --input="$WORK/credentials.json" >>"$WORK/n8n-cli.log" 2>&1 ||
+	abort "n8n import:credentials failed (see $WORK/n8n-cli.log)"
+for wf in "$STOCK_WF" "$NODE_WF"; do
+	"$N8N_BIN" import:workflow --input="$wf" >>"$WORK/n8n-cli.log" 2>&1 ||
+		abort "n8n import:workflow $(basename "$wf") failed (see $WORK/n8n-cli.log)"
+done
+pass "workflows import without edits (stock template + community-node example)"
+for id in "$STOCK_ID" "$NODE_ID"; do
+	"$N8N_BIN" publish:workflow --id="$id" >>"$WORK/n8n-cli.log" 2>&1 ||
+		abort "n8n publish:workflow --id=$id failed (see $WORK/n8n-cli.log)"
+done
+node "$HERE/n8n-vars.js" "$N8N_HOME" "$N8N_USER_FOLDER/.n8n/database.sqlite" \
+	"IDEM_URL=$IDEM_URL" "CRM_URL=$SINK_URL/crm" "MAIL_URL=$SINK_URL/mail" "EFFECT_URL=$SINK_URL/effect" ||
+	abort "could not set the n8n variables"
+
+log "n8n: starting on 127.0.0.1:$N8N_PORT"
+start N8N "$WORK/n8n.log" "$N8N_BIN" start
+
+# /healthz/readiness turns 200 before webhooks are registered: probe the production webhook
+# with GET instead. "not registered for GET … Did you mean to make a POST request?" = live.
+webhook_live() {
+	curl -sS --max-time 5 "http://127.0.0.1:$N8N_PORT/webhook/$1" 2>/dev/null | grep -q 'Did you mean to make a POST request'
+}
+wait_for 240 "webhook idem-stripe-events" webhook_live idem-stripe-events ||
+	abort "n8n did not register the stock template's webhook within 240 s"
+wait_for 60 "webhook idem-node-events" webhook_live idem-node-events ||
+	abort "n8n did not register the community-node workflow's webhook within 60 s (node not loaded?)"
+pass "n8n $N8N_VERSION started headless; both production webhooks registered"
+
+if grep -q 'n8n-nodes-idem' "$WORK/n8n.log" && grep -qiE 'error.*n8n-nodes-idem|n8n-nodes-idem.*error' "$WORK/n8n.log"; then
+	fail "n8n logged an error while loading n8n-nodes-idem"
+fi
+# The node panel is fed from the node-types file n8n writes at start (its HTTP route needs a login).
+TYPES="$N8N_USER_FOLDER/.cache/n8n/public/types/nodes.json"
+if [[ -s "$TYPES" ]] && grep -q '"n8n-nodes-idem.idempotencyGate"' "$TYPES" &&
+	grep -q '"idemApi"' "$N8N_USER_FOLDER/.cache/n8n/public/types/credentials.json"; then
+	pass "community node: Idempotency Gate + Idem API credential are in n8n's node/credential types (node panel)"
+else
+	fail "community node: n8n-nodes-idem.idempotencyGate missing from $TYPES"
+fi
+if curl -fsS --max-time 10 -o /dev/null \
+	"http://127.0.0.1:$N8N_PORT/icons/n8n-nodes-idem/dist/nodes/IdempotencyGate/idem.svg"; then
+	pass "community node: its icon is served"
+else
+	fail "community node: icon not served"
+fi
+
+# ---------------------------------------------------------------- 5. scenarios
+# scenario NAME WEBHOOK_PATH EVENT_ID KEYS…: 5 concurrent deliveries + 1 replay of one event.
+scenario() {
+	local name="$1" path="$2" evt="$3"
+	shift 3
+	local keys=("$@")
+	local url="http://127.0.0.1:$N8N_PORT/webhook/$path"
+	local body
+	body="$(node -e '
+const id = process.argv[1];
+console.log(JSON.stringify({ id, object: "event", type: "checkout.session.completed",
+  data: { object: { id: "cs_" + id, amount_total: 4200, currency: "eur",
+    customer_details: { email: "ada@example.com", name: "Ada Lovelace" } } } }));' "$evt")"
+
+	log "$name: 5 concurrent deliveries of $evt"
+	node "$HERE/fire.js" "$url" "$body" 5 120000 >"$WORK/$name.burst.json"
+	sleep 2
+	log "$name: replay of $evt"
+	node "$HERE/fire.js" "$url" "$body" 1 120000 >"$WORK/$name.replay.json"
+	curl -fsS --max-time 10 "$SINK_URL/counts" >"$WORK/$name.counts.json" || echo '{}' >"$WORK/$name.counts.json"
+
+	local statuses replay
+	statuses="$(json "$WORK/$name.burst.json" 'd.map(r => r.status + ":" + (r.body && r.body.status)).sort().join(" ")')"
+	replay="$(json "$WORK/$name.replay.json" 'd.map(r => r.status + ":" + (r.body && r.body.status)).join(" ")')"
+	log "$name: burst answers [$statuses]; replay [$replay]; sink $(cat "$WORK/$name.counts.json")"
+
+	local k n
+	for k in "${keys[@]}"; do
+		n="$(json "$WORK/$name.counts.json" "d[$(node -e 'console.log(JSON.stringify(process.argv[1]))' "$k")] || 0")"
+		if [[ "$n" == 1 ]]; then
+			pass "$name: exactly one side effect for $k (6 deliveries)"
+		else
+			fail "$name: $n side effects for $k (want 1)"
+		fi
+	done
+	local processed dup
+	processed="$(json "$WORK/$name.burst.json" 'd.filter(r => r.status === 200 && r.body && r.body.status === "processed").length')"
+	dup="$(json "$WORK/$name.burst.json" 'd.filter(r => r.status === 200 && r.body && r.body.status === "duplicate").length')"
+	if [[ "$processed" == 1 && "$dup" == 4 ]]; then
+		pass "$name: 1 delivery processed, 4 concurrent duplicates answered 200 by the duplicate branch"
+	else
+		fail "$name: burst answers [$statuses] (want 1× 200:processed, 4× 200:duplicate)"
+	fi
+	if [[ "$replay" == "200:duplicate" ]]; then
+		pass "$name: the later replay took the duplicate branch (200)"
+	else
+		fail "$name: replay answered [$replay] (want 200:duplicate)"
+	fi
+}
+
+# ledger KEY NS: the record idem holds for KEY is completed, and the duplicates were recorded.
+ledger() {
+	local ns="$1" key="$2" enc
+	enc="$(node -e 'console.log(encodeURIComponent(process.argv[1]))' "$key")"
+	if ! curl -sS --max-time 10 -H "Authorization: Bearer $TOKEN" \
+		"$IDEM_URL/v1/namespaces/$ns/keys/$enc" -o "$WORK/record.json"; then
+		fail "ledger: GET $ns/$key failed"
+		return
+	fi
+	local state dups
+	state="$(json "$WORK/record.json" 'd.record ? d.record.state : "?"')"
+	dups="$(json "$WORK/record.json" '(d.events || []).filter(e => e.type === "duplicate_hit").length')"
+	if [[ "$state" == completed ]]; then
+		pass "ledger: $ns/$key is completed ($dups duplicate hits recorded)"
+	else
+		fail "ledger: $ns/$key is in state $state (want completed): $(head -c 300 "$WORK/record.json")"
+	fi
+}
+
+EVT="evt_e2e_stock_$(date +%s)_$RANDOM"
+scenario stock-template idem-stripe-events "$EVT" "$EVT:crm" "$EVT:receipt"
+ledger stripe "$EVT:crm"
+ledger stripe "$EVT:receipt"
+
+EVT="evt_e2e_node_$(date +%s)_$RANDOM"
+scenario community-node idem-node-events "$EVT" "$EVT:effect"
+ledger n8n-node "$EVT:effect"
+
+log "done in $(($(date +%s) - T0)) s"
+summary
+[[ $FAILED -eq 0 ]]

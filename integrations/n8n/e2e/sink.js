@@ -1,0 +1,45 @@
+#!/usr/bin/env node
+// A counting sink standing in for the CRM / mail / payment API of the workflows.
+// Every POST is counted per Idempotency-Key header (or ?key=, or the path when neither is given)
+// and answered 200 after a short delay (SINK_DELAY_MS, default 400) that widens the race window
+// of concurrent deliveries. GET /counts answers {"<key>": n, …}. Loopback only.
+//   node sink.js --port-file FILE   (listens on 127.0.0.1, port 0 = any free port)
+'use strict';
+const http = require('node:http');
+const fs = require('node:fs');
+
+const args = process.argv.slice(2);
+const portFile = args[args.indexOf('--port-file') + 1];
+const delay = Number(process.env.SINK_DELAY_MS ?? 400);
+const counts = Object.create(null);
+let seq = 0;
+
+const server = http.createServer((req, res) => {
+	const url = new URL(req.url, 'http://127.0.0.1');
+	if (req.method === 'GET' && url.pathname === '/counts') {
+		res.writeHead(200, { 'content-type': 'application/json' });
+		res.end(JSON.stringify(counts));
+		return;
+	}
+	const chunks = [];
+	req.on('data', (c) => chunks.push(c));
+	req.on('end', () => {
+		if (req.method !== 'POST') {
+			res.writeHead(405).end();
+			return;
+		}
+		const key = req.headers['idempotency-key'] || url.searchParams.get('key') || url.pathname;
+		counts[key] = (counts[key] || 0) + 1;
+		const id = `eff_${++seq}`;
+		setTimeout(() => {
+			res.writeHead(200, { 'content-type': 'application/json' });
+			res.end(JSON.stringify({ id, key, count: counts[key] }));
+		}, delay);
+	});
+});
+server.listen(0, '127.0.0.1', () => {
+	const { port } = server.address();
+	if (portFile) fs.writeFileSync(portFile, String(port));
+	else console.log(port);
+});
+for (const sig of ['SIGTERM', 'SIGINT']) process.on(sig, () => server.close(() => process.exit(0)));

@@ -1,0 +1,794 @@
+#!/usr/bin/env node
+// Generates ../templates/*.json (stock nodes only) and ../node/examples/*.json (community node).
+// Usage: node integrations/n8n/tools/generate-templates.js [--check]
+//   --check: exit 1 if a committed file differs from what this script generates.
+'use strict';
+
+const fs = require('node:fs');
+const path = require('node:path');
+const L = require('./lib');
+
+const { OUT, S } = L;
+const HERE = __dirname;
+const TEMPLATES = path.join(HERE, '..', 'templates');
+const EXAMPLES = path.join(HERE, '..', 'node', 'examples');
+
+// Shared respond nodes of the webhook templates -------------------------------------------------
+
+function respondBusy(w, name, pos, idExpr) {
+	return w.add(
+		L.respond(name, pos, {
+			code: 409,
+			body: `{ received: false, status: $json.body.outcome, retry_after_ms: $json.body.retry_after_ms, id: ${idExpr} }`,
+			headers: [['Retry-After', '={{ Math.max(1, Math.ceil(($json.body.retry_after_ms || 5000) / 1000)) }}']],
+		}),
+	);
+}
+
+function respondIdemDown(w, name, pos, idExpr) {
+	return w.add(
+		L.respond(name, pos, {
+			code: 503,
+			body: `{ received: false, status: 'gate_unavailable', id: ${idExpr} }`,
+			headers: [['Retry-After', '30']],
+		}),
+	);
+}
+
+// (a) Stripe-style webhook → CRM upsert → receipt email, one key per side effect ------------------
+
+function stripeWebhook() {
+	const w = new L.Workflow({ id: 'idemTplStripeWh1', name: 'idem · Stripe webhook → CRM upsert → receipt email' });
+	const EV = "$('Stripe webhook').item.json.body";
+	const KEY_CRM = `${EV}.id + ':crm'`;
+	const KEY_RCPT = `${EV}.id + ':receipt'`;
+	const ID = `${EV}.id`;
+
+	w.add(
+		L.sticky(
+			'About this template',
+			[
+				'## Gate every side effect with idem',
+				'One **key per side effect**: `{event id}:crm`, `{event id}:receipt` — never `$execution.id`.',
+				'',
+				'1. **Claim** before the effect (`wait_ms` lets concurrent duplicates wait for the first delivery and get its result).',
+				'2. **Switch on `outcome`**: *acquired* → do it; *completed* → skip (duplicate); *in_flight/backoff* → 409, the provider retries later; *needs_review* → a person; *conflict* → same id, different data: stop.',
+				'3. **Complete** after the effect (Retry On Fail is on: a repeated complete is a no-op). Non-2xx → **fail** with the HTTP status: idem classifies.',
+				'',
+				'Duplicates are answered **200** so the provider stops retrying. A duplicate of `:crm` still goes on to `:receipt` (the first delivery may have died in between).',
+				'',
+				'Setup: credential **idem worker token** (Header Auth: `Authorization` = `Bearer <token>`), n8n Variable `IDEM_URL` (or edit *idem settings*). Replace the two *(replace me)* nodes with your CRM and mail nodes.',
+			].join('\n'),
+			[-420, -60],
+			{ width: 520, height: 520 },
+		),
+	);
+
+	const hook = w.add(L.webhook('Stripe webhook', 'idem-stripe-events', [120, 300]));
+	const set = w.add(
+		L.settings([340, 300], 'stripe', [
+			['crm_url', "={{ $vars.CRM_URL || 'https://crm.example.invalid/contacts/upsert' }}"],
+			['mail_url', "={{ $vars.MAIL_URL || 'https://mail.example.invalid/send' }}"],
+		]),
+	);
+	w.link(hook, set);
+
+	// --- CRM
+	const c1 = w.add(L.claim('Claim evt:crm', [560, 300], KEY_CRM, { payload: EV }));
+	w.link(set, c1);
+	const s1 = w.add(L.outcomeSwitch('crm: outcome?', [780, 280]));
+	w.link(c1, s1, 0);
+	const crm = w.add(
+		L.sideEffect('CRM upsert (replace me)', [1040, 60], {
+			url: `={{ ${S}.crm_url }}`,
+			body: `{ event_id: ${ID}, customer: ((${EV}.data || {}).object || {}).customer_details || null }`,
+			idempotencyKey: KEY_CRM,
+			notes: 'Stand-in for your CRM node. Pass the key on as the idempotency key where the API has one.',
+		}),
+	);
+	w.link(s1, crm, OUT.proceed);
+	const crmOk = w.add(L.ifOk('CRM ok?', [1260, 40]));
+	w.link(crm, crmOk, 0);
+	const crmDone = w.add(
+		L.complete('Complete evt:crm', [1480, 20], KEY_CRM, 'Claim evt:crm', {
+			result: '{ contact: $json.body }',
+		}),
+	);
+	w.link(crmOk, crmDone, 0);
+	const crmFailHttp = w.add(L.failHttp('Fail evt:crm (HTTP status)', [1480, 180], KEY_CRM, 'Claim evt:crm', 'CRM'));
+	w.link(crmOk, crmFailHttp, 1);
+	const crmFailNet = w.add(L.failTransport('Fail evt:crm (no answer)', [1260, 220], KEY_CRM, 'Claim evt:crm'));
+	w.link(crm, crmFailNet, 1);
+
+	// --- receipt (reached after the CRM step was done now or before)
+	const c2 = w.add(L.claim('Claim evt:receipt', [1740, 300], KEY_RCPT, { payload: EV }));
+	w.link(crmDone, c2);
+	w.link(s1, c2, OUT.duplicate);
+	const s2 = w.add(L.outcomeSwitch('receipt: outcome?', [1960, 280]));
+	w.link(c2, s2, 0);
+	const mail = w.add(
+		L.sideEffect('Send receipt email (replace me)', [2220, 60], {
+			url: `={{ ${S}.mail_url }}`,
+			body: `{ event_id: ${ID}, template: 'receipt', to: (((${EV}.data || {}).object || {}).customer_details || {}).email || null }`,
+			idempotencyKey: KEY_RCPT,
+			notes: 'Stand-in for your mail node (Gmail, SendGrid…).',
+		}),
+	);
+	w.link(s2, mail, OUT.proceed);
+	const mailOk = w.add(L.ifOk('Email ok?', [2440, 40]));
+	w.link(mail, mailOk, 0);
+	const mailDone = w.add(
+		L.complete('Complete evt:receipt', [2660, 20], KEY_RCPT, 'Claim evt:receipt', { result: '{ sent: true }' }),
+	);
+	w.link(mailOk, mailDone, 0);
+	const mailFailHttp = w.add(
+		L.failHttp('Fail evt:receipt (HTTP status)', [2660, 180], KEY_RCPT, 'Claim evt:receipt', 'Mail'),
+	);
+	w.link(mailOk, mailFailHttp, 1);
+	const mailFailNet = w.add(L.failTransport('Fail evt:receipt (no answer)', [2440, 220], KEY_RCPT, 'Claim evt:receipt'));
+	w.link(mail, mailFailNet, 1);
+
+	const processed = w.add(
+		L.respond('Respond 200: processed', [2880, 20], { code: 200, body: `{ received: true, status: 'processed', id: ${ID} }` }),
+	);
+	w.link(mailDone, processed);
+	const dup = w.add(
+		L.respond('Respond 200: duplicate', [2220, 300], {
+			code: 200,
+			body: `{ received: true, status: 'duplicate', id: ${ID}, result: $json.body.record.result }`,
+		}),
+	);
+	w.link(s2, dup, OUT.duplicate);
+
+	const failed = w.add(
+		L.respond('Respond: failure recorded', [2880, 200], {
+			code: "={{ $json.state === 'failed_permanent' ? 200 : 503 }}",
+			body: `{ received: $json.state === 'failed_permanent', status: $json.state, retry: $json.retry, id: ${ID} }`,
+		}),
+	);
+	for (const f of [crmFailHttp, crmFailNet, mailFailHttp, mailFailNet]) w.link(f, failed);
+
+	const busy = respondBusy(w, 'Respond 409: busy, retry later', [2220, 460], ID);
+	w.link(s1, busy, OUT.busy);
+	w.link(s2, busy, OUT.busy);
+
+	const alert = w.add(
+		L.noop('Alert a person (replace me)', [2220, 620], 'needs_review or conflict: send key + state to on-call (Slack, email). No message bodies.'),
+	);
+	w.link(s1, alert, OUT.review);
+	w.link(s1, alert, OUT.blocked);
+	w.link(s2, alert, OUT.review);
+	w.link(s2, alert, OUT.blocked);
+	const person = w.add(
+		L.respond('Respond: waiting for a person', [2440, 620], {
+			code: "={{ $json.body.outcome === 'needs_review' ? 503 : 200 }}",
+			body: `{ received: $json.body.outcome !== 'needs_review', status: $json.body.outcome, id: ${ID} }`,
+		}),
+	);
+	w.link(alert, person);
+
+	const down = respondIdemDown(w, 'Respond 503: gate unavailable', [2220, 780], ID);
+	w.link(c1, down, 1);
+	w.link(s1, down, OUT.error);
+	w.link(c2, down, 1);
+	w.link(s2, down, OUT.error);
+	return w;
+}
+
+// (b) AI draft → prepare (approval) → approve → deliver the saved draft ---------------------------
+
+function aiDraftApproval() {
+	const w = new L.Workflow({ id: 'idemTplAiDraft01', name: 'idem · AI draft → approval → deliver the approved draft' });
+	const ORDER = "$('New order').item.json.body";
+	const NEW_KEY = `'order-' + ${ORDER}.order_id + ':draft-followup:v1'`;
+	const APPROVE_KEY = "'order-' + $('Approve link').item.json.query.order + ':draft-followup:v1'";
+	const LEASE = "$('Draft saved?').item.json.body";
+	const KEY = `${LEASE}.record.key`;
+
+	w.add(
+		L.sticky(
+			'About this template',
+			[
+				'## Generate once, approve, deliver exactly the approved text',
+				'Key: `order-{id}:draft-followup:v1` (the business action + a version, never the model output).',
+				'',
+				'**New order** → claim → *Draft saved?* no → generate → **prepare** with `approval_required` (idem saves the draft; the key waits in *awaiting_approval*) → ask a person.',
+				'',
+				'**Approve link** (operator token) → `approve` → **claim** again: idem answers *acquired, resumed* with `record.prepared_payload` → *Draft saved?* yes → deliver **the saved draft** (never a new generation) → complete.',
+				'',
+				'A redelivered order while waiting gets *awaiting_approval* (Busy); after delivery *completed* (Duplicate). If delivery crashed after prepare, the next claim resumes with the saved draft.',
+				'',
+				'Setup: credentials **idem worker token** and **idem operator token** (Header Auth), Variable `IDEM_URL`, replace the *(replace me)* nodes.',
+			].join('\n'),
+			[-420, -80],
+			{ width: 520, height: 560 },
+		),
+	);
+
+	const hookA = w.add(L.webhook('New order', 'idem-ai-draft', [120, 260]));
+	const hookB = w.add(L.webhook('Approve link', 'idem-ai-draft-approve', [120, 520], { method: 'GET' }));
+	const set = w.add(
+		L.settings([340, 380], 'followups', [
+			['mail_url', "={{ $vars.MAIL_URL || 'https://mail.example.invalid/send' }}"],
+			['approval_url', "={{ $vars.APPROVAL_URL || 'https://chat.example.invalid/approvals' }}"],
+			['approve_link', "={{ $vars.APPROVE_LINK || 'http://localhost:5678/webhook/idem-ai-draft-approve' }}"],
+		]),
+	);
+	w.link(hookA, set);
+	w.link(hookB, set);
+	const which = w.add(L.ifExpr('Approval click?', [560, 380], "={{ $('Approve link').isExecuted }}"));
+	w.link(set, which);
+
+	// New order path
+	const claimA = w.add(
+		L.claim('Claim draft', [800, 220], NEW_KEY, {
+			payload: `{ order_id: ${ORDER}.order_id, customer: ${ORDER}.customer_email }`,
+			waitMs: 0,
+		}),
+	);
+	w.link(which, claimA, 1);
+	const swA = w.add(L.outcomeSwitch('draft: outcome?', [1020, 200]));
+	w.link(claimA, swA, 0);
+
+	// Approval path
+	const approve = w.add(
+		L.idemRequest('Approve in idem', [800, 540], {
+			url: L.keyUrl(APPROVE_KEY, 'approve'),
+			body: "{ note: 'approved via the n8n approval link' }",
+			credential: L.IDEM_OPERATOR_CREDENTIAL,
+		}),
+	);
+	w.link(which, approve, 0);
+	const claimB = w.add(L.claim('Claim to deliver', [1020, 540], APPROVE_KEY, { waitMs: 0 }));
+	w.link(approve, claimB, 0);
+	const swB = w.add(L.outcomeSwitch('deliver: outcome?', [1240, 540]));
+	w.link(claimB, swB, 0);
+
+	// Shared: the lease holder decides what to do from what idem saved.
+	const saved = w.add(L.ifExpr('Draft saved?', [1300, 200], '={{ !!$json.body.record.prepared_payload }}'));
+	w.link(swA, saved, OUT.proceed);
+	w.link(swB, saved, OUT.proceed);
+
+	const gen = w.add(
+		L.code(
+			'Generate draft (AI stand-in)',
+			[1540, 300],
+			[
+				"// Replace with your AI node (OpenAI, Anthropic…). Runs once per key: a retry resumes the saved draft.",
+				"const order = $('New order').first().json.body;",
+				'return [{ json: {',
+				'  to: order.customer_email,',
+				"  subject: `About your order ${order.order_id}`,",
+				"  text: `Hi! Thanks for order ${order.order_id}. (draft generated by AI)`,",
+				'} }];',
+			].join('\n'),
+			'Replace with your AI node',
+		),
+	);
+	w.link(saved, gen, 1);
+	const prep = w.add(
+		L.idemRequest('Prepare (approval required)', [1760, 300], {
+			url: L.keyUrl(KEY, 'prepare'),
+			body: `{ token: ${LEASE}.token, payload: { to: $json.to, subject: $json.subject, text: $json.text }, approval_required: true }`,
+			full: false,
+			retry: true,
+			errorOutput: false,
+		}),
+	);
+	w.link(gen, prep);
+	const ask = w.add(
+		L.sideEffect('Ask for approval (replace me)', [1980, 300], {
+			url: `={{ ${S}.approval_url }}`,
+			body: `{ key: $json.record.key, draft: $json.record.prepared_payload, approve: ${S}.approve_link + '?order=' + encodeURIComponent(${ORDER}.order_id) }`,
+			idempotencyKey: `${KEY} + ':ask'`,
+			notes: 'Stand-in: post the draft + approve link to Slack/email.',
+		}),
+	);
+	w.link(prep, ask);
+	const r202 = w.add(
+		L.respond('Respond 202: awaiting approval', [2200, 300], {
+			code: 202,
+			body: `{ status: 'awaiting_approval', key: ${KEY} }`,
+		}),
+	);
+	w.link(ask, r202, 0);
+	w.link(ask, r202, 1);
+
+	const deliver = w.add(
+		L.sideEffect('Deliver email (replace me)', [1540, 100], {
+			url: `={{ ${S}.mail_url }}`,
+			body: `${LEASE}.record.prepared_payload`,
+			idempotencyKey: KEY,
+			notes: 'Sends exactly the saved (approved) draft.',
+		}),
+	);
+	w.link(saved, deliver, 0);
+	const ok = w.add(L.ifOk('Delivered?', [1760, 80]));
+	w.link(deliver, ok, 0);
+	const done = w.add(
+		L.complete('Complete delivery', [1980, 60], KEY, 'Draft saved?', {
+			result: '{ message_id: ($json.body || {}).id || null }',
+			externalRef: '($json.body || {}).id',
+		}),
+	);
+	w.link(ok, done, 0);
+	const sent = w.add(L.respond('Respond 200: sent', [2200, 60], { code: 200, body: `{ status: 'sent', key: ${KEY} }` }));
+	w.link(done, sent);
+	const fHttp = w.add(L.failHttp('Fail delivery (HTTP status)', [1980, 160], KEY, 'Draft saved?', 'Mail'));
+	w.link(ok, fHttp, 1);
+	const fNet = w.add(L.failTransport('Fail delivery (no answer)', [1760, 200], KEY, 'Draft saved?'));
+	w.link(deliver, fNet, 1);
+	const failed = w.add(
+		L.respond('Respond: failure recorded', [2200, 160], {
+			code: "={{ $json.state === 'failed_permanent' ? 200 : 503 }}",
+			body: '{ status: $json.state, retry: $json.retry }',
+		}),
+	);
+	w.link(fHttp, failed);
+	w.link(fNet, failed);
+
+	const dup = w.add(
+		L.respond('Respond 200: already sent', [1540, 620], {
+			code: 200,
+			body: "{ status: 'duplicate', key: $json.body.record.key, result: $json.body.record.result }",
+		}),
+	);
+	w.link(swA, dup, OUT.duplicate);
+	w.link(swB, dup, OUT.duplicate);
+	const waiting = w.add(
+		L.respond('Respond 202: not now', [1540, 780], {
+			code: 202,
+			body: "{ status: $json.body.outcome, key: $json.body.record && $json.body.record.key, retry_after_ms: $json.body.retry_after_ms }",
+		}),
+	);
+	w.link(swA, waiting, OUT.busy);
+	w.link(swB, waiting, OUT.busy);
+	const alert = w.add(L.noop('Alert a person (replace me)', [1540, 940], 'needs_review / conflict / rejected'));
+	for (const sw of [swA, swB]) {
+		w.link(sw, alert, OUT.review);
+		w.link(sw, alert, OUT.blocked);
+	}
+	const person = w.add(
+		L.respond('Respond 200: handed to a person', [1760, 940], {
+			code: 200,
+			body: '{ status: $json.body.outcome }',
+		}),
+	);
+	w.link(alert, person);
+	const down = w.add(
+		L.respond('Respond 503: gate unavailable', [1540, 1100], {
+			code: 503,
+			body: "{ status: 'gate_unavailable' }",
+			headers: [['Retry-After', '30']],
+		}),
+	);
+	for (const [n, o] of [
+		[claimA, 1],
+		[swA, OUT.error],
+		[approve, 1],
+		[claimB, 1],
+		[swB, OUT.error],
+	]) {
+		w.link(n, down, o);
+	}
+	return w;
+}
+
+// (c) Cron sweep keyed by job + date ----------------------------------------------------------------
+
+function cronSweep() {
+	const w = new L.Workflow({ id: 'idemTplCronSwp01', name: 'idem · daily sweep keyed by job + date' });
+	const KEY = `${S}.job + ':' + $now.toUTC().toFormat('yyyy-LL-dd')`;
+	w.add(
+		L.sticky(
+			'About this template',
+			[
+				'## One sweep per day, whatever the scheduler does',
+				'Key: `{job}:{UTC date}`, e.g. `renewal-reminders:2026-06-22`.',
+				'',
+				'The daily trigger runs the sweep; the **catch-up** trigger claims the same key every 15 minutes: *completed* → nothing to do, *backoff* → not yet, *acquired (resumed)* after a retryable failure → runs it again. Two n8n instances, a restart or a manual run: still once per day.',
+				'',
+				'The lease (15 min) must cover the sweep. Longer sweeps: heartbeat, or fan out with one key per item (see the fan-out template).',
+				'',
+				'Setup: credential **idem worker token**, Variable `IDEM_URL`, replace *Run the sweep (replace me)*.',
+			].join('\n'),
+			[-420, -40],
+			{ width: 520, height: 420 },
+		),
+	);
+	const daily = w.add(L.schedule('Every day 06:00', [120, 200], '0 6 * * *'));
+	const catchUp = w.add(L.schedule('Catch-up every 15 min', [120, 400], '*/15 * * * *'));
+	const set = w.add(
+		L.settings([340, 300], 'jobs', [
+			['job', 'renewal-reminders'],
+			['sweep_url', "={{ $vars.SWEEP_URL || 'https://crm.example.invalid/renewal-reminders/run' }}"],
+		]),
+	);
+	w.link(daily, set);
+	w.link(catchUp, set);
+	const cl = w.add(
+		L.claim('Claim job:date', [560, 300], KEY, { payload: `{ job: ${S}.job }`, waitMs: 0, leaseMs: 900000 }),
+	);
+	w.link(set, cl);
+	const sw = w.add(L.outcomeSwitch('sweep: outcome?', [780, 280]));
+	w.link(cl, sw, 0);
+	const run = w.add(
+		L.sideEffect('Run the sweep (replace me)', [1040, 80], {
+			url: `={{ ${S}.sweep_url }}`,
+			body: `{ job: ${S}.job, date: $now.toUTC().toFormat('yyyy-LL-dd') }`,
+			idempotencyKey: KEY,
+			notes: 'Stand-in for the real work (query due renewals, send reminders).',
+		}),
+	);
+	w.link(sw, run, OUT.proceed);
+	const ok = w.add(L.ifOk('Sweep ok?', [1260, 60]));
+	w.link(run, ok, 0);
+	const done = w.add(L.complete('Complete job:date', [1480, 40], KEY, 'Claim job:date', { result: '{ answer: $json.body }' }));
+	w.link(ok, done, 0);
+	const fHttp = w.add(L.failHttp('Fail job:date (HTTP status)', [1480, 200], KEY, 'Claim job:date', 'Sweep'));
+	w.link(ok, fHttp, 1);
+	const fNet = w.add(L.failTransport('Fail job:date (no answer)', [1260, 240], KEY, 'Claim job:date'));
+	w.link(run, fNet, 1);
+	const already = w.add(L.noop('Already ran today', [1040, 300]));
+	w.link(sw, already, OUT.duplicate);
+	const notNow = w.add(L.noop('Not now (running or backing off)', [1040, 440], 'The catch-up trigger tries again'));
+	w.link(sw, notNow, OUT.busy);
+	const alert = w.add(L.noop('Alert a person (replace me)', [1040, 580], 'needs_review: did the sweep run? A person resolves the key.'));
+	w.link(sw, alert, OUT.review);
+	w.link(sw, alert, OUT.blocked);
+	const stop = w.add({
+		name: 'Stop: gate unavailable',
+		type: 'n8n-nodes-base.stopAndError',
+		typeVersion: 1,
+		position: [1040, 720],
+		parameters: { errorMessage: '=idem did not answer the claim: {{ $json.error ? ($json.error.message || $json.error) : ($json.body && $json.body.code) }}' },
+	});
+	w.link(cl, stop, 1);
+	w.link(sw, stop, OUT.error);
+	return w;
+}
+
+// (d) Fan-out: one key per side effect ----------------------------------------------------------------
+
+function fanOut() {
+	const w = new L.Workflow({ id: 'idemTplFanOut001', name: 'idem · fan-out with one key per side effect' });
+	const ITEM = "$('One item per side effect').item.json";
+	w.add(
+		L.sticky(
+			'About this template',
+			[
+				'## Many side effects from one event: one key each',
+				'`order-{id}:charge`, `order-{id}:email`, `order-{id}:ship:{sku}` — every effect is gated on its own, so a retry after a partial failure redoes only what is missing.',
+				'',
+				'The webhook is acknowledged at once (*Respond: Immediately*); the gate keeps replays harmless. Items flow through the same nodes; `$(…).item` keeps each item with its own claim.',
+				'',
+				'Setup: credential **idem worker token**, Variable `IDEM_URL`, replace *Do the side effect (replace me)* (or add a Switch on `effect`).',
+			].join('\n'),
+			[-420, -40],
+			{ width: 520, height: 380 },
+		),
+	);
+	const hook = w.add(L.webhook('Order placed', 'idem-order-fanout', [120, 300], { responseMode: 'onReceived' }));
+	const set = w.add(
+		L.settings([340, 300], 'orders', [['effect_url', "={{ $vars.EFFECT_URL || 'https://api.example.invalid/effects' }}"]]),
+	);
+	w.link(hook, set);
+	const split = w.add(
+		L.code(
+			'One item per side effect',
+			[560, 300],
+			[
+				"const order = $('Order placed').first().json.body;",
+				"if (!order || order.id === undefined || order.id === null) throw new Error('order.id missing: no key, no side effect');",
+				'const effects = [',
+				"  { effect: 'charge', key: `order-${order.id}:charge`, data: { amount: order.amount, currency: order.currency } },",
+				"  { effect: 'email', key: `order-${order.id}:email`, data: { to: order.email, template: 'order-confirmation' } },",
+				'  ...(order.items || []).map((it) => ({',
+				"    effect: 'ship', key: `order-${order.id}:ship:${it.sku}`, data: { sku: it.sku, qty: it.qty },",
+				'  })),',
+				'];',
+				'return effects.map((json) => ({ json }));',
+			].join('\n'),
+		),
+	);
+	w.link(set, split);
+	const cl = w.add(L.claim('Claim (one key per effect)', [780, 300], '$json.key', { payload: '$json.data', waitMs: 0 }));
+	w.link(split, cl);
+	const sw = w.add(L.outcomeSwitch('effect: outcome?', [1000, 280]));
+	w.link(cl, sw, 0);
+	const act = w.add(
+		L.sideEffect('Do the side effect (replace me)', [1260, 80], {
+			url: `={{ ${S}.effect_url + '/' + ${ITEM}.effect }}`,
+			body: `${ITEM}.data`,
+			idempotencyKey: `${ITEM}.key`,
+		}),
+	);
+	w.link(sw, act, OUT.proceed);
+	const ok = w.add(L.ifOk('Effect ok?', [1480, 60]));
+	w.link(act, ok, 0);
+	const done = w.add(
+		L.complete('Complete effect', [1700, 40], `${ITEM}.key`, 'Claim (one key per effect)', { result: '{ answer: $json.body }' }),
+	);
+	w.link(ok, done, 0);
+	const fHttp = w.add(L.failHttp('Fail effect (HTTP status)', [1700, 200], `${ITEM}.key`, 'Claim (one key per effect)', 'Destination'));
+	w.link(ok, fHttp, 1);
+	const fNet = w.add(L.failTransport('Fail effect (no answer)', [1480, 240], `${ITEM}.key`, 'Claim (one key per effect)'));
+	w.link(act, fNet, 1);
+	w.link(sw, w.add(L.noop('Skip: already done', [1260, 300])), OUT.duplicate);
+	w.link(sw, w.add(L.noop('Skip: not now (retry later)', [1260, 440])), OUT.busy);
+	const alert = w.add(L.noop('Alert a person (replace me)', [1260, 580], 'needs_review / conflict for this effect'));
+	w.link(sw, alert, OUT.review);
+	w.link(sw, alert, OUT.blocked);
+	const stop = w.add({
+		name: 'Stop: gate unavailable',
+		type: 'n8n-nodes-base.stopAndError',
+		typeVersion: 1,
+		position: [1260, 720],
+		parameters: { errorMessage: '=idem did not answer the claim for {{ $json.key }}' },
+	});
+	w.link(cl, stop, 1);
+	w.link(sw, stop, OUT.error);
+	return w;
+}
+
+// (e) The error branch: fail with the HTTP status, idem classifies -----------------------------------
+
+function errorBranch() {
+	const w = new L.Workflow({ id: 'idemTplFailBrnch', name: 'idem · charge with the error branch (fail → idem classifies)' });
+	const REQ = "$('Charge request').item.json.body";
+	const KEY = `'order-' + ${REQ}.order_id + ':charge'`;
+	w.add(
+		L.sticky(
+			'About this template',
+			[
+				'## The error branch: tell idem what happened, let it classify',
+				'The charge node has **Never Error** + **Full Response** (every HTTP answer is data) and its **error output** on (no answer at all).',
+				'',
+				'- 2xx → **complete** (stores the charge id; duplicates get it back).',
+				'- non-2xx → **fail** with `http_status` (+ `Retry-After`): 408/425/429/503 retryable, other 5xx *ambiguous* → needs_review (the charge may exist), 4xx permanent.',
+				'- no answer → **fail** with `category` timeout/connection; `sent: false` only when the connection was refused (retryable), else ambiguous.',
+				'',
+				'The answer says `state` and `retry.allowed`: 503 + Retry-After to the caller, a person for *needs_review*, a final answer for *failed_permanent*.',
+				'',
+				'Money path: `lease_expiry: review` — a crashed run goes to a person, never silently re-charged. **Never** turn on Retry On Fail on the claim.',
+			].join('\n'),
+			[-420, -60],
+			{ width: 520, height: 520 },
+		),
+	);
+	const hook = w.add(L.webhook('Charge request', 'idem-charge', [120, 300]));
+	const set = w.add(
+		L.settings([340, 300], 'payments', [['pay_url', "={{ $vars.PAYMENT_URL || 'https://payments.example.invalid/v1/charges' }}"]]),
+	);
+	w.link(hook, set);
+	const cl = w.add(
+		L.claim('Claim order:charge', [560, 300], KEY, {
+			payload: `{ order_id: ${REQ}.order_id, amount: ${REQ}.amount, currency: ${REQ}.currency, customer: ${REQ}.customer }`,
+			leaseExpiry: 'review',
+			leaseMs: 60000,
+		}),
+	);
+	w.link(set, cl);
+	const sw = w.add(L.outcomeSwitch('charge: outcome?', [780, 280]));
+	w.link(cl, sw, 0);
+	const charge = w.add(
+		L.sideEffect('Charge card (replace me)', [1040, 80], {
+			url: `={{ ${S}.pay_url }}`,
+			body: `{ amount: ${REQ}.amount, currency: ${REQ}.currency, customer: ${REQ}.customer, metadata: { order_id: ${REQ}.order_id } }`,
+			idempotencyKey: KEY,
+			notes: "Second layer: the provider's own Idempotency-Key carries the same key.",
+		}),
+	);
+	w.link(sw, charge, OUT.proceed);
+	const ok = w.add(L.ifOk('Charged (2xx)?', [1260, 60]));
+	w.link(charge, ok, 0);
+	const done = w.add(
+		L.complete('Complete order:charge', [1480, 40], KEY, 'Claim order:charge', {
+			result: '{ charge_id: $json.body.id, status: $json.body.status }',
+			externalRef: '$json.body.id',
+		}),
+	);
+	w.link(ok, done, 0);
+	const r200 = w.add(
+		L.respond('Respond 200: charged', [1700, 40], {
+			code: 200,
+			body: `{ status: 'charged', order_id: ${REQ}.order_id, charge_id: $json.record.external_ref }`,
+		}),
+	);
+	w.link(done, r200);
+	const fHttp = w.add(L.failHttp('Fail with HTTP status', [1480, 200], KEY, 'Claim order:charge', 'Payment API'));
+	w.link(ok, fHttp, 1);
+	const fNet = w.add(L.failTransport('Fail without answer', [1260, 260], KEY, 'Claim order:charge'));
+	w.link(charge, fNet, 1);
+
+	const decide = w.add({
+		name: 'What did idem decide?',
+		type: 'n8n-nodes-base.switch',
+		typeVersion: 3.2,
+		position: [1700, 240],
+		parameters: {
+			rules: {
+				values: [
+					['Retry later', 'failed_retryable'],
+					['Needs review', 'needs_review'],
+					['Permanent', 'failed_permanent'],
+				].map(([label, state]) => ({
+					conditions: {
+						options: { caseSensitive: true, leftValue: '', typeValidation: 'loose', version: 2 },
+						conditions: [
+							{ id: L.uuidFrom(`decide/${state}`), leftValue: '={{ $json.state }}', rightValue: state, operator: { type: 'string', operation: 'equals' } },
+						],
+						combinator: 'and',
+					},
+					renameOutput: true,
+					outputKey: label,
+				})),
+			},
+			looseTypeValidation: true,
+			options: {},
+		},
+	});
+	w.link(fHttp, decide);
+	w.link(fNet, decide);
+	const r503 = w.add(
+		L.respond('Respond 503: retry later', [1960, 140], {
+			code: 503,
+			body: `{ status: 'retry_later', order_id: ${REQ}.order_id, not_before: $json.retry.not_before, attempt: $json.retry.attempt }`,
+			headers: [['Retry-After', '={{ Math.max(1, Math.ceil((Date.parse($json.retry.not_before) - Date.now()) / 1000)) || 5 }}']],
+		}),
+	);
+	w.link(decide, r503, 0);
+	const alert = w.add(
+		L.noop('Alert a person (replace me)', [1960, 300], 'The charge may or may not exist: reconcile with the provider, then resolve the key in idem.'),
+	);
+	w.link(decide, alert, 1);
+	const r202 = w.add(
+		L.respond('Respond 202: a person decides', [2180, 300], {
+			code: 202,
+			body: `{ status: 'needs_review', order_id: ${REQ}.order_id }`,
+		}),
+	);
+	w.link(alert, r202);
+	const r422 = w.add(
+		L.respond('Respond 422: not charged', [1960, 460], {
+			code: 422,
+			body: `{ status: 'failed_permanent', order_id: ${REQ}.order_id, error: $json.record.last_error }`,
+		}),
+	);
+	w.link(decide, r422, 2);
+
+	const dup = w.add(
+		L.respond('Respond 200: already charged', [1040, 320], {
+			code: 200,
+			body: `{ status: 'charged', duplicate: true, order_id: ${REQ}.order_id, charge_id: $json.body.record.external_ref, result: $json.body.record.result }`,
+		}),
+	);
+	w.link(sw, dup, OUT.duplicate);
+	const busy = respondBusy(w, 'Respond 409: in progress', [1040, 480], `${REQ}.order_id`);
+	w.link(sw, busy, OUT.busy);
+	const alert2 = w.add(L.noop('Alert: review or conflict (replace me)', [1040, 640]));
+	w.link(sw, alert2, OUT.review);
+	w.link(sw, alert2, OUT.blocked);
+	const r409 = w.add(
+		L.respond('Respond 409: needs a person', [1260, 640], {
+			code: 409,
+			body: `{ status: $json.body.outcome, order_id: ${REQ}.order_id, error: $json.body.record && $json.body.record.last_error }`,
+		}),
+	);
+	w.link(alert2, r409);
+	const down = respondIdemDown(w, 'Respond 503: gate unavailable', [1040, 800], `${REQ}.order_id`);
+	w.link(cl, down, 1);
+	w.link(sw, down, OUT.error);
+	return w;
+}
+
+// Community-node example (also what the e2e test runs) ---------------------------------------------
+
+function nodeWebhookExample() {
+	const w = new L.Workflow({ id: 'idemNodeWebhook1', name: 'idem node · webhook → gated side effect' });
+	const gate = (name, pos, parameters) => ({
+		name,
+		type: 'n8n-nodes-idem.idempotencyGate',
+		typeVersion: 1,
+		position: pos,
+		parameters,
+		credentials: { idemApi: { id: 'idemNodeCredent1', name: 'idem' } },
+	});
+	w.add(
+		L.sticky(
+			'About this example',
+			'## Idempotency Gate node\n**Claim** has one output per answer: Proceed, Duplicate, Busy, Needs Review, Blocked.\nKey: `{event id}:effect`. **Complete** reads key and token from the claim node.\nCredential **idem** (Base URL + token).',
+			[-420, -40],
+			{ width: 400, height: 260 },
+		),
+	);
+	const hook = w.add(L.webhook('Webhook', 'idem-node-events', [0, 300]));
+	const claimName = w.add(
+		gate('Claim', [220, 300], {
+			operation: 'claim',
+			namespace: 'n8n-node',
+			key: "={{ $json.body.id }}:effect",
+			fingerprintMode: 'payload',
+			payload: '={{ $json.body }}',
+			claimOptions: { waitMs: 10000 },
+		}),
+	);
+	w.link(hook, claimName);
+	const act = w.add(
+		L.sideEffect('Side effect (replace me)', [500, 100], {
+			url: "={{ $vars.EFFECT_URL || 'https://api.example.invalid/effects' }}",
+			body: '{ event_id: $json.body.id }',
+			idempotencyKey: '$json.idem.key',
+		}),
+	);
+	delete w.nodes[w.nodes.length - 1].onError; // errors stop the run: the key stays leased, a retry reclaims it
+	w.link(claimName, act, 0);
+	const done = w.add(
+		gate('Complete', [740, 100], {
+			operation: 'complete',
+			namespace: 'n8n-node',
+			key: "={{ $('Claim').item.json.idem.key }}",
+			leaseToken: "={{ $('Claim').item.json.idem.token }}",
+			sendResult: true,
+			result: '={{ { status: $json.statusCode } }}',
+			externalRef: '',
+		}),
+	);
+	w.nodes[w.nodes.length - 1].retryOnFail = true;
+	w.link(act, done);
+	const rDone = w.add(
+		L.respond('Respond 200: processed', [960, 100], { code: 200, body: "{ received: true, status: 'processed', id: $('Webhook').item.json.body.id }" }),
+	);
+	w.link(done, rDone);
+	const rDup = w.add(
+		L.respond('Respond 200: duplicate', [500, 280], { code: 200, body: "{ received: true, status: 'duplicate', id: $json.body.id, result: $json.idem.record.result }" }),
+	);
+	w.link(claimName, rDup, 1);
+	const rBusy = w.add(
+		L.respond('Respond 409: busy', [500, 440], { code: 409, body: "{ received: false, status: $json.idem ? $json.idem.outcome : 'error', id: $json.body ? $json.body.id : null }" }),
+	);
+	w.link(claimName, rBusy, 2);
+	const rPerson = w.add(
+		L.respond('Respond: a person decides', [500, 600], {
+			code: "={{ $json.idem.outcome === 'needs_review' ? 503 : 200 }}",
+			body: "{ received: $json.idem.outcome !== 'needs_review', status: $json.idem.outcome, id: $json.body.id }",
+		}),
+	);
+	w.link(claimName, rPerson, 3);
+	w.link(claimName, rPerson, 4);
+	return w;
+}
+
+// ------------------------------------------------------------------------------------------------
+
+const OUTPUTS = [
+	[path.join(TEMPLATES, 'stripe-webhook-crm-receipt.json'), stripeWebhook],
+	[path.join(TEMPLATES, 'ai-draft-approval-deliver.json'), aiDraftApproval],
+	[path.join(TEMPLATES, 'cron-sweep-job-date.json'), cronSweep],
+	[path.join(TEMPLATES, 'fan-out-one-key-per-effect.json'), fanOut],
+	[path.join(TEMPLATES, 'error-branch-fail-classify.json'), errorBranch],
+	[path.join(EXAMPLES, 'webhook-gate-node.json'), nodeWebhookExample],
+];
+
+function main() {
+	const check = process.argv.includes('--check');
+	let stale = 0;
+	for (const [file, build] of OUTPUTS) {
+		const text = JSON.stringify(build().toJSON(), null, '\t') + '\n';
+		if (check) {
+			const cur = fs.existsSync(file) ? fs.readFileSync(file, 'utf8') : '';
+			if (cur !== text) {
+				console.error(`stale: ${path.relative(process.cwd(), file)} (run node integrations/n8n/tools/generate-templates.js)`);
+				stale++;
+			}
+		} else {
+			fs.mkdirSync(path.dirname(file), { recursive: true });
+			fs.writeFileSync(file, text);
+			console.log(`wrote ${path.relative(process.cwd(), file)}`);
+		}
+	}
+	if (stale) process.exit(1);
+}
+
+if (require.main === module) main();
+module.exports = { OUTPUTS };

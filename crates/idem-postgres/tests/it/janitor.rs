@@ -1,0 +1,185 @@
+//! The janitor run by several instances at once: no double work, no errors.
+
+use std::sync::Arc;
+
+use idem_core::{ClaimRequest, Clock, CompleteRequest, TestClock};
+use idem_postgres::PgStore;
+use idem_store::{NamespaceChange, Store};
+use serde_json::json;
+
+use crate::helpers::*;
+
+const RECORDS: usize = 60;
+
+async fn run_until_idle<F, Fut>(stores: &[Arc<PgStore>], step: F) -> Vec<usize>
+where
+    F: Fn(Arc<PgStore>) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = usize> + Send,
+{
+    let mut tasks = Vec::new();
+    for s in stores {
+        let s = s.clone();
+        let step = step.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut total = 0;
+            let mut idle = 0;
+            // Stop after a few empty rounds: others may still hold rows we skipped.
+            while idle < 3 {
+                let n = step(s.clone()).await;
+                total += n;
+                if n == 0 {
+                    idle += 1;
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                } else {
+                    idle = 0;
+                }
+            }
+            total
+        }));
+    }
+    let mut out = Vec::new();
+    for t in tasks {
+        out.push(t.await.expect("task"));
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn three_instances_sweep_each_record_exactly_once() {
+    let Some(db) = TestDb::create("three_instances_sweep").await else {
+        return;
+    };
+    let clock = TestClock::new(T0);
+    let stores = vec![db.store().await, db.store().await, db.store().await];
+    let n = ns("review-ns");
+    stores[0]
+        .update_namespace(
+            &n,
+            NamespaceChange::Patch(json!({"lease_expiry": "review"})),
+            T0,
+        )
+        .await
+        .expect("patch");
+    let l = ledger(stores[0].clone(), &clock);
+    for i in 0..RECORDS {
+        l.claim(&n, &key(&format!("k{i}")), ClaimRequest::default())
+            .await
+            .expect("claim");
+    }
+    clock.advance_ms(60_000);
+    let now = clock.now();
+    let moved = run_until_idle(&stores, move |s| async move {
+        s.sweep_once(now, 7).await.expect("sweep").moved_to_review
+    })
+    .await;
+    assert_eq!(
+        moved.iter().sum::<usize>(),
+        RECORDS,
+        "per instance: {moved:?}"
+    );
+    let stats = stores[1].stats(now).await.expect("stats");
+    assert_eq!(stats.review_queue_depth, RECORDS as u64);
+    // Exactly one moved_to_review event per record.
+    for i in [0, RECORDS / 2, RECORDS - 1] {
+        let got = stores[2]
+            .get(&n, &key(&format!("k{i}")))
+            .await
+            .expect("get")
+            .expect("exists");
+        let moves = got
+            .events
+            .iter()
+            .filter(|e| e.kind == idem_core::EventType::MovedToReview)
+            .count();
+        assert_eq!(moves, 1);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn three_instances_share_retention_without_double_work() {
+    let Some(db) = TestDb::create("three_instances_retention").await else {
+        return;
+    };
+    let clock = TestClock::new(T0);
+    let stores = vec![db.store().await, db.store().await, db.store().await];
+    let n = ns("ret");
+    stores[0]
+        .update_namespace(
+            &n,
+            NamespaceChange::Patch(json!({"retention_ms": 1000, "audit_retention_ms": 10_000})),
+            T0,
+        )
+        .await
+        .expect("patch");
+    let l = ledger(stores[0].clone(), &clock);
+    for i in 0..RECORDS {
+        let k = key(&format!("k{i}"));
+        let c = l
+            .claim(&n, &k, ClaimRequest::default())
+            .await
+            .expect("claim");
+        l.complete(
+            &n,
+            &k,
+            CompleteRequest {
+                token: c.token.expect("token").secret(),
+                result: Some(json!({"i": i})),
+                external_ref: None,
+            },
+        )
+        .await
+        .expect("complete");
+    }
+    // Records in a namespace without a row (default 30 days) are not due yet.
+    l.claim(&ns("default-ns"), &key("k"), ClaimRequest::default())
+        .await
+        .expect("claim");
+
+    clock.advance_ms(2_000);
+    let now = clock.now();
+    let expired = run_until_idle(&stores, move |s| async move {
+        s.retention_once(now, 7)
+            .await
+            .expect("retention")
+            .results_expired
+    })
+    .await;
+    assert_eq!(
+        expired.iter().sum::<usize>(),
+        RECORDS,
+        "per instance: {expired:?}"
+    );
+    let got = stores[1]
+        .get(&n, &key("k0"))
+        .await
+        .expect("get")
+        .expect("exists");
+    assert_eq!(
+        got.events
+            .iter()
+            .filter(|e| e.kind == idem_core::EventType::ResultExpired)
+            .count(),
+        1
+    );
+
+    clock.advance_ms(10_000);
+    let now = clock.now();
+    let deleted = run_until_idle(&stores, move |s| async move {
+        s.retention_once(now, 7)
+            .await
+            .expect("retention")
+            .tombstones_deleted
+    })
+    .await;
+    assert_eq!(
+        deleted.iter().sum::<usize>(),
+        RECORDS,
+        "per instance: {deleted:?}"
+    );
+    let stats = stores[2].stats(now).await.expect("stats");
+    assert_eq!(
+        stats.records.0.iter().map(|(_, n)| n).sum::<u64>(),
+        1,
+        "only the processing record of the default namespace is left"
+    );
+}

@@ -1,0 +1,602 @@
+//! One pass over every `Store` method through `Ledger` and a `TestClock`.
+
+use idem_core::{
+    ClaimOutcome, ClaimRequest, CompleteRequest, EventType, FailErrorInput, FailRequest,
+    HeartbeatRequest, Op, PrepareRequest, State, TestClock,
+};
+use idem_store::{
+    generate_secret, hash_secret, AlertOutcome, ListQuery, NamespaceChange, NewApiToken, Role,
+    Store, StoreError,
+};
+use serde_json::json;
+
+use crate::helpers::*;
+
+#[tokio::test]
+async fn claim_complete_replay_and_read_back() {
+    let Some(db) = TestDb::create("claim_complete_replay_and_read_back").await else {
+        return;
+    };
+    let store = db.store().await;
+    let clock = TestClock::new(T0);
+    let l = ledger(store.clone(), &clock);
+    let (n, k) = (ns("pay"), key("evt_1:charge"));
+
+    let first = l.claim(&n, &k, claim_req()).await.expect("claim");
+    assert_eq!(first.outcome, ClaimOutcome::Acquired);
+    assert_eq!(first.resumed, Some(false));
+    let token = first.token.expect("token").secret();
+
+    let again = l.claim(&n, &k, claim_req()).await.expect("claim");
+    assert_eq!(again.outcome, ClaimOutcome::InFlight);
+    assert!(again.retry_after_ms.is_some());
+
+    let rec = l
+        .heartbeat(
+            &n,
+            &k,
+            HeartbeatRequest {
+                token: token.clone(),
+                lease_ms: Some(60_000),
+            },
+        )
+        .await
+        .expect("heartbeat");
+    assert_eq!(rec.lease_expires_at, Some(T0.plus_ms(60_000)));
+
+    clock.advance_ms(10);
+    let done = l
+        .complete(
+            &n,
+            &k,
+            CompleteRequest {
+                token: token.clone(),
+                result: Some(json!({"id": "ch_1", "amount": 1.5, "big": 12345678901234i64})),
+                external_ref: Some("ch_1".into()),
+            },
+        )
+        .await
+        .expect("complete");
+    assert_eq!(done.state, State::Completed);
+
+    // Same complete again: no-op; different result: mismatch.
+    l.complete(
+        &n,
+        &k,
+        CompleteRequest {
+            token: token.clone(),
+            result: Some(json!({"big": 12345678901234i64, "amount": 1.5, "id": "ch_1"})),
+            external_ref: Some("ch_1".into()),
+        },
+    )
+    .await
+    .expect("repeat complete");
+    assert!(l
+        .complete(
+            &n,
+            &k,
+            CompleteRequest {
+                token,
+                result: Some(json!({"id": "other"})),
+                external_ref: Some("ch_1".into()),
+            },
+        )
+        .await
+        .is_err());
+
+    let replay = l.claim(&n, &k, claim_req()).await.expect("claim");
+    assert_eq!(replay.outcome, ClaimOutcome::Completed);
+    let rec = replay.record.expect("record");
+    assert_eq!(
+        rec.result,
+        Some(json!({"id": "ch_1", "amount": 1.5, "big": 12345678901234i64}))
+    );
+    assert_eq!(rec.external_ref.as_deref(), Some("ch_1"));
+
+    let got = store.get(&n, &k).await.expect("get").expect("exists");
+    let kinds: Vec<EventType> = got.events.iter().map(|e| e.kind).collect();
+    assert_eq!(
+        kinds,
+        vec![
+            EventType::Acquired,
+            EventType::InFlight,
+            EventType::Completed,
+            EventType::DuplicateHit
+        ]
+    );
+    assert!(got.events.windows(2).all(|w| w[0].seq < w[1].seq));
+    assert_eq!(got.record, rec);
+    assert!(store.get(&n, &key("nope")).await.expect("get").is_none());
+
+    let info = store.namespace(&n).await.expect("namespace");
+    assert_eq!(info.counts.get(State::Completed), 1);
+    assert!(!info.paused);
+    store.ping().await.expect("ping");
+    assert_eq!(store.backend(), "postgres");
+}
+
+#[tokio::test]
+async fn conflict_fail_backoff_resume_and_review() {
+    let Some(db) = TestDb::create("conflict_fail_backoff_resume_and_review").await else {
+        return;
+    };
+    let store = db.store().await;
+    let clock = TestClock::new(T0);
+    let l = ledger(store.clone(), &clock);
+    let (n, k) = (ns("crm"), key("order-1"));
+    let fp = |v: serde_json::Value| idem_core::Fingerprint::of_payload(&v).expect("fp");
+    let req = |f| ClaimRequest {
+        fingerprint: Some(f),
+        ..ClaimRequest::default()
+    };
+
+    let c = l
+        .claim(&n, &k, req(fp(json!({"a": 1}))))
+        .await
+        .expect("claim");
+    let token = c.token.expect("token").secret();
+    let conflict = l
+        .claim(&n, &k, req(fp(json!({"a": 2}))))
+        .await
+        .expect("claim");
+    assert_eq!(conflict.outcome, ClaimOutcome::Conflict);
+
+    let failed = l
+        .fail(
+            &n,
+            &k,
+            FailRequest {
+                token,
+                kind: None,
+                http_status: Some(503),
+                retry_after_ms: Some(5_000),
+                sent: None,
+                error: Some(FailErrorInput {
+                    category: "http".into(),
+                    message: "unavailable".into(),
+                }),
+            },
+        )
+        .await
+        .expect("fail");
+    assert_eq!(failed.record.state, State::FailedRetryable);
+    assert!(failed.retry.allowed);
+
+    let b = l
+        .claim(&n, &k, req(fp(json!({"a": 1}))))
+        .await
+        .expect("claim");
+    assert_eq!(b.outcome, ClaimOutcome::Backoff);
+    clock.advance_ms(301_000);
+    let r = l
+        .claim(&n, &k, req(fp(json!({"a": 1}))))
+        .await
+        .expect("claim");
+    assert_eq!(r.outcome, ClaimOutcome::Acquired);
+    assert_eq!(r.resumed, Some(true));
+    let token = r.token.expect("token").secret();
+
+    // prepare with approval, approve, resume with the prepared payload
+    let p = l
+        .prepare(
+            &n,
+            &k,
+            PrepareRequest {
+                token: token.clone(),
+                payload: json!({"draft": "hello"}),
+                approval_required: true,
+            },
+        )
+        .await
+        .expect("prepare");
+    assert_eq!(p.state, State::AwaitingApproval);
+    let a = l
+        .approve(&n, &k, Some("ok".into()), Some("ops".into()))
+        .await
+        .expect("approve");
+    assert_eq!(a.state, State::Prepared);
+    let r = l
+        .claim(&n, &k, req(fp(json!({"a": 1}))))
+        .await
+        .expect("claim");
+    assert_eq!(r.outcome, ClaimOutcome::Acquired);
+    assert_eq!(
+        r.record.expect("record").prepared_payload,
+        Some(json!({"draft": "hello"}))
+    );
+    let token = r.token.expect("token").secret();
+    let amb = l
+        .fail(
+            &n,
+            &k,
+            FailRequest {
+                token,
+                kind: None,
+                http_status: Some(502),
+                retry_after_ms: None,
+                sent: None,
+                error: None,
+            },
+        )
+        .await
+        .expect("fail");
+    assert_eq!(amb.record.state, State::NeedsReview);
+    let resolved = l
+        .resolve(
+            &n,
+            &k,
+            idem_core::ResolveRequest {
+                action: idem_core::ResolveAction::Completed,
+                external_ref: Some("x".into()),
+                result: None,
+                note: "checked by hand".into(),
+            },
+            Some("ops".into()),
+        )
+        .await
+        .expect("resolve");
+    assert_eq!(resolved.state, State::Completed);
+    let got = store.get(&n, &k).await.expect("get").expect("exists");
+    let last = got.events.last().expect("events");
+    assert_eq!(last.kind, EventType::Resolved);
+    assert_eq!(last.actor.as_deref(), Some("ops"));
+}
+
+#[tokio::test]
+async fn namespace_policy_pause_and_daily_limit() {
+    let Some(db) = TestDb::create("namespace_policy_pause_and_daily_limit").await else {
+        return;
+    };
+    let store = db.store().await;
+    let clock = TestClock::new(T0);
+    let l = ledger(store.clone(), &clock);
+    let n = ns("mail");
+
+    let d = store.namespace(&n).await.expect("defaults");
+    assert_eq!(d.policy, idem_core::Policy::default());
+    let p = store
+        .update_namespace(
+            &n,
+            NamespaceChange::Patch(json!({"daily_limit": 2, "retry": {"max_attempts": 3}})),
+            T0,
+        )
+        .await
+        .expect("patch");
+    assert_eq!(p.policy.daily_limit, Some(2));
+    assert_eq!(p.policy.retry.max_attempts, 3);
+    assert_eq!(p.policy.retry.base_ms, 1000);
+    let bad = store
+        .update_namespace(&n, NamespaceChange::Patch(json!({"bogus": 1})), T0)
+        .await;
+    assert!(matches!(bad, Err(StoreError::Policy(_))));
+
+    for i in 0..2 {
+        let c = l
+            .claim(&n, &key(&format!("k{i}")), claim_req())
+            .await
+            .expect("claim");
+        assert_eq!(c.outcome, ClaimOutcome::Acquired);
+    }
+    let limited = l.claim(&n, &key("k2"), claim_req()).await.expect("claim");
+    assert_eq!(limited.outcome, ClaimOutcome::Limited);
+    // The next UTC day starts a new count.
+    clock.advance_ms(86_400_000);
+    let next_day = l.claim(&n, &key("k2"), claim_req()).await.expect("claim");
+    assert_eq!(next_day.outcome, ClaimOutcome::Acquired);
+
+    let paused = store
+        .update_namespace(&n, NamespaceChange::Pause, T0)
+        .await
+        .expect("pause");
+    assert!(paused.paused);
+    assert_eq!(paused.policy.daily_limit, Some(2));
+    let c = l.claim(&n, &key("k0"), claim_req()).await.expect("claim");
+    assert_eq!(c.outcome, ClaimOutcome::Paused);
+    store
+        .update_namespace(&n, NamespaceChange::Resume, T0)
+        .await
+        .expect("resume");
+    // k2 was acquired after the day change: its lease is still held.
+    let c = l.claim(&n, &key("k2"), claim_req()).await.expect("claim");
+    assert_eq!(c.outcome, ClaimOutcome::InFlight);
+}
+
+#[tokio::test]
+async fn list_pages_newest_first_with_state_filter() {
+    let Some(db) = TestDb::create("list_pages_newest_first_with_state_filter").await else {
+        return;
+    };
+    let store = db.store().await;
+    let clock = TestClock::new(T0);
+    let l = ledger(store.clone(), &clock);
+    let n = ns("list");
+    for i in 0..5 {
+        clock.advance_ms(1);
+        l.claim(&n, &key(&format!("k{i}")), claim_req())
+            .await
+            .expect("claim");
+    }
+    // Two with the same updated_at: the key breaks the tie.
+    l.claim(&n, &key("same-a"), claim_req())
+        .await
+        .expect("claim");
+    l.claim(&n, &key("same-b"), claim_req())
+        .await
+        .expect("claim");
+
+    let mut seen = Vec::new();
+    let mut cursor = None;
+    loop {
+        let page = store
+            .list(
+                &n,
+                &ListQuery {
+                    state: Some(State::Processing),
+                    limit: 3,
+                    cursor: cursor.clone(),
+                },
+            )
+            .await
+            .expect("list");
+        seen.extend(page.items.iter().map(|r| r.key.as_str().to_owned()));
+        match page.next_cursor {
+            Some(c) => cursor = Some(c),
+            None => break,
+        }
+    }
+    assert_eq!(seen, vec!["same-b", "same-a", "k4", "k3", "k2", "k1", "k0"]);
+    let none = store
+        .list(
+            &n,
+            &ListQuery {
+                state: Some(State::Completed),
+                limit: 10,
+                cursor: None,
+            },
+        )
+        .await
+        .expect("list");
+    assert!(none.items.is_empty() && none.next_cursor.is_none());
+    let bad = store
+        .list(
+            &n,
+            &ListQuery {
+                state: None,
+                limit: 10,
+                cursor: Some("zz".into()),
+            },
+        )
+        .await;
+    assert!(matches!(bad, Err(StoreError::InvalidCursor)));
+}
+
+#[tokio::test]
+async fn sweep_moves_expired_review_lease_and_alerts_are_delivered_once() {
+    let Some(db) = TestDb::create("sweep_moves_expired_review_lease").await else {
+        return;
+    };
+    let store = db.store().await;
+    let clock = TestClock::new(T0);
+    let l = ledger(store.clone(), &clock);
+    let n = ns("money");
+    store
+        .update_namespace(
+            &n,
+            NamespaceChange::Patch(
+                json!({"lease_expiry": "review", "alert_url": "http://127.0.0.1:9/hook"}),
+            ),
+            T0,
+        )
+        .await
+        .expect("patch");
+    let k = key("charge-1");
+    l.claim(&n, &k, claim_req()).await.expect("claim");
+    l.claim(&n, &key("fresh"), claim_req())
+        .await
+        .expect("claim");
+
+    assert_eq!(
+        store
+            .sweep_once(clock.now_ts(), 10)
+            .await
+            .expect("sweep")
+            .examined,
+        0
+    );
+    clock.advance_ms(31_000);
+    let rep = store.sweep_once(clock.now_ts(), 10).await.expect("sweep");
+    assert_eq!(rep.moved_to_review, 2);
+    let stats = store.stats(clock.now_ts()).await.expect("stats");
+    assert_eq!(stats.review_queue_depth, 2);
+    assert_eq!(stats.records.get(State::NeedsReview), 2);
+
+    let due = store
+        .due_alerts(clock.now_ts(), 10, 60_000)
+        .await
+        .expect("due");
+    assert_eq!(due.len(), 2);
+    assert!(due
+        .iter()
+        .all(|a| a.alert_url.as_deref() == Some("http://127.0.0.1:9/hook")));
+    assert!(store
+        .due_alerts(clock.now_ts(), 10, 60_000)
+        .await
+        .expect("due")
+        .is_empty());
+    let charge = due.iter().find(|a| a.key == "charge-1").expect("alert");
+    store
+        .finish_alert(charge.id, AlertOutcome::Sent, clock.now_ts())
+        .await
+        .expect("finish");
+    let other = due.iter().find(|a| a.key == "fresh").expect("alert");
+    store
+        .finish_alert(
+            other.id,
+            AlertOutcome::RetryAt(clock.now_ts().plus_ms(1000)),
+            clock.now_ts(),
+        )
+        .await
+        .expect("finish");
+    clock.advance_ms(1000);
+    let due = store
+        .due_alerts(clock.now_ts(), 10, 60_000)
+        .await
+        .expect("due");
+    assert_eq!(due.len(), 1);
+    assert_eq!(due[0].tries, 1);
+    store
+        .finish_alert(due[0].id, AlertOutcome::GaveUp, clock.now_ts())
+        .await
+        .expect("finish");
+    clock.advance_ms(120_000);
+    assert!(store
+        .due_alerts(clock.now_ts(), 10, 60_000)
+        .await
+        .expect("due")
+        .is_empty());
+    let got = store.get(&n, &k).await.expect("get").expect("exists");
+    assert!(got.events.iter().any(|e| e.kind == EventType::AlertSent));
+}
+
+#[tokio::test]
+async fn retention_expires_results_then_deletes_tombstones() {
+    let Some(db) = TestDb::create("retention_expires_results_then_deletes").await else {
+        return;
+    };
+    let store = db.store().await;
+    let clock = TestClock::new(T0);
+    let l = ledger(store.clone(), &clock);
+    let n = ns("short");
+    store
+        .update_namespace(
+            &n,
+            NamespaceChange::Patch(json!({"retention_ms": 1000, "audit_retention_ms": 5000})),
+            T0,
+        )
+        .await
+        .expect("patch");
+    let k = key("k");
+    let t = l.claim(&n, &k, claim_req()).await.expect("claim");
+    l.complete(
+        &n,
+        &k,
+        CompleteRequest {
+            token: t.token.expect("token").secret(),
+            result: Some(json!({"ok": true})),
+            external_ref: Some("ref".into()),
+        },
+    )
+    .await
+    .expect("complete");
+    // A processing record and one in the default namespace are never touched here.
+    l.claim(&n, &key("busy"), claim_req()).await.expect("claim");
+
+    let r = store
+        .retention_once(clock.now_ts(), 10)
+        .await
+        .expect("retention");
+    assert_eq!((r.results_expired, r.tombstones_deleted), (0, 0));
+    clock.advance_ms(1500);
+    let r = store
+        .retention_once(clock.now_ts(), 10)
+        .await
+        .expect("retention");
+    assert_eq!((r.results_expired, r.tombstones_deleted), (1, 0));
+    let replay = l.claim(&n, &k, claim_req()).await.expect("claim");
+    assert_eq!(replay.outcome, ClaimOutcome::Completed);
+    let rec = replay.record.expect("record");
+    assert!(rec.result_expired);
+    assert_eq!(rec.result, None);
+    assert_eq!(rec.external_ref.as_deref(), Some("ref"));
+
+    clock.advance_ms(5000);
+    let r = store
+        .retention_once(clock.now_ts(), 10)
+        .await
+        .expect("retention");
+    assert_eq!((r.results_expired, r.tombstones_deleted), (0, 1));
+    assert!(store.get(&n, &k).await.expect("get").is_none());
+    assert!(store.get(&n, &key("busy")).await.expect("get").is_some());
+}
+
+#[tokio::test]
+async fn tokens_are_stored_hashed() {
+    let Some(db) = TestDb::create("tokens_are_stored_hashed").await else {
+        return;
+    };
+    let store = db.store().await;
+    assert_eq!(store.token_count().await.expect("count"), 0);
+    let secret = generate_secret();
+    store
+        .create_token(
+            NewApiToken {
+                secret_hash: hash_secret(&secret),
+                role: Role::Operator,
+                scope: "*".into(),
+                label: Some("ops".into()),
+            },
+            T0,
+        )
+        .await
+        .expect("create");
+    assert_eq!(store.token_count().await.expect("count"), 1);
+    let t = store
+        .find_token(&hash_secret(&secret))
+        .await
+        .expect("find")
+        .expect("exists");
+    assert_eq!(t.role, Role::Operator);
+    assert_eq!(t.label.as_deref(), Some("ops"));
+    assert!(store
+        .find_token(&hash_secret("nope"))
+        .await
+        .expect("find")
+        .is_none());
+}
+
+#[tokio::test]
+async fn refused_operations_write_nothing_but_lease_lost() {
+    let Some(db) = TestDb::create("refused_operations_write_nothing").await else {
+        return;
+    };
+    let store = db.store().await;
+    let clock = TestClock::new(T0);
+    let l = ledger(store.clone(), &clock);
+    let (n, k) = (ns("x"), key("k"));
+    let missing = l
+        .execute(&n, &k, Op::Approve { note: None }, None)
+        .await
+        .expect("exec");
+    assert!(missing.reply.is_err());
+    assert!(store.get(&n, &k).await.expect("get").is_none());
+    l.claim(&n, &k, claim_req()).await.expect("claim");
+    let lost = l
+        .complete(
+            &n,
+            &k,
+            CompleteRequest {
+                token: "1.00000000000000000000000000000000".into(),
+                result: None,
+                external_ref: None,
+            },
+        )
+        .await;
+    assert!(lost.is_err());
+    let got = store.get(&n, &k).await.expect("get").expect("exists");
+    assert_eq!(
+        got.events.last().map(|e| e.kind),
+        Some(EventType::LeaseLost)
+    );
+    assert_eq!(got.record.state, State::Processing);
+}
+
+/// `TestClock::now` as a method without importing the trait everywhere.
+trait NowTs {
+    fn now_ts(&self) -> idem_core::Timestamp;
+}
+
+impl NowTs for TestClock {
+    fn now_ts(&self) -> idem_core::Timestamp {
+        idem_core::Clock::now(self)
+    }
+}

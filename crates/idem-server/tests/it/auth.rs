@@ -1,0 +1,176 @@
+use std::time::Duration;
+
+use idem::Role;
+use serde_json::json;
+
+use crate::helpers::*;
+
+fn with_tokens() -> Options {
+    Options {
+        tokens: vec![
+            (Role::Admin, "*"),
+            (Role::Worker, "pay"),
+            (Role::Operator, "pay"),
+            (Role::Admin, "pay"),
+        ],
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn once_a_token_exists_every_v1_call_needs_one() {
+    let app = spawn_with(with_tokens()).await;
+    let anon = app.as_token(None);
+    let r = anon.claim("pay", "k", json!({})).await;
+    r.problem(401, "unauthorized");
+    assert_eq!(r.header("www-authenticate"), Some("Bearer"));
+    anon.namespace("pay").await.problem(401, "unauthorized");
+    anon.derive(json!({"event": {"id": 1}, "fields": ["/id"]}))
+        .await
+        .problem(401, "unauthorized");
+    app.as_token(Some("idem_wrong"))
+        .claim("pay", "k", json!({}))
+        .await
+        .problem(401, "unauthorized");
+    let r = anon
+        .send(
+            anon.http
+                .post(format!("{}/v1/tokens", anon.base))
+                .header("authorization", "Basic abc"),
+        )
+        .await;
+    r.problem(401, "unauthorized");
+    // Probes need none.
+    for p in ["/healthz", "/readyz", "/metrics", "/openapi.json"] {
+        assert_eq!(anon.get(p).await.status, 200, "{p}");
+    }
+    app.record("pay", "k").await.problem(404, "not_found");
+}
+
+#[tokio::test]
+async fn roles_and_scopes_are_enforced() {
+    let app = spawn_with(with_tokens()).await;
+    let worker = app.as_token(Some(&app.tokens[1]));
+    let operator = app.as_token(Some(&app.tokens[2]));
+    let t = Api::acquired(&worker.claim("pay", "k", json!({})).await);
+    assert_eq!(worker.record("pay", "k").await.status, 200);
+    assert_eq!(worker.namespace("pay").await.status, 200);
+    assert_eq!(
+        worker
+            .derive(json!({"event": {"id": 1}, "fields": ["/id"]}))
+            .await
+            .status,
+        200
+    );
+    // Worker: no operator calls.
+    worker.list("pay", "").await.problem(403, "forbidden");
+    worker
+        .resolve("pay", "k", json!({"action": "retry", "note": "x"}))
+        .await
+        .problem(403, "forbidden");
+    worker.pause("pay").await.problem(403, "forbidden");
+    worker
+        .patch_namespace("pay", json!({"lease_ms": 5}))
+        .await
+        .problem(403, "forbidden");
+    // Out of scope.
+    worker
+        .claim("other", "k", json!({}))
+        .await
+        .problem(403, "forbidden");
+    operator.list("other", "").await.problem(403, "forbidden");
+    app.record("other", "k").await.problem(404, "not_found");
+    // Operator within scope.
+    assert_eq!(operator.list("pay", "").await.status, 200);
+    assert_eq!(operator.pause("pay").await.status, 200);
+    assert_eq!(operator.resume("pay").await.status, 200);
+    operator
+        .post("/v1/tokens", json!({"role": "worker", "namespace": "pay"}))
+        .await
+        .problem(403, "forbidden");
+    assert_eq!(
+        worker
+            .complete("pay", "k", json!({"token": t}))
+            .await
+            .status,
+        200
+    );
+}
+
+#[tokio::test]
+async fn admin_creates_tokens_that_work_at_once() {
+    let app = spawn_with(with_tokens()).await;
+    let r = app
+        .post(
+            "/v1/tokens",
+            json!({"role": "worker", "namespace": "mail", "label": "n8n"}),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    assert_eq!(r.body["role"], "worker");
+    assert_eq!(r.body["namespace"], "mail");
+    let secret = r.token();
+    let new = app.as_token(Some(&secret));
+    assert_eq!(new.claim("mail", "k", json!({})).await.status, 201);
+    new.claim("pay", "k", json!({}))
+        .await
+        .problem(403, "forbidden");
+    // A namespace-scoped admin cannot mint tokens outside its scope.
+    let scoped_admin = app.as_token(Some(&app.tokens[3]));
+    scoped_admin
+        .post("/v1/tokens", json!({"role": "admin", "namespace": "*"}))
+        .await
+        .problem(403, "forbidden");
+    assert_eq!(
+        scoped_admin
+            .post("/v1/tokens", json!({"role": "worker", "namespace": "pay"}))
+            .await
+            .status,
+        201
+    );
+    let r = app
+        .post("/v1/tokens", json!({"role": "root", "namespace": "*"}))
+        .await;
+    assert_eq!(r.problem(422, "invalid_field")["field"], "role");
+    let r = app
+        .post("/v1/tokens", json!({"role": "worker", "namespace": "a b"}))
+        .await;
+    assert_eq!(r.problem(422, "invalid_field")["field"], "namespace");
+    let r = app.post("/v1/tokens", json!({"role": "worker"})).await;
+    assert_eq!(r.problem(422, "invalid_field")["field"], "namespace");
+}
+
+#[tokio::test]
+async fn without_tokens_auth_is_off_on_loopback_and_turns_on_with_the_first_token() {
+    let app = spawn_app().await;
+    assert_eq!(app.claim("ns", "k", json!({})).await.status, 201);
+    let r = app
+        .post("/v1/tokens", json!({"role": "admin", "namespace": "*"}))
+        .await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    // The cache is invalidated by the creation: auth is on at once.
+    app.claim("ns", "k2", json!({}))
+        .await
+        .problem(401, "unauthorized");
+    let admin = app.as_token(Some(&r.token()));
+    assert_eq!(admin.claim("ns", "k2", json!({})).await.status, 201);
+}
+
+#[tokio::test]
+async fn refuses_a_non_loopback_address_without_tokens() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let url = format!("sqlite://{}", dir.path().join("idem.db").display());
+    let ledger = idem::open(&url).await.expect("open");
+    let listener = tokio::net::TcpListener::bind("0.0.0.0:0")
+        .await
+        .expect("bind");
+    let run = idem_server::run(idem_server::Config::default(), ledger, listener, async {
+        tokio::time::sleep(Duration::from_secs(5)).await
+    });
+    let err = tokio::time::timeout(Duration::from_secs(3), run)
+        .await
+        .expect("refused at once")
+        .expect_err("must refuse");
+    let msg = err.to_string();
+    assert!(msg.contains("without API tokens"), "{msg}");
+}

@@ -1,0 +1,133 @@
+use serde_json::json;
+
+use crate::helpers::*;
+
+#[tokio::test]
+async fn unused_namespace_answers_with_the_defaults() {
+    let app = spawn_app().await;
+    let r = app.namespace("fresh").await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.body["namespace"], "fresh");
+    assert_eq!(r.body["paused"], false);
+    assert_eq!(
+        r.body["policy"],
+        json!({"lease_ms": 30000, "lease_expiry": "reclaim", "retention_ms": 2_592_000_000i64,
+               "audit_retention_ms": 34_560_000_000i64, "stuck_after_ms": 900000,
+               "retry": {"max_attempts": 5, "base_ms": 1000, "max_ms": 300000, "window_ms": 86_400_000},
+               "daily_limit": null, "alert_url": null, "destination_idempotent": false})
+    );
+    let counts = r.body["counts"].as_object().expect("counts");
+    assert_eq!(counts.len(), 7);
+    assert!(counts.values().all(|v| v == 0));
+    app.namespace("bad%20ns")
+        .await
+        .problem(400, "invalid_namespace");
+}
+
+#[tokio::test]
+async fn patch_merges_recursively_and_names_bad_fields() {
+    let app = spawn_app().await;
+    let r = app
+        .patch_namespace(
+            "ns",
+            json!({"retry": {"max_attempts": 3}, "lease_expiry": "review"}),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(
+        r.body["policy"]["retry"],
+        json!({"max_attempts": 3, "base_ms": 1000, "max_ms": 300000, "window_ms": 86_400_000})
+    );
+    assert_eq!(r.body["policy"]["lease_expiry"], "review");
+    assert_eq!(r.body["policy"]["lease_ms"], 30000);
+    let r = app.patch_namespace("ns", json!({"bogus": 1})).await;
+    assert_eq!(r.problem(400, "unknown_field")["field"], "bogus");
+    let r = app
+        .patch_namespace("ns", json!({"retry": {"tries": 1}}))
+        .await;
+    assert_eq!(r.problem(400, "unknown_field")["field"], "retry.tries");
+    let r = app.patch_namespace("ns", json!({"lease_ms": "30s"})).await;
+    assert_eq!(r.problem(422, "invalid_field")["field"], "lease_ms");
+    let r = app
+        .patch_namespace("ns", json!({"retry": {"max_attempts": 0}}))
+        .await;
+    assert_eq!(
+        r.problem(422, "invalid_field")["field"],
+        "retry.max_attempts"
+    );
+    let r = app
+        .patch_namespace("ns", json!({"alert_url": "ftp://x"}))
+        .await;
+    assert_eq!(r.problem(422, "invalid_field")["field"], "alert_url");
+    let r = app.post_raw("/v1/namespaces/ns", "x").await;
+    assert_eq!(r.status, 405);
+    // Nothing of the refused patches stuck.
+    let g = app.namespace("ns").await;
+    assert_eq!(g.body["policy"]["retry"]["max_attempts"], 3);
+    assert_eq!(g.body["policy"]["alert_url"], json!(null));
+}
+
+#[tokio::test]
+async fn pause_stops_claims_but_lets_in_flight_work_land() {
+    let app = spawn_app().await;
+    let t = Api::acquired(&app.claim("ns", "a", json!({})).await);
+    let t2 = Api::acquired(&app.claim("ns", "b", json!({})).await);
+    let p = app.pause("ns").await;
+    assert_eq!(p.status, 200, "{}", p.text);
+    assert_eq!(p.body["paused"], true);
+    let r = app.claim("ns", "c", json!({})).await;
+    assert_eq!(r.status, 503, "{}", r.text);
+    assert_eq!(r.body["outcome"], "paused");
+    assert_eq!(r.body["record"], json!(null));
+    // In-flight work lands while paused.
+    assert_eq!(
+        app.heartbeat("ns", "a", json!({"token": t})).await.status,
+        200
+    );
+    assert_eq!(
+        app.complete("ns", "a", json!({"token": t})).await.status,
+        200
+    );
+    assert_eq!(
+        app.fail("ns", "b", json!({"token": t2, "http_status": 429}))
+            .await
+            .status,
+        200
+    );
+    // Replays too get 503 while paused.
+    assert_eq!(app.claim("ns", "a", json!({})).await.status, 503);
+    app.record("ns", "c").await.problem(404, "not_found");
+    let r = app.resume("ns").await;
+    assert_eq!(r.body["paused"], false);
+    assert_eq!(app.claim("ns", "c", json!({})).await.status, 201);
+    assert_eq!(app.claim("ns", "a", json!({})).await.status, 200);
+    // Other namespaces were never paused.
+    let counts = app.namespace("ns").await.body["counts"].clone();
+    assert_eq!(counts["completed"], 1);
+    assert_eq!(counts["processing"], 1);
+}
+
+#[tokio::test]
+async fn daily_limit_answers_429_with_retry_after_until_midnight() {
+    let app = spawn_app().await;
+    app.patch_namespace("ns", json!({"daily_limit": 1})).await;
+    let t = Api::acquired(&app.claim("ns", "first", json!({})).await);
+    let r = app.claim("ns", "second", json!({})).await;
+    assert_eq!(r.status, 429, "{}", r.text);
+    assert_eq!(r.body["outcome"], "limited");
+    assert_eq!(r.body["record"], json!(null));
+    let secs: i64 = r
+        .header("retry-after")
+        .and_then(|v| v.parse().ok())
+        .expect("Retry-After");
+    let expect = (app.now().ms_to_next_utc_midnight() + 999) / 1000;
+    assert!((secs - expect).abs() <= 2, "{secs} vs {expect}");
+    // Existing keys are not first-time acquisitions: not limited.
+    assert_eq!(
+        app.claim("ns", "first", json!({})).await.body["outcome"],
+        "in_flight"
+    );
+    app.complete("ns", "first", json!({"token": t})).await;
+    assert_eq!(app.claim("ns", "first", json!({})).await.status, 200);
+    app.record("ns", "second").await.problem(404, "not_found");
+}

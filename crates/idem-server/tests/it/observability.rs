@@ -1,0 +1,111 @@
+use std::collections::BTreeSet;
+
+use serde_json::json;
+
+use crate::helpers::*;
+
+#[tokio::test]
+async fn metrics_are_present_after_traffic() {
+    let app = spawn_app().await;
+    let t = Api::acquired(&app.claim("m", "secret-key-123", json!({})).await);
+    app.complete("m", "secret-key-123", json!({"token": t}))
+        .await;
+    app.claim("m", "secret-key-123", json!({})).await;
+    let t = Api::acquired(&app.claim("m", "k2", json!({})).await);
+    app.fail("m", "k2", json!({"token": t, "http_status": 503}))
+        .await;
+    idem_server::background::janitor_once(&app.store, app.now(), 100)
+        .await
+        .expect("janitor");
+    let r = app.get("/metrics").await;
+    assert_eq!(r.status, 200);
+    assert!(r
+        .header("content-type")
+        .is_some_and(|c| c.starts_with("text/plain")));
+    let m = &r.text;
+    for name in [
+        "idem_claims_total{outcome=\"acquired\"}",
+        "idem_claims_total{outcome=\"completed\"}",
+        "idem_duplicate_hits_total",
+        "idem_acquired_total{resumed=\"false\"}",
+        "idem_fails_total{class=\"retryable\",status=\"503\"}",
+        "idem_reclaims_total",
+        "idem_records{state=\"completed\"}",
+        "idem_oldest_processing_seconds",
+        "idem_review_queue_depth",
+        "idem_janitor_expired_total",
+        "idem_alerts_total{result=\"sent\"}",
+        "idem_http_request_duration_seconds_bucket{route=\"/v1/namespaces/{ns}/keys/{key}/claim\",status=\"201\"",
+    ] {
+        assert!(m.contains(name), "missing {name} in\n{m}");
+    }
+    assert!(!m.contains("secret-key-123"), "a key leaked into metrics");
+}
+
+#[tokio::test]
+async fn openapi_documents_every_route_and_nothing_else() {
+    let app = spawn_app().await;
+    let r = app.get("/openapi.json").await;
+    assert_eq!(r.status, 200);
+    let paths = r.body["paths"].as_object().expect("paths");
+    let mut documented = BTreeSet::new();
+    for (path, item) in paths {
+        for method in ["get", "post", "patch", "put", "delete"] {
+            if item.get(method).is_some() {
+                documented.insert((method.to_owned(), path.clone()));
+            }
+        }
+    }
+    let routed: BTreeSet<(String, String)> = idem_server::route_table()
+        .into_iter()
+        .map(|(m, p)| (m.to_owned(), p.to_owned()))
+        .collect();
+    assert_eq!(documented, routed);
+    // And every route really answers (not the 404 fallback).
+    for (m, p) in &routed {
+        let path = p.replace("{ns}", "ns").replace("{key}", "k");
+        let url = format!("{}{path}", app.base);
+        let req = match m.as_str() {
+            "get" => app.http.get(url),
+            "post" => app.http.post(url),
+            _ => app.http.patch(url),
+        };
+        let resp = app.send(req).await;
+        assert!(
+            !(resp.status == 404
+                && resp.body["detail"]
+                    .as_str()
+                    .is_some_and(|d| d.starts_with("no such route"))),
+            "{m} {p}"
+        );
+    }
+    // The documented request bodies name exactly the members the parser accepts.
+    let schemas = &r.body["components"]["schemas"];
+    for (name, fields) in [
+        ("ClaimBody", idem_server::api::ClaimBody::FIELDS),
+        ("PrepareBody", idem_server::api::PrepareBody::FIELDS),
+        ("HeartbeatBody", idem_server::api::HeartbeatBody::FIELDS),
+        ("CompleteBody", idem_server::api::CompleteBody::FIELDS),
+        ("FailBody", idem_server::api::FailBody::FIELDS),
+        ("ResolveBody", idem_server::api::ResolveBody::FIELDS),
+        ("NoteBody", idem_server::api::NoteBody::FIELDS),
+        ("DeriveBody", idem_server::api::DeriveBody::FIELDS),
+        ("TokenBody", idem_server::api::TokenBody::FIELDS),
+    ] {
+        let props: BTreeSet<&str> = schemas[name]["properties"]
+            .as_object()
+            .unwrap_or_else(|| panic!("{name} missing"))
+            .keys()
+            .map(String::as_str)
+            .collect();
+        let want: BTreeSet<&str> = fields.iter().copied().collect();
+        assert_eq!(props, want, "{name}");
+    }
+}
+
+#[tokio::test]
+async fn health_and_readiness() {
+    let app = spawn_app().await;
+    assert_eq!(app.get("/healthz").await.body, json!({"status": "ok"}));
+    assert_eq!(app.get("/readyz").await.body, json!({"status": "ready"}));
+}

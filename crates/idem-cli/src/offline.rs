@@ -104,8 +104,8 @@ pub async fn serve(cmd: ServeCmd) -> Result<u8, CliError> {
     Ok(exit::OK)
 }
 
+/// Prints the server's commented example configuration.
 pub fn default_config() -> Result<u8, CliError> {
-    Err(CliError::input(
-        "default-config is not available in this build of the server yet",
-    ))
+    print!("{}", idem_server::default_config_toml());
+    Ok(exit::OK)
 }

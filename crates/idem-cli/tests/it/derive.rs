@@ -88,3 +88,10 @@ fn no_field_is_a_usage_error() {
     let out = derive(&[], r#"{"id": "x"}"#);
     assert_eq!(out.code, 2, "{out:?}");
 }
+
+#[test]
+fn default_config_prints_the_example_toml() {
+    let out = crate::helpers::run(&["default-config"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stdout.contains("listen = "), "{out:?}");
+}

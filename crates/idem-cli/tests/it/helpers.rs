@@ -136,10 +136,11 @@ impl Server {
         }
     }
 
-    /// `idem ARGS --url <this server>`.
+    /// `idem ARGS --url <this server>` (the flag goes before a `--`, if any).
     pub fn idem(&self, args: &[&str]) -> Out {
         let mut all: Vec<&str> = args.to_vec();
-        all.extend(["--url", &self.url]);
+        let at = all.iter().position(|a| *a == "--").unwrap_or(all.len());
+        all.splice(at..at, ["--url", self.url.as_str()]);
         run(&all)
     }
 }

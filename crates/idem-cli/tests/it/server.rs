@@ -220,7 +220,13 @@ fn namespace_policy_pause_resume_and_limits() {
     assert_eq!(set.json()["policy"]["retry"]["max_attempts"], 3);
     assert_eq!(set.json()["policy"]["retry"]["base_ms"], 1000);
     let human = s.idem(&["ns", "get", "cron"]);
-    assert!(human.stdout.contains("retry.max_attempts  3"), "{human:?}");
+    assert!(
+        human
+            .stdout
+            .lines()
+            .any(|l| l.starts_with("retry.max_attempts") && l.ends_with(" 3")),
+        "{human:?}"
+    );
     let bad = s.idem(&["ns", "set", "cron", "--json", r#"{"nope": 1}"#]);
     assert_eq!(bad.code, 20, "{bad:?}");
     assert!(bad.stderr.contains("unknown_field"), "{bad:?}");

@@ -154,7 +154,8 @@ pub(crate) fn open_writer(path: &Path, busy_timeout: Duration) -> Result<Connect
     // Scratch space of the retention step: one connection's private table, never on disk in
     // the ledger file, so it costs nothing to the durability of the batch.
     conn.execute_batch(
-        "CREATE TEMP TABLE IF NOT EXISTS retention_batch (rid INTEGER PRIMARY KEY);",
+        "CREATE TEMP TABLE IF NOT EXISTS retention_batch \
+         (rid INTEGER PRIMARY KEY, namespace TEXT NOT NULL, key TEXT NOT NULL);",
     )
     .db()?;
     Ok(conn)

@@ -227,7 +227,10 @@ fn limit(batch: usize) -> i64 {
 /// deleted with their events, then at most `batch` final records past `retention_ms` lose
 /// their result and prepared payload (one `result_expired` event each). The `state IN
 /// ('completed', 'failed_permanent')` condition is in every statement that selects rows, so
-/// no other state can ever be touched.
+/// no other state can ever be touched. The selected rowids are kept in a temp table so that
+/// every statement works on exactly the same rows and drives its index lookups from the batch
+/// (never a scan of the ledger); `+state` keeps the state guard on the final UPDATE/DELETE
+/// without letting the planner pick the state index over the rowid lookup.
 pub(crate) fn retention_step(
     conn: &Connection,
     now: Timestamp,
@@ -254,8 +257,8 @@ pub(crate) fn retention_step(
         .execute([])
         .db()?;
     conn.prepare_cached(
-        "INSERT INTO temp.retention_batch (rid) \
-         SELECT r.rowid FROM records r LEFT JOIN namespaces n ON n.namespace = r.namespace \
+        "INSERT INTO temp.retention_batch (rid, namespace, key) \
+         SELECT r.rowid, r.namespace, r.key FROM records r LEFT JOIN namespaces n ON n.namespace = r.namespace \
          WHERE r.state IN ('completed', 'failed_permanent') AND r.result_expired IN (0, 1) \
            AND r.final_at <= ?1 - ?2 \
            AND r.final_at <= ?1 - COALESCE(n.audit_retention_ms, ?3) \
@@ -266,16 +269,16 @@ pub(crate) fn retention_step(
     .db()?;
     for sql in [
         "DELETE FROM events WHERE (namespace, key) IN \
-         (SELECT r.namespace, r.key FROM temp.retention_batch b JOIN records r ON r.rowid = b.rid)",
+         (SELECT namespace, key FROM temp.retention_batch)",
         "DELETE FROM alerts WHERE (namespace, key) IN \
-         (SELECT r.namespace, r.key FROM temp.retention_batch b JOIN records r ON r.rowid = b.rid)",
+         (SELECT namespace, key FROM temp.retention_batch)",
     ] {
         conn.prepare_cached(sql).db()?.execute([]).db()?;
     }
     let tombstones_deleted = conn
         .prepare_cached(
             "DELETE FROM records WHERE rowid IN (SELECT rid FROM temp.retention_batch) \
-             AND state IN ('completed', 'failed_permanent')",
+             AND +state IN ('completed', 'failed_permanent')",
         )
         .db()?
         .execute([])
@@ -286,8 +289,8 @@ pub(crate) fn retention_step(
         .execute([])
         .db()?;
     conn.prepare_cached(
-        "INSERT INTO temp.retention_batch (rid) \
-         SELECT r.rowid FROM records r LEFT JOIN namespaces n ON n.namespace = r.namespace \
+        "INSERT INTO temp.retention_batch (rid, namespace, key) \
+         SELECT r.rowid, r.namespace, r.key FROM records r LEFT JOIN namespaces n ON n.namespace = r.namespace \
          WHERE r.state IN ('completed', 'failed_permanent') AND r.result_expired = 0 \
            AND r.final_at <= ?1 - ?2 \
            AND r.final_at <= ?1 - COALESCE(n.retention_ms, ?3) \
@@ -313,7 +316,7 @@ pub(crate) fn retention_step(
             "UPDATE records SET result = NULL, prepared_payload = NULL, result_expired = 1, \
              version = version + 1 \
              WHERE rowid IN (SELECT rid FROM temp.retention_batch) \
-             AND state IN ('completed', 'failed_permanent')",
+             AND +state IN ('completed', 'failed_permanent')",
         )
         .db()?
         .execute([])

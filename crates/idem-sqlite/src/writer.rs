@@ -151,3 +151,86 @@ fn exec(conn: &Connection, sql: &str) -> Result<(), StoreError> {
         .map(|_| ())
         .map_err(map)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schema::open_writer;
+    use std::time::Duration;
+
+    type Reply = oneshot::Receiver<Result<(), StoreError>>;
+
+    fn job<F>(work: F) -> (BoxJob, Reply)
+    where
+        F: FnOnce(&Connection) -> Result<(), StoreError> + Send + 'static,
+    {
+        let (tx, rx) = oneshot::channel();
+        (Box::new(Task::new(work, tx)), rx)
+    }
+
+    fn insert(label: &'static str) -> impl FnOnce(&Connection) -> Result<(), StoreError> {
+        move |c: &Connection| {
+            c.execute(
+                "INSERT INTO api_tokens (secret_hash, role, scope, label, created_at) \
+                 VALUES (?1, 'worker', '*', ?1, 0)",
+                [label],
+            )
+            .map_err(map)?;
+            Ok(())
+        }
+    }
+
+    fn labels(conn: &Connection) -> Vec<String> {
+        let mut s = conn
+            .prepare("SELECT label FROM api_tokens ORDER BY id")
+            .expect("prepare");
+        let rows = s.query_map([], |r| r.get(0)).expect("query");
+        rows.collect::<Result<_, _>>().expect("rows")
+    }
+
+    fn answer(mut rx: Reply) -> Result<(), StoreError> {
+        rx.try_recv().expect("answered by the end of the batch")
+    }
+
+    #[test]
+    fn a_failing_job_is_rolled_back_alone_and_the_others_commit() {
+        let dir = tempfile::tempdir().expect("dir");
+        let conn = open_writer(&dir.path().join("w.db"), Duration::from_secs(1)).expect("open");
+        let (a, ra) = job(insert("a"));
+        // Writes, then fails: its write must vanish with its savepoint.
+        let (b, rb) = job(|c: &Connection| {
+            insert("b")(c)?;
+            Err(StoreError::Internal("step failed".into()))
+        });
+        let (c, rc) = job(insert("c"));
+        run_batch(&conn, vec![a, b, c]);
+        assert!(answer(ra).is_ok());
+        assert!(matches!(answer(rb), Err(StoreError::Internal(_))));
+        assert!(answer(rc).is_ok());
+        assert_eq!(labels(&conn), ["a", "c"]);
+        assert!(conn.is_autocommit(), "the batch transaction is closed");
+    }
+
+    #[test]
+    fn a_lost_transaction_fails_every_job_of_the_batch() {
+        let dir = tempfile::tempdir().expect("dir");
+        let conn = open_writer(&dir.path().join("w.db"), Duration::from_secs(1)).expect("open");
+        let (a, ra) = job(insert("a"));
+        // Stands in for an I/O error that makes SQLite roll the whole transaction back.
+        let (b, rb) = job(|c: &Connection| {
+            c.execute_batch("ROLLBACK").map_err(map)?;
+            Err(StoreError::Unavailable("disk gone".into()))
+        });
+        let (c, rc) = job(insert("c"));
+        run_batch(&conn, vec![a, b, c]);
+        for r in [ra, rb, rc] {
+            assert!(matches!(answer(r), Err(StoreError::Unavailable(_))));
+        }
+        assert!(labels(&conn).is_empty());
+        // The writer goes on with the next batch.
+        let (d, rd) = job(insert("d"));
+        run_batch(&conn, vec![d]);
+        assert!(answer(rd).is_ok());
+        assert_eq!(labels(&conn), ["d"]);
+    }
+}

@@ -109,3 +109,98 @@ async fn health_and_readiness() {
     assert_eq!(app.get("/healthz").await.body, json!({"status": "ok"}));
     assert_eq!(app.get("/readyz").await.body, json!({"status": "ready"}));
 }
+
+/// Captures every log line of the process.
+#[derive(Clone, Default)]
+struct Capture(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Capture {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if let Ok(mut v) = self.0.lock() {
+            v.extend_from_slice(buf);
+        }
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn logs_carry_masked_keys_and_never_payloads_results_or_tokens() {
+    // A process-wide subscriber: a thread-local one races with other tests over tracing's
+    // callsite interest cache. Other tests' lines land in it too; we only look for ours.
+    static CAPTURE: std::sync::OnceLock<Capture> = std::sync::OnceLock::new();
+    let cap = CAPTURE
+        .get_or_init(|| {
+            let cap = Capture::default();
+            let writer = cap.clone();
+            let sub = tracing_subscriber::fmt()
+                .json()
+                .with_max_level(tracing::Level::INFO)
+                .with_writer(move || writer.clone())
+                .finish();
+            let _ = tracing::subscriber::set_global_default(sub);
+            cap
+        })
+        .clone();
+    let app = spawn_app().await;
+    let key = "customer-4711:charge";
+    let c = app
+        .claim("logs", key, json!({"payload": {"card": "PAYLOAD-SECRET"}, "owner": "exec-77", "correlation_id": "corr-9"}))
+        .await;
+    let token = c.token();
+    app.complete(
+        "logs",
+        key,
+        json!({"token": token, "result": {"r": "RESULT-SECRET"}}),
+    )
+    .await;
+    app.claim("logs", key, json!({"payload": {"card": "PAYLOAD-SECRET"}}))
+        .await;
+    let text = String::from_utf8(cap.0.lock().expect("lock").clone()).expect("utf8");
+    let masked = idem::mask_key(key);
+    assert!(text.contains(&masked), "no masked key in logs:\n{text}");
+    assert!(
+        text.contains("exec-77") && text.contains("corr-9"),
+        "{text}"
+    );
+    assert!(
+        text.contains("\"from\":\"processing\"") && text.contains("\"to\":\"completed\""),
+        "{text}"
+    );
+    for secret in ["PAYLOAD-SECRET", "RESULT-SECRET", key, token.as_str()] {
+        assert!(!text.contains(secret), "{secret} leaked into logs");
+    }
+}
+
+#[tokio::test]
+async fn exactly_one_of_many_concurrent_claims_acquires() {
+    let app = spawn_app().await;
+    let mut tasks = vec![];
+    for i in 0..32 {
+        let api = app.api.clone();
+        tasks.push(tokio::spawn(async move {
+            api.claim(
+                "race",
+                "evt_race",
+                json!({"payload": {"n": 1}, "owner": format!("w{i}")}),
+            )
+            .await
+            .status
+        }));
+    }
+    let mut statuses = vec![];
+    for t in tasks {
+        statuses.push(t.await.expect("join"));
+    }
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 201).count(),
+        1,
+        "{statuses:?}"
+    );
+    assert!(
+        statuses.iter().all(|s| *s == 201 || *s == 409),
+        "{statuses:?}"
+    );
+}

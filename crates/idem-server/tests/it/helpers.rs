@@ -15,6 +15,8 @@ pub struct Options {
     pub tokens: Vec<(Role, &'static str)>,
     pub alert_interval: Duration,
     pub body_limit: usize,
+    /// Policy patches applied at start, as from the config file.
+    pub namespaces: Vec<(&'static str, Value)>,
 }
 
 impl Default for Options {
@@ -23,6 +25,7 @@ impl Default for Options {
             tokens: vec![],
             alert_interval: Duration::from_secs(3600),
             body_limit: 1 << 20,
+            namespaces: vec![],
         }
     }
 }
@@ -81,6 +84,11 @@ pub async fn spawn_with(opts: Options) -> TestApp {
         janitor_interval: Duration::from_secs(3600),
         alert_interval: opts.alert_interval,
         body_limit: opts.body_limit,
+        namespaces: opts
+            .namespaces
+            .iter()
+            .map(|(n, p)| ((*n).to_owned(), p.clone()))
+            .collect(),
         ..Default::default()
     };
     let (tx, rx) = oneshot::channel::<()>();

@@ -131,3 +131,19 @@ async fn daily_limit_answers_429_with_retry_after_until_midnight() {
     assert_eq!(app.claim("ns", "first", json!({})).await.status, 200);
     app.record("ns", "second").await.problem(404, "not_found");
 }
+
+#[tokio::test]
+async fn config_file_policy_is_applied_at_start() {
+    let app = spawn_with(Options {
+        namespaces: vec![(
+            "pay",
+            json!({"lease_expiry": "review", "retry": {"max_attempts": 2}}),
+        )],
+        ..Default::default()
+    })
+    .await;
+    let r = app.namespace("pay").await;
+    assert_eq!(r.body["policy"]["lease_expiry"], "review");
+    assert_eq!(r.body["policy"]["retry"]["max_attempts"], 2);
+    assert_eq!(r.body["policy"]["retry"]["base_ms"], 1000);
+}

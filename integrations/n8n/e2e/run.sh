@@ -188,24 +188,26 @@ console.log(JSON.stringify([
 ]));' "$IDEM_URL" "$TOKEN" >"$WORK/credentials.json"
 
 STOCK_WF="$N8N_INT/templates/stripe-webhook-crm-receipt.json"
+ERR_WF="$N8N_INT/templates/error-branch-fail-classify.json"
 NODE_WF="$N8N_INT/node/examples/webhook-gate-node.json"
 STOCK_ID="$(json "$STOCK_WF" d.id)"
+ERR_ID="$(json "$ERR_WF" d.id)"
 NODE_ID="$(json "$NODE_WF" d.id)"
 
 log "n8n: importing credentials and workflows (n8n stopped)"
 "$N8N_BIN" import:credentials --input="$WORK/credentials.json" >>"$WORK/n8n-cli.log" 2>&1 ||
 	abort "n8n import:credentials failed (see $WORK/n8n-cli.log)"
-for wf in "$STOCK_WF" "$NODE_WF"; do
+for wf in "$STOCK_WF" "$ERR_WF" "$NODE_WF"; do
 	"$N8N_BIN" import:workflow --input="$wf" >>"$WORK/n8n-cli.log" 2>&1 ||
 		abort "n8n import:workflow $(basename "$wf") failed (see $WORK/n8n-cli.log)"
 done
-pass "workflows import without edits (stock template + community-node example)"
-for id in "$STOCK_ID" "$NODE_ID"; do
+pass "workflows import without edits (2 stock templates + the community-node example)"
+for id in "$STOCK_ID" "$ERR_ID" "$NODE_ID"; do
 	"$N8N_BIN" publish:workflow --id="$id" >>"$WORK/n8n-cli.log" 2>&1 ||
 		abort "n8n publish:workflow --id=$id failed (see $WORK/n8n-cli.log)"
 done
 node "$HERE/n8n-vars.js" "$N8N_HOME" "$N8N_USER_FOLDER/.n8n/database.sqlite" \
-	"IDEM_URL=$IDEM_URL" "CRM_URL=$SINK_URL/crm" "MAIL_URL=$SINK_URL/mail" "EFFECT_URL=$SINK_URL/effect" ||
+	"IDEM_URL=$IDEM_URL" "CRM_URL=$SINK_URL/crm" "MAIL_URL=$SINK_URL/mail" "EFFECT_URL=$SINK_URL/effect" "PAYMENT_URL=$SINK_URL/charges" ||
 	abort "could not set the n8n variables"
 
 log "n8n: starting on 127.0.0.1:$N8N_PORT"
@@ -220,7 +222,9 @@ wait_for 240 "webhook idem-stripe-events" webhook_live idem-stripe-events ||
 	abort "n8n did not register the stock template's webhook within 240 s"
 wait_for 60 "webhook idem-node-events" webhook_live idem-node-events ||
 	abort "n8n did not register the community-node workflow's webhook within 60 s (node not loaded?)"
-pass "n8n $N8N_VERSION started headless; both production webhooks registered"
+wait_for 60 "webhook idem-charge" webhook_live idem-charge ||
+	abort "n8n did not register the error-branch template's webhook within 60 s"
+pass "n8n $N8N_VERSION started headless; the production webhooks are registered"
 
 if grep -q 'n8n-nodes-idem' "$WORK/n8n.log" && grep -qiE 'error.*n8n-nodes-idem|n8n-nodes-idem.*error' "$WORK/n8n.log"; then
 	fail "n8n logged an error while loading n8n-nodes-idem"
@@ -290,9 +294,9 @@ console.log(JSON.stringify({ id, object: "event", type: "checkout.session.comple
 	fi
 }
 
-# ledger KEY NS: the record idem holds for KEY is completed, and the duplicates were recorded.
+# ledger NS KEY [STATE]: the record idem holds for KEY is in STATE (default completed).
 ledger() {
-	local ns="$1" key="$2" enc
+	local ns="$1" key="$2" want="${3:-completed}" enc
 	enc="$(node -e 'console.log(encodeURIComponent(process.argv[1]))' "$key")"
 	if ! curl -sS --max-time 10 -H "Authorization: Bearer $TOKEN" \
 		"$IDEM_URL/v1/namespaces/$ns/keys/$enc" -o "$WORK/record.json"; then
@@ -302,10 +306,10 @@ ledger() {
 	local state dups
 	state="$(json "$WORK/record.json" 'd.record ? d.record.state : "?"')"
 	dups="$(json "$WORK/record.json" '(d.events || []).filter(e => e.type === "duplicate_hit").length')"
-	if [[ "$state" == completed ]]; then
-		pass "ledger: $ns/$key is completed ($dups duplicate hits recorded)"
+	if [[ "$state" == "$want" ]]; then
+		pass "ledger: $ns/$key is $want ($dups duplicate hits recorded)"
 	else
-		fail "ledger: $ns/$key is in state $state (want completed): $(head -c 300 "$WORK/record.json")"
+		fail "ledger: $ns/$key is in state $state (want $want): $(head -c 300 "$WORK/record.json")"
 	fi
 }
 
@@ -317,6 +321,37 @@ ledger stripe "$EVT:receipt"
 EVT="evt_e2e_node_$(date +%s)_$RANDOM"
 scenario community-node idem-node-events "$EVT" "$EVT:effect"
 ledger n8n-node "$EVT:effect"
+
+# The error branch (stock template): the payment stand-in answers 201, 503 or 500; the workflow
+# reports it with `fail` + the HTTP status and acts on idem's classification.
+# charge ORDER_ID WANT_HTTP WANT_STATUS: one delivery; the answer's HTTP status and body.status.
+charge() {
+	local order="$1" want_http="$2" want_status="$3" body got
+	body="$(node -e 'console.log(JSON.stringify({ order_id: process.argv[1], amount: 4200, currency: "eur", customer: "cus_e2e" }))' "$order")"
+	node "$HERE/fire.js" "http://127.0.0.1:$N8N_PORT/webhook/idem-charge" "$body" 1 120000 >"$WORK/charge.json"
+	got="$(json "$WORK/charge.json" 'd.map(r => r.status + ":" + (r.body && r.body.status) + (r.body && r.body.duplicate ? ":duplicate" : "")).join(" ")')"
+	if [[ "$got" == "$want_http:$want_status" ]]; then
+		pass "error branch: order $order answered $got"
+	else
+		fail "error branch: order $order answered [$got] (want $want_http:$want_status) $(head -c 300 "$WORK/charge.json")"
+	fi
+}
+ORD="ord_$(date +%s)_$RANDOM"
+charge "${ORD}_ok" 200 charged
+charge "${ORD}_ok" 200 "charged:duplicate"
+ledger payments "order-${ORD}_ok:charge"
+charge "${ORD}@503" 503 retry_later
+ledger payments "order-${ORD}@503:charge" failed_retryable
+charge "${ORD}@500" 202 needs_review
+ledger payments "order-${ORD}@500:charge" needs_review
+charge "${ORD}@400" 422 failed_permanent
+ledger payments "order-${ORD}@400:charge" failed_permanent
+n="$(curl -fsS --max-time 10 "$SINK_URL/counts" | node -e 'let s="";process.stdin.on("data",c=>s+=c).on("end",()=>{const d=JSON.parse(s);console.log(Object.keys(d).filter(k=>k.includes(process.argv[1])).map(k=>d[k]).join(","))})' "$ORD")"
+if [[ "$n" == "1,1,1,1" ]]; then
+	pass "error branch: one charge attempt per order at the payment stand-in"
+else
+	fail "error branch: charge attempts per order [$n] (want 1,1,1,1)"
+fi
 
 log "done in $(($(date +%s) - T0)) s"
 summary

@@ -2,7 +2,8 @@
 // A counting sink standing in for the CRM / mail / payment API of the workflows.
 // Every POST is counted per Idempotency-Key header (or ?key=, or the path when neither is given)
 // and answered 200 after a short delay (SINK_DELAY_MS, default 400) that widens the race window
-// of concurrent deliveries. GET /counts answers {"<key>": n, …}. Loopback only.
+// of concurrent deliveries — or with status NNN when the key contains `@NNN` (to drive the
+// error branch). GET /counts answers {"<key>": n, …}. Loopback only.
 //   node sink.js --port-file FILE   (listens on 127.0.0.1, port 0 = any free port)
 'use strict';
 const http = require('node:http');
@@ -31,8 +32,10 @@ const server = http.createServer((req, res) => {
 		const key = req.headers['idempotency-key'] || url.searchParams.get('key') || url.pathname;
 		counts[key] = (counts[key] || 0) + 1;
 		const id = `eff_${++seq}`;
+		const forced = /@([1-5][0-9][0-9])(?![0-9])/.exec(String(key));
+		const status = forced ? Number(forced[1]) : 200;
 		setTimeout(() => {
-			res.writeHead(200, { 'content-type': 'application/json' });
+			res.writeHead(status, { 'content-type': 'application/json', ...(status === 503 ? { 'retry-after': '2' } : {}) });
 			res.end(JSON.stringify({ id, key, count: counts[key] }));
 		}, delay);
 	});

@@ -82,8 +82,12 @@ const server = http.createServer((req, res) => {
 			return send(res, 200, { state: 'completed', record: view(r) });
 		}
 		if (verb === 'fail') {
-			r.state = 'failed_retryable';
-			return send(res, 200, { state: r.state, class: 'retryable', retry: { allowed: true }, record: view(r) });
+			const st = body.http_status;
+			const cls = [408, 425, 429, 503].includes(st) ? 'retryable' : st >= 500 ? 'ambiguous' : st >= 400 ? 'permanent' : body.sent === false ? 'retryable' : 'ambiguous';
+			r.state = { retryable: 'failed_retryable', ambiguous: 'needs_review', permanent: 'failed_permanent' }[cls];
+			r.last_error = { ...(body.error || {}), http_status: st ?? null };
+			const notBefore = new Date(now() + 2000).toISOString();
+			return send(res, 200, { state: r.state, class: cls, retry: { allowed: cls === 'retryable', attempt: r.attempt, max_attempts: 5, not_before: cls === 'retryable' ? notBefore : null }, record: view(r) });
 		}
 		return send(res, 404, { code: 'not_found' });
 	});

@@ -45,7 +45,8 @@ Exit codes:
    20   HTTP error answer from the server (problem+json; code printed on stderr)
    21   cannot reach the server (connection refused, DNS, timeout)
   idem run, when the command ran: the command's own exit code (128+N when killed by
-  signal N); 127 when the command could not be started.";
+  signal N); 127 when the command could not be started.
+";
 
 /// The exit code for a claim outcome (`acquired` and `completed` are 0).
 pub fn for_outcome(outcome: ClaimOutcome) -> u8 {

@@ -13,6 +13,7 @@
 //! ledger does not know.
 
 use std::process::Stdio;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use idem::{ClaimOutcome, Class};
@@ -32,6 +33,8 @@ pub const EX_TEMPFAIL: i32 = 75;
 /// Lease used to pace heartbeats when neither --lease nor the namespace told us (the
 /// namespace default).
 const DEFAULT_LEASE_MS: i64 = 30_000;
+/// How long to keep reading stdout after the command exited.
+const DRAIN_GRACE: Duration = Duration::from_secs(2);
 
 pub async fn run(cmd: RunCmd) -> Result<u8, CliError> {
     let gate = open_gate(&cmd).await?;
@@ -107,14 +110,26 @@ pub async fn run(cmd: RunCmd) -> Result<u8, CliError> {
         token.clone(),
         lease_ms,
     ));
-    let pump = child.stdout.take().map(|out| tokio::spawn(tee(out)));
-    let status = child.wait().await;
-    let captured = match pump {
-        Some(p) => p.await.unwrap_or_default(),
-        None => Captured::default(),
-    };
+    let captured = Arc::new(Mutex::new(Captured::default()));
+    let pump = child
+        .stdout
+        .take()
+        .map(|out| tokio::spawn(tee(out, captured.clone())));
+    let status = wait_reporting_signals(&mut child).await;
+    if let Some(mut p) = pump {
+        // A background process the command left behind may hold its stdout open forever:
+        // drain briefly, then stop capturing rather than wait for it.
+        if tokio::time::timeout(DRAIN_GRACE, &mut p).await.is_err() {
+            p.abort();
+            eprintln!("idem: the command left a process holding its stdout; stopped capturing");
+        }
+    }
     heartbeat.abort();
     let status = status?;
+    let captured = match captured.lock() {
+        Ok(c) => c.clone(),
+        Err(poisoned) => poisoned.into_inner().clone(),
+    };
 
     if status.success() {
         let mut result = json!({ "stdout": captured.text() });
@@ -139,6 +154,42 @@ pub async fn run(cmd: RunCmd) -> Result<u8, CliError> {
     };
     report_fail(&gate, ns, key, &token, &fail).await?;
     Ok(code)
+}
+
+/// Waits for the command while keeping this process alive through SIGINT/SIGTERM, so the
+/// outcome is still recorded: Ctrl-C reaches the command through the terminal's process
+/// group and we wait for it to end; SIGTERM sent to us (a supervisor stopping the job) kills
+/// the command, which is then reported as ambiguous (it may have done its effect).
+#[cfg(unix)]
+async fn wait_reporting_signals(
+    child: &mut tokio::process::Child,
+) -> std::io::Result<std::process::ExitStatus> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut int), Ok(mut term)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        return child.wait().await;
+    };
+    loop {
+        tokio::select! {
+            st = child.wait() => return st,
+            _ = int.recv() => {
+                eprintln!("idem: interrupted; waiting for the command to end to record its outcome");
+            }
+            _ = term.recv() => {
+                eprintln!("idem: terminated; stopping the command and recording its outcome");
+                let _ = child.start_kill();
+            }
+        }
+    }
+}
+
+#[cfg(not(unix))]
+async fn wait_reporting_signals(
+    child: &mut tokio::process::Child,
+) -> std::io::Result<std::process::ExitStatus> {
+    child.wait().await
 }
 
 /// Reports a failure, retrying transient errors.
@@ -280,7 +331,7 @@ async fn heartbeat_loop(gate: Gate, ns: String, key: String, token: String, leas
     }
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 struct Captured {
     bytes: Vec<u8>,
     truncated: bool,
@@ -292,9 +343,8 @@ impl Captured {
     }
 }
 
-/// Copies the child's stdout to ours, keeping the first [`CAPTURE_LIMIT`] bytes.
-async fn tee(mut from: tokio::process::ChildStdout) -> Captured {
-    let mut cap = Captured::default();
+/// Copies the child's stdout to ours, keeping the first [`CAPTURE_LIMIT`] bytes in `cap`.
+async fn tee(mut from: tokio::process::ChildStdout, cap: Arc<Mutex<Captured>>) {
     let mut out = tokio::io::stdout();
     let mut buf = vec![0u8; 8192];
     loop {
@@ -306,13 +356,13 @@ async fn tee(mut from: tokio::process::ChildStdout) -> Captured {
         // Our stdout may be closed (e.g. `| head`); keep draining so the child never blocks.
         let _ = out.write_all(chunk).await;
         let _ = out.flush().await;
+        let Ok(mut cap) = cap.lock() else { continue };
         let room = CAPTURE_LIMIT - cap.bytes.len();
         if chunk.len() > room {
             cap.truncated = true;
         }
         cap.bytes.extend_from_slice(&chunk[..chunk.len().min(room)]);
     }
-    cap
 }
 
 fn default_owner() -> String {

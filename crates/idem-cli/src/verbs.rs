@@ -345,6 +345,17 @@ pub async fn note_action(cmd: NoteCmd, action: &str) -> Result<u8, CliError> {
     Ok(exit::OK)
 }
 
+/// A policy value; `*_ms` durations also in human form (`2592000000 (30days)`).
+fn policy_cell(name: &str, v: &Value) -> String {
+    match (name.ends_with("_ms"), v.as_u64()) {
+        (true, Some(ms)) if ms > 0 => format!(
+            "{ms} ({})",
+            humantime::format_duration(std::time::Duration::from_millis(ms))
+        ),
+        _ => cell(v),
+    }
+}
+
 fn print_namespace(ans: &Answer, json: bool) {
     if json {
         print_raw(ans);
@@ -361,10 +372,10 @@ fn print_namespace(ans: &Answer, json: bool) {
             match v.as_object() {
                 Some(inner) => {
                     for (ik, iv) in inner {
-                        policy.push((format!("{k}.{ik}"), cell(iv)));
+                        policy.push((format!("{k}.{ik}"), policy_cell(ik, iv)));
                     }
                 }
-                None => policy.push((k.clone(), cell(v))),
+                None => policy.push((k.clone(), policy_cell(k, v))),
             }
         }
     }

@@ -162,3 +162,31 @@ fn run_needs_a_target_and_a_command() {
     ]);
     assert_ne!(out.code, 0, "{out:?}");
 }
+
+#[test]
+fn sigterm_to_idem_run_stops_the_command_and_records_it_for_review() {
+    let db = LocalDb::new();
+    let marker = db.file("started");
+    let path = db.path();
+    let script = format!("touch {}; exec sleep 30", marker.display());
+    let runner = idem()
+        .args(["run", "--db", &path, "--ns", "cron", "--key", "stopped"])
+        .args(["--", "sh", "-c", &script])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn runner");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !marker.exists() {
+        assert!(Instant::now() < deadline, "command never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let kill = std::process::Command::new("kill")
+        .args(["-TERM", &runner.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(kill.success());
+    let out = runner.wait_with_output().expect("runner");
+    assert_eq!(out.status.code(), Some(128 + 9), "{out:?}");
+    assert_eq!(db.state("stopped"), "needs_review");
+}

@@ -147,6 +147,11 @@ else
 	TOKEN="no-token-configured"
 	log "idem: no token (token create failed: $(head -c 200 "$WORK/token.err")); server runs open on loopback"
 fi
+OPERATOR_TOKEN="no-token-configured"
+if [[ "$TOKEN" != no-token-configured ]]; then
+	OPERATOR_TOKEN="$("$IDEM_BIN" token create --namespace '*' --role operator --db "$IDEM_DB" 2>>"$WORK/token.err" | tail -n 1 | tr -d '[:space:]')" ||
+		abort "idem token create --role operator failed: $(head -c 300 "$WORK/token.err")"
+fi
 start IDEM "$WORK/idem.log" "$IDEM_BIN" serve --listen "127.0.0.1:$IDEM_PORT" --db "$IDEM_DB"
 wait_for 60 "idem on $IDEM_URL" curl -fsS "$IDEM_URL/healthz" || abort "idem did not become healthy within 60 s"
 
@@ -179,35 +184,40 @@ printf '{"name":"installed-nodes","private":true,"dependencies":{"n8n-nodes-idem
 	>"$N8N_USER_FOLDER/.n8n/nodes/package.json"
 
 node -e '
-const [url, token] = process.argv.slice(1);
+const [url, token, operator] = process.argv.slice(1);
 console.log(JSON.stringify([
   { id: "idemWorkerToken1", name: "idem worker token", type: "httpHeaderAuth",
     data: { name: "Authorization", value: "Bearer " + token } },
+  { id: "idemOperatorTok1", name: "idem operator token", type: "httpHeaderAuth",
+    data: { name: "Authorization", value: "Bearer " + operator } },
   { id: "idemNodeCredent1", name: "idem", type: "idemApi",
     data: { baseUrl: url, token } },
-]));' "$IDEM_URL" "$TOKEN" >"$WORK/credentials.json"
+]));' "$IDEM_URL" "$TOKEN" "$OPERATOR_TOKEN" >"$WORK/credentials.json"
 
 STOCK_WF="$N8N_INT/templates/stripe-webhook-crm-receipt.json"
 ERR_WF="$N8N_INT/templates/error-branch-fail-classify.json"
+AI_WF="$N8N_INT/templates/ai-draft-approval-deliver.json"
 NODE_WF="$N8N_INT/node/examples/webhook-gate-node.json"
 STOCK_ID="$(json "$STOCK_WF" d.id)"
 ERR_ID="$(json "$ERR_WF" d.id)"
+AI_ID="$(json "$AI_WF" d.id)"
 NODE_ID="$(json "$NODE_WF" d.id)"
 
 log "n8n: importing credentials and workflows (n8n stopped)"
 "$N8N_BIN" import:credentials --input="$WORK/credentials.json" >>"$WORK/n8n-cli.log" 2>&1 ||
 	abort "n8n import:credentials failed (see $WORK/n8n-cli.log)"
-for wf in "$STOCK_WF" "$ERR_WF" "$NODE_WF"; do
+for wf in "$STOCK_WF" "$ERR_WF" "$AI_WF" "$NODE_WF"; do
 	"$N8N_BIN" import:workflow --input="$wf" >>"$WORK/n8n-cli.log" 2>&1 ||
 		abort "n8n import:workflow $(basename "$wf") failed (see $WORK/n8n-cli.log)"
 done
-pass "workflows import without edits (2 stock templates + the community-node example)"
-for id in "$STOCK_ID" "$ERR_ID" "$NODE_ID"; do
+pass "workflows import without edits (3 stock templates + the community-node example)"
+for id in "$STOCK_ID" "$ERR_ID" "$AI_ID" "$NODE_ID"; do
 	"$N8N_BIN" publish:workflow --id="$id" >>"$WORK/n8n-cli.log" 2>&1 ||
 		abort "n8n publish:workflow --id=$id failed (see $WORK/n8n-cli.log)"
 done
 node "$HERE/n8n-vars.js" "$N8N_HOME" "$N8N_USER_FOLDER/.n8n/database.sqlite" \
-	"IDEM_URL=$IDEM_URL" "CRM_URL=$SINK_URL/crm" "MAIL_URL=$SINK_URL/mail" "EFFECT_URL=$SINK_URL/effect" "PAYMENT_URL=$SINK_URL/charges" ||
+	"IDEM_URL=$IDEM_URL" "CRM_URL=$SINK_URL/crm" "MAIL_URL=$SINK_URL/mail" "EFFECT_URL=$SINK_URL/effect" "PAYMENT_URL=$SINK_URL/charges" \
+	"APPROVAL_URL=$SINK_URL/approvals" "APPROVE_LINK=http://127.0.0.1:$N8N_PORT/webhook/idem-ai-draft-approve" ||
 	abort "could not set the n8n variables"
 
 log "n8n: starting on 127.0.0.1:$N8N_PORT"
@@ -224,6 +234,8 @@ wait_for 60 "webhook idem-node-events" webhook_live idem-node-events ||
 	abort "n8n did not register the community-node workflow's webhook within 60 s (node not loaded?)"
 wait_for 60 "webhook idem-charge" webhook_live idem-charge ||
 	abort "n8n did not register the error-branch template's webhook within 60 s"
+wait_for 60 "webhook idem-ai-draft" webhook_live idem-ai-draft ||
+	abort "n8n did not register the AI-draft template's webhooks within 60 s"
 pass "n8n $N8N_VERSION started headless; the production webhooks are registered"
 
 if grep -q 'n8n-nodes-idem' "$WORK/n8n.log" && grep -qiE 'error.*n8n-nodes-idem|n8n-nodes-idem.*error' "$WORK/n8n.log"; then
@@ -351,6 +363,41 @@ if [[ "$n" == "1,1,1,1" ]]; then
 	pass "error branch: one charge attempt per order at the payment stand-in"
 else
 	fail "error branch: charge attempts per order [$n] (want 1,1,1,1)"
+fi
+
+# AI draft → prepare (approval required) → approve → the resumed claim delivers the saved draft.
+# ai STEP METHOD URL BODY WANT: one request; WANT = "HTTP:body.status".
+ai() {
+	local step="$1" method="$2" url="$3" body="$4" want="$5" got
+	if [[ "$method" == POST ]]; then
+		node "$HERE/fire.js" "$url" "$body" 1 120000 >"$WORK/ai.json"
+	else
+		curl -sS --max-time 120 -w '\n%{http_code}' "$url" | node -e '
+let s="";process.stdin.on("data",c=>s+=c).on("end",()=>{const i=s.lastIndexOf("\n");let b=s.slice(0,i);
+try{b=JSON.parse(b)}catch{};console.log(JSON.stringify([{status:Number(s.slice(i+1)),body:b}]))})' >"$WORK/ai.json"
+	fi
+	got="$(json "$WORK/ai.json" 'd.map(r => r.status + ":" + (r.body && r.body.status)).join(" ")')"
+	if [[ "$got" == "$want" ]]; then
+		pass "ai draft: $step answered $got"
+	else
+		fail "ai draft: $step answered [$got] (want $want) $(head -c 300 "$WORK/ai.json")"
+	fi
+}
+AIO="o$(date +%s)$RANDOM"
+AI_KEY="order-$AIO:draft-followup:v1"
+AI_BODY="{\"order_id\":\"$AIO\",\"customer_email\":\"ada@example.com\"}"
+ai "new order" POST "http://127.0.0.1:$N8N_PORT/webhook/idem-ai-draft" "$AI_BODY" "202:awaiting_approval"
+ledger followups "$AI_KEY" awaiting_approval
+ai "redelivered order while waiting" POST "http://127.0.0.1:$N8N_PORT/webhook/idem-ai-draft" "$AI_BODY" "202:awaiting_approval"
+ai "approve link" GET "http://127.0.0.1:$N8N_PORT/webhook/idem-ai-draft-approve?order=$AIO" "" "200:sent"
+ai "approve link clicked again" GET "http://127.0.0.1:$N8N_PORT/webhook/idem-ai-draft-approve?order=$AIO" "" "200:duplicate"
+ai "redelivered order after delivery" POST "http://127.0.0.1:$N8N_PORT/webhook/idem-ai-draft" "$AI_BODY" "200:duplicate"
+ledger followups "$AI_KEY" completed
+n="$(curl -fsS --max-time 10 "$SINK_URL/counts" | node -e 'let s="";process.stdin.on("data",c=>s+=c).on("end",()=>{const d=JSON.parse(s);const k=process.argv[1];console.log((d[k]||0)+","+(d[k+":ask"]||0))})' "$AI_KEY")"
+if [[ "$n" == "1,1" ]]; then
+	pass "ai draft: one approval request and one delivery of the saved draft"
+else
+	fail "ai draft: deliveries,approval requests = [$n] (want 1,1)"
 fi
 
 log "done in $(($(date +%s) - T0)) s"

@@ -51,7 +51,7 @@ export class IdempotencyGate implements INodeType {
 		icon: 'file:idem.svg',
 		group: ['transform'],
 		version: 1,
-		subtitle: '={{ $parameter["operation"] + ": " + $parameter["key"] }}',
+		subtitle: '={{ $parameter["operation"] }}',
 		description:
 			'Ask idem before an irreversible side effect (claim) and tell it what happened (complete / fail)',
 		defaults: {

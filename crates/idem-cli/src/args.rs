@@ -73,8 +73,10 @@ pub enum Command {
     /// (needs_review), anything else → permanent. A duplicate of a completed run prints the
     /// stored stdout and exits 0 without running anything.
     ///
-    /// Example (an exactly-once cron job, no server needed):
+    /// Example, an exactly-once cron job with no server (a bare path is a SQLite file):
+    ///
     ///   idem run --db ~/.idem.db --ns cron --key "renewal-reminders:$(date +%F)" -- ./send.sh
+    #[command(verbatim_doc_comment)]
     Run(RunCmd),
     /// Run the failure drills against a running idem and report PASS/FAIL per drill.
     ///

@@ -378,9 +378,18 @@ fn default_owner() -> String {
     format!("idem-run@{host}/{}", std::process::id())
 }
 
+/// `~/x` → `$HOME/x` (for `--db=~/…`, where the shell does not expand it).
+fn expand_home(db: &str) -> String {
+    match (db.strip_prefix("~/"), std::env::var("HOME")) {
+        (Some(rest), Ok(home)) if !home.is_empty() => format!("{home}/{rest}"),
+        _ => db.to_owned(),
+    }
+}
+
 async fn open_gate(cmd: &RunCmd) -> Result<Gate, CliError> {
     if let Some(db) = &cmd.db {
-        let ledger = idem::open(db)
+        let db = expand_home(db);
+        let ledger = idem::open(&db)
             .await
             .map_err(|e| CliError::input(format!("--db: cannot open the ledger: {e}")))?;
         return Ok(Gate::Local(ledger));

@@ -34,6 +34,14 @@ fn token_create_prints_only_the_secret_and_the_server_requires_it() {
     let authed = server.idem(&["ns", "get", "payments", "--token", secret]);
     assert_eq!(authed.code, 0, "{authed:?}");
     assert!(!authed.stdout.contains(secret) && !authed.stderr.contains(secret));
+
+    // Drills work with an operator token of scope `*`, and fail without one.
+    let drill = server.idem(&["drill", "--only", "paused", "--token", secret]);
+    assert_eq!(drill.code, 0, "{drill:?}");
+    assert!(!drill.stdout.contains(secret) && !drill.stderr.contains(secret));
+    let drill = server.idem(&["drill", "--only", "paused"]);
+    assert_eq!(drill.code, 1, "{drill:?}");
+    assert!(drill.stdout.contains("FAIL"), "{drill:?}");
 }
 
 #[test]

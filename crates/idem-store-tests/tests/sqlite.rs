@@ -1,0 +1,36 @@
+//! The store contract suite against SQLite: a fresh ledger file in its own temp dir per test.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use idem_sqlite::SqliteStore;
+use idem_store::Store;
+use idem_store_tests::{contract_suite, Backend};
+
+struct Sqlite {
+    // Held so the directory (and the database) lives as long as the case.
+    _dir: tempfile::TempDir,
+    path: PathBuf,
+}
+
+#[async_trait::async_trait]
+impl Backend for Sqlite {
+    async fn fresh() -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("idem.db");
+        Sqlite { _dir: dir, path }
+    }
+
+    async fn open(&self) -> Arc<dyn Store> {
+        let path = self.path.clone();
+        let store = tokio::task::spawn_blocking(move || SqliteStore::open(&path))
+            .await
+            .expect("open task")
+            .unwrap_or_else(|e| panic!("open sqlite store: {e}"));
+        Arc::new(store)
+    }
+
+    async fn cleanup(&self) {}
+}
+
+contract_suite!(Sqlite);

@@ -100,13 +100,19 @@ impl Server {
 
     /// On an existing database file (e.g. one that holds tokens).
     pub fn start_on(db: &Path) -> Server {
+        Server::start_url(
+            &format!("sqlite://{}", db.display()),
+            &db.with_extension("log"),
+        )
+    }
+
+    /// On any database URL; the server's stderr goes to `log`.
+    pub fn start_url(db_url: &str, log: &Path) -> Server {
         let port = free_port();
         let addr = format!("127.0.0.1:{port}");
-        let log = db.with_extension("log");
-        let log_file = std::fs::File::create(&log).expect("log file");
+        let log_file = std::fs::File::create(log).expect("log file");
         let child = idem()
-            .args(["serve", "--listen", &addr, "--db"])
-            .arg(format!("sqlite://{}", db.display()))
+            .args(["serve", "--listen", &addr, "--db", db_url])
             .args(["--janitor-interval", "200ms"])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -124,12 +130,12 @@ impl Server {
                 return server;
             }
             if let Ok(Some(st)) = server.child.try_wait() {
-                let log = std::fs::read_to_string(&log).unwrap_or_default();
+                let log = std::fs::read_to_string(log).unwrap_or_default();
                 panic!("idem serve exited with {st} before listening:\n{log}");
             }
             if Instant::now() > deadline {
                 let _ = server.child.kill();
-                let log = std::fs::read_to_string(&log).unwrap_or_default();
+                let log = std::fs::read_to_string(log).unwrap_or_default();
                 panic!("idem serve did not answer /healthz within 30s:\n{log}");
             }
             std::thread::sleep(Duration::from_millis(50));

@@ -2,9 +2,12 @@
 //!
 //! Tests that need no server use a SQLite file in a temp dir (`idem run --db`); the others
 //! start `idem serve` on a free loopback port with a fresh database (see [`helpers::Server`]).
+//! The PostgreSQL tests run when `IDEM_TEST_PG` (an admin URL) is set, each in a fresh
+//! database dropped afterwards.
 
 mod derive;
 mod helpers;
+mod postgres;
 mod run_local;
 mod server;
 mod token;

@@ -1773,3 +1773,197 @@ pub async fn reopened_handle_sees_every_acknowledged_change<B: Backend>(b: Arc<B
 pub async fn model_random_operation_sequences_agree_with_the_rules<B: Backend>(b: Arc<B>) {
     crate::model::run_model(b.open().await).await;
 }
+
+// ================================================================ more races and refusals
+
+pub async fn racing_late_completion_and_reclaim_never_both_win<B: Backend>(b: Arc<B>) {
+    let clock = TestClock::new(Timestamp(T0));
+    let a = H::on(b.open().await, "ns", clock.clone());
+    let c = H::on(b.open().await, "ns", clock.clone());
+    let mut wins = BTreeMap::new();
+    for i in 0..20 {
+        let k = key(&format!("k{i}"));
+        let old = a.acquire(&k).await;
+        clock.advance_ms(30_000);
+        let barrier = Arc::new(Barrier::new(2));
+        let (ka, kc, ba, bc) = (k.clone(), k.clone(), barrier.clone(), barrier);
+        let (a2, c2) = (a.clone(), c.clone());
+        let completer = tokio::spawn(async move {
+            ba.wait().await;
+            a2.exec(&ka, complete(&old, Some(json!(i)), None), None)
+                .await
+                .reply
+        });
+        let claimer = tokio::spawn(async move {
+            bc.wait().await;
+            c2.claim(&kc).await
+        });
+        let done = completer.await.expect("task");
+        let claim = claimer.await.expect("task");
+        let rec = a.rec(&k).await;
+        match (&done, claim.outcome) {
+            (Ok(_), ClaimOutcome::Completed) => {
+                assert_eq!(rec.state, State::Completed);
+                assert_eq!(rec.attempt, 1);
+                *wins.entry("complete").or_insert(0) += 1;
+            }
+            (Err(OpError::LeaseLost), ClaimOutcome::Acquired) => {
+                assert_eq!(rec.state, State::Processing);
+                assert_eq!(rec.attempt, 2);
+                *wins.entry("reclaim").or_insert(0) += 1;
+            }
+            other => panic!("{k}: both or neither won: {other:?}"),
+        }
+    }
+    eprintln!("late completion vs reclaim: {wins:?}");
+}
+
+pub async fn concurrent_sweeps_move_each_record_once<B: Backend>(b: Arc<B>) {
+    let clock = TestClock::new(Timestamp(T0));
+    let mut handles = Vec::new();
+    for _ in 0..3 {
+        handles.push(H::on(b.open().await, "ns", clock.clone()));
+    }
+    handles[0]
+        .patch(json!({"lease_expiry": "review", "alert_url": "http://127.0.0.1:9/a"}))
+        .await;
+    let keys: Vec<_> = (0..20).map(|i| key(&format!("k{i}"))).collect();
+    for k in &keys {
+        handles[0].acquire(k).await;
+    }
+    clock.advance_ms(30_000);
+    let now = clock_now(&clock);
+    let mut tasks = Vec::new();
+    for h in &handles {
+        let store = h.store.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut moved = 0;
+            for _ in 0..20 {
+                moved += store
+                    .sweep_once(now, 3)
+                    .await
+                    .expect("sweep")
+                    .moved_to_review;
+            }
+            moved
+        }));
+    }
+    let mut moved = 0;
+    for t in tasks {
+        moved += t.await.expect("task");
+    }
+    assert_eq!(moved, 20, "every record moved exactly once");
+    for k in &keys {
+        let got = handles[1].get(k).await;
+        assert_eq!(got.record.state, State::NeedsReview);
+        assert_eq!(count(&got.events, EventType::MovedToReview), 1, "{k}");
+    }
+    let alerts = handles[2]
+        .store
+        .due_alerts(now, 100, 60_000)
+        .await
+        .expect("due");
+    assert_eq!(alerts.len(), 20);
+}
+
+fn clock_now(clock: &TestClock) -> Timestamp {
+    use idem_core::Clock;
+    clock.now()
+}
+
+pub async fn concurrent_alert_senders_never_get_the_same_alert<B: Backend>(b: Arc<B>) {
+    let clock = TestClock::new(Timestamp(T0));
+    let h = H::on(b.open().await, "ns", clock.clone());
+    h.patch(json!({"alert_url": "http://127.0.0.1:9/a"})).await;
+    for i in 0..12 {
+        into_state(
+            &h,
+            &key(&format!("k{i}")),
+            State::NeedsReview,
+            ClaimRequest::default(),
+        )
+        .await;
+    }
+    let now = h.now();
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let store = b.open().await;
+        tasks.push(tokio::spawn(async move {
+            let mut ids = Vec::new();
+            for _ in 0..6 {
+                ids.extend(
+                    store
+                        .due_alerts(now, 2, 60_000)
+                        .await
+                        .expect("due")
+                        .into_iter()
+                        .map(|a| a.id),
+                );
+            }
+            ids
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.expect("task"));
+    }
+    let unique: HashSet<_> = all.iter().copied().collect();
+    assert_eq!(
+        unique.len(),
+        all.len(),
+        "an alert was handed out twice: {all:?}"
+    );
+    assert_eq!(unique.len(), 12);
+}
+
+pub async fn refused_bad_input_writes_nothing<B: Backend>(b: Arc<B>) {
+    let h = H::new(&*b, "ns").await;
+    let k = key("k");
+    let tok = h.acquire(&k).await;
+    let before = h.get(&k).await;
+    let e = h
+        .exec(
+            &k,
+            Op::Fail(FailRequest {
+                token: tok.clone(),
+                kind: None,
+                http_status: Some(302),
+                retry_after_ms: None,
+                sent: None,
+                error: None,
+            }),
+            None,
+        )
+        .await;
+    assert!(
+        matches!(&e.reply, Err(OpError::InvalidField { field, .. }) if field == "http_status"),
+        "{:?}",
+        e.reply
+    );
+    assert!(e.events.is_empty());
+    assert_eq!(e.alerts_queued, 0);
+    let after = h.get(&k).await;
+    assert_eq!(after.record, before.record);
+    assert_eq!(after.events, before.events);
+    // nothing was lost either: the holder can still report
+    ok(&h, &k, complete(&tok, None, None)).await;
+    // retention works in bounded batches
+    h.patch(json!({"retention_ms": 0, "audit_retention_ms": 10_000}))
+        .await;
+    for i in 0..3 {
+        into_state(
+            &h,
+            &key(&format!("d{i}")),
+            State::Completed,
+            ClaimRequest::default(),
+        )
+        .await;
+    }
+    let mut expired = 0;
+    for _ in 0..10 {
+        let r = h.store.retention_once(h.now(), 1).await.expect("retention");
+        assert!(r.results_expired <= 1 && r.tombstones_deleted <= 1, "{r:?}");
+        expired += r.results_expired;
+    }
+    assert_eq!(expired, 4, "k and d0..d2");
+}

@@ -116,6 +116,10 @@ macro_rules! contract_suite {
             stats_count_states_and_oldest_processing,
             reopened_handle_sees_every_acknowledged_change,
             model_random_operation_sequences_agree_with_the_rules,
+            racing_late_completion_and_reclaim_never_both_win,
+            concurrent_sweeps_move_each_record_once,
+            concurrent_alert_senders_never_get_the_same_alert,
+            refused_bad_input_writes_nothing,
         );
     };
     (@cases $backend:ty; $($case:ident),* $(,)?) => {

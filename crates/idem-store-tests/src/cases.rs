@@ -616,6 +616,11 @@ pub async fn daily_limit_limits_only_first_time_acquisitions<B: Backend>(b: Arc<
     let h = H::new(&*b, "ns").await;
     let info = h.patch(json!({"daily_limit": 2})).await;
     assert_eq!(info.policy.daily_limit, Some(2));
+    // acquisitions in another namespace do not count against this one's ceiling
+    let other = H::on(h.store.clone(), "other", h.clock.clone());
+    for i in 0..3 {
+        other.acquire(&key(&format!("o{i}"))).await;
+    }
     let k1 = key("k1");
     let tok1 = h.acquire(&k1).await;
     let tok2 = h.acquire(&key("k2")).await;
@@ -1463,6 +1468,11 @@ pub async fn namespace_defaults_patch_and_pause<B: Backend>(b: Arc<B>) {
     // another namespace still has the defaults
     let other = h.store.namespace(&ns("other")).await.expect("ns");
     assert_eq!(other.policy, Policy::default());
+    assert!(
+        State::ALL.iter().all(|s| other.counts.get(*s) == 0),
+        "counts are per namespace: {:?}",
+        other.counts
+    );
 }
 
 pub async fn namespace_patch_refuses_bad_fields_and_changes_nothing<B: Backend>(b: Arc<B>) {

@@ -51,8 +51,8 @@ pub use error::redact_url;
 use error::{store_err, PgError};
 use rows::{
     as_i64, as_u64, event_from_row, parse_state, policy_from_text, policy_text, record_from_row,
-    EventParams, RecordParams, EVENT_COLS, INSERT_EVENT, INSERT_RECORD, RECORD_COLS, R_RECORD_COLS,
-    UPDATE_RECORD,
+    EventParams, RecordParams, EVENT_COLS, INSERT_EVENT, INSERT_RECORD, INSERT_RECORD_WITH_EVENT,
+    RECORD_COLS, R_RECORD_COLS, UPDATE_RECORD, UPDATE_RECORD_WITH_EVENT,
 };
 
 /// Connection and timeout settings.
@@ -305,6 +305,23 @@ impl PgStore {
             });
         }
 
+        if limit.is_none() && !queue_alerts && t.events.len() <= 1 {
+            // The common case (one record write and/or one event): a single autocommit
+            // statement is atomic and durable on its own, which halves the round trips.
+            let (seq, alerts_queued) = single_statement(&client, ns, key, &t).await?;
+            let events = t
+                .events
+                .into_iter()
+                .map(|d| Event::from_draft(seq, d))
+                .collect();
+            return Ok(Executed {
+                reply: t.reply,
+                events,
+                from_state,
+                alerts_queued,
+            });
+        }
+
         // Prepare (cached per connection) before the transaction so that the writes below go
         // out in one pipelined round trip.
         let record_stmt = match &t.write {
@@ -523,6 +540,71 @@ impl PgStore {
         .await?;
         tx.commit().await?;
         Ok(())
+    }
+}
+
+/// Persists a transition with at most one event, no daily counter and no alerts in one
+/// autocommit statement. Returns the event's sequence number (0 when there is no event).
+async fn single_statement(
+    client: &Client,
+    ns: &Namespace,
+    key: &Key,
+    t: &idem_core::Transition,
+) -> Result<(i64, usize), PgError> {
+    use tokio_postgres::types::ToSql;
+    let event = t.events.first().map(|e| EventParams::new(ns, key, e));
+    let record = match &t.write {
+        Write::None => None,
+        Write::Insert(r) | Write::Update(r) => Some(RecordParams::new(r)?),
+    };
+    let old_version = record.as_ref().map_or(0, |p| p.version - 1);
+    let mut params: Vec<&(dyn ToSql + Sync)> = Vec::with_capacity(40);
+    let sql: &str = match (&t.write, &record, &event) {
+        (Write::None, _, Some(e)) => {
+            params.extend(e.params());
+            INSERT_EVENT
+        }
+        (Write::None, _, None) => return Ok((0, 0)),
+        (Write::Insert(_), Some(r), e) => {
+            params.extend(r.params());
+            match e {
+                Some(e) => {
+                    params.extend(e.tail_params());
+                    &INSERT_RECORD_WITH_EVENT
+                }
+                None => &INSERT_RECORD,
+            }
+        }
+        (Write::Update(_), Some(r), e) => {
+            params.extend(r.params());
+            params.push(&old_version);
+            match e {
+                Some(e) => {
+                    params.extend(e.tail_params());
+                    &UPDATE_RECORD_WITH_EVENT
+                }
+                None => &UPDATE_RECORD,
+            }
+        }
+        (_, None, _) => return Err(PgError::Store(StoreError::Internal("no record".into()))),
+    };
+    let stmt = client.prepare_cached(sql).await?;
+    if matches!(t.write, Write::Update(_)) && event.is_none() {
+        // Plain guarded UPDATE: the row count tells whether the guard held.
+        let n = client.execute(&stmt, &params).await?;
+        return if n == 1 {
+            Ok((0, 0))
+        } else {
+            Err(PgError::Retry)
+        };
+    }
+    let rows = client.query(&stmt, &params).await?;
+    match rows.first() {
+        // No row back: the guarded write found the record inserted or moved by someone else
+        // (and therefore inserted no event either). Decide again.
+        None => Err(PgError::Retry),
+        Some(row) if event.is_some() => Ok((row.try_get(0).map_err(|e| corrupt(&e))?, 0)),
+        Some(_) => Ok((0, 0)),
     }
 }
 

@@ -287,6 +287,43 @@ pub(crate) static UPDATE_RECORD: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
+/// Event columns after `(namespace, key)`, with casts so the single-statement forms below can
+/// take them as parameters of a `SELECT` list.
+fn event_tail(first: usize) -> String {
+    let casts = [
+        "BIGINT", "TEXT", "TEXT", "TEXT", "BIGINT", "TEXT", "TEXT", "TEXT", "TEXT",
+    ];
+    casts
+        .iter()
+        .enumerate()
+        .map(|(i, t)| format!("${}::{t}", first + i))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// A fresh record and its one event in one autocommit statement: the event is inserted only
+/// when the guarded insert was (no row back = another writer got there first).
+pub(crate) static INSERT_RECORD_WITH_EVENT: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "WITH w AS ({}) INSERT INTO events \
+         (namespace, key, at, type, from_state, to_state, attempt, owner, correlation_id, note, \
+          actor) SELECT $1, $2, {} FROM w RETURNING seq",
+        *INSERT_RECORD,
+        event_tail(RECORD_COLUMNS.len() + 1)
+    )
+});
+
+/// A guarded update and its one event in one autocommit statement ($29 = version read).
+pub(crate) static UPDATE_RECORD_WITH_EVENT: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "WITH w AS ({} RETURNING version) INSERT INTO events \
+         (namespace, key, at, type, from_state, to_state, attempt, owner, correlation_id, note, \
+          actor) SELECT $1, $2, {} FROM w RETURNING seq",
+        *UPDATE_RECORD,
+        event_tail(RECORD_COLUMNS.len() + 2)
+    )
+});
+
 pub(crate) const INSERT_EVENT: &str = "INSERT INTO events \
     (namespace, key, at, type, from_state, to_state, attempt, owner, correlation_id, note, actor) \
     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING seq";
@@ -324,6 +361,21 @@ impl EventParams {
             note: e.note.clone(),
             actor: e.actor.clone(),
         }
+    }
+
+    /// The parameters after `(namespace, key)` (for the single-statement forms).
+    pub(crate) fn tail_params(&self) -> [&(dyn ToSql + Sync); 9] {
+        [
+            &self.at,
+            &self.kind,
+            &self.from_state,
+            &self.to_state,
+            &self.attempt,
+            &self.owner,
+            &self.correlation_id,
+            &self.note,
+            &self.actor,
+        ]
     }
 
     pub(crate) fn params(&self) -> [&(dyn ToSql + Sync); 11] {

@@ -58,7 +58,6 @@ CREATE INDEX records_state_list ON records (namespace, state, updated_at DESC, k
 -- janitor: sweep candidates, retention candidates, gauges
 CREATE INDEX records_processing ON records (active_at) WHERE state = 'processing';
 CREATE INDEX records_final ON records (final_at) WHERE state IN ('completed', 'failed_permanent');
-CREATE INDEX records_state ON records (state);
 
 CREATE TABLE events (
     seq            BIGSERIAL PRIMARY KEY,

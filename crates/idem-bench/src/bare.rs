@@ -63,7 +63,13 @@ fn sqlite_dup(c: &mut rusqlite::Connection, key: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub async fn run(url: &str, backend: Backend, workload: Workload, c: usize, opts: &BenchOpts) -> anyhow::Result<Measurement> {
+pub async fn run(
+    url: &str,
+    backend: Backend,
+    workload: Workload,
+    c: usize,
+    opts: &BenchOpts,
+) -> anyhow::Result<Measurement> {
     match backend {
         Backend::Sqlite => {
             let path = url.strip_prefix("sqlite://").unwrap_or(url).to_owned();
@@ -74,21 +80,33 @@ pub async fn run(url: &str, backend: Backend, workload: Workload, c: usize, opts
             tokio::task::spawn_blocking(move || match workload {
                 Workload::FirstTimePair => {
                     let p = path.clone();
-                    drive_threads(c, dur, move |_| sqlite_conn(&p), move |conn, client, seq| {
-                        sqlite_pair(conn, &crate::key_for(run_id, client, seq))
-                    })
+                    drive_threads(
+                        c,
+                        dur,
+                        move |_| sqlite_conn(&p),
+                        move |conn, client, seq| {
+                            sqlite_pair(conn, &crate::key_for(run_id, client, seq))
+                        },
+                    )
                 }
                 Workload::Duplicate => {
                     let mut conn = sqlite_conn(&path)?;
-                    let keys: Arc<Vec<String>> = Arc::new((0..n_dup).map(|i| format!("dup-{i}")).collect());
+                    let keys: Arc<Vec<String>> =
+                        Arc::new((0..n_dup).map(|i| format!("dup-{i}")).collect());
                     for k in keys.iter() {
                         sqlite_pair(&mut conn, k)?;
                     }
                     let p = path.clone();
-                    drive_threads(c, dur, move |_| sqlite_conn(&p), move |conn, client, seq| {
-                        let k = &keys[(seq as usize).wrapping_mul(7919).wrapping_add(client) % keys.len()];
-                        sqlite_dup(conn, k)
-                    })
+                    drive_threads(
+                        c,
+                        dur,
+                        move |_| sqlite_conn(&p),
+                        move |conn, client, seq| {
+                            let k = &keys[(seq as usize).wrapping_mul(7919).wrapping_add(client)
+                                % keys.len()];
+                            sqlite_dup(conn, k)
+                        },
+                    )
                 }
             })
             .await?
@@ -106,7 +124,8 @@ pub async fn run(url: &str, backend: Backend, workload: Workload, c: usize, opts
             }
             let conns = Arc::new(conns);
             let insert = "INSERT INTO claims (key, state, token) VALUES ($1, 'processing', $2) ON CONFLICT DO NOTHING RETURNING token";
-            let update = "UPDATE claims SET state = 'completed', result = $1 WHERE key = $2 AND token = $3";
+            let update =
+                "UPDATE claims SET state = 'completed', result = $1 WHERE key = $2 AND token = $3";
             match workload {
                 Workload::FirstTimePair => {
                     drive_async(c, opts.duration, move |client, seq| {
@@ -116,7 +135,9 @@ pub async fn run(url: &str, backend: Backend, workload: Workload, c: usize, opts
                             let token = format!("{:032x}", rand::random::<u128>());
                             let row = conn.query_opt(insert, &[&key, &token]).await?;
                             anyhow::ensure!(row.is_some(), "fresh key already claimed");
-                            let n = conn.execute(update, &[&r#"{"ok":true}"#, &key, &token]).await?;
+                            let n = conn
+                                .execute(update, &[&r#"{"ok":true}"#, &key, &token])
+                                .await?;
                             anyhow::ensure!(n == 1, "complete updated {n} rows");
                             Ok(())
                         }
@@ -124,18 +145,26 @@ pub async fn run(url: &str, backend: Backend, workload: Workload, c: usize, opts
                     .await
                 }
                 Workload::Duplicate => {
-                    let keys: Arc<Vec<String>> = Arc::new((0..opts.duplicate_keys.max(1)).map(|i| format!("dup-{i}")).collect());
+                    let keys: Arc<Vec<String>> = Arc::new(
+                        (0..opts.duplicate_keys.max(1))
+                            .map(|i| format!("dup-{i}"))
+                            .collect(),
+                    );
                     for k in keys.iter() {
                         setup.execute(insert, &[k, &"t"]).await?;
                         setup.execute(update, &[&r#"{"ok":true}"#, k, &"t"]).await?;
                     }
                     drive_async(c, opts.duration, move |client, seq| {
                         let conn = conns[client % conns.len()].clone();
-                        let k = keys[(seq as usize).wrapping_mul(7919).wrapping_add(client) % keys.len()].clone();
+                        let k = keys
+                            [(seq as usize).wrapping_mul(7919).wrapping_add(client) % keys.len()]
+                        .clone();
                         async move {
                             let row = conn.query_opt(insert, &[&k, &"x"]).await?;
                             anyhow::ensure!(row.is_none(), "duplicate key was inserted");
-                            let row = conn.query_one("SELECT state, result FROM claims WHERE key = $1", &[&k]).await?;
+                            let row = conn
+                                .query_one("SELECT state, result FROM claims WHERE key = $1", &[&k])
+                                .await?;
                             let state: String = row.get(0);
                             anyhow::ensure!(state == "completed", "state {state}");
                             Ok(())
@@ -148,7 +177,9 @@ pub async fn run(url: &str, backend: Backend, workload: Workload, c: usize, opts
     }
 }
 
-async fn pg_connect(url: &str) -> anyhow::Result<(tokio_postgres::Client, tokio::task::JoinHandle<()>)> {
+async fn pg_connect(
+    url: &str,
+) -> anyhow::Result<(tokio_postgres::Client, tokio::task::JoinHandle<()>)> {
     let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
         .await
         .with_context(|| format!("connecting to {}", idem::redact_password(url)))?;
@@ -187,8 +218,17 @@ pub fn pg_url_with_db(url: &str, db: &str) -> String {
 mod tests {
     #[test]
     fn db_swap() {
-        assert_eq!(super::pg_url_with_db("postgres://u@h:5432/postgres", "x"), "postgres://u@h:5432/x");
-        assert_eq!(super::pg_url_with_db("postgres://u@h", "x"), "postgres://u@h/x");
-        assert_eq!(super::pg_url_with_db("postgres://u@h/a?sslmode=disable", "x"), "postgres://u@h/x?sslmode=disable");
+        assert_eq!(
+            super::pg_url_with_db("postgres://u@h:5432/postgres", "x"),
+            "postgres://u@h:5432/x"
+        );
+        assert_eq!(
+            super::pg_url_with_db("postgres://u@h", "x"),
+            "postgres://u@h/x"
+        );
+        assert_eq!(
+            super::pg_url_with_db("postgres://u@h/a?sslmode=disable", "x"),
+            "postgres://u@h/x?sslmode=disable"
+        );
     }
 }

@@ -25,7 +25,7 @@ use idem::{ClaimOutcome, ClaimRequest, CompleteRequest, Key, Ledger, Namespace};
 use serde::Serialize;
 
 pub use load::Measurement;
-pub use scale::{run_scale, ScaleOpts};
+pub use scale::{run_scale, JanitorRow, ScaleOpts, ScaleReport, ScaleRow};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -135,9 +135,11 @@ pub fn machine_info() -> serde_json::Value {
     let mem_kib = std::fs::read_to_string("/proc/meminfo")
         .ok()
         .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("MemTotal"))
-                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse::<u64>().ok()))
+            s.lines().find(|l| l.starts_with("MemTotal")).and_then(|l| {
+                l.split_whitespace()
+                    .nth(1)
+                    .and_then(|v| v.parse::<u64>().ok())
+            })
         })
         .unwrap_or(0);
     serde_json::json!({
@@ -153,16 +155,29 @@ pub fn machine_info() -> serde_json::Value {
 /// Runs every requested row and returns the report (ratios filled in).
 pub async fn run(opts: &BenchOpts) -> anyhow::Result<Report> {
     let mut rows = Vec::new();
-    let total = opts.backends.len() * opts.modes.len() * opts.workloads.len() * opts.concurrency.len();
+    let total =
+        opts.backends.len() * opts.modes.len() * opts.workloads.len() * opts.concurrency.len();
     let bar = progress_bar(opts.progress, total as u64);
     for &backend in &opts.backends {
         for &workload in &opts.workloads {
             for &c in &opts.concurrency {
                 for &mode in &opts.modes {
-                    bar.set_message(format!("{} {} {} c={c}", backend.as_str(), mode.as_str(), workload.as_str()));
+                    bar.set_message(format!(
+                        "{} {} {} c={c}",
+                        backend.as_str(),
+                        mode.as_str(),
+                        workload.as_str()
+                    ));
                     let row = run_row(opts, backend, mode, workload, c)
                         .await
-                        .with_context(|| format!("{} {} {} c={c}", backend.as_str(), mode.as_str(), workload.as_str()))?;
+                        .with_context(|| {
+                            format!(
+                                "{} {} {} c={c}",
+                                backend.as_str(),
+                                mode.as_str(),
+                                workload.as_str()
+                            )
+                        })?;
                     rows.push(row);
                     bar.inc(1);
                 }
@@ -171,7 +186,10 @@ pub async fn run(opts: &BenchOpts) -> anyhow::Result<Report> {
     }
     bar.finish_and_clear();
     fill_ratios(&mut rows);
-    Ok(Report { machine: machine_info(), rows })
+    Ok(Report {
+        machine: machine_info(),
+        rows,
+    })
 }
 
 fn progress_bar(show: bool, len: u64) -> indicatif::ProgressBar {
@@ -180,8 +198,10 @@ fn progress_bar(show: bool, len: u64) -> indicatif::ProgressBar {
     }
     let bar = indicatif::ProgressBar::new(len);
     bar.set_style(
-        indicatif::ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} {msg}")
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        indicatif::ProgressStyle::with_template(
+            "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} {msg}",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
     bar.enable_steady_tick(Duration::from_millis(200));
     bar
@@ -220,30 +240,58 @@ impl Target {
                     None => tempfile::tempdir()?,
                 };
                 let url = format!("sqlite://{}", dir.path().join("bench.db").display());
-                Ok(Target { backend, url, _dir: Some(dir), pg_db: None, pg_admin: String::new() })
+                Ok(Target {
+                    backend,
+                    url,
+                    _dir: Some(dir),
+                    pg_db: None,
+                    pg_admin: String::new(),
+                })
             }
             Backend::Postgres => {
                 let name = format!("idem_bench_{:016x}", rand::random::<u64>());
                 bare::pg_admin(&opts.pg_url, &format!("CREATE DATABASE {name}")).await?;
                 let url = bare::pg_url_with_db(&opts.pg_url, &name);
-                Ok(Target { backend, url, _dir: None, pg_db: Some(name), pg_admin: opts.pg_url.clone() })
+                Ok(Target {
+                    backend,
+                    url,
+                    _dir: None,
+                    pg_db: Some(name),
+                    pg_admin: opts.pg_url.clone(),
+                })
             }
         }
     }
 
     async fn drop_db(self) {
         if let Some(db) = &self.pg_db {
-            let _ = bare::pg_admin(&self.pg_admin, &format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)")).await;
+            let _ = bare::pg_admin(
+                &self.pg_admin,
+                &format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)"),
+            )
+            .await;
         }
     }
 }
 
-async fn run_row(opts: &BenchOpts, backend: Backend, mode: Mode, workload: Workload, c: usize) -> anyhow::Result<Row> {
+async fn run_row(
+    opts: &BenchOpts,
+    backend: Backend,
+    mode: Mode,
+    workload: Workload,
+    c: usize,
+) -> anyhow::Result<Row> {
     let target = Target::fresh(opts, backend).await?;
     let result = match mode {
-        Mode::Bare => bare::run(&target.url, backend, workload, c, opts).await.map(|m| (m, None)),
-        Mode::Library => run_library(&target.url, workload, c, opts).await.map(|m| (m, None)),
-        Mode::Http => run_http(&target.url, workload, c, opts).await.map(|(m, rss)| (m, Some(rss))),
+        Mode::Bare => bare::run(&target.url, backend, workload, c, opts)
+            .await
+            .map(|m| (m, None)),
+        Mode::Library => run_library(&target.url, workload, c, opts)
+            .await
+            .map(|m| (m, None)),
+        Mode::Http => run_http(&target.url, workload, c, opts)
+            .await
+            .map(|(m, rss)| (m, Some(rss))),
     };
     let tb = target.backend;
     target.drop_db().await;
@@ -274,15 +322,32 @@ fn key_for(run: u64, client: usize, seq: u64) -> String {
 async fn ledger_pair(ledger: &Ledger, ns: &Namespace, key: &str) -> anyhow::Result<()> {
     let key = Key::try_from(key)?;
     let c = ledger.claim(ns, &key, ClaimRequest::default()).await?;
-    anyhow::ensure!(c.outcome == ClaimOutcome::Acquired, "claim answered {:?}", c.outcome);
+    anyhow::ensure!(
+        c.outcome == ClaimOutcome::Acquired,
+        "claim answered {:?}",
+        c.outcome
+    );
     let token = c.token.context("acquired without token")?.secret();
     ledger
-        .complete(ns, &key, CompleteRequest { token, result: Some(serde_json::json!({"ok": true})), external_ref: None })
+        .complete(
+            ns,
+            &key,
+            CompleteRequest {
+                token,
+                result: Some(serde_json::json!({"ok": true})),
+                external_ref: None,
+            },
+        )
         .await?;
     Ok(())
 }
 
-async fn run_library(url: &str, workload: Workload, c: usize, opts: &BenchOpts) -> anyhow::Result<Measurement> {
+async fn run_library(
+    url: &str,
+    workload: Workload,
+    c: usize,
+    opts: &BenchOpts,
+) -> anyhow::Result<Measurement> {
     let ledger = Arc::new(idem::open(url).await?);
     let ns = bench_ns()?;
     let run_id: u64 = rand::random();
@@ -305,11 +370,16 @@ async fn run_library(url: &str, workload: Workload, c: usize, opts: &BenchOpts) 
             load::drive_async(c, opts.duration, move |_client, seq| {
                 let ledger = ledger.clone();
                 let ns = ns.clone();
-                let k = keys[(seq as usize).wrapping_mul(7919).wrapping_add(_client) % keys.len()].clone();
+                let k = keys[(seq as usize).wrapping_mul(7919).wrapping_add(_client) % keys.len()]
+                    .clone();
                 async move {
                     let key = Key::try_from(k.as_str())?;
                     let r = ledger.claim(&ns, &key, ClaimRequest::default()).await?;
-                    anyhow::ensure!(r.outcome == ClaimOutcome::Completed, "duplicate answered {:?}", r.outcome);
+                    anyhow::ensure!(
+                        r.outcome == ClaimOutcome::Completed,
+                        "duplicate answered {:?}",
+                        r.outcome
+                    );
                     Ok(())
                 }
             })
@@ -323,7 +393,9 @@ where
     F: Fn(String) -> Fut,
     Fut: std::future::Future<Output = anyhow::Result<()>>,
 {
-    let keys: Vec<String> = (0..n.max(1)).map(|i| format!("dup-{run_id:x}-{i}")).collect();
+    let keys: Vec<String> = (0..n.max(1))
+        .map(|i| format!("dup-{run_id:x}-{i}"))
+        .collect();
     // 16 at a time: fast with group commit, and independent of the run's concurrency.
     for chunk in keys.chunks(16) {
         futures::future::try_join_all(chunk.iter().map(|k| f(k.clone()))).await?;
@@ -342,7 +414,13 @@ impl ServerProcess {
     pub async fn start(bin: &std::path::Path, db_url: &str) -> anyhow::Result<ServerProcess> {
         let port = free_port()?;
         let mut child = tokio::process::Command::new(bin)
-            .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--db", db_url])
+            .args([
+                "serve",
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--db",
+                db_url,
+            ])
             .env("RUST_LOG", "warn")
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
@@ -371,9 +449,11 @@ impl ServerProcess {
         std::fs::read_to_string(format!("/proc/{}/status", self.pid))
             .ok()
             .and_then(|s| {
-                s.lines()
-                    .find(|l| l.starts_with("VmHWM:"))
-                    .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse::<f64>().ok()))
+                s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| {
+                    l.split_whitespace()
+                        .nth(1)
+                        .and_then(|v| v.parse::<f64>().ok())
+                })
             })
             .map_or(0.0, |kib| (kib / 1024.0 * 10.0).round() / 10.0)
     }
@@ -399,10 +479,18 @@ fn http_client() -> anyhow::Result<reqwest::Client> {
 
 async fn http_pair(client: &reqwest::Client, base: &str, key: &str) -> anyhow::Result<()> {
     let url = format!("{base}/v1/namespaces/bench/keys/{key}");
-    let r = client.post(format!("{url}/claim")).json(&serde_json::json!({})).send().await?;
+    let r = client
+        .post(format!("{url}/claim"))
+        .json(&serde_json::json!({}))
+        .send()
+        .await?;
     anyhow::ensure!(r.status().as_u16() == 201, "claim answered {}", r.status());
     let v: serde_json::Value = r.json().await?;
-    let token = v.get("token").and_then(|t| t.as_str()).context("no token")?.to_owned();
+    let token = v
+        .get("token")
+        .and_then(|t| t.as_str())
+        .context("no token")?
+        .to_owned();
     let r = client
         .post(format!("{url}/complete"))
         .json(&serde_json::json!({"token": token, "result": {"ok": true}}))
@@ -412,7 +500,12 @@ async fn http_pair(client: &reqwest::Client, base: &str, key: &str) -> anyhow::R
     Ok(())
 }
 
-async fn run_http(url: &str, workload: Workload, c: usize, opts: &BenchOpts) -> anyhow::Result<(Measurement, f64)> {
+async fn run_http(
+    url: &str,
+    workload: Workload,
+    c: usize,
+    opts: &BenchOpts,
+) -> anyhow::Result<(Measurement, f64)> {
     let server = ServerProcess::start(&opts.idem_bin, url).await?;
     let base = Arc::new(server.base.clone());
     let client = http_client()?;
@@ -441,14 +534,19 @@ async fn run_http(url: &str, workload: Workload, c: usize, opts: &BenchOpts) -> 
             load::drive_async(c, opts.duration, move |cl, seq| {
                 let client = client.clone();
                 let base = base.clone();
-                let k = keys[(seq as usize).wrapping_mul(7919).wrapping_add(cl) % keys.len()].clone();
+                let k =
+                    keys[(seq as usize).wrapping_mul(7919).wrapping_add(cl) % keys.len()].clone();
                 async move {
                     let r = client
                         .post(format!("{base}/v1/namespaces/bench/keys/{k}/claim"))
                         .json(&serde_json::json!({}))
                         .send()
                         .await?;
-                    anyhow::ensure!(r.status().as_u16() == 200, "duplicate answered {}", r.status());
+                    anyhow::ensure!(
+                        r.status().as_u16() == 200,
+                        "duplicate answered {}",
+                        r.status()
+                    );
                     let _ = r.bytes().await?;
                     Ok(())
                 }
@@ -466,7 +564,17 @@ pub fn render_table(rows: &[Row]) -> String {
     let mut out = String::new();
     out.push_str(&format!(
         "{:<9} {:<8} {:<16} {:>5} {:>12} {:>9} {:>9} {:>9} {:>8} {:>7} {:>9}\n",
-        "backend", "mode", "workload", "conc", "ops/s", "p50 ms", "p99 ms", "max ms", "x bare", "errors", "rss MiB"
+        "backend",
+        "mode",
+        "workload",
+        "conc",
+        "ops/s",
+        "p50 ms",
+        "p99 ms",
+        "max ms",
+        "x bare",
+        "errors",
+        "rss MiB"
     ));
     for r in rows {
         out.push_str(&format!(
@@ -481,7 +589,8 @@ pub fn render_table(rows: &[Row]) -> String {
             r.max_ms,
             r.ratio_to_bare.map_or("-".into(), |x| format!("{x:.2}")),
             r.errors,
-            r.server_peak_rss_mib.map_or("-".into(), |x| format!("{x:.1}")),
+            r.server_peak_rss_mib
+                .map_or("-".into(), |x| format!("{x:.1}")),
         ));
     }
     out

@@ -106,9 +106,51 @@ where
     Ok(total)
 }
 
+/// Like [`drive_async`], but runs until `done` is set (or `max` has passed).
+pub async fn drive_until<F, Fut>(
+    c: usize,
+    max: Duration,
+    done: Arc<std::sync::atomic::AtomicBool>,
+    op: F,
+) -> anyhow::Result<Measurement>
+where
+    F: Fn(usize, u64) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = anyhow::Result<()>> + Send + 'static,
+{
+    let op = Arc::new(op);
+    let start = Instant::now();
+    let deadline = start + max;
+    let mut tasks = Vec::with_capacity(c);
+    for client in 0..c.max(1) {
+        let (op, done) = (op.clone(), done.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut m = Measurement::new();
+            let mut seq = 0u64;
+            while Instant::now() < deadline && !done.load(std::sync::atomic::Ordering::SeqCst) {
+                let t = Instant::now();
+                let r = op(client, seq).await;
+                m.record(t, r);
+                seq += 1;
+            }
+            m
+        }));
+    }
+    let mut total = Measurement::new();
+    for t in tasks {
+        total.merge(t.await?);
+    }
+    total.elapsed = start.elapsed();
+    Ok(total)
+}
+
 /// C OS threads running a blocking `op(state, client, seq)`, each with its own state
 /// (e.g. its own database connection) made by `init(client)`.
-pub fn drive_threads<S, I, F>(c: usize, duration: Duration, init: I, op: F) -> anyhow::Result<Measurement>
+pub fn drive_threads<S, I, F>(
+    c: usize,
+    duration: Duration,
+    init: I,
+    op: F,
+) -> anyhow::Result<Measurement>
 where
     S: Send + 'static,
     I: Fn(usize) -> anyhow::Result<S> + Send + Sync + 'static,
@@ -120,30 +162,34 @@ where
     let mut handles = Vec::new();
     for client in 0..c.max(1) {
         let (init, op, barrier) = (init.clone(), op.clone(), barrier.clone());
-        handles.push(std::thread::spawn(move || -> anyhow::Result<Measurement> {
-            let state = init(client);
-            barrier.wait();
-            let mut state = state?;
-            let mut m = Measurement::new();
-            let deadline = Instant::now() + duration;
-            let mut seq = 0u64;
-            while Instant::now() < deadline {
-                let t = Instant::now();
-                let r = op(&mut state, client, seq);
-                m.record(t, r);
-                seq += 1;
-                if m.errors > 1000 {
-                    break;
+        handles.push(std::thread::spawn(
+            move || -> anyhow::Result<Measurement> {
+                let state = init(client);
+                barrier.wait();
+                let mut state = state?;
+                let mut m = Measurement::new();
+                let deadline = Instant::now() + duration;
+                let mut seq = 0u64;
+                while Instant::now() < deadline {
+                    let t = Instant::now();
+                    let r = op(&mut state, client, seq);
+                    m.record(t, r);
+                    seq += 1;
+                    if m.errors > 1000 {
+                        break;
+                    }
                 }
-            }
-            Ok(m)
-        }));
+                Ok(m)
+            },
+        ));
     }
     barrier.wait();
     let start = Instant::now();
     let mut total = Measurement::new();
     for h in handles {
-        let m = h.join().map_err(|_| anyhow::anyhow!("a load thread panicked"))??;
+        let m = h
+            .join()
+            .map_err(|_| anyhow::anyhow!("a load thread panicked"))??;
         total.merge(m);
     }
     total.elapsed = start.elapsed();

@@ -84,7 +84,87 @@ pub enum Command {
     /// touches any other; a local counter stands in for the destination's side effects. The
     /// token (if the server has auth on) needs the operator role and scope `*`.
     Drill(DrillCmd),
-    // `idem bench` is reserved for the load benchmark (added separately).
+    /// Measure idem side by side with the bare store (see docs/performance.md).
+    ///
+    /// Rows: `bare` (the hand-rolled INSERT … ON CONFLICT recipe through the same driver, one
+    /// connection per client), `library` (idem in process) and `http` (a real `idem serve`
+    /// child on loopback, keep-alive clients), for first-time claim+complete pairs and for
+    /// duplicate claims, with p50/p99/max latency and the ratio to the bare row. With
+    /// `--scale`, measures instead claim latency with 0/1M/10M records in the ledger and the
+    /// janitor's expiry rate with claim p99 while it runs. Uses fresh temporary databases
+    /// only (a fresh PostgreSQL database per row, dropped afterwards).
+    Bench(BenchCmd),
+}
+
+#[derive(Debug, Args)]
+pub struct BenchCmd {
+    /// Which stores to measure.
+    #[arg(long, value_enum, default_value = "all")]
+    pub backend: BenchBackend,
+    /// PostgreSQL server URL; each row creates and drops its own database on it.
+    #[arg(
+        long,
+        value_name = "URL",
+        default_value = "postgres://postgres@127.0.0.1:5432/postgres"
+    )]
+    pub db: String,
+    /// How long each row runs, e.g. 10s.
+    #[arg(long, value_name = "DURATION", default_value = "10s")]
+    pub duration: String,
+    /// Concurrent clients, comma-separated.
+    #[arg(
+        long,
+        value_name = "LIST",
+        default_value = "1,16,64",
+        value_delimiter = ','
+    )]
+    pub concurrency: Vec<usize>,
+    /// Modes to run, comma-separated: bare, library, http.
+    #[arg(
+        long,
+        value_name = "LIST",
+        default_value = "bare,library,http",
+        value_delimiter = ','
+    )]
+    pub modes: Vec<String>,
+    /// Workloads, comma-separated: first_time_pair, duplicate.
+    #[arg(
+        long,
+        value_name = "LIST",
+        default_value = "first_time_pair,duplicate",
+        value_delimiter = ','
+    )]
+    pub workloads: Vec<String>,
+    /// Also write the report as JSON to this file (keep them under bench/results/).
+    #[arg(long, value_name = "PATH")]
+    pub json: Option<PathBuf>,
+    /// Scale runs instead of the side-by-side table.
+    #[arg(long)]
+    pub scale: bool,
+    /// Scale runs: ledger sizes (records), comma-separated.
+    #[arg(
+        long,
+        value_name = "LIST",
+        default_value = "0,1000000,10000000",
+        value_delimiter = ','
+    )]
+    pub sizes: Vec<u64>,
+    /// Scale runs: records the janitor expires while claims run (0 skips it).
+    #[arg(long, value_name = "N", default_value = "1000000")]
+    pub janitor_records: u64,
+    /// Scale runs: janitor batch size.
+    #[arg(long, value_name = "N", default_value = "5000")]
+    pub janitor_batch: usize,
+    /// Directory for temporary SQLite files (default: the system temp dir).
+    #[arg(long, value_name = "DIR")]
+    pub tmp_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BenchBackend {
+    Sqlite,
+    Postgres,
+    All,
 }
 
 // ------------------------------------------------------------------ serve

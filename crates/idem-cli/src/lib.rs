@@ -6,6 +6,7 @@
 //! errors go to stderr. Exit codes are in [`exit`].
 
 pub mod args;
+pub mod bench;
 pub mod client;
 pub mod drill;
 pub mod exit;
@@ -52,5 +53,6 @@ async fn dispatch(command: Command) -> Result<u8, CliError> {
         Command::Ns(NsCmd::Set(c)) => verbs::ns_set(c).await,
         Command::Run(c) => runner::run(c).await,
         Command::Drill(c) => drill::run(c).await,
+        Command::Bench(c) => bench::run(c).await,
     }
 }

@@ -1,0 +1,121 @@
+//! `idem bench`: argument handling around the `idem-bench` crate.
+
+use std::time::Duration;
+
+use idem_bench::{Backend, BenchOpts, Mode, ScaleOpts, Workload};
+
+use crate::args::{BenchBackend, BenchCmd};
+use crate::exit::{self, CliError};
+
+fn backends(b: BenchBackend) -> Vec<Backend> {
+    match b {
+        BenchBackend::Sqlite => vec![Backend::Sqlite],
+        BenchBackend::Postgres => vec![Backend::Postgres],
+        BenchBackend::All => vec![Backend::Sqlite, Backend::Postgres],
+    }
+}
+
+fn duration(s: &str) -> Result<Duration, CliError> {
+    humantime::parse_duration(s).map_err(|e| CliError::input(format!("--duration {s:?}: {e}")))
+}
+
+fn parse_modes(v: &[String]) -> Result<Vec<Mode>, CliError> {
+    v.iter()
+        .map(|m| match m.trim() {
+            "bare" => Ok(Mode::Bare),
+            "library" => Ok(Mode::Library),
+            "http" => Ok(Mode::Http),
+            other => Err(CliError::input(format!(
+                "unknown mode {other:?} (bare, library, http)"
+            ))),
+        })
+        .collect()
+}
+
+fn parse_workloads(v: &[String]) -> Result<Vec<Workload>, CliError> {
+    v.iter()
+        .map(|w| match w.trim() {
+            "first_time_pair" => Ok(Workload::FirstTimePair),
+            "duplicate" => Ok(Workload::Duplicate),
+            other => Err(CliError::input(format!(
+                "unknown workload {other:?} (first_time_pair, duplicate)"
+            ))),
+        })
+        .collect()
+}
+
+pub async fn run(c: BenchCmd) -> Result<u8, CliError> {
+    let d = duration(&c.duration)?;
+    if c.concurrency.iter().any(|&n| n == 0 || n > 4096) {
+        return Err(CliError::input("--concurrency values must be 1..=4096"));
+    }
+    let json = if c.scale {
+        let opts = ScaleOpts {
+            backends: backends(c.backend),
+            pg_url: c.db.clone(),
+            sizes: c.sizes.clone(),
+            duration: d,
+            concurrency: c.concurrency.iter().copied().max().unwrap_or(16).min(64),
+            janitor_records: c.janitor_records,
+            janitor_batch: c.janitor_batch.max(1),
+            tmp_dir: c.tmp_dir.clone(),
+            progress: true,
+        };
+        let report = idem_bench::run_scale(&opts).await?;
+        println!(
+            "{:<9} {:>10} {:>5} {:>10} {:>9} {:>9} {:>9}",
+            "backend", "records", "conc", "pairs/s", "p50 ms", "p99 ms", "max ms"
+        );
+        for r in &report.size_rows {
+            println!(
+                "{:<9} {:>10} {:>5} {:>10.0} {:>9.3} {:>9.3} {:>9.3}",
+                r.backend.as_str(),
+                r.records,
+                r.concurrency,
+                r.ops_per_s,
+                r.p50_ms,
+                r.p99_ms,
+                r.max_ms
+            );
+        }
+        for j in &report.janitor_rows {
+            println!(
+                "janitor {}: {} of {} expired at {:.0}/s; claim p99 idle {:.3} ms ({:.0} pairs/s), during {:.3} ms ({:.0} pairs/s)",
+                j.backend.as_str(),
+                j.expired,
+                j.records,
+                j.expiries_per_s,
+                j.claim_p99_idle_ms,
+                j.claim_ops_per_s_idle,
+                j.claim_p99_during_ms,
+                j.claim_ops_per_s_during
+            );
+        }
+        serde_json::to_string_pretty(&report).map_err(anyhow::Error::from)?
+    } else {
+        let idem_bin = std::env::current_exe().map_err(anyhow::Error::from)?;
+        let opts = BenchOpts {
+            backends: backends(c.backend),
+            pg_url: c.db.clone(),
+            duration: d,
+            concurrency: c.concurrency.clone(),
+            modes: parse_modes(&c.modes)?,
+            workloads: parse_workloads(&c.workloads)?,
+            idem_bin,
+            tmp_dir: c.tmp_dir.clone(),
+            duplicate_keys: 1000,
+            progress: true,
+        };
+        let report = idem_bench::run(&opts).await?;
+        print!("{}", idem_bench::render_table(&report.rows));
+        serde_json::to_string_pretty(&report).map_err(anyhow::Error::from)?
+    };
+    if let Some(path) = &c.json {
+        if let Some(dir) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)?;
+        }
+        std::fs::write(path, json)?;
+        eprintln!("idem bench: report written to {}", path.display());
+    }
+    Ok(exit::OK)
+}

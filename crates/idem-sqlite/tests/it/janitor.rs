@@ -255,7 +255,7 @@ async fn drain_retention(t: &TestLedger, batch: usize) -> RetentionReport {
 }
 
 #[tokio::test]
-async fn retention_expires_then_deletes_final_records_only() {
+async fn retention_expires_then_deletes_final_records_and_never_touches_other_states() {
     let t = TestLedger::new();
     let fast = ns("fast");
     patch(

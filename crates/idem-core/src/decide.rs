@@ -592,7 +592,9 @@ fn resume(rec: &Record, req: &ClaimRequest, ctx: &Ctx<'_>, reclaimed: bool) -> T
         );
     }
     let lease_ms = req.lease_ms.unwrap_or(ctx.policy.lease_ms);
-    let state = if rec.state == State::Prepared {
+    // A saved payload must be reused by every later attempt, also after a retryable failure
+    // or an operator's `retry`: the record resumes as `prepared` and hands the payload back.
+    let state = if rec.prepared_payload.is_some() {
         State::Prepared
     } else {
         State::Processing
@@ -614,7 +616,7 @@ fn resume(rec: &Record, req: &ClaimRequest, ctx: &Ctx<'_>, reclaimed: bool) -> T
     next.version = rec.version + 1;
     let note = if reclaimed {
         "lease expired; reclaimed"
-    } else if rec.state == State::Prepared {
+    } else if state == State::Prepared {
         "resumed with the prepared payload"
     } else {
         "retry after failure"
@@ -1036,6 +1038,14 @@ fn resolve(rec: &Record, r: &ResolveRequest, ctx: &Ctx<'_>) -> Transition {
             next.window_start = now;
             next.final_at = None;
             next.result_expired = false;
+            if rec
+                .last_error
+                .as_ref()
+                .is_some_and(|e| e.category == "rejected")
+            {
+                // A rejected draft must not come back: the retry starts from scratch.
+                next.prepared_payload = None;
+            }
         }
         ResolveAction::FailedPermanent => {
             next.state = State::FailedPermanent;

@@ -1230,14 +1230,14 @@ pub async fn events_record_every_transition_with_owner_attempt_and_correlation<B
         (
             E::Resumed,
             Some(S::FailedRetryable),
-            Some(S::Processing),
+            Some(S::Prepared),
             2,
             "exec-2",
             "corr-2",
         ),
         (
             E::Completed,
-            Some(S::Processing),
+            Some(S::Prepared),
             Some(S::Completed),
             2,
             "exec-2",

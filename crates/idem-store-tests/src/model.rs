@@ -146,6 +146,8 @@ struct MRec {
     result: Option<u8>,
     active_at: i64,
     stuck_alerted: bool,
+    /// Its draft was rejected by an operator (a later `retry` starts without it).
+    rejected: bool,
 }
 
 /// The contract's rules for one record, restated.
@@ -189,6 +191,7 @@ impl Model {
                 result: None,
                 active_at: now,
                 stuck_alerted: false,
+                rejected: false,
             });
             return answer(ClaimOutcome::Acquired, None, Some(false));
         };
@@ -203,9 +206,12 @@ impl Model {
                 return answer(ClaimOutcome::NeedsReview, None, None);
             }
             r.attempt += 1;
-            if r.state != State::Prepared {
-                r.state = State::Processing;
-            }
+            // A saved payload is reused by every later attempt.
+            r.state = if r.prepared.is_some() {
+                State::Prepared
+            } else {
+                State::Processing
+            };
             r.lease_until = Some(now + lease_ms);
             r.token = token.map(str::to_owned);
             r.reported = false;
@@ -306,6 +312,7 @@ impl Model {
                 r.lease_until = None;
                 r.reported = true;
                 r.not_before = None;
+                r.rejected = false;
                 match class {
                     Class::Permanent => r.state = State::FailedPermanent,
                     Class::Ambiguous => r.state = State::NeedsReview,
@@ -356,6 +363,9 @@ impl Model {
                         r.not_before = Some(now);
                         r.budget_base = r.attempt;
                         r.window_start = now;
+                        if r.rejected {
+                            r.prepared = None;
+                        }
                     }
                 }
                 Answer::Ok
@@ -366,6 +376,7 @@ impl Model {
                 r.state = if matches!(op, MOp::Approve) {
                     State::Prepared
                 } else {
+                    r.rejected = true;
                     State::FailedPermanent
                 };
                 Answer::Ok

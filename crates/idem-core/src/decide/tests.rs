@@ -2020,3 +2020,50 @@ fn zero_retention_expires_immediately() {
         RetentionAction::Delete
     );
 }
+
+#[test]
+fn prepared_payload_survives_a_retryable_failure_and_the_resume_is_prepared() {
+    let mut h = H::new();
+    let tok = h.acquire();
+    h.prepare(&tok, json!({"draft": "hello"}), false)
+        .expect("prepare");
+    h.fail(&tok, Class::Retryable).expect("fail");
+    assert_eq!(h.state(), State::FailedRetryable);
+    h.advance(DAY_MS / 2);
+    let c = h.claim();
+    assert_eq!(c.outcome, ClaimOutcome::Acquired);
+    assert_eq!(c.resumed, Some(true));
+    let r = c.record.expect("record");
+    assert_eq!(
+        r.state,
+        State::Prepared,
+        "a later attempt must reuse the saved payload"
+    );
+    assert_eq!(r.prepared_payload, Some(json!({"draft": "hello"})));
+    assert_eq!(r.attempt, 2);
+}
+
+#[test]
+fn resolve_retry_of_a_rejected_draft_starts_from_scratch() {
+    let (mut h, _) = H::in_state(State::AwaitingApproval);
+    h.reject().expect("reject");
+    h.resolve(ResolveAction::Retry).expect("resolve retry");
+    assert_eq!(h.rec().prepared_payload, None);
+    let c = h.claim();
+    assert_eq!(c.outcome, ClaimOutcome::Acquired);
+    assert_eq!(c.record.expect("record").state, State::Processing);
+}
+
+#[test]
+fn resolve_retry_after_review_keeps_the_prepared_payload() {
+    let mut h = H::new();
+    let tok = h.acquire();
+    h.prepare(&tok, json!({"draft": "v1"}), false)
+        .expect("prepare");
+    h.fail(&tok, Class::Ambiguous).expect("fail");
+    h.resolve(ResolveAction::Retry).expect("resolve retry");
+    let c = h.claim();
+    let r = c.record.expect("record");
+    assert_eq!(r.state, State::Prepared);
+    assert_eq!(r.prepared_payload, Some(json!({"draft": "v1"})));
+}

@@ -197,21 +197,24 @@ console.log(JSON.stringify([
 STOCK_WF="$N8N_INT/templates/stripe-webhook-crm-receipt.json"
 ERR_WF="$N8N_INT/templates/error-branch-fail-classify.json"
 AI_WF="$N8N_INT/templates/ai-draft-approval-deliver.json"
+FAN_WF="$N8N_INT/templates/fan-out-one-key-per-effect.json"
+CRON_WF="$N8N_INT/templates/cron-sweep-job-date.json" # imported only: its schedule is not run here
 NODE_WF="$N8N_INT/node/examples/webhook-gate-node.json"
 STOCK_ID="$(json "$STOCK_WF" d.id)"
 ERR_ID="$(json "$ERR_WF" d.id)"
 AI_ID="$(json "$AI_WF" d.id)"
+FAN_ID="$(json "$FAN_WF" d.id)"
 NODE_ID="$(json "$NODE_WF" d.id)"
 
 log "n8n: importing credentials and workflows (n8n stopped)"
 "$N8N_BIN" import:credentials --input="$WORK/credentials.json" >>"$WORK/n8n-cli.log" 2>&1 ||
 	abort "n8n import:credentials failed (see $WORK/n8n-cli.log)"
-for wf in "$STOCK_WF" "$ERR_WF" "$AI_WF" "$NODE_WF"; do
+for wf in "$STOCK_WF" "$ERR_WF" "$AI_WF" "$FAN_WF" "$CRON_WF" "$NODE_WF"; do
 	"$N8N_BIN" import:workflow --input="$wf" >>"$WORK/n8n-cli.log" 2>&1 ||
 		abort "n8n import:workflow $(basename "$wf") failed (see $WORK/n8n-cli.log)"
 done
-pass "workflows import without edits (3 stock templates + the community-node example)"
-for id in "$STOCK_ID" "$ERR_ID" "$AI_ID" "$NODE_ID"; do
+pass "workflows import without edits (all 5 stock templates + the community-node example)"
+for id in "$STOCK_ID" "$ERR_ID" "$AI_ID" "$FAN_ID" "$NODE_ID"; do
 	"$N8N_BIN" publish:workflow --id="$id" >>"$WORK/n8n-cli.log" 2>&1 ||
 		abort "n8n publish:workflow --id=$id failed (see $WORK/n8n-cli.log)"
 done
@@ -236,6 +239,8 @@ wait_for 60 "webhook idem-charge" webhook_live idem-charge ||
 	abort "n8n did not register the error-branch template's webhook within 60 s"
 wait_for 60 "webhook idem-ai-draft" webhook_live idem-ai-draft ||
 	abort "n8n did not register the AI-draft template's webhooks within 60 s"
+wait_for 60 "webhook idem-order-fanout" webhook_live idem-order-fanout ||
+	abort "n8n did not register the fan-out template's webhook within 60 s"
 pass "n8n $N8N_VERSION started headless; the production webhooks are registered"
 
 if grep -q 'n8n-nodes-idem' "$WORK/n8n.log" && grep -qiE 'error.*n8n-nodes-idem|n8n-nodes-idem.*error' "$WORK/n8n.log"; then
@@ -398,6 +403,30 @@ if [[ "$n" == "1,1" ]]; then
 	pass "ai draft: one approval request and one delivery of the saved draft"
 else
 	fail "ai draft: deliveries,approval requests = [$n] (want 1,1)"
+fi
+
+# Fan-out: one order → charge, email, ship×2, each under its own key; the webhook answers at
+# once, so the sink is polled. A replay of the order must add nothing.
+FO="$(date +%s)$RANDOM"
+FO_BODY="{\"id\":\"$FO\",\"amount\":4200,\"currency\":\"eur\",\"email\":\"ada@example.com\",\"items\":[{\"sku\":\"A1\",\"qty\":1},{\"sku\":\"B2\",\"qty\":2}]}"
+fan_counts() {
+	curl -fsS --max-time 10 "$SINK_URL/counts" | node -e '
+let s="";process.stdin.on("data",c=>s+=c).on("end",()=>{const d=JSON.parse(s);const p="order-"+process.argv[1]+":";
+console.log(["charge","email","ship:A1","ship:B2"].map(k=>d[p+k]||0).join(","))})' "$FO"
+}
+node "$HERE/fire.js" "http://127.0.0.1:$N8N_PORT/webhook/idem-order-fanout" "$FO_BODY" 1 60000 >"$WORK/fan.json"
+if wait_for 60 "fan-out effects" test "$(fan_counts)" = "1,1,1,1"; then
+	node "$HERE/fire.js" "http://127.0.0.1:$N8N_PORT/webhook/idem-order-fanout" "$FO_BODY" 2 60000 >"$WORK/fan.json"
+	sleep 6
+	n="$(fan_counts)"
+	if [[ "$n" == "1,1,1,1" ]]; then
+		pass "fan-out: 4 effects under 4 keys, each exactly once after 3 deliveries"
+	else
+		fail "fan-out: effects after replays [$n] (want 1,1,1,1)"
+	fi
+	for k in charge email ship:A1 ship:B2; do ledger orders "order-$FO:$k"; done
+else
+	fail "fan-out: effects after the first delivery [$(fan_counts)] (want 1,1,1,1)"
 fi
 
 log "done in $(($(date +%s) - T0)) s"

@@ -88,6 +88,9 @@ impl std::fmt::Debug for SqliteStore {
 struct WriterHandle {
     tx: Option<mpsc::Sender<BoxJob>>,
     thread: Option<JoinHandle<()>>,
+    /// Dropping it stops the checkpointer thread.
+    checkpoint_stop: Option<mpsc::Sender<()>>,
+    checkpointer: Option<JoinHandle<()>>,
 }
 
 impl Drop for WriterHandle {
@@ -95,6 +98,10 @@ impl Drop for WriterHandle {
         // Closing the channel ends the writer loop once the queue is drained.
         self.tx.take();
         if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        self.checkpoint_stop.take();
+        if let Some(t) = self.checkpointer.take() {
             let _ = t.join();
         }
     }
@@ -116,12 +123,20 @@ impl SqliteStore {
             .name("idem-sqlite-writer".into())
             .spawn(move || writer::run(conn, rx, max_batch))
             .map_err(|e| StoreError::Unavailable(format!("cannot start the writer thread: {e}")))?;
+        let (stop_tx, stop_rx) = mpsc::channel::<()>();
+        let (cp_path, cp_timeout) = (path.to_owned(), options.busy_timeout);
+        let checkpointer = std::thread::Builder::new()
+            .name("idem-sqlite-ckpt".into())
+            .spawn(move || schema::run_checkpointer(&cp_path, cp_timeout, stop_rx))
+            .map_err(|e| StoreError::Unavailable(format!("cannot start the checkpointer: {e}")))?;
         tracing::debug!(path = %path.display(), "sqlite: store open");
         Ok(SqliteStore {
             path: path.to_owned(),
             writer: WriterHandle {
                 tx: Some(tx),
                 thread: Some(thread),
+                checkpoint_stop: Some(stop_tx),
+                checkpointer: Some(checkpointer),
             },
             readers: Readers::new(path.to_owned(), options.readers, options.busy_timeout),
         })

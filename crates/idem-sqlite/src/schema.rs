@@ -223,11 +223,9 @@ pub(crate) fn run_checkpointer(
             return;
         }
     };
-    loop {
-        match stop.recv_timeout(Duration::from_millis(200)) {
-            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
-            _ => break,
-        }
+    while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+        stop.recv_timeout(Duration::from_millis(200))
+    {
         if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
             tracing::debug!(error = %e, "sqlite: checkpoint skipped");
         }

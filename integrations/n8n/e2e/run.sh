@@ -415,7 +415,9 @@ let s="";process.stdin.on("data",c=>s+=c).on("end",()=>{const d=JSON.parse(s);co
 console.log(["charge","email","ship:A1","ship:B2"].map(k=>d[p+k]||0).join(","))})' "$FO"
 }
 node "$HERE/fire.js" "http://127.0.0.1:$N8N_PORT/webhook/idem-order-fanout" "$FO_BODY" 1 60000 >"$WORK/fan.json"
-if wait_for 60 "fan-out effects" test "$(fan_counts)" = "1,1,1,1"; then
+# Re-read the sink on every poll (a `$(fan_counts)` argument would be evaluated only once).
+fan_done() { [[ "$(fan_counts)" == "1,1,1,1" ]]; }
+if wait_for 60 "fan-out effects" fan_done; then
 	node "$HERE/fire.js" "http://127.0.0.1:$N8N_PORT/webhook/idem-order-fanout" "$FO_BODY" 2 60000 >"$WORK/fan.json"
 	sleep 6
 	n="$(fan_counts)"

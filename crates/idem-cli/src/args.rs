@@ -153,7 +153,7 @@ pub struct BenchCmd {
     #[arg(long, value_name = "N", default_value = "1000000")]
     pub janitor_records: u64,
     /// Scale runs: janitor batch size.
-    #[arg(long, value_name = "N", default_value = "5000")]
+    #[arg(long, value_name = "N", default_value = "250")]
     pub janitor_batch: usize,
     /// Directory for temporary SQLite files (default: the system temp dir).
     #[arg(long, value_name = "DIR")]

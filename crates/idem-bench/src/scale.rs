@@ -109,7 +109,19 @@ pub async fn run_scale(opts: &ScaleOpts) -> anyhow::Result<ScaleReport> {
             }
             .await;
             target.drop_db().await;
-            size_rows.push(r?);
+            let row = r?;
+            // Printed as soon as measured, so a later failure does not lose it.
+            say(
+                opts,
+                &format!(
+                    "{}: {n} records: {:.0} pairs/s, p50 {:.3} ms, p99 {:.3} ms",
+                    backend.as_str(),
+                    row.ops_per_s,
+                    row.p50_ms,
+                    row.p99_ms
+                ),
+            );
+            size_rows.push(row);
         }
         if opts.janitor_records > 0 {
             say(

@@ -25,7 +25,7 @@ pub async fn run(cli: Cli) -> u8 {
     match dispatch(cli.command).await {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("idem: error: {e}");
+            eprintln!("idem: error: {e:#}");
             e.exit_code()
         }
     }

@@ -135,6 +135,7 @@ const EXPIRE_RESULTS: &str = "WITH batch AS ( \
           AND NOT r.result_expired \
           AND r.final_at <= $1 - COALESCE(n.retention_ms, $3) \
           AND r.final_at > $1 - COALESCE(n.audit_retention_ms, $4) \
+          AND r.final_at <= $1 - (SELECT LEAST($3, COALESCE(MIN(retention_ms), $3)) FROM namespaces) \
         ORDER BY r.final_at LIMIT $2 \
         FOR UPDATE OF r SKIP LOCKED \
     ), expired AS ( \
@@ -148,12 +149,16 @@ const EXPIRE_RESULTS: &str = "WITH batch AS ( \
     SELECT namespace, key, $1, 'result_expired', state, state, attempt, owner, correlation_id, \
         'retention: result and payloads dropped, tombstone kept' FROM expired";
 
-/// Deletes final records past `audit_retention_ms` with their events and alerts.
+/// Deletes final records past `audit_retention_ms` with their events and alerts. The extra
+/// bound by the smallest retention of any namespace is constant for the statement, so the
+/// scan of `records_final` stops where no record can qualify (without it every call walked
+/// every final record younger than its namespace's audit retention).
 const DELETE_TOMBSTONES: &str = "WITH batch AS ( \
         SELECT r.namespace, r.key FROM records r \
         LEFT JOIN namespaces n ON n.namespace = r.namespace \
         WHERE r.state IN ('completed', 'failed_permanent') AND r.final_at IS NOT NULL \
           AND r.final_at <= $1 - COALESCE(n.audit_retention_ms, $3) \
+          AND r.final_at <= $1 - (SELECT LEAST($3, COALESCE(MIN(audit_retention_ms), $3)) FROM namespaces) \
         ORDER BY r.final_at LIMIT $2 \
         FOR UPDATE OF r SKIP LOCKED \
     ), del AS ( \

@@ -18,7 +18,15 @@ use crate::error::store_err;
 /// Arbitrary constant identifying idem's migration lock (`'idem'` as ASCII).
 const MIGRATION_LOCK: i64 = 0x6964_656d;
 
-pub(crate) const MIGRATIONS: &[(i32, &str)] = &[(1, V1)];
+pub(crate) const MIGRATIONS: &[(i32, &str)] = &[(1, V1), (2, V2)];
+
+/// Retention walks final records by age that still hold a result. With only `records_final`
+/// the already expired ones stay at the front of that index and every batch stepped over all
+/// of them (quadratic: ~700 expiries/s at 200k records); this index holds only the work left.
+const V2: &str = r#"
+CREATE INDEX records_unexpired ON records (final_at)
+    WHERE state IN ('completed', 'failed_permanent') AND NOT result_expired;
+"#;
 
 const V1: &str = r#"
 CREATE TABLE records (

@@ -142,6 +142,8 @@ pub(crate) fn open_writer(path: &Path, busy_timeout: Duration) -> Result<Connect
     )
     .db()?;
     conn.busy_timeout(busy_timeout).db()?;
+    // Only takes effect on a new file (before WAL and the first table).
+    conn.pragma_update(None, "page_size", 1024).db()?;
     let mode: String = conn
         .pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))
         .db()?;

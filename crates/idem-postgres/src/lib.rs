@@ -11,6 +11,15 @@
 //!   ceiling by a conditional upsert. A guard that finds nothing rolls the transaction back and
 //!   the decision is re-run on fresh data (bounded; then `Unavailable`). Exactly one of any
 //!   number of concurrent claims of a key, from any number of instances, acquires it.
+//! - **One round trip on the hot paths, decided by the same rules.** Each instance remembers
+//!   namespace settings and the records it last wrote or read. A fresh claim is decided as if
+//!   no record existed and persisted by one `INSERT … ON CONFLICT DO NOTHING` statement that
+//!   also appends its event and checks the namespace's `revision`; an operation on a
+//!   remembered record is decided on it and persisted by one statement guarded by the
+//!   record's `version` and `created_at` and the namespace's `revision`. [`idem_core::apply`]
+//!   still makes every decision; a guard that fails (another instance, an operator or the
+//!   janitor changed the row) drops the entry and the operation runs the read path above.
+//!   See `fast.rs`.
 //! - **Reads take no row locks.** Decisions that only append an event (duplicate hits,
 //!   `in_flight`, conflicts) never lock the record row, so a hot key replays concurrently.
 //! - **Durable before acknowledged.** A reply is returned only after `COMMIT` succeeded. Any
@@ -27,7 +36,9 @@
 //! TLS is not wired yet (`NoTls`): run idem next to its database or through a TLS-terminating
 //! proxy until it is.
 
+mod cache;
 mod error;
+mod fast;
 mod janitor;
 mod rows;
 mod schema;
@@ -38,9 +49,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use cache::{Counters, NsCache, NsSettings, RecordCache, NO_ROW};
 use deadpool_postgres::{Client, Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use fast::Fast;
 use futures_util::future::try_join_all;
-use idem_core::{Ctx, Event, Key, Namespace, Op, Policy, Timestamp, Write};
+use idem_core::{Ctx, Event, Key, Namespace, Op, Policy, Record, Timestamp, Write};
 use idem_store::{
     ApiToken, Cursor, ExecCtx, Executed, ListQuery, NamespaceChange, NamespaceInfo, NewApiToken,
     Page, RecordWithEvents, Role, StateCounts, Store, StoreError,
@@ -71,6 +84,11 @@ pub struct PgOptions {
     pub op_timeout: Duration,
     /// Attempts of one `execute` when it keeps losing races.
     pub max_attempts: u32,
+    /// Records this instance remembers (the last version it wrote or read) so that the next
+    /// operation on the same key is decided without a read; 0 turns the cache off. Every write
+    /// decided on a remembered record is guarded by its version, so a stale entry costs a
+    /// round trip, never a wrong answer.
+    pub record_cache: usize,
 }
 
 impl Default for PgOptions {
@@ -82,6 +100,7 @@ impl Default for PgOptions {
             statement_timeout: Duration::from_secs(5),
             op_timeout: Duration::from_secs(10),
             max_attempts: 64,
+            record_cache: 4096,
         }
     }
 }
@@ -93,6 +112,26 @@ pub struct PgStore {
     opts: Arc<PgOptions>,
     /// For logs and `Debug`: the URL without its password.
     url: Arc<str>,
+    /// Namespace settings as last read (guarded by `revision` on every use).
+    ns_cache: Arc<NsCache>,
+    /// Records as last written or read by this instance (guarded by `version` on every use).
+    records: Arc<RecordCache>,
+    counters: Arc<Counters>,
+}
+
+/// How often [`PgStore::execute`] took each path since the store was opened.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FastPathStats {
+    /// Fresh claims persisted by one speculative insert (one round trip).
+    pub speculative_inserts: u64,
+    /// Speculative inserts that found the key taken and decided on the record they returned.
+    pub speculative_existing: u64,
+    /// Operations decided on a remembered record and persisted by one guarded statement.
+    pub cached_writes: u64,
+    /// Writes whose namespace or record guard failed (stale cache): decided again on a read.
+    pub guard_misses: u64,
+    /// Operations decided after a read of record, namespace and daily count.
+    pub full_reads: u64,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -108,7 +147,7 @@ impl std::fmt::Debug for PgStore {
 /// snapshot, one round trip, no locks). Exactly one row comes back.
 static READ_FOR_DECISION: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     format!(
-        "SELECT n.policy, n.paused, d.count, {} \
+        "SELECT n.policy, n.paused, n.revision, n.updated_at, d.count, {} \
          FROM (SELECT 1 AS one) AS x \
          LEFT JOIN namespaces n ON n.namespace = $1 \
          LEFT JOIN daily_counts d ON d.namespace = $1 AND d.day = $3 \
@@ -192,8 +231,11 @@ impl PgStore {
             .map_err(|e| StoreError::Internal(format!("postgres pool: {e}")))?;
         let store = PgStore {
             pool,
-            opts: Arc::new(opts),
             url: Arc::from(redacted.as_str()),
+            ns_cache: Arc::new(NsCache::default()),
+            records: Arc::new(RecordCache::new(opts.record_cache)),
+            counters: Arc::new(Counters::default()),
+            opts: Arc::new(opts),
         };
         let mut client = store.client().await.map_err(store_err)?;
         let now = idem_core::Clock::now(&idem_core::SystemClock).0;
@@ -203,6 +245,11 @@ impl PgStore {
         }
         tracing::info!(url = %store.url, "postgres store ready");
         Ok(store)
+    }
+
+    /// How often each path of [`Store::execute`] was taken (diagnostics and tests).
+    pub fn fast_path_stats(&self) -> FastPathStats {
+        self.counters.snapshot()
     }
 
     async fn client(&self) -> Result<Client, PgError> {
@@ -258,36 +305,155 @@ impl PgStore {
         ctx: &ExecCtx,
     ) -> Result<Executed, PgError> {
         let mut client = self.client().await?;
+        let result = self.execute_on(&mut client, ns, key, op, ctx).await;
+        if result.is_err() {
+            // Lost a race or failed midway (the outcome may be unknown): forget the record.
+            self.records.remove(ns, key);
+        }
+        result
+    }
+
+    async fn execute_on(
+        &self,
+        client: &mut Client,
+        ns: &Namespace,
+        key: &Key,
+        op: &Op,
+        ctx: &ExecCtx,
+    ) -> Result<Executed, PgError> {
+        if let Some(s) = self.ns_cache.get(ns) {
+            let cached = self.records.get(ns, key);
+            let fast = match &cached {
+                Some(rec) => fast::cached_record(client, ns, key, op, ctx, &s, rec).await?,
+                None => fast::speculative_claim(client, ns, key, op, ctx, &s).await?,
+            };
+            match fast {
+                Fast::Done(executed, stored) => {
+                    Counters::bump(if cached.is_some() {
+                        &self.counters.cached_writes
+                    } else {
+                        &self.counters.speculative_inserts
+                    });
+                    if let Some(r) = stored {
+                        self.records.put(*r);
+                    }
+                    return Ok(*executed);
+                }
+                Fast::Existing(rec) => {
+                    Counters::bump(&self.counters.speculative_existing);
+                    return self
+                        .decide_and_persist(client, ns, key, op, ctx, &s, 0, Some(*rec))
+                        .await;
+                }
+                Fast::Miss => {
+                    Counters::bump(&self.counters.guard_misses);
+                    self.records.remove(ns, key);
+                    self.ns_cache.remove(ns);
+                }
+                Fast::Skip => {}
+            }
+        }
+        Counters::bump(&self.counters.full_reads);
         let read = client.prepare_cached(&READ_FOR_DECISION).await?;
         let day = ctx.now.utc_day();
         let row = client
             .query_one(&read, &[&ns.as_str(), &key.as_str(), &day])
             .await?;
         let policy_json: Option<String> = row.try_get(0).map_err(|e| corrupt(&e))?;
-        let policy = policy_from_text(policy_json.as_deref())?;
-        let paused = row
-            .try_get::<_, Option<bool>>(1)
-            .map_err(|e| corrupt(&e))?
-            .unwrap_or(false);
-        let daily = row.try_get::<_, Option<i64>>(2).map_err(|e| corrupt(&e))?;
+        let settings = NsSettings {
+            policy: policy_from_text(policy_json.as_deref())?,
+            paused: row
+                .try_get::<_, Option<bool>>(1)
+                .map_err(|e| corrupt(&e))?
+                .unwrap_or(false),
+            revision: row
+                .try_get::<_, Option<i64>>(2)
+                .map_err(|e| corrupt(&e))?
+                .unwrap_or(NO_ROW),
+            updated_at: row
+                .try_get::<_, Option<i64>>(3)
+                .map_err(|e| corrupt(&e))?
+                .unwrap_or(NO_ROW),
+        };
+        let daily = row.try_get::<_, Option<i64>>(4).map_err(|e| corrupt(&e))?;
         let existing = match row
-            .try_get::<_, Option<String>>(3)
+            .try_get::<_, Option<String>>(5)
             .map_err(|e| corrupt(&e))?
         {
-            Some(_) => Some(record_from_row(&row, 3)?),
+            Some(_) => Some(record_from_row(&row, 5)?),
             None => None,
         };
+        self.ns_cache.put(ns, settings.clone());
+        self.decide_and_persist(
+            client,
+            ns,
+            key,
+            op,
+            ctx,
+            &settings,
+            as_u64(daily.unwrap_or(0)),
+            existing,
+        )
+        .await
+    }
+
+    /// Decides on `existing` (as read, in the same snapshot as `settings`) and persists the
+    /// decision with the guards of the normal path; remembers the record as now stored.
+    #[allow(clippy::too_many_arguments)]
+    async fn decide_and_persist(
+        &self,
+        client: &mut Client,
+        ns: &Namespace,
+        key: &Key,
+        op: &Op,
+        ctx: &ExecCtx,
+        settings: &NsSettings,
+        daily_count: u64,
+        existing: Option<Record>,
+    ) -> Result<Executed, PgError> {
+        let policy = &settings.policy;
         let core_ctx = Ctx {
             now: ctx.now,
-            policy: &policy,
-            paused,
-            daily_count: as_u64(daily.unwrap_or(0)),
+            policy,
+            paused: settings.paused,
+            daily_count,
             new_lease_id: ctx.lease_id.clone(),
             jitter: ctx.jitter,
             actor: ctx.actor.clone(),
         };
         let t = idem_core::apply(ns, key, existing.as_ref(), op, &core_ctx);
         let from_state = existing.as_ref().map(|r| r.state);
+        let stored = match &t.write {
+            Write::None => existing,
+            Write::Insert(r) | Write::Update(r) => {
+                if self.records.enabled() {
+                    Some(RecordParams::new(r)?.stored(r)?)
+                } else {
+                    None
+                }
+            }
+        };
+        let executed = self
+            .persist(client, ns, key, t, policy, from_state, ctx.now.utc_day())
+            .await?;
+        if let Some(r) = stored {
+            self.records.put(r);
+        }
+        Ok(executed)
+    }
+
+    /// Persists a transition: one autocommit statement when it can, else one transaction.
+    #[allow(clippy::too_many_arguments)]
+    async fn persist(
+        &self,
+        client: &mut Client,
+        ns: &Namespace,
+        key: &Key,
+        t: idem_core::Transition,
+        policy: &Policy,
+        from_state: Option<idem_core::State>,
+        day: i64,
+    ) -> Result<Executed, PgError> {
         let limit = if t.first_acquisition {
             policy.daily_limit
         } else {
@@ -308,7 +474,7 @@ impl PgStore {
         if limit.is_none() && !queue_alerts && t.events.len() <= 1 {
             // The common case (one record write and/or one event): a single autocommit
             // statement is atomic and durable on its own, which halves the round trips.
-            let (seq, alerts_queued) = single_statement(&client, ns, key, &t).await?;
+            let (seq, alerts_queued) = single_statement(client, ns, key, &t).await?;
             let events = t
                 .events
                 .into_iter()
@@ -525,8 +691,8 @@ impl PgStore {
         }
         tx.execute(
             "UPDATE namespaces SET policy = $2, paused = $3, retention_ms = $4, \
-             audit_retention_ms = $5, stuck_after_ms = $6, updated_at = $7 \
-             WHERE namespace = $1",
+             audit_retention_ms = $5, stuck_after_ms = $6, updated_at = $7, \
+             revision = revision + 1 WHERE namespace = $1",
             &[
                 &ns.as_str(),
                 &policy_text(&policy)?,
@@ -776,10 +942,14 @@ impl Store for PgStore {
         now: Timestamp,
     ) -> Result<NamespaceInfo, StoreError> {
         self.bounded(async {
-            self.with_retries("update_namespace", || {
-                self.update_namespace_once(ns, &change, now)
-            })
-            .await?;
+            let changed = self
+                .with_retries("update_namespace", || {
+                    self.update_namespace_once(ns, &change, now)
+                })
+                .await;
+            // Other instances learn of the change from their guards; this one at once.
+            self.ns_cache.remove(ns);
+            changed?;
             let client = self.client().await.map_err(store_err)?;
             self.namespace_info(&client, ns).await.map_err(store_err)
         })

@@ -47,6 +47,24 @@ pub(crate) const RECORD_COLUMNS: [&str; 28] = [
     "version",
 ];
 
+/// The SQL type of each of [`RECORD_COLUMNS`] (for parameters in a `SELECT` list, which
+/// PostgreSQL cannot type from the target column).
+const RECORD_TYPES: [&str; 28] = [
+    "TEXT", "TEXT", "TEXT", "BIGINT", "TEXT", "TEXT", "TEXT", "BIGINT", "BIGINT", "TEXT", "TEXT",
+    "BOOLEAN", "TEXT", "TEXT", "TEXT", "INTEGER", "BIGINT", "BIGINT", "TEXT", "TEXT", "BOOLEAN",
+    "BIGINT", "BIGINT", "BIGINT", "BIGINT", "TEXT", "BOOLEAN", "BIGINT",
+];
+
+/// `$1::TEXT, $2::TEXT, …, $28::BIGINT`: a record's parameters as a typed `SELECT` list.
+pub(crate) static TYPED_RECORD_PARAMS: LazyLock<String> = LazyLock::new(|| {
+    RECORD_TYPES
+        .iter()
+        .enumerate()
+        .map(|(i, t)| format!("${}::{t}", i + 1))
+        .collect::<Vec<_>>()
+        .join(", ")
+});
+
 /// `namespace, key, …` (unqualified).
 pub(crate) static RECORD_COLS: LazyLock<String> = LazyLock::new(|| cols(""));
 /// `r.namespace, r.key, …` (for joins).
@@ -225,6 +243,15 @@ impl RecordParams {
         })
     }
 
+    /// `r` (the record these parameters were made from) exactly as a read of the stored row
+    /// returns it: JSON values parsed back from the text that is written.
+    pub(crate) fn stored(&self, r: &Record) -> Result<Record, StoreError> {
+        let mut out = r.clone();
+        out.prepared_payload = json_value(self.prepared_payload.clone(), "prepared_payload")?;
+        out.result = json_value(self.result.clone(), "result")?;
+        Ok(out)
+    }
+
     pub(crate) fn params(&self) -> [&(dyn ToSql + Sync); 28] {
         [
             &self.namespace,
@@ -289,7 +316,7 @@ pub(crate) static UPDATE_RECORD: LazyLock<String> = LazyLock::new(|| {
 
 /// Event columns after `(namespace, key)`, with casts so the single-statement forms below can
 /// take them as parameters of a `SELECT` list.
-fn event_tail(first: usize) -> String {
+pub(crate) fn event_tail(first: usize) -> String {
     let casts = [
         "BIGINT", "TEXT", "TEXT", "TEXT", "BIGINT", "TEXT", "TEXT", "TEXT", "TEXT",
     ];

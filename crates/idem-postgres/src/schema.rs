@@ -18,7 +18,15 @@ use crate::error::store_err;
 /// Arbitrary constant identifying idem's migration lock (`'idem'` as ASCII).
 const MIGRATION_LOCK: i64 = 0x6964_656d;
 
-pub(crate) const MIGRATIONS: &[(i32, &str)] = &[(1, V1), (2, V2)];
+pub(crate) const MIGRATIONS: &[(i32, &str)] = &[(1, V1), (2, V2), (3, V3)];
+
+/// A namespace's settings revision, bumped by every settings change. Instances cache policy
+/// and `paused` per namespace and guard every write decided on the cache by this revision
+/// (and `updated_at`, which instances without this column still move): a settings change made
+/// through any instance is honoured by every other one on its next operation.
+const V3: &str = r#"
+ALTER TABLE namespaces ADD COLUMN revision BIGINT NOT NULL DEFAULT 0;
+"#;
 
 /// Retention walks final records by age that still hold a result. With only `records_final`
 /// the already expired ones stay at the front of that index and every batch stepped over all

@@ -5,6 +5,7 @@
 //! afterwards. The outage test runs its own throw-away cluster and never touches the shared
 //! one.
 
+mod cache;
 mod concurrency;
 mod helpers;
 mod janitor;

@@ -1,0 +1,284 @@
+//! One-round-trip paths for the common operations, decided on cached data and persisted by a
+//! single statement whose guards make the database confirm that the data the decision was
+//! made on is still what is stored.
+//!
+//! - **Speculative fresh claim.** A claim of a key this instance knows nothing about is first
+//!   decided as if no record existed ([`idem_core::apply`] with `existing = None`). When that
+//!   decides an insert, one statement inserts the record `ON CONFLICT DO NOTHING`, appends its
+//!   event only if the insert happened, checks the namespace guard, and — when the key was
+//!   taken — returns the stored record from the same snapshot, so the claim is then decided on
+//!   it like after a normal read (no extra round trip for a duplicate of an unknown key).
+//!   Only for namespaces without a `daily_limit`: with one, the decision depends on today's
+//!   count, which is read on the normal path.
+//! - **Cached record.** An operation on a key whose record this instance wrote or read last is
+//!   decided on that record; the write is guarded by the record's `version` *and*
+//!   `created_at` (a record deleted by retention and created again starts at version 1 again)
+//!   and by the namespace guard. A decision that only appends an event (a duplicate hit, an
+//!   `in_flight`, a `lease_lost`) inserts it only if the record still has that version.
+//!
+//! Anything else (several events, alerts to queue, a daily limit, a decision with nothing to
+//! write) is left to the normal read-decide-write path, and so is every guard miss.
+
+use std::sync::LazyLock;
+
+use deadpool_postgres::Client;
+use idem_core::{Ctx, Event, Key, Namespace, Op, Record, Transition, Write};
+use idem_store::{ExecCtx, Executed};
+use tokio_postgres::types::ToSql;
+
+use crate::cache::NsSettings;
+use crate::error::PgError;
+use crate::rows::{
+    event_tail, record_from_row, EventParams, RecordParams, RECORD_COLS, RECORD_COLUMNS,
+    R_RECORD_COLS, TYPED_RECORD_PARAMS, UPDATE_RECORD,
+};
+
+const EVENT_INSERT_COLS: &str = "INSERT INTO events (namespace, key, at, type, from_state, \
+    to_state, attempt, owner, correlation_id, note, actor)";
+
+/// True when the namespace row of `$1` still has the cached `revision` and `updated_at`
+/// (parameters `rev` and `upd`), or still does not exist when `rev` is -1.
+fn ns_guard(rev: usize, upd: usize) -> String {
+    format!(
+        "(SELECT COALESCE(bool_and(n.revision = ${rev}::BIGINT \
+         AND n.updated_at = ${upd}::BIGINT), ${rev}::BIGINT = -1) \
+         FROM namespaces n WHERE n.namespace = $1)"
+    )
+}
+
+/// $1..$28 record, $29..$37 event tail, $38/$39 namespace guard. One row: guard held, the
+/// event's seq when the record was inserted, and otherwise the record that was already there
+/// (as of the statement's snapshot; NULLs when it is not visible yet).
+static SPECULATIVE_INSERT: LazyLock<String> = LazyLock::new(|| {
+    let n = RECORD_COLUMNS.len();
+    format!(
+        "WITH g AS (SELECT {guard} AS ok), \
+         w AS (INSERT INTO records ({cols}) SELECT {typed} FROM g WHERE g.ok \
+               ON CONFLICT (namespace, key) DO NOTHING RETURNING version), \
+         e AS ({EVENT_INSERT_COLS} SELECT $1, $2, {tail} FROM w RETURNING seq) \
+         SELECT g.ok, (SELECT seq FROM e), {rcols} FROM g \
+         LEFT JOIN records r ON r.namespace = $1 AND r.key = $2",
+        guard = ns_guard(n + 10, n + 11),
+        cols = *RECORD_COLS,
+        typed = *TYPED_RECORD_PARAMS,
+        tail = event_tail(n + 1),
+        rcols = *R_RECORD_COLS,
+    )
+});
+
+/// $1/$2 namespace and key, $3..$11 event tail, $12/$13 namespace guard, $14/$15 the cached
+/// record's version and created_at. No row back: a guard missed.
+static GUARDED_EVENT: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "{EVENT_INSERT_COLS} SELECT $1::TEXT, $2::TEXT, {tail} \
+         WHERE {guard} AND EXISTS (SELECT 1 FROM records r WHERE r.namespace = $1 \
+         AND r.key = $2 AND r.version = $14::BIGINT AND r.created_at = $15::BIGINT) \
+         RETURNING seq",
+        tail = event_tail(3),
+        guard = ns_guard(12, 13),
+    )
+});
+
+/// [`UPDATE_RECORD`] ($29 = version decided on) also guarded by `created_at` ($17, unchanged by
+/// every update) and the namespace ($30/$31).
+static GUARDED_UPDATE: LazyLock<String> = LazyLock::new(|| {
+    let n = RECORD_COLUMNS.len();
+    format!(
+        "{} AND created_at = $17 AND {}",
+        *UPDATE_RECORD,
+        ns_guard(n + 2, n + 3)
+    )
+});
+
+/// [`GUARDED_UPDATE`] with its one event: $30..$38 event tail, $39/$40 namespace guard.
+static GUARDED_UPDATE_WITH_EVENT: LazyLock<String> = LazyLock::new(|| {
+    let n = RECORD_COLUMNS.len();
+    format!(
+        "WITH w AS ({} AND created_at = $17 AND {} RETURNING version) \
+         {EVENT_INSERT_COLS} SELECT $1, $2, {} FROM w RETURNING seq",
+        *UPDATE_RECORD,
+        ns_guard(n + 11, n + 12),
+        event_tail(n + 2)
+    )
+});
+
+/// What a fast path did.
+pub(crate) enum Fast {
+    /// Persisted and answered; the record as now stored (to cache) when it changed.
+    Done(Box<Executed>, Option<Box<Record>>),
+    /// The key exists: decide on this record (read in the same snapshot as a namespace guard
+    /// that held) and persist on the normal path.
+    Existing(Box<Record>),
+    /// Not attempted: this decision needs the normal path.
+    Skip,
+    /// A guard failed: the cached namespace or record is stale.
+    Miss,
+}
+
+fn core_ctx<'a>(s: &'a NsSettings, ctx: &ExecCtx) -> Ctx<'a> {
+    Ctx {
+        now: ctx.now,
+        policy: &s.policy,
+        paused: s.paused,
+        // Read only for a claim of a key without record in a namespace with a daily limit,
+        // which never takes a fast path.
+        daily_count: 0,
+        new_lease_id: ctx.lease_id.clone(),
+        jitter: ctx.jitter,
+        actor: ctx.actor.clone(),
+    }
+}
+
+/// Whether `t` is simple enough for one statement: at most one event and no alert to queue.
+fn single_statement_shape(s: &NsSettings, t: &Transition) -> bool {
+    t.events.len() <= 1 && (t.alerts.is_empty() || s.policy.alert_url.is_none())
+}
+
+fn done(t: Transition, seq: Option<i64>, from: Option<idem_core::State>) -> Executed {
+    let events = t
+        .events
+        .into_iter()
+        .map(|d| Event::from_draft(seq.unwrap_or(0), d))
+        .collect();
+    Executed {
+        reply: t.reply,
+        events,
+        from_state: from,
+        alerts_queued: 0,
+    }
+}
+
+/// A claim of a key with no cached record, speculating that it is new.
+pub(crate) async fn speculative_claim(
+    client: &Client,
+    ns: &Namespace,
+    key: &Key,
+    op: &Op,
+    ctx: &ExecCtx,
+    s: &NsSettings,
+) -> Result<Fast, PgError> {
+    if !matches!(op, Op::Claim(_)) || s.policy.daily_limit.is_some() {
+        return Ok(Fast::Skip);
+    }
+    let t = idem_core::apply(ns, key, None, op, &core_ctx(s, ctx));
+    let (Write::Insert(new), [draft]) = (&t.write, t.events.as_slice()) else {
+        return Ok(Fast::Skip);
+    };
+    if !single_statement_shape(s, &t) {
+        return Ok(Fast::Skip);
+    }
+    let rp = RecordParams::new(new)?;
+    let ep = EventParams::new(ns, key, draft);
+    let mut params: Vec<&(dyn ToSql + Sync)> = Vec::with_capacity(40);
+    params.extend(rp.params());
+    params.extend(ep.tail_params());
+    params.push(&s.revision);
+    params.push(&s.updated_at);
+    let stmt = client.prepare_cached(&SPECULATIVE_INSERT).await?;
+    let row = client.query_one(&stmt, &params).await?;
+    let ok: Option<bool> = row.try_get(0).map_err(|e| crate::corrupt(&e))?;
+    if ok != Some(true) {
+        return Ok(Fast::Miss);
+    }
+    let seq: Option<i64> = row.try_get(1).map_err(|e| crate::corrupt(&e))?;
+    if let Some(seq) = seq {
+        let stored = rp.stored(new)?;
+        return Ok(Fast::Done(
+            Box::new(done(t, Some(seq), None)),
+            Some(Box::new(stored)),
+        ));
+    }
+    let there: Option<String> = row.try_get(2).map_err(|e| crate::corrupt(&e))?;
+    match there {
+        Some(_) => Ok(Fast::Existing(Box::new(record_from_row(&row, 2)?))),
+        // Inserted concurrently by a transaction our snapshot does not see: read again.
+        None => Ok(Fast::Skip),
+    }
+}
+
+/// An operation on a key whose record is cached.
+pub(crate) async fn cached_record(
+    client: &Client,
+    ns: &Namespace,
+    key: &Key,
+    op: &Op,
+    ctx: &ExecCtx,
+    s: &NsSettings,
+    rec: &Record,
+) -> Result<Fast, PgError> {
+    let t = idem_core::apply(ns, key, Some(rec), op, &core_ctx(s, ctx));
+    if t.first_acquisition || !single_statement_shape(s, &t) {
+        return Ok(Fast::Skip);
+    }
+    let from = Some(rec.state);
+    match &t.write {
+        Write::Insert(_) => Ok(Fast::Skip),
+        Write::None => {
+            // Nothing to write (a refusal, a backoff, an idempotent repeat): the answer is
+            // only as fresh as the data, so it comes from a real read.
+            let [draft] = t.events.as_slice() else {
+                return Ok(Fast::Skip);
+            };
+            let ep = EventParams::new(ns, key, draft);
+            let created = rec.created_at.0;
+            let mut params: Vec<&(dyn ToSql + Sync)> = Vec::with_capacity(15);
+            params.extend(ep.params());
+            params.push(&s.revision);
+            params.push(&s.updated_at);
+            params.push(&rec.version);
+            params.push(&created);
+            let stmt = client.prepare_cached(&GUARDED_EVENT).await?;
+            match client.query_opt(&stmt, &params).await? {
+                None => Ok(Fast::Miss),
+                Some(row) => {
+                    let seq: i64 = row.try_get(0).map_err(|e| crate::corrupt(&e))?;
+                    Ok(Fast::Done(Box::new(done(t, Some(seq), from)), None))
+                }
+            }
+        }
+        Write::Update(new) => {
+            // The guard must compare exactly the version the decision was made on.
+            if new.version != rec.version + 1 || new.created_at != rec.created_at {
+                return Ok(Fast::Skip);
+            }
+            let rp = RecordParams::new(new)?;
+            let stored = rp.stored(new)?;
+            let mut params: Vec<&(dyn ToSql + Sync)> = Vec::with_capacity(40);
+            params.extend(rp.params());
+            params.push(&rec.version);
+            match t.events.as_slice() {
+                [] => {
+                    params.push(&s.revision);
+                    params.push(&s.updated_at);
+                    let stmt = client.prepare_cached(&GUARDED_UPDATE).await?;
+                    if client.execute(&stmt, &params).await? == 1 {
+                        Ok(Fast::Done(
+                            Box::new(done(t, None, from)),
+                            Some(Box::new(stored)),
+                        ))
+                    } else {
+                        Ok(Fast::Miss)
+                    }
+                }
+                [draft] => {
+                    let ep = EventParams::new(ns, key, draft);
+                    params.extend(ep.tail_params());
+                    params.push(&s.revision);
+                    params.push(&s.updated_at);
+                    let stmt = client.prepare_cached(&GUARDED_UPDATE_WITH_EVENT).await?;
+                    match client.query_opt(&stmt, &params).await? {
+                        None => Ok(Fast::Miss),
+                        Some(row) => {
+                            let seq: i64 = row.try_get(0).map_err(|e| crate::corrupt(&e))?;
+                            Ok(Fast::Done(
+                                Box::new(done(t, Some(seq), from)),
+                                Some(Box::new(stored)),
+                            ))
+                        }
+                    }
+                }
+                _ => Ok(Fast::Skip),
+            }
+        }
+    }
+}

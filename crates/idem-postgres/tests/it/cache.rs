@@ -1,0 +1,399 @@
+//! The one-round-trip paths (namespace cache, speculative fresh claims, remembered records)
+//! against a second store on the same database that changes what the first one remembers.
+
+use std::sync::Arc;
+
+use idem_core::{
+    ClaimOutcome, ClaimRequest, CompleteRequest, EventType, HeartbeatRequest, OpError, State,
+    TestClock, Timestamp,
+};
+use idem_postgres::{PgOptions, PgStore};
+use idem_store::{LedgerError, NamespaceChange, Store};
+use serde_json::json;
+
+use crate::helpers::*;
+
+const DAY_MS: i64 = 86_400_000;
+
+fn now(clock: &TestClock) -> Timestamp {
+    idem_core::Clock::now(clock)
+}
+
+fn complete_req(token: String, result: serde_json::Value) -> CompleteRequest {
+    CompleteRequest {
+        token,
+        result: Some(result),
+        external_ref: None,
+    }
+}
+
+/// Claims and completes a fresh key through `l`.
+async fn pair(l: &idem_store::Ledger, n: &str, k: &str, result: serde_json::Value) {
+    let c = l.claim(&ns(n), &key(k), claim_req()).await.expect("claim");
+    assert_eq!(c.outcome, ClaimOutcome::Acquired, "{k}");
+    l.complete(
+        &ns(n),
+        &key(k),
+        complete_req(c.token.expect("token").secret(), result),
+    )
+    .await
+    .expect("complete");
+}
+
+#[tokio::test]
+async fn warm_pair_and_duplicate_take_one_statement_each() {
+    let Some(db) = TestDb::create("warm_pair_one_statement").await else {
+        return;
+    };
+    let store = db.store().await;
+    let clock = TestClock::new(T0);
+    let l = ledger(store.clone(), &clock);
+    pair(&l, "hot", "warm-up", json!(1)).await; // reads the namespace settings once
+    let before = store.fast_path_stats();
+    pair(&l, "hot", "k", json!({"ok": true})).await;
+    let dup = l
+        .claim(&ns("hot"), &key("k"), claim_req())
+        .await
+        .expect("dup");
+    assert_eq!(dup.outcome, ClaimOutcome::Completed);
+    assert_eq!(dup.record.and_then(|r| r.result), Some(json!({"ok": true})));
+    let after = store.fast_path_stats();
+    assert_eq!(after.full_reads, before.full_reads, "{after:?}");
+    assert_eq!(after.speculative_inserts, before.speculative_inserts + 1);
+    assert_eq!(after.cached_writes, before.cached_writes + 2);
+    let got = store
+        .get(&ns("hot"), &key("k"))
+        .await
+        .expect("get")
+        .expect("exists");
+    let kinds: Vec<EventType> = got.events.iter().map(|e| e.kind).collect();
+    assert_eq!(
+        kinds,
+        [
+            EventType::Acquired,
+            EventType::Completed,
+            EventType::DuplicateHit
+        ]
+    );
+    assert_eq!(got.record.version, 2);
+}
+
+#[tokio::test]
+async fn namespace_change_through_another_store_is_honoured_on_the_next_operation() {
+    let Some(db) = TestDb::create("stale_namespace_cache").await else {
+        return;
+    };
+    let (a, b) = (db.store().await, db.store().await);
+    let clock = TestClock::new(T0);
+    let la = ledger(a.clone(), &clock);
+    let n = ns("pol");
+    pair(&la, "pol", "done", json!(1)).await;
+    pair(&la, "pol", "warm", json!(2)).await;
+    assert!(a.fast_path_stats().speculative_inserts >= 1);
+
+    // Paused through B: A's cached settings say "not paused".
+    b.update_namespace(&n, NamespaceChange::Pause, now(&clock))
+        .await
+        .expect("pause");
+    let misses = a.fast_path_stats().guard_misses;
+    let fresh = la.claim(&n, &key("new"), claim_req()).await.expect("claim");
+    assert_eq!(fresh.outcome, ClaimOutcome::Paused);
+    assert!(a.fast_path_stats().guard_misses > misses);
+    let dup = la.claim(&n, &key("done"), claim_req()).await.expect("dup");
+    assert_eq!(dup.outcome, ClaimOutcome::Paused);
+    assert!(b.get(&n, &key("new")).await.expect("get").is_none());
+
+    b.update_namespace(&n, NamespaceChange::Resume, now(&clock))
+        .await
+        .expect("resume");
+    let c = la.claim(&n, &key("new"), claim_req()).await.expect("claim");
+    assert_eq!(c.outcome, ClaimOutcome::Acquired);
+
+    // A policy patch through B changes the next fresh claim on A.
+    b.update_namespace(
+        &n,
+        NamespaceChange::Patch(json!({"lease_ms": 1234})),
+        now(&clock),
+    )
+    .await
+    .expect("patch");
+    let c = la
+        .claim(&n, &key("short"), claim_req())
+        .await
+        .expect("claim");
+    assert_eq!(c.outcome, ClaimOutcome::Acquired);
+    let rec = c.record.expect("record");
+    assert_eq!(rec.lease_expires_at, Some(now(&clock).plus_ms(1234)));
+
+    // A daily limit set through B is counted on A (the limit takes the read path).
+    b.update_namespace(
+        &n,
+        NamespaceChange::Patch(json!({"daily_limit": 1})),
+        now(&clock),
+    )
+    .await
+    .expect("patch");
+    let first = la.claim(&n, &key("l1"), claim_req()).await.expect("claim");
+    assert_eq!(first.outcome, ClaimOutcome::Acquired);
+    let second = la.claim(&n, &key("l2"), claim_req()).await.expect("claim");
+    assert_eq!(second.outcome, ClaimOutcome::Limited);
+
+    // A namespace row created by B where A remembered "no row" (defaults) is seen too.
+    let m = ns("later");
+    pair(&la, "later", "x", json!(1)).await;
+    b.update_namespace(&m, NamespaceChange::Pause, now(&clock))
+        .await
+        .expect("pause");
+    let c = la.claim(&m, &key("y"), claim_req()).await.expect("claim");
+    assert_eq!(c.outcome, ClaimOutcome::Paused);
+}
+
+#[tokio::test]
+async fn record_moved_by_another_store_is_decided_again_on_the_stored_record() {
+    let Some(db) = TestDb::create("stale_record_cache").await else {
+        return;
+    };
+    let (a, b) = (db.store().await, db.store().await);
+    let clock = TestClock::new(T0);
+    let (la, lb) = (ledger(a.clone(), &clock), ledger(b.clone(), &clock));
+    let n = ns("jobs");
+    pair(&la, "jobs", "warm", json!(0)).await;
+
+    // A holds the lease (and remembers the record); it expires and B reclaims.
+    let first = la
+        .claim(
+            &n,
+            &key("k"),
+            ClaimRequest {
+                lease_ms: Some(1000),
+                ..ClaimRequest::default()
+            },
+        )
+        .await
+        .expect("claim");
+    let stale = first.token.expect("token").secret();
+    clock.advance_ms(1500);
+    let second = lb.claim(&n, &key("k"), claim_req()).await.expect("claim");
+    assert_eq!(second.outcome, ClaimOutcome::Acquired);
+    let fresh = second.token.expect("token").secret();
+
+    let misses = a.fast_path_stats().guard_misses;
+    let hb = la
+        .heartbeat(
+            &n,
+            &key("k"),
+            HeartbeatRequest {
+                token: stale.clone(),
+                lease_ms: None,
+            },
+        )
+        .await;
+    assert!(
+        matches!(hb, Err(LedgerError::Op(OpError::LeaseLost))),
+        "{hb:?}"
+    );
+    assert!(a.fast_path_stats().guard_misses > misses);
+    let lost = la
+        .complete(&n, &key("k"), complete_req(stale, json!("a")))
+        .await;
+    assert!(matches!(lost, Err(LedgerError::Op(OpError::LeaseLost))));
+    let c = la.claim(&n, &key("k"), claim_req()).await.expect("claim");
+    assert_eq!(c.outcome, ClaimOutcome::InFlight);
+    let got = b.get(&n, &key("k")).await.expect("get").expect("exists");
+    assert_eq!(got.record.state, State::Processing);
+    assert_eq!(got.record.attempt, 2);
+    let kinds: Vec<EventType> = got.events.iter().map(|e| e.kind).collect();
+    assert_eq!(
+        kinds,
+        [
+            EventType::Acquired,
+            EventType::Resumed,
+            EventType::LeaseLost,
+            EventType::LeaseLost,
+            EventType::InFlight
+        ]
+    );
+
+    // B completes; A (which remembers attempt 2 processing) replays B's result.
+    lb.complete(&n, &key("k"), complete_req(fresh, json!("b")))
+        .await
+        .expect("complete");
+    let dup = la.claim(&n, &key("k"), claim_req()).await.expect("dup");
+    assert_eq!(dup.outcome, ClaimOutcome::Completed);
+    assert_eq!(dup.record.and_then(|r| r.result), Some(json!("b")));
+}
+
+#[tokio::test]
+async fn records_moved_by_the_janitor_are_decided_again() {
+    let Some(db) = TestDb::create("janitor_moves_cached_records").await else {
+        return;
+    };
+    let (a, b) = (db.store().await, db.store().await);
+    let clock = TestClock::new(T0);
+    let (la, lb) = (ledger(a.clone(), &clock), ledger(b.clone(), &clock));
+    let n = ns("jan");
+    a.update_namespace(
+        &n,
+        NamespaceChange::Patch(json!({"lease_expiry": "review"})),
+        now(&clock),
+    )
+    .await
+    .expect("patch");
+
+    // Sweep (through B) moves A's expired lease to review; A's late completion is then
+    // decided on needs_review, not on the processing record A remembers.
+    let c = la
+        .claim(
+            &n,
+            &key("late"),
+            ClaimRequest {
+                lease_ms: Some(1000),
+                ..ClaimRequest::default()
+            },
+        )
+        .await
+        .expect("claim");
+    let token = c.token.expect("token").secret();
+    clock.advance_ms(2000);
+    let swept = b.sweep_once(now(&clock), 10).await.expect("sweep");
+    assert_eq!(swept.moved_to_review, 1);
+    la.complete(&n, &key("late"), complete_req(token, json!("late")))
+        .await
+        .expect("late completion");
+    let got = b.get(&n, &key("late")).await.expect("get").expect("exists");
+    let last = got.events.last().expect("events");
+    assert_eq!(last.kind, EventType::Completed);
+    assert_eq!(last.from_state, Some(State::NeedsReview));
+    assert_eq!(
+        last.note.as_deref(),
+        Some("late completion by the lease holder resolved the review")
+    );
+
+    // Retention (through B) drops a result A remembers: A's duplicate replays the tombstone.
+    pair(&la, "jan", "kept", json!({"big": "result"})).await;
+    let rep = b
+        .retention_once(now(&clock).plus_ms(31 * DAY_MS), 100)
+        .await
+        .expect("retention");
+    assert!(rep.results_expired >= 1);
+    let dup = la.claim(&n, &key("kept"), claim_req()).await.expect("dup");
+    assert_eq!(dup.outcome, ClaimOutcome::Completed);
+    let rec = dup.record.expect("record");
+    assert!(rec.result_expired);
+    assert_eq!(rec.result, None);
+
+    // Retention deletes the tombstone and B creates the key again, up to the same version A
+    // remembers: only created_at tells the two apart, and A must replay B's result.
+    pair(&la, "jan", "reborn", json!("first life")).await;
+    clock.advance_ms(401 * DAY_MS);
+    let rep = b.retention_once(now(&clock), 100).await.expect("retention");
+    assert!(rep.tombstones_deleted >= 1);
+    assert!(b.get(&n, &key("reborn")).await.expect("get").is_none());
+    pair(&lb, "jan", "reborn", json!("second life")).await;
+    let misses = a.fast_path_stats().guard_misses;
+    let dup = la
+        .claim(&n, &key("reborn"), claim_req())
+        .await
+        .expect("dup");
+    assert_eq!(dup.outcome, ClaimOutcome::Completed);
+    assert_eq!(
+        dup.record.and_then(|r| r.result),
+        Some(json!("second life"))
+    );
+    assert!(a.fast_path_stats().guard_misses > misses);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_fresh_claims_from_two_stores_acquire_exactly_once() {
+    let Some(db) = TestDb::create("concurrent_speculative_claims").await else {
+        return;
+    };
+    let (a, b) = (db.store_with(4).await, db.store_with(4).await);
+    let clock = TestClock::new(T0);
+    let (la, lb) = (
+        Arc::new(ledger(a.clone(), &clock)),
+        Arc::new(ledger(b.clone(), &clock)),
+    );
+    pair(&la, "race", "warm-a", json!(0)).await;
+    pair(&lb, "race", "warm-b", json!(0)).await;
+    let mut winners = Vec::new();
+    for i in 0..60 {
+        let k = format!("k{i}");
+        // Two claimers per store, all at once.
+        let claims = [la.clone(), lb.clone(), la.clone(), lb.clone()].map(|l| {
+            let k = k.clone();
+            tokio::spawn(async move { l.claim(&ns("race"), &key(&k), claim_req()).await })
+        });
+        let mut acquired = Vec::new();
+        for (i, t) in claims.into_iter().enumerate() {
+            let c = t.await.expect("task").expect("claim");
+            match c.outcome {
+                ClaimOutcome::Acquired => acquired.push((i, c.token.expect("token").secret())),
+                ClaimOutcome::InFlight => {}
+                other => panic!("{k}: unexpected {other:?}"),
+            }
+        }
+        assert_eq!(acquired.len(), 1, "{k}: {acquired:?}");
+        winners.push((k, acquired.remove(0)));
+    }
+    let (sa, sb) = (a.fast_path_stats(), b.fast_path_stats());
+    assert!(
+        sa.speculative_inserts + sb.speculative_inserts >= 60,
+        "{sa:?} {sb:?}"
+    );
+    // The winner completes on its store; the other store replays the result.
+    for (k, (i, token)) in winners {
+        let (mine, other) = if i % 2 == 0 { (&la, &lb) } else { (&lb, &la) };
+        mine.complete(&ns("race"), &key(&k), complete_req(token, json!(k)))
+            .await
+            .expect("complete");
+        let dup = other
+            .claim(&ns("race"), &key(&k), claim_req())
+            .await
+            .expect("dup");
+        assert_eq!(dup.outcome, ClaimOutcome::Completed);
+        assert_eq!(dup.record.and_then(|r| r.result), Some(json!(k)));
+        let got = a
+            .get(&ns("race"), &key(&k))
+            .await
+            .expect("get")
+            .expect("exists");
+        assert_eq!(got.record.attempt, 1);
+        assert_eq!(
+            got.events.len(),
+            6,
+            "acquired, 3 in_flight, completed, duplicate_hit"
+        );
+    }
+}
+
+#[tokio::test]
+async fn record_cache_can_be_turned_off() {
+    let Some(db) = TestDb::create("record_cache_off").await else {
+        return;
+    };
+    let store = Arc::new(
+        PgStore::connect_with(
+            &db.url,
+            PgOptions {
+                max_connections: 2,
+                record_cache: 0,
+                ..PgOptions::default()
+            },
+        )
+        .await
+        .expect("connect"),
+    );
+    let clock = TestClock::new(T0);
+    let l = ledger(store.clone(), &clock);
+    pair(&l, "off", "a", json!(1)).await;
+    pair(&l, "off", "b", json!(2)).await;
+    let dup = l
+        .claim(&ns("off"), &key("b"), claim_req())
+        .await
+        .expect("dup");
+    assert_eq!(dup.outcome, ClaimOutcome::Completed);
+    let s = store.fast_path_stats();
+    assert_eq!(s.cached_writes, 0, "{s:?}");
+    assert_eq!(s.speculative_inserts, 1, "{s:?}");
+}

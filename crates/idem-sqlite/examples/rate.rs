@@ -6,7 +6,9 @@
 //! one fsync per write). Then the retention step's throughput on a prepared backlog.
 //!
 //! `cargo run --release -p idem-sqlite --example rate` (`IDEM_RATE_SECS` = seconds per figure,
-//! default 2; `IDEM_RATE_DIR` = where to put the temp files, default the system temp dir).
+//! default 2; `IDEM_RATE_DIR` = where to put the temp files, default the system temp dir;
+//! `IDEM_RATE_TASKS` = task counts, comma-separated, default `1,8`; `IDEM_RATE_ONLY_GROUP=1`
+//! skips the one-transaction-per-write rows and the retention figure — handy under `perf`).
 
 use std::error::Error;
 use std::path::PathBuf;
@@ -24,6 +26,18 @@ fn temp_dir() -> Res<tempfile::TempDir> {
         Some(d) => tempfile::tempdir_in(PathBuf::from(d))?,
         None => tempfile::tempdir()?,
     })
+}
+
+/// CPU time (ns) the store's writer thread has used so far (Linux: /proc schedstat).
+fn writer_cpu_ns() -> Option<u64> {
+    for t in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
+        let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        if comm.trim_end() == "idem-sqlite-wri" {
+            let s = std::fs::read_to_string(t.path().join("schedstat")).ok()?;
+            return s.split_whitespace().next()?.parse().ok();
+        }
+    }
+    None
 }
 
 /// Each task claims and completes its own fresh keys until `dur` is over.
@@ -161,11 +175,21 @@ async fn main() -> Res<()> {
         "{:<40} {:>5} {:>22} {:>20}",
         "mode", "tasks", "claim+complete pairs/s", "duplicate claims/s"
     );
-    for (mode, max_batch) in [
-        ("group commit (max_batch 512, default)", 512),
-        ("one transaction per write (max_batch 1)", 1),
-    ] {
-        for tasks in [1, 8] {
+    let task_counts: Vec<usize> = std::env::var("IDEM_RATE_TASKS")
+        .ok()
+        .map(|s| s.split(',').filter_map(|t| t.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![1, 8]);
+    let only_group = std::env::var("IDEM_RATE_ONLY_GROUP").is_ok_and(|v| v == "1");
+    let modes: &[(&str, usize)] = if only_group {
+        &[("group commit (max_batch 512, default)", 512)]
+    } else {
+        &[
+            ("group commit (max_batch 512, default)", 512),
+            ("one transaction per write (max_batch 1)", 1),
+        ]
+    };
+    for &(mode, max_batch) in modes {
+        for &tasks in &task_counts {
             let dir = temp_dir()?;
             let store = SqliteStore::open_with(
                 &dir.path().join("rate.db"),
@@ -175,12 +199,28 @@ async fn main() -> Res<()> {
                 },
             )?;
             let ledger = Ledger::new(Arc::new(store));
+            let cpu0 = writer_cpu_ns();
             let (pair_rate, keys) = pairs(&ledger, tasks, dur).await?;
+            let n_pairs: usize = keys.iter().map(Vec::len).sum();
+            let cpu1 = writer_cpu_ns();
+            let start = Instant::now();
             let dup_rate = duplicates(&ledger, keys, dur).await?;
+            let n_dups = dup_rate * start.elapsed().as_secs_f64();
+            let cpu2 = writer_cpu_ns();
             println!("{mode:<40} {tasks:>5} {pair_rate:>22.0} {dup_rate:>20.0}");
+            if let (Some(a), Some(b), Some(c)) = (cpu0, cpu1, cpu2) {
+                println!(
+                    "    writer thread CPU: {:.1} us per pair, {:.1} us per duplicate",
+                    (b - a) as f64 / 1000.0 / n_pairs.max(1) as f64,
+                    (c - b) as f64 / 1000.0 / n_dups.max(1.0)
+                );
+            }
         }
     }
     println!();
+    if only_group {
+        return Ok(());
+    }
     let (records, batch) = (200_000, 10_000);
     let (expire, delete) = retention(records, batch).await?;
     println!(

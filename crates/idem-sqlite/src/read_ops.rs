@@ -24,11 +24,14 @@ pub(crate) fn get(
     key: &Key,
 ) -> Result<Option<RecordWithEvents>, StoreError> {
     let tx = conn.transaction().db()?;
-    let Some(record) = load_record(&tx, ns, key)? else {
+    let Some(stored) = load_record(&tx, ns, key)? else {
         return Ok(None);
     };
-    let events = load_events(&tx, ns, key)?;
-    Ok(Some(RecordWithEvents { record, events }))
+    let events = load_events(&tx, stored.rid)?;
+    Ok(Some(RecordWithEvents {
+        record: stored.record,
+        events,
+    }))
 }
 
 // Four spellings so that each one can use its index ((namespace, [state,] updated_at DESC,

@@ -131,14 +131,15 @@ fn record_values(r: &Record) -> Result<Vec<Sql>, StoreError> {
     ])
 }
 
-/// Inserts a new record (the primary key refuses a second one for the same key).
-pub(crate) fn insert_record(conn: &Connection, r: &Record) -> Result<(), StoreError> {
+/// Inserts a new record (the primary key refuses a second one for the same key) and returns
+/// its row id.
+pub(crate) fn insert_record(conn: &Connection, r: &Record) -> Result<i64, StoreError> {
     let values = record_values(r)?;
     conn.prepare_cached(&INSERT_RECORD)
         .db()?
         .execute(rusqlite::params_from_iter(values))
         .db()?;
-    Ok(())
+    Ok(conn.last_insert_rowid())
 }
 
 /// Writes `r` over the row whose version is `r.version - 1`. With one writer per file and
@@ -257,39 +258,52 @@ pub(crate) fn record_from_row(row: &Row<'_>) -> Result<Record, StoreError> {
     })
 }
 
+// The rowid is the record's id: its events point at it (`events.rid`).
 static SELECT_RECORD: LazyLock<String> = LazyLock::new(|| {
     format!(
-        "SELECT {} FROM records WHERE namespace = ?1 AND key = ?2",
+        "SELECT {}, rowid FROM records WHERE namespace = ?1 AND key = ?2",
         *RECORD_SELECT
     )
 });
+
+/// A stored record and its row id (the `rid` its events carry).
+pub(crate) struct Stored {
+    pub(crate) record: Record,
+    pub(crate) rid: i64,
+}
 
 pub(crate) fn load_record(
     conn: &Connection,
     ns: &Namespace,
     key: &Key,
-) -> Result<Option<Record>, StoreError> {
+) -> Result<Option<Stored>, StoreError> {
     let mut stmt = conn.prepare_cached(&SELECT_RECORD).db()?;
     let mut rows = stmt.query(params![ns.as_str(), key.as_str()]).db()?;
     match rows.next().db()? {
         None => Ok(None),
-        Some(row) => record_from_row(row).map(Some),
+        Some(row) => Ok(Some(Stored {
+            record: record_from_row(row)?,
+            rid: row.get(RECORD_COLUMNS.len()).db()?,
+        })),
     }
 }
 
-/// Appends one event and returns its sequence number.
+/// Appends one event of the record with row id `rid` and returns its sequence number.
 pub(crate) fn insert_event(
     conn: &Connection,
+    rid: i64,
     ns: &str,
     key: &str,
     e: &EventDraft,
 ) -> Result<i64, StoreError> {
     conn.prepare_cached(
-        "INSERT INTO events (namespace, key, at, type, from_state, to_state, attempt, owner, \
-         correlation_id, note, actor) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+        "INSERT INTO events (rid, namespace, key, at, type, from_state, to_state, attempt, \
+         owner, correlation_id, note, actor) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
     )
     .db()?
     .execute(params![
+        rid,
         ns,
         key,
         e.at.0,
@@ -307,18 +321,14 @@ pub(crate) fn insert_event(
 }
 
 /// The audit trail of one record, oldest first.
-pub(crate) fn load_events(
-    conn: &Connection,
-    ns: &Namespace,
-    key: &Key,
-) -> Result<Vec<Event>, StoreError> {
+pub(crate) fn load_events(conn: &Connection, rid: i64) -> Result<Vec<Event>, StoreError> {
     let mut stmt = conn
         .prepare_cached(
             "SELECT seq, at, type, from_state, to_state, attempt, owner, correlation_id, note, \
-             actor FROM events WHERE namespace = ?1 AND key = ?2 ORDER BY seq",
+             actor FROM events WHERE rid = ?1 ORDER BY seq",
         )
         .db()?;
-    let mut rows = stmt.query(params![ns.as_str(), key.as_str()]).db()?;
+    let mut rows = stmt.query(params![rid]).db()?;
     let mut out = Vec::new();
     while let Some(row) = rows.next().db()? {
         let kind: String = row.get(2).db()?;

@@ -125,6 +125,18 @@ CREATE TABLE api_tokens (
     created_at  INTEGER NOT NULL
 );
 "#,
+    // 2: events point at their record's row id. Record ids grow with time, so the events of
+    // recent records (nearly all writes) land on the right edge of `events_by_rid` instead of
+    // on a random leaf of an index keyed by (namespace, key): a write batch dirties, and
+    // copies into the WAL, far fewer pages. A record's events are deleted with it (retention
+    // deletes both in one transaction), so a row id reused after a delete has no events.
+    r#"
+ALTER TABLE events ADD COLUMN rid INTEGER;
+UPDATE events SET rid =
+    (SELECT r.rowid FROM records r WHERE r.namespace = events.namespace AND r.key = events.key);
+CREATE INDEX events_by_rid ON events (rid, seq);
+DROP INDEX events_by_record;
+"#,
 ];
 
 /// The schema version this build writes.
@@ -234,4 +246,67 @@ pub(crate) fn run_checkpointer(
     }
     // A last full pass so a cleanly closed ledger leaves a small WAL.
     let _ = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A version-1 ledger (events keyed by namespace and key) migrates to version 2: every
+    /// event points at its record's row id and is found through the new index.
+    #[test]
+    fn version_1_events_get_their_record_id() {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("v1.db");
+        {
+            let conn = Connection::open(&path).expect("open");
+            conn.execute_batch(MIGRATIONS[0]).expect("v1 schema");
+            conn.pragma_update(None, "user_version", 1)
+                .expect("version");
+            for (i, key) in ["a", "b"].iter().enumerate() {
+                conn.execute(
+                    "INSERT INTO records (namespace, key, state, attempt, created_at, updated_at, \
+                     lease_expiry, reported, budget_base, window_start, active_at, stuck_alerted, \
+                     version) VALUES ('n', ?1, 'completed', 1, 0, 0, 'none', 1, 0, 0, 0, 0, 1)",
+                    [key],
+                )
+                .expect("record");
+                for at in 0..=i {
+                    conn.execute(
+                        "INSERT INTO events (namespace, key, at, type, attempt) \
+                         VALUES ('n', ?1, ?2, 'acquired', 1)",
+                        rusqlite::params![key, at as i64],
+                    )
+                    .expect("event");
+                }
+            }
+        }
+        let conn = open_writer(&path, Duration::from_secs(1)).expect("migrate");
+        let version: i64 = conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .expect("version");
+        assert_eq!(version, 2);
+        let per_record: Vec<(String, i64, i64)> = conn
+            .prepare(
+                "SELECT r.key, r.rowid, (SELECT COUNT(*) FROM events e WHERE e.rid = r.rowid) \
+                 FROM records r ORDER BY r.key",
+            )
+            .expect("prepare")
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .expect("query")
+            .collect::<Result<_, _>>()
+            .expect("rows");
+        assert_eq!(per_record.len(), 2);
+        assert_eq!((per_record[0].0.as_str(), per_record[0].2), ("a", 1));
+        assert_eq!((per_record[1].0.as_str(), per_record[1].2), ("b", 2));
+        assert_ne!(per_record[0].1, per_record[1].1);
+        let plan: String = conn
+            .query_row(
+                "EXPLAIN QUERY PLAN SELECT seq FROM events WHERE rid = 1 ORDER BY seq",
+                [],
+                |r| r.get(3),
+            )
+            .expect("plan");
+        assert!(plan.contains("events_by_rid"), "{plan}");
+    }
 }

@@ -38,7 +38,9 @@ pub(crate) fn execute_step(
     op: &Op,
     ctx: &ExecCtx,
 ) -> Result<StepInfo, StoreError> {
-    let existing = load_record(conn, ns, key)?;
+    let stored = load_record(conn, ns, key)?;
+    let existing_rid = stored.as_ref().map(|s| s.rid);
+    let existing = stored.map(|s| s.record);
     let (policy, paused) = load_namespace(conn, ns.as_str())?;
     let day = ctx.now.utc_day();
     // Only a first-time claim under a daily ceiling reads the counter.
@@ -56,14 +58,19 @@ pub(crate) fn execute_step(
         actor: ctx.actor.clone(),
     };
     let t = idem_core::apply(ns, key, existing.as_ref(), op, &core_ctx);
-    match &t.write {
-        Write::None => {}
-        Write::Insert(rec) => insert_record(conn, rec)?,
-        Write::Update(rec) => update_record(conn, rec)?,
-    }
+    let rid = match &t.write {
+        Write::None => existing_rid,
+        Write::Insert(rec) => Some(insert_record(conn, rec)?),
+        Write::Update(rec) => {
+            update_record(conn, rec)?;
+            existing_rid
+        }
+    };
     let mut events = Vec::with_capacity(t.events.len());
     for draft in t.events {
-        let seq = insert_event(conn, ns.as_str(), key.as_str(), &draft)?;
+        // The decision table only emits events about a record that exists or is being created.
+        let rid = rid.ok_or_else(|| StoreError::Internal("an event without a record".into()))?;
+        let seq = insert_event(conn, rid, ns.as_str(), key.as_str(), &draft)?;
         events.push(Event::from_draft(seq, draft));
     }
     if t.first_acquisition {
@@ -268,8 +275,7 @@ pub(crate) fn retention_step(
     .execute(params![now.0, min_audit, defaults.audit_retention_ms, n])
     .db()?;
     for sql in [
-        "DELETE FROM events WHERE (namespace, key) IN \
-         (SELECT namespace, key FROM temp.retention_batch)",
+        "DELETE FROM events WHERE rid IN (SELECT rid FROM temp.retention_batch)",
         "DELETE FROM alerts WHERE (namespace, key) IN \
          (SELECT namespace, key FROM temp.retention_batch)",
     ] {
@@ -300,9 +306,9 @@ pub(crate) fn retention_step(
     .execute(params![now.0, min_retention, defaults.retention_ms, n])
     .db()?;
     conn.prepare_cached(
-        "INSERT INTO events (namespace, key, at, type, from_state, to_state, attempt, owner, \
-         correlation_id, note, actor) \
-         SELECT r.namespace, r.key, ?1, 'result_expired', r.state, r.state, r.attempt, r.owner, \
+        "INSERT INTO events (rid, namespace, key, at, type, from_state, to_state, attempt, \
+         owner, correlation_id, note, actor) \
+         SELECT b.rid, r.namespace, r.key, ?1, 'result_expired', r.state, r.state, r.attempt, r.owner, \
                 r.correlation_id, 'result and prepared payload dropped after retention_ms', NULL \
          FROM temp.retention_batch b JOIN records r ON r.rowid = b.rid ORDER BY b.rid",
     )
@@ -454,8 +460,14 @@ pub(crate) fn finish_alert_step(
         ));
     };
     // The record may have been deleted by retention since: then there is nothing to annotate.
-    if let Some(rec) = load_record(conn, &ns_id, &key_id)? {
-        insert_event(conn, &ns, &key, &alert_sent_event(&rec, &reason, now))?;
+    if let Some(s) = load_record(conn, &ns_id, &key_id)? {
+        insert_event(
+            conn,
+            s.rid,
+            &ns,
+            &key,
+            &alert_sent_event(&s.record, &reason, now),
+        )?;
     }
     Ok(())
 }

@@ -155,13 +155,48 @@ impl SqliteStore {
     {
         let (reply, answer) = oneshot::channel();
         let job: BoxJob = Box::new(Task::new(work, reply));
+        self.send(job)?;
+        answer.await.map_err(|_| stopped())?
+    }
+}
+
+impl SqliteStore {
+    /// Persists the events of a snapshot decision (durably, before answering) and answers.
+    async fn finish_snapshot_decision(
+        &self,
+        ns: &Namespace,
+        key: &Key,
+        d: read_ops::SnapshotDecision,
+    ) -> Result<Executed, StoreError> {
+        let events = match d.events.into_iter().next() {
+            None => Vec::new(),
+            Some(draft) => {
+                let (ns, key, rid) = (ns.clone(), key.clone(), d.rid);
+                let (reply, answer) = oneshot::channel();
+                let job: BoxJob = Box::new(Task::single_statement(
+                    move |c: &Connection| write_ops::append_event_step(c, rid, &ns, &key, draft),
+                    reply,
+                ));
+                self.send(job)?;
+                answer.await.map_err(|_| stopped())??
+            }
+        };
+        tracing::trace!(namespace = %ns, key = %key.masked(), "sqlite: decided on a snapshot");
+        Ok(Executed {
+            reply: d.reply,
+            events,
+            from_state: Some(d.from_state),
+            alerts_queued: 0,
+        })
+    }
+
+    fn send(&self, job: BoxJob) -> Result<(), StoreError> {
         self.writer
             .tx
             .as_ref()
             .ok_or_else(stopped)?
             .send(job)
-            .map_err(|_| stopped())?;
-        answer.await.map_err(|_| stopped())?
+            .map_err(|_| stopped())
     }
 }
 
@@ -182,6 +217,19 @@ impl Store for SqliteStore {
         op: Op,
         ctx: ExecCtx,
     ) -> Result<Executed, StoreError> {
+        // A claim of a known key (a replay) usually changes nothing but the audit trail:
+        // decide it on a read snapshot, so the writer only appends its event.
+        if matches!(op, Op::Claim(_)) {
+            match self
+                .readers
+                .read_inline(|c| read_ops::decide_on_snapshot(c, ns, key, &op, &ctx))
+            {
+                Ok(Some(d)) => return self.finish_snapshot_decision(ns, key, d).await,
+                Ok(None) => {}
+                // The writer decides on its own data; a failed snapshot read only costs time.
+                Err(e) => tracing::debug!(error = %e, "sqlite: snapshot read failed"),
+            }
+        }
         let (ns, key) = (ns.clone(), key.clone());
         self.write(move |conn| {
             let info = write_ops::execute_step(conn, &ns, &key, &op, &ctx)?;

@@ -6,9 +6,10 @@
 
 use std::sync::LazyLock;
 
-use idem_core::{Key, Namespace, State, Timestamp};
+use idem_core::{Ctx, EventDraft, Key, Namespace, Op, OpError, Reply, State, Timestamp, Write};
 use idem_store::{
-    ApiToken, Cursor, ListQuery, NamespaceInfo, Page, RecordWithEvents, Role, Stats, StoreError,
+    ApiToken, Cursor, ExecCtx, ListQuery, NamespaceInfo, Page, RecordWithEvents, Role, Stats,
+    StoreError,
 };
 use rusqlite::{params, Connection, OptionalExtension};
 
@@ -173,4 +174,61 @@ pub(crate) fn ping(conn: &mut Connection) -> Result<(), StoreError> {
         .query_row([], |r| r.get::<_, i64>(0))
         .db()?;
     Ok(())
+}
+
+/// A decision made on a read snapshot that changes nothing but the audit trail (at most one
+/// event).
+pub(crate) struct SnapshotDecision {
+    /// Row id of the record the events belong to.
+    pub(crate) rid: i64,
+    pub(crate) from_state: State,
+    pub(crate) events: Vec<EventDraft>,
+    pub(crate) reply: Result<Reply, OpError>,
+}
+
+/// Decides `op` on one read snapshot (record + namespace settings) and returns the decision
+/// only when it writes nothing but events — a duplicate hit, `in_flight`, a fingerprint
+/// conflict, a refusal. `None` means the operation changes the record (or there is no record
+/// yet) and must go through the writer, which decides again on its own, newest data.
+///
+/// Why deciding on a snapshot is exact for these: the snapshot is the latest committed state
+/// when the read began, and the decision is `idem_core::apply` itself. A write still queued in
+/// the writer is not acknowledged to anybody yet, so this operation is ordered before it.
+pub(crate) fn decide_on_snapshot(
+    conn: &mut Connection,
+    ns: &Namespace,
+    key: &Key,
+    op: &Op,
+    ctx: &ExecCtx,
+) -> Result<Option<SnapshotDecision>, StoreError> {
+    let tx = conn.transaction().db()?;
+    let Some(stored) = load_record(&tx, ns, key)? else {
+        return Ok(None);
+    };
+    let (policy, paused) = load_namespace(&tx, ns.as_str())?;
+    tx.finish().db()?;
+    let core_ctx = Ctx {
+        now: ctx.now,
+        policy: &policy,
+        paused,
+        // Only a first-time claim reads the daily counter, and there is a record here.
+        daily_count: 0,
+        new_lease_id: ctx.lease_id.clone(),
+        jitter: ctx.jitter,
+        actor: ctx.actor.clone(),
+    };
+    let t = idem_core::apply(ns, key, Some(&stored.record), op, &core_ctx);
+    if !matches!(t.write, Write::None)
+        || t.first_acquisition
+        || !t.alerts.is_empty()
+        || t.events.len() > 1
+    {
+        return Ok(None);
+    }
+    Ok(Some(SnapshotDecision {
+        rid: stored.rid,
+        from_state: stored.record.state,
+        events: t.events,
+        reply: t.reply,
+    }))
 }

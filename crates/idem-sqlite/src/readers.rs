@@ -27,7 +27,14 @@ struct Inner {
     busy_timeout: Duration,
     /// Idle connections; the lock is held only to push or pop, never across a query.
     idle: Mutex<Vec<Connection>>,
+    /// Idle connections of [`Readers::read_inline`] (short busy timeout).
+    inline_idle: Mutex<Vec<Connection>>,
 }
+
+/// How long an inline read waits for a lock before its caller takes the slow path instead.
+/// WAL readers are only ever blocked briefly (WAL recovery, a restarting WAL), so this is a
+/// guard against stalling an async worker thread, not a limit normal traffic meets.
+const INLINE_BUSY_TIMEOUT: Duration = Duration::from_millis(20);
 
 impl Inner {
     fn take(&self) -> Result<Connection, StoreError> {
@@ -56,6 +63,7 @@ impl Readers {
                 path,
                 busy_timeout,
                 idle: Mutex::new(Vec::new()),
+                inline_idle: Mutex::new(Vec::new()),
             }),
             permits: Semaphore::new(size.max(1)),
         }
@@ -86,5 +94,38 @@ impl Readers {
         })
         .await
         .map_err(|e| StoreError::Internal(format!("sqlite read task failed: {e}")))?
+    }
+
+    /// Runs `f` right here, on the calling (async) thread: for point reads by primary key on
+    /// the request path, which take microseconds from the page cache — cheaper than handing
+    /// them to the blocking pool and back. At most one connection per thread calling at once;
+    /// a connection is opened with a short busy timeout, so a locked file makes `f` fail fast
+    /// and the caller falls back to its slow path.
+    pub(crate) fn read_inline<T>(
+        &self,
+        f: impl FnOnce(&mut Connection) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let inner = &self.inner;
+        let idle = inner
+            .inline_idle
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .pop();
+        let mut conn = match idle {
+            Some(c) => c,
+            None => open_reader(&inner.path, INLINE_BUSY_TIMEOUT)?,
+        };
+        let out = f(&mut conn);
+        if !matches!(
+            out,
+            Err(StoreError::Unavailable(_) | StoreError::Corrupt(_))
+        ) {
+            inner
+                .inline_idle
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .push(conn);
+        }
+        out
     }
 }

@@ -106,6 +106,47 @@ pub(crate) fn execute_step(
     })
 }
 
+/// Appends the events of a decision made on a read snapshot (see
+/// `read_ops::decide_on_snapshot`) — one event, one statement, so the job needs no savepoint.
+/// If the record was deleted by retention since the snapshot, its audit trail went with it
+/// and the event is not written (a row id must never collect events of a deleted record).
+pub(crate) fn append_event_step(
+    conn: &Connection,
+    rid: i64,
+    ns: &Namespace,
+    key: &Key,
+    draft: EventDraft,
+) -> Result<Vec<Event>, StoreError> {
+    let n = conn
+        .prepare_cached(
+            "INSERT INTO events (rid, namespace, key, at, type, from_state, to_state, attempt, \
+             owner, correlation_id, note, actor) \
+             SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12 WHERE EXISTS \
+             (SELECT 1 FROM records WHERE rowid = ?1 AND namespace = ?2 AND key = ?3)",
+        )
+        .db()?
+        .execute(params![
+            rid,
+            ns.as_str(),
+            key.as_str(),
+            draft.at.0,
+            draft.kind.as_str(),
+            draft.from_state.map(idem_core::State::as_str),
+            draft.to_state.map(idem_core::State::as_str),
+            i64::from(draft.attempt),
+            draft.owner,
+            draft.correlation_id,
+            draft.note,
+            draft.actor,
+        ])
+        .db()?;
+    Ok(if n == 1 {
+        vec![Event::from_draft(conn.last_insert_rowid(), draft)]
+    } else {
+        vec![]
+    })
+}
+
 fn daily_count(conn: &Connection, ns: &str, day: i64) -> Result<u64, StoreError> {
     let n: Option<i64> = conn
         .prepare_cached("SELECT count FROM daily_counts WHERE namespace = ?1 AND day = ?2")
@@ -525,5 +566,64 @@ pub(crate) fn reply_kind(r: &Result<Reply, idem_core::OpError>) -> &'static str 
         Ok(Reply::Fail(_)) => "failed",
         Ok(Reply::Swept { .. }) => "swept",
         Err(_) => "refused",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schema::open_writer;
+    use idem_core::{ClaimRequest, EventType};
+    use std::time::Duration;
+
+    fn draft(kind: EventType) -> EventDraft {
+        EventDraft {
+            at: Timestamp(1),
+            kind,
+            from_state: None,
+            to_state: None,
+            attempt: 1,
+            owner: None,
+            correlation_id: None,
+            note: None,
+            actor: None,
+        }
+    }
+
+    fn event_count(conn: &Connection) -> i64 {
+        conn.query_row("SELECT COUNT(*) FROM events", [], |r| r.get(0))
+            .expect("count")
+    }
+
+    /// A snapshot decision's event is written only while its record still exists under the
+    /// same row id: a record deleted since the snapshot (retention) takes no new event.
+    #[test]
+    fn an_event_for_a_vanished_record_is_not_written() {
+        let dir = tempfile::tempdir().expect("dir");
+        let conn = open_writer(&dir.path().join("a.db"), Duration::from_secs(1)).expect("open");
+        let ns = Namespace::try_from("n").expect("ns");
+        let key = Key::try_from("k").expect("key");
+        let none = append_event_step(&conn, 42, &ns, &key, draft(EventType::DuplicateHit))
+            .expect("append");
+        assert!(none.is_empty());
+        assert_eq!(event_count(&conn), 0);
+
+        let op = Op::Claim(ClaimRequest::default());
+        execute_step(&conn, &ns, &key, &op, &ExecCtx::at(Timestamp(1))).expect("claim");
+        let rid = load_record(&conn, &ns, &key)
+            .expect("load")
+            .expect("record")
+            .rid;
+        assert_eq!(event_count(&conn), 1);
+        // Same row id but another key: not this record.
+        let other = Key::try_from("other").expect("key");
+        let wrong = append_event_step(&conn, rid, &ns, &other, draft(EventType::DuplicateHit))
+            .expect("append");
+        assert!(wrong.is_empty());
+        let ok = append_event_step(&conn, rid, &ns, &key, draft(EventType::DuplicateHit))
+            .expect("append");
+        assert_eq!(ok.len(), 1);
+        assert_eq!(ok[0].kind, EventType::DuplicateHit);
+        assert_eq!(event_count(&conn), 2);
     }
 }

@@ -28,6 +28,12 @@ pub(crate) trait WriteJob: Send {
     fn run(&mut self, conn: &Connection) -> bool;
     /// Answers the caller once the batch's fate is known: `commit` is the batch result.
     fn finish(self: Box<Self>, commit: Result<(), StoreError>);
+    /// Whether the job runs under its own savepoint. A job that writes with at most ONE
+    /// statement needs none: SQLite undoes a failing statement by itself, so a failed job
+    /// leaves nothing behind either way.
+    fn savepoint(&self) -> bool {
+        true
+    }
 }
 
 /// A closure job whose result is held back until the batch committed.
@@ -35,6 +41,7 @@ pub(crate) struct Task<T, F> {
     work: Option<F>,
     out: Option<Result<T, StoreError>>,
     reply: oneshot::Sender<Result<T, StoreError>>,
+    savepoint: bool,
 }
 
 impl<T, F> Task<T, F> {
@@ -43,6 +50,15 @@ impl<T, F> Task<T, F> {
             work: Some(work),
             out: None,
             reply,
+            savepoint: true,
+        }
+    }
+
+    /// A job whose work writes with at most one statement (see [`WriteJob::savepoint`]).
+    pub(crate) fn single_statement(work: F, reply: oneshot::Sender<Result<T, StoreError>>) -> Self {
+        Task {
+            savepoint: false,
+            ..Task::new(work, reply)
         }
     }
 }
@@ -71,6 +87,10 @@ where
         };
         // The caller may have given up waiting (request cancelled): nothing to do then.
         let _ = self.reply.send(answer);
+    }
+
+    fn savepoint(&self) -> bool {
+        self.savepoint
     }
 }
 
@@ -106,6 +126,16 @@ pub(crate) fn run_batch(conn: &Connection, mut batch: Vec<BoxJob>) {
     // Set when the transaction as a whole is lost: every job then fails, done or not.
     let mut broken: Option<StoreError> = None;
     for job in batch.iter_mut() {
+        if !job.savepoint() {
+            // A failing single statement undid itself; only a lost transaction matters.
+            if !job.run(conn) && conn.is_autocommit() {
+                broken = Some(StoreError::Unavailable(
+                    "the write transaction was aborted by a failing step".into(),
+                ));
+                break;
+            }
+            continue;
+        }
         if let Err(e) = exec(conn, "SAVEPOINT job") {
             broken = Some(e);
             break;
@@ -209,6 +239,25 @@ mod tests {
         assert!(answer(rc).is_ok());
         assert_eq!(labels(&conn), ["a", "c"]);
         assert!(conn.is_autocommit(), "the batch transaction is closed");
+    }
+
+    /// A job without a savepoint whose one statement fails leaves nothing behind and fails
+    /// alone.
+    #[test]
+    fn a_failing_single_statement_job_fails_alone() {
+        let dir = tempfile::tempdir().expect("dir");
+        let conn = open_writer(&dir.path().join("w.db"), Duration::from_secs(1)).expect("open");
+        let (a, ra) = job(insert("a"));
+        let (tx, rb) = oneshot::channel();
+        // `secret_hash` is UNIQUE: the second "a" fails as one statement.
+        let b: BoxJob = Box::new(Task::single_statement(insert("a"), tx));
+        let (tx, rc) = oneshot::channel();
+        let c: BoxJob = Box::new(Task::single_statement(insert("c"), tx));
+        run_batch(&conn, vec![a, b, c]);
+        assert!(answer(ra).is_ok());
+        assert!(answer(rb).is_err());
+        assert!(answer(rc).is_ok());
+        assert_eq!(labels(&conn), ["a", "c"]);
     }
 
     #[test]

@@ -151,7 +151,7 @@ impl SqliteStore {
     async fn write<T, F>(&self, work: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
-        F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+        F: FnMut(&Connection) -> Result<T, StoreError> + Send + 'static,
     {
         let (reply, answer) = oneshot::channel();
         let job: BoxJob = Box::new(Task::new(work, reply));
@@ -173,8 +173,8 @@ impl SqliteStore {
             Some(draft) => {
                 let (ns, key, rid) = (ns.clone(), key.clone(), d.rid);
                 let (reply, answer) = oneshot::channel();
-                let job: BoxJob = Box::new(Task::single_statement(
-                    move |c: &Connection| write_ops::append_event_step(c, rid, &ns, &key, draft),
+                let job: BoxJob = Box::new(Task::new(
+                    move |c: &Connection| write_ops::append_event_step(c, rid, &ns, &key, &draft),
                     reply,
                 ));
                 self.send(job)?;

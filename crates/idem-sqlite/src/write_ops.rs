@@ -106,8 +106,8 @@ pub(crate) fn execute_step(
     })
 }
 
-/// Appends the events of a decision made on a read snapshot (see
-/// `read_ops::decide_on_snapshot`) — one event, one statement, so the job needs no savepoint.
+/// Appends the event of a decision made on a read snapshot (see
+/// `read_ops::decide_on_snapshot`).
 /// If the record was deleted by retention since the snapshot, its audit trail went with it
 /// and the event is not written (a row id must never collect events of a deleted record).
 pub(crate) fn append_event_step(
@@ -115,7 +115,7 @@ pub(crate) fn append_event_step(
     rid: i64,
     ns: &Namespace,
     key: &Key,
-    draft: EventDraft,
+    draft: &EventDraft,
 ) -> Result<Vec<Event>, StoreError> {
     let n = conn
         .prepare_cached(
@@ -141,7 +141,7 @@ pub(crate) fn append_event_step(
         ])
         .db()?;
     Ok(if n == 1 {
-        vec![Event::from_draft(conn.last_insert_rowid(), draft)]
+        vec![Event::from_draft(conn.last_insert_rowid(), draft.clone())]
     } else {
         vec![]
     })
@@ -603,7 +603,7 @@ mod tests {
         let conn = open_writer(&dir.path().join("a.db"), Duration::from_secs(1)).expect("open");
         let ns = Namespace::try_from("n").expect("ns");
         let key = Key::try_from("k").expect("key");
-        let none = append_event_step(&conn, 42, &ns, &key, draft(EventType::DuplicateHit))
+        let none = append_event_step(&conn, 42, &ns, &key, &draft(EventType::DuplicateHit))
             .expect("append");
         assert!(none.is_empty());
         assert_eq!(event_count(&conn), 0);
@@ -617,10 +617,10 @@ mod tests {
         assert_eq!(event_count(&conn), 1);
         // Same row id but another key: not this record.
         let other = Key::try_from("other").expect("key");
-        let wrong = append_event_step(&conn, rid, &ns, &other, draft(EventType::DuplicateHit))
+        let wrong = append_event_step(&conn, rid, &ns, &other, &draft(EventType::DuplicateHit))
             .expect("append");
         assert!(wrong.is_empty());
-        let ok = append_event_step(&conn, rid, &ns, &key, draft(EventType::DuplicateHit))
+        let ok = append_event_step(&conn, rid, &ns, &key, &draft(EventType::DuplicateHit))
             .expect("append");
         assert_eq!(ok.len(), 1);
         assert_eq!(ok[0].kind, EventType::DuplicateHit);

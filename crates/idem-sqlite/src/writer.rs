@@ -2,10 +2,16 @@
 //!
 //! One OS thread owns the only write connection of a [`crate::SqliteStore`]. Every write is a
 //! [`WriteJob`] sent over a channel. The thread takes one job, drains whatever else is queued
-//! (up to `max_batch`), opens `BEGIN IMMEDIATE`, runs each job under its own `SAVEPOINT`
-//! (a job that fails is rolled back to its savepoint and answered with its error; the others
-//! proceed), then issues ONE `COMMIT` — one fsync for the whole batch — and only after it
-//! succeeded answers every job. Invariants:
+//! (up to `max_batch`), opens `BEGIN IMMEDIATE`, runs the jobs, then issues ONE `COMMIT` —
+//! one fsync for the whole batch — and only after it succeeded answers every job.
+//!
+//! Jobs first run back to back without savepoints (a savepoint per job costs ~9 % of the
+//! writer's CPU: its statements and the journal copy of every page it touches). Jobs almost
+//! never fail; when one does, the whole transaction is rolled back and the batch runs again
+//! from the same starting state, now each job under its own `SAVEPOINT`: the failing job is
+//! rolled back to its savepoint and answered with its error, the others proceed. Jobs are
+//! therefore re-runnable (`FnMut`) and must depend only on the database and their inputs.
+//! Invariants:
 //! - no job is answered `Ok` before the commit that contains its write returned;
 //! - if the commit (or the transaction itself) fails, every job of the batch gets an error;
 //! - jobs of one batch run in arrival order, each seeing the writes of those before it, so a
@@ -23,42 +29,27 @@ use crate::error::map;
 
 /// One unit of work for the writer thread.
 pub(crate) trait WriteJob: Send {
-    /// Runs the job inside the open batch transaction (under its savepoint). `false` means it
-    /// failed and its changes must be rolled back.
+    /// Runs the job inside the open batch transaction. `false` means it failed and its changes
+    /// must be rolled back. May be called again after the transaction was rolled back: the
+    /// later run's result replaces the earlier one.
     fn run(&mut self, conn: &Connection) -> bool;
     /// Answers the caller once the batch's fate is known: `commit` is the batch result.
     fn finish(self: Box<Self>, commit: Result<(), StoreError>);
-    /// Whether the job runs under its own savepoint. A job that writes with at most ONE
-    /// statement needs none: SQLite undoes a failing statement by itself, so a failed job
-    /// leaves nothing behind either way.
-    fn savepoint(&self) -> bool {
-        true
-    }
 }
 
 /// A closure job whose result is held back until the batch committed.
 pub(crate) struct Task<T, F> {
-    work: Option<F>,
+    work: F,
     out: Option<Result<T, StoreError>>,
     reply: oneshot::Sender<Result<T, StoreError>>,
-    savepoint: bool,
 }
 
 impl<T, F> Task<T, F> {
     pub(crate) fn new(work: F, reply: oneshot::Sender<Result<T, StoreError>>) -> Self {
         Task {
-            work: Some(work),
+            work,
             out: None,
             reply,
-            savepoint: true,
-        }
-    }
-
-    /// A job whose work writes with at most one statement (see [`WriteJob::savepoint`]).
-    pub(crate) fn single_statement(work: F, reply: oneshot::Sender<Result<T, StoreError>>) -> Self {
-        Task {
-            savepoint: false,
-            ..Task::new(work, reply)
         }
     }
 }
@@ -66,13 +57,10 @@ impl<T, F> Task<T, F> {
 impl<T, F> WriteJob for Task<T, F>
 where
     T: Send,
-    F: FnOnce(&Connection) -> Result<T, StoreError> + Send,
+    F: FnMut(&Connection) -> Result<T, StoreError> + Send,
 {
     fn run(&mut self, conn: &Connection) -> bool {
-        let out = match self.work.take() {
-            Some(work) => work(conn),
-            None => Err(StoreError::Internal("write job ran twice".into())),
-        };
+        let out = (self.work)(conn);
         let ok = out.is_ok();
         self.out = Some(out);
         ok
@@ -87,10 +75,6 @@ where
         };
         // The caller may have given up waiting (request cancelled): nothing to do then.
         let _ = self.reply.send(answer);
-    }
-
-    fn savepoint(&self) -> bool {
-        self.savepoint
     }
 }
 
@@ -115,54 +99,17 @@ pub(crate) fn run(conn: Connection, rx: Receiver<BoxJob>, max_batch: usize) {
 
 /// Runs one batch in one transaction and answers every job after its commit.
 pub(crate) fn run_batch(conn: &Connection, mut batch: Vec<BoxJob>) {
-    if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
-        let err = map(e);
-        tracing::warn!(error = %err, jobs = batch.len(), "sqlite: cannot begin write batch");
-        for job in batch {
-            job.finish(Err(err.clone()));
-        }
-        return;
-    }
-    // Set when the transaction as a whole is lost: every job then fails, done or not.
-    let mut broken: Option<StoreError> = None;
-    for job in batch.iter_mut() {
-        if !job.savepoint() {
-            // A failing single statement undid itself; only a lost transaction matters.
-            if !job.run(conn) && conn.is_autocommit() {
-                broken = Some(StoreError::Unavailable(
-                    "the write transaction was aborted by a failing step".into(),
-                ));
-                break;
-            }
-            continue;
-        }
-        if let Err(e) = exec(conn, "SAVEPOINT job") {
-            broken = Some(e);
-            break;
-        }
-        if job.run(conn) {
-            if let Err(e) = exec(conn, "RELEASE job") {
-                broken = Some(e);
-                break;
-            }
-            continue;
-        }
-        // Some errors (I/O, full disk) make SQLite roll the whole transaction back: the
-        // earlier jobs' writes are gone too, so none of them may be acknowledged.
-        if conn.is_autocommit() {
-            broken = Some(StoreError::Unavailable(
-                "the write transaction was aborted by a failing step".into(),
-            ));
-            break;
-        }
-        if let Err(e) = exec(conn, "ROLLBACK TO job").and_then(|()| exec(conn, "RELEASE job")) {
-            broken = Some(e);
-            break;
-        }
-    }
-    let commit = match broken {
-        Some(e) => Err(e),
-        None => exec(conn, "COMMIT"),
+    let commit = match run_jobs(conn, &mut batch, false) {
+        Pass::Done => exec(conn, "COMMIT"),
+        Pass::Broken(e) => Err(e),
+        // Start over from the same state, each job under its own savepoint.
+        Pass::JobFailed => match exec(conn, "ROLLBACK") {
+            Err(e) => Err(e),
+            Ok(()) => match run_jobs(conn, &mut batch, true) {
+                Pass::Done | Pass::JobFailed => exec(conn, "COMMIT"),
+                Pass::Broken(e) => Err(e),
+            },
+        },
     };
     if commit.is_err() && !conn.is_autocommit() {
         let _ = conn.execute_batch("ROLLBACK");
@@ -173,6 +120,50 @@ pub(crate) fn run_batch(conn: &Connection, mut batch: Vec<BoxJob>) {
     for job in batch {
         job.finish(commit.clone());
     }
+}
+
+/// How a pass over the batch ended (the transaction is open unless `Broken`… or rolled back
+/// by SQLite itself, which `Broken` also covers).
+enum Pass {
+    /// Every job succeeded (with savepoints: every failing job was rolled back alone).
+    Done,
+    /// Without savepoints: a job failed; its partial writes are in the open transaction.
+    JobFailed,
+    /// The transaction as a whole is lost: every job fails, done or not.
+    Broken(StoreError),
+}
+
+/// Opens the batch transaction and runs every job in it, in order.
+fn run_jobs(conn: &Connection, batch: &mut [BoxJob], savepoints: bool) -> Pass {
+    if let Err(e) = exec(conn, "BEGIN IMMEDIATE") {
+        tracing::warn!(error = %e, jobs = batch.len(), "sqlite: cannot begin write batch");
+        return Pass::Broken(e);
+    }
+    for job in batch.iter_mut() {
+        if savepoints {
+            if let Err(e) = exec(conn, "SAVEPOINT job") {
+                return Pass::Broken(e);
+            }
+        }
+        let ok = job.run(conn);
+        // Some errors (I/O, full disk) make SQLite roll the whole transaction back: the
+        // earlier jobs' writes are gone too, so none of them may be acknowledged.
+        if !ok && conn.is_autocommit() {
+            return Pass::Broken(StoreError::Unavailable(
+                "the write transaction was aborted by a failing step".into(),
+            ));
+        }
+        let closed = match (savepoints, ok) {
+            (false, true) => Ok(()),
+            (false, false) => return Pass::JobFailed,
+            (true, true) => exec(conn, "RELEASE job"),
+            (true, false) => exec(conn, "ROLLBACK TO job").and_then(|()| exec(conn, "RELEASE job")),
+        };
+        if let Err(e) = closed {
+            return Pass::Broken(e);
+        }
+    }
+    Pass::Done
 }
 
 fn exec(conn: &Connection, sql: &str) -> Result<(), StoreError> {
@@ -192,13 +183,13 @@ mod tests {
 
     fn job<F>(work: F) -> (BoxJob, Reply)
     where
-        F: FnOnce(&Connection) -> Result<(), StoreError> + Send + 'static,
+        F: FnMut(&Connection) -> Result<(), StoreError> + Send + 'static,
     {
         let (tx, rx) = oneshot::channel();
         (Box::new(Task::new(work, tx)), rx)
     }
 
-    fn insert(label: &'static str) -> impl FnOnce(&Connection) -> Result<(), StoreError> {
+    fn insert(label: &'static str) -> impl FnMut(&Connection) -> Result<(), StoreError> {
         move |c: &Connection| {
             c.execute(
                 "INSERT INTO api_tokens (secret_hash, role, scope, label, created_at) \
@@ -241,23 +232,35 @@ mod tests {
         assert!(conn.is_autocommit(), "the batch transaction is closed");
     }
 
-    /// A job without a savepoint whose one statement fails leaves nothing behind and fails
-    /// alone.
+    /// Jobs run again after a failure see exactly the state they saw the first time: a job
+    /// that counts the rows before it writes gets the same count in both runs, and the failing
+    /// job's own write is gone.
     #[test]
-    fn a_failing_single_statement_job_fails_alone() {
+    fn a_rerun_batch_starts_from_the_same_state() {
         let dir = tempfile::tempdir().expect("dir");
         let conn = open_writer(&dir.path().join("w.db"), Duration::from_secs(1)).expect("open");
         let (a, ra) = job(insert("a"));
         let (tx, rb) = oneshot::channel();
-        // `secret_hash` is UNIQUE: the second "a" fails as one statement.
-        let b: BoxJob = Box::new(Task::single_statement(insert("a"), tx));
-        let (tx, rc) = oneshot::channel();
-        let c: BoxJob = Box::new(Task::single_statement(insert("c"), tx));
-        run_batch(&conn, vec![a, b, c]);
+        let b: BoxJob = Box::new(Task::new(
+            |c: &Connection| -> Result<i64, StoreError> {
+                insert("b")(c)?;
+                c.query_row("SELECT COUNT(*) FROM api_tokens", [], |r| r.get(0))
+                    .map_err(map)
+            },
+            tx,
+        ));
+        // Fails after writing: forces the second pass.
+        let (c, rc) = job(|c: &Connection| {
+            insert("c")(c)?;
+            Err(StoreError::Internal("step failed".into()))
+        });
+        let (d, rd) = job(insert("d"));
+        run_batch(&conn, vec![a, b, c, d]);
         assert!(answer(ra).is_ok());
-        assert!(answer(rb).is_err());
-        assert!(answer(rc).is_ok());
-        assert_eq!(labels(&conn), ["a", "c"]);
+        assert_eq!(rb.blocking_recv().expect("answered").expect("ok"), 2);
+        assert!(answer(rc).is_err());
+        assert!(answer(rd).is_ok());
+        assert_eq!(labels(&conn), ["a", "b", "d"]);
     }
 
     #[test]

@@ -211,6 +211,8 @@ pub(crate) struct Counters {
     pub cached_writes: AtomicU64,
     pub guard_misses: AtomicU64,
     pub full_reads: AtomicU64,
+    /// Every `execute`, for the one-time analyze of a young table.
+    pub ops: AtomicU64,
 }
 
 impl Counters {

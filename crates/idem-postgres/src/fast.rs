@@ -37,18 +37,19 @@ const EVENT_INSERT_COLS: &str = "INSERT INTO events (namespace, key, at, type, f
     to_state, attempt, owner, correlation_id, note, actor)";
 
 /// True when the namespace row of `$1` still has the cached `revision` and `updated_at`
-/// (parameters `rev` and `upd`), or still does not exist when `rev` is -1.
+/// (parameters `rev` and `upd`), or still does not exist when `rev` is -1. A scalar subquery
+/// (NULL when there is no row), not an aggregate: it runs on every fast write.
 fn ns_guard(rev: usize, upd: usize) -> String {
     format!(
-        "(SELECT COALESCE(bool_and(n.revision = ${rev}::BIGINT \
-         AND n.updated_at = ${upd}::BIGINT), ${rev}::BIGINT = -1) \
-         FROM namespaces n WHERE n.namespace = $1)"
+        "COALESCE((SELECT n.revision = ${rev}::BIGINT AND n.updated_at = ${upd}::BIGINT \
+         FROM namespaces n WHERE n.namespace = $1), ${rev}::BIGINT = -1)"
     )
 }
 
 /// $1..$28 record, $29..$37 event tail, $38/$39 namespace guard. One row: guard held, the
 /// event's seq when the record was inserted, and otherwise the record that was already there
-/// (as of the statement's snapshot; NULLs when it is not visible yet).
+/// (as of the statement's snapshot; NULLs when it is not visible yet). The lookup of that
+/// record sits behind a one-time filter: it is not run when the insert happened.
 static SPECULATIVE_INSERT: LazyLock<String> = LazyLock::new(|| {
     let n = RECORD_COLUMNS.len();
     format!(
@@ -57,7 +58,8 @@ static SPECULATIVE_INSERT: LazyLock<String> = LazyLock::new(|| {
                ON CONFLICT (namespace, key) DO NOTHING RETURNING version), \
          e AS ({EVENT_INSERT_COLS} SELECT $1, $2, {tail} FROM w RETURNING seq) \
          SELECT g.ok, (SELECT seq FROM e), {rcols} FROM g \
-         LEFT JOIN records r ON r.namespace = $1 AND r.key = $2",
+         LEFT JOIN (SELECT * FROM records WHERE namespace = $1 AND key = $2 \
+             AND NOT EXISTS (SELECT 1 FROM w)) r ON TRUE",
         guard = ns_guard(n + 10, n + 11),
         cols = *RECORD_COLS,
         typed = *TYPED_RECORD_PARAMS,

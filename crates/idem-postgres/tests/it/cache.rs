@@ -76,6 +76,29 @@ async fn warm_pair_and_duplicate_take_one_statement_each() {
         ]
     );
     assert_eq!(got.record.version, 2);
+
+    // Another instance that never saw the key: its speculative insert finds the record and
+    // decides on it (a duplicate), without a separate read.
+    let other = db.store().await;
+    let lo = ledger(other.clone(), &clock);
+    pair(&lo, "hot", "warm-up-2", json!(1)).await;
+    let before = other.fast_path_stats();
+    let dup = lo
+        .claim(&ns("hot"), &key("k"), claim_req())
+        .await
+        .expect("dup");
+    assert_eq!(dup.outcome, ClaimOutcome::Completed);
+    assert_eq!(dup.record.and_then(|r| r.result), Some(json!({"ok": true})));
+    let after = other.fast_path_stats();
+    assert_eq!(after.speculative_existing, before.speculative_existing + 1);
+    assert_eq!(after.full_reads, before.full_reads, "{after:?}");
+    let got = other
+        .get(&ns("hot"), &key("k"))
+        .await
+        .expect("get")
+        .expect("exists");
+    assert_eq!(got.events.len(), 4);
+    assert_eq!(got.record.version, 2);
 }
 
 #[tokio::test]
@@ -396,4 +419,68 @@ async fn record_cache_can_be_turned_off() {
     let s = store.fast_path_stats();
     assert_eq!(s.cached_writes, 0, "{s:?}");
     assert_eq!(s.speculative_inserts, 1, "{s:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_young_records_table_gets_statistics_so_lookups_use_the_primary_key() {
+    let Some(db) = TestDb::create("first_analyze").await else {
+        return;
+    };
+    let store = db.store().await;
+    let clock = TestClock::new(T0);
+    let l = Arc::new(ledger(store.clone(), &clock));
+    let tasks: Vec<_> = (0..4)
+        .map(|t| {
+            let l = l.clone();
+            tokio::spawn(async move {
+                for i in 0..260 {
+                    let c = l
+                        .claim(&ns("young"), &key(&format!("k{t}-{i}")), claim_req())
+                        .await
+                        .expect("claim");
+                    assert_eq!(c.outcome, ClaimOutcome::Acquired);
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.expect("task");
+    }
+    let (client, conn) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls)
+        .await
+        .expect("connect");
+    tokio::spawn(conn);
+    let mut analyzed = false;
+    for _ in 0..100 {
+        let row = client
+            .query_one(
+                "SELECT reltuples::BIGINT FROM pg_class WHERE oid = 'records'::regclass",
+                &[],
+            )
+            .await
+            .expect("reltuples");
+        if row.get::<_, i64>(0) > 0 {
+            analyzed = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(analyzed, "records was not analyzed after 1000 operations");
+    // Without statistics this plan walks records_state_list (see PgStore::first_analyze).
+    client
+        .batch_execute(
+            "PREPARE lookup(text, text) AS SELECT version FROM records \
+             WHERE namespace = $1 AND key = $2; SET plan_cache_mode = force_generic_plan",
+        )
+        .await
+        .expect("prepare");
+    let plan: String = client
+        .query("EXPLAIN EXECUTE lookup('young', 'k0-0')", &[])
+        .await
+        .expect("explain")
+        .iter()
+        .map(|r| r.get::<_, String>(0))
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(plan.contains("records_pkey"), "{plan}");
 }

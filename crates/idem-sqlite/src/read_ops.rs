@@ -6,7 +6,7 @@
 
 use std::sync::LazyLock;
 
-use idem_core::{Ctx, EventDraft, Key, Namespace, Op, OpError, Reply, State, Timestamp, Write};
+use idem_core::{EventDraft, Key, Namespace, Op, OpError, Reply, State, Timestamp, Write};
 use idem_store::{
     ApiToken, Cursor, ExecCtx, ListQuery, NamespaceInfo, Page, RecordWithEvents, Role, Stats,
     StoreError,
@@ -207,16 +207,8 @@ pub(crate) fn decide_on_snapshot(
     };
     let (policy, paused) = load_namespace(&tx, ns.as_str())?;
     tx.finish().db()?;
-    let core_ctx = Ctx {
-        now: ctx.now,
-        policy: &policy,
-        paused,
-        // Only a first-time claim reads the daily counter, and there is a record here.
-        daily_count: 0,
-        new_lease_id: ctx.lease_id.clone(),
-        jitter: ctx.jitter,
-        actor: ctx.actor.clone(),
-    };
+    // Only a first-time claim reads the daily counter, and there is a record here.
+    let core_ctx = ctx.decision(&policy, paused, 0);
     let t = idem_core::apply(ns, key, Some(&stored.record), op, &core_ctx);
     if !matches!(t.write, Write::None)
         || t.first_acquisition

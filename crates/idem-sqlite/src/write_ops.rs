@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 
 use idem_core::{
-    AlertDraft, AlertReason, Ctx, Event, EventDraft, EventType, Key, Namespace, Op, Policy, Record,
+    AlertDraft, AlertReason, Event, EventDraft, EventType, Key, Namespace, Op, Policy, Record,
     Reply, Timestamp, Write,
 };
 use idem_store::{
@@ -48,15 +48,7 @@ pub(crate) fn execute_step(
         (Op::Claim(_), None, Some(_)) => daily_count(conn, ns.as_str(), day)?,
         _ => 0,
     };
-    let core_ctx = Ctx {
-        now: ctx.now,
-        policy: &policy,
-        paused,
-        daily_count,
-        new_lease_id: ctx.lease_id.clone(),
-        jitter: ctx.jitter,
-        actor: ctx.actor.clone(),
-    };
+    let core_ctx = ctx.decision(&policy, paused, daily_count);
     let t = idem_core::apply(ns, key, existing.as_ref(), op, &core_ctx);
     let rid = match &t.write {
         Write::None => existing_rid,

@@ -1,7 +1,7 @@
 //! Data exchanged with stores.
 
 use idem_core::{
-    Event, LeaseId, Op, OpError, Policy, PolicyError, Record, Reply, State, Timestamp,
+    Ctx, Event, LeaseId, Op, OpError, Policy, PolicyError, Record, Reply, State, Timestamp,
 };
 use serde::Serialize;
 
@@ -23,6 +23,19 @@ impl ExecCtx {
             lease_id: LeaseId::random(),
             jitter: rand::random::<f64>(),
             actor: None,
+        }
+    }
+
+    /// The decision context of `idem_core::apply`: these inputs plus what the store read.
+    pub fn decision<'a>(&self, policy: &'a Policy, paused: bool, daily_count: u64) -> Ctx<'a> {
+        Ctx {
+            now: self.now,
+            policy,
+            paused,
+            daily_count,
+            new_lease_id: self.lease_id.clone(),
+            jitter: self.jitter,
+            actor: self.actor.clone(),
         }
     }
 }

@@ -6,13 +6,16 @@
 //!    `UPDATE` per complete, one connection per client, no idem;
 //! 2. `library` — idem in process (`idem::Ledger`);
 //! 3. `http` — idem over HTTP on loopback: a real `idem serve` child process, keep-alive
-//!    clients whose claim token feeds their complete.
+//!    clients (one lean HTTP/1.1 connection each) whose claim token feeds their
+//!    complete. These rows also give the CPU time per operation of the server process and of
+//!    the load generator, which share the machine's cores with each other.
 //!
 //! Workloads: `first_time_pair` (claim + complete of a fresh key; latency is the pair) and
 //! `duplicate` (claims of already completed keys: replays). Every figure is printed with its
 //! ratio to the bare row of the same backend, workload and concurrency.
 
 mod bare;
+mod http;
 mod load;
 mod scale;
 
@@ -113,6 +116,17 @@ pub struct Row {
     /// Peak resident memory of the server process (HTTP rows), MiB.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub server_peak_rss_mib: Option<f64>,
+    /// CPU time of the server process (all threads: HTTP and store) per operation, µs
+    /// (HTTP rows, Linux).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_cpu_us_per_op: Option<f64>,
+    /// CPU time of the load generator (this process) per operation, µs (HTTP rows, Linux).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub loadgen_cpu_us_per_op: Option<f64>,
+    /// The server's CPU time per operation by thread name (e.g. `tokio-rt-worker` for HTTP
+    /// and handlers, `idem-sqlite-wri` for the SQLite writer), µs (HTTP rows, Linux).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_threads_cpu_us_per_op: Option<std::collections::BTreeMap<String, f64>>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -291,11 +305,11 @@ async fn run_row(
             .map(|m| (m, None)),
         Mode::Http => run_http(&target.url, workload, c, opts)
             .await
-            .map(|(m, rss)| (m, Some(rss))),
+            .map(|(m, extra)| (m, Some(extra))),
     };
     let tb = target.backend;
     target.drop_db().await;
-    let (m, rss) = result?;
+    let (m, extra) = result?;
     Ok(Row {
         backend: tb,
         mode,
@@ -307,7 +321,10 @@ async fn run_row(
         max_ms: m.max_ms(),
         ratio_to_bare: None,
         errors: m.errors,
-        server_peak_rss_mib: rss,
+        server_peak_rss_mib: extra.as_ref().map(|e| e.rss_mib),
+        server_cpu_us_per_op: extra.as_ref().and_then(|e| e.server_cpu_us_per_op),
+        loadgen_cpu_us_per_op: extra.as_ref().and_then(|e| e.loadgen_cpu_us_per_op),
+        server_threads_cpu_us_per_op: extra.and_then(|e| e.server_threads_cpu_us_per_op),
     })
 }
 
@@ -407,33 +424,35 @@ where
 pub struct ServerProcess {
     child: tokio::process::Child,
     pub base: String,
+    target: http::Target,
     pid: u32,
 }
 
 impl ServerProcess {
     pub async fn start(bin: &std::path::Path, db_url: &str) -> anyhow::Result<ServerProcess> {
         let port = free_port()?;
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+        // The server logs at its default level (info, one line per operation, as in
+        // production); its stderr goes nowhere.
         let mut child = tokio::process::Command::new(bin)
-            .args([
-                "serve",
-                "--listen",
-                &format!("127.0.0.1:{port}"),
-                "--db",
-                db_url,
-            ])
-            .env("RUST_LOG", "warn")
+            .args(["serve", "--listen", &addr.to_string(), "--db", db_url])
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .kill_on_drop(true)
             .spawn()
             .with_context(|| format!("starting {}", bin.display()))?;
         let pid = child.id().context("server exited at once")?;
-        let base = format!("http://127.0.0.1:{port}");
-        let client = reqwest::Client::new();
+        let base = format!("http://{addr}");
+        let target = http::Target::new(addr)?;
         for _ in 0..200 {
-            if let Ok(r) = client.get(format!("{base}/healthz")).send().await {
-                if r.status().is_success() {
-                    return Ok(ServerProcess { child, base, pid });
+            if let Ok(status) = http::get_status(&target, "/healthz").await {
+                if status.is_success() {
+                    return Ok(ServerProcess {
+                        child,
+                        base,
+                        target,
+                        pid,
+                    });
                 }
             }
             if let Ok(Some(status)) = child.try_wait() {
@@ -442,6 +461,27 @@ impl ServerProcess {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         anyhow::bail!("idem serve did not become healthy in 10 s")
+    }
+
+    /// CPU time the server has used so far (all its threads).
+    pub fn cpu_time(&self) -> Option<Duration> {
+        cpu_time(&format!("/proc/{}/stat", self.pid))
+    }
+
+    /// CPU time so far of the server's live threads, summed by thread name.
+    fn threads_cpu_time(&self) -> Option<std::collections::BTreeMap<String, Duration>> {
+        let mut by_name = std::collections::BTreeMap::new();
+        for t in std::fs::read_dir(format!("/proc/{}/task", self.pid)).ok()? {
+            let path = t.ok()?.path();
+            let Some(cpu) = cpu_time(&path.join("stat").to_string_lossy()) else {
+                continue;
+            };
+            let name = std::fs::read_to_string(path.join("comm")).unwrap_or_default();
+            *by_name
+                .entry(name.trim().to_owned())
+                .or_insert(Duration::ZERO) += cpu;
+        }
+        Some(by_name)
     }
 
     /// Peak resident set size of the server so far (VmHWM), MiB.
@@ -469,35 +509,65 @@ pub fn free_port() -> anyhow::Result<u16> {
     Ok(l.local_addr()?.port())
 }
 
-fn http_client() -> anyhow::Result<reqwest::Client> {
-    Ok(reqwest::Client::builder()
-        .pool_max_idle_per_host(1024)
-        .tcp_nodelay(true)
-        .timeout(Duration::from_secs(30))
-        .build()?)
+/// CPU time (user + system) of a process from its `/proc/<pid>/stat` (Linux; `None`
+/// elsewhere). The kernel reports it in USER_HZ ticks, which are 1/100 s.
+fn cpu_time(stat_path: &str) -> Option<Duration> {
+    let s = std::fs::read_to_string(stat_path).ok()?;
+    // Fields after the command name (which may hold spaces) in parentheses.
+    let rest = &s[s.rfind(')')? + 2..];
+    let mut f = rest.split_whitespace().skip(11);
+    let utime: u64 = f.next()?.parse().ok()?;
+    let stime: u64 = f.next()?.parse().ok()?;
+    Some(Duration::from_millis((utime + stime) * 10))
 }
 
-async fn http_pair(client: &reqwest::Client, base: &str, key: &str) -> anyhow::Result<()> {
-    let url = format!("{base}/v1/namespaces/bench/keys/{key}");
-    let r = client
-        .post(format!("{url}/claim"))
-        .json(&serde_json::json!({}))
-        .send()
-        .await?;
-    anyhow::ensure!(r.status().as_u16() == 201, "claim answered {}", r.status());
-    let v: serde_json::Value = r.json().await?;
-    let token = v
-        .get("token")
-        .and_then(|t| t.as_str())
-        .context("no token")?
-        .to_owned();
-    let r = client
-        .post(format!("{url}/complete"))
-        .json(&serde_json::json!({"token": token, "result": {"ok": true}}))
-        .send()
-        .await?;
-    anyhow::ensure!(r.status().is_success(), "complete answered {}", r.status());
-    Ok(())
+/// CPU microseconds per operation between two readings.
+fn us_per_op(before: Option<Duration>, after: Option<Duration>, ops: u64) -> Option<f64> {
+    let (b, a) = (before?, after?);
+    (ops > 0).then(|| ((a.saturating_sub(b)).as_secs_f64() * 1e6 / ops as f64).round())
+}
+
+/// What the HTTP row measured besides latency.
+struct HttpExtra {
+    rss_mib: f64,
+    server_cpu_us_per_op: Option<f64>,
+    loadgen_cpu_us_per_op: Option<f64>,
+    server_threads_cpu_us_per_op: Option<std::collections::BTreeMap<String, f64>>,
+}
+
+/// First-time pairs over HTTP: each client claims and completes fresh keys.
+struct HttpPairs {
+    run_id: u64,
+}
+
+impl http::ClientOp for HttpPairs {
+    fn run(
+        &self,
+        conn: &mut http::Conn,
+        client: usize,
+        seq: u64,
+    ) -> impl std::future::Future<Output = anyhow::Result<()>> + Send {
+        let key = key_for(self.run_id, client, seq);
+        async move { http::pair(conn, &key).await }
+    }
+}
+
+/// Duplicate claims over HTTP of already completed keys (claim paths built once).
+struct HttpDuplicates {
+    claims: Vec<hyper::Uri>,
+}
+
+impl http::ClientOp for HttpDuplicates {
+    fn run(
+        &self,
+        conn: &mut http::Conn,
+        client: usize,
+        seq: u64,
+    ) -> impl std::future::Future<Output = anyhow::Result<()>> + Send {
+        let n = self.claims.len();
+        let uri = self.claims[(seq as usize).wrapping_mul(7919).wrapping_add(client) % n].clone();
+        http::duplicate(conn, uri)
+    }
 }
 
 async fn run_http(
@@ -505,65 +575,62 @@ async fn run_http(
     workload: Workload,
     c: usize,
     opts: &BenchOpts,
-) -> anyhow::Result<(Measurement, f64)> {
+) -> anyhow::Result<(Measurement, HttpExtra)> {
     let server = ServerProcess::start(&opts.idem_bin, url).await?;
-    let base = Arc::new(server.base.clone());
-    let client = http_client()?;
     let run_id: u64 = rand::random();
-    let m = match workload {
-        Workload::FirstTimePair => {
-            let (client, base) = (client.clone(), base.clone());
-            load::drive_async(c, opts.duration, move |cl, seq| {
-                let client = client.clone();
-                let base = base.clone();
-                async move { http_pair(&client, &base, &key_for(run_id, cl, seq)).await }
-            })
-            .await
-        }
-        Workload::Duplicate => {
-            let keys = {
-                let (client, base) = (client.clone(), base.clone());
-                prepopulate(opts.duplicate_keys, run_id, move |k| {
-                    let client = client.clone();
-                    let base = base.clone();
-                    async move { http_pair(&client, &base, &k).await }
-                })
-                .await?
-            };
-            let (client, base) = (client.clone(), base.clone());
-            load::drive_async(c, opts.duration, move |cl, seq| {
-                let client = client.clone();
-                let base = base.clone();
-                let k =
-                    keys[(seq as usize).wrapping_mul(7919).wrapping_add(cl) % keys.len()].clone();
-                async move {
-                    let r = client
-                        .post(format!("{base}/v1/namespaces/bench/keys/{k}/claim"))
-                        .json(&serde_json::json!({}))
-                        .send()
-                        .await?;
-                    anyhow::ensure!(
-                        r.status().as_u16() == 200,
-                        "duplicate answered {}",
-                        r.status()
-                    );
-                    let _ = r.bytes().await?;
-                    Ok(())
-                }
-            })
-            .await
-        }
-    };
-    let rss = server.peak_rss_mib();
+    let result = async {
+        let op = match workload {
+            Workload::FirstTimePair => None,
+            Workload::Duplicate => {
+                let keys: Vec<String> = (0..opts.duplicate_keys.max(1))
+                    .map(|i| format!("dup-{run_id:x}-{i}"))
+                    .collect();
+                // 16 at a time: fast with group commit, and independent of the concurrency.
+                http::pairs(&server.target, 16, &keys).await?;
+                let claims = keys
+                    .iter()
+                    .map(|k| http::key_uri(k, "claim"))
+                    .collect::<anyhow::Result<Vec<_>>>()?;
+                Some(HttpDuplicates { claims })
+            }
+        };
+        let (srv0, gen0) = (server.cpu_time(), cpu_time("/proc/self/stat"));
+        let threads0 = server.threads_cpu_time();
+        let m = match op {
+            None => http::drive(c, opts.duration, &server.target, HttpPairs { run_id }).await?,
+            Some(op) => http::drive(c, opts.duration, &server.target, op).await?,
+        };
+        let (srv1, gen1) = (server.cpu_time(), cpu_time("/proc/self/stat"));
+        let threads = server
+            .threads_cpu_time()
+            .zip(threads0)
+            .map(|(after, before)| {
+                after
+                    .into_iter()
+                    .filter_map(|(name, a)| {
+                        let b = before.get(&name).copied().unwrap_or(Duration::ZERO);
+                        Some((name, us_per_op(Some(b), Some(a), m.ops)?))
+                    })
+                    .collect()
+            });
+        let extra = HttpExtra {
+            rss_mib: server.peak_rss_mib(),
+            server_cpu_us_per_op: us_per_op(srv0, srv1, m.ops),
+            loadgen_cpu_us_per_op: us_per_op(gen0, gen1, m.ops),
+            server_threads_cpu_us_per_op: threads,
+        };
+        anyhow::Ok((m, extra))
+    }
+    .await;
     server.stop().await;
-    Ok((m?, rss))
+    result
 }
 
 /// The side-by-side table.
 pub fn render_table(rows: &[Row]) -> String {
     let mut out = String::new();
     out.push_str(&format!(
-        "{:<9} {:<8} {:<16} {:>5} {:>12} {:>9} {:>9} {:>9} {:>8} {:>7} {:>9}\n",
+        "{:<9} {:<8} {:<16} {:>5} {:>12} {:>9} {:>9} {:>9} {:>8} {:>7} {:>9} {:>10} {:>10}\n",
         "backend",
         "mode",
         "workload",
@@ -574,11 +641,13 @@ pub fn render_table(rows: &[Row]) -> String {
         "max ms",
         "x bare",
         "errors",
-        "rss MiB"
+        "rss MiB",
+        "srv us/op",
+        "gen us/op"
     ));
     for r in rows {
         out.push_str(&format!(
-            "{:<9} {:<8} {:<16} {:>5} {:>12.0} {:>9.3} {:>9.3} {:>9.3} {:>8} {:>7} {:>9}\n",
+            "{:<9} {:<8} {:<16} {:>5} {:>12.0} {:>9.3} {:>9.3} {:>9.3} {:>8} {:>7} {:>9} {:>10} {:>10}\n",
             r.backend.as_str(),
             r.mode.as_str(),
             r.workload.as_str(),
@@ -591,6 +660,10 @@ pub fn render_table(rows: &[Row]) -> String {
             r.errors,
             r.server_peak_rss_mib
                 .map_or("-".into(), |x| format!("{x:.1}")),
+            r.server_cpu_us_per_op
+                .map_or("-".into(), |x| format!("{x:.0}")),
+            r.loadgen_cpu_us_per_op
+                .map_or("-".into(), |x| format!("{x:.0}")),
         ));
     }
     out

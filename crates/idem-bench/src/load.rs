@@ -18,7 +18,7 @@ pub struct Measurement {
 }
 
 impl Measurement {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Measurement {
             ops: 0,
             errors: 0,
@@ -42,7 +42,7 @@ impl Measurement {
     pub fn max_ms(&self) -> f64 {
         round3(self.hist.max() as f64 / 1000.0)
     }
-    fn merge(&mut self, other: Measurement) {
+    pub(crate) fn merge(&mut self, other: Measurement) {
         self.ops += other.ops;
         self.errors += other.errors;
         let _ = self.hist.add(&other.hist);
@@ -50,7 +50,7 @@ impl Measurement {
             self.first_error = other.first_error;
         }
     }
-    fn record(&mut self, started: Instant, ok: Result<(), anyhow::Error>) {
+    pub(crate) fn record(&mut self, started: Instant, ok: Result<(), anyhow::Error>) {
         match ok {
             Ok(()) => {
                 self.ops += 1;

@@ -1,0 +1,336 @@
+//! The HTTP load generator: a lean keep-alive client, so the load rows measure idem and not
+//! the client.
+//!
+//! Each simulated client owns one HTTP/1.1 connection (hyper's connection-level client over a
+//! `TcpStream` with `TCP_NODELAY`) and drives it from its own task: the connection future is
+//! polled next to the client's work, so a request costs no hop to a connection task and no
+//! pool checkout. Request paths and bodies are built once where they can be (the duplicate
+//! paths, the claim body), and only what the row checks is read from an answer: the status,
+//! and the token of a claim (borrowed from the body, not parsed into a JSON tree).
+//!
+//! Semantics kept from the general-purpose client this replaces: every claim's token feeds
+//! its complete; a first claim must answer 201, its complete 2xx, a duplicate 200; anything
+//! else (and any transport error) is counted as an error. A broken connection is replaced.
+
+use std::borrow::Cow;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use bytes::Bytes;
+use futures::future::{select, Either};
+use http_body_util::{BodyExt, Empty, Full};
+use hyper::body::Incoming;
+use hyper::client::conn::http1::{Connection, SendRequest};
+use hyper::header::{HeaderValue, CONTENT_TYPE, HOST};
+use hyper::{Method, Request, Response, StatusCode, Uri};
+use hyper_util::rt::TokioIo;
+use serde::Deserialize;
+
+use crate::load::Measurement;
+
+/// The path prefix of every key route in the bench namespace.
+const KEYS: &str = "/v1/namespaces/bench/keys/";
+const JSON: HeaderValue = HeaderValue::from_static("application/json");
+const CLAIM_BODY: &[u8] = b"{}";
+
+/// Where the server listens.
+#[derive(Debug, Clone)]
+pub struct Target {
+    addr: SocketAddr,
+    host: HeaderValue,
+}
+
+impl Target {
+    pub fn new(addr: SocketAddr) -> anyhow::Result<Target> {
+        Ok(Target {
+            addr,
+            host: HeaderValue::from_str(&addr.to_string())?,
+        })
+    }
+}
+
+type Body = Full<Bytes>;
+type Driver = Connection<TokioIo<tokio::net::TcpStream>, Body>;
+
+/// The sending half of one keep-alive connection. Its [`Driver`] must be polled alongside
+/// (see [`on_conn`]) for anything to move.
+pub struct Conn {
+    sender: SendRequest<Body>,
+    host: HeaderValue,
+}
+
+/// Opens one connection.
+pub async fn connect(target: &Target) -> anyhow::Result<(Conn, Driver)> {
+    let tcp = tokio::net::TcpStream::connect(target.addr)
+        .await
+        .with_context(|| format!("connecting to {}", target.addr))?;
+    tcp.set_nodelay(true)?;
+    let (sender, driver) = hyper::client::conn::http1::handshake(TokioIo::new(tcp)).await?;
+    Ok((
+        Conn {
+            sender,
+            host: target.host.clone(),
+        },
+        driver,
+    ))
+}
+
+/// Runs `work` while polling the connection in the same task. If the connection ends first
+/// (the server closed it), `work` still runs to its end: its pending request then fails.
+pub async fn on_conn<F: Future>(driver: Driver, work: F) -> F::Output {
+    let work = std::pin::pin!(work);
+    match select(work, driver).await {
+        Either::Left((out, _driver)) => out,
+        Either::Right((_closed, work)) => work.await,
+    }
+}
+
+impl Conn {
+    async fn send(
+        &mut self,
+        method: Method,
+        uri: Uri,
+        body: Bytes,
+    ) -> anyhow::Result<Response<Incoming>> {
+        self.sender.ready().await?;
+        let mut req = Request::new(Full::new(body));
+        *req.method_mut() = method;
+        *req.uri_mut() = uri;
+        let h = req.headers_mut();
+        h.insert(HOST, self.host.clone());
+        h.insert(CONTENT_TYPE, JSON);
+        Ok(self.sender.send_request(req).await?)
+    }
+
+    /// POST with a JSON body.
+    pub async fn post(&mut self, uri: Uri, body: Bytes) -> anyhow::Result<Response<Incoming>> {
+        self.send(Method::POST, uri, body).await
+    }
+
+    /// The connection can take no more requests.
+    pub fn is_closed(&self) -> bool {
+        self.sender.is_closed()
+    }
+}
+
+/// Reads a whole body.
+async fn body_bytes(resp: Response<Incoming>) -> anyhow::Result<Bytes> {
+    Ok(resp.into_body().collect().await?.to_bytes())
+}
+
+/// Reads and drops a body (the connection is reusable only once the body is read).
+async fn drain(resp: Response<Incoming>) -> anyhow::Result<()> {
+    let mut body = resp.into_body();
+    while let Some(frame) = body.frame().await {
+        frame?;
+    }
+    Ok(())
+}
+
+/// The path of a key's route, e.g. `/v1/namespaces/bench/keys/k-1/claim`.
+pub fn key_uri(key: &str, verb: &str) -> anyhow::Result<Uri> {
+    let mut p = String::with_capacity(KEYS.len() + key.len() + 1 + verb.len());
+    p.push_str(KEYS);
+    p.push_str(key);
+    p.push('/');
+    p.push_str(verb);
+    Ok(Uri::try_from(p)?)
+}
+
+/// The only member of a claim answer the load generator needs.
+#[derive(Deserialize)]
+struct Claimed<'a> {
+    #[serde(borrow)]
+    token: Option<Cow<'a, str>>,
+}
+
+/// The body of a complete: `{"token": …, "result": {"ok": true}}`.
+fn complete_body(token: &str) -> anyhow::Result<Bytes> {
+    const HEAD: &[u8] = b"{\"token\":";
+    const TAIL: &[u8] = b",\"result\":{\"ok\":true}}";
+    let mut b = Vec::with_capacity(HEAD.len() + token.len() + 2 + TAIL.len());
+    b.extend_from_slice(HEAD);
+    serde_json::to_writer(&mut b, token)?;
+    b.extend_from_slice(TAIL);
+    Ok(Bytes::from(b))
+}
+
+/// Claim (must be acquired: 201) then complete (2xx) of a fresh key, the claim's token
+/// feeding the complete.
+pub async fn pair(conn: &mut Conn, key: &str) -> anyhow::Result<()> {
+    let r = conn
+        .post(key_uri(key, "claim")?, Bytes::from_static(CLAIM_BODY))
+        .await?;
+    let status = r.status();
+    let body = body_bytes(r).await?;
+    anyhow::ensure!(status == StatusCode::CREATED, "claim answered {status}");
+    let claimed: Claimed = serde_json::from_slice(&body).context("claim answer")?;
+    let token = claimed.token.context("acquired without token")?;
+    let r = conn
+        .post(key_uri(key, "complete")?, complete_body(&token)?)
+        .await?;
+    let status = r.status();
+    drain(r).await?;
+    anyhow::ensure!(status.is_success(), "complete answered {status}");
+    Ok(())
+}
+
+/// A claim of an already completed key (must be replayed: 200).
+pub async fn duplicate(conn: &mut Conn, claim_uri: Uri) -> anyhow::Result<()> {
+    let r = conn.post(claim_uri, Bytes::from_static(CLAIM_BODY)).await?;
+    let status = r.status();
+    drain(r).await?;
+    anyhow::ensure!(status == StatusCode::OK, "duplicate answered {status}");
+    Ok(())
+}
+
+/// `GET path` on a fresh connection; the status (for the readiness probe; gives up after
+/// two seconds).
+pub async fn get_status(target: &Target, path: &'static str) -> anyhow::Result<StatusCode> {
+    tokio::time::timeout(Duration::from_secs(2), get_status_inner(target, path))
+        .await
+        .context("no answer")?
+}
+
+async fn get_status_inner(target: &Target, path: &'static str) -> anyhow::Result<StatusCode> {
+    let tcp = tokio::net::TcpStream::connect(target.addr).await?;
+    let (mut sender, driver) =
+        hyper::client::conn::http1::handshake::<_, Empty<Bytes>>(TokioIo::new(tcp)).await?;
+    let work = async {
+        let mut req = Request::new(Empty::new());
+        *req.uri_mut() = Uri::from_static(path);
+        req.headers_mut().insert(HOST, target.host.clone());
+        let r = sender.send_request(req).await?;
+        let status = r.status();
+        let _ = r.into_body().collect().await?;
+        anyhow::Ok(status)
+    };
+    let work = std::pin::pin!(work);
+    match select(work, driver).await {
+        Either::Left((out, _)) => out,
+        Either::Right((_, work)) => work.await,
+    }
+}
+
+/// How long after the end of a run an operation may still be waiting for its answer.
+const GRACE: Duration = Duration::from_secs(30);
+
+/// One simulated client: a connection (replaced when it breaks) on which `op` runs one
+/// operation after another until `deadline`, every latency recorded in `m`.
+async fn client_loop<Op>(
+    target: &Target,
+    client: usize,
+    deadline: Instant,
+    op: &Op,
+    m: &mut Measurement,
+) where
+    Op: ClientOp,
+{
+    let mut seq = 0u64;
+    while Instant::now() < deadline && m.errors <= 1000 {
+        let (mut conn, driver) = match connect(target).await {
+            Ok(c) => c,
+            Err(e) => {
+                m.record(Instant::now(), Err(e));
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        on_conn(driver, async {
+            while Instant::now() < deadline && m.errors <= 1000 {
+                let t = Instant::now();
+                let r = op.run(&mut conn, client, seq).await;
+                seq += 1;
+                let broken = r.is_err() && conn.is_closed();
+                m.record(t, r);
+                if broken {
+                    break;
+                }
+            }
+        })
+        .await;
+    }
+}
+
+/// [`client_loop`] with one timer for the whole run (none per request): an operation still
+/// unanswered [`GRACE`] after the deadline counts as an error.
+async fn client<Op: ClientOp>(
+    target: &Target,
+    client: usize,
+    deadline: Instant,
+    op: &Op,
+) -> Measurement {
+    let mut m = Measurement::new();
+    let run = client_loop(target, client, deadline, op, &mut m);
+    let timed_out = tokio::time::timeout_at((deadline + GRACE).into(), run)
+        .await
+        .is_err();
+    if timed_out {
+        m.record(
+            Instant::now(),
+            Err(anyhow::anyhow!(
+                "no answer {GRACE:?} after the end of the run"
+            )),
+        );
+    }
+    m
+}
+
+/// What a client does, once per iteration.
+pub trait ClientOp: Send + Sync + 'static {
+    fn run(
+        &self,
+        conn: &mut Conn,
+        client: usize,
+        seq: u64,
+    ) -> impl Future<Output = anyhow::Result<()>> + Send;
+}
+
+/// C clients running `op` for `duration`, as tasks of the runtime this is called from (the
+/// `idem` binary's multi-thread runtime: one worker per core). A current-thread runtime per
+/// core, or a single one, measured no cheaper per operation on 2 cores.
+pub async fn drive<Op: ClientOp>(
+    c: usize,
+    duration: Duration,
+    target: &Target,
+    op: Op,
+) -> anyhow::Result<Measurement> {
+    let op = std::sync::Arc::new(op);
+    let target = std::sync::Arc::new(target.clone());
+    let start = Instant::now();
+    let deadline = start + duration;
+    let mut tasks = Vec::with_capacity(c);
+    for client in 0..c.max(1) {
+        let (op, target) = (op.clone(), target.clone());
+        tasks.push(tokio::spawn(async move {
+            self::client(&target, client, deadline, &*op).await
+        }));
+    }
+    let mut total = Measurement::new();
+    for t in tasks {
+        total.merge(t.await?);
+    }
+    total.elapsed = start.elapsed();
+    Ok(total)
+}
+
+/// Claim + complete of every key, on `conns` connections (each takes every `conns`-th key).
+pub async fn pairs(target: &Target, conns: usize, keys: &[String]) -> anyhow::Result<()> {
+    let conns = conns.max(1);
+    let all = futures::future::try_join_all((0..conns).map(|i| async move {
+        let (mut conn, driver) = connect(target).await?;
+        on_conn(driver, async {
+            for key in keys.iter().skip(i).step_by(conns) {
+                pair(&mut conn, key).await?;
+            }
+            anyhow::Ok(())
+        })
+        .await
+    }));
+    tokio::time::timeout(GRACE + Duration::from_millis(keys.len() as u64), all)
+        .await
+        .context("preparing the keys took too long")??;
+    Ok(())
+}

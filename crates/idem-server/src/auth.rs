@@ -15,8 +15,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::extract::{FromRequestParts, RawPathParams, Request};
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
 use idem::{ApiToken, Namespace, Role, Store, StoreError};
 use subtle::ConstantTimeEq;
 
@@ -177,15 +175,8 @@ fn bearer(req: &Request) -> Result<Option<String>, ApiError> {
 }
 
 /// Authenticates the caller and checks the route's `role` and the `{ns}` scope; puts the
-/// [`Caller`] into the request extensions for handlers.
-pub async fn require(role: Role, state: AppState, req: Request, next: Next) -> Response {
-    match check(role, &state, req).await {
-        Ok(req) => next.run(req).await,
-        Err(e) => e.into_response(),
-    }
-}
-
-async fn check(role: Role, state: &AppState, req: Request) -> Result<Request, ApiError> {
+/// [`Caller`] into the request extensions for handlers (run by [`crate::middleware::Gate`]).
+pub async fn check(role: Role, state: &AppState, req: Request) -> Result<Request, ApiError> {
     let secret = bearer(&req)?;
     let caller = if state.auth.token_count().await? == 0 {
         Caller::Anonymous

@@ -16,6 +16,7 @@ pub mod error;
 pub mod handlers;
 pub mod input;
 pub mod metrics;
+pub mod middleware;
 pub mod openapi;
 pub mod routes;
 pub mod state;
@@ -157,12 +158,12 @@ pub async fn run(
     let (stop_tx, stop_rx) = watch::channel(false);
     let stop_tx = Arc::new(stop_tx);
     let config = Arc::new(config);
-    let state = state::AppState {
+    let state = state::AppState::new(state::Shared {
         config: config.clone(),
         ledger: ledger.clone(),
         auth: Arc::new(auth::AuthCache::new(store.clone())),
         shutdown: stop_rx.clone(),
-    };
+    });
 
     let janitor = {
         let (store, ledger, batch) = (store.clone(), ledger.clone(), config.janitor_batch);

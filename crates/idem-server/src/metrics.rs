@@ -6,16 +6,52 @@
 //! Labels are bounded sets (outcome, state, class, HTTP status, route pattern) — never a key,
 //! a namespace or other caller-controlled text.
 
-use std::sync::OnceLock;
-use std::time::Instant;
+use std::collections::HashMap;
+use std::sync::{OnceLock, RwLock};
 
-use axum::extract::{MatchedPath, Request};
-use axum::middleware::Next;
-use axum::response::Response;
 use idem::{ClaimOutcome, State, Stats};
+use metrics::{Counter, Histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
+
+/// Handles of the per-request metrics, registered once: the `counter!`/`histogram!` macros
+/// build, hash and look up a labelled key on every call. Only used once this module's
+/// recorder is the process's recorder (a handle taken before would stay a no-op).
+struct Hot {
+    claims: [(ClaimOutcome, Counter); ClaimOutcome::ALL.len()],
+    acquired: [Counter; 2],
+    reclaims: Counter,
+    duplicate_hits: Counter,
+    /// Request latency by route pattern, then by status.
+    requests: RwLock<HashMap<Box<str>, ByStatus>>,
+}
+
+type ByStatus = Vec<(u16, Histogram)>;
+
+static HOT: OnceLock<Hot> = OnceLock::new();
+
+fn hot() -> Option<&'static Hot> {
+    if let Some(h) = HOT.get() {
+        return Some(h);
+    }
+    HANDLE.get()?.as_ref()?;
+    Some(HOT.get_or_init(|| Hot {
+        claims: ClaimOutcome::ALL.map(|o| {
+            (
+                o,
+                metrics::counter!("idem_claims_total", "outcome" => o.as_str()),
+            )
+        }),
+        acquired: [
+            metrics::counter!("idem_acquired_total", "resumed" => "false"),
+            metrics::counter!("idem_acquired_total", "resumed" => "true"),
+        ],
+        reclaims: metrics::counter!("idem_reclaims_total"),
+        duplicate_hits: metrics::counter!("idem_duplicate_hits_total"),
+        requests: RwLock::new(HashMap::new()),
+    }))
+}
 
 /// Latency buckets, seconds.
 const BUCKETS: &[f64] = &[
@@ -106,6 +142,21 @@ pub fn set_stats(stats: &Stats) {
 
 /// Records one claim answer.
 pub fn claim(outcome: ClaimOutcome, resumed: Option<bool>, reclaimed: bool, duplicate: bool) {
+    if let Some(h) = hot() {
+        if let Some((_, c)) = h.claims.iter().find(|(o, _)| *o == outcome) {
+            c.increment(1);
+        }
+        if let Some(r) = resumed {
+            h.acquired[usize::from(r)].increment(1);
+        }
+        if reclaimed {
+            h.reclaims.increment(1);
+        }
+        if duplicate {
+            h.duplicate_hits.increment(1);
+        }
+        return;
+    }
     metrics::counter!("idem_claims_total", "outcome" => outcome.as_str()).increment(1);
     if let Some(r) = resumed {
         metrics::counter!("idem_acquired_total", "resumed" => if r { "true" } else { "false" })
@@ -125,21 +176,36 @@ pub fn fail(class: &'static str, http_status: Option<u16>) {
     metrics::counter!("idem_fails_total", "class" => class, "status" => status).increment(1);
 }
 
-/// Middleware: request latency by matched route pattern (never the concrete path).
-pub async fn track(req: Request, next: Next) -> Response {
-    let route = req
-        .extensions()
-        .get::<MatchedPath>()
-        .map_or_else(|| "unmatched".to_owned(), |m| m.as_str().to_owned());
-    let start = Instant::now();
-    let resp = next.run(req).await;
-    metrics::histogram!(
-        "idem_http_request_duration_seconds",
-        "route" => route,
-        "status" => resp.status().as_u16().to_string()
-    )
-    .record(start.elapsed().as_secs_f64());
-    resp
+/// Records one request's latency under its route pattern (never the concrete path) and
+/// status.
+pub fn request_done(route: &str, status: u16, seconds: f64) {
+    let register = || {
+        metrics::histogram!(
+            "idem_http_request_duration_seconds",
+            "route" => route.to_owned(),
+            "status" => status.to_string()
+        )
+    };
+    let Some(h) = hot() else {
+        register().record(seconds);
+        return;
+    };
+    let recorded = h.requests.read().is_ok_and(|m| {
+        m.get(route)
+            .and_then(|v| v.iter().find(|(s, _)| *s == status))
+            .map(|(_, hist)| hist.record(seconds))
+            .is_some()
+    });
+    if !recorded {
+        let hist = register();
+        hist.record(seconds);
+        if let Ok(mut m) = h.requests.write() {
+            let v = m.entry(route.into()).or_default();
+            if !v.iter().any(|(s, _)| *s == status) {
+                v.push((status, hist));
+            }
+        }
+    }
 }
 
 /// The Prometheus text exposition.

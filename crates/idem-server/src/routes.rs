@@ -2,12 +2,15 @@
 //! The OpenAPI test walks the same list, so a route cannot exist without being documented.
 //! The role column is the authorization rule of the contract, readable in one place.
 
+use axum::handler::Handler;
+use axum::http::Method;
 use axum::routing::{get, patch, post, MethodRouter};
 use axum::Router;
 use idem::Role;
-use tower_http::trace::TraceLayer;
+use tower::Layer;
 
 use crate::handlers as h;
+use crate::middleware::{Gate, UNMATCHED};
 use crate::state::AppState;
 
 /// One route of the service.
@@ -136,39 +139,35 @@ pub fn route_table() -> Vec<(&'static str, &'static str)> {
     routes().into_iter().map(|r| (r.method, r.path)).collect()
 }
 
-/// The application router.
+/// One path: its pattern, its methods' handlers, and each method's role.
+type PathRoutes = (
+    &'static str,
+    MethodRouter<AppState>,
+    Vec<(Method, Option<Role>)>,
+);
+
+/// The application router. Routes of one path share one [`Gate`] (span, auth by method,
+/// latency metric, trace lines), which also wraps the path's 405 answer and the 404 fallback.
 pub fn router(state: AppState) -> Router {
-    let mut app: Router<AppState> = Router::new();
+    let mut paths: Vec<PathRoutes> = Vec::new();
     for route in routes() {
-        let handler = match route.role {
-            Some(role) => route
-                .handler
-                .route_layer(axum::middleware::from_fn_with_state(
-                    state.clone(),
-                    move |axum::extract::State(s): axum::extract::State<AppState>,
-                          req: axum::extract::Request,
-                          next: axum::middleware::Next| {
-                        crate::auth::require(role, s, req, next)
-                    },
-                )),
-            None => route.handler,
-        };
-        app = app.route(route.path, handler);
+        let method = Method::from_bytes(route.method.to_ascii_uppercase().as_bytes())
+            .expect("the route table names valid methods");
+        match paths.iter_mut().find(|(p, ..)| *p == route.path) {
+            Some((_, handler, roles)) => {
+                *handler = std::mem::take(handler).merge(route.handler);
+                roles.push((method, route.role));
+            }
+            None => paths.push((route.path, route.handler, vec![(method, route.role)])),
+        }
     }
-    app.fallback(h::not_found)
-        .method_not_allowed_fallback(h::method_not_allowed)
-        // Body limits are enforced by `JsonBody` (problem+json 413), not by axum's default.
-        .layer(axum::extract::DefaultBodyLimit::disable())
-        .layer(axum::middleware::from_fn(crate::metrics::track))
-        .layer(
-            TraceLayer::new_for_http().make_span_with(|req: &axum::http::Request<_>| {
-                let route = req
-                    .extensions()
-                    .get::<axum::extract::MatchedPath>()
-                    .map_or("unmatched", |m| m.as_str())
-                    .to_owned();
-                tracing::info_span!("request", method = %req.method(), route)
-            }),
-        )
-        .with_state(state)
+    let mut app: Router<AppState> = Router::new();
+    for (path, handler, roles) in paths {
+        let gate = Gate::new(path, roles, state.clone());
+        app = app.route(path, handler.fallback(h::method_not_allowed).layer(gate));
+    }
+    let not_found = Gate::new(UNMATCHED, Vec::new(), state.clone()).layer(
+        Handler::<_, AppState>::with_state(h::not_found, state.clone()),
+    );
+    app.fallback_service(not_found).with_state(state)
 }

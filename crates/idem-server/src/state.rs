@@ -1,5 +1,6 @@
 //! Shared state of one running server.
 
+use std::ops::Deref;
 use std::sync::Arc;
 
 use idem::Ledger;
@@ -8,13 +9,30 @@ use tokio::sync::watch;
 use crate::auth::AuthCache;
 use crate::config::Config;
 
-/// What every handler can reach. Cheap to clone (all shared).
+/// What every handler can reach. One `Arc`: axum clones the state several times per request
+/// (route, middleware, extractor), so a clone is one reference count, not one per member.
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<Shared>);
+
+/// The members of [`AppState`] (reached through `Deref`: `state.ledger`).
+pub struct Shared {
     pub config: Arc<Config>,
     pub ledger: Ledger,
     pub auth: Arc<AuthCache>,
     /// Flips to `true` at shutdown so long polls (`wait_ms`) answer at once instead of
     /// holding the graceful shutdown up for up to 30 s.
     pub shutdown: watch::Receiver<bool>,
+}
+
+impl AppState {
+    pub fn new(shared: Shared) -> AppState {
+        AppState(Arc::new(shared))
+    }
+}
+
+impl Deref for AppState {
+    type Target = Shared;
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
 }

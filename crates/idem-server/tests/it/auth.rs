@@ -174,3 +174,33 @@ async fn refuses_a_non_loopback_address_without_tokens() {
     let msg = err.to_string();
     assert!(msg.contains("without API tokens"), "{msg}");
 }
+
+#[tokio::test]
+async fn head_is_checked_like_get_and_wrong_methods_answer_405() {
+    let app = spawn_with(with_tokens()).await;
+    let anon = app.as_token(None);
+    // HEAD is routed as GET, so it needs what GET needs.
+    let url = format!("{}/v1/namespaces/pay/keys/k", anon.base);
+    assert_eq!(anon.send(anon.http.head(&url)).await.status, 401);
+    let worker = app.as_token(Some(&app.tokens[1]));
+    assert_eq!(worker.send(worker.http.head(&url)).await.status, 404);
+    // A method the path does not route: 405, with or without a token.
+    let claim = format!("{}/v1/namespaces/pay/keys/k/claim", anon.base);
+    anon.send(anon.http.get(&claim))
+        .await
+        .problem(405, "method_not_allowed");
+    worker
+        .send(
+            worker
+                .http
+                .delete(format!("{}/v1/namespaces/pay", worker.base)),
+        )
+        .await
+        .problem(405, "method_not_allowed");
+    // Each method of a shared path keeps its own role.
+    assert_eq!(worker.namespace("pay").await.status, 200);
+    worker
+        .patch("/v1/namespaces/pay", json!({"retry": {"max_attempts": 3}}))
+        .await
+        .problem(403, "forbidden");
+}

@@ -17,6 +17,8 @@ async fn metrics_are_present_after_traffic() {
     idem_server::background::janitor_once(&app.store, app.now(), 100)
         .await
         .expect("janitor");
+    assert_eq!(app.get("/no/such/route").await.status, 404);
+    assert_eq!(app.get("/v1/namespaces/m/keys/k/claim").await.status, 405);
     let r = app.get("/metrics").await;
     assert_eq!(r.status, 200);
     assert!(r
@@ -36,6 +38,8 @@ async fn metrics_are_present_after_traffic() {
         "idem_janitor_expired_total",
         "idem_alerts_total{result=\"sent\"}",
         "idem_http_request_duration_seconds_bucket{route=\"/v1/namespaces/{ns}/keys/{key}/claim\",status=\"201\"",
+        "idem_http_request_duration_seconds_bucket{route=\"/v1/namespaces/{ns}/keys/{key}/claim\",status=\"405\"",
+        "idem_http_request_duration_seconds_bucket{route=\"unmatched\",status=\"404\"",
     ] {
         assert!(m.contains(name), "missing {name} in\n{m}");
     }

@@ -1,0 +1,147 @@
+//! The one middleware around every route: the request span, authentication and
+//! authorization, the latency metric and the request trace lines, in a single service.
+//!
+//! It replaces a stack of four layers (tower-http's `TraceLayer`, a `from_fn` for the
+//! latency metric, a `from_fn` per route for auth, and a body-limit layer no extractor read):
+//! axum wraps each layer in its own boxed, cloned service and boxes its future, which cost
+//! several allocations per request. What each of them did is kept, in the same order:
+//!
+//! 1. the `request` span (`method`, `route` pattern) around everything below, so every log
+//!    line of the request carries it; the DEBUG "started processing request" line;
+//! 2. for a method with a role, [`crate::auth::check`] (bearer token, role, `{ns}` scope):
+//!    a refusal answers at once, an accepted caller goes into the request extensions; a
+//!    method the path does not route gets no check (it answers 405 from the fallback);
+//! 3. `idem_http_request_duration_seconds` by route pattern and status;
+//! 4. the DEBUG "finished processing request" line and, for a 5xx, the ERROR "response
+//!    failed" line, written by tower-http's own default callbacks.
+//!
+//! Body size limits are enforced by `JsonBody` (problem+json 413), which reads the body
+//! itself; no route uses axum's body extractors, so axum's default limit never applied.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use axum::extract::Request;
+use axum::http::Method;
+use axum::response::{IntoResponse, Response};
+use idem::Role;
+use tower::{Layer, Service};
+use tower_http::classify::ServerErrorsFailureClass;
+use tower_http::trace::{
+    DefaultOnFailure, DefaultOnRequest, DefaultOnResponse, OnFailure, OnRequest, OnResponse,
+};
+use tracing::Instrument;
+
+use crate::state::AppState;
+
+/// The route label of requests no route matched.
+pub const UNMATCHED: &str = "unmatched";
+
+/// The middleware of one path.
+#[derive(Clone)]
+pub struct Gate {
+    route: &'static str,
+    /// The lowest role each routed method needs (`None`: no token needed).
+    roles: Arc<[(Method, Option<Role>)]>,
+    state: AppState,
+}
+
+impl Gate {
+    pub fn new(route: &'static str, roles: Vec<(Method, Option<Role>)>, state: AppState) -> Gate {
+        Gate {
+            route,
+            roles: roles.into(),
+            state,
+        }
+    }
+
+    /// The role `method` needs on this path; HEAD is routed (and checked) as GET.
+    fn role_for(&self, method: &Method) -> Option<Role> {
+        let method = if method == Method::HEAD {
+            &Method::GET
+        } else {
+            method
+        };
+        self.roles
+            .iter()
+            .find(|(m, _)| m == method)
+            .and_then(|(_, r)| *r)
+    }
+}
+
+impl<S> Layer<S> for Gate {
+    type Service = GateService<S>;
+    fn layer(&self, inner: S) -> GateService<S> {
+        GateService {
+            gate: self.clone(),
+            inner,
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct GateService<S> {
+    gate: Gate,
+    inner: S,
+}
+
+impl<S> Service<Request> for GateService<S>
+where
+    S: Service<Request, Error = Infallible> + Clone + Send + 'static,
+    S::Response: IntoResponse,
+    S::Future: Send + 'static,
+{
+    type Response = Response;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request) -> Self::Future {
+        let start = Instant::now();
+        let route = self.gate.route;
+        let span = tracing::info_span!("request", method = %req.method(), route);
+        span.in_scope(|| DefaultOnRequest::default().on_request(&req, &span));
+        let role = self.gate.role_for(req.method());
+        let state = role.map(|_| self.gate.state.clone());
+        // The service that was polled ready is the one to call; a clone takes its place.
+        let ready = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, ready);
+        let fut = async move {
+            let resp = match (role, state) {
+                (Some(role), Some(state)) => match crate::auth::check(role, &state, req).await {
+                    Ok(req) => into_response(inner.call(req).await),
+                    Err(e) => e.into_response(),
+                },
+                _ => into_response(inner.call(req).await),
+            };
+            let latency = start.elapsed();
+            let status = resp.status();
+            crate::metrics::request_done(route, status.as_u16(), latency.as_secs_f64());
+            let span = tracing::Span::current();
+            DefaultOnResponse::default().on_response(&resp, latency, &span);
+            if status.is_server_error() {
+                DefaultOnFailure::default().on_failure(
+                    ServerErrorsFailureClass::StatusCode(status),
+                    latency,
+                    &span,
+                );
+            }
+            Ok(resp)
+        };
+        Box::pin(fut.instrument(span))
+    }
+}
+
+fn into_response<R: IntoResponse>(r: Result<R, Infallible>) -> Response {
+    match r {
+        Ok(r) => r.into_response(),
+        Err(never) => match never {},
+    }
+}

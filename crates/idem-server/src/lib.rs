@@ -15,6 +15,7 @@ pub mod config;
 pub mod error;
 pub mod handlers;
 pub mod input;
+pub mod logging;
 pub mod metrics;
 pub mod middleware;
 pub mod openapi;
@@ -31,6 +32,7 @@ use tokio::sync::watch;
 
 pub use config::{Config, ConfigError, LogFormat};
 pub use error::ApiError;
+pub use logging::init_logging;
 pub use routes::{route_table, router};
 
 /// What `idem serve` was given on the command line (each overrides config file and env).
@@ -51,7 +53,8 @@ pub fn default_config_toml() -> &'static str {
 /// Runs `idem serve` until SIGTERM/SIGINT.
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let config = Config::load(&args, &|k| std::env::var(k).ok())?;
-    init_logging(config.log_format, &config.log_level);
+    // Kept until `idem serve` returns: dropping it writes out the buffered lines.
+    let _log = init_logging(config.log_format, &config.log_level);
     let db = config.db_redacted();
     tracing::info!(db = %db, "opening ledger");
     let ledger = idem::open(&config.db).await.map_err(|e| {
@@ -69,19 +72,6 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
 /// An error message with the raw database URL (which may hold a password) redacted.
 fn redact_err(e: &dyn std::fmt::Display, url: &str) -> String {
     e.to_string().replace(url, &idem::redact_password(url))
-}
-
-/// Sets up `tracing` (text or JSON on stderr). Does nothing if a subscriber is already set.
-pub fn init_logging(format: LogFormat, level: &str) {
-    use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_new(level).unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    let _ = match format {
-        LogFormat::Json => builder.json().flatten_event(true).try_init(),
-        LogFormat::Text => builder.try_init(),
-    };
 }
 
 /// Resolves on SIGINT (Ctrl-C) or SIGTERM.

@@ -3,9 +3,14 @@
 //!
 //! Filling a ledger with 10M records through the API would take longer than the measurement
 //! is worth, so the fill seeds a few thousand real records through idem and then doubles them
-//! with one set-based `INSERT … SELECT` per round (the key gets a round suffix). The column list
-//! is read from the database, so the copy follows whatever the schema is; only `namespace`,
-//! `key` and `final_at` are named. Events are not copied (claims never read them).
+//! with one set-based `INSERT … SELECT` per round (the key gets a round suffix). The copies are
+//! moved back in time by the span of what they copy and written in `final_at` order, so records
+//! that finished together sit together on disk, as in a ledger that grew by completions.
+//! (Before, every copy kept its seed's times and the layout followed the plan: on PostgreSQL a
+//! retention batch, the copies of a few seeds, took one row from each copy block across the
+//! whole table; SQLite read the source in key order.) The column list is read from the
+//! database, so the copy follows whatever the schema is; only `namespace`, `key` and the
+//! record's times are named. Events are not copied (claims never read them).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -87,7 +92,7 @@ pub async fn run_scale(opts: &ScaleOpts) -> anyhow::Result<ScaleReport> {
             say(opts, &format!("{}: filling {n} records", backend.as_str()));
             let target = Target::fresh(&bench_opts, backend).await?;
             let r = async {
-                fill(&target.url, backend, n).await?;
+                fill(&target.url, backend, n, 0).await?;
                 say(
                     opts,
                     &format!(
@@ -156,8 +161,15 @@ async fn pairs(ledger: Arc<Ledger>, c: usize, d: Duration) -> anyhow::Result<Mea
     .await
 }
 
-/// Puts `n` completed records into namespace `bench`.
-async fn fill(url: &str, backend: Backend, n: u64) -> anyhow::Result<()> {
+/// Puts `n` completed records into namespace `bench`, finished `age_ms` ago.
+///
+/// The seed records are aged before the doubling, so the copies are written once, already
+/// old: aging millions of rows afterwards would leave as many dead row versions (and index
+/// entries) behind for the measurement to trip over, which a real ledger whose records grew
+/// old one by one does not have. On PostgreSQL the fill ends with `VACUUM (ANALYZE)`: a real
+/// ledger of that size has been vacuumed and analyzed by autovacuum (idem's first analyze of a
+/// young table does not fire on a table this big), so the planner sees the data as it is.
+async fn fill(url: &str, backend: Backend, n: u64, age_ms: i64) -> anyhow::Result<()> {
     if n == 0 {
         // Migrations only.
         let _ = idem::open(url).await?;
@@ -175,6 +187,9 @@ async fn fill(url: &str, backend: Backend, n: u64) -> anyhow::Result<()> {
             .await?;
         }
     }
+    if age_ms != 0 {
+        age_records(url, backend, age_ms).await?;
+    }
     match backend {
         Backend::Sqlite => {
             let path = url.strip_prefix("sqlite://").unwrap_or(url).to_owned();
@@ -184,11 +199,22 @@ async fn fill(url: &str, backend: Backend, n: u64) -> anyhow::Result<()> {
     }
 }
 
+/// A record's times, shifted together when a record is copied.
+const TIME_COLS: [&str; 4] = ["created_at", "updated_at", "final_at", "active_at"];
+
+/// The copy of every column for doubling round `round`: a new key, and times moved back by the
+/// span of final times already in the ledger, so each round's copies are older than everything
+/// before them (one scalar subquery, evaluated once per statement on both engines).
 fn select_list(cols: &[String], round: u32) -> String {
     cols.iter()
         .map(|c| {
             if c == "key" {
                 format!("\"key\" || '~{round}'")
+            } else if TIME_COLS.contains(&c.as_str()) {
+                format!(
+                    "\"{c}\" - (SELECT max(final_at) - min(final_at) + 1 FROM records \
+                     WHERE namespace = 'bench')"
+                )
             } else {
                 format!("\"{c}\"")
             }
@@ -218,7 +244,8 @@ fn sqlite_double(path: &str, n: u64) -> anyhow::Result<()> {
         }
         round += 1;
         let sql = format!(
-            "INSERT INTO records ({}) SELECT {} FROM records WHERE namespace = 'bench' LIMIT {}",
+            "INSERT INTO records ({}) SELECT {} FROM records WHERE namespace = 'bench' \
+             ORDER BY final_at LIMIT {}",
             quoted.join(", "),
             select_list(&cols, round),
             n - have
@@ -253,12 +280,13 @@ async fn pg_double(url: &str, n: u64) -> anyhow::Result<()> {
             .await?
             .get(0);
         if have as u64 >= n {
-            c.batch_execute("ANALYZE records").await?;
+            c.batch_execute("VACUUM (ANALYZE) records").await?;
             return Ok(());
         }
         round += 1;
         let sql = format!(
-            "INSERT INTO records ({}) SELECT {} FROM records WHERE namespace = 'bench' LIMIT {}",
+            "INSERT INTO records ({}) SELECT {} FROM records WHERE namespace = 'bench' \
+             ORDER BY final_at LIMIT {}",
             quoted.join(", "),
             select_list(&cols, round),
             n - have as u64
@@ -267,8 +295,18 @@ async fn pg_double(url: &str, n: u64) -> anyhow::Result<()> {
     }
 }
 
+/// Moves the times of every record in `bench` back by `by_ms`. Out of band, so it bumps
+/// `version` like every write must: idem-postgres remembers records per instance and trusts a
+/// remembered record only while its version is unchanged.
 async fn age_records(url: &str, backend: Backend, by_ms: i64) -> anyhow::Result<()> {
-    let sql = format!("UPDATE records SET final_at = final_at - {by_ms} WHERE namespace = 'bench'");
+    let times: Vec<String> = TIME_COLS
+        .iter()
+        .map(|c| format!("{c} = {c} - {by_ms}"))
+        .collect();
+    let sql = format!(
+        "UPDATE records SET {}, version = version + 1 WHERE namespace = 'bench'",
+        times.join(", ")
+    );
     match backend {
         Backend::Sqlite => {
             let path = url.strip_prefix("sqlite://").unwrap_or(url).to_owned();
@@ -285,9 +323,8 @@ async fn age_records(url: &str, backend: Backend, by_ms: i64) -> anyhow::Result<
 }
 
 async fn janitor_run(url: &str, backend: Backend, opts: &ScaleOpts) -> anyhow::Result<JanitorRow> {
-    fill(url, backend, opts.janitor_records).await?;
     // Past the default 30-day retention, within the 400-day audit retention.
-    age_records(url, backend, 40 * 86_400_000).await?;
+    fill(url, backend, opts.janitor_records, 40 * 86_400_000).await?;
     let ledger = Arc::new(idem::open(url).await?);
     let idle = pairs(ledger.clone(), opts.concurrency, opts.duration).await?;
 

@@ -183,3 +183,175 @@ async fn three_instances_share_retention_without_double_work() {
         "only the processing record of the default namespace is left"
     );
 }
+
+/// Claims and completes `n` keys `{prefix}{i}` of `ns`.
+async fn completed(l: &idem_store::Ledger, ns: &idem_core::Namespace, prefix: &str, n: usize) {
+    for i in 0..n {
+        let k = key(&format!("{prefix}{i}"));
+        let c = l
+            .claim(ns, &k, ClaimRequest::default())
+            .await
+            .expect("claim");
+        l.complete(
+            ns,
+            &k,
+            CompleteRequest {
+                token: c.token.expect("token").secret(),
+                result: Some(json!({"i": i})),
+                external_ref: None,
+            },
+        )
+        .await
+        .expect("complete");
+    }
+}
+
+/// `result_expired` events per key of `ns`, straight from the table.
+async fn expiry_events(url: &str, ns: &str) -> Vec<(String, i64)> {
+    let (c, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .expect("connect");
+    let task = tokio::spawn(conn);
+    let rows = c
+        .query(
+            "SELECT key, count(*) FROM events WHERE namespace = $1 AND type = 'result_expired' \
+             GROUP BY key ORDER BY key",
+            &[&ns],
+        )
+        .await
+        .expect("events");
+    drop(c);
+    let _ = task.await;
+    rows.iter().map(|r| (r.get(0), r.get(1))).collect()
+}
+
+/// Two instances with different batch sizes (so different statement texts) drain one backlog
+/// at once, a dozen batches each: every due record is expired by exactly one of them with
+/// exactly one event, each namespace's own retention is honoured, records in other states are
+/// left alone, and the tombstones go later with their events.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_instances_drain_one_backlog_with_one_event_per_record() {
+    const SHORT: usize = 150;
+    const LONG: usize = 20;
+    let Some(db) = TestDb::create("two_instances_backlog").await else {
+        return;
+    };
+    let clock = TestClock::new(T0);
+    let stores = vec![db.store().await, db.store().await];
+    let (short, long) = (ns("short"), ns("long"));
+    for (n, ms) in [(&short, 1_000), (&long, 5_000)] {
+        stores[0]
+            .update_namespace(
+                n,
+                NamespaceChange::Patch(json!({"retention_ms": ms, "audit_retention_ms": 10_000})),
+                T0,
+            )
+            .await
+            .expect("patch");
+    }
+    let l = ledger(stores[0].clone(), &clock);
+    completed(&l, &short, "k", SHORT).await;
+    completed(&l, &long, "k", LONG).await;
+    // Other states in the same namespace: one failed permanently (final, so it expires too),
+    // one still processing and one in review (never touched by retention).
+    let fail = |kind, http_status| idem_core::FailRequest {
+        token: String::new(),
+        kind,
+        http_status,
+        retry_after_ms: None,
+        sent: None,
+        error: None,
+    };
+    for (k, req) in [
+        ("failed", fail(Some(idem_core::Class::Permanent), None)),
+        ("review", fail(None, Some(502))),
+    ] {
+        let c = l
+            .claim(&short, &key(k), ClaimRequest::default())
+            .await
+            .expect("claim");
+        let req = idem_core::FailRequest {
+            token: c.token.expect("token").secret(),
+            ..req
+        };
+        l.fail(&short, &key(k), req).await.expect("fail");
+    }
+    l.claim(&short, &key("processing"), ClaimRequest::default())
+        .await
+        .expect("claim");
+
+    clock.advance_ms(2_000);
+    let now = clock.now();
+    let first = stores[0].clone();
+    let expired = run_until_idle(&stores, move |s| {
+        let batch = if Arc::ptr_eq(&s, &first) { 7 } else { 10 };
+        async move {
+            s.retention_once(now, batch)
+                .await
+                .expect("retention")
+                .results_expired
+        }
+    })
+    .await;
+    assert_eq!(
+        expired.iter().sum::<usize>(),
+        SHORT + 1,
+        "per instance: {expired:?}"
+    );
+    let events = expiry_events(&db.url, "short").await;
+    assert_eq!(events.len(), SHORT + 1, "one key per expired record");
+    assert!(
+        events.iter().all(|(_, n)| *n == 1),
+        "a record was logged twice: {events:?}"
+    );
+    assert!(events.iter().any(|(k, _)| k == "failed"));
+    assert!(expiry_events(&db.url, "long").await.is_empty());
+    for k in ["processing", "review"] {
+        let got = stores[1]
+            .get(&short, &key(k))
+            .await
+            .expect("get")
+            .expect("exists");
+        assert!(!got.record.result_expired, "{k}");
+        assert!(got.record.final_at.is_none(), "{k}");
+    }
+
+    // The long namespace's turn: its records only.
+    clock.advance_ms(4_000);
+    let now = clock.now();
+    let expired = run_until_idle(&stores, move |s| async move {
+        s.retention_once(now, 3)
+            .await
+            .expect("retention")
+            .results_expired
+    })
+    .await;
+    assert_eq!(expired.iter().sum::<usize>(), LONG, "{expired:?}");
+    let events = expiry_events(&db.url, "long").await;
+    assert_eq!(events.len(), LONG);
+    assert!(events.iter().all(|(_, n)| *n == 1), "{events:?}");
+
+    // Past the audit retention: every final record goes, with its events, exactly once.
+    clock.advance_ms(10_000);
+    let now = clock.now();
+    let deleted = run_until_idle(&stores, move |s| async move {
+        s.retention_once(now, 9)
+            .await
+            .expect("retention")
+            .tombstones_deleted
+    })
+    .await;
+    assert_eq!(
+        deleted.iter().sum::<usize>(),
+        SHORT + 1 + LONG,
+        "{deleted:?}"
+    );
+    assert!(expiry_events(&db.url, "short").await.is_empty());
+    assert!(expiry_events(&db.url, "long").await.is_empty());
+    let stats = stores[1].stats(now).await.expect("stats");
+    assert_eq!(
+        stats.records.0.iter().map(|(_, n)| n).sum::<u64>(),
+        2,
+        "the processing and review records are left"
+    );
+}

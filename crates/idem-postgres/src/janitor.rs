@@ -140,7 +140,7 @@ pub(crate) async fn sweep_once(
 /// cost the same and PostgreSQL keeps the generic plan after five executions; an `ANALYZE` of
 /// `records` (idem's first analyze of a young table, autovacuum) invalidates it, so it follows
 /// the statistics. Together with running the tombstone deletion only when one can be due, this
-/// took the server CPU of a call that expires nothing from ~1.9 ms to ~0.5 ms.
+/// took the server CPU of a call of batch 1 from 1.8–2.0 ms to ~0.5 ms.
 ///
 /// The update cannot be HOT: `result_expired` is in the predicate of `records_unexpired`, so
 /// the new row version gets an entry in `records_pkey`, `records_list`, `records_state_list` and

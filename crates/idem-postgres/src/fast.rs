@@ -118,17 +118,9 @@ pub(crate) enum Fast {
 }
 
 fn core_ctx<'a>(s: &'a NsSettings, ctx: &ExecCtx) -> Ctx<'a> {
-    Ctx {
-        now: ctx.now,
-        policy: &s.policy,
-        paused: s.paused,
-        // Read only for a claim of a key without record in a namespace with a daily limit,
-        // which never takes a fast path.
-        daily_count: 0,
-        new_lease_id: ctx.lease_id.clone(),
-        jitter: ctx.jitter,
-        actor: ctx.actor.clone(),
-    }
+    // The daily count is read only for a claim of a key without record in a namespace with a
+    // daily limit, which never takes a fast path.
+    ctx.decision(&s.policy, s.paused, 0)
 }
 
 /// Whether `t` is simple enough for one statement: at most one event and no alert to queue.

@@ -9,7 +9,7 @@
 //! final states `completed` and `failed_permanent`.
 
 use futures_util::future::try_join_all;
-use idem_core::{AlertReason, Ctx, Key, LeaseId, Namespace, Op, Policy, State, Timestamp, Write};
+use idem_core::{AlertReason, Key, Namespace, Op, Policy, State, Timestamp, Write};
 use idem_store::{AlertOutcome, PendingAlert, RetentionReport, StateCounts, Stats, SweepReport};
 use std::collections::HashMap;
 use std::sync::LazyLock;
@@ -67,15 +67,8 @@ pub(crate) async fn sweep_once(
             .map_err(|e| corrupt(&e))?
             .unwrap_or(false);
         let rec = record_from_row(row, 2)?;
-        let ctx = Ctx {
-            now,
-            policy: &policy,
-            paused,
-            daily_count: 0,
-            new_lease_id: LeaseId::random(),
-            jitter: rand::random::<f64>(),
-            actor: None,
-        };
+        let exec = idem_store::ExecCtx::at(now);
+        let ctx = exec.decision(&policy, paused, 0);
         let (ns, key): (Namespace, Key) = (rec.namespace.clone(), rec.key.clone());
         let t = idem_core::apply(&ns, &key, Some(&rec), &Op::Sweep, &ctx);
         report.stuck_alerts += t

@@ -53,7 +53,7 @@ use cache::{Counters, NsCache, NsSettings, RecordCache, NO_ROW};
 use deadpool_postgres::{Client, Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use fast::Fast;
 use futures_util::future::try_join_all;
-use idem_core::{Ctx, Event, Key, Namespace, Op, Policy, Record, Timestamp, Write};
+use idem_core::{Event, Key, Namespace, Op, Policy, Record, Timestamp, Write};
 use idem_store::{
     ApiToken, Cursor, ExecCtx, Executed, ListQuery, NamespaceChange, NamespaceInfo, NewApiToken,
     Page, RecordWithEvents, Role, StateCounts, Store, StoreError,
@@ -462,15 +462,7 @@ impl PgStore {
         existing: Option<Record>,
     ) -> Result<Executed, PgError> {
         let policy = &settings.policy;
-        let core_ctx = Ctx {
-            now: ctx.now,
-            policy,
-            paused: settings.paused,
-            daily_count,
-            new_lease_id: ctx.lease_id.clone(),
-            jitter: ctx.jitter,
-            actor: ctx.actor.clone(),
-        };
+        let core_ctx = ctx.decision(policy, settings.paused, daily_count);
         let t = idem_core::apply(ns, key, existing.as_ref(), op, &core_ctx);
         let from_state = existing.as_ref().map(|r| r.state);
         let stored = match &t.write {

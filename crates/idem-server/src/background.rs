@@ -1,5 +1,5 @@
-//! Background loops: the janitor (lease expiry, stuck detection, retention, store gauges) and
-//! the alert sender.
+//! Background loops: the janitor (lease expiry, stuck detection, retention), the store
+//! gauges and the alert sender.
 //!
 //! Each is one public `*_once()` step that tests drive deterministically, plus a thin loop
 //! that runs the step again at once after a full batch (there is more to do), sleeps the
@@ -11,7 +11,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem::{AlertOutcome, Key, PendingAlert, Store, StoreError, Timestamp};
+use idem::{AlertOutcome, Key, PendingAlert, Stats, Store, StoreError, Timestamp};
 use serde::Serialize;
 use tokio::sync::watch;
 
@@ -30,7 +30,8 @@ pub struct JanitorReport {
     pub full_batch: bool,
 }
 
-/// One janitor step at `now`: sweep leases, apply retention, refresh the store gauges.
+/// One janitor step at `now`: sweep leases, apply retention. The store gauges are refreshed
+/// by [`gauges_once`] on their own timer (a recount reads every record).
 pub async fn janitor_once(
     store: &Arc<dyn Store>,
     now: Timestamp,
@@ -42,8 +43,6 @@ pub async fn janitor_once(
     if expired > 0 {
         metrics::counter!("idem_janitor_expired_total").increment(expired as u64);
     }
-    let stats = store.stats(now).await?;
-    crate::metrics::set_stats(&stats);
     let report = JanitorReport {
         examined: sweep.examined,
         moved_to_review: sweep.moved_to_review,
@@ -64,6 +63,13 @@ pub async fn janitor_once(
         );
     }
     Ok(report)
+}
+
+/// Recounts the store gauges (records per state, review-queue depth, oldest `processing`).
+pub async fn gauges_once(store: &Arc<dyn Store>, now: Timestamp) -> Result<Stats, StoreError> {
+    let stats = store.stats(now).await?;
+    crate::metrics::set_stats(&stats);
+    Ok(stats)
 }
 
 /// The alert body posted to a namespace `alert_url`.

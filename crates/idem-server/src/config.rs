@@ -42,8 +42,14 @@ pub struct Config {
     pub listen: SocketAddr,
     pub db: String,
     pub janitor_interval: Duration,
-    /// Records per janitor batch (sweep and retention).
-    pub janitor_batch: usize,
+    /// Records per janitor batch (sweep and retention); `None` takes the backend's measured
+    /// default ([`Config::janitor_batch_for`]).
+    pub janitor_batch: Option<usize>,
+    /// How often the store gauges (records per state, review queue, oldest `processing`) are
+    /// recounted. A recount reads every record, so it runs on its own timer, not per batch.
+    pub stats_interval: Duration,
+    /// PostgreSQL connections per instance.
+    pub pg_pool: usize,
     pub alert_interval: Duration,
     /// Alert delivery attempts before giving up.
     pub alert_max_tries: u32,
@@ -63,7 +69,9 @@ impl Default for Config {
             listen: SocketAddr::from(([127, 0, 0, 1], 7780)),
             db: "sqlite://idem.db".into(),
             janitor_interval: Duration::from_secs(30),
-            janitor_batch: 250,
+            janitor_batch: None,
+            stats_interval: Duration::from_secs(30),
+            pg_pool: 16,
             alert_interval: Duration::from_secs(2),
             alert_max_tries: 6,
             alert_timeout: Duration::from_secs(5),
@@ -75,7 +83,24 @@ impl Default for Config {
     }
 }
 
+/// Janitor batch on SQLite when none is configured: measured in docs/performance.md (claim
+/// p99 within about 2x of idle while expiring > 50,000 records/s).
+pub const SQLITE_JANITOR_BATCH: usize = 250;
+/// Janitor batch on PostgreSQL when none is configured: the measured best expiry rate, with
+/// claim p99 within 2x of idle (docs/performance.md).
+pub const POSTGRES_JANITOR_BATCH: usize = 1000;
+
 impl Config {
+    /// The janitor batch for this configuration's backend: the configured one, else the
+    /// backend's measured default.
+    pub fn janitor_batch_for(&self) -> usize {
+        self.janitor_batch
+            .unwrap_or_else(|| match idem::DbUrl::parse(&self.db) {
+                Ok(idem::DbUrl::Postgres(_)) => POSTGRES_JANITOR_BATCH,
+                _ => SQLITE_JANITOR_BATCH,
+            })
+    }
+
     /// The database URL with any password replaced by `***`.
     pub fn db_redacted(&self) -> String {
         idem::redact_password(&self.db)
@@ -104,6 +129,8 @@ impl Config {
             ("IDEM_DB", "db"),
             ("IDEM_JANITOR_INTERVAL", "janitor_interval"),
             ("IDEM_JANITOR_BATCH", "janitor_batch"),
+            ("IDEM_STATS_INTERVAL", "stats_interval"),
+            ("IDEM_PG_POOL", "pg_pool"),
             ("IDEM_ALERT_INTERVAL", "alert_interval"),
             ("IDEM_LOG_FORMAT", "log_format"),
             ("IDEM_LOG", "log_level"),
@@ -153,8 +180,16 @@ impl Config {
             }
             "janitor_interval" => self.janitor_interval = parse_duration(v)?,
             "alert_interval" => self.alert_interval = parse_duration(v)?,
+            "stats_interval" => self.stats_interval = parse_duration(v)?,
             "janitor_batch" => {
-                self.janitor_batch = v
+                self.janitor_batch = Some(
+                    v.trim()
+                        .parse()
+                        .map_err(|_| format!("{v:?} is not a positive integer"))?,
+                )
+            }
+            "pg_pool" => {
+                self.pg_pool = v
                     .trim()
                     .parse()
                     .map_err(|_| format!("{v:?} is not a positive integer"))?
@@ -189,6 +224,8 @@ impl Config {
         set("janitor_interval", file.janitor_interval)?;
         set("janitor_batch", file.janitor_batch.map(|n| n.to_string()))?;
         set("alert_interval", file.alert_interval)?;
+        set("stats_interval", file.stats_interval)?;
+        set("pg_pool", file.pg_pool.map(|n| n.to_string()))?;
         set("log_format", file.log_format)?;
         set("log_level", file.log_level)?;
         set(
@@ -220,8 +257,16 @@ impl Config {
         if self.alert_interval < Duration::from_millis(10) {
             return Err(bad("alert_interval", "must be at least 10ms"));
         }
-        if !(1..=100_000).contains(&self.janitor_batch) {
-            return Err(bad("janitor_batch", "must be from 1 to 100000"));
+        if self.stats_interval < Duration::from_secs(1) {
+            return Err(bad("stats_interval", "must be at least 1s"));
+        }
+        if let Some(b) = self.janitor_batch {
+            if !(1..=100_000).contains(&b) {
+                return Err(bad("janitor_batch", "must be from 1 to 100000"));
+            }
+        }
+        if !(1..=1000).contains(&self.pg_pool) {
+            return Err(bad("pg_pool", "must be from 1 to 1000"));
         }
         if !(1024..=1024 * 1024 * 1024).contains(&self.body_limit) {
             return Err(bad("body_limit", "must be from 1KiB to 1GiB"));
@@ -245,6 +290,8 @@ struct FileConfig {
     janitor_interval: Option<String>,
     janitor_batch: Option<u64>,
     alert_interval: Option<String>,
+    stats_interval: Option<String>,
+    pg_pool: Option<u64>,
     log_format: Option<String>,
     log_level: Option<String>,
     body_limit: Option<toml::Value>,
@@ -381,10 +428,20 @@ db = "sqlite://idem.db"
 
 # How often the janitor expires leases, detects stuck work and applies retention
 # (IDEM_JANITOR_INTERVAL, --janitor-interval), and how many records it handles per batch
-# (IDEM_JANITOR_BATCH). Batches run back to back while there is a backlog; 250 keeps claim
-# p99 within about 2x of idle on SQLite while expiring > 50,000 records/s (docs/performance.md).
+# (IDEM_JANITOR_BATCH). Batches run back to back while there is a backlog. Unset, it is
+# the backend's measured default: 250 on SQLite (claim p99 within about 2x of idle while
+# expiring > 50,000 records/s), 1000 on PostgreSQL (docs/performance.md).
 janitor_interval = "30s"
-janitor_batch = 250
+# janitor_batch = 250
+
+# How often the store gauges (idem_records, idem_review_queue_depth,
+# idem_oldest_processing_seconds) are recounted (IDEM_STATS_INTERVAL). A recount reads every
+# record, so keep it well above a second on a big ledger.
+stats_interval = "30s"
+
+# PostgreSQL connections per instance (IDEM_PG_POOL). Size the sum over all instances
+# against the server's max_connections (docs/deployment.md).
+pg_pool = 16
 
 # How often pending alerts are delivered to namespace alert_urls (IDEM_ALERT_INTERVAL).
 alert_interval = "2s"
@@ -496,6 +553,44 @@ mod tests {
         };
         let e = Config::load(&args, &env(&[])).expect_err("bad");
         assert!(e.to_string().contains("bogus"), "{e}");
+    }
+
+    #[test]
+    fn janitor_batch_defaults_per_backend_and_pool_and_gauges_settings() {
+        let c = Config::load(&ServeArgs::default(), &env(&[])).expect("ok");
+        assert_eq!(c.janitor_batch_for(), SQLITE_JANITOR_BATCH);
+        assert_eq!(c.stats_interval, Duration::from_secs(30));
+        assert_eq!(c.pg_pool, 16);
+        let c = Config::load(
+            &ServeArgs::default(),
+            &env(&[("IDEM_DB", "postgres://u@h/db")]),
+        )
+        .expect("ok");
+        assert_eq!(c.janitor_batch_for(), POSTGRES_JANITOR_BATCH);
+        let c = Config::load(
+            &ServeArgs::default(),
+            &env(&[
+                ("IDEM_DB", "postgres://u@h/db"),
+                ("IDEM_JANITOR_BATCH", "77"),
+                ("IDEM_PG_POOL", "40"),
+                ("IDEM_STATS_INTERVAL", "2m"),
+            ]),
+        )
+        .expect("ok");
+        assert_eq!(c.janitor_batch_for(), 77);
+        assert_eq!(c.pg_pool, 40);
+        assert_eq!(c.stats_interval, Duration::from_secs(120));
+        for (var, v) in [
+            ("IDEM_PG_POOL", "0"),
+            ("IDEM_PG_POOL", "many"),
+            ("IDEM_STATS_INTERVAL", "10ms"),
+            ("IDEM_JANITOR_BATCH", "0"),
+        ] {
+            let e = Config::load(&ServeArgs::default(), &env(&[(var, v)])).expect_err(v);
+            let setting = var.trim_start_matches("IDEM_").to_ascii_lowercase();
+            let text = e.to_string();
+            assert!(text.contains(var) || text.contains(&setting), "{text}");
+        }
     }
 
     #[test]

@@ -57,7 +57,10 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let _log = init_logging(config.log_format, &config.log_level);
     let db = config.db_redacted();
     tracing::info!(db = %db, "opening ledger");
-    let ledger = idem::open(&config.db).await.map_err(|e| {
+    let opts = idem::OpenOptions {
+        pg_pool: config.pg_pool,
+    };
+    let ledger = idem::open_with(&config.db, &opts).await.map_err(|e| {
         anyhow::anyhow!(
             "cannot open the ledger at {db}: {}",
             redact_err(&e, &config.db)
@@ -156,7 +159,7 @@ pub async fn run(
     });
 
     let janitor = {
-        let (store, ledger, batch) = (store.clone(), ledger.clone(), config.janitor_batch);
+        let (store, ledger, batch) = (store.clone(), ledger.clone(), config.janitor_batch_for());
         tokio::spawn(background::run_loop(
             "janitor",
             config.janitor_interval,
@@ -167,6 +170,23 @@ pub async fn run(
                     Ok(background::janitor_once(&store, now, batch)
                         .await?
                         .full_batch)
+                }
+            },
+        ))
+    };
+    // The gauges recount every record, so they have their own timer: recounting after every
+    // janitor batch made a server draining a backlog spend most of its time counting.
+    let gauges = {
+        let (store, ledger) = (store.clone(), ledger.clone());
+        tokio::spawn(background::run_loop(
+            "gauges",
+            config.stats_interval,
+            stop_rx.clone(),
+            move || {
+                let (store, now) = (store.clone(), ledger.now());
+                async move {
+                    background::gauges_once(&store, now).await?;
+                    Ok(false)
                 }
             },
         ))
@@ -208,6 +228,7 @@ pub async fn run(
         .context("server error");
     let _ = stop_tx.send(true);
     let _ = janitor.await;
+    let _ = gauges.await;
     let _ = alerts.await;
     drop(store);
     drop(ledger);

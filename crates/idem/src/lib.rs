@@ -100,17 +100,48 @@ pub fn redact_password(url: &str) -> String {
     }
 }
 
+/// Settings of [`open_store_with`] that only some backends use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpenOptions {
+    /// PostgreSQL connections per instance (ignored by SQLite).
+    pub pg_pool: usize,
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        OpenOptions {
+            pg_pool: idem_postgres::PgOptions::default().max_connections,
+        }
+    }
+}
+
 /// Opens the store a URL names (running migrations).
 pub async fn open_store(url: &str) -> Result<Arc<dyn Store>, OpenError> {
+    open_store_with(url, &OpenOptions::default()).await
+}
+
+/// Opens the store a URL names with `opts` (running migrations).
+pub async fn open_store_with(url: &str, opts: &OpenOptions) -> Result<Arc<dyn Store>, OpenError> {
     Ok(match DbUrl::parse(url)? {
         DbUrl::Sqlite(path) => Arc::new(idem_sqlite::SqliteStore::open(&path)?),
-        DbUrl::Postgres(u) => Arc::new(idem_postgres::PgStore::connect(&u).await?),
+        DbUrl::Postgres(u) => {
+            let pg = idem_postgres::PgOptions {
+                max_connections: opts.pg_pool.max(1),
+                ..idem_postgres::PgOptions::default()
+            };
+            Arc::new(idem_postgres::PgStore::connect_with(&u, pg).await?)
+        }
     })
 }
 
 /// Opens a ledger on the store a URL names, with the system clock.
 pub async fn open(url: &str) -> Result<Ledger, OpenError> {
     Ok(Ledger::new(open_store(url).await?))
+}
+
+/// Opens a ledger on the store a URL names with `opts`, with the system clock.
+pub async fn open_with(url: &str, opts: &OpenOptions) -> Result<Ledger, OpenError> {
+    Ok(Ledger::new(open_store_with(url, opts).await?))
 }
 
 #[cfg(test)]

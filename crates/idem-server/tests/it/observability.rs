@@ -1,5 +1,12 @@
 use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
+use idem::{
+    AlertOutcome, ApiToken, ExecCtx, Executed, Key, ListQuery, Namespace, NamespaceChange,
+    NamespaceInfo, NewApiToken, Op, Page, PendingAlert, RecordWithEvents, RetentionReport, Stats,
+    Store, StoreError, SweepReport, Timestamp,
+};
 use serde_json::json;
 
 use crate::helpers::*;
@@ -17,6 +24,11 @@ async fn metrics_are_present_after_traffic() {
     idem_server::background::janitor_once(&app.store, app.now(), 100)
         .await
         .expect("janitor");
+    let stats = idem_server::background::gauges_once(&app.store, app.now())
+        .await
+        .expect("gauges");
+    assert_eq!(stats.records.get(idem::State::Completed), 1);
+    assert_eq!(stats.records.get(idem::State::Processing), 0);
     assert_eq!(app.get("/no/such/route").await.status, 404);
     assert_eq!(app.get("/v1/namespaces/m/keys/k/claim").await.status, 405);
     let r = app.get("/metrics").await;
@@ -207,4 +219,122 @@ async fn exactly_one_of_many_concurrent_claims_acquires() {
         statuses.iter().all(|s| *s == 201 || *s == 409),
         "{statuses:?}"
     );
+}
+
+/// The real store, counting the full recounts (`stats`) made through it.
+#[derive(Debug)]
+struct CountingStats {
+    inner: Arc<dyn Store>,
+    stats_calls: AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl Store for CountingStats {
+    fn backend(&self) -> &'static str {
+        self.inner.backend()
+    }
+    async fn execute(
+        &self,
+        ns: &Namespace,
+        key: &Key,
+        op: Op,
+        ctx: ExecCtx,
+    ) -> Result<Executed, StoreError> {
+        self.inner.execute(ns, key, op, ctx).await
+    }
+    async fn get(&self, ns: &Namespace, key: &Key) -> Result<Option<RecordWithEvents>, StoreError> {
+        self.inner.get(ns, key).await
+    }
+    async fn list(&self, ns: &Namespace, query: &ListQuery) -> Result<Page, StoreError> {
+        self.inner.list(ns, query).await
+    }
+    async fn namespace(&self, ns: &Namespace) -> Result<NamespaceInfo, StoreError> {
+        self.inner.namespace(ns).await
+    }
+    async fn update_namespace(
+        &self,
+        ns: &Namespace,
+        change: NamespaceChange,
+        now: Timestamp,
+    ) -> Result<NamespaceInfo, StoreError> {
+        self.inner.update_namespace(ns, change, now).await
+    }
+    async fn sweep_once(&self, now: Timestamp, batch: usize) -> Result<SweepReport, StoreError> {
+        self.inner.sweep_once(now, batch).await
+    }
+    async fn retention_once(
+        &self,
+        now: Timestamp,
+        batch: usize,
+    ) -> Result<RetentionReport, StoreError> {
+        self.inner.retention_once(now, batch).await
+    }
+    async fn stats(&self, now: Timestamp) -> Result<Stats, StoreError> {
+        self.stats_calls.fetch_add(1, Ordering::SeqCst);
+        self.inner.stats(now).await
+    }
+    async fn due_alerts(
+        &self,
+        now: Timestamp,
+        limit: usize,
+        lease_ms: i64,
+    ) -> Result<Vec<PendingAlert>, StoreError> {
+        self.inner.due_alerts(now, limit, lease_ms).await
+    }
+    async fn finish_alert(
+        &self,
+        id: i64,
+        outcome: AlertOutcome,
+        now: Timestamp,
+    ) -> Result<(), StoreError> {
+        self.inner.finish_alert(id, outcome, now).await
+    }
+    async fn create_token(&self, token: NewApiToken, now: Timestamp) -> Result<(), StoreError> {
+        self.inner.create_token(token, now).await
+    }
+    async fn find_token(&self, secret_hash: &str) -> Result<Option<ApiToken>, StoreError> {
+        self.inner.find_token(secret_hash).await
+    }
+    async fn token_count(&self) -> Result<u64, StoreError> {
+        self.inner.token_count().await
+    }
+    async fn ping(&self) -> Result<(), StoreError> {
+        self.inner.ping().await
+    }
+}
+
+/// A janitor draining a backlog runs batch after batch: none of them may recount every
+/// record (that made a big PostgreSQL ledger spend most of the janitor's time counting).
+/// The gauges are recounted by their own step.
+#[tokio::test]
+async fn janitor_batches_do_not_recount_the_gauges() {
+    let app = spawn_app().await;
+    for i in 0..5 {
+        let key = format!("k{i}");
+        let t = Api::acquired(&app.claim("jg", &key, json!({})).await);
+        app.complete("jg", &key, json!({"token": t})).await;
+    }
+    app.advance(31 * 24 * 3600 * 1000);
+    let counting = Arc::new(CountingStats {
+        inner: app.store.clone(),
+        stats_calls: AtomicUsize::new(0),
+    });
+    let store: Arc<dyn Store> = counting.clone();
+    let mut expired = 0;
+    loop {
+        let rep = idem_server::background::janitor_once(&store, app.now(), 2)
+            .await
+            .expect("janitor");
+        expired += rep.results_expired;
+        if !rep.full_batch {
+            break;
+        }
+    }
+    assert_eq!(expired, 5, "retention expired every record in batches of 2");
+    assert_eq!(counting.stats_calls.load(Ordering::SeqCst), 0);
+    let stats = idem_server::background::gauges_once(&store, app.now())
+        .await
+        .expect("gauges");
+    assert_eq!(counting.stats_calls.load(Ordering::SeqCst), 1);
+    assert_eq!(stats.records.get(idem::State::Completed), 5);
 }

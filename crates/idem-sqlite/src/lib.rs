@@ -2,14 +2,17 @@
 //!
 //! Layout: one OS thread owns the only write connection ([`writer`]); every write
 //! ([`Store::execute`], namespace changes, janitor steps, alert bookkeeping, tokens) is a job
-//! on its channel. The thread runs queued jobs in one `BEGIN IMMEDIATE` transaction, each
-//! under its own savepoint, and commits once (`synchronous=FULL`: one fsync) before answering
-//! any of them — many concurrent requests share one fsync, none is acknowledged before it.
-//! Reads run on a small pool of read connections beside the writer (WAL).
+//! on its channel. The thread runs queued jobs in one `BEGIN IMMEDIATE` transaction and
+//! commits once; a syncer thread fsyncs the WAL (once for every batch committed meanwhile)
+//! and only then answers the batch's jobs, while the writer already runs the next batch —
+//! many concurrent requests share one fsync, none is acknowledged before it.
+//! Reads run on a small pool of read connections beside the writer (WAL), and answer only
+//! once what they saw is durable ([`durable`]).
 //!
 //! Invariants kept here:
-//! - **Durable before acknowledged**: a write's `Ok` is sent only after the `COMMIT` of its
-//!   batch returned; if that commit fails, every job in the batch gets an error.
+//! - **Durable before acknowledged**: a write's `Ok` is sent only after the fsync that covers
+//!   the `COMMIT` of its batch returned; if that commit or fsync fails, every job in the batch
+//!   gets an error (and after a failed fsync, every later call: see [`durable`]).
 //! - **One decision per record at a time**: decisions are made by `idem_core::apply` on data
 //!   read through the write connection inside the write transaction; SQLite's write lock
 //!   (`BEGIN IMMEDIATE`) serialises writers, also across processes and across several
@@ -18,6 +21,7 @@
 //!   `version`, its events, the daily counter, the alerts (only with an `alert_url`).
 //! - The janitor touches only `processing` (sweep) and final states (retention).
 
+mod durable;
 mod error;
 mod read_ops;
 mod readers;
@@ -27,7 +31,7 @@ mod write_ops;
 mod writer;
 
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -41,8 +45,9 @@ use idem_store::{
 use rusqlite::Connection;
 use tokio::sync::oneshot;
 
+use crate::durable::Durability;
 use crate::readers::Readers;
-use crate::writer::{BoxJob, Task};
+use crate::writer::{BoxJob, Settle, Task};
 
 /// Tuning of a [`SqliteStore`]. The defaults suit a server; tests and benchmarks change them.
 #[derive(Debug, Clone)]
@@ -54,6 +59,11 @@ pub struct SqliteOptions {
     /// How long a connection waits for another process's lock before answering
     /// `Unavailable`.
     pub busy_timeout: Duration,
+    /// Commit without waiting for the disk and let a syncer thread fsync the WAL before the
+    /// batch is answered, so the writer runs the next batch during the fsync (see
+    /// [`writer`]). Off: every commit fsyncs itself (`synchronous=FULL`). Either way nothing
+    /// is acknowledged before it is on disk.
+    pub pipelined_sync: bool,
 }
 
 impl Default for SqliteOptions {
@@ -62,6 +72,7 @@ impl Default for SqliteOptions {
             max_batch: 512,
             readers: 4,
             busy_timeout: Duration::from_secs(5),
+            pipelined_sync: true,
         }
     }
 }
@@ -72,6 +83,7 @@ pub struct SqliteStore {
     path: PathBuf,
     writer: WriterHandle,
     readers: Readers,
+    durability: Arc<Durability>,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -88,6 +100,8 @@ impl std::fmt::Debug for SqliteStore {
 struct WriterHandle {
     tx: Option<mpsc::Sender<BoxJob>>,
     thread: Option<JoinHandle<()>>,
+    /// Ends after the writer (which holds its channel).
+    syncer: Option<JoinHandle<()>>,
     /// Dropping it stops the checkpointer thread.
     checkpoint_stop: Option<mpsc::Sender<()>>,
     checkpointer: Option<JoinHandle<()>>,
@@ -98,6 +112,9 @@ impl Drop for WriterHandle {
         // Closing the channel ends the writer loop once the queue is drained.
         self.tx.take();
         if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        if let Some(t) = self.syncer.take() {
             let _ = t.join();
         }
         self.checkpoint_stop.take();
@@ -117,11 +134,32 @@ impl SqliteStore {
     pub fn open_with(path: &Path, options: SqliteOptions) -> Result<SqliteStore, StoreError> {
         // Opened and migrated here so that a bad path or a newer schema fails the open call.
         let conn = schema::open_writer(path, options.busy_timeout)?;
+        let durability = Arc::new(Durability::new());
+        let wal = if options.pipelined_sync {
+            schema::pipeline_wal(&conn, path)?
+        } else {
+            None
+        };
+        let (settle_tx, syncer) = match wal {
+            None => (None, None),
+            Some(file) => {
+                let (tx, rx) = mpsc::channel::<Settle>();
+                let d = durability.clone();
+                let t = std::thread::Builder::new()
+                    .name("idem-sqlite-sync".into())
+                    .spawn(move || writer::run_syncer(rx, move || file.sync_data(), d))
+                    .map_err(|e| {
+                        StoreError::Unavailable(format!("cannot start the syncer thread: {e}"))
+                    })?;
+                (Some(tx), Some(t))
+            }
+        };
         let (tx, rx) = mpsc::channel::<BoxJob>();
         let max_batch = options.max_batch;
+        let d = durability.clone();
         let thread = std::thread::Builder::new()
             .name("idem-sqlite-writer".into())
-            .spawn(move || writer::run(conn, rx, max_batch))
+            .spawn(move || writer::run(conn, rx, max_batch, d, settle_tx))
             .map_err(|e| StoreError::Unavailable(format!("cannot start the writer thread: {e}")))?;
         let (stop_tx, stop_rx) = mpsc::channel::<()>();
         let (cp_path, cp_timeout) = (path.to_owned(), options.busy_timeout);
@@ -135,10 +173,12 @@ impl SqliteStore {
             writer: WriterHandle {
                 tx: Some(tx),
                 thread: Some(thread),
+                syncer,
                 checkpoint_stop: Some(stop_tx),
                 checkpointer: Some(checkpointer),
             },
             readers: Readers::new(path.to_owned(), options.readers, options.busy_timeout),
+            durability,
         })
     }
 
@@ -161,6 +201,19 @@ impl SqliteStore {
 }
 
 impl SqliteStore {
+    /// Runs `f` on a read connection and answers once everything it could have seen is
+    /// durable (see [`durable`]).
+    async fn read<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Connection) -> Result<T, StoreError> + Send + 'static,
+    {
+        self.durability.check()?;
+        let out = self.readers.read(f).await?;
+        self.durability.wait_for_reads().await?;
+        Ok(out)
+    }
+
     /// Persists the events of a snapshot decision (durably, before answering) and answers.
     async fn finish_snapshot_decision(
         &self,
@@ -169,7 +222,11 @@ impl SqliteStore {
         d: read_ops::SnapshotDecision,
     ) -> Result<Executed, StoreError> {
         let events = match d.events.into_iter().next() {
-            None => Vec::new(),
+            // Nothing to append: the answer still waits until what the snapshot saw is durable.
+            None => {
+                self.durability.wait_for_reads().await?;
+                Vec::new()
+            }
             Some(draft) => {
                 let (ns, key, rid) = (ns.clone(), key.clone(), d.rid);
                 let (reply, answer) = oneshot::channel();
@@ -242,23 +299,17 @@ impl Store for SqliteStore {
 
     async fn get(&self, ns: &Namespace, key: &Key) -> Result<Option<RecordWithEvents>, StoreError> {
         let (ns, key) = (ns.clone(), key.clone());
-        self.readers
-            .read(move |c| read_ops::get(c, &ns, &key))
-            .await
+        self.read(move |c| read_ops::get(c, &ns, &key)).await
     }
 
     async fn list(&self, ns: &Namespace, query: &ListQuery) -> Result<Page, StoreError> {
         let (ns, query) = (ns.clone(), query.clone());
-        self.readers
-            .read(move |c| read_ops::list(c, &ns, &query))
-            .await
+        self.read(move |c| read_ops::list(c, &ns, &query)).await
     }
 
     async fn namespace(&self, ns: &Namespace) -> Result<NamespaceInfo, StoreError> {
         let ns = ns.clone();
-        self.readers
-            .read(move |c| read_ops::namespace(c, &ns))
-            .await
+        self.read(move |c| read_ops::namespace(c, &ns)).await
     }
 
     async fn update_namespace(
@@ -287,7 +338,7 @@ impl Store for SqliteStore {
     }
 
     async fn stats(&self, now: Timestamp) -> Result<Stats, StoreError> {
-        self.readers.read(move |c| read_ops::stats(c, now)).await
+        self.read(move |c| read_ops::stats(c, now)).await
     }
 
     async fn due_alerts(
@@ -318,16 +369,14 @@ impl Store for SqliteStore {
 
     async fn find_token(&self, secret_hash: &str) -> Result<Option<ApiToken>, StoreError> {
         let h = secret_hash.to_owned();
-        self.readers
-            .read(move |c| read_ops::find_token(c, &h))
-            .await
+        self.read(move |c| read_ops::find_token(c, &h)).await
     }
 
     async fn token_count(&self) -> Result<u64, StoreError> {
-        self.readers.read(read_ops::token_count).await
+        self.read(read_ops::token_count).await
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
-        self.readers.read(read_ops::ping).await
+        self.read(read_ops::ping).await
     }
 }

@@ -4,12 +4,14 @@
 //! instances may open one file: the write lock is then shared by waiting, never by failing
 //! fast); the write connection also runs `journal_mode=WAL` (readers never block the writer)
 //! and `synchronous=FULL` (a commit returns only after the WAL is fsync'd, so an acknowledged
-//! write survives `kill -9` and power loss). Migrations are applied in order inside one
+//! write survives `kill -9` and power loss) — or, with pipelined sync ([`pipeline_wal`]),
+//! `synchronous=NORMAL` plus an fsync of the WAL by the syncer thread before any write of the
+//! batch is acknowledged. Migrations are applied in order inside one
 //! `BEGIN IMMEDIATE` transaction and the schema version is `PRAGMA user_version`, so two
 //! processes opening a fresh file at once cannot both migrate it. Migrations are append-only:
 //! never edit a released one, add the next.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use idem_store::StoreError;
@@ -182,6 +184,46 @@ pub(crate) fn open_writer(path: &Path, busy_timeout: Duration) -> Result<Connect
     )
     .db()?;
     Ok(conn)
+}
+
+/// Switches the write connection to pipelined sync when the ledger is in WAL mode: its
+/// commits stop fsyncing (`synchronous=NORMAL`) and the returned handle of the WAL file is
+/// what the syncer thread fsyncs before any job of a batch is answered (see
+/// [`crate::writer`]). `None` (and `synchronous=FULL` kept) when the ledger is not in WAL
+/// mode or its WAL file cannot be opened.
+pub(crate) fn pipeline_wal(
+    conn: &Connection,
+    path: &Path,
+) -> Result<Option<std::fs::File>, StoreError> {
+    let mode: String = conn
+        .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+        .db()?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Ok(None);
+    }
+    // SQLite names the WAL after the database file as it opened it.
+    let db_file = conn
+        .path()
+        .filter(|p| !p.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| path.to_owned());
+    let mut wal_name = db_file.into_os_string();
+    wal_name.push("-wal");
+    // Migrations wrote through the WAL, so it exists; open it without creating anything.
+    match std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&wal_name)
+    {
+        Ok(file) => {
+            conn.pragma_update(None, "synchronous", "NORMAL").db()?;
+            Ok(Some(file))
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "sqlite: cannot open the WAL file; every commit fsyncs itself");
+            Ok(None)
+        }
+    }
 }
 
 /// Opens one read connection (WAL lets it read beside the writer; `query_only` makes sure a

@@ -18,13 +18,25 @@
 //!   batch is equivalent to running its jobs one by one.
 //!
 //! With `max_batch = 1` this degrades to one transaction (one fsync) per write.
+//!
+//! **Pipelined sync** (the default on a WAL ledger): the write connection runs with
+//! `synchronous=NORMAL`, so `COMMIT` writes the batch's WAL frames without waiting for the
+//! disk. The batch then goes to the syncer thread, which fsyncs the WAL file — once for every
+//! batch queued meanwhile — and only then answers its jobs, while the writer already runs the
+//! next batch. Every frame of a batch is written before its `COMMIT` returns, and an fsync
+//! covers everything written to the file before it, so a job is still never answered before
+//! its commit is on disk; the writer just no longer idles during the fsync. Reads wait for the
+//! same point ([`crate::durable`]). Without WAL, or with `pipelined_sync` off, the writer
+//! commits with `synchronous=FULL` and answers the batch itself.
 
-use std::sync::mpsc::{Receiver, TryRecvError};
+use std::sync::mpsc::{Receiver, Sender, TryRecvError};
+use std::sync::Arc;
 
 use idem_store::StoreError;
 use rusqlite::Connection;
 use tokio::sync::oneshot;
 
+use crate::durable::Durability;
 use crate::error::map;
 
 /// One unit of work for the writer thread.
@@ -80,8 +92,23 @@ where
 
 pub(crate) type BoxJob = Box<dyn WriteJob>;
 
+/// A committed (or failed) batch on its way to the syncer.
+pub(crate) struct Settle {
+    seq: u64,
+    jobs: Vec<BoxJob>,
+    commit: Result<(), StoreError>,
+}
+
 /// The writer thread's loop; returns when every sender is gone (the store was dropped).
-pub(crate) fn run(conn: Connection, rx: Receiver<BoxJob>, max_batch: usize) {
+/// With `syncer`, committed batches are answered by the syncer thread after its fsync;
+/// without, the commit itself was durable (`synchronous=FULL`) and the batch is answered here.
+pub(crate) fn run(
+    conn: Connection,
+    rx: Receiver<BoxJob>,
+    max_batch: usize,
+    durability: Arc<Durability>,
+    syncer: Option<Sender<Settle>>,
+) {
     let max_batch = max_batch.max(1);
     while let Ok(first) = rx.recv() {
         let mut batch = Vec::with_capacity(max_batch.min(64));
@@ -92,20 +119,107 @@ pub(crate) fn run(conn: Connection, rx: Receiver<BoxJob>, max_batch: usize) {
                 Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
             }
         }
-        run_batch(&conn, batch);
+        let seq = durability.start_batch();
+        // After a failed fsync nothing more is written (see `crate::durable`).
+        let commit = match durability.check() {
+            Ok(()) => commit_batch(&conn, &mut batch),
+            Err(e) => Err(e),
+        };
+        let settle = Settle {
+            seq,
+            jobs: batch,
+            commit,
+        };
+        match &syncer {
+            Some(tx) => {
+                if let Err(mpsc_err) = tx.send(settle) {
+                    // The syncer is gone: nobody can make this batch durable.
+                    durability.poison();
+                    let s = mpsc_err.0;
+                    finish_all(
+                        s.jobs,
+                        Err(durability.check().err().unwrap_or_else(stopped)),
+                    );
+                    durability.settle(s.seq);
+                }
+            }
+            None => {
+                durability.settle(seq);
+                finish_all(settle.jobs, settle.commit);
+            }
+        }
     }
     tracing::debug!("sqlite: writer stopped");
 }
 
-/// Runs one batch in one transaction and answers every job after its commit.
+fn stopped() -> StoreError {
+    StoreError::Unavailable("the sqlite syncer has stopped".into())
+}
+
+/// The syncer thread's loop: fsyncs once for every batch queued since the last fsync, then
+/// answers their jobs; returns when the writer is gone. `sync` makes the WAL file durable.
+pub(crate) fn run_syncer(
+    rx: Receiver<Settle>,
+    mut sync: impl FnMut() -> std::io::Result<()>,
+    durability: Arc<Durability>,
+) {
+    while let Ok(first) = rx.recv() {
+        let mut group = vec![first];
+        while let Ok(s) = rx.try_recv() {
+            group.push(s);
+        }
+        let last = group.iter().map(|s| s.seq).max().unwrap_or(0);
+        let synced = if group.iter().any(|s| s.commit.is_ok()) {
+            sync().map_err(|e| {
+                durability.poison();
+                tracing::error!(error = %e, "sqlite: fsync of the WAL failed; refusing every \
+                    later read and write until restart");
+                durability
+                    .check()
+                    .err()
+                    .unwrap_or_else(|| StoreError::Unavailable(format!("fsync failed: {e}")))
+            })
+        } else {
+            Ok(())
+        };
+        // Reads may go on before the jobs hear back: their data is settled either way.
+        durability.settle(last);
+        for s in group {
+            let result = match (s.commit, &synced) {
+                (Ok(()), Ok(())) => Ok(()),
+                (Ok(()), Err(e)) => Err(e.clone()),
+                (Err(e), _) => Err(e),
+            };
+            finish_all(s.jobs, result);
+        }
+    }
+    tracing::debug!("sqlite: syncer stopped");
+}
+
+fn finish_all(jobs: Vec<BoxJob>, result: Result<(), StoreError>) {
+    for job in jobs {
+        job.finish(result.clone());
+    }
+}
+
+/// Runs one batch in one transaction and answers every job after its commit (which must be
+/// durable by itself: `synchronous=FULL`).
+#[cfg(test)]
 pub(crate) fn run_batch(conn: &Connection, mut batch: Vec<BoxJob>) {
-    let commit = match run_jobs(conn, &mut batch, false) {
+    let commit = commit_batch(conn, &mut batch);
+    finish_all(batch, commit);
+}
+
+/// Runs one batch in one transaction and commits it; the jobs keep their results for
+/// [`WriteJob::finish`].
+fn commit_batch(conn: &Connection, batch: &mut [BoxJob]) -> Result<(), StoreError> {
+    let commit = match run_jobs(conn, batch, false) {
         Pass::Done => exec(conn, "COMMIT"),
         Pass::Broken(e) => Err(e),
         // Start over from the same state, each job under its own savepoint.
         Pass::JobFailed => match exec(conn, "ROLLBACK") {
             Err(e) => Err(e),
-            Ok(()) => match run_jobs(conn, &mut batch, true) {
+            Ok(()) => match run_jobs(conn, batch, true) {
                 Pass::Done | Pass::JobFailed => exec(conn, "COMMIT"),
                 Pass::Broken(e) => Err(e),
             },
@@ -117,9 +231,7 @@ pub(crate) fn run_batch(conn: &Connection, mut batch: Vec<BoxJob>) {
     if let Err(e) = &commit {
         tracing::warn!(error = %e, jobs = batch.len(), "sqlite: write batch not committed");
     }
-    for job in batch {
-        job.finish(commit.clone());
-    }
+    commit
 }
 
 /// How a pass over the batch ended (the transaction is open unless `Broken`… or rolled back
@@ -261,6 +373,88 @@ mod tests {
         assert!(answer(rc).is_err());
         assert!(answer(rd).is_ok());
         assert_eq!(labels(&conn), ["a", "b", "d"]);
+    }
+
+    fn labels_of(path: &std::path::Path) -> Vec<String> {
+        labels(&Connection::open(path).expect("open"))
+    }
+
+    /// Pipelined sync: a committed batch is visible in the file but its job hears back only
+    /// when the fsync returned; a failed fsync fails the batch and refuses every later write.
+    #[test]
+    fn pipelined_jobs_wait_for_the_fsync_and_a_failed_fsync_poisons_the_writer() {
+        use std::sync::mpsc;
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("w.db");
+        let conn = open_writer(&path, Duration::from_secs(1)).expect("open");
+        let durability = Arc::new(Durability::new());
+        let (settle_tx, settle_rx) = mpsc::channel::<Settle>();
+        // Each fsync blocks until the test hands it its outcome.
+        let (verdict_tx, verdict_rx) = mpsc::channel::<std::io::Result<()>>();
+        let fsyncs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let syncer = std::thread::spawn({
+            let (d, fsyncs) = (durability.clone(), fsyncs.clone());
+            move || {
+                run_syncer(
+                    settle_rx,
+                    move || {
+                        fsyncs.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        verdict_rx.recv().unwrap_or(Ok(()))
+                    },
+                    d,
+                )
+            }
+        });
+        let (jobs_tx, jobs_rx) = mpsc::channel::<BoxJob>();
+        let writer = std::thread::spawn({
+            let d = durability.clone();
+            move || run(conn, jobs_rx, 16, d, Some(settle_tx))
+        });
+
+        let (a, mut ra) = job(insert("a"));
+        jobs_tx.send(a).expect("send");
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while labels_of(&path).is_empty() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "batch never committed"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(
+            matches!(ra.try_recv(), Err(oneshot::error::TryRecvError::Empty)),
+            "answered before its fsync"
+        );
+        verdict_tx.send(Ok(())).expect("verdict");
+        assert!(ra.blocking_recv().expect("answered").is_ok());
+
+        let (b, rb) = job(insert("b"));
+        jobs_tx.send(b).expect("send");
+        verdict_tx
+            .send(Err(std::io::Error::other("EIO")))
+            .expect("verdict");
+        assert!(matches!(
+            rb.blocking_recv().expect("answered"),
+            Err(StoreError::Unavailable(_))
+        ));
+        assert!(durability.check().is_err(), "poisoned");
+
+        let (c, rc) = job(insert("c"));
+        jobs_tx.send(c).expect("send");
+        assert!(matches!(
+            rc.blocking_recv().expect("answered"),
+            Err(StoreError::Unavailable(_))
+        ));
+        drop(jobs_tx);
+        writer.join().expect("writer");
+        syncer.join().expect("syncer");
+        assert_eq!(
+            labels_of(&path),
+            ["a", "b"],
+            "c was refused without running"
+        );
+        assert_eq!(fsyncs.load(std::sync::atomic::Ordering::SeqCst), 2);
     }
 
     #[test]

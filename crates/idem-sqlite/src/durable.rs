@@ -1,0 +1,127 @@
+//! The durability watermark of a pipelined store.
+//!
+//! With pipelined sync (see [`crate::writer`]) a batch's `COMMIT` returns before its WAL
+//! frames are fsync'd: the writer goes on with the next batch while the syncer thread makes
+//! the previous ones durable and only then answers their jobs. Between the two moments the
+//! batch is visible to readers but not yet on disk. Reads must not hand out such data either:
+//! a caller could act on a record that a power loss then takes back. So every batch gets a
+//! sequence number when it starts, and a read answers only once every batch that had started
+//! when the read finished is settled (durable, or failed and rolled back).
+//!
+//! Invariants:
+//! - `started` is bumped before a batch opens its transaction, so any commit a snapshot can
+//!   see has a number at most `started` read after the snapshot;
+//! - `settled` only grows and moves past a batch only after its fsync returned (or its commit
+//!   failed, which leaves nothing to make durable);
+//! - after a failed fsync the store is poisoned: the kernel may have dropped the dirty pages,
+//!   so nothing written since can be trusted to be on disk. Every later write and read answers
+//!   `Unavailable` until the process restarts (and SQLite recovers the WAL from what is on
+//!   disk), as PostgreSQL does after a failed fsync.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use idem_store::StoreError;
+use tokio::sync::watch;
+
+#[derive(Debug)]
+pub(crate) struct Durability {
+    started: AtomicU64,
+    settled: watch::Sender<u64>,
+    poisoned: AtomicBool,
+}
+
+impl Durability {
+    pub(crate) fn new() -> Durability {
+        Durability {
+            started: AtomicU64::new(0),
+            settled: watch::Sender::new(0),
+            poisoned: AtomicBool::new(false),
+        }
+    }
+
+    /// Numbers a batch that is about to open its transaction.
+    pub(crate) fn start_batch(&self) -> u64 {
+        self.started.fetch_add(1, Ordering::SeqCst) + 1
+    }
+
+    /// Every batch up to `seq` is durable or failed.
+    pub(crate) fn settle(&self, seq: u64) {
+        self.settled.send_if_modified(|s| {
+            let moved = seq > *s;
+            if moved {
+                *s = seq;
+            }
+            moved
+        });
+    }
+
+    pub(crate) fn poison(&self) {
+        self.poisoned.store(true, Ordering::SeqCst);
+    }
+
+    /// The error every call answers once an fsync failed.
+    pub(crate) fn check(&self) -> Result<(), StoreError> {
+        if self.poisoned.load(Ordering::SeqCst) {
+            return Err(StoreError::Unavailable(
+                "an fsync of the ledger's WAL failed: writes since cannot be trusted to be on \
+                 disk; restart idem (SQLite recovers the ledger from what is on disk)"
+                    .into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Waits until whatever a read that just finished could have seen is durable.
+    pub(crate) async fn wait_for_reads(&self) -> Result<(), StoreError> {
+        let need = self.started.load(Ordering::SeqCst);
+        if *self.settled.borrow() < need {
+            let mut rx = self.settled.subscribe();
+            // The sender lives as long as `self`, so this cannot fail while we hold `self`.
+            let _ = rx.wait_for(|s| *s >= need).await;
+        }
+        self.check()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn a_read_waits_for_every_batch_started_before_it_finished() {
+        let d = Arc::new(Durability::new());
+        d.wait_for_reads().await.expect("nothing started: no wait");
+        let one = d.start_batch();
+        let two = d.start_batch();
+        let waiter = tokio::spawn({
+            let d = d.clone();
+            async move { d.wait_for_reads().await }
+        });
+        d.settle(one);
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        assert!(!waiter.is_finished(), "batch two is not settled yet");
+        d.settle(two);
+        tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .expect("answered once settled")
+            .expect("task")
+            .expect("ok");
+        // Settling never goes back.
+        d.settle(one);
+        assert_eq!(*d.settled.borrow(), two);
+    }
+
+    #[tokio::test]
+    async fn a_failed_fsync_poisons_reads() {
+        let d = Durability::new();
+        let s = d.start_batch();
+        d.poison();
+        d.settle(s);
+        assert!(matches!(
+            d.wait_for_reads().await,
+            Err(StoreError::Unavailable(_))
+        ));
+    }
+}

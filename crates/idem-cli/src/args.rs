@@ -152,8 +152,9 @@ pub struct BenchCmd {
     /// Scale runs: records the janitor expires while claims run (0 skips it).
     #[arg(long, value_name = "N", default_value = "1000000")]
     pub janitor_records: u64,
-    /// Scale runs: janitor batch size.
-    #[arg(long, value_name = "N", default_value = "250")]
+    /// Scale runs: janitor batch size (the server's default is 100 on SQLite, 1000 on
+    /// PostgreSQL).
+    #[arg(long, value_name = "N", default_value = "100")]
     pub janitor_batch: usize,
     /// Directory for temporary SQLite files (default: the system temp dir).
     #[arg(long, value_name = "DIR")]

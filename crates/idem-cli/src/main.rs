@@ -4,6 +4,11 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+/// mimalloc instead of the system allocator: measured in docs/performance.md (server CPU per
+/// claim+complete pair over HTTP −9 %, pairs/s +8 %; peak RSS +13 MiB).
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let cli = idem_cli::args::Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()

@@ -1,0 +1,172 @@
+//! `idem bench`: one command measures the bare store, the library and the HTTP server side
+//! by side, prints the table and writes the JSON report; `--scale` does the ledger-size and
+//! janitor runs. Short runs: these check the tool, not the figures.
+
+use std::collections::BTreeSet;
+
+use serde_json::Value;
+
+use crate::helpers::*;
+
+fn report(path: &std::path::Path) -> Value {
+    let text = std::fs::read_to_string(path).expect("report written");
+    serde_json::from_str(&text).expect("report is JSON")
+}
+
+/// Every row of a side-by-side report: all modes and workloads, real operations, no errors,
+/// ordered latencies, ratios to the bare row, server figures on HTTP rows.
+fn check_side_by_side(out: &Out, json: &Value, backend: &str) {
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(
+        json["machine"]["cpus"].as_u64().is_some_and(|n| n > 0),
+        "{json}"
+    );
+    let rows = json["rows"].as_array().expect("rows");
+    let mut seen = BTreeSet::new();
+    for r in rows {
+        assert_eq!(r["backend"], backend, "{r}");
+        assert_eq!(r["concurrency"], 2, "{r}");
+        assert_eq!(r["errors"], 0, "{r}");
+        let f = |k: &str| r[k].as_f64().unwrap_or_else(|| panic!("{k} in {r}"));
+        assert!(f("ops_per_s") > 0.0, "{r}");
+        assert!(
+            f("p50_ms") <= f("p99_ms") && f("p99_ms") <= f("max_ms"),
+            "{r}"
+        );
+        let (mode, workload) = (
+            r["mode"].as_str().expect("mode").to_owned(),
+            r["workload"].as_str().expect("workload").to_owned(),
+        );
+        match mode.as_str() {
+            "bare" => assert_eq!(f("ratio_to_bare"), 1.0, "{r}"),
+            "http" => {
+                assert!(f("ratio_to_bare") > 0.0, "{r}");
+                assert!(f("server_peak_rss_mib") > 1.0, "{r}");
+            }
+            _ => assert!(f("ratio_to_bare") > 0.0, "{r}"),
+        }
+        // The printed table has the same row.
+        let line = format!("{backend} {mode} {workload} 2 ");
+        assert!(
+            out.stdout.lines().any(|l| l
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ")
+                .starts_with(&line)),
+            "no table line for {line:?} in\n{}",
+            out.stdout
+        );
+        seen.insert((mode, workload));
+    }
+    let want: BTreeSet<(String, String)> = ["bare", "library", "http"]
+        .iter()
+        .flat_map(|m| {
+            ["first_time_pair", "duplicate"]
+                .iter()
+                .map(move |w| ((*m).to_owned(), (*w).to_owned()))
+        })
+        .collect();
+    assert_eq!(seen, want);
+    assert_eq!(rows.len(), 6);
+}
+
+#[test]
+fn bench_prints_the_side_by_side_table_and_writes_the_json_report() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let json = dir.path().join("report.json");
+    let out = run_with(
+        &[
+            "bench",
+            "--backend",
+            "sqlite",
+            "--duration",
+            "300ms",
+            "--concurrency",
+            "2",
+            "--json",
+            json.to_str().expect("utf-8 path"),
+            "--tmp-dir",
+            dir.path().to_str().expect("utf-8 path"),
+        ],
+        "",
+        &[],
+    );
+    check_side_by_side(&out, &report(&json), "sqlite");
+}
+
+#[test]
+fn bench_runs_against_postgres() {
+    let Ok(admin) = std::env::var("IDEM_TEST_PG") else {
+        eprintln!("IDEM_TEST_PG not set: skipping the PostgreSQL bench run");
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tmp");
+    let json = dir.path().join("report.json");
+    let out = run_with(
+        &[
+            "bench",
+            "--backend",
+            "postgres",
+            "--db",
+            &admin,
+            "--duration",
+            "300ms",
+            "--concurrency",
+            "2",
+            "--json",
+            json.to_str().expect("utf-8 path"),
+        ],
+        "",
+        &[],
+    );
+    check_side_by_side(&out, &report(&json), "postgres");
+}
+
+#[test]
+fn bench_scale_measures_ledger_sizes_and_the_janitor() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let json = dir.path().join("scale.json");
+    let out = run_with(
+        &[
+            "bench",
+            "--scale",
+            "--backend",
+            "sqlite",
+            "--sizes",
+            "0,10000",
+            "--janitor-records",
+            "3000",
+            "--duration",
+            "300ms",
+            "--concurrency",
+            "2",
+            "--json",
+            json.to_str().expect("utf-8 path"),
+            "--tmp-dir",
+            dir.path().to_str().expect("utf-8 path"),
+        ],
+        "",
+        &[],
+    );
+    assert_eq!(out.code, 0, "{out:?}");
+    let r = report(&json);
+    let sizes: Vec<u64> = r["size_rows"]
+        .as_array()
+        .expect("size_rows")
+        .iter()
+        .map(|row| {
+            assert!(row["ops_per_s"].as_f64().is_some_and(|v| v > 0.0), "{row}");
+            row["records"].as_u64().expect("records")
+        })
+        .collect();
+    assert_eq!(sizes, [0, 10_000]);
+    let janitor = r["janitor_rows"].as_array().expect("janitor_rows");
+    assert_eq!(janitor.len(), 1, "{r}");
+    assert_eq!(
+        janitor[0]["expired"], 3000,
+        "every aged record expired: {r}"
+    );
+    assert!(janitor[0]["expiries_per_s"]
+        .as_f64()
+        .is_some_and(|v| v > 0.0));
+}

@@ -8,6 +8,26 @@ use serde_json::Value;
 
 use crate::helpers::*;
 
+/// Runs `idem bench ARGS --duration 300ms --concurrency 2 --json DIR/report.json`; the
+/// output and the report.
+fn bench(args: &[&str], dir: &std::path::Path) -> (Out, Value) {
+    let json = dir.join("report.json");
+    let mut all = vec!["bench"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&[
+        "--duration",
+        "300ms",
+        "--concurrency",
+        "2",
+        "--json",
+        json.to_str().expect("utf-8 path"),
+    ]);
+    let out = run_with(&all, "", &[]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let report = report(&json);
+    (out, report)
+}
+
 fn report(path: &std::path::Path) -> Value {
     let text = std::fs::read_to_string(path).expect("report written");
     serde_json::from_str(&text).expect("report is JSON")
@@ -16,7 +36,6 @@ fn report(path: &std::path::Path) -> Value {
 /// Every row of a side-by-side report: all modes and workloads, real operations, no errors,
 /// ordered latencies, ratios to the bare row, server figures on HTTP rows.
 fn check_side_by_side(out: &Out, json: &Value, backend: &str) {
-    assert_eq!(out.code, 0, "{out:?}");
     assert!(
         json["machine"]["cpus"].as_u64().is_some_and(|n| n > 0),
         "{json}"
@@ -73,25 +92,9 @@ fn check_side_by_side(out: &Out, json: &Value, backend: &str) {
 #[test]
 fn bench_prints_the_side_by_side_table_and_writes_the_json_report() {
     let dir = tempfile::tempdir().expect("tmp");
-    let json = dir.path().join("report.json");
-    let out = run_with(
-        &[
-            "bench",
-            "--backend",
-            "sqlite",
-            "--duration",
-            "300ms",
-            "--concurrency",
-            "2",
-            "--json",
-            json.to_str().expect("utf-8 path"),
-            "--tmp-dir",
-            dir.path().to_str().expect("utf-8 path"),
-        ],
-        "",
-        &[],
-    );
-    check_side_by_side(&out, &report(&json), "sqlite");
+    let tmp = dir.path().to_str().expect("utf-8 path");
+    let (out, json) = bench(&["--backend", "sqlite", "--tmp-dir", tmp], dir.path());
+    check_side_by_side(&out, &json, "sqlite");
 }
 
 #[test]
@@ -101,34 +104,16 @@ fn bench_runs_against_postgres() {
         return;
     };
     let dir = tempfile::tempdir().expect("tmp");
-    let json = dir.path().join("report.json");
-    let out = run_with(
-        &[
-            "bench",
-            "--backend",
-            "postgres",
-            "--db",
-            &admin,
-            "--duration",
-            "300ms",
-            "--concurrency",
-            "2",
-            "--json",
-            json.to_str().expect("utf-8 path"),
-        ],
-        "",
-        &[],
-    );
-    check_side_by_side(&out, &report(&json), "postgres");
+    let (out, json) = bench(&["--backend", "postgres", "--db", &admin], dir.path());
+    check_side_by_side(&out, &json, "postgres");
 }
 
 #[test]
 fn bench_scale_measures_ledger_sizes_and_the_janitor() {
     let dir = tempfile::tempdir().expect("tmp");
-    let json = dir.path().join("scale.json");
-    let out = run_with(
+    let tmp = dir.path().to_str().expect("utf-8 path");
+    let (_, r) = bench(
         &[
-            "bench",
             "--scale",
             "--backend",
             "sqlite",
@@ -136,20 +121,11 @@ fn bench_scale_measures_ledger_sizes_and_the_janitor() {
             "0,10000",
             "--janitor-records",
             "3000",
-            "--duration",
-            "300ms",
-            "--concurrency",
-            "2",
-            "--json",
-            json.to_str().expect("utf-8 path"),
             "--tmp-dir",
-            dir.path().to_str().expect("utf-8 path"),
+            tmp,
         ],
-        "",
-        &[],
+        dir.path(),
     );
-    assert_eq!(out.code, 0, "{out:?}");
-    let r = report(&json);
     let sizes: Vec<u64> = r["size_rows"]
         .as_array()
         .expect("size_rows")

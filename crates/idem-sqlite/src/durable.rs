@@ -16,7 +16,9 @@
 //! - after a failed fsync the store is poisoned: the kernel may have dropped the dirty pages,
 //!   so nothing written since can be trusted to be on disk. Every later write and read answers
 //!   `Unavailable` until the process restarts (and SQLite recovers the WAL from what is on
-//!   disk), as PostgreSQL does after a failed fsync.
+//!   disk), as PostgreSQL does after a failed fsync;
+//! - if the writer or the syncer thread dies by a panic, the store is poisoned the same way
+//!   and every batch settled, so no read waits forever ([`SettleOnPanic`]).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -83,6 +85,20 @@ impl Durability {
     }
 }
 
+/// Held by the writer and the syncer thread: if either dies by a panic, batches it held
+/// would never settle and reads would wait forever, so the store is poisoned and every batch
+/// settled (every later call then answers `Unavailable`).
+pub(crate) struct SettleOnPanic(pub(crate) std::sync::Arc<Durability>);
+
+impl Drop for SettleOnPanic {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.poison();
+            self.0.settle(u64::MAX);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -111,6 +127,28 @@ mod tests {
         // Settling never goes back.
         d.settle(one);
         assert_eq!(*d.settled.borrow(), two);
+    }
+
+    #[tokio::test]
+    async fn a_thread_dying_by_panic_releases_waiting_reads_with_an_error() {
+        let d = Arc::new(Durability::new());
+        d.start_batch();
+        let waiter = tokio::spawn({
+            let d = d.clone();
+            async move { d.wait_for_reads().await }
+        });
+        let held = d.clone();
+        let died = std::thread::spawn(move || {
+            let _guard = SettleOnPanic(held);
+            panic!("a bug in a write job");
+        })
+        .join();
+        assert!(died.is_err());
+        let answer = tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .expect("released")
+            .expect("task");
+        assert!(matches!(answer, Err(StoreError::Unavailable(_))));
     }
 
     #[tokio::test]

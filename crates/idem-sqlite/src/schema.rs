@@ -279,9 +279,16 @@ pub(crate) fn run_checkpointer(
     busy_timeout: Duration,
     stop: std::sync::mpsc::Receiver<()>,
 ) {
+    // synchronous=FULL, stated rather than left to the build's default: a checkpoint must
+    // sync the WAL before it copies frames into the database file, because with pipelined
+    // sync the writer's own commits do not (see `crate::writer`).
     let conn = match open_reader(path, busy_timeout)
         .and_then(|c| c.pragma_update(None, "query_only", "OFF").db().map(|()| c))
-    {
+        .and_then(|c| {
+            c.pragma_update(None, "synchronous", "FULL")
+                .db()
+                .map(|()| c)
+        }) {
         Ok(c) => c,
         Err(e) => {
             tracing::warn!(error = %e, "sqlite: checkpointer cannot open; WAL will grow");

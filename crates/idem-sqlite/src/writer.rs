@@ -36,7 +36,7 @@ use idem_store::StoreError;
 use rusqlite::Connection;
 use tokio::sync::oneshot;
 
-use crate::durable::Durability;
+use crate::durable::{Durability, SettleOnPanic};
 use crate::error::map;
 
 /// One unit of work for the writer thread.
@@ -109,6 +109,7 @@ pub(crate) fn run(
     durability: Arc<Durability>,
     syncer: Option<Sender<Settle>>,
 ) {
+    let _guard = SettleOnPanic(durability.clone());
     let max_batch = max_batch.max(1);
     while let Ok(first) = rx.recv() {
         let mut batch = Vec::with_capacity(max_batch.min(64));
@@ -163,6 +164,7 @@ pub(crate) fn run_syncer(
     mut sync: impl FnMut() -> std::io::Result<()>,
     durability: Arc<Durability>,
 ) {
+    let _guard = SettleOnPanic(durability.clone());
     while let Ok(first) = rx.recv() {
         let mut group = vec![first];
         while let Ok(s) = rx.try_recv() {

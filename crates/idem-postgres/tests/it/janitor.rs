@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use idem_core::{ClaimRequest, Clock, CompleteRequest, TestClock};
+use idem_core::{ClaimRequest, Clock, CompleteRequest, TestClock, Timestamp};
 use idem_postgres::PgStore;
 use idem_store::{NamespaceChange, Store};
 use serde_json::json;
@@ -112,24 +112,7 @@ async fn three_instances_share_retention_without_double_work() {
         .await
         .expect("patch");
     let l = ledger(stores[0].clone(), &clock);
-    for i in 0..RECORDS {
-        let k = key(&format!("k{i}"));
-        let c = l
-            .claim(&n, &k, ClaimRequest::default())
-            .await
-            .expect("claim");
-        l.complete(
-            &n,
-            &k,
-            CompleteRequest {
-                token: c.token.expect("token").secret(),
-                result: Some(json!({"i": i})),
-                external_ref: None,
-            },
-        )
-        .await
-        .expect("complete");
-    }
+    completed(&l, &n, "k", RECORDS).await;
     // Records in a namespace without a row (default 30 days) are not due yet.
     l.claim(&ns("default-ns"), &key("k"), ClaimRequest::default())
         .await
@@ -137,13 +120,7 @@ async fn three_instances_share_retention_without_double_work() {
 
     clock.advance_ms(2_000);
     let now = clock.now();
-    let expired = run_until_idle(&stores, move |s| async move {
-        s.retention_once(now, 7)
-            .await
-            .expect("retention")
-            .results_expired
-    })
-    .await;
+    let expired = expire_all(&stores, now, 7).await;
     assert_eq!(
         expired.iter().sum::<usize>(),
         RECORDS,
@@ -164,13 +141,7 @@ async fn three_instances_share_retention_without_double_work() {
 
     clock.advance_ms(10_000);
     let now = clock.now();
-    let deleted = run_until_idle(&stores, move |s| async move {
-        s.retention_once(now, 7)
-            .await
-            .expect("retention")
-            .tombstones_deleted
-    })
-    .await;
+    let deleted = delete_all(&stores, now, 7).await;
     assert_eq!(
         deleted.iter().sum::<usize>(),
         RECORDS,
@@ -182,6 +153,25 @@ async fn three_instances_share_retention_without_double_work() {
         1,
         "only the processing record of the default namespace is left"
     );
+}
+
+/// Retention steps of `batch` on every instance at once until none expires anything; the
+/// results expired by each instance.
+async fn expire_all(stores: &[Arc<PgStore>], now: Timestamp, batch: usize) -> Vec<usize> {
+    run_until_idle(stores, move |s| async move {
+        let r = s.retention_once(now, batch).await.expect("retention");
+        r.results_expired
+    })
+    .await
+}
+
+/// As [`expire_all`], counting the tombstones each instance deleted.
+async fn delete_all(stores: &[Arc<PgStore>], now: Timestamp, batch: usize) -> Vec<usize> {
+    run_until_idle(stores, move |s| async move {
+        let r = s.retention_once(now, batch).await.expect("retention");
+        r.tombstones_deleted
+    })
+    .await
 }
 
 /// Claims and completes `n` keys `{prefix}{i}` of `ns`.
@@ -319,13 +309,7 @@ async fn two_instances_drain_one_backlog_with_one_event_per_record() {
     // The long namespace's turn: its records only.
     clock.advance_ms(4_000);
     let now = clock.now();
-    let expired = run_until_idle(&stores, move |s| async move {
-        s.retention_once(now, 3)
-            .await
-            .expect("retention")
-            .results_expired
-    })
-    .await;
+    let expired = expire_all(&stores, now, 3).await;
     assert_eq!(expired.iter().sum::<usize>(), LONG, "{expired:?}");
     let events = expiry_events(&db.url, "long").await;
     assert_eq!(events.len(), LONG);
@@ -334,13 +318,7 @@ async fn two_instances_drain_one_backlog_with_one_event_per_record() {
     // Past the audit retention: every final record goes, with its events, exactly once.
     clock.advance_ms(10_000);
     let now = clock.now();
-    let deleted = run_until_idle(&stores, move |s| async move {
-        s.retention_once(now, 9)
-            .await
-            .expect("retention")
-            .tombstones_deleted
-    })
-    .await;
+    let deleted = delete_all(&stores, now, 9).await;
     assert_eq!(
         deleted.iter().sum::<usize>(),
         SHORT + 1 + LONG,

@@ -25,6 +25,15 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use idem_store::StoreError;
 use tokio::sync::watch;
 
+fn poisoned_error() -> StoreError {
+    StoreError::Unavailable(
+        "the ledger's WAL could not be made durable (a failed fsync, or the writer or syncer \
+         thread died): writes since cannot be trusted to be on disk; restart idem (SQLite \
+         recovers the ledger from what is on disk)"
+            .into(),
+    )
+}
+
 #[derive(Debug)]
 pub(crate) struct Durability {
     started: AtomicU64,
@@ -57,18 +66,16 @@ impl Durability {
         });
     }
 
-    pub(crate) fn poison(&self) {
+    /// Refuses every later call; returns the error they answer.
+    pub(crate) fn poison(&self) -> StoreError {
         self.poisoned.store(true, Ordering::SeqCst);
+        poisoned_error()
     }
 
-    /// The error every call answers once an fsync failed.
+    /// `Err` once the store is poisoned.
     pub(crate) fn check(&self) -> Result<(), StoreError> {
         if self.poisoned.load(Ordering::SeqCst) {
-            return Err(StoreError::Unavailable(
-                "an fsync of the ledger's WAL failed: writes since cannot be trusted to be on \
-                 disk; restart idem (SQLite recovers the ledger from what is on disk)"
-                    .into(),
-            ));
+            return Err(poisoned_error());
         }
         Ok(())
     }
@@ -93,7 +100,7 @@ pub(crate) struct SettleOnPanic(pub(crate) std::sync::Arc<Durability>);
 impl Drop for SettleOnPanic {
     fn drop(&mut self) {
         if std::thread::panicking() {
-            self.0.poison();
+            let _ = self.0.poison();
             self.0.settle(u64::MAX);
         }
     }
@@ -155,7 +162,7 @@ mod tests {
     async fn a_failed_fsync_poisons_reads() {
         let d = Durability::new();
         let s = d.start_batch();
-        d.poison();
+        let _ = d.poison();
         d.settle(s);
         assert!(matches!(
             d.wait_for_reads().await,

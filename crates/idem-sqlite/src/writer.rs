@@ -135,12 +135,8 @@ pub(crate) fn run(
             Some(tx) => {
                 if let Err(mpsc_err) = tx.send(settle) {
                     // The syncer is gone: nobody can make this batch durable.
-                    durability.poison();
                     let s = mpsc_err.0;
-                    finish_all(
-                        s.jobs,
-                        Err(durability.check().err().unwrap_or_else(stopped)),
-                    );
+                    finish_all(s.jobs, Err(durability.poison()));
                     durability.settle(s.seq);
                 }
             }
@@ -151,10 +147,6 @@ pub(crate) fn run(
         }
     }
     tracing::debug!("sqlite: writer stopped");
-}
-
-fn stopped() -> StoreError {
-    StoreError::Unavailable("the sqlite syncer has stopped".into())
 }
 
 /// The syncer thread's loop: fsyncs once for every batch queued since the last fsync, then
@@ -173,13 +165,9 @@ pub(crate) fn run_syncer(
         let last = group.iter().map(|s| s.seq).max().unwrap_or(0);
         let synced = if group.iter().any(|s| s.commit.is_ok()) {
             sync().map_err(|e| {
-                durability.poison();
                 tracing::error!(error = %e, "sqlite: fsync of the WAL failed; refusing every \
                     later read and write until restart");
-                durability
-                    .check()
-                    .err()
-                    .unwrap_or_else(|| StoreError::Unavailable(format!("fsync failed: {e}")))
+                durability.poison()
             })
         } else {
             Ok(())

@@ -14,12 +14,12 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use axum::extract::{FromRequestParts, RawPathParams, Request};
+use axum::extract::Request;
 use idem::{ApiToken, Namespace, Role, Store, StoreError};
 use subtle::ConstantTimeEq;
 
 use crate::error::ApiError;
-use crate::input::parse_namespace;
+use crate::input::{parse_namespace, path_params};
 use crate::state::AppState;
 
 /// Entries kept before the lookup cache is cleared (bounds memory under random tokens).
@@ -189,12 +189,13 @@ pub async fn check(role: Role, state: &AppState, req: Request) -> Result<Request
         }
     };
     let (mut parts, body) = req.into_parts();
-    let ns = match RawPathParams::from_request_parts(&mut parts, &()).await {
-        Ok(params) => match params.iter().find(|(k, _)| *k == "ns") {
-            Some((_, raw)) => Some(parse_namespace(raw)?),
-            None => None,
-        },
-        Err(_) => None,
+    let ns = match path_params(&mut parts)
+        .await?
+        .iter()
+        .find(|(k, _)| k == "ns")
+    {
+        Some((_, decoded)) => Some(parse_namespace(decoded)?),
+        None => None,
     };
     caller.authorize(role, ns.as_ref())?;
     parts.extensions.insert(caller);

@@ -9,6 +9,7 @@
 //! skip it. A body declared as something other than JSON is still parsed as JSON.
 
 use axum::body::Bytes;
+use axum::extract::rejection::RawPathParamsRejection;
 use axum::extract::{FromRequest, FromRequestParts, RawPathParams, Request};
 use axum::http::request::Parts;
 use idem::{Key, Namespace, ValidationError};
@@ -83,42 +84,47 @@ impl FromRequestParts<AppState> for NsPath {
     }
 }
 
+/// The value of the `{name}` path parameter, already percent-decoded by the router.
+///
+/// axum's router decodes every captured segment exactly once (`%25` → `%`, `%2F` → `/`), so
+/// the value is the key itself: decoding it again would turn the key `a%41` into `aA` and
+/// refuse `100%` — the bug that made keys with `%` unusable.
 async fn raw_param(parts: &mut Parts, name: &str) -> Result<String, ApiError> {
-    let params = RawPathParams::from_request_parts(parts, &())
-        .await
-        .map_err(|e| ApiError::Internal(format!("path parameters: {e}")))?;
+    let params = path_params(parts).await?;
     params
-        .iter()
-        .find(|(k, _)| *k == name)
-        .map(|(_, v)| v.to_owned())
+        .into_iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v)
         .ok_or_else(|| ApiError::Internal(format!("route has no {{{name}}} segment")))
 }
 
-/// Decodes `%XX` escapes (a `+` stays a `+`: this is a path, not a form).
-pub fn percent_decode(raw: &str) -> Result<Vec<u8>, String> {
-    let b = raw.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' {
-            let hex = b
-                .get(i + 1..i + 3)
-                .and_then(|h| std::str::from_utf8(h).ok())
-                .and_then(|h| u8::from_str_radix(h, 16).ok())
-                .ok_or_else(|| format!("bad percent-escape at position {i}"))?;
-            out.push(hex);
-            i += 3;
-        } else {
-            out.push(b[i]);
-            i += 1;
+/// Every path parameter of the matched route, percent-decoded once. A segment that does
+/// not decode to UTF-8 (`%FF`) is a 400 naming the identifier it was meant to be.
+pub async fn path_params(parts: &mut Parts) -> Result<Vec<(String, String)>, ApiError> {
+    match RawPathParams::from_request_parts(parts, &()).await {
+        Ok(params) => Ok(params
+            .iter()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect()),
+        Err(RawPathParamsRejection::InvalidUtf8InPathParam(e)) => {
+            // The rejection names the parameter only in its text (`Invalid UTF-8 in `ns``).
+            if e.body_text().contains("`ns`") {
+                Err(ApiError::InvalidNamespace(
+                    "namespace: percent-escapes do not decode to UTF-8".into(),
+                ))
+            } else {
+                Err(ApiError::InvalidKey(
+                    "key: percent-escapes do not decode to visible ASCII".into(),
+                ))
+            }
         }
+        Err(e) => Err(ApiError::Internal(format!("path parameters: {e}"))),
     }
-    Ok(out)
 }
 
-/// A key from its percent-encoded path segment: 1–255 bytes of visible ASCII.
-pub fn parse_key(raw: &str) -> Result<Key, ApiError> {
-    let bytes = percent_decode(raw).map_err(|m| ApiError::InvalidKey(format!("key: {m}")))?;
+/// A key from its (already percent-decoded) path segment: 1–255 bytes of visible ASCII.
+pub fn parse_key(decoded: &str) -> Result<Key, ApiError> {
+    let bytes = decoded.as_bytes();
     if bytes.is_empty() || bytes.len() > 255 {
         return Err(ApiError::InvalidKey(
             ValidationError::KeyLength(bytes.len()).to_string(),
@@ -133,18 +139,12 @@ pub fn parse_key(raw: &str) -> Result<Key, ApiError> {
             ValidationError::KeyByte { byte, pos }.to_string(),
         ));
     }
-    let s =
-        String::from_utf8(bytes).map_err(|_| ApiError::InvalidKey("key is not ASCII".into()))?;
-    Key::try_from(s).map_err(|e| ApiError::InvalidKey(e.to_string()))
+    Key::try_from(decoded.to_owned()).map_err(|e| ApiError::InvalidKey(e.to_string()))
 }
 
-/// A namespace from its percent-encoded path segment.
-pub fn parse_namespace(raw: &str) -> Result<Namespace, ApiError> {
-    let bytes =
-        percent_decode(raw).map_err(|m| ApiError::InvalidNamespace(format!("namespace: {m}")))?;
-    let s = String::from_utf8(bytes)
-        .map_err(|_| ApiError::InvalidNamespace("namespace is not valid UTF-8".into()))?;
-    Namespace::try_from(s).map_err(|e| ApiError::InvalidNamespace(e.to_string()))
+/// A namespace from its (already percent-decoded) path segment.
+pub fn parse_namespace(decoded: &str) -> Result<Namespace, ApiError> {
+    Namespace::try_from(decoded.to_owned()).map_err(|e| ApiError::InvalidNamespace(e.to_string()))
 }
 
 /// Strict access to the members of a JSON object body.
@@ -281,20 +281,18 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn keys_are_percent_decoded_then_validated() {
-        assert_eq!(
-            parse_key("evt_1%3Acharge").map(|k| k.to_string()).ok(),
-            Some("evt_1:charge".into())
-        );
-        assert_eq!(
-            parse_key("a%2Fb").map(|k| k.to_string()).ok(),
-            Some("a/b".into())
-        );
-        assert_eq!(
-            parse_key("a+b").map(|k| k.to_string()).ok(),
-            Some("a+b".into())
-        );
-        for bad in ["a%20b", "%C3%A9", "a%2", "%zz", ""] {
+    fn keys_are_validated_as_decoded_by_the_router() {
+        // Every visible ASCII character is a key character, `%` included: the router has
+        // already decoded the segment, so nothing here decodes again.
+        let all: String = (0x21u8..=0x7e).map(char::from).collect();
+        assert_eq!(parse_key(&all).map(|k| k.to_string()).ok(), Some(all));
+        for ok in ["a%b/c?d#e", "100%", "%25", "a%2", "%zz", "a+b", "..", "~"] {
+            assert_eq!(
+                parse_key(ok).map(|k| k.to_string()).ok().as_deref(),
+                Some(ok)
+            );
+        }
+        for bad in ["a b", "\u{e9}", "", "tab\there", "\u{7f}"] {
             assert!(
                 matches!(parse_key(bad), Err(ApiError::InvalidKey(_))),
                 "{bad}"
@@ -302,6 +300,7 @@ mod tests {
         }
         let long = "k".repeat(256);
         assert!(matches!(parse_key(&long), Err(ApiError::InvalidKey(m)) if m.contains("256")));
+        assert!(parse_key(&"k".repeat(255)).is_ok());
     }
 
     #[test]

@@ -282,3 +282,94 @@ async fn default_body_limit_is_one_mebibyte() {
         201
     );
 }
+
+/// `encodeURIComponent` as a browser or n8n expression applies it: everything but
+/// `A–Z a–z 0–9 - _ . ! ~ * ' ( )` is percent-encoded.
+fn encode_uri_component(s: &str) -> String {
+    let mut out = String::new();
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.!~*'()".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn every_visible_ascii_key_round_trips_through_claim_complete_get_and_list() {
+    for backend in backends() {
+        let app = spawn_on(backend).await;
+        let mut keys: Vec<String> = (0x21u8..=0x7e)
+            .map(|b| format!("k{}k", b as char))
+            .collect();
+        keys.push("a%b/c?d#e".into());
+        keys.push("%".into());
+        keys.push("100%".into());
+        keys.push("%25".into());
+        keys.push("%zz".into());
+        keys.push((0x21u8..=0x7e).map(char::from).collect());
+        for key in &keys {
+            let path = format!("/v1/namespaces/ns/keys/{}", encode_uri_component(key));
+            let r = app.post(&format!("{path}/claim"), json!({})).await;
+            assert_eq!(r.status, 201, "{backend:?} claim {key:?}: {}", r.text);
+            assert_eq!(r.body["record"]["key"], key.as_str(), "{backend:?}");
+            let token = r.body["token"].as_str().expect("token").to_owned();
+            let r = app
+                .post(
+                    &format!("{path}/complete"),
+                    json!({"token": token, "result": {"k": key}}),
+                )
+                .await;
+            assert_eq!(r.status, 200, "{backend:?} complete {key:?}: {}", r.text);
+            let r = app.get(&path).await;
+            assert_eq!(r.status, 200, "{backend:?} get {key:?}: {}", r.text);
+            assert_eq!(r.body["record"]["key"], key.as_str());
+            assert_eq!(r.body["record"]["state"], "completed");
+            assert_eq!(r.body["record"]["result"]["k"], key.as_str());
+            // The same key spelled with every byte escaped is the same record.
+            let r = app.get(&Api::key_path("ns", key)).await;
+            assert_eq!(r.status, 200, "{backend:?} get (all escaped) {key:?}");
+            // A duplicate claim replays.
+            let r = app.post(&format!("{path}/claim"), json!({})).await;
+            assert_eq!(r.body["outcome"], "completed", "{backend:?} {key:?}");
+        }
+        // The list pages through every one of them, keys intact.
+        let mut seen = std::collections::BTreeSet::new();
+        let mut cursor: Option<String> = None;
+        for _ in 0..100 {
+            let q = match &cursor {
+                Some(c) => format!("limit=7&cursor={}", encode_uri_component(c)),
+                None => "limit=7".into(),
+            };
+            let r = app.list("ns", &q).await;
+            assert_eq!(r.status, 200, "{backend:?} list: {}", r.text);
+            for item in r.body["items"].as_array().expect("items") {
+                let k = item["key"].as_str().expect("key").to_owned();
+                assert!(seen.insert(k.clone()), "{backend:?}: {k:?} listed twice");
+            }
+            match r.body["next_cursor"].as_str() {
+                Some(c) => cursor = Some(c.to_owned()),
+                None => break,
+            }
+        }
+        let want: std::collections::BTreeSet<String> = keys.iter().cloned().collect();
+        assert_eq!(seen, want, "{backend:?}");
+    }
+}
+
+#[tokio::test]
+async fn path_segments_that_are_not_utf8_are_400_naming_the_identifier() {
+    let app = spawn_app().await;
+    app.post("/v1/namespaces/ns/keys/a%FFb/claim", json!({}))
+        .await
+        .problem(400, "invalid_key");
+    app.post("/v1/namespaces/n%FFs/keys/k/claim", json!({}))
+        .await
+        .problem(400, "invalid_namespace");
+    app.get("/v1/namespaces/n%FFs")
+        .await
+        .problem(400, "invalid_namespace");
+    app.record("ns", "a%FFb").await.problem(404, "not_found");
+}

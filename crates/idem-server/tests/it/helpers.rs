@@ -1,4 +1,6 @@
 //! `spawn_app()`: a real server on 127.0.0.1:0 over a fresh SQLite file, with typed helpers.
+//! `spawn_on(Backend::Postgres, …)`: the same over a fresh PostgreSQL database (created from
+//! `IDEM_TEST_PG`, dropped when the app is dropped); `backends()` lists what this run has.
 
 use std::future::Future;
 
@@ -17,6 +19,71 @@ pub struct Options {
     pub body_limit: usize,
     /// Policy patches applied at start, as from the config file.
     pub namespaces: Vec<(&'static str, Value)>,
+    /// The store under the server.
+    pub backend: Backend,
+}
+
+/// Which store a test server runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// SQLite always; PostgreSQL too when `IDEM_TEST_PG` is set (CI sets it).
+pub fn backends() -> Vec<Backend> {
+    let mut v = vec![Backend::Sqlite];
+    if std::env::var("IDEM_TEST_PG").is_ok() {
+        v.push(Backend::Postgres);
+    } else {
+        eprintln!("PostgreSQL part skipped: IDEM_TEST_PG is not set");
+    }
+    v
+}
+
+/// A PostgreSQL database made for one test, dropped with it.
+pub struct PgDb {
+    base: String,
+    name: String,
+}
+
+impl PgDb {
+    async fn create() -> (PgDb, String) {
+        let base = std::env::var("IDEM_TEST_PG").expect("IDEM_TEST_PG");
+        let name = format!("idem_srv_{:016x}", rand::random::<u64>());
+        pg_admin(&base, &format!("CREATE DATABASE {name}")).await;
+        let url = match base.rsplit_once('/') {
+            Some((server, _)) => format!("{server}/{name}"),
+            None => panic!("IDEM_TEST_PG must end with /DATABASE"),
+        };
+        (PgDb { base, name }, url)
+    }
+}
+
+async fn pg_admin(base: &str, sql: &str) {
+    let (client, conn) = tokio_postgres::connect(base, tokio_postgres::NoTls)
+        .await
+        .expect("connect to IDEM_TEST_PG");
+    let task = tokio::spawn(conn);
+    client.batch_execute(sql).await.expect("admin statement");
+    drop(client);
+    let _ = task.await;
+}
+
+impl Drop for PgDb {
+    fn drop(&mut self) {
+        let base = self.base.clone();
+        let sql = format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name);
+        let _ = std::thread::spawn(move || {
+            if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                rt.block_on(pg_admin(&base, &sql));
+            }
+        })
+        .join();
+    }
 }
 
 impl Default for Options {
@@ -26,6 +93,7 @@ impl Default for Options {
             alert_interval: Duration::from_secs(3600),
             body_limit: 1 << 20,
             namespaces: vec![],
+            backend: Backend::Sqlite,
         }
     }
 }
@@ -38,6 +106,7 @@ pub struct TestApp {
     stop: Option<oneshot::Sender<()>>,
     server: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
     _dir: tempfile::TempDir,
+    _pg: Option<PgDb>,
 }
 
 impl std::ops::Deref for TestApp {
@@ -51,9 +120,27 @@ pub async fn spawn_app() -> TestApp {
     spawn_with(Options::default()).await
 }
 
+/// A server on `backend` with default options.
+pub async fn spawn_on(backend: Backend) -> TestApp {
+    spawn_with(Options {
+        backend,
+        ..Default::default()
+    })
+    .await
+}
+
 pub async fn spawn_with(opts: Options) -> TestApp {
     let dir = tempfile::tempdir().expect("tempdir");
-    let url = format!("sqlite://{}", dir.path().join("idem.db").display());
+    let (pg, url) = match opts.backend {
+        Backend::Sqlite => (
+            None,
+            format!("sqlite://{}", dir.path().join("idem.db").display()),
+        ),
+        Backend::Postgres => {
+            let (db, url) = PgDb::create().await;
+            (Some(db), url)
+        }
+    };
     let store = idem::open_store(&url).await.expect("open store");
     let clock = TestClock::new(Timestamp(chrono::Utc::now().timestamp_millis()));
     let mut tokens = vec![];
@@ -111,6 +198,7 @@ pub async fn spawn_with(opts: Options) -> TestApp {
         stop: Some(tx),
         server: Some(server),
         _dir: dir,
+        _pg: pg,
     }
 }
 

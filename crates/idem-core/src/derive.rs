@@ -34,6 +34,17 @@ fn plain(v: &Value) -> Option<String> {
     ok.then_some(s)
 }
 
+/// The byte offset of the first `~` not followed by `0` or `1` (RFC 6901 allows only the
+/// escapes `~0` and `~1`; serde_json would read `~2` literally, silently looking up another
+/// member than the one the caller meant).
+fn bad_escape(pointer: &str) -> Option<usize> {
+    let b = pointer.as_bytes();
+    b.iter()
+        .enumerate()
+        .find(|&(i, &c)| c == b'~' && !matches!(b.get(i + 1), Some(b'0' | b'1')))
+        .map(|(i, _)| i)
+}
+
 /// Derives the key for `event` from the JSON pointers in `fields` (in that order).
 pub fn derive_key(
     event: &Value,
@@ -56,6 +67,19 @@ pub fn derive_key(
                 message: format!("{p:?} is not a JSON pointer (RFC 6901): it must start with '/'"),
             });
         }
+        if let Some(pos) = bad_escape(p) {
+            return Err(DeriveError::InvalidField {
+                field: format!("fields[{i}]"),
+                message: format!(
+                    "{p:?} is not a JSON pointer (RFC 6901): '~' at byte {pos} must be followed \
+                     by '0' (for '~') or '1' (for '/')"
+                ),
+            });
+        }
+    }
+    // Every pointer is well-formed before any is looked up: a syntax error is reported as
+    // such, never masked by a missing value earlier in the list.
+    for p in fields {
         match event.pointer(p) {
             None | Some(Value::Null) => {
                 return Err(DeriveError::MissingField { pointer: p.clone() })
@@ -223,6 +247,27 @@ mod tests {
             derive_key(&ev, &[], None, None, false),
             Err(DeriveError::InvalidField { .. })
         ));
+        // RFC 6901 escapes: only `~0` and `~1`; the error names the field and the pointer.
+        for bad in ["/data/~2bad", "/x~", "/~a", "/ok/~01/~"] {
+            match derive_key(
+                &json!({"data": {"~2bad": 1}}),
+                &f(&["/x", bad]),
+                None,
+                None,
+                false,
+            ) {
+                Err(DeriveError::InvalidField { field, message }) => {
+                    assert_eq!(field, "fields[1]", "{bad}");
+                    assert!(message.contains(bad), "{message}");
+                }
+                other => panic!("{bad}: {other:?}"),
+            }
+        }
+        let escaped = json!({"a/b": "s", "m~n": "t"});
+        assert_eq!(
+            derive_key(&escaped, &f(&["/a~1b", "/m~0n"]), None, None, false).map(|k| k.to_string()),
+            Ok("s:t".into())
+        );
         assert!(matches!(
             derive_key(&ev, &f(&["/x"]), Some("a b"), None, false),
             Err(DeriveError::InvalidField { .. })

@@ -175,6 +175,19 @@ async fn derive_builds_stable_keys() {
         .derive(json!({"event": {"id": 1}, "fields": ["id"]}))
         .await;
     assert_eq!(r.problem(422, "invalid_field")["field"], "fields[0]");
+    // `~2` is no RFC 6901 escape: an invalid pointer, even when a member of that spelling
+    // exists (serde_json alone would have looked it up literally).
+    let r = app
+        .derive(json!({"event": {"data": {"~2bad": "x"}}, "fields": ["/data/~2bad"]}))
+        .await;
+    let p = r.problem(422, "invalid_field");
+    assert_eq!(p["field"], "fields[0]");
+    assert!(
+        p["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("/data/~2bad")),
+        "{p}"
+    );
     let r = app.derive(json!({"event": {"id": 1}, "fields": []})).await;
     assert_eq!(r.problem(422, "invalid_field")["field"], "fields");
     let r = app.derive(json!({"event": {"id": 1}})).await;

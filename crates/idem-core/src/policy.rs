@@ -101,8 +101,19 @@ fn invalid(field: &str, message: impl Into<String>) -> PolicyError {
     }
 }
 
+/// A JSON number with no fractional part as an `i64` (`5` and `5.0` are the same JSON
+/// number; JSON Schema's `integer` admits both); `None` for anything else or out of range.
+pub fn json_integer(v: &Value) -> Option<i64> {
+    v.as_i64().or_else(|| {
+        // i64::MAX as f64 rounds up to 2^63, so the upper bound is exclusive.
+        v.as_f64()
+            .filter(|f| f.fract() == 0.0 && *f >= i64::MIN as f64 && *f < i64::MAX as f64)
+            .map(|f| f as i64)
+    })
+}
+
 fn int_in(v: &Value, field: &str, min: i64, max: i64) -> Result<i64, PolicyError> {
-    match v.as_i64() {
+    match json_integer(v) {
         Some(n) if (min..=max).contains(&n) => Ok(n),
         Some(_) => Err(invalid(
             field,
@@ -302,6 +313,20 @@ mod tests {
             d.patch(&json!([1])),
             Err(PolicyError::InvalidField { .. })
         ));
+    }
+
+    #[test]
+    fn integral_floats_are_integers() {
+        let p = Policy::default()
+            .patch(&json!({"lease_ms": 238.0, "retry": {"max_attempts": 3.0}}))
+            .expect("ok");
+        assert_eq!((p.lease_ms, p.retry.max_attempts), (238, 3));
+        assert!(Policy::default()
+            .patch(&json!({"lease_ms": 238.5}))
+            .is_err());
+        assert_eq!(json_integer(&json!(1e20)), None);
+        assert_eq!(json_integer(&json!(-4.0)), Some(-4));
+        assert_eq!(json_integer(&json!("4")), None);
     }
 
     #[test]

@@ -62,24 +62,41 @@ pub struct EventDoc {
     actor: Option<String>,
 }
 
-/// `POST …/claim` (every member optional; an empty body is `{}`).
+/// `POST …/claim` (every member optional; an empty body is `{}`). A `null` member counts as
+/// absent. `payload` and `fingerprint` together are refused (422 `invalid_field`).
 #[derive(ToSchema)]
+#[serde(deny_unknown_fields)]
 #[allow(dead_code)]
 pub struct ClaimBody {
     /// The operation's payload; the server fingerprints it (JCS + SHA-256).
     payload: Option<Value>,
-    /// A precomputed fingerprint (64 hex digits). Not together with `payload`.
+    /// A precomputed fingerprint (64 hex digits, either case). Not together with `payload`.
+    #[schema(pattern = "^[0-9A-Fa-f]{64}$")]
     fingerprint: Option<String>,
     /// Informational (e.g. the n8n execution id), at most 255 characters.
+    #[schema(max_length = 255)]
     owner: Option<String>,
     /// Lease length, 1 ms to 7 days; default from the namespace policy.
+    #[schema(minimum = 1, maximum = 604_800_000)]
     lease_ms: Option<i64>,
     /// At most 255 characters.
+    #[schema(max_length = 255)]
     correlation_id: Option<String>,
-    /// reclaim | review (overrides the namespace policy for this lease).
-    lease_expiry: Option<String>,
-    /// Wait up to this long (capped at 30000) for a holder to finish instead of `in_flight`.
+    /// Overrides the namespace policy for this lease.
+    lease_expiry: Option<LeaseExpiryDoc>,
+    /// Wait up to this long for a holder to finish instead of answering `in_flight`; larger
+    /// values are capped at 30000.
+    #[schema(minimum = 0)]
     wait_ms: Option<i64>,
+}
+
+/// What happens when a lease expires.
+#[derive(ToSchema)]
+#[serde(rename_all = "snake_case")]
+#[allow(dead_code)]
+pub enum LeaseExpiryDoc {
+    Reclaim,
+    Review,
 }
 
 impl ClaimBody {
@@ -116,9 +133,13 @@ pub struct ClaimResponse {
 /// `POST …/prepare`.
 #[derive(ToSchema)]
 #[allow(dead_code)]
+#[serde(deny_unknown_fields)]
 pub struct PrepareBody {
+    /// The fencing token of the claim.
+    #[schema(min_length = 1, max_length = 256)]
     token: String,
-    /// The payload to deliver (e.g. an AI draft); a later attempt must reuse it.
+    /// The payload to deliver (e.g. an AI draft; any JSON but `null`); a later attempt must
+    /// reuse it.
     payload: Value,
     approval_required: Option<bool>,
 }
@@ -130,8 +151,12 @@ impl PrepareBody {
 /// `POST …/heartbeat`.
 #[derive(ToSchema)]
 #[allow(dead_code)]
+#[serde(deny_unknown_fields)]
 pub struct HeartbeatBody {
+    #[schema(min_length = 1, max_length = 256)]
     token: String,
+    /// New lease length from now, 1 ms to 7 days; default from the namespace policy.
+    #[schema(minimum = 1, maximum = 604_800_000)]
     lease_ms: Option<i64>,
 }
 
@@ -142,10 +167,14 @@ impl HeartbeatBody {
 /// `POST …/complete`.
 #[derive(ToSchema)]
 #[allow(dead_code)]
+#[serde(deny_unknown_fields)]
 pub struct CompleteBody {
+    #[schema(min_length = 1, max_length = 256)]
     token: String,
+    /// Stored and replayed to every later claim.
     result: Option<Value>,
     /// At most 512 characters.
+    #[schema(max_length = 512)]
     external_ref: Option<String>,
 }
 
@@ -153,21 +182,58 @@ impl CompleteBody {
     pub const FIELDS: &'static [&'static str] = &["token", "result", "external_ref"];
 }
 
-/// `POST …/fail`.
+/// `POST …/fail`. The server must be able to classify the failure: give `kind`, or an
+/// `http_status` of 400–599, or (without `http_status`) an `error.category` of timeout,
+/// connection, validation, auth or business; otherwise 422 `invalid_field`.
 #[derive(ToSchema)]
+#[serde(deny_unknown_fields)]
 #[allow(dead_code)]
 pub struct FailBody {
+    #[schema(min_length = 1, max_length = 256)]
     token: String,
-    /// retryable | permanent | ambiguous (else the server classifies).
-    kind: Option<String>,
-    /// The destination's HTTP status (4xx/5xx).
+    /// Decided by the caller (else the server classifies).
+    kind: Option<ClassDoc>,
+    /// The destination's HTTP status; 100–399 only together with `kind`.
+    #[schema(minimum = 100, maximum = 599)]
     http_status: Option<u16>,
-    /// The destination's Retry-After: seconds (integer or string) or an HTTP-date.
-    #[schema(value_type = Option<String>)]
+    /// The destination's Retry-After: delay seconds (integer, or a string of digits) up to
+    /// 316224000 (10 years). An HTTP-date string is accepted as well.
+    #[schema(schema_with = retry_after_schema)]
     retry_after: Option<Value>,
     /// false when the request certainly never left (connection refused, DNS failure).
     sent: Option<bool>,
     error: Option<FailErrorBody>,
+}
+
+/// A failure class.
+#[derive(ToSchema)]
+#[serde(rename_all = "snake_case")]
+#[allow(dead_code)]
+pub enum ClassDoc {
+    Retryable,
+    Permanent,
+    Ambiguous,
+}
+
+/// `retry_after`: delay seconds 0–316224000 as an integer or a string of digits (surrounding
+/// blanks allowed), or `null`. (HTTP-dates are accepted too but have no JSON Schema form: a
+/// pattern cannot check the weekday against the date.)
+fn retry_after_schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+    json_schema(serde_json::json!({
+        "anyOf": [
+            {"type": "integer", "minimum": 0, "maximum": 316_224_000},
+            {"type": "string", "pattern": RETRY_AFTER_SECONDS},
+            {"type": "null"}
+        ]
+    }))
+}
+
+/// Digits for 0 to 316224000 seconds, optionally padded with zeros and blanks.
+const RETRY_AFTER_SECONDS: &str = "^[ \\t\\r\\n]*0*([0-9]{1,8}|[12][0-9]{8}|30[0-9]{7}|31[0-5][0-9]{6}|316[01][0-9]{5}|3162[01][0-9]{4}|31622[0-3][0-9]{3}|316224000)[ \\t\\r\\n]*$";
+
+/// A schema written as JSON (for what the derive cannot say: alternatives of types).
+pub(crate) fn json_schema(v: Value) -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+    serde_json::from_value(v).unwrap_or_else(|_| utoipa::openapi::RefOr::T(Default::default()))
 }
 
 impl FailBody {
@@ -183,10 +249,13 @@ impl FailBody {
 
 #[derive(ToSchema)]
 #[allow(dead_code)]
+#[serde(deny_unknown_fields)]
 pub struct FailErrorBody {
-    /// timeout | connection | validation | auth | business | … (at most 64 characters)
+    /// timeout | connection | validation | auth | business | … (1 to 64 characters)
+    #[schema(min_length = 1, max_length = 64)]
     category: String,
-    /// Stored sanitized and cut to 1000 characters; never put secrets here.
+    /// At most 100000 characters; stored sanitized and cut to 1000. Never put secrets here.
+    #[schema(max_length = 100_000)]
     message: Option<String>,
 }
 
@@ -246,13 +315,25 @@ pub struct ListResponse {
 /// `POST …/resolve` (operator).
 #[derive(ToSchema)]
 #[allow(dead_code)]
+#[serde(deny_unknown_fields)]
 pub struct ResolveBody {
-    /// completed | retry | failed_permanent
-    action: String,
+    action: ResolveActionDoc,
+    #[schema(max_length = 512)]
     external_ref: Option<String>,
     result: Option<Value>,
-    /// Why (required; recorded with who).
+    /// Why (required, 1 to 2000 characters; recorded with who).
+    #[schema(min_length = 1, max_length = 2000)]
     note: String,
+}
+
+/// What an operator decides.
+#[derive(ToSchema)]
+#[serde(rename_all = "snake_case")]
+#[allow(dead_code)]
+pub enum ResolveActionDoc {
+    Completed,
+    Retry,
+    FailedPermanent,
 }
 
 impl ResolveBody {
@@ -262,7 +343,9 @@ impl ResolveBody {
 /// `POST …/approve`, `…/reject`, `/pause`, `/resume` (body optional).
 #[derive(ToSchema)]
 #[allow(dead_code)]
+#[serde(deny_unknown_fields)]
 pub struct NoteBody {
+    #[schema(max_length = 2000)]
     note: Option<String>,
 }
 
@@ -270,29 +353,99 @@ impl NoteBody {
     pub const FIELDS: &'static [&'static str] = &["note"];
 }
 
-/// The namespace policy (all fields optional in a PATCH, merged recursively).
+/// The namespace policy as reads show it.
 #[derive(ToSchema)]
 #[allow(dead_code)]
 pub struct PolicyDoc {
-    lease_ms: Option<i64>,
-    /// reclaim | review
-    lease_expiry: Option<String>,
-    retention_ms: Option<i64>,
-    audit_retention_ms: Option<i64>,
-    stuck_after_ms: Option<i64>,
-    retry: Option<RetryPolicyDoc>,
+    lease_ms: i64,
+    lease_expiry: LeaseExpiryDoc,
+    retention_ms: i64,
+    audit_retention_ms: i64,
+    stuck_after_ms: i64,
+    retry: RetryPolicyDoc,
     daily_limit: Option<u64>,
     alert_url: Option<String>,
-    destination_idempotent: Option<bool>,
+    destination_idempotent: bool,
 }
 
 #[derive(ToSchema)]
 #[allow(dead_code)]
 pub struct RetryPolicyDoc {
+    max_attempts: u32,
+    base_ms: i64,
+    max_ms: i64,
+    window_ms: i64,
+}
+
+/// `PATCH /v1/namespaces/{ns}`: the policy fields to change, merged recursively into the
+/// current policy (`{"retry": {"max_attempts": 3}}` keeps the other retry fields). Only
+/// `daily_limit` and `alert_url` may be `null` (to clear them). After the merge
+/// `audit_retention_ms` must be at least `retention_ms` and `retry.max_ms` at least
+/// `retry.base_ms`, else 422 `invalid_field`.
+#[derive(ToSchema)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+pub struct PolicyPatchBody {
+    /// 1 ms to 7 days.
+    #[schema(nullable = false, minimum = 1, maximum = 604_800_000)]
+    lease_ms: Option<i64>,
+    #[schema(nullable = false)]
+    lease_expiry: Option<LeaseExpiryDoc>,
+    /// 0 to 10 years (316224000000 ms).
+    #[schema(nullable = false, minimum = 0, maximum = 316_224_000_000i64)]
+    retention_ms: Option<i64>,
+    /// 0 to 10 years, at least `retention_ms`.
+    #[schema(nullable = false, minimum = 0, maximum = 316_224_000_000i64)]
+    audit_retention_ms: Option<i64>,
+    /// 1 ms to 10 years.
+    #[schema(nullable = false, minimum = 1, maximum = 316_224_000_000i64)]
+    stuck_after_ms: Option<i64>,
+    #[schema(nullable = false)]
+    retry: Option<RetryPatchBody>,
+    /// First-time acquisitions per UTC day; `null` for no ceiling.
+    #[schema(minimum = 0, maximum = 9_223_372_036_854_775_807i64)]
+    daily_limit: Option<i64>,
+    /// Absolute http(s) URL with a host, at most 2048 bytes; `null` for no alerts.
+    #[schema(
+        max_length = 2048,
+        pattern = "^https?://[^/\\s\\x00-\\x1F\\x7F-\\x9F][^\\s\\x00-\\x1F\\x7F-\\x9F]*$"
+    )]
+    alert_url: Option<String>,
+    #[schema(nullable = false)]
+    destination_idempotent: Option<bool>,
+}
+
+/// The retry budget fields of a policy patch.
+#[derive(ToSchema)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+pub struct RetryPatchBody {
+    /// 1 to 1000 (the first attempt included).
+    #[schema(nullable = false, minimum = 1, maximum = 1000)]
     max_attempts: Option<u32>,
+    /// 0 to 10 years.
+    #[schema(nullable = false, minimum = 0, maximum = 316_224_000_000i64)]
     base_ms: Option<i64>,
+    /// 0 to 10 years, at least `base_ms`.
+    #[schema(nullable = false, minimum = 0, maximum = 316_224_000_000i64)]
     max_ms: Option<i64>,
+    /// 0 to 10 years.
+    #[schema(nullable = false, minimum = 0, maximum = 316_224_000_000i64)]
     window_ms: Option<i64>,
+}
+
+impl PolicyPatchBody {
+    pub const FIELDS: &'static [&'static str] = &[
+        "lease_ms",
+        "lease_expiry",
+        "retention_ms",
+        "audit_retention_ms",
+        "stuck_after_ms",
+        "retry",
+        "daily_limit",
+        "alert_url",
+        "destination_idempotent",
+    ];
 }
 
 /// `GET /v1/namespaces/{ns}`.
@@ -310,16 +463,29 @@ pub struct NamespaceResponse {
 /// `POST /v1/keys/derive`.
 #[derive(ToSchema)]
 #[allow(dead_code)]
+#[serde(deny_unknown_fields)]
 pub struct DeriveBody {
-    /// The incoming event (any JSON).
+    /// The incoming event (any JSON but `null`).
     event: Value,
-    /// RFC 6901 JSON pointers to the identity fields, in order.
+    /// RFC 6901 JSON pointers to the identity fields, in order (at least one). A pointer that
+    /// finds nothing (or `null`) in the event is 422 `missing_identity_field`.
+    #[schema(min_items = 1, inline, value_type = Vec<JsonPointerDoc>)]
     fields: Vec<String>,
+    /// 1 to 255 visible ASCII characters; the derived key as a whole is at most 255.
+    #[schema(min_length = 1, max_length = 255, pattern = "^[\\x21-\\x7E]+$")]
     prefix: Option<String>,
+    /// 1 to 255 visible ASCII characters.
+    #[schema(min_length = 1, max_length = 255, pattern = "^[\\x21-\\x7E]+$")]
     suffix: Option<String>,
     /// Always hash the values.
     hash: Option<bool>,
 }
+
+/// An RFC 6901 JSON pointer (`/a/b`, `~0` for `~`, `~1` for `/`).
+#[derive(ToSchema)]
+#[schema(pattern = "^(/([^/~]|~[01])*)+$")]
+#[allow(dead_code)]
+pub struct JsonPointerDoc(String);
 
 impl DeriveBody {
     pub const FIELDS: &'static [&'static str] = &["event", "fields", "prefix", "suffix", "hash"];
@@ -333,12 +499,25 @@ pub struct DeriveResponse {
 /// `POST /v1/tokens` (admin).
 #[derive(ToSchema)]
 #[allow(dead_code)]
+#[serde(deny_unknown_fields)]
 pub struct TokenBody {
-    /// worker | operator | admin
-    role: String,
+    role: RoleDoc,
     /// A namespace, or `*` for all.
+    #[schema(pattern = "^([A-Za-z0-9._:-]{1,128}|\\*)$")]
     namespace: String,
+    /// Recorded as the actor of the token's operator actions; at most 255 characters.
+    #[schema(max_length = 255)]
     label: Option<String>,
+}
+
+/// A token's role (each includes the ones before it).
+#[derive(ToSchema)]
+#[serde(rename_all = "snake_case")]
+#[allow(dead_code)]
+pub enum RoleDoc {
+    Worker,
+    Operator,
+    Admin,
 }
 
 impl TokenBody {

@@ -25,7 +25,7 @@ use serde_json::Value;
 use crate::api::*;
 use crate::auth::Caller;
 use crate::config::MAX_WAIT_MS;
-use crate::error::{ApiError, ApiResult, Problem};
+use crate::error::{ApiError, ApiResult};
 use crate::input::{JsonBody, NsKey, NsPath, Obj};
 use crate::metrics;
 use crate::state::AppState;
@@ -134,6 +134,14 @@ async fn state_write(
     }
 }
 
+/// A JSON number with no fractional part as an integer value; anything else as is.
+fn json_integer_value(v: &Value) -> Value {
+    match v {
+        Value::Number(_) => idem::policy::json_integer(v).map_or_else(|| v.clone(), Value::from),
+        _ => v.clone(),
+    }
+}
+
 fn token_of(o: &mut Obj) -> ApiResult<String> {
     o.req_str("token", MAX_TOKEN)
 }
@@ -142,16 +150,18 @@ fn token_of(o: &mut Obj) -> ApiResult<String> {
 
 /// Claim: "may I do this now?"
 #[utoipa::path(post, path = "/v1/namespaces/{ns}/keys/{key}/claim", tag = "keys",
-    params(("ns" = String, Path), ("key" = String, Path, description = "percent-encoded key")),
-    request_body(content = ClaimBody, description = "all members optional; empty body = {}"),
+    params(("ns" = String, Path), ("key" = String, Path)),
+    request_body(content = ClaimBody, description = "all members optional; an empty body is {}"),
     responses(
         (status = 201, description = "acquired (fresh or resumed)", body = ClaimResponse),
-        (status = 200, description = "completed / failed_permanent replayed (Idempotent-Replayed: true)", body = ClaimResponse),
-        (status = 409, description = "in_flight, backoff, needs_review, awaiting_approval", body = ClaimResponse),
-        (status = 422, description = "conflict (different fingerprint), or invalid_field", body = ClaimResponse),
-        (status = 429, description = "limited (Retry-After)", body = ClaimResponse),
-        (status = 503, description = "paused", body = ClaimResponse),
-        (status = 400, body = Problem), (status = 401, body = Problem), (status = 403, body = Problem), (status = 413, body = Problem),
+        (status = 200, description = "completed / failed_permanent replayed", body = ClaimResponse,
+            headers(("Idempotent-Replayed" = String, description = "`true` on every replayed answer"))),
+        (status = 409, description = "in_flight, backoff, needs_review, awaiting_approval", body = ClaimResponse,
+            headers(("Retry-After" = String, description = "seconds, with in_flight and backoff"))),
+        (status = 422, description = "outcome conflict (a different fingerprint)", body = ClaimResponse),
+        (status = 429, description = "outcome limited (daily ceiling reached)", body = ClaimResponse,
+            headers(("Retry-After" = String, description = "seconds to the next UTC midnight"))),
+        (status = 503, description = "outcome paused (namespace paused by an operator)", body = ClaimResponse),
     ))]
 pub async fn claim(
     State(st): State<AppState>,
@@ -294,7 +304,7 @@ fn claim_response(reply: ClaimReply) -> Response {
 /// Save the payload to deliver (optionally waiting for approval).
 #[utoipa::path(post, path = "/v1/namespaces/{ns}/keys/{key}/prepare", tag = "keys",
     params(("ns" = String, Path), ("key" = String, Path)), request_body = PrepareBody,
-    responses((status = 200, body = StateResponse), (status = 409, body = Problem), (status = 422, body = Problem)))]
+    responses((status = 200, description = "prepared or awaiting_approval", body = StateResponse)))]
 pub async fn prepare(
     State(st): State<AppState>,
     nk: NsKey,
@@ -317,7 +327,7 @@ pub async fn prepare(
 /// Extend the lease.
 #[utoipa::path(post, path = "/v1/namespaces/{ns}/keys/{key}/heartbeat", tag = "keys",
     params(("ns" = String, Path), ("key" = String, Path)), request_body = HeartbeatBody,
-    responses((status = 200, body = StateResponse), (status = 409, body = Problem)))]
+    responses((status = 200, description = "the lease is extended", body = StateResponse)))]
 pub async fn heartbeat(
     State(st): State<AppState>,
     nk: NsKey,
@@ -339,7 +349,7 @@ pub async fn heartbeat(
 /// The side effect happened: store the result for replay.
 #[utoipa::path(post, path = "/v1/namespaces/{ns}/keys/{key}/complete", tag = "keys",
     params(("ns" = String, Path), ("key" = String, Path)), request_body = CompleteBody,
-    responses((status = 200, body = StateResponse), (status = 409, description = "lease_lost, invalid_transition, result_mismatch", body = Problem)))]
+    responses((status = 200, description = "completed (also a repeated identical complete)", body = StateResponse)))]
 pub async fn complete(
     State(st): State<AppState>,
     nk: NsKey,
@@ -360,7 +370,7 @@ pub async fn complete(
 /// The side effect failed: the server classifies and decides about a retry.
 #[utoipa::path(post, path = "/v1/namespaces/{ns}/keys/{key}/fail", tag = "keys",
     params(("ns" = String, Path), ("key" = String, Path)), request_body = FailBody,
-    responses((status = 200, body = FailResponse), (status = 409, body = Problem), (status = 422, body = Problem)))]
+    responses((status = 200, description = "the decision and the record", body = FailResponse)))]
 pub async fn fail(
     State(st): State<AppState>,
     nk: NsKey,
@@ -372,8 +382,9 @@ pub async fn fail(
     let http_status = o.opt_i64("http_status", 100, 599)?.map(|s| s as u16);
     let retry_after_ms = match o.value("retry_after") {
         None => None,
+        // 972.0 is the JSON number 972.
         Some(v) => Some(
-            parse_retry_after(&v, st.ledger.now().millis())
+            parse_retry_after(&json_integer_value(&v), st.ledger.now().millis())
                 .map_err(|m| o.error("retry_after", &m))?,
         ),
     };
@@ -426,7 +437,7 @@ pub async fn fail(
 /// One record and its events (oldest first).
 #[utoipa::path(get, path = "/v1/namespaces/{ns}/keys/{key}", tag = "keys",
     params(("ns" = String, Path), ("key" = String, Path)),
-    responses((status = 200, body = RecordWithEventsDoc), (status = 404, body = Problem)))]
+    responses((status = 200, description = "the record and its events", body = RecordWithEventsDoc)))]
 pub async fn get_record(State(st): State<AppState>, nk: NsKey) -> ApiResult<Response> {
     match st.ledger.store().get(&nk.ns, &nk.key).await? {
         Some(rw) => Ok(Json(rw).into_response()),
@@ -440,10 +451,10 @@ pub async fn get_record(State(st): State<AppState>, nk: NsKey) -> ApiResult<Resp
 /// Records of a namespace, newest `updated_at` first (review queue: `state=needs_review`).
 #[utoipa::path(get, path = "/v1/namespaces/{ns}/keys", tag = "keys",
     params(("ns" = String, Path),
-        ("state" = Option<String>, Query, description = "only records in this state"),
-        ("limit" = Option<u32>, Query, description = "1 to 1000, default 100"),
-        ("cursor" = Option<String>, Query, description = "next_cursor of the previous page")),
-    responses((status = 200, body = ListResponse), (status = 422, body = Problem)))]
+        ("state" = Option<String>, Query, description = "only records in this state (empty: all)"),
+        ("limit" = Option<u32>, Query, description = "1 to 1000, default 100 (empty: the default)"),
+        ("cursor" = Option<String>, Query, description = "next_cursor of the previous page as is (empty: the first page)")),
+    responses((status = 200, description = "one page, newest updated_at first", body = ListResponse)))]
 pub async fn list(
     State(st): State<AppState>,
     NsPath(ns): NsPath,
@@ -491,7 +502,7 @@ fn note_of(body: Value) -> ApiResult<Option<String>> {
 /// Decide an ambiguous or failed record (operator).
 #[utoipa::path(post, path = "/v1/namespaces/{ns}/keys/{key}/resolve", tag = "operator",
     params(("ns" = String, Path), ("key" = String, Path)), request_body = ResolveBody,
-    responses((status = 200, body = StateResponse), (status = 404, body = Problem), (status = 409, body = Problem)))]
+    responses((status = 200, description = "the decision is recorded", body = StateResponse)))]
 pub async fn resolve(
     State(st): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -526,7 +537,7 @@ pub async fn resolve(
 /// Approve a prepared payload waiting for a person (operator).
 #[utoipa::path(post, path = "/v1/namespaces/{ns}/keys/{key}/approve", tag = "operator",
     params(("ns" = String, Path), ("key" = String, Path)), request_body = NoteBody,
-    responses((status = 200, body = StateResponse), (status = 409, body = Problem)))]
+    responses((status = 200, description = "the decision is recorded", body = StateResponse)))]
 pub async fn approve(
     State(st): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -540,7 +551,7 @@ pub async fn approve(
 /// Reject a prepared payload waiting for a person (operator).
 #[utoipa::path(post, path = "/v1/namespaces/{ns}/keys/{key}/reject", tag = "operator",
     params(("ns" = String, Path), ("key" = String, Path)), request_body = NoteBody,
-    responses((status = 200, body = StateResponse), (status = 409, body = Problem)))]
+    responses((status = 200, description = "the decision is recorded", body = StateResponse)))]
 pub async fn reject(
     State(st): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -564,7 +575,8 @@ fn ns_response(info: NamespaceInfo) -> Json<NamespaceResponse> {
 
 /// Policy, pause flag and counts (defaults for a never-used namespace).
 #[utoipa::path(get, path = "/v1/namespaces/{ns}", tag = "namespaces",
-    params(("ns" = String, Path)), responses((status = 200, body = NamespaceResponse)))]
+    params(("ns" = String, Path)),
+    responses((status = 200, description = "the namespace (defaults if never used)", body = NamespaceResponse)))]
 pub async fn get_namespace(
     State(st): State<AppState>,
     NsPath(ns): NsPath,
@@ -574,8 +586,8 @@ pub async fn get_namespace(
 
 /// Merge policy fields (recursively; unknown fields are refused) (operator).
 #[utoipa::path(patch, path = "/v1/namespaces/{ns}", tag = "namespaces",
-    params(("ns" = String, Path)), request_body = PolicyDoc,
-    responses((status = 200, body = NamespaceResponse), (status = 400, description = "unknown_field", body = Problem), (status = 422, body = Problem)))]
+    params(("ns" = String, Path)), request_body = PolicyPatchBody,
+    responses((status = 200, description = "the namespace after the change", body = NamespaceResponse)))]
 pub async fn patch_namespace(
     State(st): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -624,7 +636,7 @@ async fn switch(
 /// Stop control: claims get 503 `paused`; in-flight work can still land (operator).
 #[utoipa::path(post, path = "/v1/namespaces/{ns}/pause", tag = "namespaces",
     params(("ns" = String, Path)), request_body = NoteBody,
-    responses((status = 200, body = NamespaceResponse)))]
+    responses((status = 200, description = "the namespace after the change", body = NamespaceResponse)))]
 pub async fn pause(
     State(st): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -637,7 +649,7 @@ pub async fn pause(
 /// Lift the stop control (operator).
 #[utoipa::path(post, path = "/v1/namespaces/{ns}/resume", tag = "namespaces",
     params(("ns" = String, Path)), request_body = NoteBody,
-    responses((status = 200, body = NamespaceResponse)))]
+    responses((status = 200, description = "the namespace after the change", body = NamespaceResponse)))]
 pub async fn resume(
     State(st): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -651,7 +663,7 @@ pub async fn resume(
 
 /// A stable key from identity fields of an event.
 #[utoipa::path(post, path = "/v1/keys/derive", tag = "keys", request_body = DeriveBody,
-    responses((status = 200, body = DeriveResponse), (status = 422, description = "invalid_field, missing_identity_field", body = Problem)))]
+    responses((status = 200, description = "the derived key", body = DeriveResponse)))]
 pub async fn derive(JsonBody(body): JsonBody) -> ApiResult<Json<DeriveResponse>> {
     let mut o = Obj::body(body, DeriveBody::FIELDS, false)?;
     let event = o
@@ -689,13 +701,20 @@ pub async fn derive(JsonBody(body): JsonBody) -> ApiResult<Json<DeriveResponse>>
 }
 
 /// Create an API token; the secret is shown once (admin).
+///
+/// Only a server that already has tokens creates them here: the first token switches auth on
+/// for every client, so it is made at the command line (`idem token create`), and without
+/// tokens this answers 403 `forbidden`, writing nothing.
 #[utoipa::path(post, path = "/v1/tokens", tag = "admin", request_body = TokenBody,
-    responses((status = 201, body = TokenResponse), (status = 403, body = Problem), (status = 422, body = Problem)))]
+    responses((status = 201, description = "the new token (its secret is never shown again)", body = TokenResponse)))]
 pub async fn create_token(
     State(st): State<AppState>,
     Extension(caller): Extension<Caller>,
     JsonBody(body): JsonBody,
 ) -> ApiResult<Response> {
+    if matches!(caller, Caller::Anonymous) {
+        return Err(ApiError::Forbidden(FIRST_TOKEN_AT_THE_COMMAND_LINE.into()));
+    }
     let mut o = Obj::body(body, TokenBody::FIELDS, false)?;
     let role = o
         .opt_enum("role", Role::parse, "worker, operator, admin")?
@@ -740,17 +759,24 @@ pub async fn create_token(
     Ok((StatusCode::CREATED, Json(body)).into_response())
 }
 
+/// Why a server without tokens refuses to create one over the API.
+pub const FIRST_TOKEN_AT_THE_COMMAND_LINE: &str = "this server has no API tokens, so its API \
+    is open to every local client; creating the first token would lock all of them out. \
+    Create it at the command line: idem token create --namespace <ns|'*'> --role \
+    <worker|operator|admin> (with the server's --db); then call this with an admin token";
+
 // ------------------------------------------------------------------ operations
 
 /// The process is up.
-#[utoipa::path(get, path = "/healthz", tag = "ops", responses((status = 200, body = StatusResponse)))]
+#[utoipa::path(get, path = "/healthz", tag = "ops",
+    responses((status = 200, description = "the process is up", body = StatusResponse)))]
 pub async fn healthz() -> Json<StatusResponse> {
     Json(StatusResponse { status: "ok" })
 }
 
 /// The store answers.
 #[utoipa::path(get, path = "/readyz", tag = "ops",
-    responses((status = 200, body = StatusResponse), (status = 503, body = Problem)))]
+    responses((status = 200, description = "the store answers", body = StatusResponse)))]
 pub async fn readyz(State(st): State<AppState>) -> ApiResult<Json<StatusResponse>> {
     st.ledger.store().ping().await?;
     Ok(Json(StatusResponse { status: "ready" }))
@@ -758,7 +784,7 @@ pub async fn readyz(State(st): State<AppState>) -> ApiResult<Json<StatusResponse
 
 /// Prometheus text exposition.
 #[utoipa::path(get, path = "/metrics", tag = "ops",
-    responses((status = 200, content_type = "text/plain", body = String)))]
+    responses((status = 200, description = "Prometheus text format 0.0.4", content_type = "text/plain", body = String)))]
 pub async fn metrics_text() -> Response {
     (
         [(
@@ -772,9 +798,9 @@ pub async fn metrics_text() -> Response {
 
 /// This document.
 #[utoipa::path(get, path = "/openapi.json", tag = "ops",
-    responses((status = 200, content_type = "application/json", body = Object)))]
+    responses((status = 200, description = "OpenAPI 3.1", content_type = "application/json", body = Object)))]
 pub async fn openapi_json() -> Response {
-    Json(crate::openapi::doc()).into_response()
+    Json(crate::openapi::document()).into_response()
 }
 
 /// Unknown routes: 404 problem+json.
@@ -782,9 +808,11 @@ pub async fn not_found(uri: axum::http::Uri) -> ApiError {
     ApiError::NotFound(format!("no such route: {}", uri.path()))
 }
 
-/// Known route, wrong method.
-pub async fn method_not_allowed() -> ApiError {
-    ApiError::MethodNotAllowed
+/// Known route, wrong method: 405 with the `Allow` header of the path.
+pub async fn method_not_allowed(allow: HeaderValue) -> Response {
+    let mut resp = ApiError::MethodNotAllowed.into_response();
+    resp.headers_mut().insert(axum::http::header::ALLOW, allow);
+    resp
 }
 
 #[cfg(test)]

@@ -45,12 +45,19 @@ impl FromRequest<AppState> for JsonBody {
     }
 }
 
-/// Parses a body: empty (or only whitespace) means `null`.
+/// Parses a body: empty (or only whitespace) means `null` (no body). A body that is the JSON
+/// literal `null` is not an object and is refused like any other non-object.
 pub fn parse_json(bytes: &[u8]) -> Result<Value, ApiError> {
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Ok(Value::Null);
     }
-    serde_json::from_slice(bytes).map_err(|e| ApiError::InvalidJson(format!("malformed JSON: {e}")))
+    match serde_json::from_slice(bytes) {
+        Ok(Value::Null) => Err(ApiError::InvalidJson(
+            "the request body must be a JSON object, not null".into(),
+        )),
+        Ok(v) => Ok(v),
+        Err(e) => Err(ApiError::InvalidJson(format!("malformed JSON: {e}"))),
+    }
 }
 
 /// The `{ns}` and `{key}` path segments, percent-decoded and validated.
@@ -226,7 +233,7 @@ impl Obj {
     pub fn opt_i64(&mut self, field: &str, min: i64, max: i64) -> Result<Option<i64>, ApiError> {
         match self.value(field) {
             None => Ok(None),
-            Some(v) => match v.as_i64() {
+            Some(v) => match idem::policy::json_integer(&v) {
                 Some(n) if (min..=max).contains(&n) => Ok(Some(n)),
                 _ => Err(self.invalid(field, &format!("must be an integer from {min} to {max}"))),
             },
@@ -324,6 +331,14 @@ mod tests {
             matches!(o.opt_obj("e", &["y"]), Err(ApiError::UnknownField { field }) if field == "e.z")
         );
         assert!(Obj::body(Value::Null, &[], true).is_ok());
+        assert!(matches!(
+            parse_json(b" null "),
+            Err(ApiError::InvalidJson(_))
+        ));
+        assert_eq!(parse_json(b"  ").ok(), Some(Value::Null));
+        let mut o = Obj::body(json!({"n": 5.0, "f": 5.5}), &["n", "f"], true).expect("ok");
+        assert_eq!(o.opt_i64("n", 0, 9).ok(), Some(Some(5)));
+        assert!(o.opt_i64("f", 0, 9).is_err());
         assert!(matches!(
             Obj::body(json!([1]), &[], true),
             Err(ApiError::InvalidJson(_))

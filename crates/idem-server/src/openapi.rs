@@ -1,18 +1,40 @@
 //! The OpenAPI document, generated from the handlers' `#[utoipa::path]` annotations and the
-//! shapes in `api`. A test checks that every route of `routes::routes()` is in it and that
-//! nothing else is.
+//! shapes in `api`, then completed from the route table and the error type so that it says
+//! what the server does:
+//!
+//! - security from the route table's role column: a route with a role takes a bearer token
+//!   (needed once any token exists; a server without tokens, loopback only, takes calls
+//!   without one); the probes and this document take none;
+//! - the `{ns}` and `{key}` path parameters with their real limits;
+//! - every problem+json answer an operation can give, by status, built from [`ApiError`]
+//!   itself (status and `code`), so a status cannot be documented that the error type does
+//!   not map to;
+//! - the request-body rules JSON Schema can only state as alternatives (`anyOf`/`not`).
+//!
+//! A test checks that every route of `routes::routes()` is in it and that nothing else is.
 
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
+
+use serde_json::{json, Map, Value};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
 use crate::api::*;
-use crate::error::Problem;
+use crate::error::{ApiError, Problem};
 use crate::handlers as h;
 
 #[derive(OpenApi)]
 #[openapi(
     info(title = "idem", description = "Idempotency gate and side-effect ledger. \
-        Claim before every irreversible side effect, report after it."),
+        Claim before every irreversible side effect, report after it.\n\n\
+        Auth: once any API token exists, every `/v1` call needs `Authorization: Bearer <token>` \
+        (401 `unauthorized` without one; 403 `forbidden` for a role below the route's or a \
+        namespace outside the token's scope). A server with no token at all (it then listens \
+        on loopback only) takes `/v1` calls without one. `/healthz`, `/readyz`, `/metrics` and \
+        `/openapi.json` never need one.\n\n\
+        Errors are RFC 9457 `application/problem+json` with a machine-readable `code` and, \
+        where there is one, the offending `field`."),
     paths(
         h::claim, h::prepare, h::heartbeat, h::complete, h::fail, h::get_record, h::list,
         h::resolve, h::approve, h::reject, h::get_namespace, h::patch_namespace, h::pause,
@@ -23,11 +45,11 @@ use crate::handlers as h;
         Problem, RecordDoc, LastErrorDoc, EventDoc, ClaimBody, ClaimResponse, PrepareBody,
         HeartbeatBody, CompleteBody, FailBody, FailErrorBody, StateResponse, FailResponse,
         RetryDoc, RecordWithEventsDoc, ListResponse, ResolveBody, NoteBody, PolicyDoc,
-        RetryPolicyDoc, NamespaceResponse, DeriveBody, DeriveResponse, TokenBody, TokenResponse,
-        StatusResponse,
+        RetryPolicyDoc, PolicyPatchBody, RetryPatchBody, NamespaceResponse, DeriveBody,
+        DeriveResponse, TokenBody, TokenResponse, StatusResponse, LeaseExpiryDoc, ClassDoc,
+        ResolveActionDoc, RoleDoc, JsonPointerDoc,
     )),
     modifiers(&Bearer),
-    security(("bearer" = [])),
 )]
 pub struct ApiDoc;
 
@@ -43,7 +65,292 @@ impl Modify for Bearer {
     }
 }
 
-/// The generated document.
-pub fn doc() -> utoipa::openapi::OpenApi {
-    ApiDoc::openapi()
+/// The problem+json media type every error is sent with.
+pub const PROBLEM_JSON: &str = "application/problem+json";
+
+/// A key: 1–255 bytes of visible ASCII (percent-encoded in the path).
+pub const KEY_PATTERN: &str = r"^[\x21-\x7E]{1,255}$";
+/// A namespace: 1–128 of `A-Z a-z 0-9 . _ - :`.
+pub const NAMESPACE_PATTERN: &str = r"^[A-Za-z0-9._:-]{1,128}$";
+
+/// The generated document (built once).
+pub fn document() -> &'static Value {
+    static DOC: OnceLock<Value> = OnceLock::new();
+    DOC.get_or_init(build)
+}
+
+fn build() -> Value {
+    let mut doc = serde_json::to_value(ApiDoc::openapi()).unwrap_or_else(|_| json!({}));
+    if let Some(root) = doc.as_object_mut() {
+        root.remove("security");
+    }
+    for route in crate::routes::routes() {
+        let Some(op) = doc
+            .pointer_mut(&format!("/paths/{}/{}", escape(route.path), route.method))
+            .and_then(Value::as_object_mut)
+        else {
+            continue;
+        };
+        if route.role.is_some() {
+            op.insert("security".into(), json!([{"bearer": []}, {}]));
+        } else {
+            op.remove("security");
+        }
+        describe_params(op);
+        if body_optional(route.method, route.path) {
+            if let Some(body) = op.get_mut("requestBody") {
+                body["required"] = json!(false);
+            }
+        }
+        let errors = errors_of(route.method, route.path, route.role.is_some(), op);
+        add_problems(op, &errors);
+        if route.path == "/v1/tokens" {
+            if let Some(resp) = op.get_mut("responses").and_then(|r| r.get_mut("403")) {
+                resp["description"] = json!(
+                    "problem+json: `forbidden`: the token's scope does not cover the new \
+                     token's, or the server has no tokens yet (create the first one with \
+                     `idem token create`; nothing is written)"
+                );
+            }
+        }
+    }
+    if let Some(schemas) = doc
+        .pointer_mut("/components/schemas")
+        .and_then(Value::as_object_mut)
+    {
+        refine_schemas(schemas);
+    }
+    doc
+}
+
+/// A JSON-pointer token for a path (`/` → `~1`).
+fn escape(path: &str) -> String {
+    path.replace('~', "~0").replace('/', "~1")
+}
+
+/// The path parameters `{ns}` and `{key}`, and the list's query parameters, with the limits
+/// the server applies.
+fn describe_params(op: &mut Map<String, Value>) {
+    let Some(params) = op.get_mut("parameters").and_then(Value::as_array_mut) else {
+        return;
+    };
+    for p in params {
+        if p["in"] == "query" {
+            match p["name"].as_str() {
+                Some("state") => {
+                    let mut states: Vec<&str> =
+                        idem::State::ALL.iter().map(|s| s.as_str()).collect();
+                    states.push("");
+                    p["schema"] = json!({"type": "string", "enum": states});
+                }
+                Some("limit") => {
+                    p["schema"] = json!({"anyOf": [
+                        {"type": "integer", "minimum": 1, "maximum": 1000},
+                        {"type": "string", "maxLength": 0},
+                    ]});
+                }
+                Some("cursor") => {
+                    // What the server hands out: hex of "<updated_at ms>\n<key>".
+                    p["schema"] = json!({
+                        "type": "string",
+                        "pattern": "^((2[BbDd])?(3[0-9]){1,18}0[Aa]([0-7][0-9A-Fa-f])*)?$",
+                    });
+                }
+                _ => {}
+            }
+            continue;
+        }
+        match p["name"].as_str() {
+            Some("ns") => {
+                p["description"] = json!(
+                    "The namespace: 1 to 128 characters of A-Z a-z 0-9 . _ - : \
+                     (anything else is 400 `invalid_namespace`)."
+                );
+                p["schema"] = json!({
+                    "type": "string", "minLength": 1, "maxLength": 128,
+                    "pattern": NAMESPACE_PATTERN,
+                });
+            }
+            Some("key") => {
+                p["description"] = json!(
+                    "The key: 1 to 255 bytes of visible ASCII (0x21-0x7E), percent-encoded in \
+                     the path (encodeURIComponent). Anything else is 400 `invalid_key`."
+                );
+                p["schema"] = json!({
+                    "type": "string", "minLength": 1, "maxLength": 255,
+                    "pattern": KEY_PATTERN,
+                });
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Operations whose body may be left out (read as `{}`).
+fn body_optional(method: &str, path: &str) -> bool {
+    let last = path.rsplit('/').next().unwrap_or_default();
+    method == "post" && matches!(last, "claim" | "approve" | "reject" | "pause" | "resume")
+}
+
+/// Every refusal an operation can answer with (one value of each kind; only its status,
+/// code and field matter here).
+fn errors_of(method: &str, path: &str, authed: bool, op: &Map<String, Value>) -> Vec<ApiError> {
+    let s = String::new;
+    let mut e = Vec::new();
+    if path.contains("{ns}") {
+        e.push(ApiError::InvalidNamespace(s()));
+    }
+    if path.contains("{key}") {
+        e.push(ApiError::InvalidKey(s()));
+    }
+    if op.contains_key("requestBody") {
+        e.push(ApiError::InvalidJson(s()));
+        e.push(ApiError::UnknownField { field: s() });
+        e.push(ApiError::BodyTooLarge { limit: 0 });
+    }
+    if authed {
+        // The token lookup reads the store, so every authenticated route can also be 503.
+        e.push(ApiError::Unauthorized(s()));
+        e.push(ApiError::Forbidden(s()));
+        e.push(ApiError::StoreUnavailable(s()));
+    }
+    let invalid = || ApiError::invalid_field(s(), s());
+    let op_name = path.rsplit('/').next().unwrap_or_default();
+    match (method, op_name) {
+        ("post", "claim") => e.push(invalid()),
+        ("post", "prepare" | "heartbeat" | "fail") => e.extend([
+            invalid(),
+            ApiError::NotFound(s()),
+            ApiError::LeaseLost,
+            ApiError::InvalidTransition(s()),
+        ]),
+        ("post", "complete") => e.extend([
+            invalid(),
+            ApiError::NotFound(s()),
+            ApiError::LeaseLost,
+            ApiError::InvalidTransition(s()),
+            ApiError::ResultMismatch,
+        ]),
+        ("post", "resolve" | "approve" | "reject") => e.extend([
+            invalid(),
+            ApiError::NotFound(s()),
+            ApiError::InvalidTransition(s()),
+        ]),
+        ("get", "{key}") => e.push(ApiError::NotFound(s())),
+        ("get", "keys") => e.push(invalid()),
+        ("patch", "{ns}") | ("post", "pause" | "resume" | "tokens") => e.push(invalid()),
+        ("post", "derive") => e.extend([invalid(), ApiError::MissingIdentityField { field: s() }]),
+        ("get", "readyz") => e.push(ApiError::StoreUnavailable(s())),
+        _ => {}
+    }
+    e
+}
+
+/// Adds (or merges into an existing response) one problem+json response per status.
+fn add_problems(op: &mut Map<String, Value>, errors: &[ApiError]) {
+    let mut by_status: BTreeMap<u16, Vec<&'static str>> = BTreeMap::new();
+    for e in errors {
+        let codes = by_status.entry(e.status().as_u16()).or_default();
+        if !codes.contains(&e.code()) {
+            codes.push(e.code());
+        }
+    }
+    let responses = op
+        .entry("responses")
+        .or_insert_with(|| json!({}))
+        .as_object_mut();
+    let Some(responses) = responses else { return };
+    for (status, codes) in by_status {
+        let list = codes
+            .iter()
+            .map(|c| format!("`{c}`"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let resp = responses
+            .entry(status.to_string())
+            .or_insert_with(|| json!({"description": ""}));
+        let desc = resp["description"].as_str().unwrap_or_default().to_owned();
+        resp["description"] = json!(if desc.is_empty() {
+            format!("problem+json: {list}")
+        } else {
+            format!("{desc}; or problem+json: {list}")
+        });
+        if !resp["content"].is_object() {
+            resp["content"] = json!({});
+        }
+        resp["content"][PROBLEM_JSON] = json!({
+            "schema": {
+                "allOf": [{"$ref": "#/components/schemas/Problem"}],
+                "properties": {"status": {"const": status}, "code": {"enum": codes}},
+            }
+        });
+    }
+}
+
+/// The rules of request bodies that are alternatives of whole members, and the `code` list
+/// of the problem document.
+fn refine_schemas(schemas: &mut Map<String, Value>) {
+    let not_null = json!({"not": {"type": "null"}});
+    if let Some(claim) = schemas.get_mut("ClaimBody") {
+        // `payload` and `fingerprint` together are 422 (a `null` counts as absent).
+        claim["not"] = json!({
+            "required": ["payload", "fingerprint"],
+            "properties": {"payload": not_null, "fingerprint": not_null},
+        });
+    }
+    if let Some(prepare) = schemas.get_mut("PrepareBody") {
+        prepare["properties"]["payload"] = not_null.clone();
+    }
+    if let Some(derive) = schemas.get_mut("DeriveBody") {
+        derive["properties"]["event"] = not_null.clone();
+    }
+    if let Some(fail) = schemas.get_mut("FailBody") {
+        // What the classifier needs (precedence kind > http_status > error.category).
+        fail["anyOf"] = json!([
+            {"required": ["kind"], "properties": {"kind": not_null}},
+            {"required": ["http_status"], "properties": {"http_status": {"minimum": 400}}},
+            {
+                "required": ["error"],
+                "properties": {
+                    "http_status": {"type": "null"},
+                    "error": {
+                        "type": "object",
+                        "required": ["category"],
+                        "properties": {"category": {
+                            "enum": ["timeout", "connection", "validation", "auth", "business"]
+                        }},
+                    },
+                },
+            },
+        ]);
+    }
+    if let Some(problem) = schemas.get_mut("Problem") {
+        problem["properties"]["code"]["enum"] = json!(all_codes());
+    }
+}
+
+/// Every `code` the server can answer with.
+pub fn all_codes() -> Vec<&'static str> {
+    let s = String::new;
+    [
+        ApiError::InvalidJson(s()),
+        ApiError::UnknownField { field: s() },
+        ApiError::InvalidKey(s()),
+        ApiError::InvalidNamespace(s()),
+        ApiError::BodyTooLarge { limit: 0 },
+        ApiError::invalid_field(s(), s()),
+        ApiError::MissingIdentityField { field: s() },
+        ApiError::NotFound(s()),
+        ApiError::LeaseLost,
+        ApiError::InvalidTransition(s()),
+        ApiError::ResultMismatch,
+        ApiError::MethodNotAllowed,
+        ApiError::Unauthorized(s()),
+        ApiError::Forbidden(s()),
+        ApiError::StoreUnavailable(s()),
+        ApiError::Internal(s()),
+    ]
+    .iter()
+    .map(ApiError::code)
+    .collect()
 }

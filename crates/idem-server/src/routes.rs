@@ -3,7 +3,7 @@
 //! The role column is the authorization rule of the contract, readable in one place.
 
 use axum::handler::Handler;
-use axum::http::Method;
+use axum::http::{HeaderValue, Method};
 use axum::routing::{get, patch, post, MethodRouter};
 use axum::Router;
 use idem::Role;
@@ -134,6 +134,18 @@ pub fn routes() -> Vec<Route> {
     ]
 }
 
+/// The `Allow` header of a path's 405 answer (RFC 9110): its methods, HEAD with GET.
+fn allow_header(roles: &[(Method, Option<Role>)]) -> HeaderValue {
+    let mut methods: Vec<&str> = Vec::new();
+    for (m, _) in roles {
+        methods.push(m.as_str());
+        if m == Method::GET {
+            methods.push("HEAD");
+        }
+    }
+    HeaderValue::from_str(&methods.join(", ")).unwrap_or(HeaderValue::from_static("GET"))
+}
+
 /// (method, path) of every route, for tests and docs.
 pub fn route_table() -> Vec<(&'static str, &'static str)> {
     routes().into_iter().map(|r| (r.method, r.path)).collect()
@@ -163,8 +175,10 @@ pub fn router(state: AppState) -> Router {
     }
     let mut app: Router<AppState> = Router::new();
     for (path, handler, roles) in paths {
+        let allow = allow_header(&roles);
         let gate = Gate::new(path, roles, state.clone());
-        app = app.route(path, handler.fallback(h::method_not_allowed).layer(gate));
+        let not_allowed = move || h::method_not_allowed(allow);
+        app = app.route(path, handler.fallback(not_allowed).layer(gate));
     }
     let not_found = Gate::new(UNMATCHED, Vec::new(), state.clone()).layer(
         Handler::<_, AppState>::with_state(h::not_found, state.clone()),

@@ -144,16 +144,80 @@ async fn admin_creates_tokens_that_work_at_once() {
 async fn without_tokens_auth_is_off_on_loopback_and_turns_on_with_the_first_token() {
     let app = spawn_app().await;
     assert_eq!(app.claim("ns", "k", json!({})).await.status, 201);
-    let r = app
-        .post("/v1/tokens", json!({"role": "admin", "namespace": "*"}))
-        .await;
-    assert_eq!(r.status, 201, "{}", r.text);
-    // The cache is invalidated by the creation: auth is on at once.
-    app.claim("ns", "k2", json!({}))
+    // The first token comes from the command line (`idem token create` writes the store).
+    let secret = idem::generate_secret();
+    app.store
+        .create_token(
+            idem::NewApiToken {
+                secret_hash: idem::hash_secret(&secret),
+                role: Role::Admin,
+                scope: "*".into(),
+                label: None,
+            },
+            app.now(),
+        )
         .await
-        .problem(401, "unauthorized");
-    let admin = app.as_token(Some(&r.token()));
+        .expect("create token");
+    // Seen within the auth cache's second.
+    assert!(
+        eventually(Duration::from_secs(3), || async {
+            app.namespace("ns").await.status == 401
+        })
+        .await,
+        "auth must turn on"
+    );
+    let admin = app.as_token(Some(&secret));
     assert_eq!(admin.claim("ns", "k2", json!({})).await.status, 201);
+}
+
+#[tokio::test]
+async fn without_tokens_the_api_refuses_to_create_the_first_one_and_locks_nobody_out() {
+    for backend in backends() {
+        let app = spawn_on(backend).await;
+        for body in [
+            json!({"role": "admin", "namespace": "*"}),
+            json!({"role": "worker", "namespace": "pay", "label": "n8n"}),
+        ] {
+            let r = app.post("/v1/tokens", body).await;
+            let p = r.problem(403, "forbidden");
+            let detail = p["detail"].as_str().unwrap_or_default();
+            assert!(
+                detail.contains("idem token create --namespace") && detail.contains("--role"),
+                "{backend:?}: {detail}"
+            );
+        }
+        // Nothing was written, and every client still gets in without a token.
+        assert_eq!(
+            app.store.token_count().await.expect("count"),
+            0,
+            "{backend:?}"
+        );
+        let r = app.claim("ns", "k", json!({})).await;
+        assert_eq!(r.status, 201, "{backend:?}: {}", r.text);
+        assert_eq!(app.namespace("ns").await.status, 200, "{backend:?}");
+    }
+}
+
+#[tokio::test]
+async fn with_tokens_an_admin_still_creates_tokens_over_the_api() {
+    for backend in backends() {
+        let app = spawn_with(Options {
+            backend,
+            ..with_tokens()
+        })
+        .await;
+        let r = app
+            .post("/v1/tokens", json!({"role": "worker", "namespace": "pay"}))
+            .await;
+        assert_eq!(r.status, 201, "{backend:?}: {}", r.text);
+        let worker = app.as_token(Some(&r.token()));
+        assert_eq!(worker.claim("pay", "k", json!({})).await.status, 201);
+        assert_eq!(
+            app.store.token_count().await.expect("count"),
+            5,
+            "{backend:?}"
+        );
+    }
 }
 
 #[tokio::test]

@@ -10,5 +10,6 @@ mod drills;
 mod errors;
 mod namespace;
 mod observability;
+mod openapi;
 mod operator;
 mod worker;

@@ -1,0 +1,420 @@
+//! The OpenAPI document says what the server does: security only where a token is needed,
+//! every problem status an operation answers with, the real limits of keys, namespaces and
+//! body members. (`.ci/schemathesis.sh` checks the same black-box with generated requests.)
+
+use std::collections::BTreeSet;
+
+use serde_json::{json, Value};
+
+use crate::helpers::*;
+
+async fn document() -> (TestApp, Value) {
+    let app = spawn_app().await;
+    let r = app.get("/openapi.json").await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let doc = r.body.clone();
+    (app, doc)
+}
+
+fn op<'a>(doc: &'a Value, method: &str, path: &str) -> &'a Value {
+    let op = &doc["paths"][path][method];
+    assert!(op.is_object(), "{method} {path} is not documented");
+    op
+}
+
+fn statuses(op: &Value) -> BTreeSet<u16> {
+    op["responses"]
+        .as_object()
+        .map(|r| r.keys().filter_map(|k| k.parse().ok()).collect())
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn openapi_probes_need_no_token_and_every_v1_route_takes_a_bearer_token() {
+    let (_app, doc) = document().await;
+    assert!(
+        doc.get("security").is_none(),
+        "no document-wide security: the probes need none"
+    );
+    assert_eq!(
+        doc["components"]["securitySchemes"]["bearer"]["scheme"],
+        "bearer"
+    );
+    for route in idem_server::routes::routes() {
+        let op = op(&doc, route.method, route.path);
+        match route.role {
+            None => assert!(
+                op.get("security").is_none(),
+                "{} {} needs no token",
+                route.method,
+                route.path
+            ),
+            Some(_) => {
+                // A bearer token, or none while the server has no tokens at all.
+                assert_eq!(
+                    op["security"],
+                    json!([{"bearer": []}, {}]),
+                    "{} {}",
+                    route.method,
+                    route.path
+                );
+                for status in [401, 403, 503] {
+                    assert!(
+                        statuses(op).contains(&status),
+                        "{} {} lacks {status}",
+                        route.method,
+                        route.path
+                    );
+                }
+            }
+        }
+    }
+    for p in ["/healthz", "/readyz", "/metrics", "/openapi.json"] {
+        assert!(op(&doc, "get", p).get("security").is_none(), "{p}");
+    }
+}
+
+#[tokio::test]
+async fn openapi_lists_the_problem_statuses_each_operation_answers_with() {
+    let (_app, doc) = document().await;
+    let key = "/v1/namespaces/{ns}/keys/{key}";
+    let want: Vec<(&str, String, &[u16])> = vec![
+        (
+            "post",
+            format!("{key}/claim"),
+            &[200, 201, 400, 401, 403, 409, 413, 422, 429, 503],
+        ),
+        (
+            "post",
+            format!("{key}/prepare"),
+            &[200, 400, 401, 403, 404, 409, 413, 422, 503],
+        ),
+        (
+            "post",
+            format!("{key}/heartbeat"),
+            &[200, 400, 401, 403, 404, 409, 413, 422, 503],
+        ),
+        (
+            "post",
+            format!("{key}/complete"),
+            &[200, 400, 401, 403, 404, 409, 413, 422, 503],
+        ),
+        (
+            "post",
+            format!("{key}/fail"),
+            &[200, 400, 401, 403, 404, 409, 413, 422, 503],
+        ),
+        ("get", key.to_owned(), &[200, 400, 401, 403, 404, 503]),
+        (
+            "post",
+            format!("{key}/resolve"),
+            &[200, 400, 401, 403, 404, 409, 413, 422, 503],
+        ),
+        (
+            "post",
+            format!("{key}/approve"),
+            &[200, 400, 401, 403, 404, 409, 413, 422, 503],
+        ),
+        (
+            "post",
+            format!("{key}/reject"),
+            &[200, 400, 401, 403, 404, 409, 413, 422, 503],
+        ),
+        (
+            "get",
+            "/v1/namespaces/{ns}/keys".into(),
+            &[200, 400, 401, 403, 422, 503],
+        ),
+        (
+            "get",
+            "/v1/namespaces/{ns}".into(),
+            &[200, 400, 401, 403, 503],
+        ),
+        (
+            "patch",
+            "/v1/namespaces/{ns}".into(),
+            &[200, 400, 401, 403, 413, 422, 503],
+        ),
+        (
+            "post",
+            "/v1/namespaces/{ns}/pause".into(),
+            &[200, 400, 401, 403, 413, 422, 503],
+        ),
+        (
+            "post",
+            "/v1/namespaces/{ns}/resume".into(),
+            &[200, 400, 401, 403, 413, 422, 503],
+        ),
+        (
+            "post",
+            "/v1/keys/derive".into(),
+            &[200, 400, 401, 403, 413, 422, 503],
+        ),
+        (
+            "post",
+            "/v1/tokens".into(),
+            &[201, 400, 401, 403, 413, 422, 503],
+        ),
+        ("get", "/healthz".into(), &[200]),
+        ("get", "/readyz".into(), &[200, 503]),
+        ("get", "/metrics".into(), &[200]),
+        ("get", "/openapi.json".into(), &[200]),
+    ];
+    assert_eq!(want.len(), idem_server::route_table().len());
+    let codes: BTreeSet<&str> = doc["components"]["schemas"]["Problem"]["properties"]["code"]
+        ["enum"]
+        .as_array()
+        .expect("the Problem code enum")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    for (method, path, statuses_wanted) in &want {
+        let op = op(&doc, method, path);
+        let got = statuses(op);
+        let wanted: BTreeSet<u16> = statuses_wanted.iter().copied().collect();
+        assert_eq!(got, wanted, "{method} {path}");
+        for status in got.iter().filter(|s| **s >= 400) {
+            let resp = &op["responses"][status.to_string()];
+            if resp["content"].get("application/problem+json").is_none() && path.ends_with("/claim")
+            {
+                // A claim outcome only (in_flight, limited…), checked below.
+                assert!(resp["content"]["application/json"].is_object(), "{status}");
+                continue;
+            }
+            let problem = &resp["content"]["application/problem+json"]["schema"];
+            assert_eq!(
+                problem["allOf"][0]["$ref"], "#/components/schemas/Problem",
+                "{method} {path} {status} is problem+json"
+            );
+            assert_eq!(problem["properties"]["status"]["const"], *status);
+            let listed = problem["properties"]["code"]["enum"]
+                .as_array()
+                .expect("codes");
+            assert!(!listed.is_empty(), "{method} {path} {status}");
+            for c in listed {
+                assert!(codes.contains(c.as_str().unwrap_or_default()), "{c}");
+            }
+        }
+    }
+    // Claim outcomes that are not 2xx are claim answers (JSON); its 422 and 503 can also be
+    // problems (invalid_field, store_unavailable).
+    let claim = op(&doc, "post", &format!("{key}/claim"));
+    for status in ["409", "422", "429", "503"] {
+        assert_eq!(
+            claim["responses"][status]["content"]["application/json"]["schema"]["$ref"],
+            "#/components/schemas/ClaimResponse",
+            "{status}"
+        );
+    }
+    for status in ["422", "503"] {
+        assert!(claim["responses"][status]["content"]["application/problem+json"].is_object());
+    }
+    // The token route documents the refusal without tokens.
+    let tokens = op(&doc, "post", "/v1/tokens");
+    for text in [
+        &tokens["description"],
+        &tokens["responses"]["403"]["description"],
+    ] {
+        assert!(
+            text.as_str()
+                .is_some_and(|d| d.contains("idem token create")),
+            "{text}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn openapi_statuses_match_what_the_server_answers() {
+    let (app, doc) = document().await;
+    let claim = op(&doc, "post", "/v1/namespaces/{ns}/keys/{key}/claim");
+    // Real refusals, each documented with its code.
+    let cases = [
+        (
+            app.post("/v1/namespaces/ns/keys/a%20b/claim", json!({}))
+                .await,
+            "invalid_key",
+        ),
+        (
+            app.post("/v1/namespaces/a%20b/keys/k/claim", json!({}))
+                .await,
+            "invalid_namespace",
+        ),
+        (
+            app.post("/v1/namespaces/ns/keys/k/claim", json!({"nope": 1}))
+                .await,
+            "unknown_field",
+        ),
+        (
+            app.post("/v1/namespaces/ns/keys/k/claim", json!({"lease_ms": 0}))
+                .await,
+            "invalid_field",
+        ),
+        (
+            app.post_raw("/v1/namespaces/ns/keys/k/claim", "null").await,
+            "invalid_json",
+        ),
+    ];
+    for (r, code) in cases {
+        assert_eq!(r.body["code"], code, "{}", r.text);
+        assert_eq!(r.header("content-type"), Some("application/problem+json"));
+        let resp = &claim["responses"][r.status.to_string()];
+        let listed =
+            &resp["content"]["application/problem+json"]["schema"]["properties"]["code"]["enum"];
+        assert!(
+            listed.as_array().is_some_and(|l| l.contains(&json!(code))),
+            "{code} under {}: {resp}",
+            r.status
+        );
+    }
+    // A 405 names the methods the path has (RFC 9110).
+    let r = app
+        .send(app.http.delete(format!("{}/v1/namespaces/ns", app.base)))
+        .await;
+    r.problem(405, "method_not_allowed");
+    assert_eq!(r.header("allow"), Some("GET, HEAD, PATCH"));
+}
+
+#[tokio::test]
+async fn openapi_key_and_namespace_parameters_have_the_real_limits() {
+    let (_app, doc) = document().await;
+    let mut seen = 0;
+    for (path, item) in doc["paths"].as_object().expect("paths") {
+        for (_, op) in item.as_object().expect("path item") {
+            for p in op["parameters"].as_array().into_iter().flatten() {
+                if p["in"] != "path" {
+                    continue;
+                }
+                let schema = &p["schema"];
+                match p["name"].as_str() {
+                    Some("key") => {
+                        assert_eq!(schema["pattern"], r"^[\x21-\x7E]{1,255}$", "{path}");
+                        assert_eq!(schema["minLength"], 1, "{path}");
+                        assert_eq!(schema["maxLength"], 255, "{path}");
+                        seen += 1;
+                    }
+                    Some("ns") => {
+                        assert_eq!(schema["pattern"], r"^[A-Za-z0-9._:-]{1,128}$", "{path}");
+                        assert_eq!(schema["maxLength"], 128, "{path}");
+                    }
+                    other => panic!("{path}: unexpected path parameter {other:?}"),
+                }
+            }
+        }
+    }
+    assert_eq!(seen, 9, "every key route has the key parameter");
+    // The namespace pattern is the server's rule: `;` is refused, `:` is not.
+    let app = spawn_app().await;
+    app.namespace("a;b").await.problem(400, "invalid_namespace");
+    assert_eq!(app.namespace("a:b.c_d-e").await.status, 200);
+}
+
+#[tokio::test]
+async fn openapi_request_bodies_state_the_parsers_limits() {
+    let (_app, doc) = document().await;
+    let s = &doc["components"]["schemas"];
+    for name in [
+        "ClaimBody",
+        "PrepareBody",
+        "HeartbeatBody",
+        "CompleteBody",
+        "FailBody",
+        "FailErrorBody",
+        "ResolveBody",
+        "NoteBody",
+        "DeriveBody",
+        "TokenBody",
+        "PolicyPatchBody",
+        "RetryPatchBody",
+    ] {
+        assert_eq!(
+            s[name]["additionalProperties"],
+            json!(false),
+            "{name} refuses unknown members like the server"
+        );
+    }
+    let claim = &s["ClaimBody"]["properties"];
+    assert_eq!(claim["lease_ms"]["minimum"], 1);
+    assert_eq!(claim["lease_ms"]["maximum"], idem::policy::MAX_LEASE_MS);
+    assert_eq!(claim["wait_ms"]["minimum"], 0);
+    assert_eq!(claim["owner"]["maxLength"], 255);
+    assert_eq!(claim["correlation_id"]["maxLength"], 255);
+    assert_eq!(claim["fingerprint"]["pattern"], "^[0-9A-Fa-f]{64}$");
+    assert!(
+        s["ClaimBody"]["not"]["required"].is_array(),
+        "payload xor fingerprint"
+    );
+    for body in ["PrepareBody", "HeartbeatBody", "CompleteBody", "FailBody"] {
+        assert_eq!(s[body]["required"][0], "token", "{body}");
+        assert_eq!(s[body]["properties"]["token"]["minLength"], 1, "{body}");
+    }
+    assert_eq!(
+        s["CompleteBody"]["properties"]["external_ref"]["maxLength"],
+        512
+    );
+    assert_eq!(s["FailBody"]["properties"]["http_status"]["minimum"], 100);
+    assert_eq!(s["FailBody"]["properties"]["http_status"]["maximum"], 599);
+    assert!(
+        s["FailBody"]["anyOf"].is_array(),
+        "what the classifier needs"
+    );
+    assert_eq!(s["ResolveBody"]["properties"]["note"]["maxLength"], 2000);
+    assert_eq!(s["DeriveBody"]["properties"]["fields"]["minItems"], 1);
+    let patch = &s["PolicyPatchBody"]["properties"];
+    assert_eq!(patch["lease_ms"]["type"], "integer", "null is refused");
+    assert_eq!(patch["daily_limit"]["type"], json!(["integer", "null"]));
+    assert_eq!(
+        s["RetryPatchBody"]["properties"]["max_attempts"]["maximum"],
+        1000
+    );
+    // The optional bodies are documented as optional.
+    for path in ["claim", "approve", "reject"] {
+        let op = op(
+            &doc,
+            "post",
+            &format!("/v1/namespaces/{{ns}}/keys/{{key}}/{path}"),
+        );
+        assert_eq!(op["requestBody"]["required"], false, "{path}");
+    }
+    assert_eq!(
+        op(&doc, "post", "/v1/namespaces/{ns}/keys/{key}/complete")["requestBody"]["required"],
+        true
+    );
+}
+
+#[tokio::test]
+async fn integral_floats_are_integers_and_a_null_body_is_not_an_object() {
+    let app = spawn_app().await;
+    // 41.0 is the JSON number 41 (JSON Schema's integer admits it).
+    let r = app
+        .claim("ns", "k", json!({"lease_ms": 41000.0, "wait_ms": 0.0}))
+        .await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    let t = Api::acquired(&r);
+    let r = app
+        .heartbeat("ns", "k", json!({"token": t, "lease_ms": 5000.0}))
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let r = app
+        .fail(
+            "ns",
+            "k",
+            json!({"token": t, "http_status": 503.0, "retry_after": 7.0}),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let r = app.claim("ns", "k2", json!({"lease_ms": 41000.5})).await;
+    assert_eq!(r.problem(422, "invalid_field")["field"], "lease_ms");
+    let r = app
+        .patch_namespace("ns", json!({"retry": {"max_attempts": 3.0}}))
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.body["policy"]["retry"]["max_attempts"], 3);
+    // `null` is not a JSON object (an empty body still is `{}` where the body is optional).
+    app.post_raw("/v1/namespaces/ns/resume", "null")
+        .await
+        .problem(400, "invalid_json");
+    assert_eq!(
+        app.post_raw("/v1/namespaces/ns/resume", "").await.status,
+        200
+    );
+}

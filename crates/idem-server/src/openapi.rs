@@ -114,6 +114,7 @@ fn build() -> Value {
             }
         }
     }
+    add_links(&mut doc);
     if let Some(schemas) = doc
         .pointer_mut("/components/schemas")
         .and_then(Value::as_object_mut)
@@ -121,6 +122,72 @@ fn build() -> Value {
         refine_schemas(schemas);
     }
     doc
+}
+
+/// OpenAPI links of the worker flow: what a client does with an answer (the claim's token
+/// goes into the writes of the same key). Generated clients and schemathesis's stateful phase
+/// follow them.
+fn add_links(doc: &mut Value) {
+    let same_key = json!({"ns": "$request.path.ns", "key": "$request.path.key"});
+    let link = |op: &str, body: Option<Value>| {
+        let mut l = json!({"operationId": op, "parameters": same_key.clone()});
+        if let Some(b) = body {
+            l["requestBody"] = b;
+        }
+        l
+    };
+    let claimed = json!({"token": "$response.body#/token"});
+    let held = json!({"token": "$request.body#/token"});
+    let key = "/v1/namespaces/{ns}/keys/{key}";
+    let links = [
+        (
+            format!("{key}/claim"),
+            "201",
+            json!({
+                "prepare": link("prepare", Some(claimed.clone())),
+                "heartbeat": link("heartbeat", Some(claimed.clone())),
+                "complete": link("complete", Some(claimed.clone())),
+                "fail": link("fail", Some(claimed)),
+                "get_record": link("get_record", None),
+            }),
+        ),
+        (
+            format!("{key}/prepare"),
+            "200",
+            json!({
+                "complete": link("complete", Some(held.clone())),
+                "approve": link("approve", None),
+                "reject": link("reject", None),
+            }),
+        ),
+        (
+            format!("{key}/heartbeat"),
+            "200",
+            json!({"complete": link("complete", Some(held.clone()))}),
+        ),
+        (
+            format!("{key}/complete"),
+            "200",
+            json!({
+                "complete_again": link("complete", Some(held)),
+                "get_record": link("get_record", None),
+            }),
+        ),
+        (
+            format!("{key}/fail"),
+            "200",
+            json!({
+                "resolve": link("resolve", None),
+                "get_record": link("get_record", None),
+            }),
+        ),
+    ];
+    for (path, status, l) in links {
+        let pointer = format!("/paths/{}/post/responses/{status}", escape(&path));
+        if let Some(resp) = doc.pointer_mut(&pointer) {
+            resp["links"] = l;
+        }
+    }
 }
 
 /// A JSON-pointer token for a path (`/` → `~1`).
@@ -327,10 +394,120 @@ fn refine_schemas(schemas: &mut Map<String, Value>) {
     if let Some(problem) = schemas.get_mut("Problem") {
         problem["properties"]["code"]["enum"] = json!(all_codes());
     }
+    // Answers: every member the server always writes is required; closed sets are enums.
+    for (name, optional) in [
+        ("RecordDoc", &[][..]),
+        ("LastErrorDoc", &[]),
+        ("EventDoc", &[]),
+        ("ClaimResponse", &["token", "resumed", "retry_after_ms"]),
+        ("StateResponse", &[]),
+        ("FailResponse", &[]),
+        ("RetryDoc", &[]),
+        ("RecordWithEventsDoc", &[]),
+        ("ListResponse", &[]),
+        ("NamespaceResponse", &[]),
+        ("PolicyDoc", &[]),
+        ("RetryPolicyDoc", &[]),
+        ("TokenResponse", &["label"]),
+        ("DeriveResponse", &[]),
+        ("StatusResponse", &[]),
+    ] {
+        if let Some(schema) = schemas.get_mut(name) {
+            let required: Vec<String> = schema["properties"]
+                .as_object()
+                .map(|p| {
+                    p.keys()
+                        .filter(|k| !optional.contains(&k.as_str()))
+                        .cloned()
+                        .collect()
+                })
+                .unwrap_or_default();
+            schema["required"] = json!(required);
+        }
+    }
+    let states: Vec<&str> = idem::State::ALL.iter().map(|s| s.as_str()).collect();
+    let mut nullable: Vec<Value> = states.iter().map(|s| json!(s)).collect();
+    nullable.push(Value::Null);
+    let set = |schemas: &mut Map<String, Value>, name: &str, member: &str, v: Value| {
+        if let Some(p) = schemas
+            .get_mut(name)
+            .and_then(|s| s["properties"].get_mut(member))
+        {
+            let description = p.get("description").cloned();
+            *p = v;
+            if let Some(d) = description {
+                p["description"] = d;
+            }
+        }
+    };
+    set(
+        schemas,
+        "RecordDoc",
+        "state",
+        json!({"type": "string", "enum": states}),
+    );
+    set(
+        schemas,
+        "StateResponse",
+        "state",
+        json!({"type": "string", "enum": states}),
+    );
+    set(
+        schemas,
+        "FailResponse",
+        "state",
+        json!({"type": "string", "enum": states}),
+    );
+    set(schemas, "EventDoc", "from_state", json!({"enum": nullable}));
+    set(schemas, "EventDoc", "to_state", json!({"enum": nullable}));
+    set(
+        schemas,
+        "EventDoc",
+        "type",
+        json!({"type": "string", "enum": [
+            "acquired", "resumed", "duplicate_hit", "conflict", "in_flight", "prepared",
+            "completed", "failed", "lease_lost", "moved_to_review", "resolved", "approved",
+            "rejected", "result_expired", "alert_sent", "heartbeat",
+        ]}),
+    );
+    let outcomes: Vec<&str> = idem::ClaimOutcome::ALL.iter().map(|o| o.as_str()).collect();
+    set(
+        schemas,
+        "ClaimResponse",
+        "outcome",
+        json!({"type": "string", "enum": outcomes}),
+    );
+    set(
+        schemas,
+        "FailResponse",
+        "class",
+        json!({"type": "string", "enum": ["retryable", "permanent", "ambiguous"]}),
+    );
 }
 
-/// Every `code` the server can answer with.
+/// Every `code` the server can answer with (the match below fails to compile when a variant
+/// is added to [`ApiError`], as a reminder to list it here too).
 pub fn all_codes() -> Vec<&'static str> {
+    fn _listed(e: &ApiError) {
+        match e {
+            ApiError::InvalidJson(_)
+            | ApiError::UnknownField { .. }
+            | ApiError::InvalidKey(_)
+            | ApiError::InvalidNamespace(_)
+            | ApiError::BodyTooLarge { .. }
+            | ApiError::InvalidField { .. }
+            | ApiError::MissingIdentityField { .. }
+            | ApiError::NotFound(_)
+            | ApiError::LeaseLost
+            | ApiError::InvalidTransition(_)
+            | ApiError::ResultMismatch
+            | ApiError::MethodNotAllowed
+            | ApiError::Unauthorized(_)
+            | ApiError::Forbidden(_)
+            | ApiError::StoreUnavailable(_)
+            | ApiError::Internal(_) => {}
+        }
+    }
     let s = String::new;
     [
         ApiError::InvalidJson(s()),

@@ -418,3 +418,57 @@ async fn integral_floats_are_integers_and_a_null_body_is_not_an_object() {
         200
     );
 }
+
+#[tokio::test]
+async fn openapi_answers_require_what_the_server_always_writes() {
+    let (app, doc) = document().await;
+    let s = &doc["components"]["schemas"];
+    let required = |name: &str| -> BTreeSet<String> {
+        s[name]["required"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{name}.required"))
+            .iter()
+            .filter_map(|v| v.as_str().map(str::to_owned))
+            .collect()
+    };
+    assert_eq!(
+        required("ClaimResponse"),
+        ["outcome", "record"].map(String::from).into()
+    );
+    let states: Vec<&str> = idem::State::ALL.iter().map(|s| s.as_str()).collect();
+    assert_eq!(s["RecordDoc"]["properties"]["state"]["enum"], json!(states));
+    // A real claim answer and record carry every required member, nothing else.
+    let r = app.claim("ns", "k", json!({"payload": {"a": 1}})).await;
+    assert_eq!(r.status, 201);
+    for (value, name) in [(&r.body, "ClaimResponse"), (&r.body["record"], "RecordDoc")] {
+        let members: BTreeSet<String> =
+            value.as_object().expect("object").keys().cloned().collect();
+        let documented: BTreeSet<String> = s[name]["properties"]
+            .as_object()
+            .expect("properties")
+            .keys()
+            .cloned()
+            .collect();
+        assert!(required(name).is_subset(&members), "{name}: {members:?}");
+        assert!(members.is_subset(&documented), "{name}: {members:?}");
+    }
+    let got = app.record("ns", "k").await;
+    let event = &got.body["events"][0];
+    let event_members: BTreeSet<String> =
+        event.as_object().expect("event").keys().cloned().collect();
+    assert_eq!(required("EventDoc"), event_members);
+    assert!(s["EventDoc"]["properties"]["type"]["enum"]
+        .as_array()
+        .is_some_and(|e| e.contains(&event["type"])));
+    // The worker flow is linked: the acquired claim's token goes into the writes of its key.
+    let links =
+        &op(&doc, "post", "/v1/namespaces/{ns}/keys/{key}/claim")["responses"]["201"]["links"];
+    for write in ["prepare", "heartbeat", "complete", "fail"] {
+        assert_eq!(links[write]["operationId"], write);
+        assert_eq!(
+            links[write]["requestBody"]["token"],
+            "$response.body#/token"
+        );
+        assert_eq!(links[write]["parameters"]["key"], "$request.path.key");
+    }
+}

@@ -107,6 +107,7 @@ async fn openapi_documents_every_route_and_nothing_else() {
         ("NoteBody", idem_server::api::NoteBody::FIELDS),
         ("DeriveBody", idem_server::api::DeriveBody::FIELDS),
         ("TokenBody", idem_server::api::TokenBody::FIELDS),
+        ("PolicyPatchBody", idem_server::api::PolicyPatchBody::FIELDS),
     ] {
         let props: BTreeSet<&str> = schemas[name]["properties"]
             .as_object()

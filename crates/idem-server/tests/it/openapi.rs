@@ -460,6 +460,22 @@ async fn openapi_answers_require_what_the_server_always_writes() {
     assert!(s["EventDoc"]["properties"]["type"]["enum"]
         .as_array()
         .is_some_and(|e| e.contains(&event["type"])));
+    // The policy as reads show it: the documented members are the members.
+    let ns = app.namespace("ns").await;
+    let keys = |v: &Value| -> BTreeSet<String> {
+        v.as_object()
+            .map(|o| o.keys().cloned().collect())
+            .unwrap_or_default()
+    };
+    assert_eq!(
+        keys(&s["PolicyDoc"]["properties"]),
+        keys(&ns.body["policy"])
+    );
+    assert_eq!(
+        keys(&s["RetryPolicyDoc"]["properties"]),
+        keys(&ns.body["policy"]["retry"])
+    );
+    assert_eq!(keys(&s["NamespaceResponse"]["properties"]), keys(&ns.body));
     // The worker flow is linked: the acquired claim's token goes into the writes of its key.
     let links =
         &op(&doc, "post", "/v1/namespaces/{ns}/keys/{key}/claim")["responses"]["201"]["links"];

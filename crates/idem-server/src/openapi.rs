@@ -220,7 +220,8 @@ fn describe_params(op: &mut Map<String, Value>) {
                     // What the server hands out: hex of "<updated_at ms>\n<key>".
                     p["schema"] = json!({
                         "type": "string",
-                        "pattern": "^((2[BbDd])?(3[0-9]){1,18}0[Aa]([0-7][0-9A-Fa-f])*)?$",
+                        "pattern": "^((2[BbDd])?(3[0-9]){1,18}0[Aa]\
+                                    (2[1-9A-Fa-f]|[3-6][0-9A-Fa-f]|7[0-9A-Ea-e]){1,255})?$",
                     });
                 }
                 _ => {}

@@ -83,14 +83,36 @@ impl Cursor {
     pub fn encode(&self) -> String {
         hex::encode(format!("{}\n{}", self.updated_at, self.key))
     }
-    /// `None` for anything that is not a cursor this store made.
+    /// `None` for anything that is not a cursor this store made: the key part must be a key
+    /// (visible ASCII), so no made-up cursor carries bytes a store cannot compare (NUL).
     pub fn decode(s: &str) -> Option<Cursor> {
         let raw = String::from_utf8(hex::decode(s).ok()?).ok()?;
         let (t, k) = raw.split_once('\n')?;
+        let key = idem_core::Key::try_from(k).ok()?;
         Some(Cursor {
             updated_at: t.parse().ok()?,
-            key: k.to_owned(),
+            key: key.as_str().to_owned(),
         })
+    }
+}
+
+#[cfg(test)]
+mod cursor_tests {
+    use super::Cursor;
+
+    #[test]
+    fn cursors_round_trip_and_made_up_ones_are_refused() {
+        let c = Cursor {
+            updated_at: 1_764_581_000_123,
+            key: "a%b/c?d#e".into(),
+        };
+        assert_eq!(Cursor::decode(&c.encode()), Some(c));
+        // "61620405\n" + a key with a vertical tab, NUL and CR (PostgreSQL refuses NUL).
+        assert_eq!(Cursor::decode("36313632303430350A0b000D"), None);
+        assert_eq!(Cursor::decode(&hex::encode("5\n")), None, "empty key");
+        assert_eq!(Cursor::decode(&hex::encode("5\na b")), None, "space");
+        assert_eq!(Cursor::decode(&hex::encode("x\nk")), None, "time");
+        assert_eq!(Cursor::decode("zz"), None);
     }
 }
 

@@ -73,14 +73,14 @@ pub struct ClaimBody {
     /// A precomputed fingerprint (64 hex digits, either case). Not together with `payload`.
     #[schema(pattern = "^[0-9A-Fa-f]{64}$")]
     fingerprint: Option<String>,
-    /// Informational (e.g. the n8n execution id), at most 255 characters.
-    #[schema(max_length = 255)]
+    /// Informational (e.g. the n8n execution id), at most 255 characters, no NUL.
+    #[schema(max_length = 255, pattern = "^[^\\x00]*$")]
     owner: Option<String>,
     /// Lease length, 1 ms to 7 days; default from the namespace policy.
     #[schema(minimum = 1, maximum = 604_800_000)]
     lease_ms: Option<i64>,
-    /// At most 255 characters.
-    #[schema(max_length = 255)]
+    /// At most 255 characters, no NUL.
+    #[schema(max_length = 255, pattern = "^[^\\x00]*$")]
     correlation_id: Option<String>,
     /// Overrides the namespace policy for this lease.
     lease_expiry: Option<LeaseExpiryDoc>,
@@ -136,7 +136,7 @@ pub struct ClaimResponse {
 #[serde(deny_unknown_fields)]
 pub struct PrepareBody {
     /// The fencing token of the claim.
-    #[schema(min_length = 1, max_length = 256)]
+    #[schema(min_length = 1, max_length = 256, pattern = "^[^\\x00]*$")]
     token: String,
     /// The payload to deliver (e.g. an AI draft; any JSON but `null`); a later attempt must
     /// reuse it.
@@ -153,7 +153,7 @@ impl PrepareBody {
 #[allow(dead_code)]
 #[serde(deny_unknown_fields)]
 pub struct HeartbeatBody {
-    #[schema(min_length = 1, max_length = 256)]
+    #[schema(min_length = 1, max_length = 256, pattern = "^[^\\x00]*$")]
     token: String,
     /// New lease length from now, 1 ms to 7 days; default from the namespace policy.
     #[schema(minimum = 1, maximum = 604_800_000)]
@@ -169,12 +169,12 @@ impl HeartbeatBody {
 #[allow(dead_code)]
 #[serde(deny_unknown_fields)]
 pub struct CompleteBody {
-    #[schema(min_length = 1, max_length = 256)]
+    #[schema(min_length = 1, max_length = 256, pattern = "^[^\\x00]*$")]
     token: String,
     /// Stored and replayed to every later claim.
     result: Option<Value>,
-    /// At most 512 characters.
-    #[schema(max_length = 512)]
+    /// At most 512 characters, no NUL.
+    #[schema(max_length = 512, pattern = "^[^\\x00]*$")]
     external_ref: Option<String>,
 }
 
@@ -189,7 +189,7 @@ impl CompleteBody {
 #[serde(deny_unknown_fields)]
 #[allow(dead_code)]
 pub struct FailBody {
-    #[schema(min_length = 1, max_length = 256)]
+    #[schema(min_length = 1, max_length = 256, pattern = "^[^\\x00]*$")]
     token: String,
     /// Decided by the caller (else the server classifies).
     kind: Option<ClassDoc>,
@@ -252,7 +252,7 @@ impl FailBody {
 #[serde(deny_unknown_fields)]
 pub struct FailErrorBody {
     /// timeout | connection | validation | auth | business | … (1 to 64 characters)
-    #[schema(min_length = 1, max_length = 64)]
+    #[schema(min_length = 1, max_length = 64, pattern = "^[^\\x00]*$")]
     category: String,
     /// At most 100000 characters; stored sanitized and cut to 1000. Never put secrets here.
     #[schema(max_length = 100_000)]
@@ -318,11 +318,11 @@ pub struct ListResponse {
 #[serde(deny_unknown_fields)]
 pub struct ResolveBody {
     action: ResolveActionDoc,
-    #[schema(max_length = 512)]
+    #[schema(max_length = 512, pattern = "^[^\\x00]*$")]
     external_ref: Option<String>,
     result: Option<Value>,
-    /// Why (required, 1 to 2000 characters; recorded with who).
-    #[schema(min_length = 1, max_length = 2000)]
+    /// Why (required, 1 to 2000 characters, no NUL; recorded with who).
+    #[schema(min_length = 1, max_length = 2000, pattern = "^[^\\x00]*$")]
     note: String,
 }
 
@@ -345,7 +345,8 @@ impl ResolveBody {
 #[allow(dead_code)]
 #[serde(deny_unknown_fields)]
 pub struct NoteBody {
-    #[schema(max_length = 2000)]
+    /// At most 2000 characters, no NUL.
+    #[schema(max_length = 2000, pattern = "^[^\\x00]*$")]
     note: Option<String>,
 }
 
@@ -505,8 +506,8 @@ pub struct TokenBody {
     /// A namespace, or `*` for all.
     #[schema(pattern = "^([A-Za-z0-9._:-]{1,128}|\\*)$")]
     namespace: String,
-    /// Recorded as the actor of the token's operator actions; at most 255 characters.
-    #[schema(max_length = 255)]
+    /// Recorded as the actor of the token's operator actions; at most 255 characters, no NUL.
+    #[schema(max_length = 255, pattern = "^[^\\x00]*$")]
     label: Option<String>,
 }
 

@@ -393,7 +393,7 @@ pub async fn fail(
         None => None,
         Some(mut e) => Some(FailErrorInput {
             category: e.req_str("category", MAX_CATEGORY)?,
-            message: e.opt_str("message", MAX_MESSAGE)?.unwrap_or_default(),
+            message: e.opt_text("message", MAX_MESSAGE)?.unwrap_or_default(),
         }),
     };
     let op = Op::Fail(FailRequest {

@@ -212,7 +212,20 @@ impl Obj {
         }
     }
 
+    /// A string of at most `max_len` characters without U+0000 (a store may not keep it:
+    /// PostgreSQL text cannot hold NUL, so it is refused the same on every store).
     pub fn opt_str(&mut self, field: &str, max_len: usize) -> Result<Option<String>, ApiError> {
+        match self.opt_text(field, max_len)? {
+            Some(s) if s.contains('\0') => {
+                Err(self.invalid(field, "must not contain U+0000 (NUL)"))
+            }
+            other => Ok(other),
+        }
+    }
+
+    /// A string of at most `max_len` characters, any content (for text the core sanitizes
+    /// before it is stored, such as an error message).
+    pub fn opt_text(&mut self, field: &str, max_len: usize) -> Result<Option<String>, ApiError> {
         match self.value(field) {
             None => Ok(None),
             Some(Value::String(s)) if s.chars().count() <= max_len => Ok(Some(s)),
@@ -339,6 +352,12 @@ mod tests {
         let mut o = Obj::body(json!({"n": 5.0, "f": 5.5}), &["n", "f"], true).expect("ok");
         assert_eq!(o.opt_i64("n", 0, 9).ok(), Some(Some(5)));
         assert!(o.opt_i64("f", 0, 9).is_err());
+        let mut o =
+            Obj::body(json!({"a": "x\u{0}", "m": "x\u{0}"}), &["a", "m"], true).expect("ok");
+        assert!(
+            matches!(o.opt_str("a", 9), Err(ApiError::InvalidField { field, .. }) if field == "a")
+        );
+        assert_eq!(o.opt_text("m", 9).ok(), Some(Some("x\0".to_owned())));
         assert!(matches!(
             Obj::body(json!([1]), &[], true),
             Err(ApiError::InvalidJson(_))

@@ -33,3 +33,59 @@ async fn graceful_shutdown_finishes_and_returns_ok() {
     assert_eq!(r.body["outcome"], "in_flight");
     assert!(started.elapsed() < std::time::Duration::from_secs(5));
 }
+
+#[tokio::test]
+async fn a_nul_in_a_stored_string_is_an_invalid_field_on_every_store() {
+    for backend in backends() {
+        let app = spawn_on(backend).await;
+        // PostgreSQL text cannot hold U+0000 (these were 500s there): refused alike everywhere.
+        let r = app.claim("ns", "k", json!({"owner": "a\u{0}b"})).await;
+        assert_eq!(
+            r.problem(422, "invalid_field")["field"],
+            "owner",
+            "{backend:?}"
+        );
+        let r = app
+            .claim("ns", "k", json!({"correlation_id": "c\u{0}"}))
+            .await;
+        assert_eq!(r.problem(422, "invalid_field")["field"], "correlation_id");
+        app.record("ns", "k").await.problem(404, "not_found");
+        let t = Api::acquired(&app.claim("ns", "k", json!({})).await);
+        let r = app
+            .complete("ns", "k", json!({"token": t, "external_ref": "x\u{0}"}))
+            .await;
+        assert_eq!(r.problem(422, "invalid_field")["field"], "external_ref");
+        let r = app
+            .fail(
+                "ns",
+                "k",
+                json!({"token": t, "kind": "ambiguous", "error": {"category": "x\u{0}"}}),
+            )
+            .await;
+        assert_eq!(r.problem(422, "invalid_field")["field"], "error.category");
+        // An error message is sanitized, not refused: the failure report is kept.
+        let r = app
+            .fail(
+                "ns",
+                "k",
+                json!({"token": t, "kind": "ambiguous",
+                       "error": {"category": "timeout", "message": "m\u{0}n"}}),
+            )
+            .await;
+        assert_eq!(r.status, 200, "{backend:?}: {}", r.text);
+        assert_eq!(r.body["record"]["last_error"]["message"], "m n");
+        let r = app
+            .resolve("ns", "k", json!({"action": "retry", "note": "n\u{0}"}))
+            .await;
+        assert_eq!(r.problem(422, "invalid_field")["field"], "note");
+        let r = app
+            .post("/v1/namespaces/ns/pause", json!({"note": "n\u{0}"}))
+            .await;
+        assert_eq!(r.problem(422, "invalid_field")["field"], "note");
+        assert_eq!(
+            app.namespace("ns").await.body["paused"],
+            false,
+            "{backend:?}"
+        );
+    }
+}

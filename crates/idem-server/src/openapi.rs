@@ -107,9 +107,9 @@ fn build() -> Value {
         if route.path == "/v1/tokens" {
             if let Some(resp) = op.get_mut("responses").and_then(|r| r.get_mut("403")) {
                 resp["description"] = json!(
-                    "problem+json: `forbidden`: the token's scope does not cover the new \
-                     token's, or the server has no tokens yet (create the first one with \
-                     `idem token create`; nothing is written)"
+                    "problem+json: `forbidden`: the token is not an admin token or its scope \
+                     does not cover the new token's, or the server has no tokens yet (create \
+                     the first one with `idem token create`; nothing is written)"
                 );
             }
         }
@@ -125,8 +125,7 @@ fn build() -> Value {
 }
 
 /// OpenAPI links of the worker flow: what a client does with an answer (the claim's token
-/// goes into the writes of the same key). Generated clients and schemathesis's stateful phase
-/// follow them.
+/// goes into the writes of the same key), for generated clients and stateful API testers.
 fn add_links(doc: &mut Value) {
     let same_key = json!({"ns": "$request.path.ns", "key": "$request.path.key"});
     let link = |op: &str, body: Option<Value>| {

@@ -241,7 +241,7 @@ pub(crate) async fn retention_once(
 pub(crate) async fn stats(store: &PgStore, now: Timestamp) -> Result<Stats, PgError> {
     let client = store.client().await?;
     let by_state = client
-        .prepare_cached("SELECT state, count(*) FROM records GROUP BY state")
+        .prepare_cached("SELECT state, sum(n)::BIGINT FROM record_counts GROUP BY state")
         .await?;
     let oldest = client
         .prepare_cached("SELECT min(active_at) FROM records WHERE state = 'processing'")

@@ -30,8 +30,8 @@ pub struct JanitorReport {
     pub full_batch: bool,
 }
 
-/// One janitor step at `now`: sweep leases, apply retention. The store gauges are refreshed
-/// by [`gauges_once`] on their own timer (a recount reads every record).
+/// One janitor step at `now`: sweep leases, apply retention. The store gauges are read at
+/// scrape time ([`gauges_once`]), never per batch.
 pub async fn janitor_once(
     store: &Arc<dyn Store>,
     now: Timestamp,
@@ -65,7 +65,9 @@ pub async fn janitor_once(
     Ok(report)
 }
 
-/// Recounts the store gauges (records per state, review-queue depth, oldest `processing`).
+/// Reads the store gauges (records per state, review-queue depth, oldest `processing`) and
+/// sets them. Cheap at any ledger size: the counts come from counters the store keeps exact
+/// in the transaction of every write, the oldest `processing` from an index.
 pub async fn gauges_once(store: &Arc<dyn Store>, now: Timestamp) -> Result<Stats, StoreError> {
     let stats = store.stats(now).await?;
     crate::metrics::set_stats(&stats);

@@ -45,8 +45,10 @@ pub struct Config {
     /// Records per janitor batch (sweep and retention); `None` takes the backend's measured
     /// default ([`Config::janitor_batch_for`]).
     pub janitor_batch: Option<usize>,
-    /// How often the store gauges (records per state, review queue, oldest `processing`) are
-    /// recounted. A recount reads every record, so it runs on its own timer, not per batch.
+    /// How long one scrape's store gauges (records per state, review queue, oldest
+    /// `processing`) are reused by the next scrapes. The gauges are read at scrape time from
+    /// counters the store keeps exact on every write; this only stops a scrape storm from
+    /// becoming a query storm. From 0 (every scrape reads) to 1s.
     pub stats_interval: Duration,
     /// PostgreSQL connections per instance.
     pub pg_pool: usize,
@@ -70,7 +72,7 @@ impl Default for Config {
             db: "sqlite://idem.db".into(),
             janitor_interval: Duration::from_secs(30),
             janitor_batch: None,
-            stats_interval: Duration::from_secs(30),
+            stats_interval: Duration::from_secs(1),
             pg_pool: 16,
             alert_interval: Duration::from_secs(2),
             alert_max_tries: 6,
@@ -257,8 +259,12 @@ impl Config {
         if self.alert_interval < Duration::from_millis(10) {
             return Err(bad("alert_interval", "must be at least 10ms"));
         }
-        if self.stats_interval < Duration::from_secs(1) {
-            return Err(bad("stats_interval", "must be at least 1s"));
+        if self.stats_interval > Duration::from_secs(1) {
+            return Err(bad(
+                "stats_interval",
+                "must be at most 1s: the gauges are read at every scrape and may be reused \
+                 for at most a second",
+            ));
         }
         if let Some(b) = self.janitor_batch {
             if !(1..=100_000).contains(&b) {

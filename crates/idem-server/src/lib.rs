@@ -156,6 +156,7 @@ pub async fn run(
         ledger: ledger.clone(),
         auth: Arc::new(auth::AuthCache::new(store.clone())),
         shutdown: stop_rx.clone(),
+        gauges: tokio::sync::Mutex::new(None),
     });
 
     let janitor = {
@@ -170,23 +171,6 @@ pub async fn run(
                     Ok(background::janitor_once(&store, now, batch)
                         .await?
                         .full_batch)
-                }
-            },
-        ))
-    };
-    // The gauges recount every record, so they have their own timer: recounting after every
-    // janitor batch made a server draining a backlog spend most of its time counting.
-    let gauges = {
-        let (store, ledger) = (store.clone(), ledger.clone());
-        tokio::spawn(background::run_loop(
-            "gauges",
-            config.stats_interval,
-            stop_rx.clone(),
-            move || {
-                let (store, now) = (store.clone(), ledger.now());
-                async move {
-                    background::gauges_once(&store, now).await?;
-                    Ok(false)
                 }
             },
         ))
@@ -228,7 +212,6 @@ pub async fn run(
         .context("server error");
     let _ = stop_tx.send(true);
     let _ = janitor.await;
-    let _ = gauges.await;
     let _ = alerts.await;
     drop(store);
     drop(ledger);

@@ -1133,6 +1133,10 @@ pub async fn tombstone_and_events_are_deleted_after_audit_retention<B: Backend>(
     assert_eq!(r.tombstones_deleted, 2, "{r:?}");
     assert!(h.store.get(&h.ns, &k).await.expect("get").is_none());
     assert!(h.store.get(&h.ns, &k2).await.expect("get").is_none());
+    // the per-state counters of the gauges follow retention's deletes
+    let s = h.store.stats(h.now()).await.expect("stats");
+    assert_eq!(s.records.get(State::Completed), 0, "{s:?}");
+    assert_eq!(s.records.get(State::FailedPermanent), 0, "{s:?}");
     // the key is forgotten: its old events do not come back with a new record
     assert_eq!(h.claim(&k).await.outcome, ClaimOutcome::Acquired);
     assert_eq!(kinds(&h.get(&k).await.events), [EventType::Acquired]);

@@ -35,7 +35,8 @@ pub enum Command {
     /// Work with keys offline.
     #[command(subcommand)]
     Key(KeyCmd),
-    /// Claim a key: "may I do this now?" (exit code = outcome, see `idem --help`).
+    /// Claim a key: "may I do this now?" (exit code = outcome: 0 only when acquired, 19 for a
+    /// completed duplicate; see `idem --help`).
     Claim(ClaimCmd),
     /// Save the payload to deliver (e.g. an AI draft) under the lease; optionally hold it for
     /// approval.
@@ -71,7 +72,7 @@ pub enum Command {
     /// stdout through and stores the first 64 KiB as the result on exit 0. Non-zero exits are
     /// reported as failures: 75 (EX_TEMPFAIL) → retryable, killed by a signal → ambiguous
     /// (needs_review), anything else → permanent. A duplicate of a completed run prints the
-    /// stored stdout and exits 0 without running anything.
+    /// stored stdout and exits 19 (completed) without running anything.
     ///
     /// Example, an exactly-once cron job with no server (a bare path is a SQLite file):
     ///

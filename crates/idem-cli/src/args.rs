@@ -67,8 +67,9 @@ pub enum Command {
     /// Run a command exactly once per key (cron, scripts, queue consumers).
     ///
     /// Claims the key; runs COMMAND only when the claim is acquired, with IDEM_KEY,
-    /// IDEM_NAMESPACE, IDEM_ATTEMPT and IDEM_TOKEN (the lease token, also as IDEM_LEASE_TOKEN)
-    /// in its environment; heartbeats the lease every third of it while it runs; passes its
+    /// IDEM_NAMESPACE, IDEM_ATTEMPT and IDEM_LEASE_TOKEN (the lease's fencing token) in its
+    /// environment; IDEM_TOKEN (the API token) is passed on untouched, so the command may call
+    /// `idem get` etc. itself. Heartbeats the lease every third of it while it runs; passes its
     /// stdout through and stores the first 64 KiB as the result on exit 0. Non-zero exits are
     /// reported as failures: 75 (EX_TEMPFAIL) → retryable, killed by a signal → ambiguous
     /// (needs_review), anything else → permanent. A duplicate of a completed run prints the

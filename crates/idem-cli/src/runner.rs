@@ -91,7 +91,8 @@ pub async fn run(cmd: RunCmd) -> Result<u8, CliError> {
         .env("IDEM_NAMESPACE", ns)
         .env("IDEM_KEY", key)
         .env("IDEM_ATTEMPT", attempt.to_string())
-        .env("IDEM_TOKEN", &token)
+        // Only IDEM_LEASE_TOKEN: IDEM_TOKEN is the API token every `idem` verb reads, and the
+        // command inherits the operator's one untouched (a child calling `idem get` works).
         .env("IDEM_LEASE_TOKEN", &token)
         .stdin(Stdio::inherit())
         .stderr(Stdio::inherit())

@@ -14,7 +14,7 @@ fn acquired_runs_once_and_duplicate_replays_stdout_without_running() {
     let db = LocalDb::new();
     let counter = db.file("effects");
     let script = format!(
-        "echo \"hello from $IDEM_KEY attempt $IDEM_ATTEMPT ${{IDEM_TOKEN:+with-token}}\"; echo x >> {}",
+        "echo \"hello from $IDEM_KEY attempt $IDEM_ATTEMPT ${{IDEM_LEASE_TOKEN:+with-token}}\"; echo x >> {}",
         counter.display()
     );
     let first = db.run("renewal:2026-06-22", &[], &["sh", "-c", &script]);

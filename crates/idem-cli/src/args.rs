@@ -35,7 +35,8 @@ pub enum Command {
     /// Work with keys offline.
     #[command(subcommand)]
     Key(KeyCmd),
-    /// Claim a key: "may I do this now?" (exit code = outcome, see `idem --help`).
+    /// Claim a key: "may I do this now?" (exit code = outcome: 0 only when acquired, 19 for a
+    /// completed duplicate; see `idem --help`).
     Claim(ClaimCmd),
     /// Save the payload to deliver (e.g. an AI draft) under the lease; optionally hold it for
     /// approval.
@@ -66,12 +67,13 @@ pub enum Command {
     /// Run a command exactly once per key (cron, scripts, queue consumers).
     ///
     /// Claims the key; runs COMMAND only when the claim is acquired, with IDEM_KEY,
-    /// IDEM_NAMESPACE, IDEM_ATTEMPT and IDEM_TOKEN (the lease token, also as IDEM_LEASE_TOKEN)
-    /// in its environment; heartbeats the lease every third of it while it runs; passes its
+    /// IDEM_NAMESPACE, IDEM_ATTEMPT and IDEM_LEASE_TOKEN (the lease's fencing token) in its
+    /// environment; IDEM_TOKEN (the API token) is passed on untouched, so the command may call
+    /// `idem get` etc. itself. Heartbeats the lease every third of it while it runs; passes its
     /// stdout through and stores the first 64 KiB as the result on exit 0. Non-zero exits are
     /// reported as failures: 75 (EX_TEMPFAIL) → retryable, killed by a signal → ambiguous
     /// (needs_review), anything else → permanent. A duplicate of a completed run prints the
-    /// stored stdout and exits 0 without running anything.
+    /// stored stdout and exits 19 (completed) without running anything.
     ///
     /// Example, an exactly-once cron job with no server (a bare path is a SQLite file):
     ///

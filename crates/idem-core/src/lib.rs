@@ -14,6 +14,7 @@ pub mod fingerprint;
 pub mod ids;
 pub mod policy;
 pub mod record;
+pub mod redact;
 pub mod time;
 
 pub use classify::{classify, Class, FailSignal};
@@ -30,4 +31,5 @@ pub use record::{
     AlertDraft, Event, EventDraft, EventType, LastError, Record, ReviewReason, State,
 };
 pub use record::{AlertReason, PublicRecord};
+pub use redact::redact_db_url;
 pub use time::{Clock, SystemClock, TestClock, Timestamp};

@@ -36,8 +36,8 @@ impl LogFormat {
     }
 }
 
-/// The validated configuration of one server.
-#[derive(Debug, Clone)]
+/// The validated configuration of one server. `Debug` shows the database URL redacted.
+#[derive(Clone)]
 pub struct Config {
     pub listen: SocketAddr,
     pub db: String,
@@ -63,6 +63,42 @@ pub struct Config {
     pub body_limit: usize,
     /// Policy patches applied at start, by namespace (JSON merge patches with `*_ms` integers).
     pub namespaces: BTreeMap<String, Value>,
+}
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Destructured so that a new field cannot be added without deciding how it prints.
+        let Config {
+            listen,
+            db: _,
+            janitor_interval,
+            janitor_batch,
+            stats_interval,
+            pg_pool,
+            alert_interval,
+            alert_max_tries,
+            alert_timeout,
+            log_format,
+            log_level,
+            body_limit,
+            namespaces,
+        } = self;
+        f.debug_struct("Config")
+            .field("listen", listen)
+            .field("db", &self.db_redacted())
+            .field("janitor_interval", janitor_interval)
+            .field("janitor_batch", janitor_batch)
+            .field("stats_interval", stats_interval)
+            .field("pg_pool", pg_pool)
+            .field("alert_interval", alert_interval)
+            .field("alert_max_tries", alert_max_tries)
+            .field("alert_timeout", alert_timeout)
+            .field("log_format", log_format)
+            .field("log_level", log_level)
+            .field("body_limit", body_limit)
+            .field("namespaces", namespaces)
+            .finish()
+    }
 }
 
 impl Default for Config {
@@ -105,7 +141,7 @@ impl Config {
 
     /// The database URL with any password replaced by `***`.
     pub fn db_redacted(&self) -> String {
-        idem::redact_password(&self.db)
+        idem::redact_db_url(&self.db)
     }
 
     /// Builds the configuration from every layer; `env` reads one environment variable.
@@ -534,6 +570,41 @@ mod tests {
                 "retry": {"max_attempts": 3, "window_ms": 7_200_000}})
             )
         );
+    }
+
+    #[test]
+    fn debug_never_shows_the_database_password() {
+        let url = "postgres://idem:p@ss:w0rd%2F@db:5432/idem?sslmode=disable&PassWord=two";
+        let c = Config::load(&ServeArgs::default(), &env(&[("IDEM_DB", url)])).expect("ok");
+        assert_eq!(c.db, url, "the real URL is kept for connecting");
+        let dbg = format!("{c:?}");
+        assert!(dbg.contains("postgres://idem:***@db:5432/idem"), "{dbg}");
+        for secret in ["p@ss", "w0rd", "two"] {
+            assert!(!dbg.contains(secret), "{secret} in {dbg}");
+        }
+        assert!(!format!("{c:#?}").contains("w0rd"));
+        assert!(
+            dbg.contains("listen") && dbg.contains("body_limit"),
+            "{dbg}"
+        );
+        let args = ServeArgs {
+            db: Some(url.into()),
+            ..Default::default()
+        };
+        let dbg = format!("{args:?}");
+        assert!(!dbg.contains("w0rd") && !dbg.contains("two"), "{dbg}");
+        assert_eq!(c.db_redacted(), idem::redact_db_url(url));
+    }
+
+    #[test]
+    fn a_refused_database_url_is_named_without_its_password() {
+        let args = ServeArgs {
+            db: Some("mysql://root:hunter2@h/db".into()),
+            ..Default::default()
+        };
+        let e = Config::load(&args, &env(&[])).expect_err("unsupported");
+        assert!(!e.to_string().contains("hunter2"), "{e}");
+        assert!(e.to_string().contains("mysql://root:***@h/db"), "{e}");
     }
 
     #[test]

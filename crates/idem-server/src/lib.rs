@@ -36,13 +36,33 @@ pub use logging::init_logging;
 pub use routes::{route_table, router};
 
 /// What `idem serve` was given on the command line (each overrides config file and env).
-#[derive(Debug, Clone, Default)]
+/// `Debug` shows the database URL redacted.
+#[derive(Clone, Default)]
 pub struct ServeArgs {
     pub listen: Option<String>,
     pub db: Option<String>,
     pub config: Option<PathBuf>,
     pub janitor_interval: Option<String>,
     pub log_format: Option<String>,
+}
+
+impl std::fmt::Debug for ServeArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let ServeArgs {
+            listen,
+            db,
+            config,
+            janitor_interval,
+            log_format,
+        } = self;
+        f.debug_struct("ServeArgs")
+            .field("listen", listen)
+            .field("db", &db.as_deref().map(idem::redact_db_url))
+            .field("config", config)
+            .field("janitor_interval", janitor_interval)
+            .field("log_format", log_format)
+            .finish()
+    }
 }
 
 /// A commented example configuration file (`idem default-config`).
@@ -74,7 +94,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
 
 /// An error message with the raw database URL (which may hold a password) redacted.
 fn redact_err(e: &dyn std::fmt::Display, url: &str) -> String {
-    e.to_string().replace(url, &idem::redact_password(url))
+    e.to_string().replace(url, &idem::redact_db_url(url))
 }
 
 /// Resolves on SIGINT (Ctrl-C) or SIGTERM.

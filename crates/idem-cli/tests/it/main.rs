@@ -6,6 +6,7 @@
 //! database dropped afterwards.
 
 mod bench;
+mod db_secrets;
 mod derive;
 mod helpers;
 mod postgres;

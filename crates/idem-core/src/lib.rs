@@ -15,6 +15,7 @@ pub mod ids;
 pub mod policy;
 pub mod record;
 pub mod time;
+pub mod webhook;
 
 pub use classify::{classify, Class, FailSignal};
 pub use decide::{
@@ -31,3 +32,4 @@ pub use record::{
 };
 pub use record::{AlertReason, PublicRecord};
 pub use time::{Clock, SystemClock, TestClock, Timestamp};
+pub use webhook::AlertSecret;

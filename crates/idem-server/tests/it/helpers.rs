@@ -17,6 +17,8 @@ pub struct Options {
     pub body_limit: usize,
     /// Policy patches applied at start, as from the config file.
     pub namespaces: Vec<(&'static str, Value)>,
+    /// Ledger URL; `None`: a fresh SQLite file in the test's temporary directory.
+    pub db: Option<String>,
 }
 
 impl Default for Options {
@@ -26,6 +28,7 @@ impl Default for Options {
             alert_interval: Duration::from_secs(3600),
             body_limit: 1 << 20,
             namespaces: vec![],
+            db: None,
         }
     }
 }
@@ -53,7 +56,10 @@ pub async fn spawn_app() -> TestApp {
 
 pub async fn spawn_with(opts: Options) -> TestApp {
     let dir = tempfile::tempdir().expect("tempdir");
-    let url = format!("sqlite://{}", dir.path().join("idem.db").display());
+    let url = opts
+        .db
+        .clone()
+        .unwrap_or_else(|| format!("sqlite://{}", dir.path().join("idem.db").display()));
     let store = idem::open_store(&url).await.expect("open store");
     let clock = TestClock::new(Timestamp(chrono::Utc::now().timestamp_millis()));
     let mut tokens = vec![];

@@ -16,6 +16,7 @@ pub mod policy;
 pub mod record;
 pub mod redact;
 pub mod time;
+pub mod webhook;
 
 pub use classify::{classify, Class, FailSignal};
 pub use decide::{
@@ -33,3 +34,4 @@ pub use record::{
 pub use record::{AlertReason, PublicRecord};
 pub use redact::redact_db_url;
 pub use time::{Clock, SystemClock, TestClock, Timestamp};
+pub use webhook::AlertSecret;

@@ -283,6 +283,17 @@ pub struct PolicyDoc {
     retry: Option<RetryPolicyDoc>,
     daily_limit: Option<u64>,
     alert_url: Option<String>,
+    /// Write-only: `whsec_` + base64 of 24-64 random bytes, or null to remove it. With a
+    /// secret every alert is signed the Standard Webhooks way. Never shown on reads. The
+    /// pattern is `idem::webhook::SECRET_PATTERN` (a test keeps them equal).
+    #[schema(
+        write_only,
+        pattern = "^whsec_(?:(?:[A-Za-z0-9+/]{4}){8,20}(?:[A-Za-z0-9+/]{2}={0,2}|[A-Za-z0-9+/]{3}=?)?|(?:[A-Za-z0-9+/]{4}){21}(?:[A-Za-z0-9+/]{2}={0,2})?)$"
+    )]
+    alert_secret: Option<String>,
+    /// Read-only: whether an `alert_secret` is set (a PATCH naming it is refused with 422).
+    #[schema(read_only)]
+    alert_secret_set: Option<bool>,
     destination_idempotent: Option<bool>,
 }
 

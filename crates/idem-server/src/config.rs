@@ -62,7 +62,52 @@ pub struct Config {
     /// Largest request body, bytes.
     pub body_limit: usize,
     /// Policy patches applied at start, by namespace (JSON merge patches with `*_ms` integers).
-    pub namespaces: BTreeMap<String, Value>,
+    pub namespaces: NamespacePolicies,
+}
+
+/// The `[namespaces.NAME]` policy patches by namespace. Its `Debug` shows `alert_secret` as
+/// `***`, so printing a [`Config`] never prints a signing secret.
+#[derive(Clone, Default, PartialEq)]
+pub struct NamespacePolicies(pub BTreeMap<String, Value>);
+
+impl std::ops::Deref for NamespacePolicies {
+    type Target = BTreeMap<String, Value>;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for NamespacePolicies {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
+}
+
+impl<'a> IntoIterator for &'a NamespacePolicies {
+    type Item = (&'a String, &'a Value);
+    type IntoIter = std::collections::btree_map::Iter<'a, String, Value>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter()
+    }
+}
+
+impl FromIterator<(String, Value)> for NamespacePolicies {
+    fn from_iter<I: IntoIterator<Item = (String, Value)>>(iter: I) -> Self {
+        NamespacePolicies(iter.into_iter().collect())
+    }
+}
+
+impl std::fmt::Debug for NamespacePolicies {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let shown = self.0.iter().map(|(name, patch)| {
+            let mut patch = patch.clone();
+            if let Some(s) = patch.get_mut("alert_secret").filter(|s| !s.is_null()) {
+                *s = Value::from("***");
+            }
+            (name, patch)
+        });
+        f.debug_map().entries(shown).finish()
+    }
 }
 
 impl std::fmt::Debug for Config {
@@ -116,7 +161,7 @@ impl Default for Config {
             log_format: LogFormat::Text,
             log_level: "info".into(),
             body_limit: 1024 * 1024,
-            namespaces: BTreeMap::new(),
+            namespaces: NamespacePolicies::default(),
         }
     }
 }
@@ -476,10 +521,11 @@ db = "sqlite://idem.db"
 janitor_interval = "30s"
 # janitor_batch = 100
 
-# How often the store gauges (idem_records, idem_review_queue_depth,
-# idem_oldest_processing_seconds) are recounted (IDEM_STATS_INTERVAL). A recount reads every
-# record, so keep it well above a second on a big ledger.
-stats_interval = "30s"
+# The store gauges (idem_records, idem_review_queue_depth, idem_oldest_processing_seconds)
+# are read at every scrape from counters the store keeps exact; one read is reused by the
+# scrapes of the next stats_interval (IDEM_STATS_INTERVAL), so a scrape storm is no query
+# storm. From 0 to 1s.
+stats_interval = "1s"
 
 # PostgreSQL connections per instance (IDEM_PG_POOL). Size the sum over all instances
 # against the server's max_connections (docs/deployment.md).
@@ -505,6 +551,10 @@ body_limit = "1MiB"
 # stuck_after_ms = "15m"
 # daily_limit = 10000
 # alert_url = "https://alerts.example.com/idem"
+# Signs every alert the Standard Webhooks way (webhook-signature): "whsec_" + base64 of
+# 24-64 random bytes, e.g. from `echo "whsec_$(openssl rand -base64 32)"`. Keep this file
+# private; the API never shows the value (only alert_secret_set).
+# alert_secret = "whsec_..."
 # destination_idempotent = false
 # [namespaces.payments.retry]
 # max_attempts = 5
@@ -608,6 +658,41 @@ mod tests {
     }
 
     #[test]
+    fn file_alert_secret_is_a_policy_field_that_debug_hides() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let p = dir.path().join("idem.toml");
+        let secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+        std::fs::write(
+            &p,
+            format!("[namespaces.pay]\nalert_url = \"http://127.0.0.1:9/a\"\nalert_secret = \"{secret}\"\n"),
+        )
+        .expect("write");
+        let args = ServeArgs {
+            config: Some(p.clone()),
+            ..Default::default()
+        };
+        let c = Config::load(&args, &env(&[])).expect("ok");
+        assert_eq!(
+            c.namespaces.get("pay").and_then(|v| v.get("alert_secret")),
+            Some(&serde_json::json!(secret))
+        );
+        let shown = format!("{c:?}");
+        assert!(
+            shown.contains("alert_secret") && !shown.contains("MfKQ9r8G"),
+            "{shown}"
+        );
+
+        std::fs::write(&p, "[namespaces.pay]\nalert_secret = \"whsec_MfKQ9r8G\"\n").expect("write");
+        let e = Config::load(&args, &env(&[])).expect_err("bad secret");
+        let text = e.to_string();
+        assert!(
+            text.contains("namespaces.pay") && text.contains("alert_secret"),
+            "{text}"
+        );
+        assert!(!text.contains("MfKQ9r8G"), "{text}");
+    }
+
+    #[test]
     fn errors_name_the_setting() {
         let e = Config::load(
             &ServeArgs::default(),
@@ -636,7 +721,7 @@ mod tests {
     fn janitor_batch_defaults_per_backend_and_pool_and_gauges_settings() {
         let c = Config::load(&ServeArgs::default(), &env(&[])).expect("ok");
         assert_eq!(c.janitor_batch_for(), SQLITE_JANITOR_BATCH);
-        assert_eq!(c.stats_interval, Duration::from_secs(30));
+        assert_eq!(c.stats_interval, Duration::from_secs(1));
         assert_eq!(c.pg_pool, 16);
         let c = Config::load(
             &ServeArgs::default(),
@@ -650,17 +735,17 @@ mod tests {
                 ("IDEM_DB", "postgres://u@h/db"),
                 ("IDEM_JANITOR_BATCH", "77"),
                 ("IDEM_PG_POOL", "40"),
-                ("IDEM_STATS_INTERVAL", "2m"),
+                ("IDEM_STATS_INTERVAL", "250ms"),
             ]),
         )
         .expect("ok");
         assert_eq!(c.janitor_batch_for(), 77);
         assert_eq!(c.pg_pool, 40);
-        assert_eq!(c.stats_interval, Duration::from_secs(120));
+        assert_eq!(c.stats_interval, Duration::from_millis(250));
         for (var, v) in [
             ("IDEM_PG_POOL", "0"),
             ("IDEM_PG_POOL", "many"),
-            ("IDEM_STATS_INTERVAL", "10ms"),
+            ("IDEM_STATS_INTERVAL", "2s"),
             ("IDEM_JANITOR_BATCH", "0"),
         ] {
             let e = Config::load(&ServeArgs::default(), &env(&[(var, v)])).expect_err(v);

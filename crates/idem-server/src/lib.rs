@@ -196,10 +196,7 @@ pub async fn run(
         ))
     };
     let alerts = {
-        let client = reqwest::Client::builder()
-            .timeout(config.alert_timeout)
-            .user_agent(concat!("idem/", env!("CARGO_PKG_VERSION")))
-            .build()
+        let client = background::alert_client(config.alert_timeout)
             .context("cannot build the HTTP client for alerts")?;
         let (store, ledger, tries) = (store.clone(), ledger.clone(), config.alert_max_tries);
         tokio::spawn(background::run_loop(

@@ -372,7 +372,16 @@ mod tests {
         let version: i64 = conn
             .query_row("PRAGMA user_version", [], |r| r.get(0))
             .expect("version");
-        assert_eq!(version, 2);
+        assert_eq!(version, latest_version());
+        // Version 3 counted the existing records into the per-state counters.
+        let counts: Vec<(String, i64)> = conn
+            .prepare("SELECT state, n FROM record_counts WHERE n <> 0")
+            .expect("prepare")
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .expect("query")
+            .collect::<Result<_, _>>()
+            .expect("rows");
+        assert_eq!(counts, [("completed".to_owned(), 2)]);
         let per_record: Vec<(String, i64, i64)> = conn
             .prepare(
                 "SELECT r.key, r.rowid, (SELECT COUNT(*) FROM events e WHERE e.rid = r.rowid) \

@@ -4,6 +4,7 @@
 mod helpers;
 
 mod alerts;
+mod audit;
 mod auth;
 mod claim;
 mod drills;

@@ -174,7 +174,11 @@ pub fn volatile_tokens(text: &str) -> Vec<Volatile> {
 }
 
 fn is_date_cut(after: &str) -> bool {
-    let after = &after[..after.len().min(160)];
+    let mut cut = after.len().min(160);
+    while !after.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let after = &after[..cut];
     // `$now` directly followed by `.toFormat('…')`: a date when the format has no time part.
     if let Some(c) = TO_FORMAT.captures(after) {
         return c
@@ -466,6 +470,9 @@ mod tests {
         assert!(volatile_tokens("new Date().toISOString().slice(0, 10)")[0].date_cut);
         assert!(!volatile_tokens("{{ $now }}")[0].date_cut);
         assert!(volatile_tokens("{{ $today }}")[0].date_cut);
+        // A multi-byte character where the look-ahead window ends.
+        let long = format!("{{{{ $now }}}}{}", "é".repeat(100));
+        assert!(!volatile_tokens(&long)[0].date_cut);
         // A date parsed from the event is not a clock; a field named like a generator is not one.
         assert!(
             volatile_tokens("new Date($json.created_at).getTime() + $json.event_uuid").is_empty()

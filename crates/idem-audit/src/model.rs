@@ -431,7 +431,15 @@ fn switch_checks(node: &Node) -> Vec<OutputCheck> {
             .into_iter()
             .flatten()
         {
-            let output = r.get("output").and_then(Value::as_u64).unwrap_or(0) as usize;
+            // Switch v1/v2 have at most four outputs; anything else is not a real export.
+            let Some(output) = r
+                .get("output")
+                .map_or(Some(0), Value::as_u64)
+                .filter(|o| *o < 64)
+                .map(|o| o as usize)
+            else {
+                continue;
+            };
             let op = r
                 .get("operation")
                 .and_then(Value::as_str)
@@ -583,5 +591,21 @@ mod tests {
             {"value1": "={{ $json.outcome }}", "operation": "equal", "value2": "acquired"}]}}),
         );
         assert_eq!(output_checks(&v1, &Role::Other)[0], OutputCheck::Acquired);
+    }
+
+    #[test]
+    fn switch_v2_rules_read_their_output_and_ignore_absurd_ones() {
+        let sw = node(
+            catalog::SWITCH,
+            2.0,
+            json!({"dataType": "string", "value1": "={{ $json.body.outcome }}",
+            "rules": {"rules": [
+                {"operation": "equal", "value2": "completed", "output": 2},
+                {"operation": "equal", "value2": "acquired", "output": 1_000_000_000_000u64}]}}),
+        );
+        let checks = output_checks(&sw, &Role::Other);
+        assert_eq!(checks.len(), 4);
+        assert_eq!(checks[2], OutputCheck::Completed);
+        assert!(!checks.contains(&OutputCheck::Acquired));
     }
 }

@@ -15,6 +15,7 @@ fn arb_json() -> impl Strategy<Value = Value> {
             .prop_filter("finite", |f| f.is_finite())
             .prop_map(|f| json!(f)),
         "[ -~]{0,12}".prop_map(Value::String),
+        "\\PC{0,40}".prop_map(Value::String),
         prop_oneof![
             Just("n8n-nodes-base.webhook"),
             Just("n8n-nodes-base.httpRequest"),

@@ -356,6 +356,31 @@ mod tests {
         assert!(check(idem012, near).is_empty());
     }
 
+    /// An `/effect` gate completes itself: what follows it needs no outcome check, complete
+    /// or fail of its own.
+    #[test]
+    fn effect_gate_needs_no_check_complete_or_fail() {
+        let wf = serde_json::json!({"name": "effect gate", "nodes": [
+            {"name": "Hook", "type": "n8n-nodes-base.webhook", "typeVersion": 2, "parameters": {}},
+            {"name": "Charge via idem", "type": "n8n-nodes-base.httpRequest", "typeVersion": 4.2,
+             "parameters": {"method": "POST",
+               "url": "={{ $vars.IDEM_URL }}/v1/namespaces/pay/keys/{{ encodeURIComponent($json.body.id + ':charge') }}/effect"}},
+            {"name": "Tell sales", "type": "n8n-nodes-base.slack", "typeVersion": 2.3, "parameters": {}}
+        ], "connections": {
+            "Hook": {"main": [[{"node": "Charge via idem", "type": "main", "index": 0}]]},
+            "Charge via idem": {"main": [[{"node": "Tell sales", "type": "main", "index": 0}]]}
+        }})
+        .to_string();
+        for rule in [idem001, idem002, idem005, idem006, idem007] {
+            assert!(check(rule, &wf).is_empty());
+        }
+        // The same wiring with a claim instead is unchecked, uncompleted, unreported.
+        let claim = wf.replace("/effect", "/claim");
+        assert_eq!(nodes_of(&check(idem005, &claim)), ["Charge via idem"]);
+        assert_eq!(nodes_of(&check(idem006, &claim)), ["Tell sales"]);
+        assert_eq!(nodes_of(&check(idem007, &claim)), ["Tell sales"]);
+    }
+
     #[test]
     fn idem014_finds_one_key_for_two_effects() {
         let f = check(

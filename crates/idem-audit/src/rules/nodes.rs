@@ -128,8 +128,8 @@ pub fn idem010(cx: &Cx) -> Vec<Finding> {
                     cx.name(n)
                 ),
                 format!(
-                    "Connect output {} of '{}' (completed) to a Respond to Webhook node that answers 200.",
-                    o,
+                    "Connect the {} output of '{}' to a Respond to Webhook node that answers 200.",
+                    output_label(cx.node(n), o),
                     cx.name(n)
                 ),
             ));
@@ -170,6 +170,33 @@ fn silent_duplicate_branch(cx: &Cx, down: &[bool]) -> Option<(usize, usize)> {
         let reach = cx.flow.downstream_output(node, o);
         !(0..n).any(|i| reach[i] && matches!(cx.flow.roles[i], Role::RespondToWebhook))
     })
+}
+
+/// How the canvas labels output `o` of a node: the Switch rule's output name, the idem
+/// node's outcome, IF's true/false, else its number.
+fn output_label(node: &Node, o: usize) -> String {
+    if node.node_type == catalog::IDEM_NODE {
+        if let Some(l) = ["Proceed", "Duplicate", "Busy", "Needs Review", "Blocked"].get(o) {
+            return format!("'{l}'");
+        }
+    }
+    if node.node_type == catalog::IF {
+        return if o == 0 {
+            "'true'".into()
+        } else {
+            "'false'".into()
+        };
+    }
+    let renamed = node
+        .param(&["rules", "values"])
+        .and_then(|r| r.get(o))
+        .filter(|r| r.get("renameOutput").and_then(Value::as_bool) == Some(true))
+        .and_then(|r| r.get("outputKey"))
+        .and_then(Value::as_str);
+    match renamed {
+        Some(k) => format!("'{k}'"),
+        None => format!("{o} (counting from 0)"),
+    }
 }
 
 /// The keyed provider a node calls, if any.

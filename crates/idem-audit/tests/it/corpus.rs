@@ -132,3 +132,34 @@ fn extra_side_effect_types_count() {
         .collect();
     assert_eq!(rules, ["IDEM001", "IDEM016"]);
 }
+
+/// `n8n-2.8.4-export-all.json` is what `n8n export:workflow --all` (n8n 2.8.4) wrote after
+/// `n8n import:workflow` of seven fixtures: the real export shape (an array, with `shared`,
+/// `staticData`, `versionCounter`…). It must audit exactly like the fixtures it came from.
+#[test]
+fn a_real_n8n_export_all_array_audits_like_its_sources() {
+    type Key = (Option<String>, &'static str, Option<String>);
+    let keys = |f: Vec<Finding>| -> Vec<Key> {
+        let mut k: Vec<Key> = f
+            .into_iter()
+            .map(|f| (f.workflow_id, f.rule, f.node))
+            .collect();
+        k.sort();
+        k
+    };
+    let exported = audit_str(&fixture("n8n-2.8.4-export-all.json"), &Options::default())
+        .expect("the real export parses");
+    let mut sources = Vec::new();
+    for name in [
+        "good-webhook-claim-receipt.json",
+        "idem001-ungated-gmail.json",
+        "idem003-unstable-keys.json",
+        "idem005-near-miss-gate-node-and-boolean-if.json",
+        "idem013-stripe-post-without-key.json",
+    ] {
+        sources.extend(audit_str(&fixture(name), &Options::default()).expect("fixture"));
+    }
+    let (exported, sources) = (keys(exported), keys(sources));
+    assert!(!exported.is_empty());
+    assert_eq!(exported, sources);
+}

@@ -96,19 +96,17 @@ pub fn table(r: &Report) -> String {
             ]
         })
         .collect();
-    let mut widths = [8usize, 4, 4, 5];
+    let mut widths = [0usize; 4];
     for row in &rows {
         for (w, cell) in widths.iter_mut().zip(row.iter()) {
             *w = (*w).max(cell.chars().count()).min(60);
         }
     }
+    // No header: the contract is one line per finding and the summary line, and each line
+    // reads on its own (severity, rule, file, workflow › node, message and fix).
     let mut out = String::new();
-    if !rows.is_empty() {
-        let head = ["SEVERITY", "RULE", "FILE", "WHERE", "MESSAGE"];
-        out.push_str(&line(&head.map(str::to_owned), &widths));
-        for row in &rows {
-            out.push_str(&line(row, &widths));
-        }
+    for row in &rows {
+        out.push_str(&line(row, &widths));
     }
     out.push_str(&summary(r));
     out.push('\n');
@@ -288,11 +286,10 @@ mod tests {
     fn table_has_one_line_per_finding_and_a_summary() {
         let t = table(&report());
         let lines: Vec<&str> = t.lines().collect();
-        assert_eq!(lines.len(), 3, "{t}");
-        assert!(lines[1].starts_with("error"));
-        assert!(lines[1].contains("W › Send \"it\""));
+        assert_eq!(lines.len(), 2, "{t}");
+        assert!(lines[0].starts_with("error  IDEM001  flows/a b.json  W › Send \"it\"  m. Fix: f."));
         assert_eq!(
-            lines[2],
+            lines[1],
             "1 finding (1 error, 0 warnings, 0 info) in 1 workflow from 1 file; 1 file could not be read"
         );
     }

@@ -37,11 +37,12 @@ fn an_error_finding_exits_1_and_prints_one_line_per_finding() {
     let out = audit(&[&fx("idem001-ungated-gmail.json")]);
     assert_eq!(out.code, 1, "{out:?}");
     let lines: Vec<&str> = out.stdout.lines().collect();
-    // Header, IDEM001 ×2, IDEM016, summary.
-    assert_eq!(lines.len(), 5, "{}", out.stdout);
-    assert!(lines[1].starts_with("error") && lines[1].contains("IDEM001"));
-    assert!(lines[1].contains("Send receipt") && lines[1].contains("Fix:"));
-    assert!(lines[4].starts_with("3 findings (2 errors, 0 warnings, 1 info)"));
+    // IDEM001 ×2, IDEM016, summary.
+    assert_eq!(lines.len(), 4, "{}", out.stdout);
+    assert!(lines[0].starts_with("error") && lines[0].contains("IDEM001"));
+    assert!(lines[0].contains("Send receipt") && lines[0].contains("Fix:"));
+    assert!(lines[2].starts_with("info") && lines[2].contains("IDEM016"));
+    assert!(lines[3].starts_with("3 findings (2 errors, 0 warnings, 1 info)"));
 }
 
 #[test]

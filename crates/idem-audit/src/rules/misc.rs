@@ -110,7 +110,11 @@ pub fn idem015(cx: &Cx) -> Vec<Finding> {
         }
         let mut passes = 1u64;
         let back = cx.flow.loop_through(e);
-        if !back.is_empty() {
+        // Loop Over Items (Split In Batches) cycles over different items, not retries.
+        let batching = back
+            .iter()
+            .any(|&m| cx.node(m).node_type == "n8n-nodes-base.splitInBatches");
+        if !back.is_empty() && !batching {
             let bound = back
                 .iter()
                 .find_map(|&m| loop_bound(cx.node(m)).map(|b| (m, b)));
@@ -205,6 +209,24 @@ mod tests {
         assert_eq!(nodes_of(&f), ["Send receipt"]);
         // 4 tries × (1 + 3 passes allowed by `$runIndex < 3`).
         assert!(f[0].message.contains("up to 16 times"), "{}", f[0].message);
+    }
+
+    #[test]
+    fn idem015_near_miss_loop_over_items_is_not_a_retry() {
+        let wf = serde_json::json!({"name": "batch", "nodes": [
+            {"name": "Every hour", "type": "n8n-nodes-base.scheduleTrigger", "typeVersion": 1.2, "parameters": {}},
+            {"name": "Loop Over Items", "type": "n8n-nodes-base.splitInBatches", "typeVersion": 3, "parameters": {"options": {}}},
+            {"name": "Post each", "type": "n8n-nodes-base.slack", "typeVersion": 2.3, "parameters": {}}
+        ], "connections": {
+            "Every hour": {"main": [[{"node": "Loop Over Items", "type": "main", "index": 0}]]},
+            "Loop Over Items": {"main": [[], [{"node": "Post each", "type": "main", "index": 0}]]},
+            "Post each": {"main": [[{"node": "Loop Over Items", "type": "main", "index": 0}]]}
+        }})
+        .to_string();
+        assert!(check(idem015, &wf).is_empty());
+        // The same cycle without the batching node is a retry loop.
+        let retry = wf.replace("n8n-nodes-base.splitInBatches", "n8n-nodes-base.wait");
+        assert_eq!(nodes_of(&check(idem015, &retry)), ["Post each"]);
     }
 
     #[test]

@@ -9,6 +9,7 @@
 //! the database URL is only ever logged without its password.
 
 pub mod api;
+pub mod audit;
 pub mod auth;
 pub mod background;
 pub mod config;

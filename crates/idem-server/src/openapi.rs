@@ -6,6 +6,7 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
 use crate::api::*;
+use crate::audit::{AuditBody, AuditFindingDoc, AuditResponse};
 use crate::error::Problem;
 use crate::handlers as h;
 
@@ -17,14 +18,14 @@ use crate::handlers as h;
         h::claim, h::prepare, h::heartbeat, h::complete, h::fail, h::get_record, h::list,
         h::resolve, h::approve, h::reject, h::get_namespace, h::patch_namespace, h::pause,
         h::resume, h::derive, h::create_token, h::healthz, h::readyz, h::metrics_text,
-        h::openapi_json,
+        h::openapi_json, crate::audit::audit,
     ),
     components(schemas(
         Problem, RecordDoc, LastErrorDoc, EventDoc, ClaimBody, ClaimResponse, PrepareBody,
         HeartbeatBody, CompleteBody, FailBody, FailErrorBody, StateResponse, FailResponse,
         RetryDoc, RecordWithEventsDoc, ListResponse, ResolveBody, NoteBody, PolicyDoc,
         RetryPolicyDoc, NamespaceResponse, DeriveBody, DeriveResponse, TokenBody, TokenResponse,
-        StatusResponse,
+        StatusResponse, AuditBody, AuditFindingDoc, AuditResponse,
     )),
     modifiers(&Bearer),
     security(("bearer" = [])),

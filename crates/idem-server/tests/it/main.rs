@@ -6,6 +6,7 @@ mod helpers;
 mod pg;
 
 mod alerts;
+mod audit;
 mod auth;
 mod claim;
 mod drills;

@@ -182,7 +182,7 @@ async fn pg_connect(
 ) -> anyhow::Result<(tokio_postgres::Client, tokio::task::JoinHandle<()>)> {
     let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
         .await
-        .with_context(|| format!("connecting to {}", idem::redact_password(url)))?;
+        .with_context(|| format!("connecting to {}", idem::redact_db_url(url)))?;
     let h = tokio::spawn(async move {
         let _ = conn.await;
     });

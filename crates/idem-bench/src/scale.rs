@@ -45,6 +45,28 @@ pub struct ScaleRow {
     pub p50_ms: f64,
     pub p99_ms: f64,
     pub max_ms: f64,
+    /// What one read of the `/metrics` store gauges (`Store::stats`) costs at this size:
+    /// median and max of [`STATS_READS`] reads, ms.
+    pub stats_p50_ms: f64,
+    pub stats_max_ms: f64,
+}
+
+/// Reads of the store gauges timed per size.
+pub const STATS_READS: usize = 21;
+
+/// Times `STATS_READS` reads of the store gauges; (median, max) in ms.
+async fn time_stats(store: &Arc<dyn Store>) -> anyhow::Result<(f64, f64)> {
+    let mut ms = Vec::with_capacity(STATS_READS);
+    for _ in 0..STATS_READS {
+        let t = Instant::now();
+        store
+            .stats(idem::Timestamp(chrono::Utc::now().timestamp_millis()))
+            .await
+            .context("reading the store gauges")?;
+        ms.push(t.elapsed().as_secs_f64() * 1000.0);
+    }
+    ms.sort_by(f64::total_cmp);
+    Ok((ms[ms.len() / 2], ms[ms.len() - 1]))
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -101,8 +123,11 @@ pub async fn run_scale(opts: &ScaleOpts) -> anyhow::Result<ScaleReport> {
                     ),
                 );
                 let ledger = Arc::new(idem::open(&target.url).await?);
+                let (stats_p50_ms, stats_max_ms) = time_stats(ledger.store()).await?;
                 let m = pairs(ledger, opts.concurrency, opts.duration).await?;
                 Ok::<_, anyhow::Error>(ScaleRow {
+                    stats_p50_ms,
+                    stats_max_ms,
                     backend,
                     records: n,
                     concurrency: opts.concurrency,

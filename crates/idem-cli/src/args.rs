@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use crate::audit::AUDIT_EXIT_HELP;
 use crate::client::DEFAULT_URL;
 use crate::exit::EXIT_CODES_HELP;
 
@@ -35,7 +36,8 @@ pub enum Command {
     /// Work with keys offline.
     #[command(subcommand)]
     Key(KeyCmd),
-    /// Claim a key: "may I do this now?" (exit code = outcome, see `idem --help`).
+    /// Claim a key: "may I do this now?" (exit code = outcome: 0 only when acquired, 19 for a
+    /// completed duplicate; see `idem --help`).
     Claim(ClaimCmd),
     /// Save the payload to deliver (e.g. an AI draft) under the lease; optionally hold it for
     /// approval.
@@ -66,12 +68,13 @@ pub enum Command {
     /// Run a command exactly once per key (cron, scripts, queue consumers).
     ///
     /// Claims the key; runs COMMAND only when the claim is acquired, with IDEM_KEY,
-    /// IDEM_NAMESPACE, IDEM_ATTEMPT and IDEM_TOKEN (the lease token, also as IDEM_LEASE_TOKEN)
-    /// in its environment; heartbeats the lease every third of it while it runs; passes its
+    /// IDEM_NAMESPACE, IDEM_ATTEMPT and IDEM_LEASE_TOKEN (the lease's fencing token) in its
+    /// environment; IDEM_TOKEN (the API token) is passed on untouched, so the command may call
+    /// `idem get` etc. itself. Heartbeats the lease every third of it while it runs; passes its
     /// stdout through and stores the first 64 KiB as the result on exit 0. Non-zero exits are
     /// reported as failures: 75 (EX_TEMPFAIL) → retryable, killed by a signal → ambiguous
     /// (needs_review), anything else → permanent. A duplicate of a completed run prints the
-    /// stored stdout and exits 0 without running anything.
+    /// stored stdout and exits 19 (completed) without running anything.
     ///
     /// Example, an exactly-once cron job with no server (a bare path is a SQLite file):
     ///
@@ -94,6 +97,51 @@ pub enum Command {
     /// janitor's expiry rate with claim p99 while it runs. Uses fresh temporary databases
     /// only (a fresh PostgreSQL database per row, dropped afterwards).
     Bench(BenchCmd),
+    /// Lint exported n8n workflows for the mistakes that let duplicate side effects through.
+    ///
+    /// Reads the JSON of n8n's Download or `n8n export:workflow` (one workflow or an array,
+    /// as `--all` writes); a DIR is searched recursively for *.json, `-` reads stdin. Rules
+    /// IDEM001–IDEM016: see docs/audit.md. Prints a table (one line per finding and a
+    /// summary), JSON ({findings, errors}) or SARIF 2.1.0 for code-scanning upload.
+    ///
+    /// Example, in CI: idem audit --format sarif workflows/ > idem-audit.sarif
+    #[command(verbatim_doc_comment, after_help = AUDIT_EXIT_HELP, after_long_help = AUDIT_EXIT_HELP)]
+    Audit(AuditCmd),
+}
+
+// ------------------------------------------------------------------ audit
+
+#[derive(Debug, Args)]
+pub struct AuditCmd {
+    /// Output format.
+    #[arg(long, value_enum, default_value = "table")]
+    pub format: AuditFormat,
+    /// Lowest severity that makes the exit code 1 (`never`: findings never fail the run).
+    #[arg(long, value_enum, value_name = "SEVERITY", default_value = "error")]
+    pub fail_on: FailOn,
+    /// Also count this node type as a side effect (every operation), e.g.
+    /// n8n-nodes-base.mailchimp or a bare n8n-nodes-base name (mailchimp); repeat for more.
+    #[arg(long = "side-effect", value_name = "NODE_TYPE")]
+    pub side_effects: Vec<String>,
+    /// Exported workflow files, directories (searched recursively for *.json), or - for
+    /// stdin.
+    #[arg(required = true, value_name = "FILE|DIR|-")]
+    pub inputs: Vec<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum AuditFormat {
+    Table,
+    Json,
+    Sarif,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum FailOn {
+    Error,
+    Warning,
+    Info,
+    Never,
 }
 
 #[derive(Debug, Args)]

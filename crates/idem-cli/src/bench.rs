@@ -63,19 +63,29 @@ pub async fn run(c: BenchCmd) -> Result<u8, CliError> {
         };
         let report = idem_bench::run_scale(&opts).await?;
         println!(
-            "{:<9} {:>10} {:>5} {:>10} {:>9} {:>9} {:>9}",
-            "backend", "records", "conc", "pairs/s", "p50 ms", "p99 ms", "max ms"
+            "{:<9} {:>10} {:>5} {:>10} {:>9} {:>9} {:>9} {:>13} {:>13}",
+            "backend",
+            "records",
+            "conc",
+            "pairs/s",
+            "p50 ms",
+            "p99 ms",
+            "max ms",
+            "gauges p50 ms",
+            "gauges max ms"
         );
         for r in &report.size_rows {
             println!(
-                "{:<9} {:>10} {:>5} {:>10.0} {:>9.3} {:>9.3} {:>9.3}",
+                "{:<9} {:>10} {:>5} {:>10.0} {:>9.3} {:>9.3} {:>9.3} {:>13.3} {:>13.3}",
                 r.backend.as_str(),
                 r.records,
                 r.concurrency,
                 r.ops_per_s,
                 r.p50_ms,
                 r.p99_ms,
-                r.max_ms
+                r.max_ms,
+                r.stats_p50_ms,
+                r.stats_max_ms
             );
         }
         for j in &report.janitor_rows {

@@ -6,6 +6,7 @@
 //! errors go to stderr. Exit codes are in [`exit`].
 
 pub mod args;
+pub mod audit;
 pub mod bench;
 pub mod client;
 pub mod drill;
@@ -54,5 +55,10 @@ async fn dispatch(command: Command) -> Result<u8, CliError> {
         Command::Run(c) => runner::run(c).await,
         Command::Drill(c) => drill::run(c).await,
         Command::Bench(c) => bench::run(c).await,
+        Command::Audit(c) => audit::run(
+            &c,
+            &mut std::io::stdin().lock(),
+            &mut std::io::stdout().lock(),
+        ),
     }
 }

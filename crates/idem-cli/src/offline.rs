@@ -78,9 +78,7 @@ pub async fn token_create(cmd: &TokenCreate) -> Result<u8, CliError> {
         .map_err(|e| CliError::input(format!("cannot store the token: {e}")))?;
     // The secret alone on stdout (scripts capture it); everything else on stderr.
     println!("{secret}");
-    let db = idem::DbUrl::parse(&cmd.db)
-        .map(|u| u.redacted())
-        .unwrap_or_default();
+    let db = idem::redact_db_url(&cmd.db);
     eprintln!(
         "idem: created a {} token for namespace {scope} in {db}; it is shown only once",
         role.as_str()

@@ -4,7 +4,9 @@
 //! third of the lease while it runs, tee its stdout (the first [`CAPTURE_LIMIT`] bytes are
 //! kept) → complete with `{"stdout": …}` on exit 0, or fail: 75 (EX_TEMPFAIL) is retryable, a
 //! signal is ambiguous (the command may have done its effect), anything else is permanent.
-//! A `completed` claim replays the stored stdout without running anything. The logic is
+//! A `completed` claim replays the stored stdout without running anything and exits
+//! [`exit::COMPLETED`] (19), like `idem claim`, so `idem run … && next` does not repeat `next`
+//! for a duplicate. The logic is
 //! written once over [`Gate`], so it is the same against a server and a local ledger.
 //!
 //! After the command ran, reporting its outcome matters more than anything else: transient
@@ -55,12 +57,18 @@ pub async fn run(cmd: RunCmd) -> Result<u8, CliError> {
                     "idem: {ns}/{key} already completed; its stored output has expired \
                      (retention), not running again"
                 );
-            } else if let Some(out) = rec["result"]["stdout"].as_str() {
-                let mut so = tokio::io::stdout();
-                so.write_all(out.as_bytes()).await?;
-                so.flush().await?;
+            } else {
+                if let Some(out) = rec["result"]["stdout"].as_str() {
+                    let mut so = tokio::io::stdout();
+                    so.write_all(out.as_bytes()).await?;
+                    so.flush().await?;
+                }
+                eprintln!(
+                    "idem: {ns}/{key} already completed; replayed its stored output, \
+                     not running again"
+                );
             }
-            return Ok(exit::OK);
+            return Ok(exit::COMPLETED);
         }
         other => {
             eprintln!("idem: {ns}/{key}: {}; not running", describe(other, &claim));
@@ -83,7 +91,8 @@ pub async fn run(cmd: RunCmd) -> Result<u8, CliError> {
         .env("IDEM_NAMESPACE", ns)
         .env("IDEM_KEY", key)
         .env("IDEM_ATTEMPT", attempt.to_string())
-        .env("IDEM_TOKEN", &token)
+        // Only IDEM_LEASE_TOKEN: IDEM_TOKEN is the API token every `idem` verb reads, and the
+        // command inherits the operator's one untouched (a child calling `idem get` works).
         .env("IDEM_LEASE_TOKEN", &token)
         .stdin(Stdio::inherit())
         .stderr(Stdio::inherit())

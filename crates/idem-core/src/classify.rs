@@ -112,8 +112,11 @@ pub fn backoff_ms(attempt_in_budget: u32, base_ms: i64, max_ms: i64, jitter: f64
     ((ceiling as f64) * j).floor() as i64
 }
 
-/// Parses a `Retry-After` value: delta seconds (integer or numeric string) or an HTTP-date.
-/// Returns milliseconds from `now_ms`, never negative.
+/// Parses a `Retry-After` value: delta seconds (integer or numeric string) or an HTTP-date in
+/// any of the three forms RFC 9110 requires a recipient to accept (IMF-fixdate
+/// `Sun, 06 Nov 1994 08:49:37 GMT`, RFC 850 `Sunday, 06-Nov-94 08:49:37 GMT`, asctime
+/// `Sun Nov  6 08:49:37 1994`). Returns milliseconds from `now_ms`, never negative (a date in
+/// the past means "now").
 pub fn parse_retry_after(v: &serde_json::Value, now_ms: i64) -> Result<i64, String> {
     const ERR: &str = "must be seconds (integer or string) or an HTTP-date";
     match v {
@@ -129,10 +132,12 @@ pub fn parse_retry_after(v: &serde_json::Value, now_ms: i64) -> Result<i64, Stri
                 }
                 return Err(ERR.into());
             }
-            match chrono::DateTime::parse_from_rfc2822(t) {
-                Ok(dt) => Ok((dt.timestamp_millis() - now_ms).max(0)),
-                Err(_) => Err(ERR.into()),
-            }
+            let at = httpdate::parse_http_date(t).map_err(|_| ERR.to_owned())?;
+            let at_ms = match at.duration_since(std::time::UNIX_EPOCH) {
+                Ok(d) => i64::try_from(d.as_millis()).unwrap_or(i64::MAX),
+                Err(_) => 0,
+            };
+            Ok(at_ms.saturating_sub(now_ms).max(0))
         }
         _ => Err(ERR.into()),
     }
@@ -243,10 +248,29 @@ mod tests {
     }
 
     #[test]
-    fn retry_after_forms() {
+    fn retry_after_seconds() {
         use serde_json::json;
         assert_eq!(parse_retry_after(&json!(30), 0), Ok(30_000));
+        assert_eq!(parse_retry_after(&json!(0), 0), Ok(0));
         assert_eq!(parse_retry_after(&json!("120"), 0), Ok(120_000));
+        assert_eq!(parse_retry_after(&json!(" 7 "), 0), Ok(7_000));
+        assert!(parse_retry_after(&json!(-1), 0).is_err());
+        assert!(parse_retry_after(&json!(1.5), 0).is_err());
+        assert!(parse_retry_after(&json!(u64::MAX), 0).is_err());
+        assert!(parse_retry_after(&json!("99999999999"), 0).is_err());
+    }
+
+    /// `Sun, 06 Nov 1994 08:49:37 GMT` in milliseconds since the epoch.
+    const NOV_6_1994: i64 = 784_111_777_000;
+
+    #[test]
+    fn retry_after_imf_fixdate() {
+        use serde_json::json;
+        let now = NOV_6_1994 - 30_000;
+        assert_eq!(
+            parse_retry_after(&json!("Sun, 06 Nov 1994 08:49:37 GMT"), now),
+            Ok(30_000)
+        );
         let now = chrono::DateTime::parse_from_rfc2822("Wed, 21 Oct 2015 07:28:00 GMT")
             .expect("d")
             .timestamp_millis();
@@ -254,12 +278,55 @@ mod tests {
             parse_retry_after(&json!("Wed, 21 Oct 2015 07:28:30 GMT"), now),
             Ok(30_000)
         );
+    }
+
+    #[test]
+    fn retry_after_rfc850_date() {
+        use serde_json::json;
+        let now = NOV_6_1994 - 90_000;
         assert_eq!(
-            parse_retry_after(&json!("Wed, 21 Oct 2015 07:27:00 GMT"), now),
-            Ok(0)
+            parse_retry_after(&json!("Sunday, 06-Nov-94 08:49:37 GMT"), now),
+            Ok(90_000)
         );
-        assert!(parse_retry_after(&json!(-1), 0).is_err());
-        assert!(parse_retry_after(&json!("soon"), 0).is_err());
-        assert!(parse_retry_after(&json!(true), 0).is_err());
+    }
+
+    #[test]
+    fn retry_after_asctime_date() {
+        use serde_json::json;
+        let now = NOV_6_1994 - 5_000;
+        assert_eq!(
+            parse_retry_after(&json!("Sun Nov  6 08:49:37 1994"), now),
+            Ok(5_000)
+        );
+    }
+
+    #[test]
+    fn retry_after_dates_in_the_past_mean_now() {
+        use serde_json::json;
+        let now = NOV_6_1994 + 60_000;
+        for past in [
+            "Sun, 06 Nov 1994 08:49:37 GMT",
+            "Sunday, 06-Nov-94 08:49:37 GMT",
+            "Sun Nov  6 08:49:37 1994",
+        ] {
+            assert_eq!(parse_retry_after(&json!(past), now), Ok(0), "{past}");
+        }
+    }
+
+    #[test]
+    fn retry_after_garbage_is_an_error() {
+        use serde_json::json;
+        for bad in [
+            json!("soon"),
+            json!(""),
+            json!("Sun, 06 Nov 1994 08:49:37"),
+            json!("Sun, 32 Nov 1994 08:49:37 GMT"),
+            json!("1994-11-06T08:49:37Z"),
+            json!(true),
+            json!(null),
+            json!({"seconds": 1}),
+        ] {
+            assert!(parse_retry_after(&bad, 0).is_err(), "{bad}");
+        }
     }
 }

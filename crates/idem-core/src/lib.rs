@@ -14,7 +14,9 @@ pub mod fingerprint;
 pub mod ids;
 pub mod policy;
 pub mod record;
+pub mod redact;
 pub mod time;
+pub mod webhook;
 
 pub use classify::{classify, Class, FailSignal};
 pub use decide::{
@@ -30,4 +32,6 @@ pub use record::{
     AlertDraft, Event, EventDraft, EventType, LastError, Record, ReviewReason, State,
 };
 pub use record::{AlertReason, PublicRecord};
+pub use redact::redact_db_url;
 pub use time::{Clock, SystemClock, TestClock, Timestamp};
+pub use webhook::AlertSecret;

@@ -6,6 +6,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use crate::webhook::AlertSecret;
+
 pub const DAY_MS: i64 = 86_400_000;
 
 /// What happens when a `processing` lease expires.
@@ -46,6 +48,9 @@ pub struct RetryPolicy {
     pub window_ms: i64,
 }
 
+/// A namespace policy. Its serde form is the stored one and holds `alert_secret`; the API
+/// shows [`Policy::to_json`], which replaces it with `alert_secret_set`. `Debug` hides the
+/// secret ([`AlertSecret`] prints `***`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Policy {
     pub lease_ms: i64,
@@ -56,6 +61,9 @@ pub struct Policy {
     pub retry: RetryPolicy,
     pub daily_limit: Option<u64>,
     pub alert_url: Option<String>,
+    /// Signs every alert the Standard Webhooks way. Write-only over the API.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alert_secret: Option<AlertSecret>,
     pub destination_idempotent: bool,
 }
 
@@ -75,6 +83,7 @@ impl Default for Policy {
             },
             daily_limit: None,
             alert_url: None,
+            alert_secret: None,
             destination_idempotent: false,
         }
     }
@@ -183,6 +192,28 @@ impl Policy {
                         _ => return Err(invalid("alert_url", "must be a URL string or null")),
                     }
                 }
+                "alert_secret" => {
+                    p.alert_secret = match v {
+                        Value::Null => None,
+                        Value::String(s) => {
+                            Some(AlertSecret::parse(s).map_err(|m| invalid("alert_secret", m))?)
+                        }
+                        _ => {
+                            return Err(invalid(
+                                "alert_secret",
+                                "must be a whsec_ secret string or null",
+                            ))
+                        }
+                    }
+                }
+                // Shown on reads, but not a setting: say how to change it instead of calling
+                // a field the client just read "unknown".
+                "alert_secret_set" => {
+                    return Err(invalid(
+                        "alert_secret_set",
+                        "is read-only: set alert_secret to a secret or to null",
+                    ))
+                }
                 "destination_idempotent" => {
                     p.destination_idempotent = v
                         .as_bool()
@@ -213,8 +244,23 @@ impl Policy {
         Ok(())
     }
 
-    /// The policy as the JSON object the API shows.
+    /// The policy as the JSON object the API shows: `alert_secret_set: true|false` in place
+    /// of the write-only `alert_secret`.
     pub fn to_json(&self) -> Value {
+        let mut v = self.to_stored_json();
+        if let Value::Object(m) = &mut v {
+            m.remove("alert_secret");
+            m.insert(
+                "alert_secret_set".into(),
+                Value::Bool(self.alert_secret.is_some()),
+            );
+        }
+        v
+    }
+
+    /// The policy as stored: every field, the `alert_secret` value included (omitted when
+    /// unset). Accepted back by [`Policy::patch`] and by serde. Never for an answer or a log.
+    pub fn to_stored_json(&self) -> Value {
         serde_json::to_value(self).unwrap_or(Value::Null)
     }
 }
@@ -253,7 +299,8 @@ mod tests {
             json!({"lease_ms": 30000, "lease_expiry": "reclaim", "retention_ms": 2_592_000_000i64,
                    "audit_retention_ms": 34_560_000_000i64, "stuck_after_ms": 900000,
                    "retry": {"max_attempts": 5, "base_ms": 1000, "max_ms": 300000, "window_ms": 86_400_000},
-                   "daily_limit": null, "alert_url": null, "destination_idempotent": false})
+                   "daily_limit": null, "alert_url": null, "alert_secret_set": false,
+                   "destination_idempotent": false})
         );
     }
 
@@ -340,5 +387,77 @@ mod tests {
             .expect("ok");
         assert_eq!(p.daily_limit, None);
         assert_eq!(p.alert_url, None);
+    }
+}
+
+#[cfg(test)]
+mod alert_secret_tests {
+    use super::*;
+    use serde_json::json;
+
+    const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
+    #[test]
+    fn alert_secret_is_write_only() {
+        let p = Policy::default()
+            .patch(&json!({"alert_secret": SECRET}))
+            .expect("ok");
+        assert_eq!(
+            p.alert_secret.as_ref().map(AlertSecret::expose),
+            Some(SECRET)
+        );
+        let shown = p.to_json();
+        assert_eq!(shown["alert_secret_set"], true);
+        assert!(shown.get("alert_secret").is_none(), "{shown}");
+        assert!(!shown.to_string().contains("MfKQ9r8G"), "{shown}");
+        assert!(!format!("{p:?}").contains("MfKQ9r8G"));
+        let cleared = p.patch(&json!({"alert_secret": null})).expect("ok");
+        assert_eq!(cleared.alert_secret, None);
+        assert_eq!(cleared.to_json()["alert_secret_set"], false);
+    }
+
+    #[test]
+    fn stored_form_round_trips_the_secret_both_ways() {
+        let p = Policy::default()
+            .patch(&json!({"alert_secret": SECRET, "lease_ms": 5000}))
+            .expect("ok");
+        let stored = p.to_stored_json();
+        assert_eq!(stored["alert_secret"], SECRET);
+        assert!(stored.get("alert_secret_set").is_none());
+        // serde (SQLite) and patch-over-defaults (PostgreSQL) both read it back.
+        let via_serde: Policy = serde_json::from_value(stored.clone()).expect("serde");
+        assert_eq!(via_serde, p);
+        assert_eq!(Policy::default().patch(&stored).expect("patch"), p);
+        // A policy stored before the field existed still reads, without a secret.
+        let mut old = Policy::default().to_stored_json();
+        old.as_object_mut().expect("obj").remove("alert_secret");
+        let old: Policy = serde_json::from_value(old).expect("old row");
+        assert_eq!(old.alert_secret, None);
+    }
+
+    #[test]
+    fn bad_alert_secrets_are_refused_naming_the_field() {
+        let with = Policy::default()
+            .patch(&json!({"alert_secret": SECRET}))
+            .expect("ok");
+        for (patch, field) in [
+            (
+                json!({"alert_secret": "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}),
+                "alert_secret",
+            ),
+            (json!({"alert_secret": "whsec_short"}), "alert_secret"),
+            (json!({"alert_secret": 5}), "alert_secret"),
+            (json!({"alert_secret": true}), "alert_secret"),
+            (json!({"alert_secret_set": false}), "alert_secret_set"),
+            (json!({"alert_secret_set": true}), "alert_secret_set"),
+        ] {
+            match with.patch(&patch) {
+                Err(PolicyError::InvalidField { field: f, message }) => {
+                    assert_eq!(f, field, "{patch}");
+                    assert!(!message.contains("MfKQ9r8G"), "{message}");
+                }
+                other => panic!("{patch}: {other:?}"),
+            }
+        }
     }
 }

@@ -241,7 +241,7 @@ pub(crate) async fn retention_once(
 pub(crate) async fn stats(store: &PgStore, now: Timestamp) -> Result<Stats, PgError> {
     let client = store.client().await?;
     let by_state = client
-        .prepare_cached("SELECT state, count(*) FROM records GROUP BY state")
+        .prepare_cached("SELECT state, sum(n)::BIGINT FROM record_counts GROUP BY state")
         .await?;
     let oldest = client
         .prepare_cached("SELECT min(active_at) FROM records WHERE state = 'processing'")
@@ -306,26 +306,31 @@ pub(crate) async fn due_alerts(
             created_at: Timestamp(r.try_get(7).map_err(|e| corrupt(&e))?),
             tries: u32::try_from(tries).unwrap_or(u32::MAX),
             alert_url: None,
+            alert_secret: None,
         });
     }
     if out.is_empty() {
         return Ok(out);
     }
-    // The URL is read at delivery time: a namespace that removed its alert_url stops alerts.
+    // The URL and secret are read at delivery time: a namespace that removed its alert_url
+    // stops alerts, and a changed alert_secret signs the next delivery.
     let urls = client
         .query(
             "SELECT namespace, policy FROM namespaces WHERE namespace = ANY($1)",
             &[&namespaces],
         )
         .await?;
-    let mut by_ns: HashMap<String, Option<String>> = HashMap::new();
+    let mut by_ns: HashMap<String, Policy> = HashMap::new();
     for r in urls {
         let ns: String = r.try_get(0).map_err(|e| corrupt(&e))?;
         let text: String = r.try_get(1).map_err(|e| corrupt(&e))?;
-        by_ns.insert(ns, policy_from_text(Some(&text))?.alert_url);
+        by_ns.insert(ns, policy_from_text(Some(&text))?);
     }
     for a in &mut out {
-        a.alert_url = by_ns.get(&a.namespace).cloned().flatten();
+        if let Some(p) = by_ns.get(&a.namespace) {
+            a.alert_url = p.alert_url.clone();
+            a.alert_secret = p.alert_secret.clone();
+        }
     }
     Ok(out)
 }

@@ -60,7 +60,6 @@ use idem_store::{
 };
 use tokio_postgres::NoTls;
 
-pub use error::redact_url;
 use error::{store_err, PgError};
 use rows::{
     as_i64, as_u64, event_from_row, parse_state, policy_from_text, policy_text, record_from_row,
@@ -193,7 +192,7 @@ impl PgStore {
 
     /// Connects a pool to `url` and runs migrations.
     pub async fn connect_with(url: &str, opts: PgOptions) -> Result<PgStore, StoreError> {
-        let redacted = redact_url(url);
+        let redacted = idem_core::redact_db_url(url);
         let mut cfg: tokio_postgres::Config = url
             .parse()
             .map_err(|e| StoreError::Internal(format!("invalid postgres url {redacted}: {e}")))?;

@@ -453,8 +453,10 @@ pub(crate) fn policy_from_text(text: Option<&str>) -> Result<Policy, StoreError>
     }
 }
 
+/// The stored form of a policy (the `alert_secret` value included, unlike the API's
+/// `to_json`); read back by [`policy_from_text`].
 pub(crate) fn policy_text(p: &Policy) -> Result<String, StoreError> {
-    serde_json::to_string(&p.to_json())
+    serde_json::to_string(&p.to_stored_json())
         .map_err(|e| StoreError::Internal(format!("policy encoding: {e}")))
 }
 

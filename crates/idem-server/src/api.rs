@@ -366,6 +366,9 @@ pub struct PolicyDoc {
     retry: RetryPolicyDoc,
     daily_limit: Option<u64>,
     alert_url: Option<String>,
+    /// Whether an `alert_secret` is set (the secret itself is write-only, never shown).
+    #[schema(read_only)]
+    alert_secret_set: bool,
     destination_idempotent: bool,
 }
 
@@ -412,6 +415,15 @@ pub struct PolicyPatchBody {
         pattern = "^https?://[^/\\s\\x00-\\x1F\\x7F-\\x9F][^\\s\\x00-\\x1F\\x7F-\\x9F]*$"
     )]
     alert_url: Option<String>,
+    /// Write-only: `whsec_` + base64 of 24-64 random bytes, or `null` to remove it. With a
+    /// secret every alert is signed the Standard Webhooks way. Never shown on reads (they
+    /// show `alert_secret_set`, which a PATCH may not name). The pattern is
+    /// `idem::webhook::SECRET_PATTERN` (a test keeps them equal).
+    #[schema(
+        write_only,
+        pattern = "^whsec_(?:(?:[A-Za-z0-9+/]{4}){8,20}(?:[A-Za-z0-9+/]{2}={0,2}|[A-Za-z0-9+/]{3}=?)?|(?:[A-Za-z0-9+/]{4}){21}(?:[A-Za-z0-9+/]{2}={0,2})?)$"
+    )]
+    alert_secret: Option<String>,
     #[schema(nullable = false)]
     destination_idempotent: Option<bool>,
 }
@@ -445,6 +457,7 @@ impl PolicyPatchBody {
         "retry",
         "daily_limit",
         "alert_url",
+        "alert_secret",
         "destination_idempotent",
     ];
 }

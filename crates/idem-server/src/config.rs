@@ -36,8 +36,8 @@ impl LogFormat {
     }
 }
 
-/// The validated configuration of one server.
-#[derive(Debug, Clone)]
+/// The validated configuration of one server. `Debug` shows the database URL redacted.
+#[derive(Clone)]
 pub struct Config {
     pub listen: SocketAddr,
     pub db: String,
@@ -45,8 +45,10 @@ pub struct Config {
     /// Records per janitor batch (sweep and retention); `None` takes the backend's measured
     /// default ([`Config::janitor_batch_for`]).
     pub janitor_batch: Option<usize>,
-    /// How often the store gauges (records per state, review queue, oldest `processing`) are
-    /// recounted. A recount reads every record, so it runs on its own timer, not per batch.
+    /// How long one scrape's store gauges (records per state, review queue, oldest
+    /// `processing`) are reused by the next scrapes. The gauges are read at scrape time from
+    /// counters the store keeps exact on every write; this only stops a scrape storm from
+    /// becoming a query storm. From 0 (every scrape reads) to 1s.
     pub stats_interval: Duration,
     /// PostgreSQL connections per instance.
     pub pg_pool: usize,
@@ -60,7 +62,88 @@ pub struct Config {
     /// Largest request body, bytes.
     pub body_limit: usize,
     /// Policy patches applied at start, by namespace (JSON merge patches with `*_ms` integers).
-    pub namespaces: BTreeMap<String, Value>,
+    pub namespaces: NamespacePolicies,
+}
+
+/// The `[namespaces.NAME]` policy patches by namespace. Its `Debug` shows `alert_secret` as
+/// `***`, so printing a [`Config`] never prints a signing secret.
+#[derive(Clone, Default, PartialEq)]
+pub struct NamespacePolicies(pub BTreeMap<String, Value>);
+
+impl std::ops::Deref for NamespacePolicies {
+    type Target = BTreeMap<String, Value>;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for NamespacePolicies {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
+}
+
+impl<'a> IntoIterator for &'a NamespacePolicies {
+    type Item = (&'a String, &'a Value);
+    type IntoIter = std::collections::btree_map::Iter<'a, String, Value>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter()
+    }
+}
+
+impl FromIterator<(String, Value)> for NamespacePolicies {
+    fn from_iter<I: IntoIterator<Item = (String, Value)>>(iter: I) -> Self {
+        NamespacePolicies(iter.into_iter().collect())
+    }
+}
+
+impl std::fmt::Debug for NamespacePolicies {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let shown = self.0.iter().map(|(name, patch)| {
+            let mut patch = patch.clone();
+            if let Some(s) = patch.get_mut("alert_secret").filter(|s| !s.is_null()) {
+                *s = Value::from("***");
+            }
+            (name, patch)
+        });
+        f.debug_map().entries(shown).finish()
+    }
+}
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Destructured so that a new field cannot be added without deciding how it prints.
+        let Config {
+            listen,
+            db: _,
+            janitor_interval,
+            janitor_batch,
+            stats_interval,
+            pg_pool,
+            alert_interval,
+            alert_max_tries,
+            alert_timeout,
+            log_format,
+            log_level,
+            body_limit,
+            namespaces,
+        } = self;
+        f.debug_struct("Config")
+            .field("listen", listen)
+            .field("db", &self.db_redacted())
+            .field("janitor_interval", janitor_interval)
+            .field("janitor_batch", janitor_batch)
+            .field("stats_interval", stats_interval)
+            .field("pg_pool", pg_pool)
+            .field("alert_interval", alert_interval)
+            .field("alert_max_tries", alert_max_tries)
+            .field("alert_timeout", alert_timeout)
+            .field("log_format", log_format)
+            .field("log_level", log_level)
+            .field("body_limit", body_limit)
+            .field("namespaces", namespaces)
+            .finish()
+    }
 }
 
 impl Default for Config {
@@ -70,7 +153,7 @@ impl Default for Config {
             db: "sqlite://idem.db".into(),
             janitor_interval: Duration::from_secs(30),
             janitor_batch: None,
-            stats_interval: Duration::from_secs(30),
+            stats_interval: Duration::from_secs(1),
             pg_pool: 16,
             alert_interval: Duration::from_secs(2),
             alert_max_tries: 6,
@@ -78,7 +161,7 @@ impl Default for Config {
             log_format: LogFormat::Text,
             log_level: "info".into(),
             body_limit: 1024 * 1024,
-            namespaces: BTreeMap::new(),
+            namespaces: NamespacePolicies::default(),
         }
     }
 }
@@ -103,7 +186,7 @@ impl Config {
 
     /// The database URL with any password replaced by `***`.
     pub fn db_redacted(&self) -> String {
-        idem::redact_password(&self.db)
+        idem::redact_db_url(&self.db)
     }
 
     /// Builds the configuration from every layer; `env` reads one environment variable.
@@ -257,8 +340,12 @@ impl Config {
         if self.alert_interval < Duration::from_millis(10) {
             return Err(bad("alert_interval", "must be at least 10ms"));
         }
-        if self.stats_interval < Duration::from_secs(1) {
-            return Err(bad("stats_interval", "must be at least 1s"));
+        if self.stats_interval > Duration::from_secs(1) {
+            return Err(bad(
+                "stats_interval",
+                "must be at most 1s: the gauges are read at every scrape and may be reused \
+                 for at most a second",
+            ));
         }
         if let Some(b) = self.janitor_batch {
             if !(1..=100_000).contains(&b) {
@@ -434,10 +521,11 @@ db = "sqlite://idem.db"
 janitor_interval = "30s"
 # janitor_batch = 100
 
-# How often the store gauges (idem_records, idem_review_queue_depth,
-# idem_oldest_processing_seconds) are recounted (IDEM_STATS_INTERVAL). A recount reads every
-# record, so keep it well above a second on a big ledger.
-stats_interval = "30s"
+# The store gauges (idem_records, idem_review_queue_depth, idem_oldest_processing_seconds)
+# are read at every scrape from counters the store keeps exact; one read is reused by the
+# scrapes of the next stats_interval (IDEM_STATS_INTERVAL), so a scrape storm is no query
+# storm. From 0 to 1s.
+stats_interval = "1s"
 
 # PostgreSQL connections per instance (IDEM_PG_POOL). Size the sum over all instances
 # against the server's max_connections (docs/deployment.md).
@@ -463,6 +551,10 @@ body_limit = "1MiB"
 # stuck_after_ms = "15m"
 # daily_limit = 10000
 # alert_url = "https://alerts.example.com/idem"
+# Signs every alert the Standard Webhooks way (webhook-signature): "whsec_" + base64 of
+# 24-64 random bytes, e.g. from `echo "whsec_$(openssl rand -base64 32)"`. Keep this file
+# private; the API never shows the value (only alert_secret_set).
+# alert_secret = "whsec_..."
 # destination_idempotent = false
 # [namespaces.payments.retry]
 # max_attempts = 5
@@ -531,6 +623,76 @@ mod tests {
     }
 
     #[test]
+    fn debug_never_shows_the_database_password() {
+        let url = "postgres://idem:p@ss:w0rd%2F@db:5432/idem?sslmode=disable&PassWord=two";
+        let c = Config::load(&ServeArgs::default(), &env(&[("IDEM_DB", url)])).expect("ok");
+        assert_eq!(c.db, url, "the real URL is kept for connecting");
+        let dbg = format!("{c:?}");
+        assert!(dbg.contains("postgres://idem:***@db:5432/idem"), "{dbg}");
+        for secret in ["p@ss", "w0rd", "two"] {
+            assert!(!dbg.contains(secret), "{secret} in {dbg}");
+        }
+        assert!(!format!("{c:#?}").contains("w0rd"));
+        assert!(
+            dbg.contains("listen") && dbg.contains("body_limit"),
+            "{dbg}"
+        );
+        let args = ServeArgs {
+            db: Some(url.into()),
+            ..Default::default()
+        };
+        let dbg = format!("{args:?}");
+        assert!(!dbg.contains("w0rd") && !dbg.contains("two"), "{dbg}");
+        assert_eq!(c.db_redacted(), idem::redact_db_url(url));
+    }
+
+    #[test]
+    fn a_refused_database_url_is_named_without_its_password() {
+        let args = ServeArgs {
+            db: Some("mysql://root:hunter2@h/db".into()),
+            ..Default::default()
+        };
+        let e = Config::load(&args, &env(&[])).expect_err("unsupported");
+        assert!(!e.to_string().contains("hunter2"), "{e}");
+        assert!(e.to_string().contains("mysql://root:***@h/db"), "{e}");
+    }
+
+    #[test]
+    fn file_alert_secret_is_a_policy_field_that_debug_hides() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let p = dir.path().join("idem.toml");
+        let secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+        std::fs::write(
+            &p,
+            format!("[namespaces.pay]\nalert_url = \"http://127.0.0.1:9/a\"\nalert_secret = \"{secret}\"\n"),
+        )
+        .expect("write");
+        let args = ServeArgs {
+            config: Some(p.clone()),
+            ..Default::default()
+        };
+        let c = Config::load(&args, &env(&[])).expect("ok");
+        assert_eq!(
+            c.namespaces.get("pay").and_then(|v| v.get("alert_secret")),
+            Some(&serde_json::json!(secret))
+        );
+        let shown = format!("{c:?}");
+        assert!(
+            shown.contains("alert_secret") && !shown.contains("MfKQ9r8G"),
+            "{shown}"
+        );
+
+        std::fs::write(&p, "[namespaces.pay]\nalert_secret = \"whsec_MfKQ9r8G\"\n").expect("write");
+        let e = Config::load(&args, &env(&[])).expect_err("bad secret");
+        let text = e.to_string();
+        assert!(
+            text.contains("namespaces.pay") && text.contains("alert_secret"),
+            "{text}"
+        );
+        assert!(!text.contains("MfKQ9r8G"), "{text}");
+    }
+
+    #[test]
     fn errors_name_the_setting() {
         let e = Config::load(
             &ServeArgs::default(),
@@ -559,7 +721,7 @@ mod tests {
     fn janitor_batch_defaults_per_backend_and_pool_and_gauges_settings() {
         let c = Config::load(&ServeArgs::default(), &env(&[])).expect("ok");
         assert_eq!(c.janitor_batch_for(), SQLITE_JANITOR_BATCH);
-        assert_eq!(c.stats_interval, Duration::from_secs(30));
+        assert_eq!(c.stats_interval, Duration::from_secs(1));
         assert_eq!(c.pg_pool, 16);
         let c = Config::load(
             &ServeArgs::default(),
@@ -573,17 +735,17 @@ mod tests {
                 ("IDEM_DB", "postgres://u@h/db"),
                 ("IDEM_JANITOR_BATCH", "77"),
                 ("IDEM_PG_POOL", "40"),
-                ("IDEM_STATS_INTERVAL", "2m"),
+                ("IDEM_STATS_INTERVAL", "250ms"),
             ]),
         )
         .expect("ok");
         assert_eq!(c.janitor_batch_for(), 77);
         assert_eq!(c.pg_pool, 40);
-        assert_eq!(c.stats_interval, Duration::from_secs(120));
+        assert_eq!(c.stats_interval, Duration::from_millis(250));
         for (var, v) in [
             ("IDEM_PG_POOL", "0"),
             ("IDEM_PG_POOL", "many"),
-            ("IDEM_STATS_INTERVAL", "10ms"),
+            ("IDEM_STATS_INTERVAL", "2s"),
             ("IDEM_JANITOR_BATCH", "0"),
         ] {
             let e = Config::load(&ServeArgs::default(), &env(&[(var, v)])).expect_err(v);

@@ -785,7 +785,8 @@ pub async fn readyz(State(st): State<AppState>) -> ApiResult<Json<StatusResponse
 /// Prometheus text exposition.
 #[utoipa::path(get, path = "/metrics", tag = "ops",
     responses((status = 200, description = "Prometheus text format 0.0.4", content_type = "text/plain", body = String)))]
-pub async fn metrics_text() -> Response {
+pub async fn metrics_text(State(st): State<AppState>) -> Response {
+    refresh_gauges(&st).await;
     (
         [(
             axum::http::header::CONTENT_TYPE,
@@ -794,6 +795,27 @@ pub async fn metrics_text() -> Response {
         metrics::render(),
     )
         .into_response()
+}
+
+/// Reads the store gauges for this scrape, or reuses the last scrape's when they are younger
+/// than `stats_interval` (≤ 1 s). One read at a time: concurrent scrapes wait for it. A store
+/// that does not answer leaves the last values (the failure shows in `/readyz` and in the
+/// request metrics) rather than failing the scrape of every other metric.
+async fn refresh_gauges(st: &AppState) {
+    let mut cached = st.gauges.lock().await;
+    let fresh = cached
+        .as_ref()
+        .is_some_and(|(at, _)| at.elapsed() < st.config.stats_interval);
+    if fresh {
+        if let Some((_, stats)) = cached.as_ref() {
+            crate::metrics::set_stats(stats);
+        }
+        return;
+    }
+    match crate::background::gauges_once(st.ledger.store(), st.ledger.now()).await {
+        Ok(stats) => *cached = Some((std::time::Instant::now(), stats)),
+        Err(e) => tracing::warn!(error = %e, "metrics: store gauges not refreshed"),
+    }
 }
 
 /// This document.

@@ -9,6 +9,7 @@
 //! the database URL is only ever logged without its password.
 
 pub mod api;
+pub mod audit;
 pub mod auth;
 pub mod background;
 pub mod config;
@@ -36,13 +37,33 @@ pub use logging::init_logging;
 pub use routes::{route_table, router};
 
 /// What `idem serve` was given on the command line (each overrides config file and env).
-#[derive(Debug, Clone, Default)]
+/// `Debug` shows the database URL redacted.
+#[derive(Clone, Default)]
 pub struct ServeArgs {
     pub listen: Option<String>,
     pub db: Option<String>,
     pub config: Option<PathBuf>,
     pub janitor_interval: Option<String>,
     pub log_format: Option<String>,
+}
+
+impl std::fmt::Debug for ServeArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let ServeArgs {
+            listen,
+            db,
+            config,
+            janitor_interval,
+            log_format,
+        } = self;
+        f.debug_struct("ServeArgs")
+            .field("listen", listen)
+            .field("db", &db.as_deref().map(idem::redact_db_url))
+            .field("config", config)
+            .field("janitor_interval", janitor_interval)
+            .field("log_format", log_format)
+            .finish()
+    }
 }
 
 /// A commented example configuration file (`idem default-config`).
@@ -74,7 +95,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
 
 /// An error message with the raw database URL (which may hold a password) redacted.
 fn redact_err(e: &dyn std::fmt::Display, url: &str) -> String {
-    e.to_string().replace(url, &idem::redact_password(url))
+    e.to_string().replace(url, &idem::redact_db_url(url))
 }
 
 /// Resolves on SIGINT (Ctrl-C) or SIGTERM.
@@ -156,6 +177,7 @@ pub async fn run(
         ledger: ledger.clone(),
         auth: Arc::new(auth::AuthCache::new(store.clone())),
         shutdown: stop_rx.clone(),
+        gauges: tokio::sync::Mutex::new(None),
     });
 
     let janitor = {
@@ -174,28 +196,8 @@ pub async fn run(
             },
         ))
     };
-    // The gauges recount every record, so they have their own timer: recounting after every
-    // janitor batch made a server draining a backlog spend most of its time counting.
-    let gauges = {
-        let (store, ledger) = (store.clone(), ledger.clone());
-        tokio::spawn(background::run_loop(
-            "gauges",
-            config.stats_interval,
-            stop_rx.clone(),
-            move || {
-                let (store, now) = (store.clone(), ledger.now());
-                async move {
-                    background::gauges_once(&store, now).await?;
-                    Ok(false)
-                }
-            },
-        ))
-    };
     let alerts = {
-        let client = reqwest::Client::builder()
-            .timeout(config.alert_timeout)
-            .user_agent(concat!("idem/", env!("CARGO_PKG_VERSION")))
-            .build()
+        let client = background::alert_client(config.alert_timeout)
             .context("cannot build the HTTP client for alerts")?;
         let (store, ledger, tries) = (store.clone(), ledger.clone(), config.alert_max_tries);
         tokio::spawn(background::run_loop(
@@ -228,7 +230,6 @@ pub async fn run(
         .context("server error");
     let _ = stop_tx.send(true);
     let _ = janitor.await;
-    let _ = gauges.await;
     let _ = alerts.await;
     drop(store);
     drop(ledger);

@@ -21,6 +21,7 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
 use crate::api::*;
+use crate::audit::{AuditBody, AuditFindingDoc, AuditResponse};
 use crate::error::{ApiError, Problem};
 use crate::handlers as h;
 
@@ -39,7 +40,7 @@ use crate::handlers as h;
         h::claim, h::prepare, h::heartbeat, h::complete, h::fail, h::get_record, h::list,
         h::resolve, h::approve, h::reject, h::get_namespace, h::patch_namespace, h::pause,
         h::resume, h::derive, h::create_token, h::healthz, h::readyz, h::metrics_text,
-        h::openapi_json,
+        h::openapi_json, crate::audit::audit,
     ),
     components(schemas(
         Problem, RecordDoc, LastErrorDoc, EventDoc, ClaimBody, ClaimResponse, PrepareBody,
@@ -47,7 +48,7 @@ use crate::handlers as h;
         RetryDoc, RecordWithEventsDoc, ListResponse, ResolveBody, NoteBody, PolicyDoc,
         RetryPolicyDoc, PolicyPatchBody, RetryPatchBody, NamespaceResponse, DeriveBody,
         DeriveResponse, TokenBody, TokenResponse, StatusResponse, LeaseExpiryDoc, ClassDoc,
-        ResolveActionDoc, RoleDoc, JsonPointerDoc,
+        ResolveActionDoc, RoleDoc, JsonPointerDoc, AuditBody, AuditFindingDoc, AuditResponse,
     )),
     modifiers(&Bearer),
 )]
@@ -104,6 +105,15 @@ fn build() -> Value {
         }
         let errors = errors_of(route.method, route.path, route.role.is_some(), op);
         add_problems(op, &errors);
+        if route.path == "/v1/audit" {
+            // One exported workflow, or an array of them.
+            if let Some(body) = op.get_mut("requestBody") {
+                body["content"]["application/json"]["schema"] = json!({"anyOf": [
+                    {"$ref": "#/components/schemas/AuditBody"},
+                    {"type": "array", "items": {"$ref": "#/components/schemas/AuditBody"}},
+                ]});
+            }
+        }
         if route.path == "/v1/tokens" {
             if let Some(resp) = op.get_mut("responses").and_then(|r| r.get_mut("403")) {
                 resp["description"] = json!(
@@ -307,6 +317,7 @@ fn errors_of(method: &str, path: &str, authed: bool, op: &Map<String, Value>) ->
         ("get", "keys") => e.push(invalid()),
         ("patch", "{ns}") | ("post", "pause" | "resume" | "tokens") => e.push(invalid()),
         ("post", "derive") => e.extend([invalid(), ApiError::MissingIdentityField { field: s() }]),
+        ("post", "audit") => e.push(invalid()),
         ("get", "readyz") => e.push(ApiError::StoreUnavailable(s())),
         _ => {}
     }
@@ -390,6 +401,31 @@ fn refine_schemas(schemas: &mut Map<String, Value>) {
                 },
             },
         ]);
+    }
+    if let Some(audit) = schemas.get_mut("AuditBody") {
+        // What the workflow reader refuses on its own (a wrong type is 422 naming the member);
+        // `id` and `settings` of any type are read or ignored, never refused. Whether node
+        // names are unique and what a connection from a named node holds cannot be said here.
+        let p = &mut audit["properties"];
+        p["id"] =
+            json!({"description": "A string or number is reported; anything else is ignored."});
+        p["settings"] =
+            json!({"description": "`errorWorkflow` is read; anything else is ignored."});
+        p["name"] = json!({"type": ["string", "null"]});
+        p["connections"] = json!({
+            "type": ["object", "null"],
+            "description": "`{\"Node name\": {\"main\": [[{node, type, index}], …]}}`",
+        });
+        p["nodes"]["items"] = json!({
+            "type": "object",
+            "required": ["name", "type"],
+            "properties": {
+                "name": {"type": "string"},
+                "type": {"type": "string", "minLength": 1},
+                "typeVersion": {"type": ["number", "null"]},
+                "parameters": {"type": ["object", "null"]},
+            },
+        });
     }
     if let Some(problem) = schemas.get_mut("Problem") {
         problem["properties"]["code"]["enum"] = json!(all_codes());

@@ -126,6 +126,7 @@ pub fn routes() -> Vec<Route> {
             post(h::resume),
         ),
         r("post", "/v1/keys/derive", Some(Worker), post(h::derive)),
+        r("post", "/v1/audit", Some(Worker), post(crate::audit::audit)),
         r("post", "/v1/tokens", Some(Admin), post(h::create_token)),
         r("get", "/healthz", None, get(h::healthz)),
         r("get", "/readyz", None, get(h::readyz)),

@@ -22,6 +22,9 @@ pub struct Shared {
     /// Flips to `true` at shutdown so long polls (`wait_ms`) answer at once instead of
     /// holding the graceful shutdown up for up to 30 s.
     pub shutdown: watch::Receiver<bool>,
+    /// The store gauges of the last scrape and when they were read. Behind an async mutex so
+    /// concurrent scrapes wait for one read instead of each querying the store.
+    pub gauges: tokio::sync::Mutex<Option<(std::time::Instant, idem::Stats)>>,
 }
 
 impl AppState {

@@ -115,7 +115,7 @@ pub(crate) fn stats(conn: &mut Connection, now: Timestamp) -> Result<Stats, Stor
     let tx = conn.transaction().db()?;
     let records = {
         let mut stmt = tx
-            .prepare_cached("SELECT state, COUNT(*) FROM records GROUP BY state")
+            .prepare_cached("SELECT state, n FROM record_counts")
             .db()?;
         let rows = stmt.query([]).db()?;
         collect_counts(rows)?

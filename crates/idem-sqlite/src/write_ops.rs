@@ -414,14 +414,16 @@ pub(crate) fn due_alerts_step(
             .db()?;
         rows.collect::<Result<_, _>>().db()?
     };
-    // The URL is read now, not when queued: an operator may have fixed it meanwhile.
-    let mut urls: HashMap<String, Option<String>> = HashMap::new();
+    // The URL and secret are read now, not when queued: an operator may have fixed them.
+    type Target = (Option<String>, Option<idem_core::AlertSecret>);
+    let mut urls: HashMap<String, Target> = HashMap::new();
     let mut out = Vec::with_capacity(rows.len());
     for (id, ns, key, reason, state, error_category, attempt, created_at, tries) in rows {
-        let alert_url = match urls.get(&ns) {
+        let (alert_url, alert_secret) = match urls.get(&ns) {
             Some(u) => u.clone(),
             None => {
-                let u = load_namespace(conn, &ns)?.0.alert_url;
+                let p = load_namespace(conn, &ns)?.0;
+                let u = (p.alert_url, p.alert_secret);
                 urls.insert(ns.clone(), u.clone());
                 u
             }
@@ -437,6 +439,7 @@ pub(crate) fn due_alerts_step(
             created_at: Timestamp(created_at),
             tries: u32::try_from(tries).unwrap_or(u32::MAX),
             alert_url,
+            alert_secret,
         });
     }
     out.sort_by_key(|a| (a.created_at, a.id));

@@ -1133,6 +1133,10 @@ pub async fn tombstone_and_events_are_deleted_after_audit_retention<B: Backend>(
     assert_eq!(r.tombstones_deleted, 2, "{r:?}");
     assert!(h.store.get(&h.ns, &k).await.expect("get").is_none());
     assert!(h.store.get(&h.ns, &k2).await.expect("get").is_none());
+    // the per-state counters of the gauges follow retention's deletes
+    let s = h.store.stats(h.now()).await.expect("stats");
+    assert_eq!(s.records.get(State::Completed), 0, "{s:?}");
+    assert_eq!(s.records.get(State::FailedPermanent), 0, "{s:?}");
     // the key is forgotten: its old events do not come back with a new record
     assert_eq!(h.claim(&k).await.outcome, ClaimOutcome::Acquired);
     assert_eq!(kinds(&h.get(&k).await.events), [EventType::Acquired]);
@@ -1512,6 +1516,90 @@ pub async fn namespace_patch_refuses_bad_fields_and_changes_nothing<B: Backend>(
 }
 
 // ================================================================ alerts
+
+/// `alert_secret` is stored (both stores keep it in the policy), survives a pause, is seen
+/// by another handle, reaches the alert sender with the URL at delivery time (so a rotated
+/// secret signs the next delivery), and is cleared by null; a bad one changes nothing.
+pub async fn alert_secret_is_stored_and_reaches_the_alert_sender<B: Backend>(b: Arc<B>) {
+    const S1: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    const S2: &str = "whsec_AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
+    let secret_of = |p: &Policy| p.alert_secret.as_ref().map(|s| s.expose().to_owned());
+    let h = H::new(&*b, "ns").await;
+    let info = h
+        .patch(json!({"alert_url": "http://127.0.0.1:9/hook", "alert_secret": S1}))
+        .await;
+    assert_eq!(secret_of(&info.policy).as_deref(), Some(S1));
+    let other = H::on(b.open().await, "ns", h.clock.clone());
+    let seen = other.store.namespace(&h.ns).await.expect("ns").policy;
+    assert_eq!(secret_of(&seen).as_deref(), Some(S1), "another handle");
+
+    let k = key("k");
+    let tok = h.acquire(&k).await;
+    ok(&h, &k, fail(&tok, Class::Ambiguous)).await;
+    let due = h.store.due_alerts(h.now(), 100, 60_000).await.expect("due");
+    assert_eq!(due.len(), 1, "{due:?}");
+    assert_eq!(due[0].alert_secret.as_ref().map(|s| s.expose()), Some(S1));
+    assert!(!format!("{due:?}").contains("MfKQ9r8G"), "Debug hides it");
+
+    // Rotated: the next delivery of the same alert carries the new secret.
+    h.patch(json!({"alert_secret": S2})).await;
+    h.change(NamespaceChange::Pause).await;
+    let paused = other.store.namespace(&h.ns).await.expect("ns").policy;
+    assert_eq!(
+        secret_of(&paused).as_deref(),
+        Some(S2),
+        "kept across a pause"
+    );
+    h.advance(60_001);
+    let due = other
+        .store
+        .due_alerts(h.now(), 100, 60_000)
+        .await
+        .expect("due");
+    assert_eq!(due.len(), 1, "{due:?}");
+    assert_eq!(due[0].alert_secret.as_ref().map(|s| s.expose()), Some(S2));
+
+    // A bad secret is refused naming the field and changes nothing.
+    for bad in [
+        json!("whsec_tooshort"),
+        json!(12),
+        json!(S1.trim_start_matches("whsec_")),
+    ] {
+        let r = h
+            .store
+            .update_namespace(
+                &h.ns,
+                NamespaceChange::Patch(json!({"alert_secret": bad})),
+                h.now(),
+            )
+            .await;
+        match r {
+            Err(StoreError::Policy(PolicyError::InvalidField { field, .. })) => {
+                assert_eq!(field, "alert_secret")
+            }
+            other => panic!("{bad}: {:?}", other.map(|i| i.policy)),
+        }
+        let now = other.store.namespace(&h.ns).await.expect("ns").policy;
+        assert_eq!(secret_of(&now).as_deref(), Some(S2), "{bad}: unchanged");
+    }
+
+    // null clears it; later deliveries are unsigned.
+    h.patch(json!({"alert_secret": null})).await;
+    let cleared = other.store.namespace(&h.ns).await.expect("ns").policy;
+    assert_eq!(cleared.alert_secret, None);
+    assert_eq!(
+        cleared.alert_url.as_deref(),
+        Some("http://127.0.0.1:9/hook")
+    );
+    h.advance(60_001);
+    let due = other
+        .store
+        .due_alerts(h.now(), 100, 60_000)
+        .await
+        .expect("due");
+    assert_eq!(due.len(), 1, "{due:?}");
+    assert_eq!(due[0].alert_secret, None);
+}
 
 pub async fn entering_review_queues_exactly_one_alert_per_record_reason_and_attempt<B: Backend>(
     b: Arc<B>,

@@ -111,6 +111,7 @@ macro_rules! contract_suite {
             namespace_patch_refuses_bad_fields_and_changes_nothing,
             entering_review_queues_exactly_one_alert_per_record_reason_and_attempt,
             alert_outbox_delivery_lifecycle,
+            alert_secret_is_stored_and_reaches_the_alert_sender,
             no_alerts_are_queued_without_an_alert_url,
             api_tokens_create_find_and_count,
             stats_count_states_and_oldest_processing,

@@ -676,4 +676,25 @@ pub async fn run_model(store: Arc<dyn Store>) {
     if let Err(e) = result {
         panic!("model and store disagree: {e}");
     }
+    // The per-state counters the store keeps on every write (read by `/metrics`) agree with
+    // a count of the records the random sequences left behind, whatever path wrote them.
+    let stats = store.stats(Timestamp(T0)).await.expect("stats");
+    let mut counted = std::collections::BTreeMap::new();
+    for n in [&reclaim_ns, &review_ns] {
+        let info = store.namespace(n).await.expect("namespace");
+        for (state, c) in &info.counts.0 {
+            *counted.entry(state.as_str()).or_insert(0u64) += c;
+        }
+    }
+    for (state, c) in &stats.records.0 {
+        assert_eq!(
+            counted.get(state.as_str()).copied().unwrap_or(0),
+            *c,
+            "records in {state:?}: counters {c}, counted {counted:?}"
+        );
+    }
+    assert_eq!(
+        stats.review_queue_depth,
+        stats.records.get(State::NeedsReview)
+    );
 }

@@ -1,7 +1,8 @@
 //! Data exchanged with stores.
 
 use idem_core::{
-    Ctx, Event, LeaseId, Op, OpError, Policy, PolicyError, Record, Reply, State, Timestamp,
+    AlertSecret, Ctx, Event, LeaseId, Op, OpError, Policy, PolicyError, Record, Reply, State,
+    Timestamp,
 };
 use serde::Serialize;
 
@@ -193,6 +194,9 @@ pub struct PendingAlert {
     pub tries: u32,
     /// The namespace's current alert_url (None: nothing to send to; the alert is dropped).
     pub alert_url: Option<String>,
+    /// The namespace's current alert_secret (Some: sign the delivery). Read with the URL, at
+    /// delivery time. Its `Debug` hides the value.
+    pub alert_secret: Option<AlertSecret>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

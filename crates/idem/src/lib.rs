@@ -40,6 +40,7 @@ pub use idem_store::*;
 
 #[derive(Debug, thiserror::Error)]
 pub enum OpenError {
+    /// Holds the URL already redacted ([`redact_db_url`]): errors end up in logs.
     #[error(
         "unsupported database URL {0:?}: use sqlite://PATH, a bare file path, or postgres://…"
     )]
@@ -48,8 +49,8 @@ pub enum OpenError {
     Store(#[from] StoreError),
 }
 
-/// Where a database URL points.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Where a database URL points. `Debug` shows it redacted.
+#[derive(Clone, PartialEq, Eq)]
 pub enum DbUrl {
     Sqlite(PathBuf),
     Postgres(String),
@@ -66,37 +67,31 @@ impl DbUrl {
             .or_else(|| url.strip_prefix("sqlite:"))
         {
             if p.is_empty() {
-                return Err(OpenError::UnsupportedUrl(url.to_owned()));
+                return Err(OpenError::UnsupportedUrl(redact_db_url(url)));
             }
             return Ok(DbUrl::Sqlite(PathBuf::from(p)));
         }
         if url.is_empty() || url.contains("://") {
-            return Err(OpenError::UnsupportedUrl(url.to_owned()));
+            return Err(OpenError::UnsupportedUrl(redact_db_url(url)));
         }
         Ok(DbUrl::Sqlite(PathBuf::from(url)))
     }
 
-    /// The URL for logs: PostgreSQL passwords are replaced by `***`.
+    /// The URL for logs ([`redact_db_url`]): passwords are replaced by `***`.
     pub fn redacted(&self) -> String {
         match self {
             DbUrl::Sqlite(p) => format!("sqlite://{}", p.display()),
-            DbUrl::Postgres(u) => redact_password(u),
+            DbUrl::Postgres(u) => redact_db_url(u),
         }
     }
 }
 
-/// Replaces the password of a `scheme://user:password@host…` URL by `***`.
-pub fn redact_password(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let (auth, host) = match rest.split_once('@') {
-        Some(x) => x,
-        None => return url.to_owned(),
-    };
-    match auth.split_once(':') {
-        Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
-        None => url.to_owned(),
+impl std::fmt::Debug for DbUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DbUrl::Sqlite(p) => f.debug_tuple("Sqlite").field(p).finish(),
+            DbUrl::Postgres(_) => f.debug_tuple("Postgres").field(&self.redacted()).finish(),
+        }
     }
 }
 
@@ -168,10 +163,23 @@ mod tests {
         ));
         assert!(DbUrl::parse("mysql://x").is_err());
         assert!(DbUrl::parse("").is_err());
+    }
+
+    #[test]
+    fn db_urls_never_show_a_password() {
+        let pg = DbUrl::parse("postgres://u:p@ss@h:5432/db?password=two").expect("pg");
+        assert_eq!(pg.redacted(), "postgres://u:***@h:5432/db?password=***");
+        let dbg = format!("{pg:?}");
+        assert!(!dbg.contains("p@ss") && !dbg.contains("two"), "{dbg}");
+        let err = DbUrl::parse("mysql://root:hunter2@h/db").expect_err("unsupported");
+        assert!(!err.to_string().contains("hunter2"), "{err}");
+        assert!(!format!("{err:?}").contains("hunter2"), "{err:?}");
+        assert!(err.to_string().contains("mysql://root:***@h/db"), "{err}");
         assert_eq!(
-            redact_password("postgres://u:secret@h:5432/db"),
-            "postgres://u:***@h:5432/db"
+            DbUrl::parse("sqlite:///var/x.db")
+                .expect("sqlite")
+                .redacted(),
+            "sqlite:///var/x.db"
         );
-        assert_eq!(redact_password("postgres://h/db"), "postgres://h/db");
     }
 }

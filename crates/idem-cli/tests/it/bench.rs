@@ -132,6 +132,11 @@ fn bench_scale_measures_ledger_sizes_and_the_janitor() {
         .iter()
         .map(|row| {
             assert!(row["ops_per_s"].as_f64().is_some_and(|v| v > 0.0), "{row}");
+            let (p50, max) = (row["stats_p50_ms"].as_f64(), row["stats_max_ms"].as_f64());
+            assert!(
+                p50.zip(max).is_some_and(|(p, m)| 0.0 < p && p <= m),
+                "the gauge read is timed: {row}"
+            );
             row["records"].as_u64().expect("records")
         })
         .collect();

@@ -66,6 +66,27 @@ pub fn run(args: &[&str]) -> Out {
     run_with(args, "", &[])
 }
 
+/// Runs `sh -c SCRIPT` with `$IDEM` naming the binary under test (and no idem variables of
+/// the developer's shell), as a user's script would call it.
+pub fn shell(script: &str, env: &[(&str, &str)]) -> Out {
+    let mut cmd = Command::new("sh");
+    for v in IDEM_ENV {
+        cmd.env_remove(v);
+    }
+    cmd.args(["-c", script])
+        .env("IDEM", env!("CARGO_BIN_EXE_idem"))
+        .stdin(Stdio::null());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("run sh");
+    Out {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
 /// A free loopback port (bound then released).
 pub fn free_port() -> u16 {
     let l = TcpListener::bind("127.0.0.1:0").expect("bind");

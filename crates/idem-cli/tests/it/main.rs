@@ -5,7 +5,9 @@
 //! The PostgreSQL tests run when `IDEM_TEST_PG` (an admin URL) is set, each in a fresh
 //! database dropped afterwards.
 
+mod audit;
 mod bench;
+mod db_secrets;
 mod derive;
 mod helpers;
 mod postgres;

@@ -77,7 +77,7 @@ fn drills_pass_and_run_works_on_postgres() {
     assert_eq!(a.code, 0, "{a:?}");
     assert_eq!(a.stdout, "once\n");
     let b = run(&args);
-    assert_eq!(b.code, 0, "{b:?}");
+    assert_eq!(b.code, 19, "{b:?}");
     assert_eq!(b.stdout, "once\n");
     let c = run(&[
         "run", "--db", &db.url, "--ns", "cron", "--key", "pg-75", "--", "sh", "-c", "exit 75",

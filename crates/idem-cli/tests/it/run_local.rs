@@ -3,7 +3,7 @@
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use crate::helpers::{idem, LocalDb};
+use crate::helpers::{idem, shell, LocalDb};
 
 fn lines(path: &std::path::Path) -> usize {
     std::fs::read_to_string(path).map_or(0, |s| s.lines().count())
@@ -14,7 +14,7 @@ fn acquired_runs_once_and_duplicate_replays_stdout_without_running() {
     let db = LocalDb::new();
     let counter = db.file("effects");
     let script = format!(
-        "echo \"hello from $IDEM_KEY attempt $IDEM_ATTEMPT ${{IDEM_TOKEN:+with-token}}\"; echo x >> {}",
+        "echo \"hello from $IDEM_KEY attempt $IDEM_ATTEMPT ${{IDEM_LEASE_TOKEN:+with-token}}\"; echo x >> {}",
         counter.display()
     );
     let first = db.run("renewal:2026-06-22", &[], &["sh", "-c", &script]);
@@ -27,9 +27,37 @@ fn acquired_runs_once_and_duplicate_replays_stdout_without_running() {
     assert_eq!(db.state("renewal:2026-06-22"), "completed");
 
     let second = db.run("renewal:2026-06-22", &[], &["sh", "-c", &script]);
-    assert_eq!(second.code, 0, "{second:?}");
+    assert_eq!(
+        second.code, 19,
+        "a replay is not a fresh success: {second:?}"
+    );
+    assert!(second.stderr.contains("already completed"), "{second:?}");
     assert_eq!(second.stdout, first.stdout, "the stored stdout is replayed");
     assert_eq!(lines(&counter), 1, "the command did not run again");
+}
+
+/// A replay is not a fresh success: `idem run … && next` must not repeat `next`.
+#[test]
+fn replay_exits_19_so_an_and_chain_stops() {
+    let db = LocalDb::new();
+    let next = db.file("next");
+    let script = format!(
+        "\"$IDEM\" run --db {} --ns cron --key report -- echo built && echo sent >> {}",
+        db.path(),
+        next.display()
+    );
+    let first = shell(&script, &[]);
+    assert_eq!(first.code, 0, "{first:?}");
+    assert_eq!(first.stdout, "built\n");
+    assert_eq!(lines(&next), 1);
+    let again = shell(&script, &[]);
+    assert_eq!(again.code, 19, "{again:?}");
+    assert_eq!(again.stdout, "built\n", "the stored stdout is replayed");
+    assert!(
+        again.stderr.contains("cron/report already completed"),
+        "{again:?}"
+    );
+    assert_eq!(lines(&next), 1, "the chained command ran for a replay");
 }
 
 #[test]
@@ -40,7 +68,7 @@ fn stored_stdout_is_bounded_but_passed_through_whole() {
     assert_eq!(first.code, 0, "{first:?}");
     assert_eq!(first.stdout.len(), 100_000);
     let replay = db.run("big", &[], &cmd);
-    assert_eq!(replay.code, 0, "{replay:?}");
+    assert_eq!(replay.code, 19, "{replay:?}");
     assert_eq!(replay.stdout.len(), 64 * 1024);
 }
 
@@ -125,7 +153,7 @@ fn different_payload_is_a_conflict() {
     std::fs::write(&file, r#"{ "amount" : 10 }"#).expect("write payload");
     let file = file.display().to_string();
     let same = db.run("invoice-7", &["--payload-file", &file], &["echo", "again"]);
-    assert_eq!(same.code, 0, "{same:?}");
+    assert_eq!(same.code, 19, "{same:?}");
     assert_eq!(
         same.stdout, "sent\n",
         "same payload (other formatting) replays"

@@ -1,6 +1,6 @@
 //! Client verbs, `idem run --url` and `idem drill` against a real `idem serve`.
 
-use crate::helpers::{free_port, run, Server};
+use crate::helpers::{free_port, run, shell, Server};
 
 fn token_of(out: &crate::helpers::Out) -> String {
     out.json()["token"]
@@ -46,7 +46,7 @@ fn claim_complete_replay_conflict_over_http() {
 
     // Human output never shows the lease token.
     let human = s.idem(&["claim", "payments", key, "--payload", r#"{"amount":10}"#]);
-    assert_eq!(human.code, 0, "{human:?}");
+    assert_eq!(human.code, 19, "{human:?}");
     assert!(
         human.stdout.contains("completed") && human.stdout.contains("ch_1"),
         "{human:?}"
@@ -99,10 +99,69 @@ fn claim_complete_replay_conflict_over_http() {
     assert!(missing.stderr.contains("not_found"), "{missing:?}");
 }
 
+/// Exit 0 means `acquired` only: a replayed duplicate exits 19, so `idem claim … && cmd` runs
+/// `cmd` once per key, not once per delivery.
+#[test]
+fn claim_of_a_completed_key_exits_19_and_an_and_chain_skips_the_effect() {
+    let s = Server::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let effects = dir.path().join("effects");
+    let script = format!(
+        "\"$IDEM\" claim shop order-1:charge --url {} > /dev/null && echo charged >> {}",
+        s.url,
+        effects.display()
+    );
+    let count = || {
+        std::fs::read_to_string(&effects)
+            .unwrap_or_default()
+            .lines()
+            .count()
+    };
+
+    let a = s.idem(&["claim", "shop", "order-1:charge", "--json"]);
+    assert_eq!(a.code, 0, "{a:?}");
+    assert_eq!(a.json()["outcome"], "acquired");
+    let tok = token_of(&a);
+    let c = s.idem(&[
+        "complete",
+        "shop",
+        "order-1:charge",
+        "--lease-token",
+        &tok,
+        "--result",
+        r#"{"charge":"ch_1"}"#,
+    ]);
+    assert_eq!(c.code, 0, "{c:?}");
+
+    let dup = s.idem(&["claim", "shop", "order-1:charge", "--json"]);
+    assert_eq!(dup.code, 19, "{dup:?}");
+    assert_eq!(dup.json()["outcome"], "completed");
+    assert_eq!(dup.json()["record"]["result"]["charge"], "ch_1");
+    let human = s.idem(&["claim", "shop", "order-1:charge"]);
+    assert_eq!(human.code, 19, "{human:?}");
+    assert!(human.stdout.contains("completed"), "{human:?}");
+
+    // The duplicate delivery: the chained effect does not run.
+    let out = shell(&script, &[]);
+    assert_eq!(out.code, 19, "{out:?}");
+    assert_eq!(count(), 0, "the effect ran for a duplicate");
+
+    // A fresh key: acquired, 0, the effect runs once.
+    let fresh = script.replace("order-1:charge", "order-2:charge");
+    let out = shell(&fresh, &[]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(count(), 1);
+    let help = run(&["claim", "--help"]);
+    assert!(
+        help.stdout.contains("19   completed"),
+        "the code is documented: {help:?}"
+    );
+}
+
 #[test]
 fn review_backoff_approval_paths_and_their_exit_codes() {
     let s = Server::start();
-    // Timeout after sending → needs_review (12) → operator resolves → replay (0).
+    // Timeout after sending → needs_review (12) → operator resolves → replay (19).
     let a = s.idem(&["claim", "ops", "k-review", "--json"]);
     let tok = token_of(&a);
     let f = s.idem(&[
@@ -134,7 +193,7 @@ fn review_backoff_approval_paths_and_their_exit_codes() {
         "ch_9",
     ]);
     assert_eq!(res.code, 0, "{res:?}");
-    assert_eq!(s.idem(&["claim", "ops", "k-review"]).code, 0);
+    assert_eq!(s.idem(&["claim", "ops", "k-review"]).code, 19);
 
     // Retryable with Retry-After → backoff (11).
     let a = s.idem(&["claim", "ops", "k-backoff", "--json"]);
@@ -248,7 +307,7 @@ fn namespace_policy_pause_resume_and_limits() {
     let r = s.idem(&["run", "--ns", "cron", "--key", "k2", "--", "echo", "no"]);
     assert_eq!(r.code, 16, "{r:?}");
     let r = s.idem(&["run", "--ns", "cron", "--key", "k1", "--", "echo", "no"]);
-    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(r.code, 19, "{r:?}");
     assert_eq!(r.stdout, "hi\n", "replayed, not re-run");
 }
 
@@ -272,7 +331,7 @@ fn run_over_http_runs_once_and_reports_failures() {
     let a = s.idem(&args);
     assert_eq!(a.code, 0, "{a:?}");
     let b = s.idem(&args);
-    assert_eq!(b.code, 0, "{b:?}");
+    assert_eq!(b.code, 19, "{b:?}");
     assert_eq!(b.stdout, "sent\n");
     assert_eq!(
         std::fs::read_to_string(&counter)

@@ -1,6 +1,6 @@
 //! `idem token create`.
 
-use crate::helpers::{run, Server};
+use crate::helpers::{run, run_with, Server};
 
 #[test]
 fn token_create_prints_only_the_secret_and_the_server_requires_it() {
@@ -71,4 +71,57 @@ fn token_create_rejects_a_bad_namespace() {
         &db,
     ]);
     assert_eq!(out.code, 2, "{out:?}");
+}
+
+/// `idem run` gives the command its lease token as IDEM_LEASE_TOKEN only: IDEM_TOKEN stays the
+/// operator's API token, so a command that calls `idem` itself is authorized.
+#[test]
+fn run_passes_the_api_token_through_and_the_lease_as_idem_lease_token() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("idem.db");
+    let db_url = format!("sqlite://{}", db.display());
+    let created = run(&[
+        "token",
+        "create",
+        "--namespace",
+        "*",
+        "--role",
+        "operator",
+        "--db",
+        &db_url,
+    ]);
+    assert_eq!(created.code, 0, "{created:?}");
+    let secret = created.stdout.trim().to_owned();
+    let server = Server::start_on(&db);
+    let seen = dir.path().join("seen.json");
+    // The child reads the record and heartbeats its own lease with the inherited variables.
+    let script = format!(
+        "test \"$IDEM_TOKEN\" = \"$API\" || exit 7; \
+         test -n \"$IDEM_LEASE_TOKEN\" || exit 8; \
+         \"$IDEM\" get cron nightly --json > {seen} || exit 9; \
+         \"$IDEM\" heartbeat cron nightly > /dev/null || exit 10; \
+         echo child-ok",
+        seen = seen.display()
+    );
+    let out = run_with(
+        &[
+            "run", "--ns", "cron", "--key", "nightly", "--", "sh", "-c", &script,
+        ],
+        "",
+        &[
+            ("IDEM_URL", server.url.as_str()),
+            ("IDEM_TOKEN", secret.as_str()),
+            ("API", secret.as_str()),
+            ("IDEM", env!("CARGO_BIN_EXE_idem")),
+        ],
+    );
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(out.stdout, "child-ok\n");
+    let rec: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&seen).expect("the child wrote"))
+            .expect("json");
+    assert_eq!(rec["record"]["state"], "processing", "{rec}");
+    let after = server.idem(&["get", "cron", "nightly", "--json", "--token", &secret]);
+    assert_eq!(after.json()["record"]["state"], "completed", "{after:?}");
+    assert!(!out.stderr.contains(&secret), "{out:?}");
 }

@@ -600,3 +600,62 @@ impl NowTs for TestClock {
         idem_core::Clock::now(self)
     }
 }
+
+/// A ledger from before the per-state counters (migration 4) gets them counted at upgrade,
+/// and every write after it moves them.
+#[tokio::test]
+async fn migration_4_counts_an_existing_ledger_into_the_state_counters() {
+    let Some(db) = TestDb::create("migration_4_counts_an_existing_ledger").await else {
+        return;
+    };
+    let clock = TestClock::new(T0);
+    {
+        let l = ledger(db.store().await, &clock);
+        for i in 0..5 {
+            let k = key(&format!("done-{i}"));
+            let t = l.claim(&ns("m"), &k, claim_req()).await.expect("claim");
+            let token = t.token.expect("token").secret();
+            l.complete(
+                &ns("m"),
+                &k,
+                CompleteRequest {
+                    token,
+                    result: None,
+                    external_ref: None,
+                },
+            )
+            .await
+            .expect("complete");
+        }
+        l.claim(&ns("m"), &key("busy"), claim_req())
+            .await
+            .expect("claim");
+    }
+    // Back to the schema as version 3 left it.
+    let (client, conn) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls)
+        .await
+        .expect("connect");
+    let task = tokio::spawn(conn);
+    client
+        .batch_execute(
+            "DROP TRIGGER records_count_insert ON records; \
+             DROP TRIGGER records_count_update ON records; \
+             DROP TRIGGER records_count_delete ON records; \
+             DROP FUNCTION idem_count_records(); DROP TABLE record_counts; \
+             DELETE FROM idem_schema_migrations WHERE version = 4;",
+        )
+        .await
+        .expect("downgrade");
+    drop(client);
+    let _ = task.await;
+    let store = db.store().await;
+    let s = store.stats(T0).await.expect("stats");
+    assert_eq!(s.records.get(State::Completed), 5, "{s:?}");
+    assert_eq!(s.records.get(State::Processing), 1, "{s:?}");
+    let l = ledger(store.clone(), &clock);
+    l.claim(&ns("m"), &key("new"), claim_req())
+        .await
+        .expect("claim");
+    let s = store.stats(T0).await.expect("stats");
+    assert_eq!(s.records.get(State::Processing), 2, "{s:?}");
+}

@@ -168,3 +168,434 @@ async fn an_unreachable_receiver_is_given_up_after_the_budget() {
     }
     assert_eq!(gave_up, 1);
 }
+
+// ------------------------------------------------------------ redirects and signatures
+
+/// One request a [`capture`] receiver got: its headers and the exact body bytes.
+#[derive(Debug, Clone)]
+struct Delivery {
+    headers: axum::http::HeaderMap,
+    body: bytes::Bytes,
+}
+
+impl Delivery {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+}
+
+type Deliveries = Arc<Mutex<Vec<Delivery>>>;
+
+/// A local receiver that records every request to any path and answers `status` (with
+/// `location`, when given) after answering 500 `fail_first` times.
+async fn capture(status: u16, location: Option<String>, fail_first: usize) -> (String, Deliveries) {
+    let got: Deliveries = Arc::default();
+    let store = got.clone();
+    let app = Router::new().fallback(move |headers: axum::http::HeaderMap, body: bytes::Bytes| {
+        let (store, location) = (store.clone(), location.clone());
+        async move {
+            let n = {
+                let mut s = store.lock().expect("lock");
+                s.push(Delivery { headers, body });
+                s.len()
+            };
+            let code = if n <= fail_first { 500 } else { status };
+            let mut resp = axum::http::Response::builder()
+                .status(axum::http::StatusCode::from_u16(code).expect("status"));
+            if let Some(l) = location {
+                resp = resp.header("location", l);
+            }
+            resp.body(axum::body::Body::empty()).expect("response")
+        }
+    });
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let url = format!("http://{}/alert", l.local_addr().expect("addr"));
+    tokio::spawn(async move { axum::serve(l, app).await });
+    (url, got)
+}
+
+/// Puts `k` of `ns` into needs_review (one alert queued).
+async fn into_review(app: &TestApp, ns: &str, k: &str) {
+    let t = Api::acquired(&app.claim(ns, k, json!({})).await);
+    let r = app
+        .fail(ns, k, json!({"token": t, "kind": "ambiguous"}))
+        .await;
+    assert_eq!(r.body["state"], "needs_review", "{}", r.text);
+}
+
+fn client() -> reqwest::Client {
+    idem_server::background::alert_client(Duration::from_secs(5)).expect("client")
+}
+
+#[tokio::test]
+async fn the_running_sender_does_not_follow_redirects() {
+    let (elsewhere, reached) = capture(204, None, 0).await;
+    let (url, redirecting) = capture(307, Some(elsewhere), 0).await;
+    let app = spawn_with(Options {
+        alert_interval: Duration::from_millis(50),
+        ..Default::default()
+    })
+    .await;
+    app.patch_namespace("pay", json!({"alert_url": url})).await;
+    into_review(&app, "pay", "k").await;
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            !redirecting.lock().expect("lock").is_empty()
+        })
+        .await,
+        "the alert_url never got the alert"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        reached.lock().expect("lock").len(),
+        0,
+        "the redirect target got the alert"
+    );
+    assert!(!app
+        .event_types("pay", "k")
+        .await
+        .contains(&"alert_sent".to_string()));
+}
+
+#[tokio::test]
+async fn a_redirect_answer_is_a_failed_delivery_retried_with_backoff() {
+    for status in [301u16, 302, 303, 307, 308] {
+        let (elsewhere, reached) = capture(204, None, 0).await;
+        let (url, redirecting) = capture(status, Some(elsewhere), 0).await;
+        let app = spawn_app().await;
+        app.patch_namespace("pay", json!({"alert_url": url})).await;
+        into_review(&app, "pay", "k").await;
+        let first = idem_server::background::alerts_once(&app.store, &client(), app.now(), 6)
+            .await
+            .expect("step");
+        assert_eq!(
+            (first.sent, first.retried, first.gave_up),
+            (0, 1, 0),
+            "{status}"
+        );
+        // Not again before the backoff; again (and again refused) after it.
+        let early = idem_server::background::alerts_once(&app.store, &client(), app.now(), 6)
+            .await
+            .expect("step");
+        assert_eq!(early.sent + early.retried, 0, "{status}");
+        app.advance(120_000);
+        let second = idem_server::background::alerts_once(&app.store, &client(), app.now(), 6)
+            .await
+            .expect("step");
+        assert_eq!((second.sent, second.retried), (0, 1), "{status}");
+        assert_eq!(redirecting.lock().expect("lock").len(), 2, "{status}");
+        assert_eq!(reached.lock().expect("lock").len(), 0, "{status}");
+    }
+}
+
+const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
+/// Verifies one delivery with the official Standard Webhooks library for Python
+/// (`standardwebhooks`), run by `IDEM_TEST_PYTHON` (CI's venv) or `python3`. Returns
+/// `Some(true|false)` for accepted/rejected, `None` when the library is not importable and
+/// neither `CI` nor `IDEM_TEST_PYTHON` is set (then the caller skips with a note); with either
+/// set a missing library fails the test.
+fn official_verify(secret: &str, d: &Delivery, body: &[u8]) -> Option<bool> {
+    const SCRIPT: &str = r#"
+import json, sys
+try:
+    from standardwebhooks import Webhook
+    from standardwebhooks.webhooks import WebhookVerificationError
+except ImportError as e:
+    print("cannot import standardwebhooks:", e)
+    sys.exit(3)
+secret, headers, path = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
+with open(path, "rb") as f:
+    body = f.read()
+try:
+    Webhook(secret).verify(body, headers)
+except WebhookVerificationError as e:
+    print("rejected:", e)
+    sys.exit(1)
+print("verified")
+"#;
+    let configured = std::env::var("IDEM_TEST_PYTHON")
+        .ok()
+        .filter(|s| !s.is_empty());
+    let required = configured.is_some() || std::env::var_os("CI").is_some();
+    let python = configured.unwrap_or_else(|| "python3".into());
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("body");
+    std::fs::write(&path, body).expect("write body");
+    let headers: serde_json::Map<String, Value> =
+        ["webhook-id", "webhook-timestamp", "webhook-signature"]
+            .iter()
+            .filter_map(|h| d.header(h).map(|v| ((*h).to_owned(), Value::from(v))))
+            .collect();
+    let out = std::process::Command::new(&python)
+        .arg("-c")
+        .arg(SCRIPT)
+        .arg(secret)
+        .arg(Value::Object(headers).to_string())
+        .arg(&path)
+        .output();
+    let hint = "install it with `pip install standardwebhooks` (.ci/run does so into \
+                $HOME/.cache/idem/venv) and set IDEM_TEST_PYTHON to that Python";
+    let out = match out {
+        Ok(o) => o,
+        Err(e) if required => panic!("cannot run {python}: {e}; {hint}"),
+        Err(e) => {
+            eprintln!(
+                "SKIPPED the official Standard Webhooks check: cannot run {python}: {e}; {hint}"
+            );
+            return None;
+        }
+    };
+    let said =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    match out.status.code() {
+        Some(0) => Some(true),
+        Some(1) => Some(false),
+        Some(3) if !required => {
+            eprintln!("SKIPPED the official Standard Webhooks check: {said}; {hint}");
+            None
+        }
+        _ => panic!("the Standard Webhooks check did not run ({python}): {said}; {hint}"),
+    }
+}
+
+#[tokio::test]
+async fn signed_alerts_verify_with_the_official_standard_webhooks_library() {
+    for (ledger, pg) in crate::pg::ledgers("signed_alerts_verify").await {
+        let (url, got) = capture(204, None, 0).await;
+        let app = spawn_with(Options {
+            alert_interval: Duration::from_millis(50),
+            db: pg.as_ref().map(|p| p.url.clone()),
+            ..Default::default()
+        })
+        .await;
+        let r = app
+            .patch_namespace("pay", json!({"alert_url": url, "alert_secret": SECRET}))
+            .await;
+        assert_eq!(r.status, 200, "{ledger}: {}", r.text);
+        into_review(&app, "pay", "evt_1:charge").await;
+        assert!(
+            eventually(Duration::from_secs(5), || async {
+                !got.lock().expect("lock").is_empty()
+            })
+            .await,
+            "{ledger}: no alert arrived"
+        );
+        let d = got.lock().expect("lock")[0].clone();
+        let (id, ts, sig) = (
+            d.header("webhook-id").expect("webhook-id").to_owned(),
+            d.header("webhook-timestamp")
+                .expect("webhook-timestamp")
+                .to_owned(),
+            d.header("webhook-signature")
+                .expect("webhook-signature")
+                .to_owned(),
+        );
+        assert!(id.starts_with("msg_"), "{ledger}: {id}");
+        let ts: i64 = ts.parse().expect("unix seconds");
+        assert!(
+            (ts - app.now().0 / 1000).abs() <= 5,
+            "{ledger}: timestamp {ts}"
+        );
+        assert!(sig.starts_with("v1,"), "{ledger}: {sig}");
+        assert_eq!(d.header("content-type"), Some("application/json"));
+        // The body is the alert itself, and exactly the bytes signed.
+        let body: Value = serde_json::from_slice(&d.body).expect("json body");
+        assert_eq!(body["namespace"], "pay", "{ledger}");
+        assert_eq!(body["state"], "needs_review", "{ledger}");
+        let secret = idem::AlertSecret::parse(SECRET).expect("secret");
+        assert!(
+            secret.verify(&id, ts, &d.body, &sig),
+            "{ledger}: Rust check"
+        );
+        let mut tampered = d.body.to_vec();
+        tampered.extend_from_slice(b" ");
+        assert!(!secret.verify(&id, ts, &tampered, &sig), "{ledger}");
+        // The official library: accepts the delivery, refuses a changed body or a wrong key.
+        if let Some(ok) = official_verify(SECRET, &d, &d.body) {
+            assert!(ok, "{ledger}: the official library refused the signature");
+            assert_eq!(
+                official_verify(SECRET, &d, &tampered),
+                Some(false),
+                "{ledger}"
+            );
+            let wrong = "whsec_AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
+            assert_eq!(official_verify(wrong, &d, &d.body), Some(false), "{ledger}");
+        }
+        app.stop().await.expect("stop");
+        if let Some(pg) = pg {
+            pg.drop_db().await;
+        }
+    }
+}
+
+#[tokio::test]
+async fn webhook_id_is_stable_across_retries_and_unsigned_without_a_secret() {
+    let (url, got) = capture(204, None, 1).await;
+    let app = spawn_app().await;
+    app.patch_namespace("pay", json!({"alert_url": url})).await;
+    into_review(&app, "pay", "k").await;
+    let first = idem_server::background::alerts_once(&app.store, &client(), app.now(), 6)
+        .await
+        .expect("step");
+    assert_eq!(first.retried, 1);
+    app.advance(120_000);
+    let second = idem_server::background::alerts_once(&app.store, &client(), app.now(), 6)
+        .await
+        .expect("step");
+    assert_eq!(second.sent, 1);
+    let got = got.lock().expect("lock").clone();
+    assert_eq!(got.len(), 2);
+    let ids: Vec<_> = got.iter().map(|d| d.header("webhook-id")).collect();
+    assert!(ids[0].is_some() && ids[0] == ids[1], "{ids:?}");
+    let ts: Vec<i64> = got
+        .iter()
+        .map(|d| {
+            d.header("webhook-timestamp")
+                .expect("ts")
+                .parse()
+                .expect("int")
+        })
+        .collect();
+    assert_eq!(
+        ts[1] - ts[0],
+        120,
+        "the timestamp is the time of each attempt"
+    );
+    assert!(got.iter().all(|d| d.header("webhook-signature").is_none()));
+
+    // A second alert gets another id.
+    into_review(&app, "pay", "k2").await;
+    let (url2, got2) = capture(204, None, 0).await;
+    app.patch_namespace("pay", json!({"alert_url": url2})).await;
+    idem_server::background::alerts_once(&app.store, &client(), app.now(), 6)
+        .await
+        .expect("step");
+    let other = got2.lock().expect("lock")[0].clone();
+    assert_ne!(other.header("webhook-id"), ids[0]);
+}
+
+#[tokio::test]
+async fn alert_secret_is_write_only_over_the_api() {
+    for (ledger, pg) in crate::pg::ledgers("alert_secret_is_write_only").await {
+        let app = spawn_with(Options {
+            db: pg.as_ref().map(|p| p.url.clone()),
+            ..Default::default()
+        })
+        .await;
+        let fresh = app.namespace("pay").await;
+        assert_eq!(fresh.body["policy"]["alert_secret_set"], false, "{ledger}");
+        let r = app
+            .patch_namespace("pay", json!({"alert_secret": SECRET}))
+            .await;
+        assert_eq!(r.status, 200, "{ledger}: {}", r.text);
+        for shown in [r, app.namespace("pay").await] {
+            assert_eq!(
+                shown.body["policy"]["alert_secret_set"], true,
+                "{ledger}: {}",
+                shown.text
+            );
+            assert!(
+                shown.body["policy"].get("alert_secret").is_none(),
+                "{ledger}: {}",
+                shown.text
+            );
+            assert!(!shown.text.contains("MfKQ9r8G"), "{ledger}: {}", shown.text);
+        }
+        let stored = |app: &TestApp| {
+            let store = app.store.clone();
+            async move {
+                let ns = idem::Namespace::try_from("pay").expect("ns");
+                store
+                    .namespace(&ns)
+                    .await
+                    .expect("ns")
+                    .policy
+                    .alert_secret
+                    .map(|s| s.expose().to_owned())
+            }
+        };
+        assert_eq!(stored(&app).await.as_deref(), Some(SECRET), "{ledger}");
+
+        // Refused: a malformed secret (422 naming it) and the read-only flag; nothing changes.
+        for (patch, field) in [
+            (
+                json!({"alert_secret": "whsec_tooshort", "lease_ms": 5000}),
+                "alert_secret",
+            ),
+            (
+                json!({"alert_secret": "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}),
+                "alert_secret",
+            ),
+            (json!({"alert_secret": 42}), "alert_secret"),
+            (json!({"alert_secret_set": false}), "alert_secret_set"),
+        ] {
+            let r = app.patch_namespace("pay", patch.clone()).await;
+            let p = r.problem(422, "invalid_field");
+            assert_eq!(p["field"], field, "{ledger}: {patch}: {}", r.text);
+            assert!(!r.text.contains("MfKQ9r8G"), "{ledger}: {}", r.text);
+            let after = app.namespace("pay").await;
+            assert_eq!(
+                after.body["policy"]["alert_secret_set"], true,
+                "{ledger}: {patch}"
+            );
+            assert_eq!(after.body["policy"]["lease_ms"], 30000, "{ledger}: {patch}");
+            assert_eq!(
+                stored(&app).await.as_deref(),
+                Some(SECRET),
+                "{ledger}: {patch}"
+            );
+        }
+
+        // null removes it.
+        let r = app
+            .patch_namespace("pay", json!({"alert_secret": null}))
+            .await;
+        assert_eq!(
+            r.body["policy"]["alert_secret_set"], false,
+            "{ledger}: {}",
+            r.text
+        );
+        assert_eq!(
+            app.namespace("pay").await.body["policy"]["alert_secret_set"],
+            false
+        );
+        assert_eq!(stored(&app).await, None, "{ledger}");
+        app.stop().await.expect("stop");
+        if let Some(pg) = pg {
+            pg.drop_db().await;
+        }
+    }
+}
+
+#[tokio::test]
+async fn config_file_alert_secret_is_applied_and_never_shown() {
+    let app = spawn_with(Options {
+        namespaces: vec![("pay", json!({"alert_secret": SECRET}))],
+        ..Default::default()
+    })
+    .await;
+    let r = app.namespace("pay").await;
+    assert_eq!(r.body["policy"]["alert_secret_set"], true, "{}", r.text);
+    assert!(!r.text.contains("MfKQ9r8G"));
+}
+
+#[tokio::test]
+async fn openapi_alert_secret_schema_is_the_servers_rule() {
+    let app = spawn_app().await;
+    let doc = app.get("/openapi.json").await.body;
+    // Written in a PATCH, shown on reads only as whether it is set.
+    let patch = &doc["components"]["schemas"]["PolicyPatchBody"]["properties"];
+    assert_eq!(
+        patch["alert_secret"]["pattern"],
+        idem::webhook::SECRET_PATTERN,
+        "{patch}"
+    );
+    assert_eq!(patch["alert_secret"]["writeOnly"], true, "{patch}");
+    assert!(patch.get("alert_secret_set").is_none(), "{patch}");
+    let read = &doc["components"]["schemas"]["PolicyDoc"]["properties"];
+    assert_eq!(read["alert_secret_set"]["readOnly"], true, "{read}");
+    assert!(read.get("alert_secret").is_none(), "{read}");
+}

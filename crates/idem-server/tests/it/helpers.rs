@@ -21,6 +21,8 @@ pub struct Options {
     pub namespaces: Vec<(&'static str, Value)>,
     /// The store under the server.
     pub backend: Backend,
+    /// Ledger URL given as is (wins over `backend`); `None`: a fresh one on `backend`.
+    pub db: Option<String>,
 }
 
 /// Which store a test server runs on.
@@ -94,6 +96,7 @@ impl Default for Options {
             body_limit: 1 << 20,
             namespaces: vec![],
             backend: Backend::Sqlite,
+            db: None,
         }
     }
 }
@@ -131,12 +134,13 @@ pub async fn spawn_on(backend: Backend) -> TestApp {
 
 pub async fn spawn_with(opts: Options) -> TestApp {
     let dir = tempfile::tempdir().expect("tempdir");
-    let (pg, url) = match opts.backend {
-        Backend::Sqlite => (
+    let (pg, url) = match (&opts.db, opts.backend) {
+        (Some(url), _) => (None, url.clone()),
+        (None, Backend::Sqlite) => (
             None,
             format!("sqlite://{}", dir.path().join("idem.db").display()),
         ),
-        Backend::Postgres => {
+        (None, Backend::Postgres) => {
             let (db, url) = PgDb::create().await;
             (Some(db), url)
         }

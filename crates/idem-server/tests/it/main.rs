@@ -1,9 +1,12 @@
 //! Integration tests of the HTTP service: a real server on 127.0.0.1:0 over a fresh SQLite
-//! file per test, driven through a real socket.
+//! file per test, driven through a real socket. Tests that care about storage also run on a
+//! fresh PostgreSQL database when `IDEM_TEST_PG` (an admin URL) is set ([`pg`]).
 
 mod helpers;
+mod pg;
 
 mod alerts;
+mod audit;
 mod auth;
 mod claim;
 mod drills;

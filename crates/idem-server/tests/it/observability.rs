@@ -1,6 +1,7 @@
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use idem::{
     AlertOutcome, ApiToken, ExecCtx, Executed, Key, ListQuery, Namespace, NamespaceChange,
@@ -338,4 +339,85 @@ async fn janitor_batches_do_not_recount_the_gauges() {
         .expect("gauges");
     assert_eq!(counting.stats_calls.load(Ordering::SeqCst), 1);
     assert_eq!(stats.records.get(idem::State::Completed), 5);
+}
+
+/// The value of one sample line (`name` with its labels, as rendered) in a scrape.
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// Scrapes until `series` has the value `want` (the registry is process-wide and other
+/// tests' servers scrape too) or a bound passes; returns the last value seen.
+async fn scrape_until(app: &TestApp, series: &str, want: f64) -> Option<f64> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let last = sample(&app.get("/metrics").await.text, series);
+        if last == Some(want) || std::time::Instant::now() > deadline {
+            return last;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+#[tokio::test]
+async fn store_gauges_are_current_at_the_next_scrape_on_both_stores() {
+    for backend in backends() {
+        let app = spawn_on(backend).await;
+        let t = Api::acquired(&app.claim("g", "k1", json!({})).await);
+        // A worker that hangs: its processing record ages with the clock, seen at once.
+        app.advance(90_000);
+        let oldest = scrape_until(&app, "idem_oldest_processing_seconds", 90.0).await;
+        assert_eq!(oldest, Some(90.0), "{backend:?}");
+        assert_eq!(
+            scrape_until(&app, "idem_records{state=\"processing\"}", 1.0).await,
+            Some(1.0),
+            "{backend:?}"
+        );
+        // Into the review queue: the depth moves within the one-second scrape cache.
+        let r = app
+            .fail(
+                "g",
+                "k1",
+                json!({"token": t, "error": {"category": "timeout", "message": "read timed out"}}),
+            )
+            .await;
+        assert_eq!(r.body["state"], "needs_review", "{}", r.text);
+        let started = std::time::Instant::now();
+        assert_eq!(
+            scrape_until(&app, "idem_review_queue_depth", 1.0).await,
+            Some(1.0),
+            "{backend:?}"
+        );
+        assert!(started.elapsed() < Duration::from_secs(3), "{backend:?}");
+        assert_eq!(
+            scrape_until(&app, "idem_oldest_processing_seconds", 0.0).await,
+            Some(0.0)
+        );
+        // The operator resolves the last item: the queue reads empty at the next scrape.
+        let r = app
+            .resolve(
+                "g",
+                "k1",
+                json!({"action": "completed", "note": "charged once, checked in Stripe"}),
+            )
+            .await;
+        assert_eq!(r.status, 200, "{}", r.text);
+        let started = std::time::Instant::now();
+        assert_eq!(
+            scrape_until(&app, "idem_review_queue_depth", 0.0).await,
+            Some(0.0),
+            "{backend:?}"
+        );
+        assert!(started.elapsed() < Duration::from_secs(3), "{backend:?}");
+        assert_eq!(
+            scrape_until(&app, "idem_records{state=\"completed\"}", 1.0).await,
+            Some(1.0)
+        );
+        assert_eq!(
+            scrape_until(&app, "idem_records{state=\"needs_review\"}", 0.0).await,
+            Some(0.0)
+        );
+    }
 }

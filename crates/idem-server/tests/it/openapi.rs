@@ -155,6 +155,11 @@ async fn openapi_lists_the_problem_statuses_each_operation_answers_with() {
             "/v1/tokens".into(),
             &[201, 400, 401, 403, 413, 422, 503],
         ),
+        (
+            "post",
+            "/v1/audit".into(),
+            &[200, 400, 401, 403, 413, 422, 503],
+        ),
         ("get", "/healthz".into(), &[200]),
         ("get", "/readyz".into(), &[200, 503]),
         ("get", "/metrics".into(), &[200]),

@@ -191,6 +191,37 @@ async fn fail_states_its_decision() {
     r.problem(409, "invalid_transition");
 }
 
+/// RFC 9110 makes a recipient accept all three HTTP-date forms, not only IMF-fixdate.
+#[tokio::test]
+async fn fail_accepts_rfc850_and_asctime_retry_after_dates() {
+    let app = spawn_app().await;
+    // Ten minutes after the server's clock, whole seconds (HTTP-dates have no fraction).
+    let at = chrono::DateTime::from_timestamp(app.now().millis() / 1000 + 600, 0).expect("a date");
+    let forms = [
+        ("rfc850", at.format("%A, %d-%b-%y %H:%M:%S GMT").to_string()),
+        ("asctime", at.format("%a %b %e %H:%M:%S %Y").to_string()),
+    ];
+    for (key, date) in forms {
+        let t = Api::acquired(&app.claim("ns", key, json!({})).await);
+        let r = app
+            .fail(
+                "ns",
+                key,
+                json!({"token": t, "http_status": 503, "retry_after": date}),
+            )
+            .await;
+        assert_eq!(r.status, 200, "{date}: {}", r.text);
+        assert_eq!(r.body["state"], "failed_retryable", "{date}");
+        let c = app.claim("ns", key, json!({})).await;
+        assert_eq!(c.body["outcome"], "backoff", "{date}: {}", c.text);
+        let ms = c.body["retry_after_ms"].as_i64().unwrap_or_default();
+        assert!(
+            (590_000..=600_000).contains(&ms),
+            "{date}: honoured as {ms} ms"
+        );
+    }
+}
+
 #[tokio::test]
 async fn fail_bad_input_writes_nothing() {
     let app = spawn_app().await;

@@ -144,11 +144,14 @@ pub async fn run_scale(opts: &ScaleOpts) -> anyhow::Result<ScaleReport> {
             say(
                 opts,
                 &format!(
-                    "{}: {n} records: {:.0} pairs/s, p50 {:.3} ms, p99 {:.3} ms",
+                    "{}: {n} records: {:.0} pairs/s, p50 {:.3} ms, p99 {:.3} ms; \
+                     gauge read p50 {:.3} ms, max {:.3} ms",
                     backend.as_str(),
                     row.ops_per_s,
                     row.p50_ms,
-                    row.p99_ms
+                    row.p99_ms,
+                    row.stats_p50_ms,
+                    row.stats_max_ms
                 ),
             );
             size_rows.push(row);

@@ -26,6 +26,14 @@ pub(crate) const MIGRATIONS: &[(i32, &str)] = &[(1, V1), (2, V2), (3, V3), (4, V
 /// `slot` (its process id): two transactions never update the same counter row, so the
 /// counters add no lock contention between instances and cannot deadlock. Rows of backends
 /// that have gone are kept (a handful per connection ever opened); the sum stays exact.
+///
+/// The triggers are per statement, over the statement's transition tables: one counter
+/// update per state a statement touched, however many rows it wrote. (Per-row triggers
+/// updated one counter row once per record, and a batch of N records in one transaction made
+/// a chain of N versions of that row, each walked by the next update: quadratic.) The
+/// update trigger cannot name the `state` column (PostgreSQL refuses column lists with
+/// transition tables), so it runs for every `UPDATE` and writes only when a state changed.
+///
 /// The triggers are created before the backfill: `CREATE TRIGGER` locks out writers until
 /// this transaction commits, so no write falls between the count and the first trigger.
 const V4: &str = r#"
@@ -35,26 +43,43 @@ CREATE TABLE record_counts (
     n     BIGINT NOT NULL,
     PRIMARY KEY (state, slot)
 );
-CREATE FUNCTION idem_count_records() RETURNS trigger LANGUAGE plpgsql AS $fn$
+CREATE FUNCTION idem_count_inserted() RETURNS trigger LANGUAGE plpgsql AS $fn$
 BEGIN
-    IF TG_OP = 'UPDATE' OR TG_OP = 'DELETE' THEN
-        INSERT INTO record_counts (state, slot, n) VALUES (OLD.state, pg_backend_pid(), -1)
-            ON CONFLICT (state, slot) DO UPDATE SET n = record_counts.n - 1;
-    END IF;
-    IF TG_OP = 'UPDATE' OR TG_OP = 'INSERT' THEN
-        INSERT INTO record_counts (state, slot, n) VALUES (NEW.state, pg_backend_pid(), 1)
-            ON CONFLICT (state, slot) DO UPDATE SET n = record_counts.n + 1;
-    END IF;
+    INSERT INTO record_counts (state, slot, n)
+        SELECT state, pg_backend_pid(), count(*) FROM new_rows GROUP BY state
+        ON CONFLICT (state, slot) DO UPDATE SET n = record_counts.n + EXCLUDED.n;
+    RETURN NULL;
+END
+$fn$;
+CREATE FUNCTION idem_count_deleted() RETURNS trigger LANGUAGE plpgsql AS $fn$
+BEGIN
+    INSERT INTO record_counts (state, slot, n)
+        SELECT state, pg_backend_pid(), -count(*) FROM old_rows GROUP BY state
+        ON CONFLICT (state, slot) DO UPDATE SET n = record_counts.n + EXCLUDED.n;
+    RETURN NULL;
+END
+$fn$;
+CREATE FUNCTION idem_count_updated() RETURNS trigger LANGUAGE plpgsql AS $fn$
+BEGIN
+    INSERT INTO record_counts (state, slot, n)
+        SELECT state, pg_backend_pid(), sum(d) FROM (
+            SELECT state, -1 AS d FROM old_rows
+            UNION ALL
+            SELECT state, 1 AS d FROM new_rows
+        ) moved GROUP BY state HAVING sum(d) <> 0
+        ON CONFLICT (state, slot) DO UPDATE SET n = record_counts.n + EXCLUDED.n;
     RETURN NULL;
 END
 $fn$;
 CREATE TRIGGER records_count_insert AFTER INSERT ON records
-    FOR EACH ROW EXECUTE FUNCTION idem_count_records();
-CREATE TRIGGER records_count_update AFTER UPDATE OF state ON records
-    FOR EACH ROW WHEN (OLD.state IS DISTINCT FROM NEW.state)
-    EXECUTE FUNCTION idem_count_records();
+    REFERENCING NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION idem_count_inserted();
+CREATE TRIGGER records_count_update AFTER UPDATE ON records
+    REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION idem_count_updated();
 CREATE TRIGGER records_count_delete AFTER DELETE ON records
-    FOR EACH ROW EXECUTE FUNCTION idem_count_records();
+    REFERENCING OLD TABLE AS old_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION idem_count_deleted();
 INSERT INTO record_counts (state, slot, n)
     SELECT state, 0, count(*) FROM records GROUP BY state;
 "#;

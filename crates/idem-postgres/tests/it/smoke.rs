@@ -641,7 +641,8 @@ async fn migration_4_counts_an_existing_ledger_into_the_state_counters() {
             "DROP TRIGGER records_count_insert ON records; \
              DROP TRIGGER records_count_update ON records; \
              DROP TRIGGER records_count_delete ON records; \
-             DROP FUNCTION idem_count_records(); DROP TABLE record_counts; \
+             DROP FUNCTION idem_count_inserted(); DROP FUNCTION idem_count_updated(); \
+             DROP FUNCTION idem_count_deleted(); DROP TABLE record_counts; \
              DELETE FROM idem_schema_migrations WHERE version = 4;",
         )
         .await

@@ -363,25 +363,25 @@ print("verified")
 
 #[tokio::test]
 async fn signed_alerts_verify_with_the_official_standard_webhooks_library() {
-    for (ledger, pg) in crate::pg::ledgers("signed_alerts_verify").await {
+    for backend in backends() {
         let (url, got) = capture(204, None, 0).await;
         let app = spawn_with(Options {
             alert_interval: Duration::from_millis(50),
-            db: pg.as_ref().map(|p| p.url.clone()),
+            backend,
             ..Default::default()
         })
         .await;
         let r = app
             .patch_namespace("pay", json!({"alert_url": url, "alert_secret": SECRET}))
             .await;
-        assert_eq!(r.status, 200, "{ledger}: {}", r.text);
+        assert_eq!(r.status, 200, "{backend:?}: {}", r.text);
         into_review(&app, "pay", "evt_1:charge").await;
         assert!(
             eventually(Duration::from_secs(5), || async {
                 !got.lock().expect("lock").is_empty()
             })
             .await,
-            "{ledger}: no alert arrived"
+            "{backend:?}: no alert arrived"
         );
         let d = got.lock().expect("lock")[0].clone();
         let (id, ts, sig) = (
@@ -393,41 +393,45 @@ async fn signed_alerts_verify_with_the_official_standard_webhooks_library() {
                 .expect("webhook-signature")
                 .to_owned(),
         );
-        assert!(id.starts_with("msg_"), "{ledger}: {id}");
+        assert!(id.starts_with("msg_"), "{backend:?}: {id}");
         let ts: i64 = ts.parse().expect("unix seconds");
         assert!(
             (ts - app.now().0 / 1000).abs() <= 5,
-            "{ledger}: timestamp {ts}"
+            "{backend:?}: timestamp {ts}"
         );
-        assert!(sig.starts_with("v1,"), "{ledger}: {sig}");
+        assert!(sig.starts_with("v1,"), "{backend:?}: {sig}");
         assert_eq!(d.header("content-type"), Some("application/json"));
         // The body is the alert itself, and exactly the bytes signed.
         let body: Value = serde_json::from_slice(&d.body).expect("json body");
-        assert_eq!(body["namespace"], "pay", "{ledger}");
-        assert_eq!(body["state"], "needs_review", "{ledger}");
+        assert_eq!(body["namespace"], "pay", "{backend:?}");
+        assert_eq!(body["state"], "needs_review", "{backend:?}");
         let secret = idem::AlertSecret::parse(SECRET).expect("secret");
         assert!(
             secret.verify(&id, ts, &d.body, &sig),
-            "{ledger}: Rust check"
+            "{backend:?}: Rust check"
         );
         let mut tampered = d.body.to_vec();
         tampered.extend_from_slice(b" ");
-        assert!(!secret.verify(&id, ts, &tampered, &sig), "{ledger}");
+        assert!(!secret.verify(&id, ts, &tampered, &sig), "{backend:?}");
         // The official library: accepts the delivery, refuses a changed body or a wrong key.
         if let Some(ok) = official_verify(SECRET, &d, &d.body) {
-            assert!(ok, "{ledger}: the official library refused the signature");
+            assert!(
+                ok,
+                "{backend:?}: the official library refused the signature"
+            );
             assert_eq!(
                 official_verify(SECRET, &d, &tampered),
                 Some(false),
-                "{ledger}"
+                "{backend:?}"
             );
             let wrong = "whsec_AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
-            assert_eq!(official_verify(wrong, &d, &d.body), Some(false), "{ledger}");
+            assert_eq!(
+                official_verify(wrong, &d, &d.body),
+                Some(false),
+                "{backend:?}"
+            );
         }
         app.stop().await.expect("stop");
-        if let Some(pg) = pg {
-            pg.drop_db().await;
-        }
     }
 }
 
@@ -479,30 +483,37 @@ async fn webhook_id_is_stable_across_retries_and_unsigned_without_a_secret() {
 
 #[tokio::test]
 async fn alert_secret_is_write_only_over_the_api() {
-    for (ledger, pg) in crate::pg::ledgers("alert_secret_is_write_only").await {
+    for backend in backends() {
         let app = spawn_with(Options {
-            db: pg.as_ref().map(|p| p.url.clone()),
+            backend,
             ..Default::default()
         })
         .await;
         let fresh = app.namespace("pay").await;
-        assert_eq!(fresh.body["policy"]["alert_secret_set"], false, "{ledger}");
+        assert_eq!(
+            fresh.body["policy"]["alert_secret_set"], false,
+            "{backend:?}"
+        );
         let r = app
             .patch_namespace("pay", json!({"alert_secret": SECRET}))
             .await;
-        assert_eq!(r.status, 200, "{ledger}: {}", r.text);
+        assert_eq!(r.status, 200, "{backend:?}: {}", r.text);
         for shown in [r, app.namespace("pay").await] {
             assert_eq!(
                 shown.body["policy"]["alert_secret_set"], true,
-                "{ledger}: {}",
+                "{backend:?}: {}",
                 shown.text
             );
             assert!(
                 shown.body["policy"].get("alert_secret").is_none(),
-                "{ledger}: {}",
+                "{backend:?}: {}",
                 shown.text
             );
-            assert!(!shown.text.contains("MfKQ9r8G"), "{ledger}: {}", shown.text);
+            assert!(
+                !shown.text.contains("MfKQ9r8G"),
+                "{backend:?}: {}",
+                shown.text
+            );
         }
         let stored = |app: &TestApp| {
             let store = app.store.clone();
@@ -517,7 +528,7 @@ async fn alert_secret_is_write_only_over_the_api() {
                     .map(|s| s.expose().to_owned())
             }
         };
-        assert_eq!(stored(&app).await.as_deref(), Some(SECRET), "{ledger}");
+        assert_eq!(stored(&app).await.as_deref(), Some(SECRET), "{backend:?}");
 
         // Refused: a malformed secret (422 naming it) and the read-only flag; nothing changes.
         for (patch, field) in [
@@ -534,18 +545,21 @@ async fn alert_secret_is_write_only_over_the_api() {
         ] {
             let r = app.patch_namespace("pay", patch.clone()).await;
             let p = r.problem(422, "invalid_field");
-            assert_eq!(p["field"], field, "{ledger}: {patch}: {}", r.text);
-            assert!(!r.text.contains("MfKQ9r8G"), "{ledger}: {}", r.text);
+            assert_eq!(p["field"], field, "{backend:?}: {patch}: {}", r.text);
+            assert!(!r.text.contains("MfKQ9r8G"), "{backend:?}: {}", r.text);
             let after = app.namespace("pay").await;
             assert_eq!(
                 after.body["policy"]["alert_secret_set"], true,
-                "{ledger}: {patch}"
+                "{backend:?}: {patch}"
             );
-            assert_eq!(after.body["policy"]["lease_ms"], 30000, "{ledger}: {patch}");
+            assert_eq!(
+                after.body["policy"]["lease_ms"], 30000,
+                "{backend:?}: {patch}"
+            );
             assert_eq!(
                 stored(&app).await.as_deref(),
                 Some(SECRET),
-                "{ledger}: {patch}"
+                "{backend:?}: {patch}"
             );
         }
 
@@ -555,18 +569,15 @@ async fn alert_secret_is_write_only_over_the_api() {
             .await;
         assert_eq!(
             r.body["policy"]["alert_secret_set"], false,
-            "{ledger}: {}",
+            "{backend:?}: {}",
             r.text
         );
         assert_eq!(
             app.namespace("pay").await.body["policy"]["alert_secret_set"],
             false
         );
-        assert_eq!(stored(&app).await, None, "{ledger}");
+        assert_eq!(stored(&app).await, None, "{backend:?}");
         app.stop().await.expect("stop");
-        if let Some(pg) = pg {
-            pg.drop_db().await;
-        }
     }
 }
 

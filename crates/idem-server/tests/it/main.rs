@@ -3,7 +3,6 @@
 //! fresh PostgreSQL database when `IDEM_TEST_PG` (an admin URL) is set ([`pg`]).
 
 mod helpers;
-mod pg;
 
 mod alerts;
 mod audit;

@@ -291,7 +291,7 @@ impl Config {
     fn apply_file(&mut self, text: &str) -> Result<(), ConfigError> {
         let file: FileConfig = toml::from_str(text).map_err(|e| ConfigError::Setting {
             setting: "file".into(),
-            message: e.to_string(),
+            message: toml_error_without_text(text, &e),
         })?;
         let mut set = |name: &str, v: Option<String>| -> Result<(), ConfigError> {
             match v {
@@ -458,6 +458,21 @@ const DURATION_FIELDS: [&str; 7] = [
 ];
 
 /// Turns a `[namespaces.NAME]` table into a JSON policy patch (`*_ms` integers).
+/// A TOML error as line, column and message, without the excerpt of the file that
+/// `toml`'s `Display` prints: the offending line may hold the database password or an
+/// `alert_secret`, and this message reaches the log.
+fn toml_error_without_text(text: &str, e: &toml::de::Error) -> String {
+    match e.span() {
+        Some(span) => {
+            let before = &text[..span.start.min(text.len())];
+            let line = before.matches('\n').count() + 1;
+            let col = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+            format!("line {line}, column {col}: {}", e.message())
+        }
+        None => e.message().to_owned(),
+    }
+}
+
 fn policy_from_toml(table: &toml::Table) -> Result<Value, String> {
     let mut out = serde_json::Map::new();
     for (k, v) in table {
@@ -753,6 +768,26 @@ mod tests {
             let text = e.to_string();
             assert!(text.contains(var) || text.contains(&setting), "{text}");
         }
+    }
+
+    #[test]
+    fn a_broken_config_line_is_located_but_never_quoted() {
+        let mut c = Config::default();
+        let text = "listen = \"127.0.0.1:7780\"\ndb = \"postgres://u:hunter2@h/db\n\
+                    [namespaces.pay]\nalert_secret = whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\n";
+        let e = c.apply_file(text).expect_err("broken");
+        let shown = e.to_string();
+        assert!(shown.contains("line 2"), "{shown}");
+        assert!(
+            !shown.contains("hunter2") && !shown.contains("MfKQ9r8G"),
+            "{shown}"
+        );
+        let text = "[namespaces.pay]\nalert_secret = whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\n";
+        let shown = c.apply_file(text).expect_err("broken").to_string();
+        assert!(
+            shown.contains("line 2") && !shown.contains("MfKQ9r8G"),
+            "{shown}"
+        );
     }
 
     #[test]

@@ -153,7 +153,7 @@ impl Default for Config {
             db: "sqlite://idem.db".into(),
             janitor_interval: Duration::from_secs(30),
             janitor_batch: None,
-            stats_interval: Duration::from_secs(1),
+            stats_interval: Duration::ZERO,
             pg_pool: 16,
             alert_interval: Duration::from_secs(2),
             alert_max_tries: 6,
@@ -539,8 +539,8 @@ janitor_interval = "30s"
 # The store gauges (idem_records, idem_review_queue_depth, idem_oldest_processing_seconds)
 # are read at every scrape from counters the store keeps exact; one read is reused by the
 # scrapes of the next stats_interval (IDEM_STATS_INTERVAL), so a scrape storm is no query
-# storm. From 0 to 1s.
-stats_interval = "1s"
+# storm. From 0 (default: every scrape reads; concurrent scrapes still share one read) to 1s.
+stats_interval = "0s"
 
 # PostgreSQL connections per instance (IDEM_PG_POOL). Size the sum over all instances
 # against the server's max_connections (docs/deployment.md).
@@ -736,7 +736,7 @@ mod tests {
     fn janitor_batch_defaults_per_backend_and_pool_and_gauges_settings() {
         let c = Config::load(&ServeArgs::default(), &env(&[])).expect("ok");
         assert_eq!(c.janitor_batch_for(), SQLITE_JANITOR_BATCH);
-        assert_eq!(c.stats_interval, Duration::from_secs(1));
+        assert_eq!(c.stats_interval, Duration::ZERO);
         assert_eq!(c.pg_pool, 16);
         let c = Config::load(
             &ServeArgs::default(),

@@ -797,23 +797,27 @@ pub async fn metrics_text(State(st): State<AppState>) -> Response {
         .into_response()
 }
 
-/// Reads the store gauges for this scrape, or reuses the last scrape's when they are younger
-/// than `stats_interval` (≤ 1 s). One read at a time: concurrent scrapes wait for it. A store
-/// that does not answer leaves the last values (the failure shows in `/readyz` and in the
-/// request metrics) rather than failing the scrape of every other metric.
+/// Reads the store gauges for this scrape. One read at a time: a scrape that waited for
+/// another's read takes its values when that read began after this scrape arrived (they are
+/// as current as its own would be), so a scrape storm costs one read per round, never a
+/// query each. With `stats_interval` > 0 (at most 1 s), a read younger than that is reused
+/// too. A store that does not answer leaves the last values (the failure shows in `/readyz`
+/// and in the request metrics) rather than failing the scrape of every other metric.
 async fn refresh_gauges(st: &AppState) {
+    let arrived = std::time::Instant::now();
     let mut cached = st.gauges.lock().await;
     let fresh = cached
         .as_ref()
-        .is_some_and(|(at, _)| at.elapsed() < st.config.stats_interval);
+        .is_some_and(|(at, _)| *at >= arrived || at.elapsed() < st.config.stats_interval);
     if fresh {
         if let Some((_, stats)) = cached.as_ref() {
             crate::metrics::set_stats(stats);
         }
         return;
     }
+    let began = std::time::Instant::now();
     match crate::background::gauges_once(st.ledger.store(), st.ledger.now()).await {
-        Ok(stats) => *cached = Some((std::time::Instant::now(), stats)),
+        Ok(stats) => *cached = Some((began, stats)),
         Err(e) => tracing::warn!(error = %e, "metrics: store gauges not refreshed"),
     }
 }

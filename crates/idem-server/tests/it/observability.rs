@@ -390,7 +390,10 @@ async fn store_gauges_are_current_at_the_next_scrape_on_both_stores() {
             Some(1.0),
             "{backend:?}"
         );
-        assert!(started.elapsed() < Duration::from_secs(3), "{backend:?}");
+        assert!(
+            started.elapsed() < Duration::from_millis(500),
+            "{backend:?}"
+        );
         assert_eq!(
             scrape_until(&app, "idem_oldest_processing_seconds", 0.0).await,
             Some(0.0)
@@ -410,7 +413,10 @@ async fn store_gauges_are_current_at_the_next_scrape_on_both_stores() {
             Some(0.0),
             "{backend:?}"
         );
-        assert!(started.elapsed() < Duration::from_secs(3), "{backend:?}");
+        assert!(
+            started.elapsed() < Duration::from_millis(500),
+            "{backend:?}"
+        );
         assert_eq!(
             scrape_until(&app, "idem_records{state=\"completed\"}", 1.0).await,
             Some(1.0)

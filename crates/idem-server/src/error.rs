@@ -1,14 +1,22 @@
-//! The one API error type and its mapping to HTTP.
+//! The one API error type and every HTTP status the service answers with.
 //!
 //! Every refusal the service gives goes through [`ApiError`]: its status, problem+json `code`
-//! and the `field` it names are decided here and nowhere else. Invariant: the detail of a 5xx
-//! is never shown to the caller (it may carry driver messages or paths); it is logged with
-//! where it was raised and the caller gets a generic sentence.
+//! and title come from one table ([`ErrorCode`]), the `field` it names is decided here, and a
+//! claim outcome's status is [`outcome_status`]. Nothing else maps statuses: not the core,
+//! not the handlers, not the command line (it takes the `code` it receives, or this table for
+//! the local ledger). Invariant: the detail of a 5xx is never shown to the caller (it may
+//! carry driver messages or paths); it is logged with where it was raised and the caller gets
+//! a generic sentence.
+
+use std::panic::Location;
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use idem::{LedgerError, OpError, PolicyError, StoreError};
+use idem::{ClaimOutcome, LedgerError, OpError, PolicyError, StoreError};
 use serde::Serialize;
+
+/// Where in the server an error was raised (logged with 5xx answers, never sent).
+pub type RaisedAt = &'static Location<'static>;
 
 /// Everything a request can fail with.
 #[derive(Debug, thiserror::Error)]
@@ -41,11 +49,126 @@ pub enum ApiError {
     Unauthorized(String),
     #[error("{0}")]
     Forbidden(String),
+    /// The store did not answer: logged with its cause and where, never shown.
     #[error("the store is unavailable; nothing was written, try again")]
-    StoreUnavailable(String),
-    /// A bug or a damaged store: logged, never shown.
+    StoreUnavailable { cause: String, at: RaisedAt },
+    /// A bug or a damaged store: logged with where it was raised, never shown.
     #[error("internal error")]
-    Internal(String),
+    Internal { cause: String, at: RaisedAt },
+}
+
+/// The machine-readable `code` of a problem document, with its status and title: the one
+/// table of the service's error statuses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorCode {
+    InvalidJson,
+    UnknownField,
+    InvalidKey,
+    InvalidNamespace,
+    BodyTooLarge,
+    InvalidField,
+    MissingIdentityField,
+    NotFound,
+    LeaseLost,
+    InvalidTransition,
+    ResultMismatch,
+    MethodNotAllowed,
+    Unauthorized,
+    Forbidden,
+    StoreUnavailable,
+    Internal,
+}
+
+impl ErrorCode {
+    pub const ALL: [ErrorCode; 16] = [
+        Self::InvalidJson,
+        Self::UnknownField,
+        Self::InvalidKey,
+        Self::InvalidNamespace,
+        Self::BodyTooLarge,
+        Self::InvalidField,
+        Self::MissingIdentityField,
+        Self::NotFound,
+        Self::LeaseLost,
+        Self::InvalidTransition,
+        Self::ResultMismatch,
+        Self::MethodNotAllowed,
+        Self::Unauthorized,
+        Self::Forbidden,
+        Self::StoreUnavailable,
+        Self::Internal,
+    ];
+
+    /// (code, status, title).
+    fn row(self) -> (&'static str, StatusCode, &'static str) {
+        use StatusCode as S;
+        match self {
+            Self::InvalidJson => ("invalid_json", S::BAD_REQUEST, "Malformed JSON"),
+            Self::UnknownField => ("unknown_field", S::BAD_REQUEST, "Unknown field"),
+            Self::InvalidKey => ("invalid_key", S::BAD_REQUEST, "Invalid key"),
+            Self::InvalidNamespace => ("invalid_namespace", S::BAD_REQUEST, "Invalid namespace"),
+            Self::BodyTooLarge => (
+                "body_too_large",
+                S::PAYLOAD_TOO_LARGE,
+                "Request body too large",
+            ),
+            Self::InvalidField => ("invalid_field", S::UNPROCESSABLE_ENTITY, "Invalid field"),
+            Self::MissingIdentityField => (
+                "missing_identity_field",
+                S::UNPROCESSABLE_ENTITY,
+                "Missing identity field",
+            ),
+            Self::NotFound => ("not_found", S::NOT_FOUND, "Not found"),
+            Self::LeaseLost => ("lease_lost", S::CONFLICT, "Lease lost"),
+            Self::InvalidTransition => ("invalid_transition", S::CONFLICT, "Invalid transition"),
+            Self::ResultMismatch => ("result_mismatch", S::CONFLICT, "Result mismatch"),
+            Self::MethodNotAllowed => (
+                "method_not_allowed",
+                S::METHOD_NOT_ALLOWED,
+                "Method not allowed",
+            ),
+            Self::Unauthorized => ("unauthorized", S::UNAUTHORIZED, "Unauthorized"),
+            Self::Forbidden => ("forbidden", S::FORBIDDEN, "Forbidden"),
+            Self::StoreUnavailable => (
+                "store_unavailable",
+                S::SERVICE_UNAVAILABLE,
+                "Store unavailable",
+            ),
+            Self::Internal => ("internal", S::INTERNAL_SERVER_ERROR, "Internal error"),
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        self.row().0
+    }
+
+    pub fn status(self) -> StatusCode {
+        self.row().1
+    }
+
+    pub fn title(self) -> &'static str {
+        self.row().2
+    }
+
+    /// The code of a problem document's `code` string.
+    pub fn parse(s: &str) -> Option<ErrorCode> {
+        Self::ALL.into_iter().find(|c| c.as_str() == s)
+    }
+}
+
+/// The HTTP status the contract gives a claim outcome.
+pub fn outcome_status(outcome: ClaimOutcome) -> StatusCode {
+    match outcome {
+        ClaimOutcome::Acquired => StatusCode::CREATED,
+        ClaimOutcome::Completed | ClaimOutcome::FailedPermanent => StatusCode::OK,
+        ClaimOutcome::Conflict => StatusCode::UNPROCESSABLE_ENTITY,
+        ClaimOutcome::InFlight
+        | ClaimOutcome::Backoff
+        | ClaimOutcome::NeedsReview
+        | ClaimOutcome::AwaitingApproval => StatusCode::CONFLICT,
+        ClaimOutcome::Paused => StatusCode::SERVICE_UNAVAILABLE,
+        ClaimOutcome::Limited => StatusCode::TOO_MANY_REQUESTS,
+    }
 }
 
 impl ApiError {
@@ -56,69 +179,53 @@ impl ApiError {
         }
     }
 
-    pub fn status(&self) -> StatusCode {
-        match self {
-            ApiError::InvalidJson(_)
-            | ApiError::UnknownField { .. }
-            | ApiError::InvalidKey(_)
-            | ApiError::InvalidNamespace(_) => StatusCode::BAD_REQUEST,
-            ApiError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            ApiError::InvalidField { .. } | ApiError::MissingIdentityField { .. } => {
-                StatusCode::UNPROCESSABLE_ENTITY
-            }
-            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
-            ApiError::LeaseLost | ApiError::InvalidTransition(_) | ApiError::ResultMismatch => {
-                StatusCode::CONFLICT
-            }
-            ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-            ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
-            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
-            ApiError::StoreUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
-            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+    /// A bug or damaged data, recorded with the place that called this.
+    #[track_caller]
+    pub fn internal(cause: impl Into<String>) -> Self {
+        ApiError::Internal {
+            cause: cause.into(),
+            at: Location::caller(),
         }
+    }
+
+    /// The store did not answer, recorded with the place that called this.
+    #[track_caller]
+    pub fn store_unavailable(cause: impl Into<String>) -> Self {
+        ApiError::StoreUnavailable {
+            cause: cause.into(),
+            at: Location::caller(),
+        }
+    }
+
+    /// Its row of the table.
+    pub fn error_code(&self) -> ErrorCode {
+        match self {
+            ApiError::InvalidJson(_) => ErrorCode::InvalidJson,
+            ApiError::UnknownField { .. } => ErrorCode::UnknownField,
+            ApiError::InvalidKey(_) => ErrorCode::InvalidKey,
+            ApiError::InvalidNamespace(_) => ErrorCode::InvalidNamespace,
+            ApiError::BodyTooLarge { .. } => ErrorCode::BodyTooLarge,
+            ApiError::InvalidField { .. } => ErrorCode::InvalidField,
+            ApiError::MissingIdentityField { .. } => ErrorCode::MissingIdentityField,
+            ApiError::NotFound(_) => ErrorCode::NotFound,
+            ApiError::LeaseLost => ErrorCode::LeaseLost,
+            ApiError::InvalidTransition(_) => ErrorCode::InvalidTransition,
+            ApiError::ResultMismatch => ErrorCode::ResultMismatch,
+            ApiError::MethodNotAllowed => ErrorCode::MethodNotAllowed,
+            ApiError::Unauthorized(_) => ErrorCode::Unauthorized,
+            ApiError::Forbidden(_) => ErrorCode::Forbidden,
+            ApiError::StoreUnavailable { .. } => ErrorCode::StoreUnavailable,
+            ApiError::Internal { .. } => ErrorCode::Internal,
+        }
+    }
+
+    pub fn status(&self) -> StatusCode {
+        self.error_code().status()
     }
 
     /// The machine-readable `code` of the problem document.
     pub fn code(&self) -> &'static str {
-        match self {
-            ApiError::InvalidJson(_) => "invalid_json",
-            ApiError::UnknownField { .. } => "unknown_field",
-            ApiError::InvalidKey(_) => "invalid_key",
-            ApiError::InvalidNamespace(_) => "invalid_namespace",
-            ApiError::BodyTooLarge { .. } => "body_too_large",
-            ApiError::InvalidField { .. } => "invalid_field",
-            ApiError::MissingIdentityField { .. } => "missing_identity_field",
-            ApiError::NotFound(_) => "not_found",
-            ApiError::LeaseLost => "lease_lost",
-            ApiError::InvalidTransition(_) => "invalid_transition",
-            ApiError::ResultMismatch => "result_mismatch",
-            ApiError::MethodNotAllowed => "method_not_allowed",
-            ApiError::Unauthorized(_) => "unauthorized",
-            ApiError::Forbidden(_) => "forbidden",
-            ApiError::StoreUnavailable(_) => "store_unavailable",
-            ApiError::Internal(_) => "internal",
-        }
-    }
-
-    fn title(&self) -> &'static str {
-        match self {
-            ApiError::InvalidJson(_) => "Malformed JSON",
-            ApiError::UnknownField { .. } => "Unknown field",
-            ApiError::InvalidKey(_) => "Invalid key",
-            ApiError::InvalidNamespace(_) => "Invalid namespace",
-            ApiError::BodyTooLarge { .. } => "Request body too large",
-            ApiError::InvalidField { .. } => "Invalid field",
-            ApiError::MissingIdentityField { .. } => "Missing identity field",
-            ApiError::NotFound(_) => "Not found",
-            ApiError::LeaseLost => "Lease lost",
-            ApiError::InvalidTransition(_) => "Invalid transition",
-            ApiError::ResultMismatch => "Result mismatch",
-            ApiError::MethodNotAllowed => "Method not allowed",
-            ApiError::Unauthorized(_) => "Unauthorized",
-            ApiError::Forbidden(_) => "Forbidden",
-            ApiError::StoreUnavailable(_) => "Store unavailable",
-            ApiError::Internal(_) => "Internal error",
-        }
+        self.error_code().as_str()
     }
 
     /// The field the error is about, when there is one.
@@ -136,16 +243,16 @@ impl ApiError {
 
     /// The RFC 9457 problem document.
     pub fn problem(&self) -> Problem {
-        let status = self.status();
+        let code = self.error_code();
         Problem {
             kind: format!(
                 "https://idem.dev/problems/{}",
-                self.code().replace('_', "-")
+                code.as_str().replace('_', "-")
             ),
-            title: self.title(),
-            status: status.as_u16(),
+            title: code.title(),
+            status: code.status().as_u16(),
             detail: self.to_string(),
-            code: self.code(),
+            code: code.as_str(),
             field: self.field().map(str::to_owned),
         }
     }
@@ -168,11 +275,11 @@ pub struct Problem {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         match &self {
-            ApiError::Internal(cause) => {
-                tracing::error!(cause = %cause, "internal error");
+            ApiError::Internal { cause, at } => {
+                tracing::error!(cause = %cause, at = %at, "internal error");
             }
-            ApiError::StoreUnavailable(cause) => {
-                tracing::warn!(cause = %cause, "store unavailable");
+            ApiError::StoreUnavailable { cause, at } => {
+                tracing::warn!(cause = %cause, at = %at, "store unavailable");
             }
             _ => {}
         }
@@ -192,6 +299,7 @@ impl IntoResponse for ApiError {
 }
 
 impl From<OpError> for ApiError {
+    #[track_caller]
     fn from(e: OpError) -> Self {
         match e {
             OpError::NotFound => ApiError::NotFound("no record for this key".into()),
@@ -204,16 +312,18 @@ impl From<OpError> for ApiError {
 }
 
 impl From<StoreError> for ApiError {
+    /// `?` on a store call records the line of the `?`.
+    #[track_caller]
     fn from(e: StoreError) -> Self {
         match e {
-            StoreError::Unavailable(m) => ApiError::StoreUnavailable(m),
+            StoreError::Unavailable(m) => ApiError::store_unavailable(m),
             StoreError::Policy(p) => p.into(),
             StoreError::InvalidCursor => ApiError::invalid_field(
                 "cursor",
                 "not a cursor this server returned (use next_cursor as is)",
             ),
-            StoreError::Corrupt(m) => ApiError::Internal(format!("corrupt stored data: {m}")),
-            StoreError::Internal(m) => ApiError::Internal(m),
+            StoreError::Corrupt(m) => ApiError::internal(format!("corrupt stored data: {m}")),
+            StoreError::Internal(m) => ApiError::internal(m),
         }
     }
 }
@@ -231,6 +341,7 @@ impl From<PolicyError> for ApiError {
 }
 
 impl From<LedgerError> for ApiError {
+    #[track_caller]
     fn from(e: LedgerError) -> Self {
         match e {
             LedgerError::Op(o) => o.into(),
@@ -241,3 +352,68 @@ impl From<LedgerError> for ApiError {
 
 /// Shorthand for handler results.
 pub type ApiResult<T> = Result<T, ApiError>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_has_one_row_per_code() {
+        let mut seen = std::collections::HashSet::new();
+        for c in ErrorCode::ALL {
+            assert!(seen.insert(c.as_str()), "{c:?}");
+            assert_eq!(ErrorCode::parse(c.as_str()), Some(c));
+            assert!(c.status().is_client_error() || c.status().is_server_error());
+        }
+        assert_eq!(ErrorCode::parse("nope"), None);
+    }
+
+    #[test]
+    fn every_claim_outcome_has_its_contract_status() {
+        use ClaimOutcome as O;
+        for (o, s) in [
+            (O::Acquired, 201),
+            (O::Completed, 200),
+            (O::FailedPermanent, 200),
+            (O::Conflict, 422),
+            (O::InFlight, 409),
+            (O::Backoff, 409),
+            (O::NeedsReview, 409),
+            (O::AwaitingApproval, 409),
+            (O::Paused, 503),
+            (O::Limited, 429),
+        ] {
+            assert_eq!(outcome_status(o).as_u16(), s, "{o:?}");
+        }
+        assert_eq!(
+            ClaimOutcome::ALL.len(),
+            10,
+            "a new outcome needs its row above"
+        );
+    }
+
+    #[test]
+    fn internal_errors_record_where_they_were_raised_and_show_nothing() {
+        fn store_call() -> Result<(), StoreError> {
+            Err(StoreError::Internal(
+                "driver said: /var/lib/secret.db".into(),
+            ))
+        }
+        fn handler() -> ApiResult<()> {
+            store_call()?;
+            Ok(())
+        }
+        let e = handler().expect_err("fails");
+        let ApiError::Internal { at, .. } = &e else {
+            panic!("{e:?}")
+        };
+        assert!(at.file().ends_with("error.rs"), "{at}");
+        // The `?` line in `handler`, not the conversion inside `From`.
+        assert_eq!(at.line(), line!() - 9, "{at}");
+        let p = e.problem();
+        assert_eq!((p.status, p.code), (500, "internal"));
+        assert!(!p.detail.contains("secret"), "{}", p.detail);
+        let at = ApiError::store_unavailable("down").problem();
+        assert_eq!((at.status, at.code), (503, "store_unavailable"));
+    }
+}

@@ -9,12 +9,11 @@
 //! the database URL is only ever logged without its password.
 
 pub mod api;
-pub mod audit;
 pub mod auth;
 pub mod background;
 pub mod config;
 pub mod error;
-pub mod handlers;
+pub mod fields;
 pub mod input;
 pub mod logging;
 pub mod metrics;

@@ -15,8 +15,9 @@
 //! 4. the DEBUG "finished processing request" line and, for a 5xx, the ERROR "response
 //!    failed" line, written by tower-http's own default callbacks.
 //!
-//! Body size limits are enforced by `JsonBody` (problem+json 413), which reads the body
-//! itself; no route uses axum's body extractors, so axum's default limit never applied.
+//! Body size limits are enforced by the body extractors of `input` (`JsonBody`, `Body<T>`,
+//! `RawBody`: problem+json 413), which read the body themselves; no route uses axum's body
+//! extractors, so axum's default limit never applied.
 
 use std::convert::Infallible;
 use std::future::Future;

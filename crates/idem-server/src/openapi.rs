@@ -1,5 +1,5 @@
 //! The OpenAPI document, generated from the handlers' `#[utoipa::path]` annotations and the
-//! shapes in `api`, then completed from the route table and the error type so that it says
+//! shapes of each resource file (`api::v1::*::Doc`, merged here), then completed from the route table and the error type so that it says
 //! what the server does:
 //!
 //! - security from the route table's role column: a route with a role takes a bearer token
@@ -20,10 +20,10 @@ use serde_json::{json, Map, Value};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use crate::api::*;
-use crate::audit::{AuditBody, AuditFindingDoc, AuditResponse};
-use crate::error::{ApiError, Problem};
-use crate::handlers as h;
+use crate::api::{
+    EventDoc, LastErrorDoc, LeaseExpiryDoc, NoteBody, RecordDoc, RecordWithEventsDoc, StateResponse,
+};
+use crate::error::{ApiError, ErrorCode, Problem};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -36,19 +36,9 @@ use crate::handlers as h;
         `/openapi.json` never need one.\n\n\
         Errors are RFC 9457 `application/problem+json` with a machine-readable `code` and, \
         where there is one, the offending `field`."),
-    paths(
-        h::claim, h::prepare, h::heartbeat, h::complete, h::fail, h::get_record, h::list,
-        h::resolve, h::approve, h::reject, h::get_namespace, h::patch_namespace, h::pause,
-        h::resume, h::derive, h::create_token, h::healthz, h::readyz, h::metrics_text,
-        h::openapi_json, crate::audit::audit,
-    ),
     components(schemas(
-        Problem, RecordDoc, LastErrorDoc, EventDoc, ClaimBody, ClaimResponse, PrepareBody,
-        HeartbeatBody, CompleteBody, FailBody, FailErrorBody, StateResponse, FailResponse,
-        RetryDoc, RecordWithEventsDoc, ListResponse, ResolveBody, NoteBody, PolicyDoc,
-        RetryPolicyDoc, PolicyPatchBody, RetryPatchBody, NamespaceResponse, DeriveBody,
-        DeriveResponse, TokenBody, TokenResponse, StatusResponse, LeaseExpiryDoc, ClassDoc,
-        ResolveActionDoc, RoleDoc, JsonPointerDoc, AuditBody, AuditFindingDoc, AuditResponse,
+        Problem, RecordDoc, LastErrorDoc, EventDoc, StateResponse, RecordWithEventsDoc, NoteBody,
+        LeaseExpiryDoc,
     )),
     modifiers(&Bearer),
 )]
@@ -81,7 +71,11 @@ pub fn document() -> &'static Value {
 }
 
 fn build() -> Value {
-    let mut doc = serde_json::to_value(ApiDoc::openapi()).unwrap_or_else(|_| json!({}));
+    let mut api = ApiDoc::openapi();
+    for resource in crate::api::v1::docs() {
+        api.merge(resource);
+    }
+    let mut doc = serde_json::to_value(api).unwrap_or_else(|_| json!({}));
     if let Some(root) = doc.as_object_mut() {
         root.remove("security");
     }
@@ -289,11 +283,11 @@ fn errors_of(method: &str, path: &str, authed: bool, op: &Map<String, Value>) ->
         // The token lookup reads the store, so every authenticated route can also be 503.
         e.push(ApiError::Unauthorized(s()));
         e.push(ApiError::Forbidden(s()));
-        e.push(ApiError::StoreUnavailable(s()));
+        e.push(ApiError::store_unavailable(s()));
     }
     let invalid = || ApiError::invalid_field(s(), s());
-    let op_name = path.rsplit('/').next().unwrap_or_default();
-    match (method, op_name) {
+    let last_segment = path.rsplit('/').next().unwrap_or_default();
+    match (method, last_segment) {
         ("post", "claim") => e.push(invalid()),
         ("post", "prepare" | "heartbeat" | "fail") => e.extend([
             invalid(),
@@ -318,7 +312,7 @@ fn errors_of(method: &str, path: &str, authed: bool, op: &Map<String, Value>) ->
         ("patch", "{ns}") | ("post", "pause" | "resume" | "tokens") => e.push(invalid()),
         ("post", "derive") => e.extend([invalid(), ApiError::MissingIdentityField { field: s() }]),
         ("post", "audit") => e.push(invalid()),
-        ("get", "readyz") => e.push(ApiError::StoreUnavailable(s())),
+        ("get", "readyz") => e.push(ApiError::store_unavailable(s())),
         _ => {}
     }
     e
@@ -521,49 +515,7 @@ fn refine_schemas(schemas: &mut Map<String, Value>) {
     );
 }
 
-/// Every `code` the server can answer with (the match below fails to compile when a variant
-/// is added to [`ApiError`], as a reminder to list it here too).
+/// Every `code` the server can answer with.
 pub fn all_codes() -> Vec<&'static str> {
-    fn _listed(e: &ApiError) {
-        match e {
-            ApiError::InvalidJson(_)
-            | ApiError::UnknownField { .. }
-            | ApiError::InvalidKey(_)
-            | ApiError::InvalidNamespace(_)
-            | ApiError::BodyTooLarge { .. }
-            | ApiError::InvalidField { .. }
-            | ApiError::MissingIdentityField { .. }
-            | ApiError::NotFound(_)
-            | ApiError::LeaseLost
-            | ApiError::InvalidTransition(_)
-            | ApiError::ResultMismatch
-            | ApiError::MethodNotAllowed
-            | ApiError::Unauthorized(_)
-            | ApiError::Forbidden(_)
-            | ApiError::StoreUnavailable(_)
-            | ApiError::Internal(_) => {}
-        }
-    }
-    let s = String::new;
-    [
-        ApiError::InvalidJson(s()),
-        ApiError::UnknownField { field: s() },
-        ApiError::InvalidKey(s()),
-        ApiError::InvalidNamespace(s()),
-        ApiError::BodyTooLarge { limit: 0 },
-        ApiError::invalid_field(s(), s()),
-        ApiError::MissingIdentityField { field: s() },
-        ApiError::NotFound(s()),
-        ApiError::LeaseLost,
-        ApiError::InvalidTransition(s()),
-        ApiError::ResultMismatch,
-        ApiError::MethodNotAllowed,
-        ApiError::Unauthorized(s()),
-        ApiError::Forbidden(s()),
-        ApiError::StoreUnavailable(s()),
-        ApiError::Internal(s()),
-    ]
-    .iter()
-    .map(ApiError::code)
-    .collect()
+    ErrorCode::ALL.iter().map(|c| c.as_str()).collect()
 }

@@ -1,15 +1,17 @@
-//! The route table: one list of (method, path, role, handler) from which the router is built.
-//! The OpenAPI test walks the same list, so a route cannot exist without being documented.
-//! The role column is the authorization rule of the contract, readable in one place.
+//! The route table: one list of (method, path, role, handler) from which the router is built,
+//! made of the route lines each resource file of [`crate::api::v1`] keeps beside its
+//! handlers. The OpenAPI test walks the same list, so a route cannot exist without being
+//! documented. The role column is the authorization rule of the contract, one line per route.
 
 use axum::handler::Handler;
 use axum::http::{HeaderValue, Method};
-use axum::routing::{get, patch, post, MethodRouter};
+use axum::response::{IntoResponse, Response};
+use axum::routing::MethodRouter;
 use axum::Router;
 use idem::Role;
 use tower::Layer;
 
-use crate::handlers as h;
+use crate::error::ApiError;
 use crate::middleware::{Gate, UNMATCHED};
 use crate::state::AppState;
 
@@ -22,7 +24,8 @@ pub struct Route {
     pub handler: MethodRouter<AppState>,
 }
 
-fn r(
+/// One line of the route table.
+pub fn r(
     method: &'static str,
     path: &'static str,
     role: Option<Role>,
@@ -36,103 +39,9 @@ fn r(
     }
 }
 
-/// Every route the server answers.
+/// Every route the server answers (each resource file lists its own).
 pub fn routes() -> Vec<Route> {
-    use Role::{Admin, Operator, Worker};
-
-    vec![
-        r(
-            "post",
-            "/v1/namespaces/{ns}/keys/{key}/claim",
-            Some(Worker),
-            post(h::claim),
-        ),
-        r(
-            "post",
-            "/v1/namespaces/{ns}/keys/{key}/prepare",
-            Some(Worker),
-            post(h::prepare),
-        ),
-        r(
-            "post",
-            "/v1/namespaces/{ns}/keys/{key}/heartbeat",
-            Some(Worker),
-            post(h::heartbeat),
-        ),
-        r(
-            "post",
-            "/v1/namespaces/{ns}/keys/{key}/complete",
-            Some(Worker),
-            post(h::complete),
-        ),
-        r(
-            "post",
-            "/v1/namespaces/{ns}/keys/{key}/fail",
-            Some(Worker),
-            post(h::fail),
-        ),
-        r(
-            "get",
-            "/v1/namespaces/{ns}/keys/{key}",
-            Some(Worker),
-            get(h::get_record),
-        ),
-        r(
-            "post",
-            "/v1/namespaces/{ns}/keys/{key}/resolve",
-            Some(Operator),
-            post(h::resolve),
-        ),
-        r(
-            "post",
-            "/v1/namespaces/{ns}/keys/{key}/approve",
-            Some(Operator),
-            post(h::approve),
-        ),
-        r(
-            "post",
-            "/v1/namespaces/{ns}/keys/{key}/reject",
-            Some(Operator),
-            post(h::reject),
-        ),
-        r(
-            "get",
-            "/v1/namespaces/{ns}/keys",
-            Some(Operator),
-            get(h::list),
-        ),
-        r(
-            "get",
-            "/v1/namespaces/{ns}",
-            Some(Worker),
-            get(h::get_namespace),
-        ),
-        r(
-            "patch",
-            "/v1/namespaces/{ns}",
-            Some(Operator),
-            patch(h::patch_namespace),
-        ),
-        r(
-            "post",
-            "/v1/namespaces/{ns}/pause",
-            Some(Operator),
-            post(h::pause),
-        ),
-        r(
-            "post",
-            "/v1/namespaces/{ns}/resume",
-            Some(Operator),
-            post(h::resume),
-        ),
-        r("post", "/v1/keys/derive", Some(Worker), post(h::derive)),
-        r("post", "/v1/audit", Some(Worker), post(crate::audit::audit)),
-        r("post", "/v1/tokens", Some(Admin), post(h::create_token)),
-        r("get", "/healthz", None, get(h::healthz)),
-        r("get", "/readyz", None, get(h::readyz)),
-        r("get", "/metrics", None, get(h::metrics_text)),
-        r("get", "/openapi.json", None, get(h::openapi_json)),
-    ]
+    crate::api::v1::routes()
 }
 
 /// The `Allow` header of a path's 405 answer (RFC 9110): its methods, HEAD with GET.
@@ -178,11 +87,22 @@ pub fn router(state: AppState) -> Router {
     for (path, handler, roles) in paths {
         let allow = allow_header(&roles);
         let gate = Gate::new(path, roles, state.clone());
-        let not_allowed = move || h::method_not_allowed(allow);
+        let not_allowed = move || method_not_allowed(allow);
         app = app.route(path, handler.fallback(not_allowed).layer(gate));
     }
-    let not_found = Gate::new(UNMATCHED, Vec::new(), state.clone()).layer(
-        Handler::<_, AppState>::with_state(h::not_found, state.clone()),
-    );
+    let not_found = Gate::new(UNMATCHED, Vec::new(), state.clone())
+        .layer(Handler::<_, AppState>::with_state(not_found, state.clone()));
     app.fallback_service(not_found).with_state(state)
+}
+
+/// Unknown routes: 404 problem+json.
+async fn not_found(uri: axum::http::Uri) -> ApiError {
+    ApiError::NotFound(format!("no such route: {}", uri.path()))
+}
+
+/// Known route, wrong method: 405 with the `Allow` header of the path.
+async fn method_not_allowed(allow: HeaderValue) -> Response {
+    let mut resp = ApiError::MethodNotAllowed.into_response();
+    resp.headers_mut().insert(axum::http::header::ALLOW, allow);
+    resp
 }

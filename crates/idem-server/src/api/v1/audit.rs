@@ -7,13 +7,29 @@
 //! making sense; the body limit is the server's, as for every other endpoint. Nothing of the
 //! body is logged (workflows carry URLs, names and sometimes secrets in parameters).
 
+use axum::routing::post;
 use axum::Json;
+use idem::Role;
 use serde::Serialize;
 use serde_json::Value;
-use utoipa::ToSchema;
+use utoipa::{OpenApi, ToSchema};
 
 use crate::error::{ApiError, ApiResult};
 use crate::input::JsonBody;
+use crate::routes::{r, Route};
+
+/// The routes of this file.
+pub fn routes() -> Vec<Route> {
+    vec![r("post", "/v1/audit", Some(Role::Worker), post(audit))]
+}
+
+/// The OpenAPI of this file.
+#[derive(OpenApi)]
+#[openapi(
+    paths(audit),
+    components(schemas(AuditBody, AuditFindingDoc, AuditResponse))
+)]
+pub struct Doc;
 
 /// An n8n workflow as exported (*Download* or `n8n export:workflow`); other members
 /// (`pinData`, `meta`, `tags`, …) are ignored. The body may also be an array of these.

@@ -1,0 +1,123 @@
+//! What the key endpoints share: running one ledger operation, the request log line, and the
+//! `{state, record}` answer of a write.
+//!
+//! Invariant: the log line never carries payloads, results, tokens or secrets; a key is
+//! written masked.
+
+use axum::Json;
+use idem::{Executed, Op, Record, Reply, State as RecState};
+
+use crate::api::StateResponse;
+use crate::error::{ApiError, ApiResult};
+use crate::input::NsKey;
+use crate::state::AppState;
+
+/// Runs one operation and returns what the store did (the refusal stays inside).
+pub async fn exec(st: &AppState, nk: &NsKey, op: Op, actor: Option<String>) -> ApiResult<Executed> {
+    Ok(st.ledger.execute(&nk.ns, &nk.key, op, actor).await?)
+}
+
+/// The request log line: never payloads, results, tokens or secrets.
+pub fn log_op(
+    op: &str,
+    nk: &NsKey,
+    from_state: Option<RecState>,
+    record: Option<&Record>,
+    outcome: &str,
+) {
+    let from = from_state.map_or("none", RecState::as_str);
+    let to = record.map_or(from, |r| r.state.as_str());
+    let (owner, attempt, correlation_id) = record.map_or((None, 0, None), |r| {
+        (r.owner.as_deref(), r.attempt, r.correlation_id.as_deref())
+    });
+    tracing::info!(
+        op,
+        namespace = %nk.ns,
+        key = %MaskedKey(nk.key.as_str()),
+        owner,
+        attempt,
+        from,
+        to,
+        outcome,
+        correlation_id,
+        "{op}"
+    );
+}
+
+/// A key as logged: [`idem::Key::masked`] (first 6 characters, `…`, first 8 hex digits of its
+/// SHA-256), written straight into the log line instead of through three strings.
+struct MaskedKey<'a>(&'a str);
+
+impl std::fmt::Display for MaskedKey<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use sha2::Digest;
+        use std::fmt::Write;
+        for c in self.0.chars().take(6) {
+            f.write_char(c)?;
+        }
+        f.write_char('…')?;
+        for b in &sha2::Sha256::digest(self.0.as_bytes())[..4] {
+            write!(f, "{b:02x}")?;
+        }
+        Ok(())
+    }
+}
+
+/// The record a worker or operator write answers with.
+fn record_reply(reply: Result<Reply, idem::OpError>) -> ApiResult<Record> {
+    match reply {
+        Ok(Reply::Record(r)) => Ok(r),
+        Ok(Reply::Fail(f)) => Ok(f.record),
+        Ok(other) => Err(ApiError::internal(format!("unexpected reply {other:?}"))),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Logs a refused operation and turns it into its API error.
+pub fn refused(op: &str, nk: &NsKey, from_state: Option<RecState>, e: ApiError) -> ApiError {
+    log_op(op, nk, from_state, None, e.code());
+    e
+}
+
+/// Runs a worker or operator write that answers `{state, record}`.
+pub async fn state_write(
+    st: &AppState,
+    nk: &NsKey,
+    name: &str,
+    op: Op,
+    actor: Option<String>,
+) -> ApiResult<Json<StateResponse>> {
+    let Executed {
+        reply, from_state, ..
+    } = exec(st, nk, op, actor).await?;
+    match record_reply(reply) {
+        Ok(record) => {
+            log_op(name, nk, from_state, Some(&record), "ok");
+            Ok(Json(StateResponse {
+                state: record.state,
+                record,
+            }))
+        }
+        Err(e) => Err(refused(name, nk, from_state, e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use idem::Key;
+
+    #[test]
+    fn masked_keys_are_written_as_the_core_masks_them() {
+        for k in [
+            "evt_123:charge",
+            "a",
+            "abcdef",
+            "abcdefg",
+            "customer-4711:charge",
+        ] {
+            let key = Key::try_from(k).expect("key");
+            assert_eq!(MaskedKey(k).to_string(), key.masked(), "{k}");
+        }
+    }
+}

@@ -8,6 +8,7 @@
 
 use std::time::Duration;
 
+use idem_server::error::ErrorCode;
 use reqwest::{Method, StatusCode};
 use serde_json::Value;
 use url::Url;
@@ -42,7 +43,11 @@ impl ApiError {
         use crate::exit;
         match self {
             ApiError::Connection { .. } => exit::CONNECTION,
-            ApiError::Problem { code, .. } if code == "lease_lost" => exit::LEASE_LOST,
+            ApiError::Problem { code, .. }
+                if ErrorCode::parse(code) == Some(ErrorCode::LeaseLost) =>
+            {
+                exit::LEASE_LOST
+            }
             ApiError::Problem { .. } | ApiError::Protocol(_) => exit::HTTP_ERROR,
             ApiError::Store(_) => exit::ERROR,
         }

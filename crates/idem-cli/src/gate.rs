@@ -9,6 +9,7 @@ use idem::{
     ClaimOutcome, ClaimRequest, Class, CompleteRequest, FailErrorInput, FailRequest, Fingerprint,
     HeartbeatRequest, Key, Ledger, LedgerError, Namespace, OpError, StoreError,
 };
+use idem_server::error::ErrorCode;
 use serde_json::{json, Value};
 
 use crate::client::{ApiError, Client};
@@ -55,31 +56,34 @@ pub fn parse_outcome(s: &str) -> Option<ClaimOutcome> {
 }
 
 fn ids(ns: &str, key: &str) -> Result<(Namespace, Key), ApiError> {
-    let n = Namespace::try_from(ns).map_err(|e| problem(400, "invalid_namespace", e))?;
-    let k = Key::try_from(key).map_err(|e| problem(400, "invalid_key", e))?;
+    let n = Namespace::try_from(ns).map_err(|e| problem(ErrorCode::InvalidNamespace, e))?;
+    let k = Key::try_from(key).map_err(|e| problem(ErrorCode::InvalidKey, e))?;
     Ok((n, k))
 }
 
-fn problem(status: u16, code: &str, detail: impl std::fmt::Display) -> ApiError {
+/// A refusal of the local ledger as the server answers it: the status comes from the
+/// server's one table, the detail is the ledger's own sentence.
+fn problem(code: ErrorCode, detail: impl std::fmt::Display) -> ApiError {
     ApiError::Problem {
-        status,
-        code: code.to_owned(),
+        status: code.status().as_u16(),
+        code: code.as_str().to_owned(),
         detail: detail.to_string(),
     }
 }
 
-/// The API's view of a ledger error (same codes as the server's problem+json).
+/// The API's view of a ledger error (the server's own mapping, so the codes are the same as
+/// its problem+json).
 fn ledger_error(e: LedgerError) -> ApiError {
     match e {
-        LedgerError::Op(op) => match &op {
-            OpError::NotFound => problem(404, "not_found", &op),
-            OpError::LeaseLost => problem(409, "lease_lost", &op),
-            OpError::InvalidTransition { .. } => problem(409, "invalid_transition", &op),
-            OpError::ResultMismatch => problem(409, "result_mismatch", &op),
-            OpError::InvalidField { field, message } => {
-                problem(422, "invalid_field", format!("{field}: {message}"))
+        LedgerError::Op(op) => {
+            let code = idem_server::ApiError::from(op.clone()).error_code();
+            match op {
+                OpError::InvalidField { field, message } => {
+                    problem(code, format!("{field}: {message}"))
+                }
+                other => problem(code, other),
             }
-        },
+        }
         LedgerError::Store(s) => store_error(s),
     }
 }
@@ -132,13 +136,13 @@ impl Gate {
             }
             Gate::Local(l) => {
                 let (n, k) = ids(ns, key)?;
-                let fingerprint = match &input.payload {
-                    Some(p) => Some(
-                        Fingerprint::of_payload(p)
-                            .map_err(|e| problem(422, "invalid_field", format!("payload: {e}")))?,
-                    ),
-                    None => None,
-                };
+                let fingerprint =
+                    match &input.payload {
+                        Some(p) => Some(Fingerprint::of_payload(p).map_err(|e| {
+                            problem(ErrorCode::InvalidField, format!("payload: {e}"))
+                        })?),
+                        None => None,
+                    };
                 let req = ClaimRequest {
                     fingerprint,
                     owner: input.owner.clone(),

@@ -187,17 +187,6 @@ impl ClaimOutcome {
             Self::Limited => "limited",
         }
     }
-    /// The HTTP status the contract gives this outcome.
-    pub fn http_status(self) -> u16 {
-        match self {
-            Self::Acquired => 201,
-            Self::Completed | Self::FailedPermanent => 200,
-            Self::Conflict => 422,
-            Self::InFlight | Self::Backoff | Self::NeedsReview | Self::AwaitingApproval => 409,
-            Self::Paused => 503,
-            Self::Limited => 429,
-        }
-    }
     /// Answers that replay a stored outcome (`Idempotent-Replayed: true`).
     pub fn is_replay(self) -> bool {
         matches!(self, Self::Completed | Self::FailedPermanent)

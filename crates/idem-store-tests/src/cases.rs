@@ -486,7 +486,6 @@ pub async fn different_fingerprint_conflicts_in_every_state<B: Backend>(b: Arc<B
             )
             .await;
         assert_eq!(c.outcome, ClaimOutcome::Conflict, "{state:?}");
-        assert_eq!(c.outcome.http_status(), 422);
         assert_eq!(c.token, None);
         let after = h.get(&k).await;
         assert_eq!(
@@ -590,7 +589,6 @@ pub async fn paused_namespace_refuses_claims_but_lets_work_land<B: Backend>(b: A
         let before = h.store.get(&h.ns, k).await.expect("get");
         let c = h.claim(k).await;
         assert_eq!(c.outcome, ClaimOutcome::Paused, "{k}");
-        assert_eq!(c.outcome.http_status(), 503);
         assert_eq!(c.record, None);
         assert_eq!(c.token, None);
         let after = h.store.get(&h.ns, k).await.expect("get");
@@ -626,7 +624,6 @@ pub async fn daily_limit_limits_only_first_time_acquisitions<B: Backend>(b: Arc<
     let tok2 = h.acquire(&key("k2")).await;
     let c = h.claim(&key("k3")).await;
     assert_eq!(c.outcome, ClaimOutcome::Limited);
-    assert_eq!(c.outcome.http_status(), 429);
     assert_eq!(c.record, None);
     assert_eq!(
         c.retry_after_ms,

@@ -13,10 +13,10 @@
 //!
 //! This file holds the types, the dispatch and the transition scaffold every rule builds on
 //! (the next version of a record, events, alerts, refusals); the rules themselves live one
-//! operation family per file: [`claim`] (claim, first acquisition, resume), [`worker`] (the
-//! token gate in front of every worker write), [`prepare`], [`heartbeat`], [`complete`]
-//! (complete and fail: the holder reports its outcome), [`operator`] (resolve, approve,
-//! reject) and [`sweep`] (the janitor). No rule may read a clock or draw randomness: both
+//! operation family per file: `claim` (claim, first acquisition, resume), `worker` (the
+//! token gate in front of every worker write), `prepare`, `heartbeat`, `complete`
+//! (complete and fail: the holder reports its outcome), `operator` (resolve, approve,
+//! reject) and `sweep` (the janitor). No rule may read a clock or draw randomness: both
 //! arrive in [`Ctx`].
 
 use serde_json::Value;

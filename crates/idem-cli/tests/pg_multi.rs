@@ -11,120 +11,19 @@
 //! creates, stops and restarts its own cluster in a temp dir.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
+use std::process::{Child, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use idem_testkit::cluster::Cluster;
+use idem_testkit::pg::{admin_url_or_skip, PgDb};
+use idem_testkit::process::{clean_command, free_port};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
-/// Environment variables of idem that must not leak from the developer's shell into tests.
-const IDEM_ENV: [&str; 8] = [
-    "IDEM_URL",
-    "IDEM_TOKEN",
-    "IDEM_LEASE_TOKEN",
-    "IDEM_DB",
-    "IDEM_LISTEN",
-    "IDEM_CONFIG",
-    "IDEM_JANITOR_INTERVAL",
-    "IDEM_LOG",
-];
-
 /// Upper bound of any single HTTP request a test makes (a hang fails the test, never blocks it).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(20);
-
-fn admin_url(test: &str) -> Option<String> {
-    match std::env::var("IDEM_TEST_PG") {
-        Ok(u) if !u.is_empty() => Some(u),
-        _ => {
-            eprintln!(
-                "skipping {test}: IDEM_TEST_PG is not set \
-                 (e.g. postgres://postgres@127.0.0.1:5432/postgres)"
-            );
-            None
-        }
-    }
-}
-
-/// `base` with its database name replaced by `db`.
-fn with_db(base: &str, db: &str) -> String {
-    let (main, query) = match base.split_once('?') {
-        Some((m, q)) => (m, format!("?{q}")),
-        None => (base, String::new()),
-    };
-    let after_scheme = main.find("://").map_or(0, |i| i + 3);
-    let host_end = main[after_scheme..]
-        .find('/')
-        .map_or(main.len(), |i| after_scheme + i);
-    format!("{}/{db}{query}", &main[..host_end])
-}
-
-/// Runs one admin statement on a thread of its own (callable from inside a runtime and from
-/// `Drop`), bounded by a timeout.
-fn admin_blocking(url: &str, sql: &str) -> Result<(), String> {
-    let (url, sql) = (url.to_owned(), sql.to_owned());
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| format!("runtime: {e}"))?;
-        rt.block_on(async {
-            let work = async {
-                let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-                    .await
-                    .map_err(|e| format!("connect: {e}"))?;
-                let task = tokio::spawn(conn);
-                let r = client.batch_execute(&sql).await.map_err(|e| e.to_string());
-                drop(client);
-                let _ = task.await;
-                r
-            };
-            tokio::time::timeout(Duration::from_secs(30), work)
-                .await
-                .map_err(|_| format!("no answer within 30 s to {sql}"))?
-        })
-    })
-    .join()
-    .map_err(|_| "admin thread panicked".to_owned())?
-}
-
-/// A database `idem_t_<random>` created for one test, dropped (`WITH (FORCE)`) on drop.
-struct TestDb {
-    admin: String,
-    name: String,
-    url: String,
-}
-
-impl TestDb {
-    fn create(admin: &str) -> TestDb {
-        let name = format!("idem_t_{:016x}", rand::random::<u64>());
-        admin_blocking(admin, &format!("CREATE DATABASE {name}"))
-            .unwrap_or_else(|e| panic!("create database {name}: {e}"));
-        TestDb {
-            admin: admin.to_owned(),
-            url: with_db(admin, &name),
-            name,
-        }
-    }
-}
-
-impl Drop for TestDb {
-    fn drop(&mut self) {
-        let sql = format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name);
-        if let Err(e) = admin_blocking(&self.admin, &sql) {
-            eprintln!("could not drop test database {}: {e}", self.name);
-        }
-    }
-}
-
-/// A free loopback port (bound then released).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free loopback port")
-        .port()
-}
 
 fn client() -> reqwest::Client {
     reqwest::Client::builder()
@@ -148,11 +47,7 @@ impl Serve {
         let dir = tempfile::tempdir().expect("tempdir for the server log");
         let log = dir.path().join(format!("{name}.log"));
         let addr = format!("127.0.0.1:{}", free_port());
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_idem"));
-        for v in IDEM_ENV {
-            cmd.env_remove(v);
-        }
-        let child = cmd
+        let child = clean_command(env!("CARGO_BIN_EXE_idem"))
             .args(["serve", "--listen", &addr, "--db", db_url])
             .args(["--janitor-interval", "200ms"])
             .stdin(Stdio::null())
@@ -287,14 +182,14 @@ fn assert_problem(a: &Answer, status: StatusCode, code: &str, what: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn three_instances_one_database_one_acquirer_per_key() {
-    let Some(admin) = admin_url("three_instances_one_database_one_acquirer_per_key") else {
+    let Some(admin) = admin_url_or_skip("three_instances_one_database_one_acquirer_per_key") else {
         return;
     };
-    let db = TestDb::create(&admin);
+    let db = PgDb::create_on(&admin);
     let servers = Arc::new(vec![
-        Serve::start("idem-a", &db.url).await,
-        Serve::start("idem-b", &db.url).await,
-        Serve::start("idem-c", &db.url).await,
+        Serve::start("idem-a", db.url()).await,
+        Serve::start("idem-b", db.url()).await,
+        Serve::start("idem-c", db.url()).await,
     ]);
     let http = client();
     const KEYS: usize = 20;
@@ -450,13 +345,14 @@ async fn three_instances_one_database_one_acquirer_per_key() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reclaim_on_one_instance_fences_the_old_token_on_another() {
-    let Some(admin) = admin_url("reclaim_on_one_instance_fences_the_old_token_on_another") else {
+    let Some(admin) = admin_url_or_skip("reclaim_on_one_instance_fences_the_old_token_on_another")
+    else {
         return;
     };
-    let db = TestDb::create(&admin);
-    let a = Serve::start("idem-a", &db.url).await;
-    let b = Serve::start("idem-b", &db.url).await;
-    let c = Serve::start("idem-c", &db.url).await;
+    let db = PgDb::create_on(&admin);
+    let a = Serve::start("idem-a", db.url()).await;
+    let b = Serve::start("idem-b", db.url()).await;
+    let c = Serve::start("idem-c", db.url()).await;
     let http = client();
     let (ns, key) = ("fence", "evt_42:email");
 
@@ -557,147 +453,6 @@ async fn reclaim_on_one_instance_fences_the_old_token_on_another() {
 
 // ------------------------------------------------------------------ 3. outage
 
-const PG_BIN: &str = "/usr/lib/postgresql/15/bin";
-
-/// A private PostgreSQL cluster in a temp dir on a free loopback port (run as `postgres` via
-/// `runuser` when the tests run as root). Stopped and removed on drop.
-struct Cluster {
-    dir: PathBuf,
-    port: u16,
-    as_root: bool,
-}
-
-fn run_pg(as_root: bool, tool: &str, args: &[&str]) -> bool {
-    let path = format!("{PG_BIN}/{tool}");
-    let mut cmd = if as_root {
-        let mut c = Command::new("runuser");
-        c.args(["-u", "postgres", "--", &path]);
-        c
-    } else {
-        Command::new(&path)
-    };
-    match cmd.args(args).stdin(Stdio::null()).output() {
-        Ok(out) => {
-            if !out.status.success() {
-                eprintln!(
-                    "{tool} failed: {}{}",
-                    String::from_utf8_lossy(&out.stdout),
-                    String::from_utf8_lossy(&out.stderr)
-                );
-            }
-            out.status.success()
-        }
-        Err(e) => {
-            eprintln!("{tool}: {e}");
-            false
-        }
-    }
-}
-
-impl Cluster {
-    fn create() -> Option<Cluster> {
-        if !Path::new(PG_BIN).join("pg_ctl").exists() {
-            eprintln!("skipping the outage test: no PostgreSQL binaries under {PG_BIN}");
-            return None;
-        }
-        let as_root = Command::new("id")
-            .arg("-u")
-            .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
-            .unwrap_or(false);
-        let dir = std::env::temp_dir().join(format!("idem-cli-pg-{:08x}", rand::random::<u32>()));
-        std::fs::create_dir_all(&dir).expect("cluster temp dir");
-        let c = Cluster {
-            dir,
-            port: free_port(),
-            as_root,
-        };
-        if as_root {
-            let ok = Command::new("chown")
-                .args(["-R", "postgres:postgres"])
-                .arg(&c.dir)
-                .status()
-                .is_ok_and(|s| s.success());
-            assert!(ok, "chown the cluster temp dir to postgres");
-        }
-        assert!(
-            run_pg(
-                as_root,
-                "initdb",
-                &[
-                    "-D",
-                    &c.data(),
-                    "-A",
-                    "trust",
-                    "-U",
-                    "postgres",
-                    "--no-sync"
-                ]
-            ),
-            "initdb"
-        );
-        assert!(c.start(), "first start of the private cluster");
-        Some(c)
-    }
-
-    fn data(&self) -> String {
-        self.dir.join("data").to_string_lossy().into_owned()
-    }
-
-    fn start(&self) -> bool {
-        let opts = format!(
-            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off",
-            self.port,
-            self.dir.to_string_lossy()
-        );
-        let log = self.dir.join("log").to_string_lossy().into_owned();
-        run_pg(
-            self.as_root,
-            "pg_ctl",
-            &[
-                "-D",
-                &self.data(),
-                "-o",
-                &opts,
-                "-l",
-                &log,
-                "-w",
-                "-t",
-                "30",
-                "start",
-            ],
-        )
-    }
-
-    fn stop(&self) -> bool {
-        run_pg(
-            self.as_root,
-            "pg_ctl",
-            &[
-                "-D",
-                &self.data(),
-                "-m",
-                "immediate",
-                "-w",
-                "-t",
-                "30",
-                "stop",
-            ],
-        )
-    }
-
-    fn admin_url(&self) -> String {
-        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        let _ = self.stop();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
 /// One request during the outage: answered quickly, and with a 503 `store_unavailable`.
 async fn expect_unavailable(what: &str, req: reqwest::RequestBuilder) {
     let started = Instant::now();
@@ -724,14 +479,15 @@ async fn expect_unavailable(what: &str, req: reqwest::RequestBuilder) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn database_outage_answers_503_fast_and_recovers_without_restart() {
-    if admin_url("database_outage_answers_503_fast_and_recovers_without_restart").is_none() {
+    if admin_url_or_skip("database_outage_answers_503_fast_and_recovers_without_restart").is_none()
+    {
         return;
     }
     let Some(cluster) = Cluster::create() else {
         return;
     };
-    let db = TestDb::create(&cluster.admin_url());
-    let mut s = Serve::start("idem-outage", &db.url).await;
+    let db = PgDb::create_on(&cluster.admin_url());
+    let mut s = Serve::start("idem-outage", db.url()).await;
     let http = client();
     let ns = "outage";
 

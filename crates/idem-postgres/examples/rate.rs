@@ -9,7 +9,7 @@
 //!     cargo run --release -p idem-postgres --example rate [-- SECONDS]
 //! ```
 //!
-//! Works in a fresh database `idem_rate_<random>` that is dropped at the end.
+//! Works in a fresh database `idem_t_<random>` that is dropped at the end.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -18,31 +18,11 @@ use std::time::{Duration, Instant};
 use idem_core::{ClaimRequest, CompleteRequest, Key, Namespace};
 use idem_postgres::{PgOptions, PgStore};
 use idem_store::{Ledger, Store};
+use idem_testkit::pg::{admin, PgDb};
 use serde_json::json;
 use tokio_postgres::NoTls;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
-fn with_db(base: &str, db: &str) -> String {
-    let (main, query) = match base.split_once('?') {
-        Some((m, q)) => (m, format!("?{q}")),
-        None => (base, String::new()),
-    };
-    let after_scheme = main.find("://").map_or(0, |i| i + 3);
-    let host_end = main[after_scheme..]
-        .find('/')
-        .map_or(main.len(), |i| after_scheme + i);
-    format!("{}/{db}{query}", &main[..host_end])
-}
-
-async fn admin(base: &str, sql: &str) -> Result<(), BoxError> {
-    let (client, conn) = tokio_postgres::connect(base, NoTls).await?;
-    let task = tokio::spawn(conn);
-    client.batch_execute(sql).await?;
-    drop(client);
-    let _ = task.await;
-    Ok(())
-}
 
 async fn ledger_rate(url: &str, clients: usize, secs: u64, run: u32) -> Result<f64, BoxError> {
     let store = PgStore::connect_with(
@@ -149,12 +129,12 @@ async fn main() -> Result<(), BoxError> {
         .map(|s| s.parse())
         .transpose()?
         .unwrap_or(5);
-    let name = format!("idem_rate_{:016x}", rand::random::<u64>());
-    admin(&base, &format!("CREATE DATABASE {name}")).await?;
-    let url = with_db(&base, &name);
+    // Dropped (with every connection to it) when `db` goes, also on an error.
+    let db = PgDb::create_on(&base);
+    let (name, url) = (db.name(), db.url());
     let result = async {
         admin(
-            &url,
+            url,
             "CREATE TABLE bare (k TEXT PRIMARY KEY, state TEXT NOT NULL, result TEXT, \
              version BIGINT NOT NULL)",
         )
@@ -166,8 +146,8 @@ async fn main() -> Result<(), BoxError> {
         );
         for (run, clients) in [1usize, 16, 64].into_iter().enumerate() {
             let run = u32::try_from(run)?;
-            let bare = bare_rate(&url, clients, secs, run).await?;
-            let idem = ledger_rate(&url, clients, secs, run).await?;
+            let bare = bare_rate(url, clients, secs, run).await?;
+            let idem = ledger_rate(url, clients, secs, run).await?;
             println!(
                 "{clients:>8} {idem:>14.0} {bare:>14.0} {:>8.2}",
                 idem / bare.max(f64::MIN_POSITIVE)
@@ -176,10 +156,6 @@ async fn main() -> Result<(), BoxError> {
         Ok::<(), BoxError>(())
     }
     .await;
-    admin(
-        &base,
-        &format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"),
-    )
-    .await?;
+    drop(db);
     result
 }

@@ -14,7 +14,11 @@ mod ledger;
 mod types;
 
 pub use ledger::{Ledger, LedgerError};
-pub use types::*;
+pub use types::{
+    generate_secret, hash_secret, AlertOutcome, ApiToken, Cursor, ExecCtx, Executed, ListQuery,
+    NamespaceChange, NamespaceInfo, NewApiToken, Page, PendingAlert, RecordWithEvents,
+    RetentionReport, Role, StateCounts, Stats, StoreError, SweepReport,
+};
 
 use async_trait::async_trait;
 use idem_core::{Key, Namespace, Op, Timestamp};

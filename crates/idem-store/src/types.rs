@@ -1,8 +1,7 @@
 //! Data exchanged with stores.
 
 use idem_core::{
-    AlertSecret, Ctx, Event, LeaseId, Op, OpError, Policy, PolicyError, Record, Reply, State,
-    Timestamp,
+    AlertSecret, Ctx, Event, LeaseId, OpError, Policy, PolicyError, Record, Reply, State, Timestamp,
 };
 use serde::Serialize;
 
@@ -268,11 +267,6 @@ pub enum StoreError {
     /// Anything else the backend reports.
     #[error("store error: {0}")]
     Internal(String),
-}
-
-/// Helper for backends: the op an execution ran (for logging at the store level).
-pub fn op_name(op: &Op) -> &'static str {
-    op.name()
 }
 
 /// SHA-256 hex of an API token secret: what stores keep and look up.

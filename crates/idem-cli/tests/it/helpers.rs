@@ -1,29 +1,17 @@
 //! Running the binary and a throwaway server.
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Environment variables of idem that must not leak from the developer's shell into tests.
-const IDEM_ENV: [&str; 8] = [
-    "IDEM_URL",
-    "IDEM_TOKEN",
-    "IDEM_LEASE_TOKEN",
-    "IDEM_DB",
-    "IDEM_LISTEN",
-    "IDEM_CONFIG",
-    "IDEM_JANITOR_INTERVAL",
-    "IDEM_LOG",
-];
+use idem_testkit::process::clean_command;
+pub use idem_testkit::process::free_port;
 
+/// The binary under test, with none of the idem variables of the developer's shell.
 pub fn idem() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_idem"));
-    for v in IDEM_ENV {
-        c.env_remove(v);
-    }
-    c
+    clean_command(env!("CARGO_BIN_EXE_idem"))
 }
 
 #[derive(Debug)]
@@ -69,10 +57,7 @@ pub fn run(args: &[&str]) -> Out {
 /// Runs `sh -c SCRIPT` with `$IDEM` naming the binary under test (and no idem variables of
 /// the developer's shell), as a user's script would call it.
 pub fn shell(script: &str, env: &[(&str, &str)]) -> Out {
-    let mut cmd = Command::new("sh");
-    for v in IDEM_ENV {
-        cmd.env_remove(v);
-    }
+    let mut cmd = clean_command("sh");
     cmd.args(["-c", script])
         .env("IDEM", env!("CARGO_BIN_EXE_idem"))
         .stdin(Stdio::null());
@@ -85,12 +70,6 @@ pub fn shell(script: &str, env: &[(&str, &str)]) -> Out {
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
     }
-}
-
-/// A free loopback port (bound then released).
-pub fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.local_addr().expect("addr").port()
 }
 
 /// One HTTP/1.0 GET; answers the status code.

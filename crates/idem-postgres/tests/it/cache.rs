@@ -42,7 +42,7 @@ async fn pair(l: &idem_store::Ledger, n: &str, k: &str, result: serde_json::Valu
 
 #[tokio::test]
 async fn warm_pair_and_duplicate_take_one_statement_each() {
-    let Some(db) = TestDb::create("warm_pair_one_statement").await else {
+    let Some(db) = PgDb::create("warm_pair_one_statement") else {
         return;
     };
     let store = db.store().await;
@@ -103,7 +103,7 @@ async fn warm_pair_and_duplicate_take_one_statement_each() {
 
 #[tokio::test]
 async fn namespace_change_through_another_store_is_honoured_on_the_next_operation() {
-    let Some(db) = TestDb::create("stale_namespace_cache").await else {
+    let Some(db) = PgDb::create("stale_namespace_cache") else {
         return;
     };
     let (a, b) = (db.store().await, db.store().await);
@@ -173,7 +173,7 @@ async fn namespace_change_through_another_store_is_honoured_on_the_next_operatio
 
 #[tokio::test]
 async fn record_moved_by_another_store_is_decided_again_on_the_stored_record() {
-    let Some(db) = TestDb::create("stale_record_cache").await else {
+    let Some(db) = PgDb::create("stale_record_cache") else {
         return;
     };
     let (a, b) = (db.store().await, db.store().await);
@@ -248,7 +248,7 @@ async fn record_moved_by_another_store_is_decided_again_on_the_stored_record() {
 
 #[tokio::test]
 async fn records_moved_by_the_janitor_are_decided_again() {
-    let Some(db) = TestDb::create("janitor_moves_cached_records").await else {
+    let Some(db) = PgDb::create("janitor_moves_cached_records") else {
         return;
     };
     let (a, b) = (db.store().await, db.store().await);
@@ -328,7 +328,7 @@ async fn records_moved_by_the_janitor_are_decided_again() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_fresh_claims_from_two_stores_acquire_exactly_once() {
-    let Some(db) = TestDb::create("concurrent_speculative_claims").await else {
+    let Some(db) = PgDb::create("concurrent_speculative_claims") else {
         return;
     };
     let (a, b) = (db.store_with(4).await, db.store_with(4).await);
@@ -392,12 +392,12 @@ async fn concurrent_fresh_claims_from_two_stores_acquire_exactly_once() {
 
 #[tokio::test]
 async fn record_cache_can_be_turned_off() {
-    let Some(db) = TestDb::create("record_cache_off").await else {
+    let Some(db) = PgDb::create("record_cache_off") else {
         return;
     };
     let store = Arc::new(
         PgStore::connect_with(
-            &db.url,
+            db.url(),
             PgOptions {
                 max_connections: 2,
                 record_cache: 0,
@@ -423,7 +423,7 @@ async fn record_cache_can_be_turned_off() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_young_records_table_gets_statistics_so_lookups_use_the_primary_key() {
-    let Some(db) = TestDb::create("first_analyze").await else {
+    let Some(db) = PgDb::create("first_analyze") else {
         return;
     };
     let store = db.store().await;
@@ -446,7 +446,7 @@ async fn a_young_records_table_gets_statistics_so_lookups_use_the_primary_key() 
     for t in tasks {
         t.await.expect("task");
     }
-    let (client, conn) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls)
+    let (client, conn) = tokio_postgres::connect(db.url(), tokio_postgres::NoTls)
         .await
         .expect("connect");
     tokio::spawn(conn);

@@ -10,7 +10,7 @@ use crate::helpers::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sixty_four_stores_claiming_one_key_acquire_exactly_once() {
-    let Some(db) = TestDb::create("sixty_four_stores_claiming_one_key").await else {
+    let Some(db) = PgDb::create("sixty_four_stores_claiming_one_key") else {
         return;
     };
     let _heavy = HEAVY.lock().await;
@@ -54,7 +54,7 @@ async fn sixty_four_stores_claiming_one_key_acquire_exactly_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_hundred_claims_over_twenty_keys_acquire_once_per_key() {
-    let Some(db) = TestDb::create("two_hundred_claims_over_twenty_keys").await else {
+    let Some(db) = PgDb::create("two_hundred_claims_over_twenty_keys") else {
         return;
     };
     let _heavy = HEAVY.lock().await;
@@ -117,7 +117,7 @@ async fn two_hundred_claims_over_twenty_keys_acquire_once_per_key() {
 
 #[tokio::test]
 async fn reclaim_on_one_store_fences_stale_token_on_another() {
-    let Some(db) = TestDb::create("reclaim_fences_stale_token").await else {
+    let Some(db) = PgDb::create("reclaim_fences_stale_token") else {
         return;
     };
     let clock = TestClock::new(T0);

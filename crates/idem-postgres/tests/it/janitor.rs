@@ -46,7 +46,7 @@ where
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn three_instances_sweep_each_record_exactly_once() {
-    let Some(db) = TestDb::create("three_instances_sweep").await else {
+    let Some(db) = PgDb::create("three_instances_sweep") else {
         return;
     };
     let clock = TestClock::new(T0);
@@ -97,7 +97,7 @@ async fn three_instances_sweep_each_record_exactly_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn three_instances_share_retention_without_double_work() {
-    let Some(db) = TestDb::create("three_instances_retention").await else {
+    let Some(db) = PgDb::create("three_instances_retention") else {
         return;
     };
     let clock = TestClock::new(T0);
@@ -223,7 +223,7 @@ async fn expiry_events(url: &str, ns: &str) -> Vec<(String, i64)> {
 async fn two_instances_drain_one_backlog_with_one_event_per_record() {
     const SHORT: usize = 150;
     const LONG: usize = 20;
-    let Some(db) = TestDb::create("two_instances_backlog").await else {
+    let Some(db) = PgDb::create("two_instances_backlog") else {
         return;
     };
     let clock = TestClock::new(T0);
@@ -288,14 +288,14 @@ async fn two_instances_drain_one_backlog_with_one_event_per_record() {
         SHORT + 1,
         "per instance: {expired:?}"
     );
-    let events = expiry_events(&db.url, "short").await;
+    let events = expiry_events(db.url(), "short").await;
     assert_eq!(events.len(), SHORT + 1, "one key per expired record");
     assert!(
         events.iter().all(|(_, n)| *n == 1),
         "a record was logged twice: {events:?}"
     );
     assert!(events.iter().any(|(k, _)| k == "failed"));
-    assert!(expiry_events(&db.url, "long").await.is_empty());
+    assert!(expiry_events(db.url(), "long").await.is_empty());
     for k in ["processing", "review"] {
         let got = stores[1]
             .get(&short, &key(k))
@@ -311,7 +311,7 @@ async fn two_instances_drain_one_backlog_with_one_event_per_record() {
     let now = clock.now();
     let expired = expire_all(&stores, now, 3).await;
     assert_eq!(expired.iter().sum::<usize>(), LONG, "{expired:?}");
-    let events = expiry_events(&db.url, "long").await;
+    let events = expiry_events(db.url(), "long").await;
     assert_eq!(events.len(), LONG);
     assert!(events.iter().all(|(_, n)| *n == 1), "{events:?}");
 
@@ -324,8 +324,8 @@ async fn two_instances_drain_one_backlog_with_one_event_per_record() {
         SHORT + 1 + LONG,
         "{deleted:?}"
     );
-    assert!(expiry_events(&db.url, "short").await.is_empty());
-    assert!(expiry_events(&db.url, "long").await.is_empty());
+    assert!(expiry_events(db.url(), "short").await.is_empty());
+    assert!(expiry_events(db.url(), "long").await.is_empty());
     let stats = stores[1].stats(now).await.expect("stats");
     assert_eq!(
         stats.records.0.iter().map(|(_, n)| n).sum::<u64>(),

@@ -14,7 +14,7 @@ use crate::helpers::*;
 
 #[tokio::test]
 async fn claim_complete_replay_and_read_back() {
-    let Some(db) = TestDb::create("claim_complete_replay_and_read_back").await else {
+    let Some(db) = PgDb::create("claim_complete_replay_and_read_back") else {
         return;
     };
     let store = db.store().await;
@@ -117,7 +117,7 @@ async fn claim_complete_replay_and_read_back() {
 
 #[tokio::test]
 async fn conflict_fail_backoff_resume_and_review() {
-    let Some(db) = TestDb::create("conflict_fail_backoff_resume_and_review").await else {
+    let Some(db) = PgDb::create("conflict_fail_backoff_resume_and_review") else {
         return;
     };
     let store = db.store().await;
@@ -244,7 +244,7 @@ async fn conflict_fail_backoff_resume_and_review() {
 
 #[tokio::test]
 async fn namespace_policy_pause_and_daily_limit() {
-    let Some(db) = TestDb::create("namespace_policy_pause_and_daily_limit").await else {
+    let Some(db) = PgDb::create("namespace_policy_pause_and_daily_limit") else {
         return;
     };
     let store = db.store().await;
@@ -303,7 +303,7 @@ async fn namespace_policy_pause_and_daily_limit() {
 
 #[tokio::test]
 async fn list_pages_newest_first_with_state_filter() {
-    let Some(db) = TestDb::create("list_pages_newest_first_with_state_filter").await else {
+    let Some(db) = PgDb::create("list_pages_newest_first_with_state_filter") else {
         return;
     };
     let store = db.store().await;
@@ -372,7 +372,7 @@ async fn list_pages_newest_first_with_state_filter() {
 
 #[tokio::test]
 async fn sweep_moves_expired_review_lease_and_alerts_are_delivered_once() {
-    let Some(db) = TestDb::create("sweep_moves_expired_review_lease").await else {
+    let Some(db) = PgDb::create("sweep_moves_expired_review_lease") else {
         return;
     };
     let store = db.store().await;
@@ -460,7 +460,7 @@ async fn sweep_moves_expired_review_lease_and_alerts_are_delivered_once() {
 
 #[tokio::test]
 async fn retention_expires_results_then_deletes_tombstones() {
-    let Some(db) = TestDb::create("retention_expires_results_then_deletes").await else {
+    let Some(db) = PgDb::create("retention_expires_results_then_deletes") else {
         return;
     };
     let store = db.store().await;
@@ -521,7 +521,7 @@ async fn retention_expires_results_then_deletes_tombstones() {
 
 #[tokio::test]
 async fn tokens_are_stored_hashed() {
-    let Some(db) = TestDb::create("tokens_are_stored_hashed").await else {
+    let Some(db) = PgDb::create("tokens_are_stored_hashed") else {
         return;
     };
     let store = db.store().await;
@@ -556,7 +556,7 @@ async fn tokens_are_stored_hashed() {
 
 #[tokio::test]
 async fn refused_operations_write_nothing_but_lease_lost() {
-    let Some(db) = TestDb::create("refused_operations_write_nothing").await else {
+    let Some(db) = PgDb::create("refused_operations_write_nothing") else {
         return;
     };
     let store = db.store().await;
@@ -605,7 +605,7 @@ impl NowTs for TestClock {
 /// and every write after it moves them.
 #[tokio::test]
 async fn migration_4_counts_an_existing_ledger_into_the_state_counters() {
-    let Some(db) = TestDb::create("migration_4_counts_an_existing_ledger").await else {
+    let Some(db) = PgDb::create("migration_4_counts_an_existing_ledger") else {
         return;
     };
     let clock = TestClock::new(T0);
@@ -632,7 +632,7 @@ async fn migration_4_counts_an_existing_ledger_into_the_state_counters() {
             .expect("claim");
     }
     // Back to the schema as version 3 left it.
-    let (client, conn) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls)
+    let (client, conn) = tokio_postgres::connect(db.url(), tokio_postgres::NoTls)
         .await
         .expect("connect");
     let task = tokio::spawn(conn);

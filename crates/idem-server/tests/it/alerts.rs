@@ -5,7 +5,7 @@ use axum::routing::post;
 use axum::{Json, Router};
 use serde_json::{json, Value};
 
-use crate::helpers::*;
+use idem_testkit::app::*;
 
 /// A local alert receiver; `fail_first` answers 500 that many times first.
 async fn receiver(fail_first: usize) -> (String, Arc<Mutex<Vec<Value>>>) {

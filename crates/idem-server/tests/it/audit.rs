@@ -5,7 +5,7 @@ use std::path::Path;
 use idem::Role;
 use serde_json::{json, Value};
 
-use crate::helpers::{spawn_app, spawn_with, Options};
+use idem_testkit::app::{spawn_app, spawn_with, Options};
 
 fn fixture(name: &str) -> Value {
     let p = Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -3,7 +3,7 @@ use std::time::Duration;
 use idem::Role;
 use serde_json::json;
 
-use crate::helpers::*;
+use idem_testkit::app::*;
 
 fn with_tokens() -> Options {
     Options {

@@ -2,7 +2,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::helpers::*;
+use idem_testkit::app::*;
 
 #[tokio::test]
 async fn fresh_claim_acquires_with_a_token_and_resumed_false() {

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde_json::json;
 
-use crate::helpers::*;
+use idem_testkit::app::*;
 
 /// A destination that counts the effects it committed and the requests it received.
 #[derive(Default)]

@@ -1,6 +1,6 @@
 use serde_json::json;
 
-use crate::helpers::*;
+use idem_testkit::app::*;
 
 #[tokio::test]
 async fn unknown_routes_are_404_problems() {

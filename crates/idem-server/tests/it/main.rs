@@ -1,8 +1,7 @@
 //! Integration tests of the HTTP service: a real server on 127.0.0.1:0 over a fresh SQLite
 //! file per test, driven through a real socket. Tests that care about storage also run on a
-//! fresh PostgreSQL database when `IDEM_TEST_PG` (an admin URL) is set ([`pg`]).
-
-mod helpers;
+//! fresh PostgreSQL database when `IDEM_TEST_PG` (an admin URL) is set; the server, the
+//! databases and the typed HTTP helpers come from `idem_testkit::app`.
 
 mod alerts;
 mod audit;

@@ -1,6 +1,6 @@
 use serde_json::json;
 
-use crate::helpers::*;
+use idem_testkit::app::*;
 
 #[tokio::test]
 async fn unused_namespace_answers_with_the_defaults() {

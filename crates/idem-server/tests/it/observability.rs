@@ -10,7 +10,7 @@ use idem::{
 };
 use serde_json::json;
 
-use crate::helpers::*;
+use idem_testkit::app::*;
 
 #[tokio::test]
 async fn metrics_are_present_after_traffic() {

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 
 use serde_json::{json, Value};
 
-use crate::helpers::*;
+use idem_testkit::app::*;
 
 async fn document() -> (TestApp, Value) {
     let app = spawn_app().await;

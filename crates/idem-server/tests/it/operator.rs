@@ -1,6 +1,6 @@
 use serde_json::json;
 
-use crate::helpers::*;
+use idem_testkit::app::*;
 
 async fn to_review(app: &TestApp, ns: &str, key: &str) {
     let t = Api::acquired(&app.claim(ns, key, json!({})).await);

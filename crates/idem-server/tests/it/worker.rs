@@ -1,6 +1,6 @@
 use serde_json::json;
 
-use crate::helpers::*;
+use idem_testkit::app::*;
 
 #[tokio::test]
 async fn prepare_then_approval_then_delivery_with_the_saved_payload() {

@@ -5,7 +5,8 @@ use std::sync::Arc;
 
 use idem_sqlite::SqliteStore;
 use idem_store::Store;
-use idem_store_tests::{contract_suite, Backend};
+use idem_testkit::contract::Backend;
+use idem_testkit::contract_suite;
 
 struct Sqlite {
     // Held so the directory (and the database) lives as long as the case.

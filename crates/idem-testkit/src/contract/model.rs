@@ -21,7 +21,7 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use serde_json::{json, Value};
 
-use crate::{key, ns, DAY_MS, T0};
+use super::{key, ns, DAY_MS, T0};
 
 const LEASE_MS: i64 = 10_000;
 const LONG_LEASE_MS: i64 = 60_000;

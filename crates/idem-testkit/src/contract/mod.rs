@@ -2,7 +2,7 @@
 //! every backend.
 //!
 //! A backend's test binary implements [`Backend`] (a fresh empty database per test, more
-//! handles onto the same database, cleanup) and expands [`contract_suite!`], which generates
+//! handles onto the same database, cleanup) and expands [`crate::contract_suite!`], which generates
 //! one named `#[tokio::test]` per case. The cases hold the store to the product contract
 //! (`spec/API.md`): the claim table through a real store, exactly-one-winner under concurrency
 //! from tasks and from separate handles, fencing tokens, lease expiry both lazily and through
@@ -127,7 +127,7 @@ macro_rules! contract_suite {
         $(
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn $case() {
-                $crate::run::<$backend, _, _>(stringify!($case), |b| $crate::cases::$case(b)).await;
+                $crate::contract::run::<$backend, _, _>(stringify!($case), |b| $crate::contract::cases::$case(b)).await;
             }
         )*
     };

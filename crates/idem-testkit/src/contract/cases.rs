@@ -18,7 +18,7 @@ use idem_store::{
 use serde_json::{json, Value};
 use tokio::sync::Barrier;
 
-use crate::{key, ns, ok_reply, Backend, DAY_MS, H, T0};
+use super::{key, ns, ok_reply, Backend, DAY_MS, H, T0};
 
 // ---------------------------------------------------------------- request helpers
 
@@ -1866,7 +1866,7 @@ pub async fn reopened_handle_sees_every_acknowledged_change<B: Backend>(b: Arc<B
 // ================================================================ model
 
 pub async fn model_random_operation_sequences_agree_with_the_rules<B: Backend>(b: Arc<B>) {
-    crate::model::run_model(b.open().await).await;
+    super::model::run_model(b.open().await).await;
 }
 
 // ================================================================ more races and refusals

@@ -1,6 +1,9 @@
 //! `spawn_app()`: a real server on 127.0.0.1:0 over a fresh SQLite file, with typed helpers.
 //! `spawn_on(Backend::Postgres, …)`: the same over a fresh PostgreSQL database (created from
 //! `IDEM_TEST_PG`, dropped when the app is dropped); `backends()` lists what this run has.
+//!
+//! It drives the server only through its public entry point (`idem_server::run`) and a real
+//! socket, so a test sees exactly what a client sees; it must never reach into handlers.
 
 use std::future::Future;
 
@@ -8,6 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idem::{Clock, NewApiToken, Role, Store, TestClock, Timestamp};
+
+use crate::pg::PgDb;
 use reqwest::header::HeaderMap;
 use serde_json::{json, Value};
 use tokio::sync::oneshot;
@@ -35,57 +40,12 @@ pub enum Backend {
 /// SQLite always; PostgreSQL too when `IDEM_TEST_PG` is set (CI sets it).
 pub fn backends() -> Vec<Backend> {
     let mut v = vec![Backend::Sqlite];
-    if std::env::var("IDEM_TEST_PG").is_ok() {
+    if crate::pg::admin_url().is_some() {
         v.push(Backend::Postgres);
     } else {
         eprintln!("PostgreSQL part skipped: IDEM_TEST_PG is not set");
     }
     v
-}
-
-/// A PostgreSQL database made for one test, dropped with it.
-pub struct PgDb {
-    base: String,
-    name: String,
-}
-
-impl PgDb {
-    async fn create() -> (PgDb, String) {
-        let base = std::env::var("IDEM_TEST_PG").expect("IDEM_TEST_PG");
-        let name = format!("idem_srv_{:016x}", rand::random::<u64>());
-        pg_admin(&base, &format!("CREATE DATABASE {name}")).await;
-        let url = match base.rsplit_once('/') {
-            Some((server, _)) => format!("{server}/{name}"),
-            None => panic!("IDEM_TEST_PG must end with /DATABASE"),
-        };
-        (PgDb { base, name }, url)
-    }
-}
-
-async fn pg_admin(base: &str, sql: &str) {
-    let (client, conn) = tokio_postgres::connect(base, tokio_postgres::NoTls)
-        .await
-        .expect("connect to IDEM_TEST_PG");
-    let task = tokio::spawn(conn);
-    client.batch_execute(sql).await.expect("admin statement");
-    drop(client);
-    let _ = task.await;
-}
-
-impl Drop for PgDb {
-    fn drop(&mut self) {
-        let base = self.base.clone();
-        let sql = format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name);
-        let _ = std::thread::spawn(move || {
-            if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                rt.block_on(pg_admin(&base, &sql));
-            }
-        })
-        .join();
-    }
 }
 
 impl Default for Options {
@@ -141,7 +101,9 @@ pub async fn spawn_with(opts: Options) -> TestApp {
             format!("sqlite://{}", dir.path().join("idem.db").display()),
         ),
         (None, Backend::Postgres) => {
-            let (db, url) = PgDb::create().await;
+            let db = PgDb::create("a server on PostgreSQL")
+                .expect("Backend::Postgres needs IDEM_TEST_PG (see backends())");
+            let url = db.url().to_owned();
             (Some(db), url)
         }
     };

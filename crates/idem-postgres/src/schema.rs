@@ -18,7 +18,63 @@ use crate::error::store_err;
 /// Arbitrary constant identifying idem's migration lock (`'idem'` as ASCII).
 const MIGRATION_LOCK: i64 = 0x6964_656d;
 
-pub(crate) const MIGRATIONS: &[(i32, &str)] = &[(1, V1), (2, V2), (3, V3), (4, V4)];
+pub(crate) const MIGRATIONS: &[(i32, &str)] = &[(1, V1), (2, V2), (3, V3), (4, V4), (5, V5)];
+
+/// One outbox for every kind of outbound work (alerts now; forwards and effects next), and
+/// the secrets the server reads back. Every `alerts` row moves over with its id (an alert's
+/// `webhook-id` is derived from it and must not change between retries) and its state, so the
+/// dedupe of finished alerts survives too; the id sequence continues after the old one, so no
+/// id is handed out twice. Then `alerts` is dropped: nothing reads it any more, and two
+/// outboxes would mean two dedupe rules and two retention deletes to keep in step. An alert
+/// leased at upgrade time (next_at in the future) becomes pending at that time, which is when
+/// its old lease would have run out. `due_at` is the end of the lease while an item is leased,
+/// so one partial index serves both "due" and "lease ran out".
+const V5: &str = r#"
+CREATE TABLE outbox (
+    id          BIGSERIAL PRIMARY KEY,
+    kind        TEXT NOT NULL,
+    namespace   TEXT COLLATE "C" NOT NULL,
+    key         TEXT COLLATE "C" NOT NULL,
+    dedupe      TEXT NOT NULL,
+    payload     BYTEA NOT NULL,
+    created_at  BIGINT NOT NULL,
+    due_at      BIGINT NOT NULL,
+    attempts    BIGINT NOT NULL DEFAULT 0,
+    state       TEXT NOT NULL DEFAULT 'pending',
+    lease_owner TEXT,
+    lease_until BIGINT,
+    last_error  TEXT,
+    finished_at BIGINT,
+    UNIQUE (namespace, key, kind, dedupe)
+);
+CREATE INDEX outbox_due ON outbox (kind, due_at) WHERE state IN ('pending', 'leased');
+INSERT INTO outbox (id, kind, namespace, key, dedupe, payload, created_at, due_at, attempts,
+                    state, finished_at)
+    SELECT id, 'alert', namespace, key, reason || ':' || attempt,
+           convert_to(json_build_object('reason', reason, 'state', state,
+                                        'error_category', error_category,
+                                        'attempt', attempt)::text, 'UTF8'),
+           created_at, next_at, tries,
+           CASE status WHEN 'sent' THEN 'done' WHEN 'gave_up' THEN 'dead' ELSE 'pending' END,
+           finished_at
+    FROM alerts;
+SELECT setval(pg_get_serial_sequence('outbox', 'id'), n + 1, false) FROM (
+    SELECT GREATEST(
+        COALESCE((SELECT max(id) FROM outbox), 0),
+        (SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM alerts_id_seq)) AS n
+) AS next_id;
+DROP TABLE alerts;
+
+CREATE TABLE secrets (
+    id         BIGSERIAL PRIMARY KEY,
+    kind       TEXT NOT NULL,
+    owner      TEXT COLLATE "C" NOT NULL,
+    value      TEXT NOT NULL,
+    created_at BIGINT NOT NULL,
+    expires_at BIGINT
+);
+CREATE INDEX secrets_by_owner ON secrets (kind, owner, id);
+"#;
 
 /// Records per state, kept exact by triggers in the transaction of every write, so
 /// `/metrics` sums a few small rows instead of counting the ledger (the same cost at 10M

@@ -168,6 +168,58 @@ CREATE TRIGGER records_count_delete AFTER DELETE ON records BEGIN
     UPDATE record_counts SET n = n - 1 WHERE state = OLD.state;
 END;
 "#,
+    // 4: one outbox for every kind of outbound work (alerts now; forwards and effects next),
+    // and the secrets the server reads back. Every `alerts` row moves over with its id (the
+    // `webhook-id` of an alert is derived from it and must not change between retries) and
+    // its state, so the dedupe of finished alerts survives too; then `alerts` is dropped:
+    // nothing reads it any more, and two outboxes would mean two dedupe rules and two
+    // retention deletes to keep in step. A leased alert (next_at in the future) becomes
+    // pending at that time, which is when its old lease would have run out.
+    r#"
+CREATE TABLE outbox (
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,
+    kind        TEXT    NOT NULL,               -- alert | forward | effect
+    namespace   TEXT    NOT NULL,
+    key         TEXT    NOT NULL,
+    dedupe      TEXT    NOT NULL,
+    payload     BLOB    NOT NULL,
+    created_at  INTEGER NOT NULL,
+    due_at      INTEGER NOT NULL,               -- while leased: the end of the lease
+    attempts    INTEGER NOT NULL DEFAULT 0,
+    state       TEXT    NOT NULL DEFAULT 'pending',  -- pending | leased | done | dead
+    lease_owner TEXT,
+    lease_until INTEGER,
+    last_error  TEXT,
+    finished_at INTEGER,
+    UNIQUE (namespace, key, kind, dedupe)
+);
+CREATE INDEX outbox_due ON outbox (kind, due_at) WHERE state IN ('pending', 'leased');
+INSERT INTO outbox (id, kind, namespace, key, dedupe, payload, created_at, due_at, attempts,
+                    state)
+    SELECT id, 'alert', namespace, key, reason || ':' || attempt,
+           CAST(json_object('reason', reason, 'state', state,
+                            'error_category', error_category, 'attempt', attempt) AS BLOB),
+           created_at, next_at, tries,
+           CASE status WHEN 'sent' THEN 'done' WHEN 'gave_up' THEN 'dead' ELSE 'pending' END
+    FROM alerts;
+-- Ids continue after the old table's, so no alert id is handed out twice.
+INSERT INTO sqlite_sequence (name, seq)
+    SELECT 'outbox', 0 WHERE NOT EXISTS (SELECT 1 FROM sqlite_sequence WHERE name = 'outbox');
+UPDATE sqlite_sequence SET seq = MAX(seq,
+    COALESCE((SELECT s.seq FROM sqlite_sequence s WHERE s.name = 'alerts'), 0))
+    WHERE name = 'outbox';
+DROP TABLE alerts;
+
+CREATE TABLE secrets (
+    id         INTEGER PRIMARY KEY AUTOINCREMENT,
+    kind       TEXT    NOT NULL,               -- alert | source | forward
+    owner      TEXT    NOT NULL,
+    value      TEXT    NOT NULL,
+    created_at INTEGER NOT NULL,
+    expires_at INTEGER
+);
+CREATE INDEX secrets_by_owner ON secrets (kind, owner, id);
+"#,
 ];
 
 /// The schema version this build writes.

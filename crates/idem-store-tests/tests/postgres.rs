@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use idem_postgres::{PgOptions, PgStore};
 use idem_store::Store;
-use idem_store_tests::{contract_suite, Backend};
+use idem_store_tests::{contract_suite, outbox_suite, Backend};
 use tokio_postgres::NoTls;
 
 const ENV: &str = "IDEM_TEST_PG";
@@ -78,3 +78,4 @@ impl Backend for Pg {
 }
 
 contract_suite!(Pg);
+outbox_suite!(Pg);

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use idem_sqlite::SqliteStore;
 use idem_store::Store;
-use idem_store_tests::{contract_suite, Backend};
+use idem_store_tests::{contract_suite, outbox_suite, Backend};
 
 struct Sqlite {
     // Held so the directory (and the database) lives as long as the case.
@@ -34,3 +34,4 @@ impl Backend for Sqlite {
 }
 
 contract_suite!(Sqlite);
+outbox_suite!(Sqlite);

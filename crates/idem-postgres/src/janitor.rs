@@ -12,8 +12,8 @@
 use futures_util::future::try_join_all;
 use idem_core::{AlertReason, Key, Namespace, Op, Policy, State, Timestamp, Write};
 use idem_store::{
-    AlertOutcome, AlertPayload, OutboxKind, OutboxOutcome, PendingAlert, RetentionReport,
-    StateCounts, Stats, SweepReport,
+    AlertOutcome, OutboxKind, OutboxOutcome, PendingAlert, RetentionReport, StateCounts, Stats,
+    SweepReport,
 };
 use std::collections::HashMap;
 use std::sync::LazyLock;
@@ -283,20 +283,7 @@ pub(crate) async fn due_alerts(
         if !namespaces.contains(&item.namespace) {
             namespaces.push(item.namespace.clone());
         }
-        let a = AlertPayload::decode(&item.payload)?;
-        out.push(PendingAlert {
-            id: item.id,
-            namespace: item.namespace,
-            key: item.key,
-            reason: a.reason,
-            state: parse_state(&a.state)?,
-            error_category: a.error_category,
-            attempt: a.attempt,
-            created_at: item.created_at,
-            tries: item.attempts,
-            alert_url: None,
-            alert_secret: None,
-        });
+        out.push(PendingAlert::from_outbox(item)?);
     }
     if out.is_empty() {
         return Ok(out);

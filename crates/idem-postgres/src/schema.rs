@@ -303,3 +303,142 @@ pub(crate) async fn migrate(client: &mut Client, now_ms: i64) -> Result<Vec<i32>
     tx.commit().await.map_err(store_err)?;
     Ok(ran)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio_postgres::NoTls;
+
+    async fn connect(cfg: &tokio_postgres::Config) -> tokio_postgres::Client {
+        let (client, conn) = cfg.connect(NoTls).await.expect("connect");
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        client
+    }
+
+    /// A version-4 ledger's alerts move to the outbox at version 5: ids, states, tries and
+    /// due times kept, payloads readable by the alert sender, the id sequence continuing
+    /// after the old one; the old table is gone. Needs `IDEM_TEST_PG`.
+    #[tokio::test]
+    async fn version_4_alerts_move_to_the_outbox() {
+        let Ok(base) = std::env::var("IDEM_TEST_PG") else {
+            eprintln!("SKIPPED version_4_alerts_move_to_the_outbox: IDEM_TEST_PG is not set");
+            return;
+        };
+        let admin_cfg: tokio_postgres::Config = base.parse().expect("IDEM_TEST_PG");
+        let db = format!("idem_m_{:016x}", rand::random::<u64>());
+        let admin = connect(&admin_cfg).await;
+        admin
+            .batch_execute(&format!("CREATE DATABASE {db}"))
+            .await
+            .expect("create database");
+        let mut cfg = admin_cfg.clone();
+        cfg.dbname(&db);
+        let pool =
+            deadpool_postgres::Pool::builder(deadpool_postgres::Manager::new(cfg.clone(), NoTls))
+                .max_size(1)
+                .build()
+                .expect("pool");
+        {
+            let old = connect(&cfg).await;
+            old.batch_execute(
+                "CREATE TABLE idem_schema_migrations (version INTEGER PRIMARY KEY, \
+                 applied_at BIGINT NOT NULL)",
+            )
+            .await
+            .expect("versions");
+            for (v, sql) in &MIGRATIONS[..4] {
+                old.batch_execute(sql).await.expect("old schema");
+                old.execute("INSERT INTO idem_schema_migrations VALUES ($1, 0)", &[v])
+                    .await
+                    .expect("version");
+            }
+            for (key, status, tries, next_at) in [
+                ("a", "pending", 2i64, 9_000i64),
+                ("b", "sent", 1, 1_000),
+                ("c", "gave_up", 6, 1_000),
+                ("d", "pending", 0, 5_000),
+            ] {
+                old.execute(
+                    "INSERT INTO alerts (namespace, key, reason, state, error_category, attempt, \
+                     created_at, next_at, tries, status) \
+                     VALUES ('n', $1, 'needs_review', 'needs_review', 'timeout', 2, 100, $2, $3, $4)",
+                    &[&key, &next_at, &tries, &status],
+                )
+                .await
+                .expect("alert");
+            }
+            // The highest id ever handed out was deleted (retention): it must not come back.
+            old.execute("DELETE FROM alerts WHERE key = 'd'", &[])
+                .await
+                .expect("delete");
+        }
+        let mut client = pool.get().await.expect("client");
+        assert_eq!(migrate(&mut client, 0).await.expect("migrate"), [5]);
+        let rows = client
+            .query(
+                "SELECT id, kind, key, state, attempts, due_at, payload FROM outbox ORDER BY id",
+                &[],
+            )
+            .await
+            .expect("outbox");
+        let shape: Vec<(i64, String, String, String, i64, i64)> = rows
+            .iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4), r.get(5)))
+            .collect();
+        let expect = [
+            (1, "a", "pending", 2, 9_000),
+            (2, "b", "done", 1, 1_000),
+            (3, "c", "dead", 6, 1_000),
+        ];
+        assert_eq!(shape.len(), expect.len(), "{shape:?}");
+        for (got, want) in shape.iter().zip(expect) {
+            assert_eq!(
+                (
+                    got.0,
+                    got.1.as_str(),
+                    got.2.as_str(),
+                    got.3.as_str(),
+                    got.4,
+                    got.5
+                ),
+                (want.0, "alert", want.1, want.2, want.3, want.4)
+            );
+        }
+        let payload: Vec<u8> = rows[0].get(6);
+        let p = idem_store::AlertPayload::decode(&payload).expect("payload");
+        assert_eq!(
+            p,
+            idem_store::AlertPayload {
+                reason: "needs_review".into(),
+                state: "needs_review".into(),
+                error_category: Some("timeout".into()),
+                attempt: 2,
+            }
+        );
+        let gone = client
+            .query_one("SELECT to_regclass('alerts') IS NULL", &[])
+            .await
+            .expect("regclass");
+        assert!(gone.get::<_, bool>(0));
+        let next = client
+            .query_one(
+                "INSERT INTO outbox (kind, namespace, key, dedupe, payload, created_at, due_at) \
+                 VALUES ('alert', 'n', 'e', 'x', ''::bytea, 0, 0) RETURNING id",
+                &[],
+            )
+            .await
+            .expect("new item");
+        assert_eq!(
+            next.get::<_, i64>(0),
+            5,
+            "ids continue after the old table's"
+        );
+        drop(client);
+        drop(pool);
+        let _ = admin
+            .batch_execute(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)"))
+            .await;
+    }
+}

@@ -377,20 +377,9 @@ pub(crate) fn due_alerts_step(
                 u
             }
         };
-        let a = idem_store::AlertPayload::decode(&item.payload)?;
-        out.push(PendingAlert {
-            id: item.id,
-            namespace: item.namespace,
-            key: item.key,
-            reason: a.reason,
-            state: parse_state(&a.state)?,
-            error_category: a.error_category,
-            attempt: a.attempt,
-            created_at: item.created_at,
-            tries: item.attempts,
-            alert_url,
-            alert_secret,
-        });
+        let mut a = PendingAlert::from_outbox(item)?;
+        (a.alert_url, a.alert_secret) = (alert_url, alert_secret);
+        out.push(a);
     }
     Ok(out)
 }

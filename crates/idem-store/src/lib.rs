@@ -1,7 +1,7 @@
 //! The storage contract of idem.
 //!
-//! A [`Store`] keeps records, events, namespace settings, alert outbox rows and API token
-//! hashes. It never decides anything: [`Store::execute`] loads the record and namespace state,
+//! A [`Store`] keeps records, events, namespace settings, the durable [`outbox`] of outbound
+//! work (alerts, forwards, effects), readable [`secrets`] and API token hashes. It never decides anything: [`Store::execute`] loads the record and namespace state,
 //! calls [`idem_core::apply`] and persists the returned [`idem_core::Transition`] in one atomic
 //! step (a transaction whose record write is guarded by a unique constraint on insert and by
 //! the record `version` on update; a lost race re-runs the decision on fresh data). Backends

@@ -292,6 +292,30 @@ impl AlertPayload {
     }
 }
 
+impl crate::PendingAlert {
+    /// An alert item as the alert sender needs it, without the namespace's URL and secret
+    /// (the caller reads those at delivery time and fills them in).
+    pub fn from_outbox(item: OutboxItem) -> Result<crate::PendingAlert, crate::StoreError> {
+        let a = AlertPayload::decode(&item.payload)?;
+        let state = idem_core::State::parse(&a.state).ok_or_else(|| {
+            crate::StoreError::Corrupt(format!("alert outbox state: {}", a.state))
+        })?;
+        Ok(crate::PendingAlert {
+            id: item.id,
+            namespace: item.namespace,
+            key: item.key,
+            reason: a.reason,
+            state,
+            error_category: a.error_category,
+            attempt: a.attempt,
+            created_at: item.created_at,
+            tries: item.attempts,
+            alert_url: None,
+            alert_secret: None,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -492,7 +492,8 @@ mod tests {
                 .expect("delete");
         }
         let conn = open_writer(&path, Duration::from_secs(1)).expect("migrate");
-        let rows: Vec<(i64, String, String, String, i64, i64, Vec<u8>)> = conn
+        type OutboxRow = (i64, String, String, String, i64, i64, Vec<u8>);
+        let rows: Vec<OutboxRow> = conn
             .prepare(
                 "SELECT id, kind, key, state, attempts, due_at, payload FROM outbox ORDER BY id",
             )

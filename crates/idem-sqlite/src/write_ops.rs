@@ -21,8 +21,8 @@ use rusqlite::{params, Connection, OptionalExtension};
 use crate::error::{corrupt, SqlResult};
 use crate::outbox;
 use crate::rows::{
-    count_states, insert_event, insert_record, load_namespace, load_record, parse_state,
-    save_namespace, update_record,
+    count_states, insert_event, insert_record, load_namespace, load_record, save_namespace,
+    update_record,
 };
 
 /// What one step did beyond its answer (the janitor reports these).

@@ -14,73 +14,42 @@ use idem_store::{
 };
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
-use crate::error::{corrupt, SqlResult};
+use crate::error::SqlResult;
 
 const ITEM_COLS: &str = "id, kind, namespace, key, dedupe, payload, created_at, due_at, \
     attempts, state, lease_owner, lease_until, last_error";
 
-fn item_from_row(r: &Row<'_>) -> rusqlite::Result<RawItem> {
-    Ok(RawItem {
+/// A text column this build does not know (an outbox kind or state) as a conversion failure
+/// (mapped to `Corrupt`).
+fn known<T>(i: usize, parsed: Option<T>) -> rusqlite::Result<T> {
+    parsed.ok_or_else(|| {
+        rusqlite::Error::FromSqlConversionFailure(
+            i,
+            rusqlite::types::Type::Text,
+            format!("unknown outbox value in column {i}").into(),
+        )
+    })
+}
+
+fn item_from_row(r: &Row<'_>) -> rusqlite::Result<OutboxItem> {
+    let (owner, until): (Option<String>, Option<i64>) = (r.get(10)?, r.get(11)?);
+    Ok(OutboxItem {
         id: r.get(0)?,
-        kind: r.get(1)?,
+        kind: known(1, OutboxKind::parse(&r.get::<_, String>(1)?))?,
         namespace: r.get(2)?,
         key: r.get(3)?,
         dedupe: r.get(4)?,
         payload: r.get(5)?,
-        created_at: r.get(6)?,
-        due_at: r.get(7)?,
-        attempts: r.get(8)?,
-        state: r.get(9)?,
-        lease_owner: r.get(10)?,
-        lease_until: r.get(11)?,
+        created_at: Timestamp(r.get(6)?),
+        due_at: Timestamp(r.get(7)?),
+        attempts: u32::try_from(r.get::<_, i64>(8)?).unwrap_or(u32::MAX),
+        state: known(9, OutboxState::parse(&r.get::<_, String>(9)?))?,
+        lease: owner.zip(until).map(|(owner, until)| OutboxLease {
+            owner,
+            until: Timestamp(until),
+        }),
         last_error: r.get(12)?,
     })
-}
-
-/// A row as SQLite hands it over, before its text columns are checked.
-struct RawItem {
-    id: i64,
-    kind: String,
-    namespace: String,
-    key: String,
-    dedupe: String,
-    payload: Vec<u8>,
-    created_at: i64,
-    due_at: i64,
-    attempts: i64,
-    state: String,
-    lease_owner: Option<String>,
-    lease_until: Option<i64>,
-    last_error: Option<String>,
-}
-
-impl RawItem {
-    fn checked(self) -> Result<OutboxItem, StoreError> {
-        let kind =
-            OutboxKind::parse(&self.kind).ok_or_else(|| corrupt("outbox kind", &self.kind))?;
-        let state =
-            OutboxState::parse(&self.state).ok_or_else(|| corrupt("outbox state", &self.state))?;
-        Ok(OutboxItem {
-            id: self.id,
-            kind,
-            namespace: self.namespace,
-            key: self.key,
-            dedupe: self.dedupe,
-            payload: self.payload,
-            created_at: Timestamp(self.created_at),
-            due_at: Timestamp(self.due_at),
-            attempts: u32::try_from(self.attempts).unwrap_or(u32::MAX),
-            state,
-            lease: match (self.lease_owner, self.lease_until) {
-                (Some(owner), Some(until)) => Some(OutboxLease {
-                    owner,
-                    until: Timestamp(until),
-                }),
-                _ => None,
-            },
-            last_error: self.last_error,
-        })
-    }
 }
 
 /// Enqueues one item; `None` when its `(namespace, key, kind, dedupe)` exists already.
@@ -136,10 +105,7 @@ pub(crate) fn claim(
             item_from_row,
         )
         .db()?;
-    let mut out = Vec::new();
-    for r in rows {
-        out.push(r.db()?.checked()?);
-    }
+    let mut out = rows.collect::<Result<Vec<_>, _>>().db()?;
     // RETURNING gives no order; senders work oldest first.
     out.sort_by_key(|i| (i.created_at, i.id));
     Ok(out)
@@ -189,7 +155,5 @@ pub(crate) fn item(conn: &Connection, id: i64) -> Result<Option<OutboxItem>, Sto
         .db()?
         .query_row(params![id], item_from_row)
         .optional()
-        .db()?
-        .map(RawItem::checked)
-        .transpose()
+        .db()
 }

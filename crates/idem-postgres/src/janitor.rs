@@ -1,4 +1,5 @@
-//! Background work shared by many instances: lease sweeps, retention, alert delivery leases.
+//! Background work shared by many instances: lease sweeps, retention, alert delivery leases
+//! (on the outbox, see `outbox.rs`).
 //!
 //! Every step selects its rows with `FOR UPDATE SKIP LOCKED` and a `LIMIT`, so instances
 //! running the janitor at the same moment split the work instead of repeating it or waiting
@@ -10,7 +11,10 @@
 
 use futures_util::future::try_join_all;
 use idem_core::{AlertReason, Key, Namespace, Op, Policy, State, Timestamp, Write};
-use idem_store::{AlertOutcome, PendingAlert, RetentionReport, StateCounts, Stats, SweepReport};
+use idem_store::{
+    AlertOutcome, OutboxKind, OutboxOutcome, PendingAlert, RetentionReport, StateCounts, Stats,
+    SweepReport,
+};
 use std::collections::HashMap;
 use std::sync::LazyLock;
 
@@ -192,7 +196,7 @@ const DELETE_TOMBSTONES: &str = "WITH batch AS ( \
         DELETE FROM events e USING del \
         WHERE e.namespace = del.namespace AND e.key = del.key RETURNING 1 \
     ), al AS ( \
-        DELETE FROM alerts a USING del \
+        DELETE FROM outbox a USING del \
         WHERE a.namespace = del.namespace AND a.key = del.key RETURNING 1 \
     ) \
     SELECT count(*) FROM del";
@@ -264,56 +268,29 @@ pub(crate) async fn stats(store: &PgStore, now: Timestamp) -> Result<Stats, PgEr
     })
 }
 
-/// Leases due alerts for `lease_ms` (by moving `next_at`), skipping rows another instance is
-/// leasing right now.
-const LEASE_ALERTS: &str = "WITH due AS ( \
-        SELECT id FROM alerts WHERE status = 'pending' AND next_at <= $1 \
-        ORDER BY next_at, id LIMIT $2 FOR UPDATE SKIP LOCKED \
-    ) \
-    UPDATE alerts a SET next_at = $1 + $3 FROM due WHERE a.id = due.id \
-    RETURNING a.id, a.namespace, a.key, a.reason, a.state, a.error_category, a.attempt, \
-        a.created_at, a.tries";
-
+/// Leases due alerts on the outbox for `lease_ms` and reads, with them, each namespace's
+/// alert URL and secret as they are now.
 pub(crate) async fn due_alerts(
     store: &PgStore,
     now: Timestamp,
     limit: usize,
     lease_ms: i64,
 ) -> Result<Vec<PendingAlert>, PgError> {
-    let client = store.client().await?;
-    let lease = client.prepare_cached(LEASE_ALERTS).await?;
-    let rows = client
-        .query(&lease, &[&now.0, &as_i64(limit), &lease_ms.max(0)])
-        .await?;
-    let mut out = Vec::with_capacity(rows.len());
+    let items = crate::outbox::claim(store, OutboxKind::Alert, now, limit, lease_ms).await?;
+    let mut out = Vec::with_capacity(items.len());
     let mut namespaces: Vec<String> = Vec::new();
-    for r in &rows {
-        let state: String = r.try_get(4).map_err(|e| corrupt(&e))?;
-        let attempt: i64 = r.try_get(6).map_err(|e| corrupt(&e))?;
-        let tries: i64 = r.try_get(8).map_err(|e| corrupt(&e))?;
-        let ns: String = r.try_get(1).map_err(|e| corrupt(&e))?;
-        if !namespaces.contains(&ns) {
-            namespaces.push(ns.clone());
+    for item in items {
+        if !namespaces.contains(&item.namespace) {
+            namespaces.push(item.namespace.clone());
         }
-        out.push(PendingAlert {
-            id: r.try_get(0).map_err(|e| corrupt(&e))?,
-            namespace: ns,
-            key: r.try_get(2).map_err(|e| corrupt(&e))?,
-            reason: r.try_get(3).map_err(|e| corrupt(&e))?,
-            state: parse_state(&state)?,
-            error_category: r.try_get(5).map_err(|e| corrupt(&e))?,
-            attempt: u32::try_from(attempt).unwrap_or(u32::MAX),
-            created_at: Timestamp(r.try_get(7).map_err(|e| corrupt(&e))?),
-            tries: u32::try_from(tries).unwrap_or(u32::MAX),
-            alert_url: None,
-            alert_secret: None,
-        });
+        out.push(PendingAlert::from_outbox(item)?);
     }
     if out.is_empty() {
         return Ok(out);
     }
     // The URL and secret are read at delivery time: a namespace that removed its alert_url
     // stops alerts, and a changed alert_secret signs the next delivery.
+    let client = store.client().await?;
     let urls = client
         .query(
             "SELECT namespace, policy FROM namespaces WHERE namespace = ANY($1)",
@@ -335,48 +312,21 @@ pub(crate) async fn due_alerts(
     Ok(out)
 }
 
-/// Marks an alert sent and records `alert_sent` on its record (if the record still exists).
-const ALERT_SENT: &str = "WITH a AS ( \
-        UPDATE alerts SET status = 'sent', tries = tries + 1, finished_at = $2 \
-        WHERE id = $1 AND status = 'pending' \
-        RETURNING namespace, key, reason, attempt \
-    ) \
-    INSERT INTO events (namespace, key, at, type, from_state, to_state, attempt, owner, \
-        correlation_id, note) \
-    SELECT r.namespace, r.key, $2, 'alert_sent', r.state, r.state, a.attempt, r.owner, \
-        r.correlation_id, 'alert delivered: ' || a.reason \
-    FROM a JOIN records r ON r.namespace = a.namespace AND r.key = a.key";
-
+/// Records one delivery attempt of a live alert; `Sent` also records `alert_sent` on its
+/// record (if the record still exists), in the same statement.
 pub(crate) async fn finish_alert(
     store: &PgStore,
     id: i64,
     outcome: &AlertOutcome,
     now: Timestamp,
 ) -> Result<(), PgError> {
-    let client = store.client().await?;
-    match outcome {
-        AlertOutcome::Sent => {
-            let stmt = client.prepare_cached(ALERT_SENT).await?;
-            client.execute(&stmt, &[&id, &now.0]).await?;
-        }
-        AlertOutcome::RetryAt(at) => {
-            let stmt = client
-                .prepare_cached(
-                    "UPDATE alerts SET tries = tries + 1, next_at = $2 \
-                     WHERE id = $1 AND status = 'pending'",
-                )
-                .await?;
-            client.execute(&stmt, &[&id, &at.0]).await?;
-        }
-        AlertOutcome::GaveUp => {
-            let stmt = client
-                .prepare_cached(
-                    "UPDATE alerts SET status = 'gave_up', tries = tries + 1, finished_at = $2 \
-                     WHERE id = $1 AND status = 'pending'",
-                )
-                .await?;
-            client.execute(&stmt, &[&id, &now.0]).await?;
-        }
-    }
-    Ok(())
+    let generic = match outcome {
+        AlertOutcome::Sent => OutboxOutcome::Done,
+        AlertOutcome::RetryAt(at) => OutboxOutcome::Retry {
+            at: *at,
+            error: None,
+        },
+        AlertOutcome::GaveUp => OutboxOutcome::Dead { error: None },
+    };
+    crate::outbox::finish_alert(store, id, &generic, now).await
 }

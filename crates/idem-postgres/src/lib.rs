@@ -40,8 +40,10 @@ mod cache;
 mod error;
 mod fast;
 mod janitor;
+mod outbox;
 mod rows;
 mod schema;
+mod secrets;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -160,11 +162,11 @@ const BUMP_DAILY: &str = "INSERT INTO daily_counts (namespace, day, count) VALUE
     ON CONFLICT (namespace, day) DO UPDATE SET count = daily_counts.count + 1 \
     WHERE daily_counts.count < $3 RETURNING count";
 
-/// Queues an alert; the unique key deduplicates per record, reason and attempt.
-const INSERT_ALERT: &str = "INSERT INTO alerts \
-    (namespace, key, reason, state, error_category, attempt, created_at, next_at) \
-    VALUES ($1, $2, $3, $4, $5, $6, $7, $7) \
-    ON CONFLICT (namespace, key, reason, attempt) DO NOTHING";
+/// Queues an alert on the outbox; the unique key deduplicates per record, reason and attempt.
+const INSERT_ALERT: &str = "INSERT INTO outbox \
+    (kind, namespace, key, dedupe, payload, created_at, due_at) \
+    VALUES ('alert', $1, $2, $3, $4, $5, $5) \
+    ON CONFLICT (namespace, key, kind, dedupe) DO NOTHING";
 
 /// Operations after which an instance makes sure `records` has planner statistics.
 const FIRST_ANALYZE_AFTER: u64 = 1000;
@@ -819,39 +821,20 @@ fn corrupt(e: &tokio_postgres::Error) -> PgError {
     PgError::Store(StoreError::Corrupt(format!("postgres row: {e}")))
 }
 
-/// An alert draft as owned SQL parameters for [`INSERT_ALERT`].
-struct AlertParams {
-    namespace: String,
-    key: String,
-    reason: &'static str,
-    state: &'static str,
-    error_category: Option<String>,
-    attempt: i64,
-    at: i64,
-}
+/// An alert draft as owned SQL parameters for [`INSERT_ALERT`] (its outbox item).
+struct AlertParams(idem_store::NewOutboxItem);
 
 impl AlertParams {
     fn new(ns: &Namespace, key: &Key, a: &idem_core::AlertDraft) -> Self {
-        AlertParams {
-            namespace: ns.as_str().to_owned(),
-            key: key.as_str().to_owned(),
-            reason: a.reason.as_str(),
-            state: a.state.as_str(),
-            error_category: a.error_category.clone(),
-            attempt: i64::from(a.attempt),
-            at: a.at.0,
-        }
+        AlertParams(idem_store::NewOutboxItem::alert(
+            ns.as_str(),
+            key.as_str(),
+            a,
+        ))
     }
-    fn params(&self) -> [&(dyn tokio_postgres::types::ToSql + Sync); 7] {
-        [
-            &self.namespace,
-            &self.key,
-            &self.reason,
-            &self.state,
-            &self.error_category,
-            &self.attempt,
-            &self.at,
-        ]
+    fn params(&self) -> [&(dyn tokio_postgres::types::ToSql + Sync); 5] {
+        let i = &self.0;
+        [&i.namespace, &i.key, &i.dedupe, &i.payload, &i.due_at.0]
     }
 }
 
@@ -1119,5 +1102,75 @@ impl Store for PgStore {
             Ok(())
         })
         .await
+    }
+
+    // ------------------------------------------------------------ outbox and secrets
+
+    async fn outbox_enqueue(
+        &self,
+        item: idem_store::NewOutboxItem,
+        now: Timestamp,
+    ) -> Result<Option<i64>, StoreError> {
+        self.bounded(self.with_retries("outbox_enqueue", || outbox::enqueue(self, &item, now)))
+            .await
+    }
+
+    async fn outbox_claim(
+        &self,
+        kind: idem_store::OutboxKind,
+        now: Timestamp,
+        limit: usize,
+        lease_ms: i64,
+    ) -> Result<Vec<idem_store::OutboxItem>, StoreError> {
+        self.bounded(self.with_retries("outbox_claim", || {
+            outbox::claim(self, kind, now, limit, lease_ms)
+        }))
+        .await
+    }
+
+    async fn outbox_finish(
+        &self,
+        id: i64,
+        lease: &idem_store::OutboxLease,
+        outcome: idem_store::OutboxOutcome,
+        now: Timestamp,
+    ) -> Result<bool, StoreError> {
+        self.bounded(self.with_retries("outbox_finish", || {
+            outbox::finish(self, id, lease, &outcome, now)
+        }))
+        .await
+    }
+
+    async fn outbox_item(&self, id: i64) -> Result<Option<idem_store::OutboxItem>, StoreError> {
+        self.bounded(self.with_retries("outbox_item", || outbox::item(self, id)))
+            .await
+    }
+
+    async fn secret_add(
+        &self,
+        owner: &idem_store::SecretOwner,
+        value: idem_store::Secret,
+        expires_at: Option<Timestamp>,
+        others_expire_at: Option<Timestamp>,
+        now: Timestamp,
+    ) -> Result<i64, StoreError> {
+        self.bounded(self.with_retries("secret_add", || {
+            secrets::secret_add(self, owner, &value, expires_at, others_expire_at, now)
+        }))
+        .await
+    }
+
+    async fn secrets(
+        &self,
+        owner: &idem_store::SecretOwner,
+        now: Timestamp,
+    ) -> Result<Vec<idem_store::StoredSecret>, StoreError> {
+        self.bounded(self.with_retries("secrets", || secrets::secrets(self, owner, now)))
+            .await
+    }
+
+    async fn secrets_remove(&self, owner: &idem_store::SecretOwner) -> Result<usize, StoreError> {
+        self.bounded(self.with_retries("secrets_remove", || secrets::secrets_remove(self, owner)))
+            .await
     }
 }

@@ -18,7 +18,63 @@ use crate::error::store_err;
 /// Arbitrary constant identifying idem's migration lock (`'idem'` as ASCII).
 const MIGRATION_LOCK: i64 = 0x6964_656d;
 
-pub(crate) const MIGRATIONS: &[(i32, &str)] = &[(1, V1), (2, V2), (3, V3), (4, V4)];
+pub(crate) const MIGRATIONS: &[(i32, &str)] = &[(1, V1), (2, V2), (3, V3), (4, V4), (5, V5)];
+
+/// One outbox for every kind of outbound work (alerts now; forwards and effects next), and
+/// the secrets the server reads back. Every `alerts` row moves over with its id (an alert's
+/// `webhook-id` is derived from it and must not change between retries) and its state, so the
+/// dedupe of finished alerts survives too; the id sequence continues after the old one, so no
+/// id is handed out twice. Then `alerts` is dropped: nothing reads it any more, and two
+/// outboxes would mean two dedupe rules and two retention deletes to keep in step. An alert
+/// leased at upgrade time (next_at in the future) becomes pending at that time, which is when
+/// its old lease would have run out. `due_at` is the end of the lease while an item is leased,
+/// so one partial index serves both "due" and "lease ran out".
+const V5: &str = r#"
+CREATE TABLE outbox (
+    id          BIGSERIAL PRIMARY KEY,
+    kind        TEXT NOT NULL,
+    namespace   TEXT COLLATE "C" NOT NULL,
+    key         TEXT COLLATE "C" NOT NULL,
+    dedupe      TEXT NOT NULL,
+    payload     BYTEA NOT NULL,
+    created_at  BIGINT NOT NULL,
+    due_at      BIGINT NOT NULL,
+    attempts    BIGINT NOT NULL DEFAULT 0,
+    state       TEXT NOT NULL DEFAULT 'pending',
+    lease_owner TEXT,
+    lease_until BIGINT,
+    last_error  TEXT,
+    finished_at BIGINT,
+    UNIQUE (namespace, key, kind, dedupe)
+);
+CREATE INDEX outbox_due ON outbox (kind, due_at) WHERE state IN ('pending', 'leased');
+INSERT INTO outbox (id, kind, namespace, key, dedupe, payload, created_at, due_at, attempts,
+                    state, finished_at)
+    SELECT id, 'alert', namespace, key, reason || ':' || attempt,
+           convert_to(json_build_object('reason', reason, 'state', state,
+                                        'error_category', error_category,
+                                        'attempt', attempt)::text, 'UTF8'),
+           created_at, next_at, tries,
+           CASE status WHEN 'sent' THEN 'done' WHEN 'gave_up' THEN 'dead' ELSE 'pending' END,
+           finished_at
+    FROM alerts;
+SELECT setval(pg_get_serial_sequence('outbox', 'id'), n + 1, false) FROM (
+    SELECT GREATEST(
+        COALESCE((SELECT max(id) FROM outbox), 0),
+        (SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM alerts_id_seq)) AS n
+) AS next_id;
+DROP TABLE alerts;
+
+CREATE TABLE secrets (
+    id         BIGSERIAL PRIMARY KEY,
+    kind       TEXT NOT NULL,
+    owner      TEXT COLLATE "C" NOT NULL,
+    value      TEXT NOT NULL,
+    created_at BIGINT NOT NULL,
+    expires_at BIGINT
+);
+CREATE INDEX secrets_by_owner ON secrets (kind, owner, id);
+"#;
 
 /// Records per state, kept exact by triggers in the transaction of every write, so
 /// `/metrics` sums a few small rows instead of counting the ledger (the same cost at 10M
@@ -246,4 +302,143 @@ pub(crate) async fn migrate(client: &mut Client, now_ms: i64) -> Result<Vec<i32>
     }
     tx.commit().await.map_err(store_err)?;
     Ok(ran)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio_postgres::NoTls;
+
+    async fn connect(cfg: &tokio_postgres::Config) -> tokio_postgres::Client {
+        let (client, conn) = cfg.connect(NoTls).await.expect("connect");
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        client
+    }
+
+    /// A version-4 ledger's alerts move to the outbox at version 5: ids, states, tries and
+    /// due times kept, payloads readable by the alert sender, the id sequence continuing
+    /// after the old one; the old table is gone. Needs `IDEM_TEST_PG`.
+    #[tokio::test]
+    async fn version_4_alerts_move_to_the_outbox() {
+        let Ok(base) = std::env::var("IDEM_TEST_PG") else {
+            eprintln!("SKIPPED version_4_alerts_move_to_the_outbox: IDEM_TEST_PG is not set");
+            return;
+        };
+        let admin_cfg: tokio_postgres::Config = base.parse().expect("IDEM_TEST_PG");
+        let db = format!("idem_m_{:016x}", rand::random::<u64>());
+        let admin = connect(&admin_cfg).await;
+        admin
+            .batch_execute(&format!("CREATE DATABASE {db}"))
+            .await
+            .expect("create database");
+        let mut cfg = admin_cfg.clone();
+        cfg.dbname(&db);
+        let pool =
+            deadpool_postgres::Pool::builder(deadpool_postgres::Manager::new(cfg.clone(), NoTls))
+                .max_size(1)
+                .build()
+                .expect("pool");
+        {
+            let old = connect(&cfg).await;
+            old.batch_execute(
+                "CREATE TABLE idem_schema_migrations (version INTEGER PRIMARY KEY, \
+                 applied_at BIGINT NOT NULL)",
+            )
+            .await
+            .expect("versions");
+            for (v, sql) in &MIGRATIONS[..4] {
+                old.batch_execute(sql).await.expect("old schema");
+                old.execute("INSERT INTO idem_schema_migrations VALUES ($1, 0)", &[v])
+                    .await
+                    .expect("version");
+            }
+            for (key, status, tries, next_at) in [
+                ("a", "pending", 2i64, 9_000i64),
+                ("b", "sent", 1, 1_000),
+                ("c", "gave_up", 6, 1_000),
+                ("d", "pending", 0, 5_000),
+            ] {
+                old.execute(
+                    "INSERT INTO alerts (namespace, key, reason, state, error_category, attempt, \
+                     created_at, next_at, tries, status) \
+                     VALUES ('n', $1, 'needs_review', 'needs_review', 'timeout', 2, 100, $2, $3, $4)",
+                    &[&key, &next_at, &tries, &status],
+                )
+                .await
+                .expect("alert");
+            }
+            // The highest id ever handed out was deleted (retention): it must not come back.
+            old.execute("DELETE FROM alerts WHERE key = 'd'", &[])
+                .await
+                .expect("delete");
+        }
+        let mut client = pool.get().await.expect("client");
+        assert_eq!(migrate(&mut client, 0).await.expect("migrate"), [5]);
+        let rows = client
+            .query(
+                "SELECT id, kind, key, state, attempts, due_at, payload FROM outbox ORDER BY id",
+                &[],
+            )
+            .await
+            .expect("outbox");
+        let shape: Vec<(i64, String, String, String, i64, i64)> = rows
+            .iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4), r.get(5)))
+            .collect();
+        let expect = [
+            (1, "a", "pending", 2, 9_000),
+            (2, "b", "done", 1, 1_000),
+            (3, "c", "dead", 6, 1_000),
+        ];
+        assert_eq!(shape.len(), expect.len(), "{shape:?}");
+        for (got, want) in shape.iter().zip(expect) {
+            assert_eq!(
+                (
+                    got.0,
+                    got.1.as_str(),
+                    got.2.as_str(),
+                    got.3.as_str(),
+                    got.4,
+                    got.5
+                ),
+                (want.0, "alert", want.1, want.2, want.3, want.4)
+            );
+        }
+        let payload: Vec<u8> = rows[0].get(6);
+        let p = idem_store::AlertPayload::decode(&payload).expect("payload");
+        assert_eq!(
+            p,
+            idem_store::AlertPayload {
+                reason: "needs_review".into(),
+                state: "needs_review".into(),
+                error_category: Some("timeout".into()),
+                attempt: 2,
+            }
+        );
+        let gone = client
+            .query_one("SELECT to_regclass('alerts') IS NULL", &[])
+            .await
+            .expect("regclass");
+        assert!(gone.get::<_, bool>(0));
+        let next = client
+            .query_one(
+                "INSERT INTO outbox (kind, namespace, key, dedupe, payload, created_at, due_at) \
+                 VALUES ('alert', 'n', 'e', 'x', ''::bytea, 0, 0) RETURNING id",
+                &[],
+            )
+            .await
+            .expect("new item");
+        assert_eq!(
+            next.get::<_, i64>(0),
+            5,
+            "ids continue after the old table's"
+        );
+        drop(client);
+        drop(pool);
+        let _ = admin
+            .batch_execute(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)"))
+            .await;
+    }
 }

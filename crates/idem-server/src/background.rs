@@ -10,11 +10,17 @@
 //! Webhooks `webhook-id` (stable across retries) and `webhook-timestamp`; a namespace with an
 //! `alert_secret` adds `webhook-signature` over the exact body bytes sent. Redirects are never
 //! followed ([`alert_client`]): a 3xx answer is a failed delivery, retried like any other.
+//! Alerts are items of the store's durable outbox: queued in the transaction that caused
+//! them, claimed with a lease (one sender per alert across instances), retried on
+//! [`alert_schedule`] and dead after the budget.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem::{AlertOutcome, Key, PendingAlert, Stats, Store, StoreError, Timestamp};
+use idem::{
+    AlertOutcome, Jitter, Key, OutboxOutcome, PendingAlert, RetrySchedule, Stats, Store,
+    StoreError, Timestamp,
+};
 use serde::Serialize;
 use tokio::sync::watch;
 
@@ -121,9 +127,15 @@ pub const ALERT_BATCH: usize = 50;
 /// How long a claimed alert is reserved for this instance.
 const ALERT_LEASE_MS: i64 = 60_000;
 
-/// Delay before delivery attempt `tries + 1`: 1 s, 2 s, 4 s … capped at 5 min.
-pub fn alert_backoff_ms(tries: u32) -> i64 {
-    1000i64.saturating_mul(1i64 << tries.min(20)).min(300_000)
+/// The alert retry budget on the outbox: `max_tries` deliveries in all, 1 s, 2 s, 4 s …
+/// apart, capped at 5 min, without jitter (the documented schedule; alert receivers are few).
+pub fn alert_schedule(max_tries: u32) -> RetrySchedule {
+    RetrySchedule {
+        max_attempts: max_tries,
+        base_ms: 1000,
+        max_ms: 300_000,
+        jitter: Jitter::None,
+    }
 }
 
 /// The HTTP client alerts are sent with: never follows a redirect (a 3xx would otherwise
@@ -169,6 +181,7 @@ pub async fn alerts_once(
     now: Timestamp,
     max_tries: u32,
 ) -> Result<AlertsReport, StoreError> {
+    let schedule = alert_schedule(max_tries);
     let due = store.due_alerts(now, ALERT_BATCH, ALERT_LEASE_MS).await?;
     let mut report = AlertsReport {
         full_batch: due.len() >= ALERT_BATCH,
@@ -200,7 +213,11 @@ pub async fn alerts_once(
             }),
         };
         let tries = alert.tries.saturating_add(1);
-        match outcome {
+        let failed = outcome.map_err(|why| {
+            let next = schedule.after_failure(alert.tries, now, 0.0, None, None);
+            (why, next)
+        });
+        match failed {
             Ok(()) => {
                 store
                     .finish_alert(alert.id, AlertOutcome::Sent, now)
@@ -209,7 +226,8 @@ pub async fn alerts_once(
                 tracing::info!(namespace = %alert.namespace, key = %masked, reason = %alert.reason, "alert sent");
                 report.sent += 1;
             }
-            Err(why) if tries >= max_tries => {
+            // (`after_failure` never answers `Done`; were it to, giving up is the safe reading.)
+            Err((why, OutboxOutcome::Dead { .. } | OutboxOutcome::Done)) => {
                 store
                     .finish_alert(alert.id, AlertOutcome::GaveUp, now)
                     .await?;
@@ -217,8 +235,7 @@ pub async fn alerts_once(
                 tracing::warn!(namespace = %alert.namespace, key = %masked, tries, why, "alert given up");
                 report.gave_up += 1;
             }
-            Err(why) => {
-                let at = now.plus_ms(alert_backoff_ms(alert.tries));
+            Err((why, OutboxOutcome::Retry { at, .. })) => {
                 store
                     .finish_alert(alert.id, AlertOutcome::RetryAt(at), now)
                     .await?;

@@ -23,10 +23,12 @@
 
 mod durable;
 mod error;
+mod outbox;
 mod read_ops;
 mod readers;
 mod rows;
 mod schema;
+mod secrets;
 mod write_ops;
 mod writer;
 
@@ -378,5 +380,72 @@ impl Store for SqliteStore {
 
     async fn ping(&self) -> Result<(), StoreError> {
         self.read(read_ops::ping).await
+    }
+
+    // ------------------------------------------------------------ outbox and secrets
+
+    async fn outbox_enqueue(
+        &self,
+        item: idem_store::NewOutboxItem,
+        now: Timestamp,
+    ) -> Result<Option<i64>, StoreError> {
+        self.write(move |c| outbox::enqueue(c, &item, now)).await
+    }
+
+    async fn outbox_claim(
+        &self,
+        kind: idem_store::OutboxKind,
+        now: Timestamp,
+        limit: usize,
+        lease_ms: i64,
+    ) -> Result<Vec<idem_store::OutboxItem>, StoreError> {
+        self.write(move |c| outbox::claim(c, kind, now, limit, lease_ms))
+            .await
+    }
+
+    async fn outbox_finish(
+        &self,
+        id: i64,
+        lease: &idem_store::OutboxLease,
+        outcome: idem_store::OutboxOutcome,
+        now: Timestamp,
+    ) -> Result<bool, StoreError> {
+        let lease = lease.clone();
+        self.write(move |c| outbox::finish(c, id, Some(&lease), &outcome, now))
+            .await
+    }
+
+    async fn outbox_item(&self, id: i64) -> Result<Option<idem_store::OutboxItem>, StoreError> {
+        self.read(move |c| outbox::item(c, id)).await
+    }
+
+    async fn secret_add(
+        &self,
+        owner: &idem_store::SecretOwner,
+        value: idem_store::Secret,
+        expires_at: Option<Timestamp>,
+        others_expire_at: Option<Timestamp>,
+        now: Timestamp,
+    ) -> Result<i64, StoreError> {
+        let owner = owner.clone();
+        self.write(move |c| {
+            secrets::secret_add(c, &owner, &value, expires_at, others_expire_at, now)
+        })
+        .await
+    }
+
+    async fn secrets(
+        &self,
+        owner: &idem_store::SecretOwner,
+        now: Timestamp,
+    ) -> Result<Vec<idem_store::StoredSecret>, StoreError> {
+        let owner = owner.clone();
+        self.read(move |c| secrets::secrets(c, &owner, now)).await
+    }
+
+    async fn secrets_remove(&self, owner: &idem_store::SecretOwner) -> Result<usize, StoreError> {
+        let owner = owner.clone();
+        self.write(move |c| secrets::secrets_remove(c, &owner))
+            .await
     }
 }

@@ -168,6 +168,58 @@ CREATE TRIGGER records_count_delete AFTER DELETE ON records BEGIN
     UPDATE record_counts SET n = n - 1 WHERE state = OLD.state;
 END;
 "#,
+    // 4: one outbox for every kind of outbound work (alerts now; forwards and effects next),
+    // and the secrets the server reads back. Every `alerts` row moves over with its id (the
+    // `webhook-id` of an alert is derived from it and must not change between retries) and
+    // its state, so the dedupe of finished alerts survives too; then `alerts` is dropped:
+    // nothing reads it any more, and two outboxes would mean two dedupe rules and two
+    // retention deletes to keep in step. A leased alert (next_at in the future) becomes
+    // pending at that time, which is when its old lease would have run out.
+    r#"
+CREATE TABLE outbox (
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,
+    kind        TEXT    NOT NULL,               -- alert | forward | effect
+    namespace   TEXT    NOT NULL,
+    key         TEXT    NOT NULL,
+    dedupe      TEXT    NOT NULL,
+    payload     BLOB    NOT NULL,
+    created_at  INTEGER NOT NULL,
+    due_at      INTEGER NOT NULL,               -- while leased: the end of the lease
+    attempts    INTEGER NOT NULL DEFAULT 0,
+    state       TEXT    NOT NULL DEFAULT 'pending',  -- pending | leased | done | dead
+    lease_owner TEXT,
+    lease_until INTEGER,
+    last_error  TEXT,
+    finished_at INTEGER,
+    UNIQUE (namespace, key, kind, dedupe)
+);
+CREATE INDEX outbox_due ON outbox (kind, due_at) WHERE state IN ('pending', 'leased');
+INSERT INTO outbox (id, kind, namespace, key, dedupe, payload, created_at, due_at, attempts,
+                    state)
+    SELECT id, 'alert', namespace, key, reason || ':' || attempt,
+           CAST(json_object('reason', reason, 'state', state,
+                            'error_category', error_category, 'attempt', attempt) AS BLOB),
+           created_at, next_at, tries,
+           CASE status WHEN 'sent' THEN 'done' WHEN 'gave_up' THEN 'dead' ELSE 'pending' END
+    FROM alerts;
+-- Ids continue after the old table's, so no alert id is handed out twice.
+INSERT INTO sqlite_sequence (name, seq)
+    SELECT 'outbox', 0 WHERE NOT EXISTS (SELECT 1 FROM sqlite_sequence WHERE name = 'outbox');
+UPDATE sqlite_sequence SET seq = MAX(seq,
+    COALESCE((SELECT s.seq FROM sqlite_sequence s WHERE s.name = 'alerts'), 0))
+    WHERE name = 'outbox';
+DROP TABLE alerts;
+
+CREATE TABLE secrets (
+    id         INTEGER PRIMARY KEY AUTOINCREMENT,
+    kind       TEXT    NOT NULL,               -- alert | source | forward
+    owner      TEXT    NOT NULL,
+    value      TEXT    NOT NULL,
+    created_at INTEGER NOT NULL,
+    expires_at INTEGER
+);
+CREATE INDEX secrets_by_owner ON secrets (kind, owner, id);
+"#,
 ];
 
 /// The schema version this build writes.
@@ -404,5 +456,102 @@ mod tests {
             )
             .expect("plan");
         assert!(plan.contains("events_by_rid"), "{plan}");
+    }
+
+    /// A version-3 ledger's alerts move to the outbox at version 4: ids, states, tries and
+    /// due times kept, payloads readable by the alert sender, ids never reused; the old
+    /// table is gone.
+    #[test]
+    fn version_3_alerts_move_to_the_outbox() {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("v3.db");
+        {
+            let conn = Connection::open(&path).expect("open");
+            for sql in &MIGRATIONS[..3] {
+                conn.execute_batch(sql).expect("schema");
+            }
+            conn.pragma_update(None, "user_version", 3)
+                .expect("version");
+            for (id, key, status, tries, next_at) in [
+                (3, "a", "pending", 2, 9_000),
+                (5, "b", "sent", 1, 1_000),
+                (6, "c", "gave_up", 6, 1_000),
+                (7, "d", "pending", 0, 5_000),
+            ] {
+                conn.execute(
+                    "INSERT INTO alerts (id, namespace, key, reason, state, error_category, \
+                     attempt, created_at, next_at, tries, status) \
+                     VALUES (?1, 'n', ?2, 'needs_review', 'needs_review', 'timeout', 2, 100, \
+                     ?3, ?4, ?5)",
+                    rusqlite::params![id, key, next_at, tries, status],
+                )
+                .expect("alert");
+            }
+            // The highest id ever handed out was deleted (retention): it must not come back.
+            conn.execute("DELETE FROM alerts WHERE id = 7", [])
+                .expect("delete");
+        }
+        let conn = open_writer(&path, Duration::from_secs(1)).expect("migrate");
+        type OutboxRow = (i64, String, String, String, i64, i64, Vec<u8>);
+        let rows: Vec<OutboxRow> = conn
+            .prepare(
+                "SELECT id, kind, key, state, attempts, due_at, payload FROM outbox ORDER BY id",
+            )
+            .expect("prepare")
+            .query_map([], |r| {
+                Ok((
+                    r.get(0)?,
+                    r.get(1)?,
+                    r.get(2)?,
+                    r.get(3)?,
+                    r.get(4)?,
+                    r.get(5)?,
+                    r.get(6)?,
+                ))
+            })
+            .expect("query")
+            .collect::<Result<_, _>>()
+            .expect("rows");
+        let shape: Vec<(i64, &str, &str, &str, i64, i64)> = rows
+            .iter()
+            .map(|r| (r.0, r.1.as_str(), r.2.as_str(), r.3.as_str(), r.4, r.5))
+            .collect();
+        assert_eq!(
+            shape,
+            [
+                (3, "alert", "a", "pending", 2, 9_000),
+                (5, "alert", "b", "done", 1, 1_000),
+                (6, "alert", "c", "dead", 6, 1_000),
+            ]
+        );
+        let p = idem_store::AlertPayload::decode(&rows[0].6).expect("payload");
+        assert_eq!(
+            p,
+            idem_store::AlertPayload {
+                reason: "needs_review".into(),
+                state: "needs_review".into(),
+                error_category: Some("timeout".into()),
+                attempt: 2,
+            }
+        );
+        let gone: i64 = conn
+            .query_row(
+                "SELECT COUNT(*) FROM sqlite_master WHERE name = 'alerts'",
+                [],
+                |r| r.get(0),
+            )
+            .expect("master");
+        assert_eq!(gone, 0);
+        conn.execute(
+            "INSERT INTO outbox (kind, namespace, key, dedupe, payload, created_at, due_at) \
+             VALUES ('alert', 'n', 'e', 'x', x'', 0, 0)",
+            [],
+        )
+        .expect("new item");
+        assert_eq!(
+            conn.last_insert_rowid(),
+            8,
+            "ids continue after the old table's"
+        );
     }
 }

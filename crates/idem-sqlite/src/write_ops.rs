@@ -19,9 +19,10 @@ use idem_store::{
 use rusqlite::{params, Connection, OptionalExtension};
 
 use crate::error::{corrupt, SqlResult};
+use crate::outbox;
 use crate::rows::{
-    count_states, insert_event, insert_record, load_namespace, load_record, parse_state,
-    save_namespace, update_record,
+    count_states, insert_event, insert_record, load_namespace, load_record, save_namespace,
+    update_record,
 };
 
 /// What one step did beyond its answer (the janitor reports these).
@@ -149,28 +150,16 @@ fn daily_count(conn: &Connection, ns: &str, day: i64) -> Result<u64, StoreError>
     Ok(n.map_or(0, |n| u64::try_from(n).unwrap_or(0)))
 }
 
-/// Queues one alert; deduplicated per record, reason and attempt. Returns rows inserted.
+/// Queues one alert on the outbox; deduplicated per record, reason and attempt. Returns
+/// items inserted.
 fn queue_alert(
     conn: &Connection,
     ns: &str,
     key: &str,
     a: &AlertDraft,
 ) -> Result<usize, StoreError> {
-    conn.prepare_cached(
-        "INSERT OR IGNORE INTO alerts (namespace, key, reason, state, error_category, attempt, \
-         created_at, next_at, tries, status) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7, 0, 'pending')",
-    )
-    .db()?
-    .execute(params![
-        ns,
-        key,
-        a.reason.as_str(),
-        a.state.as_str(),
-        a.error_category,
-        i64::from(a.attempt),
-        a.at.0,
-    ])
-    .db()
+    let item = idem_store::NewOutboxItem::alert(ns, key, a);
+    Ok(usize::from(outbox::enqueue(conn, &item, a.at)?.is_some()))
 }
 
 /// Applies a policy patch or the pause switch and answers with the new settings.
@@ -309,7 +298,7 @@ pub(crate) fn retention_step(
     .db()?;
     for sql in [
         "DELETE FROM events WHERE rid IN (SELECT rid FROM temp.retention_batch)",
-        "DELETE FROM alerts WHERE (namespace, key) IN \
+        "DELETE FROM outbox WHERE (namespace, key) IN \
          (SELECT namespace, key FROM temp.retention_batch)",
     ] {
         conn.prepare_cached(sql).db()?.execute([]).db()?;
@@ -366,87 +355,36 @@ pub(crate) fn retention_step(
     })
 }
 
-/// Claims due alerts for `lease_ms` (other senders skip them meanwhile).
+/// Claims due alerts on the outbox for `lease_ms` (other senders skip them meanwhile).
 pub(crate) fn due_alerts_step(
     conn: &Connection,
     now: Timestamp,
     max: usize,
     lease_ms: i64,
 ) -> Result<Vec<PendingAlert>, StoreError> {
-    type AlertRow = (
-        i64,
-        String,
-        String,
-        String,
-        String,
-        Option<String>,
-        i64,
-        i64,
-        i64,
-    );
-    let rows: Vec<AlertRow> = {
-        let mut stmt = conn
-            .prepare_cached(
-                "UPDATE alerts SET next_at = ?2 WHERE id IN \
-                 (SELECT id FROM alerts WHERE status = 'pending' AND next_at <= ?1 \
-                  ORDER BY next_at, id LIMIT ?3) \
-                 RETURNING id, namespace, key, reason, state, error_category, attempt, \
-                 created_at, tries",
-            )
-            .db()?;
-        let rows = stmt
-            .query_map(
-                params![now.0, now.plus_ms(lease_ms.max(0)).0, limit(max)],
-                |r| {
-                    Ok((
-                        r.get(0)?,
-                        r.get(1)?,
-                        r.get(2)?,
-                        r.get(3)?,
-                        r.get(4)?,
-                        r.get(5)?,
-                        r.get(6)?,
-                        r.get(7)?,
-                        r.get(8)?,
-                    ))
-                },
-            )
-            .db()?;
-        rows.collect::<Result<_, _>>().db()?
-    };
+    let items = outbox::claim(conn, idem_store::OutboxKind::Alert, now, max, lease_ms)?;
     // The URL and secret are read now, not when queued: an operator may have fixed them.
     type Target = (Option<String>, Option<idem_core::AlertSecret>);
     let mut urls: HashMap<String, Target> = HashMap::new();
-    let mut out = Vec::with_capacity(rows.len());
-    for (id, ns, key, reason, state, error_category, attempt, created_at, tries) in rows {
-        let (alert_url, alert_secret) = match urls.get(&ns) {
+    let mut out = Vec::with_capacity(items.len());
+    for item in items {
+        let (alert_url, alert_secret) = match urls.get(&item.namespace) {
             Some(u) => u.clone(),
             None => {
-                let p = load_namespace(conn, &ns)?.0;
+                let p = load_namespace(conn, &item.namespace)?.0;
                 let u = (p.alert_url, p.alert_secret);
-                urls.insert(ns.clone(), u.clone());
+                urls.insert(item.namespace.clone(), u.clone());
                 u
             }
         };
-        out.push(PendingAlert {
-            id,
-            namespace: ns,
-            key,
-            reason,
-            state: parse_state(&state)?,
-            error_category,
-            attempt: u32::try_from(attempt).map_err(|_| corrupt("alert attempt", attempt))?,
-            created_at: Timestamp(created_at),
-            tries: u32::try_from(tries).unwrap_or(u32::MAX),
-            alert_url,
-            alert_secret,
-        });
+        let mut a = PendingAlert::from_outbox(item)?;
+        (a.alert_url, a.alert_secret) = (alert_url, alert_secret);
+        out.push(a);
     }
-    out.sort_by_key(|a| (a.created_at, a.id));
     Ok(out)
 }
 
-/// Records one delivery attempt. Only a pending alert changes, so a repeated `Sent` writes
+/// Records one delivery attempt. Only a live alert changes, so a repeated `Sent` writes
 /// one `alert_sent` event, not two.
 pub(crate) fn finish_alert_step(
     conn: &Connection,
@@ -454,38 +392,23 @@ pub(crate) fn finish_alert_step(
     outcome: &AlertOutcome,
     now: Timestamp,
 ) -> Result<(), StoreError> {
-    let changed = match outcome {
-        AlertOutcome::Sent => conn
-            .prepare_cached(
-                "UPDATE alerts SET status = 'sent', tries = tries + 1 \
-                 WHERE id = ?1 AND status = 'pending'",
-            )
-            .db()?
-            .execute(params![id]),
-        AlertOutcome::RetryAt(at) => conn
-            .prepare_cached(
-                "UPDATE alerts SET next_at = ?2, tries = tries + 1 \
-                 WHERE id = ?1 AND status = 'pending'",
-            )
-            .db()?
-            .execute(params![id, at.0]),
-        AlertOutcome::GaveUp => conn
-            .prepare_cached(
-                "UPDATE alerts SET status = 'gave_up', tries = tries + 1 \
-                 WHERE id = ?1 AND status = 'pending'",
-            )
-            .db()?
-            .execute(params![id]),
-    }
-    .db()?;
-    if changed == 0 || *outcome != AlertOutcome::Sent {
+    let generic = match outcome {
+        AlertOutcome::Sent => idem_store::OutboxOutcome::Done,
+        AlertOutcome::RetryAt(at) => idem_store::OutboxOutcome::Retry {
+            at: *at,
+            error: None,
+        },
+        AlertOutcome::GaveUp => idem_store::OutboxOutcome::Dead { error: None },
+    };
+    let changed = outbox::finish(conn, id, None, &generic, now)?;
+    if !changed || *outcome != AlertOutcome::Sent {
         return Ok(());
     }
-    let (ns, key, reason): (String, String, String) = conn
-        .prepare_cached("SELECT namespace, key, reason FROM alerts WHERE id = ?1")
-        .db()?
-        .query_row(params![id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-        .db()?;
+    let Some(item) = outbox::item(conn, id)? else {
+        return Ok(());
+    };
+    let reason = idem_store::AlertPayload::decode(&item.payload)?.reason;
+    let (ns, key) = (item.namespace, item.key);
     let (Ok(ns_id), Ok(key_id)) = (
         Namespace::try_from(ns.as_str()),
         Key::try_from(key.as_str()),

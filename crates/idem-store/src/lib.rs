@@ -1,7 +1,7 @@
 //! The storage contract of idem.
 //!
-//! A [`Store`] keeps records, events, namespace settings, alert outbox rows and API token
-//! hashes. It never decides anything: [`Store::execute`] loads the record and namespace state,
+//! A [`Store`] keeps records, events, namespace settings, the durable [`outbox`] of outbound
+//! work (alerts, forwards, effects), readable [`secrets`] and API token hashes. It never decides anything: [`Store::execute`] loads the record and namespace state,
 //! calls [`idem_core::apply`] and persists the returned [`idem_core::Transition`] in one atomic
 //! step (a transaction whose record write is guarded by a unique constraint on insert and by
 //! the record `version` on update; a lost race re-runs the decision on fresh data). Backends
@@ -11,9 +11,16 @@
 //! inputs, and turns replies into typed results.
 
 mod ledger;
+pub mod outbox;
+pub mod secrets;
 mod types;
 
 pub use ledger::{Ledger, LedgerError};
+pub use outbox::{
+    AlertPayload, Jitter, NewOutboxItem, OutboxItem, OutboxKind, OutboxLease, OutboxOutcome,
+    OutboxState, RetrySchedule,
+};
+pub use secrets::{Secret, SecretKind, SecretOwner, StoredSecret};
 pub use types::{
     generate_secret, hash_secret, AlertOutcome, ApiToken, Cursor, ExecCtx, Executed, ListQuery,
     NamespaceChange, NamespaceInfo, NewApiToken, Page, PendingAlert, RecordWithEvents,
@@ -71,7 +78,9 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// Gauges for metrics: records per state, oldest processing age, review depth.
     async fn stats(&self, now: Timestamp) -> Result<Stats, StoreError>;
 
-    /// Alerts due for delivery (claimed for `lease_ms` so another instance does not send them too).
+    /// Alerts due for delivery: the [`OutboxKind::Alert`] items [`Store::outbox_claim`] hands
+    /// out (claimed for `lease_ms` so another instance does not send them too), with the
+    /// namespace's alert URL and secret as they are now.
     async fn due_alerts(
         &self,
         now: Timestamp,
@@ -79,7 +88,8 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
         lease_ms: i64,
     ) -> Result<Vec<PendingAlert>, StoreError>;
 
-    /// Records the result of one delivery attempt (and an `alert_sent` event on success).
+    /// Records the result of one delivery attempt of a live alert item (and, in the same
+    /// transaction, an `alert_sent` event on success); a finished alert is left alone.
     async fn finish_alert(
         &self,
         id: i64,
@@ -98,4 +108,62 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
 
     /// Cheap round trip to the store (readiness).
     async fn ping(&self) -> Result<(), StoreError>;
+
+    // ------------------------------------------------------------ the outbox (see [`outbox`])
+
+    /// Enqueues one item on its own (items caused by a record write are enqueued by that
+    /// write's transaction). `None` when an item with the same
+    /// `(namespace, key, kind, dedupe)` exists already.
+    async fn outbox_enqueue(
+        &self,
+        item: NewOutboxItem,
+        now: Timestamp,
+    ) -> Result<Option<i64>, StoreError>;
+
+    /// Leases at most `limit` items of `kind` that are due (pending with `due_at <= now`, or
+    /// leased with a lease run out) to one fresh holder for `lease_ms`, oldest due first.
+    /// While the lease runs no other claim, on any handle or instance, returns them.
+    async fn outbox_claim(
+        &self,
+        kind: OutboxKind,
+        now: Timestamp,
+        limit: usize,
+        lease_ms: i64,
+    ) -> Result<Vec<OutboxItem>, StoreError>;
+
+    /// Records how an attempt ended, only if `lease` still holds the item (nobody reclaimed
+    /// it since): `Ok(false)` otherwise, and nothing changes. Counts the attempt.
+    async fn outbox_finish(
+        &self,
+        id: i64,
+        lease: &OutboxLease,
+        outcome: OutboxOutcome,
+        now: Timestamp,
+    ) -> Result<bool, StoreError>;
+
+    /// One item as stored, any state.
+    async fn outbox_item(&self, id: i64) -> Result<Option<OutboxItem>, StoreError>;
+
+    // ------------------------------------------------------------ secrets (see [`secrets`])
+
+    /// Adds a new version for `owner`. With `others_expire_at`, every other version still
+    /// active then expires at that time (rotation: `now + grace`; replacement: `now`).
+    async fn secret_add(
+        &self,
+        owner: &SecretOwner,
+        value: Secret,
+        expires_at: Option<Timestamp>,
+        others_expire_at: Option<Timestamp>,
+        now: Timestamp,
+    ) -> Result<i64, StoreError>;
+
+    /// The versions of `owner` active at `now`, newest first.
+    async fn secrets(
+        &self,
+        owner: &SecretOwner,
+        now: Timestamp,
+    ) -> Result<Vec<StoredSecret>, StoreError>;
+
+    /// Deletes every version of `owner`; returns how many there were.
+    async fn secrets_remove(&self, owner: &SecretOwner) -> Result<usize, StoreError>;
 }

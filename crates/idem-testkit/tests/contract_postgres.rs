@@ -8,7 +8,7 @@ use std::sync::Arc;
 use idem_postgres::{PgOptions, PgStore};
 use idem_store::Store;
 use idem_testkit::contract::Backend;
-use idem_testkit::contract_suite;
+use idem_testkit::{contract_suite, outbox_suite};
 use idem_testkit::pg::{self, PgDb};
 
 struct Pg {
@@ -53,3 +53,4 @@ impl Backend for Pg {
 }
 
 contract_suite!(Pg);
+outbox_suite!(Pg);

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use idem_sqlite::SqliteStore;
 use idem_store::Store;
 use idem_testkit::contract::Backend;
-use idem_testkit::contract_suite;
+use idem_testkit::{contract_suite, outbox_suite};
 
 struct Sqlite {
     // Held so the directory (and the database) lives as long as the case.
@@ -35,3 +35,4 @@ impl Backend for Sqlite {
 }
 
 contract_suite!(Sqlite);
+outbox_suite!(Sqlite);

@@ -52,6 +52,10 @@ pub use idem_store::{
     LedgerError, ListQuery, NamespaceChange, NamespaceInfo, NewApiToken, Page, PendingAlert,
     RecordWithEvents, RetentionReport, Role, StateCounts, Stats, Store, StoreError, SweepReport,
 };
+pub use idem_store::{
+    AlertPayload, Jitter, NewOutboxItem, OutboxItem, OutboxKind, OutboxLease, OutboxOutcome,
+    OutboxState, RetrySchedule, Secret, SecretKind, SecretOwner, StoredSecret,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum OpenError {

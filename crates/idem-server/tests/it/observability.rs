@@ -303,6 +303,56 @@ impl Store for CountingStats {
     async fn ping(&self) -> Result<(), StoreError> {
         self.inner.ping().await
     }
+    async fn outbox_enqueue(
+        &self,
+        item: idem::NewOutboxItem,
+        now: Timestamp,
+    ) -> Result<Option<i64>, StoreError> {
+        self.inner.outbox_enqueue(item, now).await
+    }
+    async fn outbox_claim(
+        &self,
+        kind: idem::OutboxKind,
+        now: Timestamp,
+        limit: usize,
+        lease_ms: i64,
+    ) -> Result<Vec<idem::OutboxItem>, StoreError> {
+        self.inner.outbox_claim(kind, now, limit, lease_ms).await
+    }
+    async fn outbox_finish(
+        &self,
+        id: i64,
+        lease: &idem::OutboxLease,
+        outcome: idem::OutboxOutcome,
+        now: Timestamp,
+    ) -> Result<bool, StoreError> {
+        self.inner.outbox_finish(id, lease, outcome, now).await
+    }
+    async fn outbox_item(&self, id: i64) -> Result<Option<idem::OutboxItem>, StoreError> {
+        self.inner.outbox_item(id).await
+    }
+    async fn secret_add(
+        &self,
+        owner: &idem::SecretOwner,
+        value: idem::Secret,
+        expires_at: Option<Timestamp>,
+        others_expire_at: Option<Timestamp>,
+        now: Timestamp,
+    ) -> Result<i64, StoreError> {
+        self.inner
+            .secret_add(owner, value, expires_at, others_expire_at, now)
+            .await
+    }
+    async fn secrets(
+        &self,
+        owner: &idem::SecretOwner,
+        now: Timestamp,
+    ) -> Result<Vec<idem::StoredSecret>, StoreError> {
+        self.inner.secrets(owner, now).await
+    }
+    async fn secrets_remove(&self, owner: &idem::SecretOwner) -> Result<usize, StoreError> {
+        self.inner.secrets_remove(owner).await
+    }
 }
 
 /// A janitor draining a backlog runs batch after batch: none of them may recount every

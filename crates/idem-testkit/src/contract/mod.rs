@@ -28,6 +28,7 @@ use idem_store::{
 
 pub mod cases;
 pub mod model;
+pub mod outbox_cases;
 
 /// A storage backend under test.
 #[async_trait]

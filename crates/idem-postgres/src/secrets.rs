@@ -1,0 +1,89 @@
+//! The secrets table in PostgreSQL: versions of the secrets the server reads back (signing
+//! secrets of alerts, intake sources and forwards), newest first, each active until its
+//! `expires_at`. Values are stored as given so they can be used to sign and verify; this
+//! module must never log one or put one in an error (driver errors name no parameter values).
+
+use idem_core::Timestamp;
+use idem_store::{Secret, SecretOwner, StoredSecret};
+
+use crate::corrupt;
+use crate::error::PgError;
+use crate::PgStore;
+
+pub(crate) async fn secret_add(
+    store: &PgStore,
+    owner: &SecretOwner,
+    value: &Secret,
+    expires_at: Option<Timestamp>,
+    others_expire_at: Option<Timestamp>,
+    now: Timestamp,
+) -> Result<i64, PgError> {
+    let mut client = store.client().await?;
+    let tx = client.transaction().await?;
+    if let Some(at) = others_expire_at {
+        tx.execute(
+            "UPDATE secrets SET expires_at = $3 WHERE kind = $1 AND owner = $2 \
+             AND (expires_at IS NULL OR expires_at > $3)",
+            &[&owner.kind.as_str(), &owner.name, &at.0],
+        )
+        .await?;
+    }
+    let row = tx
+        .query_one(
+            "INSERT INTO secrets (kind, owner, value, created_at, expires_at) \
+             VALUES ($1, $2, $3, $4, $5) RETURNING id",
+            &[
+                &owner.kind.as_str(),
+                &owner.name,
+                &value.expose(),
+                &now.0,
+                &expires_at.map(|t| t.0),
+            ],
+        )
+        .await?;
+    let id = row.try_get(0).map_err(|e| corrupt(&e))?;
+    tx.commit().await?;
+    Ok(id)
+}
+
+pub(crate) async fn secrets(
+    store: &PgStore,
+    owner: &SecretOwner,
+    now: Timestamp,
+) -> Result<Vec<StoredSecret>, PgError> {
+    let client = store.client().await?;
+    let stmt = client
+        .prepare_cached(
+            "SELECT id, value, created_at, expires_at FROM secrets \
+             WHERE kind = $1 AND owner = $2 AND (expires_at IS NULL OR expires_at > $3) \
+             ORDER BY id DESC",
+        )
+        .await?;
+    let rows = client
+        .query(&stmt, &[&owner.kind.as_str(), &owner.name, &now.0])
+        .await?;
+    rows.iter()
+        .map(|r| {
+            Ok(StoredSecret {
+                id: r.try_get(0).map_err(|e| corrupt(&e))?,
+                value: Secret::new(r.try_get::<_, String>(1).map_err(|e| corrupt(&e))?),
+                created_at: Timestamp(r.try_get(2).map_err(|e| corrupt(&e))?),
+                expires_at: r
+                    .try_get::<_, Option<i64>>(3)
+                    .map_err(|e| corrupt(&e))?
+                    .map(Timestamp),
+            })
+        })
+        .collect()
+}
+
+pub(crate) async fn secrets_remove(store: &PgStore, owner: &SecretOwner) -> Result<usize, PgError> {
+    let client = store.client().await?;
+    let n = client
+        .execute(
+            "DELETE FROM secrets WHERE kind = $1 AND owner = $2",
+            &[&owner.kind.as_str(), &owner.name],
+        )
+        .await?;
+    Ok(usize::try_from(n).unwrap_or(usize::MAX))
+}

@@ -239,10 +239,10 @@ pub struct ServeCmd {
     pub log_format: Option<LogFormat>,
     /// Serve HTTPS with this PEM certificate chain (with --tls-key); SIGHUP re-reads both
     /// [env: IDEM_TLS_CERT].
-    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    #[arg(long, value_name = "FILE")]
     pub tls_cert: Option<String>,
     /// PEM private key of --tls-cert [env: IDEM_TLS_KEY].
-    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    #[arg(long, value_name = "FILE")]
     pub tls_key: Option<String>,
     /// Export traces over OTLP/HTTP to this collector (e.g. http://127.0.0.1:4318; spans go
     /// to <URL>/v1/traces) [env: IDEM_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_ENDPOINT].

@@ -155,21 +155,23 @@ impl PgTls {
         let builder = ClientConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
             .map_err(|e| TlsError::Rustls(e.to_string()))?;
-        let verifier: Arc<dyn ServerCertVerifier> = match check {
+        let webpki = match check {
             Check::Plain => return Ok(Manager::from_config(cfg, NoTls, mc)),
-            Check::EncryptOnly => Arc::new(EncryptOnly(provider)),
-            Check::Chain | Check::ChainAndName => {
-                let roots = Arc::new(self.roots()?);
-                let webpki = WebPkiServerVerifier::builder_with_provider(roots, provider)
-                    .build()
-                    .map_err(|e| TlsError::Rustls(e.to_string()))?;
-                if check == Check::Chain {
-                    Arc::new(ChainOnly(webpki))
-                } else {
-                    webpki
-                }
-            }
+            Check::EncryptOnly => None,
+            Check::Chain | Check::ChainAndName => Some(
+                WebPkiServerVerifier::builder_with_provider(
+                    Arc::new(self.roots()?),
+                    provider.clone(),
+                )
+                .build()
+                .map_err(|e| TlsError::Rustls(e.to_string()))?,
+            ),
         };
+        let verifier = Arc::new(Verifier {
+            check,
+            webpki,
+            provider,
+        });
         let config = builder
             .dangerous()
             .with_custom_certificate_verifier(verifier)
@@ -214,64 +216,17 @@ enum Check {
     ChainAndName,
 }
 
-/// `prefer`/`require` without a CA: the session is encrypted but the certificate is not
-/// checked (libpq's meaning). The handshake signature is still verified, so the peer holds
-/// the key of the certificate it sent.
+/// Checks the server certificate as `check` says. The handshake signature is always
+/// verified, so the peer holds the key of the certificate it sent, whatever the mode.
 #[derive(Debug)]
-struct EncryptOnly(Arc<CryptoProvider>);
-
-impl ServerCertVerifier for EncryptOnly {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
+struct Verifier {
+    check: Check,
+    /// The full webpki check (chain, validity, usage, name); `None` for [`Check::EncryptOnly`].
+    webpki: Option<Arc<WebPkiServerVerifier>>,
+    provider: Arc<CryptoProvider>,
 }
 
-/// `verify-ca`: the full webpki check, except that a certificate valid for another name is
-/// accepted. webpki checks the name only after the chain, validity and usage checks
-/// succeeded, so a name error means everything else held.
-#[derive(Debug)]
-struct ChainOnly(Arc<WebPkiServerVerifier>);
-
-impl ServerCertVerifier for ChainOnly {
+impl ServerCertVerifier for Verifier {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -280,13 +235,19 @@ impl ServerCertVerifier for ChainOnly {
         ocsp_response: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        match self
-            .0
-            .verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
-        {
+        let Some(webpki) = &self.webpki else {
+            // `prefer`/`require` without a CA: encrypted, the certificate not checked
+            // (libpq's meaning).
+            return Ok(ServerCertVerified::assertion());
+        };
+        let verified =
+            webpki.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now);
+        match verified {
+            // `verify-ca`: webpki checks the name only after the chain, validity and usage
+            // checks succeeded, so a name error means everything else held.
             Err(rustls::Error::InvalidCertificate(
                 CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
-            )) => Ok(ServerCertVerified::assertion()),
+            )) if self.check == Check::Chain => Ok(ServerCertVerified::assertion()),
             other => other,
         }
     }
@@ -297,7 +258,8 @@ impl ServerCertVerifier for ChainOnly {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls12_signature(message, cert, dss)
+        let algs = &self.provider.signature_verification_algorithms;
+        verify_tls12_signature(message, cert, dss, algs)
     }
 
     fn verify_tls13_signature(
@@ -306,11 +268,14 @@ impl ServerCertVerifier for ChainOnly {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls13_signature(message, cert, dss)
+        let algs = &self.provider.signature_verification_algorithms;
+        verify_tls13_signature(message, cert, dss, algs)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_verify_schemes()
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
     }
 }
 

@@ -153,7 +153,11 @@ impl std::fmt::Debug for Config {
             .field("namespaces", namespaces)
             .field("tls_cert", tls_cert)
             .field("tls_key", tls_key)
-            .field("otlp_endpoint", otlp_endpoint)
+            // A collector URL may carry credentials in its userinfo.
+            .field(
+                "otlp_endpoint",
+                &otlp_endpoint.as_deref().map(idem::redact_db_url),
+            )
             .finish()
     }
 }
@@ -842,6 +846,70 @@ mod tests {
             shown.contains("line 2") && !shown.contains("MfKQ9r8G"),
             "{shown}"
         );
+    }
+
+    #[test]
+    fn tls_and_otlp_settings_layer_and_are_checked() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let p = dir.path().join("idem.toml");
+        std::fs::write(
+            &p,
+            "tls_cert = \"/file/cert.pem\"\ntls_key = \"/file/key.pem\"\n\
+             otlp_endpoint = \"http://file:4318\"\n",
+        )
+        .expect("write");
+        let file_only = ServeArgs {
+            config: Some(p.clone()),
+            ..Default::default()
+        };
+        let c = Config::load(&file_only, &env(&[])).expect("ok");
+        assert_eq!(c.tls_cert.as_deref(), Some(Path::new("/file/cert.pem")));
+        assert_eq!(c.tls_key.as_deref(), Some(Path::new("/file/key.pem")));
+        assert_eq!(c.otlp_endpoint.as_deref(), Some("http://file:4318"));
+        // The standard variable overrides the file; idem's own one wins over it; flags win.
+        let c = Config::load(
+            &file_only,
+            &env(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://otel:4318")]),
+        )
+        .expect("ok");
+        assert_eq!(c.otlp_endpoint.as_deref(), Some("http://otel:4318"));
+        let both = env(&[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://otel:4318"),
+            ("IDEM_OTLP_ENDPOINT", "http://idem:4318"),
+            ("IDEM_TLS_KEY", "/env/key.pem"),
+        ]);
+        let c = Config::load(&file_only, &both).expect("ok");
+        assert_eq!(c.otlp_endpoint.as_deref(), Some("http://idem:4318"));
+        assert_eq!(c.tls_key.as_deref(), Some(Path::new("/env/key.pem")));
+        let flags = ServeArgs {
+            config: Some(p),
+            tls_cert: Some("/flag/cert.pem".into()),
+            otlp_endpoint: Some("https://flag:4318".into()),
+            ..Default::default()
+        };
+        let c = Config::load(&flags, &both).expect("ok");
+        assert_eq!(c.tls_cert.as_deref(), Some(Path::new("/flag/cert.pem")));
+        assert_eq!(c.otlp_endpoint.as_deref(), Some("https://flag:4318"));
+
+        // Both or neither, and an endpoint must be an http(s) URL.
+        let e = Config::load(&ServeArgs::default(), &env(&[("IDEM_TLS_CERT", "/c.pem")]))
+            .expect_err("no key");
+        assert!(e.to_string().contains("tls_key"), "{e}");
+        let e = Config::load(&ServeArgs::default(), &env(&[("IDEM_TLS_KEY", "/k.pem")]))
+            .expect_err("no cert");
+        assert!(e.to_string().contains("tls_cert"), "{e}");
+        for bad in ["localhost:4318", "grpc://c:4317"] {
+            let e = Config::load(&ServeArgs::default(), &env(&[("IDEM_OTLP_ENDPOINT", bad)]))
+                .expect_err(bad);
+            assert!(e.to_string().contains("IDEM_OTLP_ENDPOINT"), "{e}");
+        }
+        // Credentials in a collector URL never print.
+        let c = Config::load(
+            &ServeArgs::default(),
+            &env(&[("IDEM_OTLP_ENDPOINT", "https://u:hunter2@otel.example.com")]),
+        )
+        .expect("ok");
+        assert!(!format!("{c:?}").contains("hunter2"), "{c:?}");
     }
 
     #[test]

@@ -72,7 +72,10 @@ impl std::fmt::Debug for ServeArgs {
             .field("log_format", log_format)
             .field("tls_cert", tls_cert)
             .field("tls_key", tls_key)
-            .field("otlp_endpoint", otlp_endpoint)
+            .field(
+                "otlp_endpoint",
+                &otlp_endpoint.as_deref().map(idem::redact_db_url),
+            )
             .finish()
     }
 }
@@ -92,7 +95,8 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     };
     let _log = logging::init_telemetry(config.log_format, &config.log_level, traces);
     if let Some(endpoint) = &config.otlp_endpoint {
-        tracing::info!(endpoint = %telemetry::traces_url(endpoint), "exporting traces over OTLP");
+        let shown = idem::redact_db_url(&telemetry::traces_url(endpoint));
+        tracing::info!(endpoint = %shown, "exporting traces over OTLP");
     }
     let db = config.db_redacted();
     tracing::info!(db = %db, "opening ledger");

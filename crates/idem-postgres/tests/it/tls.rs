@@ -235,10 +235,7 @@ async fn sslmode_and_sslrootcert_are_honoured_against_a_real_server() {
         .await
         .expect("prefer connects in plain text");
     let (ssl, n) = cluster.ssl_of("fallback").await;
-    assert!(
-        ssl == false && n >= 1,
-        "fallback: ssl {ssl}, {n} connections"
-    );
+    assert!(!ssl && n >= 1, "fallback: ssl {ssl}, {n} connections");
     drop(store);
     cluster.stop();
 
@@ -310,10 +307,7 @@ async fn sslmode_and_sslrootcert_are_honoured_against_a_real_server() {
         .await
         .expect("default mode connects");
     let (ssl, n) = cluster.ssl_of("default_mode").await;
-    assert!(
-        ssl == true && n >= 1,
-        "default_mode: ssl {ssl}, {n} connections"
-    );
+    assert!(ssl && n >= 1, "default_mode: ssl {ssl}, {n} connections");
     drop(store);
 
     // `disable` stays in plain text even though the server offers TLS.
@@ -321,7 +315,7 @@ async fn sslmode_and_sslrootcert_are_honoured_against_a_real_server() {
         .await
         .expect("disable connects");
     let (ssl, n) = cluster.ssl_of("off").await;
-    assert!(ssl == false && n >= 1, "off: ssl {ssl}, {n} connections");
+    assert!(!ssl && n >= 1, "off: ssl {ssl}, {n} connections");
     drop(store);
 
     // A CA file that does not exist is named in the error.

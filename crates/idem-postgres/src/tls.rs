@@ -216,6 +216,9 @@ enum Check {
     ChainAndName,
 }
 
+type Dss = DigitallySignedStruct;
+type SigResult = Result<HandshakeSignatureValid, rustls::Error>;
+
 /// Checks the server certificate as `check` says. The handshake signature is always
 /// verified, so the peer holds the key of the certificate it sent, whatever the mode.
 #[derive(Debug)]
@@ -252,24 +255,12 @@ impl ServerCertVerifier for Verifier {
         }
     }
 
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        let algs = &self.provider.signature_verification_algorithms;
-        verify_tls12_signature(message, cert, dss, algs)
+    fn verify_tls12_signature(&self, m: &[u8], c: &CertificateDer<'_>, d: &Dss) -> SigResult {
+        verify_tls12_signature(m, c, d, &self.provider.signature_verification_algorithms)
     }
 
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        let algs = &self.provider.signature_verification_algorithms;
-        verify_tls13_signature(message, cert, dss, algs)
+    fn verify_tls13_signature(&self, m: &[u8], c: &CertificateDer<'_>, d: &Dss) -> SigResult {
+        verify_tls13_signature(m, c, d, &self.provider.signature_verification_algorithms)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {

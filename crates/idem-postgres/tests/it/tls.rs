@@ -188,6 +188,19 @@ impl TlsCluster {
     }
 }
 
+impl TlsCluster {
+    /// Opens a store on 127.0.0.1 with `query` and says whether its connections are
+    /// encrypted.
+    async fn encrypted(&self, query: &str, app: &str) -> bool {
+        let url = self.url("127.0.0.1", &format!("{query}&application_name={app}"));
+        let store = open(&url).await.unwrap_or_else(|e| panic!("{app}: {e}"));
+        let (ssl, n) = self.ssl_of(app).await;
+        assert!(n >= 1, "{app}: no connection seen");
+        drop(store);
+        ssl
+    }
+}
+
 impl Drop for TlsCluster {
     fn drop(&mut self) {
         self.stop();
@@ -231,12 +244,8 @@ async fn sslmode_and_sslrootcert_are_honoured_against_a_real_server() {
             "{mode}: {e}"
         );
     }
-    let store = open(&cluster.url("127.0.0.1", "sslmode=prefer&application_name=fallback"))
-        .await
-        .expect("prefer connects in plain text");
-    let (ssl, n) = cluster.ssl_of("fallback").await;
-    assert!(!ssl && n >= 1, "fallback: ssl {ssl}, {n} connections");
-    drop(store);
+    let plain = !cluster.encrypted("sslmode=prefer", "fallback").await;
+    assert!(plain, "prefer falls back to plain text");
     cluster.stop();
 
     // The same server with TLS on.
@@ -303,20 +312,10 @@ async fn sslmode_and_sslrootcert_are_honoured_against_a_real_server() {
     }
 
     // The default (no sslmode) is libpq's `prefer`: encrypted when the server can.
-    let store = open(&cluster.url("127.0.0.1", "application_name=default_mode"))
-        .await
-        .expect("default mode connects");
-    let (ssl, n) = cluster.ssl_of("default_mode").await;
-    assert!(ssl && n >= 1, "default_mode: ssl {ssl}, {n} connections");
-    drop(store);
+    assert!(cluster.encrypted("", "default_mode").await);
 
     // `disable` stays in plain text even though the server offers TLS.
-    let store = open(&cluster.url("127.0.0.1", "sslmode=disable&application_name=off"))
-        .await
-        .expect("disable connects");
-    let (ssl, n) = cluster.ssl_of("off").await;
-    assert!(!ssl && n >= 1, "off: ssl {ssl}, {n} connections");
-    drop(store);
+    assert!(!cluster.encrypted("sslmode=disable", "off").await);
 
     // A CA file that does not exist is named in the error.
     let missing = cluster.dir.join("missing.pem").display().to_string();

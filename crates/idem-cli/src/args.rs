@@ -237,6 +237,17 @@ pub struct ServeCmd {
     /// Log format on stderr.
     #[arg(long, value_enum, value_name = "FORMAT")]
     pub log_format: Option<LogFormat>,
+    /// Serve HTTPS with this PEM certificate chain (with --tls-key); SIGHUP re-reads both
+    /// [env: IDEM_TLS_CERT].
+    #[arg(long, value_name = "FILE")]
+    pub tls_cert: Option<String>,
+    /// PEM private key of --tls-cert [env: IDEM_TLS_KEY].
+    #[arg(long, value_name = "FILE")]
+    pub tls_key: Option<String>,
+    /// Export traces over OTLP/HTTP to this collector (e.g. http://127.0.0.1:4318; spans go
+    /// to <URL>/v1/traces) [env: IDEM_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_ENDPOINT].
+    #[arg(long, value_name = "URL")]
+    pub otlp_endpoint: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -94,6 +94,9 @@ pub fn serve_args(cmd: ServeCmd) -> idem_server::ServeArgs {
         config: cmd.config,
         janitor_interval: cmd.janitor_interval,
         log_format: cmd.log_format.map(|f| f.as_str().to_owned()),
+        tls_cert: cmd.tls_cert,
+        tls_key: cmd.tls_key,
+        otlp_endpoint: cmd.otlp_endpoint,
     }
 }
 

@@ -33,8 +33,7 @@
 //!   procedures. The janitor works in small `FOR UPDATE SKIP LOCKED` batches, so many
 //!   instances share it without double work and without making claims wait long.
 //!
-//! TLS is not wired yet (`NoTls`): run idem next to its database or through a TLS-terminating
-//! proxy until it is.
+//! TLS follows the `sslmode` / `sslrootcert` parameters of the URL, as libpq does (`tls.rs`).
 
 mod cache;
 mod error;
@@ -44,6 +43,7 @@ mod outbox;
 mod rows;
 mod schema;
 mod secrets;
+pub mod tls;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -52,7 +52,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use cache::{Counters, NsCache, NsSettings, RecordCache, NO_ROW};
-use deadpool_postgres::{Client, Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use deadpool_postgres::{Client, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use fast::Fast;
 use futures_util::future::try_join_all;
 use idem_core::{Event, Key, Namespace, Op, Policy, Record, Timestamp, Write};
@@ -60,7 +60,6 @@ use idem_store::{
     ApiToken, Cursor, ExecCtx, Executed, ListQuery, NamespaceChange, NamespaceInfo, NewApiToken,
     Page, RecordWithEvents, Role, StateCounts, Store, StoreError,
 };
-use tokio_postgres::NoTls;
 
 use error::{store_err, PgError};
 use rows::{
@@ -195,6 +194,8 @@ impl PgStore {
     /// Connects a pool to `url` and runs migrations.
     pub async fn connect_with(url: &str, opts: PgOptions) -> Result<PgStore, StoreError> {
         let redacted = idem_core::redact_db_url(url);
+        let (url, tls) = tls::PgTls::split_url(url)
+            .map_err(|e| StoreError::Internal(format!("postgres url {redacted}: {e}")))?;
         let mut cfg: tokio_postgres::Config = url
             .parse()
             .map_err(|e| StoreError::Internal(format!("invalid postgres url {redacted}: {e}")))?;
@@ -216,15 +217,17 @@ impl PgStore {
             stmt_ms * 2
         );
         cfg.options(options.trim());
-        let mgr = Manager::from_config(
-            cfg,
-            NoTls,
-            ManagerConfig {
-                // A closed connection is detected without a round trip; a broken one fails its
-                // next statement, is reported as Unavailable and is then dropped.
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
+        cfg.ssl_mode(tls.ssl_mode());
+        let mgr = tls
+            .manager(
+                cfg,
+                ManagerConfig {
+                    // A closed connection is detected without a round trip; a broken one fails
+                    // its next statement, is reported as Unavailable and is then dropped.
+                    recycling_method: RecyclingMethod::Fast,
+                },
+            )
+            .map_err(|e| StoreError::Internal(e.to_string()))?;
         let pool = Pool::builder(mgr)
             .max_size(opts.max_connections.max(1))
             .runtime(Runtime::Tokio1)

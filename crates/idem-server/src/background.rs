@@ -197,7 +197,18 @@ pub async fn alerts_once(
             report.dropped += 1;
             continue;
         };
-        let outcome = match alert_request(client, &url, &alert, now).send().await {
+        // Each delivery is a span of its own (`alert.send`), and the receiver gets its
+        // `traceparent` to continue the trace.
+        let span = crate::telemetry::client_span("alert.send", &alert.namespace, &alert.reason);
+        let mut req = alert_request(client, &url, &alert, now);
+        if let Some(tp) = crate::telemetry::traceparent(&span) {
+            req = req.header("traceparent", tp);
+        }
+        let sent = tracing::Instrument::instrument(req.send(), span.clone()).await;
+        if let Ok(resp) = &sent {
+            span.record("http.response.status_code", resp.status().as_u16());
+        }
+        let outcome = match sent {
             Ok(resp) if resp.status().is_success() => Ok(()),
             Ok(resp) if resp.status().is_redirection() => Err(format!(
                 "HTTP {} (redirects are not followed: set alert_url to the final address)",

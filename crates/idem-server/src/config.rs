@@ -63,6 +63,12 @@ pub struct Config {
     pub body_limit: usize,
     /// Policy patches applied at start, by namespace (JSON merge patches with `*_ms` integers).
     pub namespaces: NamespacePolicies,
+    /// PEM certificate chain for HTTPS (with [`Config::tls_key`]); unset: plain HTTP.
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of [`Config::tls_cert`].
+    pub tls_key: Option<PathBuf>,
+    /// OTLP/HTTP collector base URL (`/v1/traces` is appended); unset: no trace export.
+    pub otlp_endpoint: Option<String>,
 }
 
 /// The `[namespaces.NAME]` policy patches by namespace. Its `Debug` shows `alert_secret` as
@@ -127,6 +133,9 @@ impl std::fmt::Debug for Config {
             log_level,
             body_limit,
             namespaces,
+            tls_cert,
+            tls_key,
+            otlp_endpoint,
         } = self;
         f.debug_struct("Config")
             .field("listen", listen)
@@ -142,6 +151,13 @@ impl std::fmt::Debug for Config {
             .field("log_level", log_level)
             .field("body_limit", body_limit)
             .field("namespaces", namespaces)
+            .field("tls_cert", tls_cert)
+            .field("tls_key", tls_key)
+            // A collector URL may carry credentials in its userinfo.
+            .field(
+                "otlp_endpoint",
+                &otlp_endpoint.as_deref().map(idem::redact_db_url),
+            )
             .finish()
     }
 }
@@ -162,6 +178,9 @@ impl Default for Config {
             log_level: "info".into(),
             body_limit: 1024 * 1024,
             namespaces: NamespacePolicies::default(),
+            tls_cert: None,
+            tls_key: None,
+            otlp_endpoint: None,
         }
     }
 }
@@ -218,6 +237,11 @@ impl Config {
             ("IDEM_LOG_FORMAT", "log_format"),
             ("IDEM_LOG", "log_level"),
             ("IDEM_BODY_LIMIT", "body_limit"),
+            ("IDEM_TLS_CERT", "tls_cert"),
+            ("IDEM_TLS_KEY", "tls_key"),
+            // The OpenTelemetry variable first, so that idem's own one wins.
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "otlp_endpoint"),
+            ("IDEM_OTLP_ENDPOINT", "otlp_endpoint"),
         ];
         for (var, setting) in vars {
             if let Some(v) = env(var).filter(|v| !v.is_empty()) {
@@ -236,6 +260,9 @@ impl Config {
                 &args.janitor_interval,
             ),
             ("--log-format", "log_format", &args.log_format),
+            ("--tls-cert", "tls_cert", &args.tls_cert),
+            ("--tls-key", "tls_key", &args.tls_key),
+            ("--otlp-endpoint", "otlp_endpoint", &args.otlp_endpoint),
         ];
         for (flag, setting, v) in flags {
             if let Some(v) = v {
@@ -283,6 +310,17 @@ impl Config {
             }
             "log_level" => self.log_level = v.to_owned(),
             "body_limit" => self.body_limit = parse_size(v)?,
+            "tls_cert" => self.tls_cert = Some(PathBuf::from(v)),
+            "tls_key" => self.tls_key = Some(PathBuf::from(v)),
+            "otlp_endpoint" => {
+                let u = url::Url::parse(v.trim()).map_err(|e| {
+                    format!("{v:?} is not a URL ({e}): use e.g. http://127.0.0.1:4318")
+                })?;
+                if !matches!(u.scheme(), "http" | "https") {
+                    return Err(format!("{v:?}: use an http:// or https:// URL"));
+                }
+                self.otlp_endpoint = Some(v.trim().to_owned());
+            }
             other => return Err(format!("unknown setting {other}")),
         }
         Ok(())
@@ -311,6 +349,9 @@ impl Config {
         set("pg_pool", file.pg_pool.map(|n| n.to_string()))?;
         set("log_format", file.log_format)?;
         set("log_level", file.log_level)?;
+        set("tls_cert", file.tls_cert)?;
+        set("tls_key", file.tls_key)?;
+        set("otlp_endpoint", file.otlp_endpoint)?;
         set(
             "body_limit",
             file.body_limit.map(|v| match v {
@@ -358,6 +399,11 @@ impl Config {
         if !(1024..=1024 * 1024 * 1024).contains(&self.body_limit) {
             return Err(bad("body_limit", "must be from 1KiB to 1GiB"));
         }
+        match (&self.tls_cert, &self.tls_key) {
+            (Some(_), None) => return Err(bad("tls_key", "tls_cert is set: set tls_key too")),
+            (None, Some(_)) => return Err(bad("tls_cert", "tls_key is set: set tls_cert too")),
+            _ => {}
+        }
         for (name, patch) in &self.namespaces {
             idem::Namespace::try_from(name.as_str())
                 .map_err(|e| bad(&format!("namespaces.{name}"), &e.to_string()))?;
@@ -382,6 +428,9 @@ struct FileConfig {
     log_format: Option<String>,
     log_level: Option<String>,
     body_limit: Option<toml::Value>,
+    tls_cert: Option<String>,
+    tls_key: Option<String>,
+    otlp_endpoint: Option<String>,
     #[serde(default)]
     namespaces: BTreeMap<String, toml::Table>,
 }
@@ -555,6 +604,15 @@ log_level = "info"
 
 # Largest accepted request body (IDEM_BODY_LIMIT): bytes, or e.g. "512KiB", "1MiB".
 body_limit = "1MiB"
+
+# HTTPS (IDEM_TLS_CERT / IDEM_TLS_KEY, --tls-cert / --tls-key): PEM certificate chain (leaf
+# first) and its private key. SIGHUP re-reads both; a bad new file keeps the old certificate.
+# tls_cert = "/etc/idem/tls/cert.pem"
+# tls_key = "/etc/idem/tls/key.pem"
+
+# OpenTelemetry traces over OTLP/HTTP (IDEM_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_ENDPOINT,
+# --otlp-endpoint): the collector's base URL; spans go to <url>/v1/traces. Off when unset.
+# otlp_endpoint = "http://127.0.0.1:4318"
 
 # Per-namespace policy applied at start (same fields as PATCH /v1/namespaces/{ns};
 # durations may be written "30s" or as integer milliseconds in the *_ms fields).
@@ -788,6 +846,70 @@ mod tests {
             shown.contains("line 2") && !shown.contains("MfKQ9r8G"),
             "{shown}"
         );
+    }
+
+    #[test]
+    fn tls_and_otlp_settings_layer_and_are_checked() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let p = dir.path().join("idem.toml");
+        std::fs::write(
+            &p,
+            "tls_cert = \"/file/cert.pem\"\ntls_key = \"/file/key.pem\"\n\
+             otlp_endpoint = \"http://file:4318\"\n",
+        )
+        .expect("write");
+        let file_only = ServeArgs {
+            config: Some(p.clone()),
+            ..Default::default()
+        };
+        let c = Config::load(&file_only, &env(&[])).expect("ok");
+        assert_eq!(c.tls_cert.as_deref(), Some(Path::new("/file/cert.pem")));
+        assert_eq!(c.tls_key.as_deref(), Some(Path::new("/file/key.pem")));
+        assert_eq!(c.otlp_endpoint.as_deref(), Some("http://file:4318"));
+        // The standard variable overrides the file; idem's own one wins over it; flags win.
+        let c = Config::load(
+            &file_only,
+            &env(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://otel:4318")]),
+        )
+        .expect("ok");
+        assert_eq!(c.otlp_endpoint.as_deref(), Some("http://otel:4318"));
+        let both = env(&[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://otel:4318"),
+            ("IDEM_OTLP_ENDPOINT", "http://idem:4318"),
+            ("IDEM_TLS_KEY", "/env/key.pem"),
+        ]);
+        let c = Config::load(&file_only, &both).expect("ok");
+        assert_eq!(c.otlp_endpoint.as_deref(), Some("http://idem:4318"));
+        assert_eq!(c.tls_key.as_deref(), Some(Path::new("/env/key.pem")));
+        let flags = ServeArgs {
+            config: Some(p),
+            tls_cert: Some("/flag/cert.pem".into()),
+            otlp_endpoint: Some("https://flag:4318".into()),
+            ..Default::default()
+        };
+        let c = Config::load(&flags, &both).expect("ok");
+        assert_eq!(c.tls_cert.as_deref(), Some(Path::new("/flag/cert.pem")));
+        assert_eq!(c.otlp_endpoint.as_deref(), Some("https://flag:4318"));
+
+        // Both or neither, and an endpoint must be an http(s) URL.
+        let e = Config::load(&ServeArgs::default(), &env(&[("IDEM_TLS_CERT", "/c.pem")]))
+            .expect_err("no key");
+        assert!(e.to_string().contains("tls_key"), "{e}");
+        let e = Config::load(&ServeArgs::default(), &env(&[("IDEM_TLS_KEY", "/k.pem")]))
+            .expect_err("no cert");
+        assert!(e.to_string().contains("tls_cert"), "{e}");
+        for bad in ["localhost:4318", "grpc://c:4317"] {
+            let e = Config::load(&ServeArgs::default(), &env(&[("IDEM_OTLP_ENDPOINT", bad)]))
+                .expect_err(bad);
+            assert!(e.to_string().contains("IDEM_OTLP_ENDPOINT"), "{e}");
+        }
+        // Credentials in a collector URL never print.
+        let c = Config::load(
+            &ServeArgs::default(),
+            &env(&[("IDEM_OTLP_ENDPOINT", "https://u:hunter2@otel.example.com")]),
+        )
+        .expect("ok");
+        assert!(!format!("{c:?}").contains("hunter2"), "{c:?}");
     }
 
     #[test]

@@ -21,6 +21,8 @@ pub mod middleware;
 pub mod openapi;
 pub mod routes;
 pub mod state;
+pub mod telemetry;
+pub mod tls;
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -44,6 +46,9 @@ pub struct ServeArgs {
     pub config: Option<PathBuf>,
     pub janitor_interval: Option<String>,
     pub log_format: Option<String>,
+    pub tls_cert: Option<String>,
+    pub tls_key: Option<String>,
+    pub otlp_endpoint: Option<String>,
 }
 
 impl std::fmt::Debug for ServeArgs {
@@ -54,6 +59,9 @@ impl std::fmt::Debug for ServeArgs {
             config,
             janitor_interval,
             log_format,
+            tls_cert,
+            tls_key,
+            otlp_endpoint,
         } = self;
         f.debug_struct("ServeArgs")
             .field("listen", listen)
@@ -61,6 +69,12 @@ impl std::fmt::Debug for ServeArgs {
             .field("config", config)
             .field("janitor_interval", janitor_interval)
             .field("log_format", log_format)
+            .field("tls_cert", tls_cert)
+            .field("tls_key", tls_key)
+            .field(
+                "otlp_endpoint",
+                &otlp_endpoint.as_deref().map(idem::redact_db_url),
+            )
             .finish()
     }
 }
@@ -74,7 +88,15 @@ pub fn default_config_toml() -> &'static str {
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let config = Config::load(&args, &|k| std::env::var(k).ok())?;
     // Kept until `idem serve` returns: dropping it writes out the buffered lines.
-    let _log = init_logging(config.log_format, &config.log_level);
+    let traces = match &config.otlp_endpoint {
+        Some(endpoint) => Some(telemetry::tracer_provider(endpoint)?),
+        None => None,
+    };
+    let _log = logging::init_telemetry(config.log_format, &config.log_level, traces);
+    if let Some(endpoint) = &config.otlp_endpoint {
+        let shown = idem::redact_db_url(&telemetry::traces_url(endpoint));
+        tracing::info!(endpoint = %shown, "exporting traces over OTLP");
+    }
     let db = config.db_redacted();
     tracing::info!(db = %db, "opening ledger");
     let opts = idem::OpenOptions {
@@ -131,6 +153,15 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     config.validate()?;
+    // Certificate problems stop the start, before anything runs.
+    let https = match (&config.tls_cert, &config.tls_key) {
+        (Some(cert), Some(key)) => {
+            let certs = Arc::new(tls::CertStore::load(cert, key)?);
+            let server = certs.server_config().context("TLS configuration")?;
+            Some((certs, server))
+        }
+        _ => None,
+    };
     metrics::handle();
     metrics::register_all();
     let addr = listener
@@ -215,7 +246,8 @@ pub async fn run(
     };
 
     let app = routes::router(state);
-    tracing::info!(backend = store.backend(), "listening on {addr}");
+    let scheme = if https.is_some() { "https" } else { "http" };
+    tracing::info!(backend = store.backend(), "listening on {scheme}://{addr}");
     let signal = {
         let stop_tx = stop_tx.clone();
         async move {
@@ -223,10 +255,20 @@ pub async fn run(
             let _ = stop_tx.send(true);
         }
     };
-    let served = axum::serve(listener, app)
-        .with_graceful_shutdown(signal)
-        .await
-        .context("server error");
+    let served = match https {
+        None => axum::serve(listener, app)
+            .with_graceful_shutdown(signal)
+            .await
+            .context("server error"),
+        Some((certs, server)) => {
+            let reload = tokio::spawn(tls::reload_on_sighup(certs));
+            let served = tls::serve_tls(listener, app, server, signal)
+                .await
+                .context("server error");
+            reload.abort();
+            served
+        }
+    };
     let _ = stop_tx.send(true);
     let _ = janitor.await;
     let _ = alerts.await;

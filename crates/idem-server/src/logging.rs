@@ -10,11 +10,15 @@
 //! the [`LogGuard`] is dropped (end of `idem serve`), the buffer is written out and every
 //! later line is written directly. What a hard kill (SIGKILL, abort) loses is at most the
 //! last [`BATCH`] of lines.
+//!
+//! With an OTLP endpoint the same subscriber also exports spans ([`crate::telemetry`]); the
+//! log filter applies to both, so spans below the log level are neither logged nor exported.
 
 use std::io::Write;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use opentelemetry_sdk::trace::SdkTracerProvider;
 use tracing_subscriber::fmt::MakeWriter;
 
 use crate::config::LogFormat;
@@ -29,18 +33,44 @@ pub const MAX_BUFFERED: usize = 4 << 20;
 /// stderr is a terminal. Does nothing if a subscriber is already set. Keep the guard for the
 /// life of the process: dropping it writes out what is buffered.
 pub fn init_logging(format: LogFormat, level: &str) -> LogGuard {
+    init_telemetry(format, level, None)
+}
+
+/// [`init_logging`], and with `traces` every span is also exported through that provider
+/// (shut down, so its last batch is sent, when the guard is dropped).
+pub fn init_telemetry(
+    format: LogFormat,
+    level: &str,
+    traces: Option<SdkTracerProvider>,
+) -> LogGuard {
     use std::io::IsTerminal;
+    use tracing_subscriber::layer::{Layer as _, SubscriberExt};
+    use tracing_subscriber::util::SubscriberInitExt;
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_new(level).unwrap_or_else(|_| EnvFilter::new("info"));
-    let (writer, guard) = batched(Box::new(std::io::stderr()), MAX_BUFFERED);
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let (writer, mut guard) = batched(Box::new(std::io::stderr()), MAX_BUFFERED);
+    let fmt = tracing_subscriber::fmt::layer()
         .with_ansi(std::io::stderr().is_terminal())
         .with_writer(writer);
-    let _ = match format {
-        LogFormat::Json => builder.json().flatten_event(true).try_init(),
-        LogFormat::Text => builder.try_init(),
+    let fmt = match format {
+        LogFormat::Json => fmt.json().flatten_event(true).boxed(),
+        LogFormat::Text => fmt.boxed(),
     };
+    let otel = traces.as_ref().map(|p| {
+        use opentelemetry::trace::TracerProvider as _;
+        tracing_opentelemetry::layer().with_tracer(p.tracer(crate::telemetry::SERVICE_NAME))
+    });
+    let exporting = otel.is_some();
+    let installed = tracing_subscriber::registry()
+        .with(filter)
+        .with(fmt)
+        .with(otel)
+        .try_init()
+        .is_ok();
+    if installed && exporting {
+        crate::telemetry::set_exporting();
+    }
+    guard.traces = traces;
     guard
 }
 
@@ -78,6 +108,8 @@ pub struct Batched(Arc<Shared>);
 pub struct LogGuard {
     shared: Arc<Shared>,
     thread: Option<std::thread::JoinHandle<()>>,
+    /// Exported spans, flushed before the log lines (its errors are logged).
+    traces: Option<SdkTracerProvider>,
 }
 
 /// A batched writer to `sink` (at most `max` bytes buffered) and the guard of its thread.
@@ -102,7 +134,14 @@ pub fn batched(sink: Box<dyn Write + Send>, max: usize) -> (Batched, LogGuard) {
         // No thread: write directly.
         shared.lock().closed = true;
     }
-    (Batched(shared.clone()), LogGuard { shared, thread })
+    (
+        Batched(shared.clone()),
+        LogGuard {
+            shared,
+            thread,
+            traces: None,
+        },
+    )
 }
 
 fn flush_loop(shared: &Shared) {
@@ -129,6 +168,14 @@ fn flush_loop(shared: &Shared) {
 
 impl Drop for LogGuard {
     fn drop(&mut self) {
+        if let Some(traces) = self.traces.take() {
+            // Shutdown blocks until the last batch is sent (bounded by the export timeout);
+            // on a thread of its own it cannot stall an async runtime's worker.
+            let done = std::thread::spawn(move || traces.shutdown()).join();
+            if !matches!(done, Ok(Ok(()))) {
+                tracing::warn!("the last spans could not be exported");
+            }
+        }
         self.shared.lock().closed = true;
         self.shared.wake.notify_one();
         if let Some(t) = self.thread.take() {

@@ -6,8 +6,10 @@
 //! axum wraps each layer in its own boxed, cloned service and boxes its future, which cost
 //! several allocations per request. What each of them did is kept, in the same order:
 //!
-//! 1. the `request` span (`method`, `route` pattern) around everything below, so every log
-//!    line of the request carries it; the DEBUG "started processing request" line;
+//! 1. the `request` span (`method`, `route` pattern, and `trace_id` from an incoming W3C
+//!    `traceparent` or the exported trace, see [`crate::telemetry`]) around everything
+//!    below, so every log line of the request carries it; the DEBUG "started processing
+//!    request" line;
 //! 2. for a method with a role, [`crate::auth::check`] (bearer token, role, `{ns}` scope):
 //!    a refusal answers at once, an accepted caller goes into the request extensions; a
 //!    method the path does not route gets no check (it answers 405 from the fallback);
@@ -107,7 +109,15 @@ where
     fn call(&mut self, req: Request) -> Self::Future {
         let start = Instant::now();
         let route = self.gate.route;
-        let span = tracing::info_span!("request", method = %req.method(), route);
+        let span = tracing::info_span!(
+            "request",
+            method = %req.method(),
+            route,
+            trace_id = tracing::field::Empty,
+            otel.name = tracing::field::Empty,
+            otel.kind = tracing::field::Empty,
+        );
+        crate::telemetry::link_request(&span, req.headers(), req.method().as_str(), route);
         span.in_scope(|| DefaultOnRequest::default().on_request(&req, &span));
         let role = self.gate.role_for(req.method());
         let state = role.map(|_| self.gate.state.clone());

@@ -11,3 +11,4 @@ mod helpers;
 mod janitor;
 mod outage;
 mod smoke;
+mod tls;

@@ -14,7 +14,9 @@ use crate::state::AppState;
 
 /// Runs one operation and returns what the store did (the refusal stays inside).
 pub async fn exec(st: &AppState, nk: &NsKey, op: Op, actor: Option<String>) -> ApiResult<Executed> {
-    Ok(st.ledger.execute(&nk.ns, &nk.key, op, actor).await?)
+    let span = crate::telemetry::store_span(nk.ns.as_str(), op.name());
+    let run = st.ledger.execute(&nk.ns, &nk.key, op, actor);
+    Ok(tracing::Instrument::instrument(run, span).await?)
 }
 
 /// The request log line: never payloads, results, tokens or secrets.

@@ -1,0 +1,258 @@
+//! OpenTelemetry traces: export over OTLP/HTTP (protobuf), the W3C `traceparent` of incoming
+//! requests and of outbound calls, and the trace id in log lines.
+//!
+//! Off by default. With an endpoint, `tracing` spans (the `request` span of every call, the
+//! `store.execute` step under it, `alert.send` for each outbound alert) are exported by the
+//! SDK's batch processor on its own thread, through a bounded queue that drops spans when
+//! the collector is slow: exporting never blocks or fails a request. Spans carry what log
+//! lines carry (method, route pattern, namespace, operation, status) and never payloads,
+//! results, keys in clear, tokens or secrets.
+//!
+//! The `trace_id` field of the `request` span is what puts the trace id on every log line of
+//! the request; without an exporter it is still set from an incoming `traceparent`, so logs
+//! correlate with the caller's trace either way.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use axum::http::HeaderMap;
+use opentelemetry::propagation::TextMapPropagator;
+use opentelemetry::trace::{TraceContextExt, TraceId};
+use opentelemetry_http::{Bytes, HeaderExtractor, HttpClient, HttpError, Request, Response};
+use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
+use opentelemetry_sdk::propagation::TraceContextPropagator;
+use opentelemetry_sdk::trace::SdkTracerProvider;
+use opentelemetry_sdk::Resource;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
+
+/// `service.name` unless `OTEL_SERVICE_NAME` says otherwise.
+pub const SERVICE_NAME: &str = "idem";
+/// One export request is abandoned after this (the batch is dropped, the next one goes on).
+pub const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Set once an exporting subscriber is installed: spans then get OpenTelemetry names and
+/// contexts. Without it the request path does no OpenTelemetry work beyond reading an
+/// incoming `traceparent`.
+static EXPORTING: AtomicBool = AtomicBool::new(false);
+
+/// Whether spans are exported.
+pub fn exporting() -> bool {
+    EXPORTING.load(Ordering::Relaxed)
+}
+
+pub(crate) fn set_exporting() {
+    EXPORTING.store(true, Ordering::Relaxed);
+}
+
+/// Why trace export could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum TelemetryError {
+    #[error("OTLP endpoint {0:?}: {1}")]
+    Endpoint(String, String),
+}
+
+/// `<endpoint>/v1/traces`, as the OTLP specification derives it from
+/// `OTEL_EXPORTER_OTLP_ENDPOINT` (an endpoint that already names the path is kept).
+pub fn traces_url(endpoint: &str) -> String {
+    let base = endpoint.trim().trim_end_matches('/');
+    if base.ends_with("/v1/traces") {
+        base.to_owned()
+    } else {
+        format!("{base}/v1/traces")
+    }
+}
+
+/// The tracer provider exporting to `endpoint` (OTLP/HTTP protobuf). Keep it until exit and
+/// shut it down then ([`crate::logging::LogGuard`] does), or the last batch is lost.
+pub fn tracer_provider(endpoint: &str) -> Result<SdkTracerProvider, TelemetryError> {
+    let url = traces_url(endpoint);
+    let err = |e: String| TelemetryError::Endpoint(endpoint.to_owned(), e);
+    // The blocking client owns a runtime thread of its own; it is built off any async
+    // context because reqwest refuses to start one inside another.
+    let client = std::thread::spawn(|| {
+        reqwest::blocking::Client::builder()
+            .timeout(EXPORT_TIMEOUT)
+            .redirect(reqwest::redirect::Policy::none())
+            .user_agent(concat!("idem/", env!("CARGO_PKG_VERSION")))
+            .build()
+    })
+    .join()
+    .map_err(|_| err("the HTTP client could not be built".into()))?
+    .map_err(|e| err(e.to_string()))?;
+    let exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_http()
+        .with_http_client(BlockingHttp(client))
+        .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
+        .with_endpoint(url)
+        .with_timeout(EXPORT_TIMEOUT)
+        .build()
+        .map_err(|e| err(e.to_string()))?;
+    let mut resource = Resource::builder();
+    if std::env::var_os("OTEL_SERVICE_NAME").is_none() {
+        resource = resource.with_service_name(SERVICE_NAME);
+    }
+    Ok(SdkTracerProvider::builder()
+        .with_batch_exporter(exporter)
+        .with_resource(resource.build())
+        .build())
+}
+
+/// The exporter's HTTP client: the SDK's batch thread drives the export future to
+/// completion itself, outside any async runtime, so a blocking client fits it (and keeps
+/// rustls with ring, like every other client of idem).
+#[derive(Debug)]
+struct BlockingHttp(reqwest::blocking::Client);
+
+#[async_trait::async_trait]
+impl HttpClient for BlockingHttp {
+    async fn send_bytes(&self, request: Request<Bytes>) -> Result<Response<Bytes>, HttpError> {
+        let request = reqwest::blocking::Request::try_from(request)?;
+        let resp = self.0.execute(request)?;
+        let status = resp.status();
+        let headers = resp.headers().clone();
+        let body = resp.bytes()?;
+        let mut out = Response::builder().status(status).body(body)?;
+        *out.headers_mut() = headers;
+        Ok(out)
+    }
+}
+
+/// Joins the `request` span to the caller's trace (W3C `traceparent`, when valid) and
+/// records its `trace_id`, so every log line of the request carries it. The span must
+/// declare the fields `trace_id`, `otel.name` and `otel.kind` (empty).
+pub fn link_request(span: &tracing::Span, headers: &HeaderMap, method: &str, route: &str) {
+    let parent = TraceContextPropagator::new().extract(&HeaderExtractor(headers));
+    let incoming = parent.span().span_context().trace_id();
+    if !exporting() {
+        if incoming != TraceId::INVALID {
+            span.record("trace_id", tracing::field::display(incoming));
+        }
+        return;
+    }
+    // Name and kind first: reading the context below starts the OpenTelemetry span.
+    span.record("otel.name", format!("{method} {route}"));
+    span.record("otel.kind", "server");
+    if incoming != TraceId::INVALID {
+        let _ = span.set_parent(parent);
+    }
+    let id = span.context().span().span_context().trace_id();
+    if id != TraceId::INVALID {
+        span.record("trace_id", tracing::field::display(id));
+    }
+}
+
+/// The span of one store step (`store.execute`), under the request span; `Span::none()`
+/// when spans are not exported, so the hot path pays nothing for it then.
+pub fn store_span(namespace: &str, op: &'static str) -> tracing::Span {
+    if !exporting() {
+        return tracing::Span::none();
+    }
+    tracing::info_span!("store.execute", otel.kind = "internal", namespace, op)
+}
+
+/// The span of one outbound call (`otel.kind = client`); `Span::none()` when spans are not
+/// exported.
+pub fn client_span(name: &'static str, namespace: &str, reason: &str) -> tracing::Span {
+    if !exporting() {
+        return tracing::Span::none();
+    }
+    tracing::info_span!(
+        "outbound",
+        otel.name = name,
+        otel.kind = "client",
+        namespace,
+        reason,
+        http.response.status_code = tracing::field::Empty,
+    )
+}
+
+/// The `traceparent` header value that continues `span`'s trace in an outbound call; `None`
+/// when spans are not exported (there is no trace to continue).
+pub fn traceparent(span: &tracing::Span) -> Option<String> {
+    if !exporting() {
+        return None;
+    }
+    let mut carrier: HashMap<String, String> = HashMap::new();
+    TraceContextPropagator::new().inject_context(&span.context(), &mut carrier);
+    carrier.remove("traceparent")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_traces_path_is_appended_once() {
+        assert_eq!(
+            traces_url("http://127.0.0.1:4318"),
+            "http://127.0.0.1:4318/v1/traces"
+        );
+        assert_eq!(
+            traces_url("https://otel.example.com/base/"),
+            "https://otel.example.com/base/v1/traces"
+        );
+        assert_eq!(
+            traces_url("http://c:4318/v1/traces"),
+            "http://c:4318/v1/traces"
+        );
+    }
+
+    #[test]
+    fn an_incoming_trace_id_reaches_the_log_fields_without_an_exporter() {
+        use std::sync::{Arc, Mutex};
+        use tracing_subscriber::layer::SubscriberExt;
+
+        #[derive(Clone, Default)]
+        struct Sink(Arc<Mutex<Vec<u8>>>);
+        impl std::io::Write for Sink {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0
+                    .lock()
+                    .map_err(|_| std::io::ErrorKind::Other)?
+                    .extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let sink = Sink::default();
+        let writer = {
+            let sink = sink.clone();
+            move || sink.clone()
+        };
+        let subscriber = tracing_subscriber::registry().with(
+            tracing_subscriber::fmt::layer()
+                .with_ansi(false)
+                .with_writer(writer),
+        );
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            "traceparent",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+                .parse()
+                .expect("header"),
+        );
+        tracing::subscriber::with_default(subscriber, || {
+            let span = tracing::info_span!(
+                "request",
+                trace_id = tracing::field::Empty,
+                otel.name = tracing::field::Empty,
+                otel.kind = tracing::field::Empty
+            );
+            link_request(&span, &headers, "GET", "/healthz");
+            span.in_scope(|| tracing::info!("inside"));
+            assert_eq!(
+                traceparent(&span),
+                None,
+                "nothing exported, nothing continued"
+            );
+        });
+        let text = String::from_utf8(sink.0.lock().expect("sink").clone()).expect("utf8");
+        assert!(
+            text.contains("trace_id=4bf92f3577b34da6a3ce929d0e0e4736") && text.contains("inside"),
+            "{text}"
+        );
+    }
+}

@@ -10,6 +10,7 @@ mod bench;
 mod db_secrets;
 mod derive;
 mod helpers;
+mod ops;
 mod postgres;
 mod run_local;
 mod server;

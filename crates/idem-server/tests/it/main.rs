@@ -8,6 +8,7 @@ mod alerts;
 mod audit;
 mod auth;
 mod claim;
+mod deploy;
 mod drills;
 mod errors;
 mod namespace;

@@ -49,7 +49,9 @@ skip() {
 if ! docker info >/dev/null 2>&1; then
   if ! command -v dockerd >/dev/null; then
     if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
-      DEBIAN_FRONTEND=noninteractive apt-get install -y -q docker.io >/dev/null 2>&1 ||
+      export DEBIAN_FRONTEND=noninteractive
+      apt-get install -y -q docker.io >/dev/null 2>&1 ||
+        { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q docker.io >/dev/null 2>&1; } ||
         skip "apt-get install docker.io failed"
     else
       skip "no dockerd and no way to install it"

@@ -33,7 +33,7 @@ fn main() {
     let commit = match std::env::var("IDEM_GIT_COMMIT") {
         Ok(c) if !c.trim().is_empty() => c.trim().to_owned(),
         _ => {
-            // `--git-path` resolves worktrees and the common dir for us.
+            // `--git-path` finds these files wherever the checkout keeps its git directory.
             for name in ["HEAD", "packed-refs"] {
                 if let Some(p) = git(&["rev-parse", "--git-path", name]) {
                     watch(&PathBuf::from(p));

@@ -243,7 +243,7 @@ mod tests {
     }
 
     #[test]
-    fn copies_a_ledger_and_refuses_to_overwrite_it() {
+    fn copies_a_ledger_into_one_file_and_never_onto_itself() {
         let dir = tempfile::tempdir().expect("tempdir");
         let db = dir.path().join("idem.db");
         drop(crate::SqliteStore::open(&db).expect("open"));
@@ -261,6 +261,8 @@ mod tests {
             .and_then(|c| c.query_row("PRAGMA journal_mode", [], |r| r.get(0)))
             .expect("mode");
         assert_eq!(mode, "delete", "a backup is one self-contained file");
+        let unchecked = backup(&db, &dir.path().join("fast.db"), false).expect("--no-check");
+        assert!(!unchecked.checked);
         let err = backup(&db, &db, true).expect_err("same file");
         assert!(matches!(err, BackupError::SameFile { .. }), "{err}");
         let version: i64 = Connection::open(&db)

@@ -107,6 +107,55 @@ pub enum Command {
     /// Example, in CI: idem audit --format sarif workflows/ > idem-audit.sarif
     #[command(verbatim_doc_comment, after_help = AUDIT_EXIT_HELP, after_long_help = AUDIT_EXIT_HELP)]
     Audit(AuditCmd),
+    /// Copy a SQLite ledger into a backup file while idem keeps running (online, consistent).
+    ///
+    /// Uses SQLite's backup API: one consistent snapshot, taken without stopping writers. The
+    /// copy is one self-contained file (no -wal), checked with `PRAGMA integrity_check`, and
+    /// only then renamed to FILE (an existing FILE is replaced atomically). PostgreSQL
+    /// ledgers are backed up with pg_dump or base backups (see docs/operations.md).
+    ///
+    /// Example: idem backup --db sqlite:///var/lib/idem/idem.db --out /backup/idem-$(date +%F).db
+    #[command(verbatim_doc_comment)]
+    Backup(BackupCmd),
+    /// Exit 0 when a running idem answers GET /healthz (or /readyz with --ready), else 1.
+    ///
+    /// For container and supervisor health checks where no curl exists (the container image
+    /// has nothing but idem).
+    Healthcheck(HealthcheckCmd),
+}
+
+// ------------------------------------------------------------------ operations
+
+#[derive(Debug, Args)]
+pub struct BackupCmd {
+    /// The ledger to copy: sqlite://PATH or a bare path.
+    #[arg(
+        long,
+        env = "IDEM_DB",
+        default_value = "sqlite://idem.db",
+        value_name = "URL",
+        hide_env_values = true
+    )]
+    pub db: String,
+    /// The backup file to write.
+    #[arg(long, value_name = "FILE")]
+    pub out: PathBuf,
+    /// Skip `PRAGMA integrity_check` on the copy (it reads the whole file).
+    #[arg(long)]
+    pub no_check: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct HealthcheckCmd {
+    /// Base URL of the idem server.
+    #[arg(long, env = "IDEM_URL", default_value = DEFAULT_URL)]
+    pub url: String,
+    /// Check /readyz (the store answers) instead of /healthz (the process answers).
+    #[arg(long)]
+    pub ready: bool,
+    /// Give up after this long, e.g. 3s.
+    #[arg(long, value_name = "DURATION", default_value = "5s")]
+    pub timeout: String,
 }
 
 // ------------------------------------------------------------------ audit

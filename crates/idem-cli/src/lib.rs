@@ -13,6 +13,7 @@ pub mod drill;
 pub mod exit;
 pub mod gate;
 pub mod offline;
+pub mod ops;
 pub mod runner;
 pub mod table;
 pub mod util;
@@ -60,5 +61,7 @@ async fn dispatch(command: Command) -> Result<u8, CliError> {
             &mut std::io::stdin().lock(),
             &mut std::io::stdout().lock(),
         ),
+        Command::Backup(c) => ops::backup(c).await,
+        Command::Healthcheck(c) => ops::healthcheck(&c).await,
     }
 }

@@ -21,6 +21,7 @@
 //!   `version`, its events, the daily counter, the alerts (only with an `alert_url`).
 //! - The janitor touches only `processing` (sweep) and final states (retention).
 
+pub mod backup;
 mod durable;
 mod error;
 mod outbox;

@@ -11,6 +11,7 @@ mod db_secrets;
 mod derive;
 mod helpers;
 mod https;
+mod ops;
 mod postgres;
 mod run_local;
 mod server;

@@ -6,7 +6,8 @@
 
 use std::sync::LazyLock;
 
-use idem_core::{EventDraft, Key, Namespace, Op, OpError, Reply, State, Timestamp, Write};
+use idem_core::{EventDraft, Key, Namespace, Op, OpError, Reply, State, Timestamp};
+use idem_store::engine::{self, NsOwned};
 use idem_store::{
     ApiToken, Cursor, ExecCtx, ListQuery, NamespaceInfo, Page, RecordWithEvents, Role, Stats,
     StoreError,
@@ -207,14 +208,11 @@ pub(crate) fn decide_on_snapshot(
     };
     let (policy, paused) = load_namespace(&tx, ns.as_str())?;
     tx.finish().db()?;
-    // Only a first-time claim reads the daily counter, and there is a record here.
-    let core_ctx = ctx.decision(&policy, paused, 0);
-    let t = idem_core::apply(ns, key, Some(&stored.record), op, &core_ctx);
-    if !matches!(t.write, Write::None)
-        || t.first_acquisition
-        || !t.alerts.is_empty()
-        || t.events.len() > 1
-    {
+    let settings = NsOwned { policy, paused };
+    let Some(t) = engine::decide_known(ns, key, Some(&stored.record), op, ctx, &settings) else {
+        return Ok(None);
+    };
+    if !engine::plan(&t, &settings.policy, ctx.now.utc_day()).only_audit() {
         return Ok(None);
     }
     Ok(Some(SnapshotDecision {

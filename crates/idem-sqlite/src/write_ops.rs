@@ -9,11 +9,14 @@
 use std::collections::HashMap;
 
 use idem_core::{
-    AlertDraft, AlertReason, Event, EventDraft, EventType, Key, Namespace, Op, Policy, Record,
-    Reply, Timestamp, Write,
+    AlertDraft, Event, EventDraft, EventType, Key, Namespace, Op, Policy, Record, Reply,
+    Timestamp,
+};
+use idem_store::engine::{
+    self, Backend, Loaded, NsOwned, Persisted, Plan, PlanWrite, Ran, Seqs, TxError,
 };
 use idem_store::{
-    AlertOutcome, ExecCtx, Executed, NamespaceChange, NamespaceInfo, NewApiToken, PendingAlert,
+    AlertOutcome, ExecCtx, NamespaceChange, NamespaceInfo, NewApiToken, PendingAlert,
     RetentionReport, StoreError, SweepReport,
 };
 use rusqlite::{params, Connection, OptionalExtension};
@@ -24,10 +27,84 @@ use crate::rows::{
     save_namespace, update_record,
 };
 
-/// What one step did beyond its answer (the janitor reports these).
-pub(crate) struct StepInfo {
-    pub(crate) executed: Executed,
-    pub(crate) stuck_alerts: usize,
+/// The engine's storage side on the write connection, inside the batch transaction and the
+/// job's savepoint. Every step is synchronous (the futures never wait; the writer drives them
+/// with [`engine::run_ready`]), so the group commit stays exactly as it is.
+pub(crate) struct WriteTx<'c> {
+    conn: &'c Connection,
+    /// Row id of the record read by `load`.
+    rid: Option<i64>,
+}
+
+impl<'c> WriteTx<'c> {
+    pub(crate) fn new(conn: &'c Connection) -> Self {
+        WriteTx { conn, rid: None }
+    }
+}
+
+impl Backend for WriteTx<'_> {
+    const NAME: &'static str = "sqlite";
+    type Ns = NsOwned;
+
+    async fn load(&mut self, ns: &Namespace, key: &Key, _day: i64) -> Result<Loaded<NsOwned>, TxError> {
+        let stored = load_record(self.conn, ns, key)?;
+        self.rid = stored.as_ref().map(|s| s.rid);
+        let (policy, paused) = load_namespace(self.conn, ns.as_str())?;
+        Ok(Loaded {
+            record: stored.map(|s| s.record),
+            ns: NsOwned { policy, paused },
+            daily_count: None,
+        })
+    }
+
+    async fn daily_count(&mut self, ns: &Namespace, day: i64) -> Result<u64, TxError> {
+        Ok(daily_count(self.conn, ns.as_str(), day)?)
+    }
+
+    async fn persist(
+        &mut self,
+        ns: &Namespace,
+        key: &Key,
+        plan: &Plan<'_>,
+        _basis: Loaded<NsOwned>,
+    ) -> Result<Persisted, TxError> {
+        let conn = self.conn;
+        // The one writer decides on what it reads, so a guard can only fail on a bug: it is an
+        // error, not a race.
+        let rid = match plan.write {
+            PlanWrite::None => self.rid,
+            PlanWrite::Insert(rec) => Some(insert_record(conn, rec)?),
+            PlanWrite::Update { record, .. } => {
+                update_record(conn, record)?;
+                self.rid
+            }
+        };
+        let mut seqs = Seqs::default();
+        for draft in plan.events {
+            // The decision table only emits events about a record that exists or is being created.
+            let rid = rid.ok_or_else(|| StoreError::Internal("an event without a record".into()))?;
+            seqs.push(insert_event(conn, rid, ns.as_str(), key.as_str(), draft)?);
+        }
+        // Every first acquisition is counted (the ceiling was checked by the decision on the
+        // writer's own data, so no guard is needed).
+        if let Some(a) = plan.acquisition {
+            conn.prepare_cached(
+                "INSERT INTO daily_counts (namespace, day, count) VALUES (?1, ?2, 1) \
+                 ON CONFLICT (namespace, day) DO UPDATE SET count = count + 1",
+            )
+            .db()?
+            .execute(params![ns.as_str(), a.day])
+            .db()?;
+        }
+        let mut alerts_queued = 0;
+        for a in plan.alerts {
+            alerts_queued += queue_alert(conn, ns.as_str(), key.as_str(), a)?;
+        }
+        Ok(Persisted {
+            seqs,
+            alerts_queued,
+        })
+    }
 }
 
 /// Load → decide → persist for one operation on one record (design: "one atomic step").
@@ -37,65 +114,8 @@ pub(crate) fn execute_step(
     key: &Key,
     op: &Op,
     ctx: &ExecCtx,
-) -> Result<StepInfo, StoreError> {
-    let stored = load_record(conn, ns, key)?;
-    let existing_rid = stored.as_ref().map(|s| s.rid);
-    let existing = stored.map(|s| s.record);
-    let (policy, paused) = load_namespace(conn, ns.as_str())?;
-    let day = ctx.now.utc_day();
-    // Only a first-time claim under a daily ceiling reads the counter.
-    let daily_count = match (op, &existing, policy.daily_limit) {
-        (Op::Claim(_), None, Some(_)) => daily_count(conn, ns.as_str(), day)?,
-        _ => 0,
-    };
-    let core_ctx = ctx.decision(&policy, paused, daily_count);
-    let t = idem_core::apply(ns, key, existing.as_ref(), op, &core_ctx);
-    let rid = match &t.write {
-        Write::None => existing_rid,
-        Write::Insert(rec) => Some(insert_record(conn, rec)?),
-        Write::Update(rec) => {
-            update_record(conn, rec)?;
-            existing_rid
-        }
-    };
-    let mut events = Vec::with_capacity(t.events.len());
-    for draft in t.events {
-        // The decision table only emits events about a record that exists or is being created.
-        let rid = rid.ok_or_else(|| StoreError::Internal("an event without a record".into()))?;
-        let seq = insert_event(conn, rid, ns.as_str(), key.as_str(), &draft)?;
-        events.push(Event::from_draft(seq, draft));
-    }
-    if t.first_acquisition {
-        conn.prepare_cached(
-            "INSERT INTO daily_counts (namespace, day, count) VALUES (?1, ?2, 1) \
-             ON CONFLICT (namespace, day) DO UPDATE SET count = count + 1",
-        )
-        .db()?
-        .execute(params![ns.as_str(), day])
-        .db()?;
-    }
-    // Alerts go to the outbox only when there is somewhere to send them; otherwise the rows
-    // would pile up undeliverable.
-    let mut alerts_queued = 0;
-    if policy.alert_url.is_some() {
-        for a in &t.alerts {
-            alerts_queued += queue_alert(conn, ns.as_str(), key.as_str(), a)?;
-        }
-    }
-    let stuck_alerts = t
-        .alerts
-        .iter()
-        .filter(|a| a.reason == AlertReason::Stuck)
-        .count();
-    Ok(StepInfo {
-        executed: Executed {
-            reply: t.reply,
-            events,
-            from_state: existing.map(|r| r.state),
-            alerts_queued,
-        },
-        stuck_alerts,
-    })
+) -> Result<Ran, StoreError> {
+    engine::run_ready(engine::execute(&mut WriteTx::new(conn), ns, key, op, ctx, 1))
 }
 
 /// Appends the event of a decision made on a read snapshot (see
@@ -233,9 +253,9 @@ pub(crate) fn sweep_step(
         // Each record under its own savepoint: one bad row must not stop the janitor.
         conn.execute_batch("SAVEPOINT sweep_one").db()?;
         match execute_step(conn, &ns, &key, &Op::Sweep, &ExecCtx::at(now)) {
-            Ok(info) => {
+            Ok(ran) => {
                 conn.execute_batch("RELEASE sweep_one").db()?;
-                if info
+                if ran
                     .executed
                     .events
                     .iter()
@@ -243,7 +263,7 @@ pub(crate) fn sweep_step(
                 {
                     report.moved_to_review += 1;
                 }
-                report.stuck_alerts += info.stuck_alerts;
+                report.stuck_alerts += ran.stuck_alerts;
             }
             Err(e) => {
                 if conn.is_autocommit() {

@@ -9,8 +9,7 @@
 use std::collections::HashMap;
 
 use idem_core::{
-    AlertDraft, Event, EventDraft, EventType, Key, Namespace, Op, Policy, Record, Reply,
-    Timestamp,
+    AlertDraft, Event, EventDraft, EventType, Key, Namespace, Op, Policy, Record, Reply, Timestamp,
 };
 use idem_store::engine::{
     self, Backend, Loaded, NsOwned, Persisted, Plan, PlanWrite, Ran, Seqs, TxError,
@@ -46,7 +45,12 @@ impl Backend for WriteTx<'_> {
     const NAME: &'static str = "sqlite";
     type Ns = NsOwned;
 
-    async fn load(&mut self, ns: &Namespace, key: &Key, _day: i64) -> Result<Loaded<NsOwned>, TxError> {
+    async fn load(
+        &mut self,
+        ns: &Namespace,
+        key: &Key,
+        _day: i64,
+    ) -> Result<Loaded<NsOwned>, TxError> {
         let stored = load_record(self.conn, ns, key)?;
         self.rid = stored.as_ref().map(|s| s.rid);
         let (policy, paused) = load_namespace(self.conn, ns.as_str())?;
@@ -82,7 +86,8 @@ impl Backend for WriteTx<'_> {
         let mut seqs = Seqs::default();
         for draft in plan.events {
             // The decision table only emits events about a record that exists or is being created.
-            let rid = rid.ok_or_else(|| StoreError::Internal("an event without a record".into()))?;
+            let rid =
+                rid.ok_or_else(|| StoreError::Internal("an event without a record".into()))?;
             seqs.push(insert_event(conn, rid, ns.as_str(), key.as_str(), draft)?);
         }
         // Every first acquisition is counted (the ceiling was checked by the decision on the
@@ -115,7 +120,14 @@ pub(crate) fn execute_step(
     op: &Op,
     ctx: &ExecCtx,
 ) -> Result<Ran, StoreError> {
-    engine::run_ready(engine::execute(&mut WriteTx::new(conn), ns, key, op, ctx, 1))
+    engine::run_ready(engine::execute(
+        &mut WriteTx::new(conn),
+        ns,
+        key,
+        op,
+        ctx,
+        1,
+    ))
 }
 
 /// Appends the event of a decision made on a read snapshot (see

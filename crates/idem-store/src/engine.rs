@@ -50,6 +50,15 @@ pub trait NsView {
     fn paused(&self) -> bool;
 }
 
+impl<T: NsView + ?Sized> NsView for std::sync::Arc<T> {
+    fn policy(&self) -> &Policy {
+        (**self).policy()
+    }
+    fn paused(&self) -> bool {
+        (**self).paused()
+    }
+}
+
 /// Settings read for one decision and owned by it.
 #[derive(Debug, Clone)]
 pub struct NsOwned {

@@ -69,15 +69,6 @@ pub fn retention_action(rec: &Record, policy: &Policy, now: Timestamp) -> Retent
     action_for(rec.state, rec.final_at, rec.result_expired, policy, now)
 }
 
-/// `'completed', 'failed_permanent'`: the retained states as an SQL list, for `state IN (…)`.
-pub fn retained_states_sql() -> String {
-    RETAINED_STATES
-        .iter()
-        .map(|s| format!("'{}'", s.as_str()))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -95,7 +86,6 @@ mod tests {
         for s in State::ALL {
             assert_eq!(RETAINED_STATES.contains(&s), s.is_final(), "{s:?}");
         }
-        assert_eq!(retained_states_sql(), "'completed', 'failed_permanent'");
     }
 
     /// Every state × expired flag × age around both clocks: the rule acts only on final states,

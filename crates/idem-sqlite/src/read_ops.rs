@@ -112,6 +112,14 @@ pub(crate) fn namespace(
     })
 }
 
+/// When the oldest `processing` record was last active (the `records_processing` index).
+static OLDEST_PROCESSING: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT MIN(active_at) FROM records WHERE state = {}",
+        idem_store::sql::state(State::Processing)
+    )
+});
+
 pub(crate) fn stats(conn: &mut Connection, now: Timestamp) -> Result<Stats, StoreError> {
     let tx = conn.transaction().db()?;
     let records = {
@@ -122,7 +130,7 @@ pub(crate) fn stats(conn: &mut Connection, now: Timestamp) -> Result<Stats, Stor
         collect_counts(rows)?
     };
     let oldest: Option<i64> = tx
-        .prepare_cached("SELECT MIN(active_at) FROM records WHERE state = 'processing'")
+        .prepare_cached(&OLDEST_PROCESSING)
         .db()?
         .query_row([], |r| r.get(0))
         .db()?;

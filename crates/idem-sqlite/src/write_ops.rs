@@ -7,6 +7,7 @@
 //! `completed` and `failed_permanent`).
 
 use std::collections::HashMap;
+use std::sync::LazyLock;
 
 use idem_core::{
     AlertDraft, Event, EventDraft, EventType, Key, Namespace, Op, Policy, Record, Reply, Timestamp,
@@ -227,6 +228,80 @@ pub(crate) fn update_namespace_step(
     })
 }
 
+/// `processing` records the sweep would change (see [`sweep_step`]).
+static SWEEP_CANDIDATES: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT r.namespace, r.key FROM records r \
+                 LEFT JOIN namespaces n ON n.namespace = r.namespace \
+                 WHERE r.state = {processing} AND ( \
+                   (r.lease_expiry = {review} \
+                    AND (r.lease_expires_at IS NULL OR r.lease_expires_at <= ?1)) \
+                   OR (r.stuck_alerted = 0 \
+                       AND r.active_at <= ?1 - COALESCE(n.stuck_after_ms, ?2))) \
+                 ORDER BY r.active_at LIMIT ?3",
+        processing = idem_store::sql::state(idem_core::State::Processing),
+        review = idem_store::sql::lease_expiry(idem_core::LeaseExpiry::Review)
+    )
+});
+
+/// Selects final records past their audit clock into the batch (see [`retention_step`]).
+static DUE_TOMBSTONES: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "INSERT INTO temp.retention_batch (rid, namespace, key) \
+         SELECT r.rowid, r.namespace, r.key FROM records r LEFT JOIN namespaces n ON n.namespace = r.namespace \
+         WHERE r.state IN ({final_states}) AND r.result_expired IN (0, 1) \
+           AND r.final_at <= ?1 - ?2 \
+           AND r.final_at <= ?1 - COALESCE(n.audit_retention_ms, ?3) \
+         LIMIT ?4",
+        final_states = idem_store::sql::retained_states()
+    )
+});
+
+/// Deletes the batch, guarded by the state once more.
+static DELETE_TOMBSTONES: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "DELETE FROM records WHERE rowid IN (SELECT rid FROM temp.retention_batch) \
+             AND +state IN ({final_states})",
+        final_states = idem_store::sql::retained_states()
+    )
+});
+
+/// Selects final records past their retention clock into the batch.
+static DUE_EXPIRIES: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "INSERT INTO temp.retention_batch (rid, namespace, key) \
+         SELECT r.rowid, r.namespace, r.key FROM records r LEFT JOIN namespaces n ON n.namespace = r.namespace \
+         WHERE r.state IN ({final_states}) AND r.result_expired = 0 \
+           AND r.final_at <= ?1 - ?2 \
+           AND r.final_at <= ?1 - COALESCE(n.retention_ms, ?3) \
+         LIMIT ?4",
+        final_states = idem_store::sql::retained_states()
+    )
+});
+
+/// One `result_expired` event per record of the batch.
+static LOG_EXPIRIES: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "INSERT INTO events (rid, namespace, key, at, type, from_state, to_state, attempt, \
+         owner, correlation_id, note, actor) \
+         SELECT b.rid, r.namespace, r.key, ?1, {result_expired}, r.state, r.state, r.attempt, r.owner, \
+                r.correlation_id, 'result and prepared payload dropped after retention_ms', NULL \
+         FROM temp.retention_batch b JOIN records r ON r.rowid = b.rid ORDER BY b.rid",
+        result_expired = idem_store::sql::event_type(EventType::ResultExpired)
+    )
+});
+
+/// Drops results and payloads of the batch, guarded by the state once more.
+static EXPIRE_RESULTS: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "UPDATE records SET result = NULL, prepared_payload = NULL, result_expired = 1, \
+             version = version + 1 \
+             WHERE rowid IN (SELECT rid FROM temp.retention_batch) \
+             AND +state IN ({final_states})",
+        final_states = idem_store::sql::retained_states()
+    )
+});
+
 /// One janitor pass over leases: `Op::Sweep` on every `processing` record that the sweep
 /// rule would change (expired lease under `lease_expiry=review`, or stuck and not yet
 /// alerted). Selecting exactly those keeps records the sweep leaves alone from filling every
@@ -238,18 +313,7 @@ pub(crate) fn sweep_step(
 ) -> Result<SweepReport, StoreError> {
     let default_stuck = Policy::default().stuck_after_ms;
     let candidates: Vec<(String, String)> = {
-        let mut stmt = conn
-            .prepare_cached(
-                "SELECT r.namespace, r.key FROM records r \
-                 LEFT JOIN namespaces n ON n.namespace = r.namespace \
-                 WHERE r.state = 'processing' AND ( \
-                   (r.lease_expiry = 'review' \
-                    AND (r.lease_expires_at IS NULL OR r.lease_expires_at <= ?1)) \
-                   OR (r.stuck_alerted = 0 \
-                       AND r.active_at <= ?1 - COALESCE(n.stuck_after_ms, ?2))) \
-                 ORDER BY r.active_at LIMIT ?3",
-            )
-            .db()?;
+        let mut stmt = conn.prepare_cached(&SWEEP_CANDIDATES).db()?;
         let rows = stmt
             .query_map(params![now.0, default_stuck, limit(batch)], |r| {
                 Ok((r.get(0)?, r.get(1)?))
@@ -298,7 +362,7 @@ fn limit(batch: usize) -> i64 {
 /// One retention pass, set-based: at most `batch` tombstones past `audit_retention_ms` are
 /// deleted with their events, then at most `batch` final records past `retention_ms` lose
 /// their result and prepared payload (one `result_expired` event each). The `state IN
-/// ('completed', 'failed_permanent')` condition is in every statement that selects rows, so
+/// (<the retained states>)` condition is in every statement that selects rows, so
 /// no other state can ever be touched. The selected rowids are kept in a temp table so that
 /// every statement works on exactly the same rows and drives its index lookups from the batch
 /// (never a scan of the ledger); `+state` keeps the state guard on the final UPDATE/DELETE
@@ -328,17 +392,10 @@ pub(crate) fn retention_step(
         .db()?
         .execute([])
         .db()?;
-    conn.prepare_cached(
-        "INSERT INTO temp.retention_batch (rid, namespace, key) \
-         SELECT r.rowid, r.namespace, r.key FROM records r LEFT JOIN namespaces n ON n.namespace = r.namespace \
-         WHERE r.state IN ('completed', 'failed_permanent') AND r.result_expired IN (0, 1) \
-           AND r.final_at <= ?1 - ?2 \
-           AND r.final_at <= ?1 - COALESCE(n.audit_retention_ms, ?3) \
-         LIMIT ?4",
-    )
-    .db()?
-    .execute(params![now.0, min_audit, defaults.audit_retention_ms, n])
-    .db()?;
+    conn.prepare_cached(&DUE_TOMBSTONES)
+        .db()?
+        .execute(params![now.0, min_audit, defaults.audit_retention_ms, n])
+        .db()?;
     for sql in [
         "DELETE FROM events WHERE rid IN (SELECT rid FROM temp.retention_batch)",
         "DELETE FROM alerts WHERE (namespace, key) IN \
@@ -347,10 +404,7 @@ pub(crate) fn retention_step(
         conn.prepare_cached(sql).db()?.execute([]).db()?;
     }
     let tombstones_deleted = conn
-        .prepare_cached(
-            "DELETE FROM records WHERE rowid IN (SELECT rid FROM temp.retention_batch) \
-             AND +state IN ('completed', 'failed_permanent')",
-        )
+        .prepare_cached(&DELETE_TOMBSTONES)
         .db()?
         .execute([])
         .db()?;
@@ -359,36 +413,18 @@ pub(crate) fn retention_step(
         .db()?
         .execute([])
         .db()?;
-    conn.prepare_cached(
-        "INSERT INTO temp.retention_batch (rid, namespace, key) \
-         SELECT r.rowid, r.namespace, r.key FROM records r LEFT JOIN namespaces n ON n.namespace = r.namespace \
-         WHERE r.state IN ('completed', 'failed_permanent') AND r.result_expired = 0 \
-           AND r.final_at <= ?1 - ?2 \
-           AND r.final_at <= ?1 - COALESCE(n.retention_ms, ?3) \
-         LIMIT ?4",
-    )
-    .db()?
-    .execute(params![now.0, min_retention, defaults.retention_ms, n])
-    .db()?;
-    conn.prepare_cached(
-        "INSERT INTO events (rid, namespace, key, at, type, from_state, to_state, attempt, \
-         owner, correlation_id, note, actor) \
-         SELECT b.rid, r.namespace, r.key, ?1, 'result_expired', r.state, r.state, r.attempt, r.owner, \
-                r.correlation_id, 'result and prepared payload dropped after retention_ms', NULL \
-         FROM temp.retention_batch b JOIN records r ON r.rowid = b.rid ORDER BY b.rid",
-    )
-    .db()?
-    .execute(params![now.0])
-    .db()?;
+    conn.prepare_cached(&DUE_EXPIRIES)
+        .db()?
+        .execute(params![now.0, min_retention, defaults.retention_ms, n])
+        .db()?;
+    conn.prepare_cached(&LOG_EXPIRIES)
+        .db()?
+        .execute(params![now.0])
+        .db()?;
     // updated_at is left alone on purpose: retention is housekeeping, not a business change,
     // and must not move old records to the top of the newest-first lists.
     let results_expired = conn
-        .prepare_cached(
-            "UPDATE records SET result = NULL, prepared_payload = NULL, result_expired = 1, \
-             version = version + 1 \
-             WHERE rowid IN (SELECT rid FROM temp.retention_batch) \
-             AND +state IN ('completed', 'failed_permanent')",
-        )
+        .prepare_cached(&EXPIRE_RESULTS)
         .db()?
         .execute([])
         .db()?;

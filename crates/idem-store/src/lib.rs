@@ -15,6 +15,7 @@
 
 pub mod engine;
 mod ledger;
+pub mod sql;
 mod types;
 
 pub use ledger::{Ledger, LedgerError};

@@ -299,14 +299,7 @@ async fn persist(
         None
     };
 
-    let (record_params, old_version) = match plan.write {
-        PlanWrite::None => (None, 0),
-        PlanWrite::Insert(r) => (Some(RecordParams::new(r)?), 0),
-        PlanWrite::Update {
-            record,
-            expected_version,
-        } => (Some(RecordParams::new(record)?), expected_version),
-    };
+    let (record_params, old_version) = record_params(plan)?;
     let event_params: Vec<EventParams> = plan
         .events
         .iter()
@@ -392,6 +385,18 @@ async fn persist(
     })
 }
 
+/// The record write's parameters and the version its guard expects (0 for an insert).
+fn record_params(plan: &Plan<'_>) -> Result<(Option<RecordParams>, i64), PgError> {
+    Ok(match plan.write {
+        PlanWrite::None => (None, 0),
+        PlanWrite::Insert(r) => (Some(RecordParams::new(r)?), 0),
+        PlanWrite::Update {
+            record,
+            expected_version,
+        } => (Some(RecordParams::new(record)?), expected_version),
+    })
+}
+
 /// Persists a plan with at most one event, no daily counter and no alerts in one autocommit
 /// statement. Returns the event's sequence number (0 when there is no event).
 async fn single_statement(
@@ -402,14 +407,7 @@ async fn single_statement(
 ) -> Result<i64, PgError> {
     use tokio_postgres::types::ToSql;
     let event = plan.events.first().map(|e| EventParams::new(ns, key, e));
-    let (record, old_version) = match plan.write {
-        PlanWrite::None => (None, 0),
-        PlanWrite::Insert(r) => (Some(RecordParams::new(r)?), 0),
-        PlanWrite::Update {
-            record,
-            expected_version,
-        } => (Some(RecordParams::new(record)?), expected_version),
-    };
+    let (record, old_version) = record_params(plan)?;
     let mut params: Vec<&(dyn ToSql + Sync)> = Vec::with_capacity(40);
     let is_update = matches!(plan.write, PlanWrite::Update { .. });
     let sql: &str = match (&record, &event) {

@@ -93,23 +93,11 @@ impl PgStore {
             ));
             let stmt = client.prepare_cached(&sql).await.map_err(store_err)?;
             let rows = client.query(&stmt, &params).await.map_err(store_err)?;
-            let mut items = rows
+            let items = rows
                 .iter()
                 .map(|r| record_from_row(r, 0))
                 .collect::<Result<Vec<_>, _>>()?;
-            let next_cursor = if items.len() > limit {
-                items.truncate(limit);
-                items.last().map(|r| {
-                    Cursor {
-                        updated_at: r.updated_at.0,
-                        key: r.key.as_str().to_owned(),
-                    }
-                    .encode()
-                })
-            } else {
-                None
-            };
-            Ok(Page { items, next_cursor })
+            Ok(Page::from_fetched(items, limit))
         })
         .await
     }

@@ -83,19 +83,7 @@ pub(crate) fn list(
     while let Some(row) = rows.next().db()? {
         items.push(record_from_row(row)?);
     }
-    let next_cursor = if items.len() > limit {
-        items.truncate(limit);
-        items.last().map(|r| {
-            Cursor {
-                updated_at: r.updated_at.0,
-                key: r.key.as_str().to_owned(),
-            }
-            .encode()
-        })
-    } else {
-        None
-    };
-    Ok(Page { items, next_cursor })
+    Ok(Page::from_fetched(items, limit))
 }
 
 pub(crate) fn namespace(

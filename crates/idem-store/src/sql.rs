@@ -41,6 +41,38 @@ pub fn event_type(e: EventType) -> String {
     quote(e.as_str())
 }
 
+/// The columns of a stored record, in the order every backend binds and reads them.
+pub const RECORD_COLUMNS: [&str; 28] = [
+    "namespace",
+    "key",
+    "state",
+    "attempt",
+    "fingerprint",
+    "owner",
+    "correlation_id",
+    "lease_expires_at",
+    "not_before",
+    "prepared_payload",
+    "result",
+    "result_expired",
+    "external_ref",
+    "error_category",
+    "error_message",
+    "error_http_status",
+    "created_at",
+    "updated_at",
+    "lease_id",
+    "lease_expiry",
+    "reported",
+    "budget_base",
+    "window_start",
+    "final_at",
+    "active_at",
+    "review_reason",
+    "stuck_alerted",
+    "version",
+];
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -35,18 +35,19 @@ fn record() -> Record {
     }
 }
 
+/// An event as the decision table drafts it (the fresh claim's), of another kind.
 fn draft(kind: EventType) -> EventDraft {
-    EventDraft {
-        at: Timestamp(1),
-        kind,
-        from_state: None,
-        to_state: None,
-        attempt: 1,
-        owner: None,
-        correlation_id: None,
-        note: None,
-        actor: None,
-    }
+    let p = Policy::default();
+    let mut t = idem_core::apply(
+        &ns(),
+        &key(),
+        None,
+        &claim(),
+        &exec_ctx(1).decision(&p, false, 0),
+    );
+    let mut e = t.events.remove(0);
+    e.kind = kind;
+    e
 }
 
 fn alert(reason: AlertReason) -> AlertDraft {

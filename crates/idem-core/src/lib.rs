@@ -12,26 +12,30 @@ pub mod decide;
 pub mod derive;
 pub mod fingerprint;
 pub mod ids;
+pub mod inputs;
 pub mod policy;
 pub mod record;
 pub mod redact;
+pub mod retention;
 pub mod time;
 pub mod webhook;
 
 pub use classify::{classify, Class, FailSignal};
+pub use decide::sanitize_message;
 pub use decide::{
     apply, ClaimOutcome, ClaimReply, ClaimRequest, CompleteRequest, Ctx, FailErrorInput, FailReply,
     FailRequest, HeartbeatRequest, Op, OpError, PrepareRequest, Reply, ResolveAction,
     ResolveRequest, RetryDecision, Transition, Write,
 };
-pub use decide::{retention_action, sanitize_message, RetentionAction};
 pub use fingerprint::Fingerprint;
 pub use ids::{mask_key, Key, LeaseId, Namespace, Token, ValidationError};
+pub use inputs::needs_daily_count;
 pub use policy::{LeaseExpiry, Policy, PolicyError, RetryPolicy};
 pub use record::{
     AlertDraft, Event, EventDraft, EventType, LastError, Record, ReviewReason, State,
 };
 pub use record::{AlertReason, PublicRecord};
 pub use redact::redact_db_url;
+pub use retention::{retention_action, RetentionAction, RETAINED_STATES};
 pub use time::{Clock, SystemClock, TestClock, Timestamp};
 pub use webhook::AlertSecret;

@@ -28,6 +28,15 @@ pub(crate) struct NsSettings {
     pub updated_at: i64,
 }
 
+impl idem_store::engine::NsView for NsSettings {
+    fn policy(&self) -> &Policy {
+        &self.policy
+    }
+    fn paused(&self) -> bool {
+        self.paused
+    }
+}
+
 /// Namespace settings per namespace. Small (one entry per namespace in use); cleared whole
 /// when it reaches its bound.
 #[derive(Debug, Default)]
@@ -48,12 +57,12 @@ impl NsCache {
         lock(&self.map).get(ns.as_str()).cloned()
     }
 
-    pub fn put(&self, ns: &Namespace, s: NsSettings) {
+    pub fn put(&self, ns: &Namespace, s: Arc<NsSettings>) {
         let mut map = lock(&self.map);
         if map.len() >= NS_CACHE_MAX && !map.contains_key(ns.as_str()) {
             map.clear();
         }
-        map.insert(ns.as_str().to_owned(), Arc::new(s));
+        map.insert(ns.as_str().to_owned(), s);
     }
 
     pub fn remove(&self, ns: &Namespace) {

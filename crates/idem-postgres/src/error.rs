@@ -28,6 +28,15 @@ impl From<StoreError> for PgError {
     }
 }
 
+impl From<PgError> for idem_store::engine::TxError {
+    fn from(e: PgError) -> Self {
+        match e {
+            PgError::Retry => idem_store::engine::TxError::Race,
+            PgError::Store(s) => idem_store::engine::TxError::Store(s),
+        }
+    }
+}
+
 impl From<tokio_postgres::Error> for PgError {
     fn from(e: tokio_postgres::Error) -> Self {
         classify(&e)

@@ -16,18 +16,21 @@
 //!   and by the namespace guard. A decision that only appends an event (a duplicate hit, an
 //!   `in_flight`, a `lease_lost`) inserts it only if the record still has that version.
 //!
-//! Anything else (several events, alerts to queue, a daily limit, a decision with nothing to
-//! write) is left to the normal read-decide-write path, and so is every guard miss.
+//! Anything else (several events, alerts to queue, a decision that depends on today's count
+//! — `engine::decide_known` refuses those —, a decision with nothing to write) is left to the
+//! normal read-decide-write path of the engine, and so is every guard miss.
 
 use std::sync::LazyLock;
 
 use deadpool_postgres::Client;
-use idem_core::{Ctx, Event, Key, Namespace, Op, Record, Transition, Write};
-use idem_store::{ExecCtx, Executed};
+use idem_core::{Key, Namespace, Op, Record, Write};
+use idem_store::engine::{self, Persisted, Ran, Seqs};
+use idem_store::ExecCtx;
 use tokio_postgres::types::ToSql;
 
 use crate::cache::NsSettings;
 use crate::error::PgError;
+use crate::execute::fits_one_statement;
 use crate::rows::{
     event_tail, record_from_row, EventParams, RecordParams, RECORD_COLS, RECORD_COLUMNS,
     R_RECORD_COLS, TYPED_RECORD_PARAMS, UPDATE_RECORD,
@@ -107,7 +110,7 @@ static GUARDED_UPDATE_WITH_EVENT: LazyLock<String> = LazyLock::new(|| {
 /// What a fast path did.
 pub(crate) enum Fast {
     /// Persisted and answered; the record as now stored (to cache) when it changed.
-    Done(Box<Executed>, Option<Box<Record>>),
+    Done(Box<Ran>, Option<Box<Record>>),
     /// The key exists: decide on this record (read in the same snapshot as a namespace guard
     /// that held) and persist on the normal path.
     Existing(Box<Record>),
@@ -117,29 +120,17 @@ pub(crate) enum Fast {
     Miss,
 }
 
-fn core_ctx<'a>(s: &'a NsSettings, ctx: &ExecCtx) -> Ctx<'a> {
-    // The daily count is read only for a claim of a key without record in a namespace with a
-    // daily limit, which never takes a fast path.
-    ctx.decision(&s.policy, s.paused, 0)
-}
-
-/// Whether `t` is simple enough for one statement: at most one event and no alert to queue.
-fn single_statement_shape(s: &NsSettings, t: &Transition) -> bool {
-    t.events.len() <= 1 && (t.alerts.is_empty() || s.policy.alert_url.is_none())
-}
-
-fn done(t: Transition, seq: Option<i64>, from: Option<idem_core::State>) -> Executed {
-    let events = t
-        .events
-        .into_iter()
-        .map(|d| Event::from_draft(seq.unwrap_or(0), d))
-        .collect();
-    Executed {
-        reply: t.reply,
-        events,
-        from_state: from,
-        alerts_queued: 0,
-    }
+/// The answer of a fast write that appended (at most) the event numbered `seq`.
+fn done(t: idem_core::Transition, seq: Option<i64>, from: Option<idem_core::State>) -> Ran {
+    let seqs = seq.map(Seqs::one).unwrap_or_default();
+    engine::finish(
+        t,
+        Persisted {
+            seqs,
+            alerts_queued: 0,
+        },
+        from,
+    )
 }
 
 /// A claim of a key with no cached record, speculating that it is new.
@@ -151,14 +142,17 @@ pub(crate) async fn speculative_claim(
     ctx: &ExecCtx,
     s: &NsSettings,
 ) -> Result<Fast, PgError> {
-    if !matches!(op, Op::Claim(_)) || s.policy.daily_limit.is_some() {
+    if !matches!(op, Op::Claim(_)) {
         return Ok(Fast::Skip);
     }
-    let t = idem_core::apply(ns, key, None, op, &core_ctx(s, ctx));
+    // A decision that depends on today's count (a daily ceiling) is left to the normal read.
+    let Some(t) = engine::decide_known(ns, key, None, op, ctx, s) else {
+        return Ok(Fast::Skip);
+    };
     let (Write::Insert(new), [draft]) = (&t.write, t.events.as_slice()) else {
         return Ok(Fast::Skip);
     };
-    if !single_statement_shape(s, &t) {
+    if !fits_one_statement(&engine::plan(&t, &s.policy, ctx.now.utc_day())) {
         return Ok(Fast::Skip);
     }
     let rp = RecordParams::new(new)?;
@@ -200,8 +194,11 @@ pub(crate) async fn cached_record(
     s: &NsSettings,
     rec: &Record,
 ) -> Result<Fast, PgError> {
-    let t = idem_core::apply(ns, key, Some(rec), op, &core_ctx(s, ctx));
-    if t.first_acquisition || !single_statement_shape(s, &t) {
+    let Some(t) = engine::decide_known(ns, key, Some(rec), op, ctx, s) else {
+        return Ok(Fast::Skip);
+    };
+    let plan = engine::plan(&t, &s.policy, ctx.now.utc_day());
+    if plan.acquisition.is_some() || !fits_one_statement(&plan) {
         return Ok(Fast::Skip);
     }
     let from = Some(rec.state);

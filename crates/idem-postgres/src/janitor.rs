@@ -10,7 +10,8 @@
 //! final states `completed` and `failed_permanent`.
 
 use futures_util::future::try_join_all;
-use idem_core::{AlertReason, Key, Namespace, Op, Policy, State, Timestamp, Write};
+use idem_core::{AlertReason, Key, Namespace, Op, Policy, State, Timestamp};
+use idem_store::engine::{self, NsOwned, PlanWrite};
 use idem_store::{
     AlertOutcome, OutboxKind, OutboxOutcome, PendingAlert, RetentionReport, StateCounts, Stats,
     SweepReport,
@@ -32,12 +33,14 @@ static SWEEP_CANDIDATES: LazyLock<String> = LazyLock::new(|| {
     format!(
         "SELECT n.policy, n.paused, {} FROM records r \
          LEFT JOIN namespaces n ON n.namespace = r.namespace \
-         WHERE r.state = 'processing' AND ( \
-             (r.lease_expiry = 'review' AND (r.lease_expires_at IS NULL OR r.lease_expires_at <= $1)) \
+         WHERE r.state = {processing} AND ( \
+             (r.lease_expiry = {review} AND (r.lease_expires_at IS NULL OR r.lease_expires_at <= $1)) \
              OR (NOT r.stuck_alerted AND r.active_at <= $1 - COALESCE(n.stuck_after_ms, $3))) \
          ORDER BY r.active_at LIMIT $2 \
          FOR UPDATE OF r SKIP LOCKED",
-        *R_RECORD_COLS
+        *R_RECORD_COLS,
+        processing = idem_store::sql::state(State::Processing),
+        review = idem_store::sql::lease_expiry(idem_core::LeaseExpiry::Review),
     )
 });
 
@@ -72,32 +75,35 @@ pub(crate) async fn sweep_once(
             .unwrap_or(false);
         let rec = record_from_row(row, 2)?;
         let exec = idem_store::ExecCtx::at(now);
-        let ctx = exec.decision(&policy, paused, 0);
+        let settings = NsOwned { policy, paused };
         let (ns, key): (Namespace, Key) = (rec.namespace.clone(), rec.key.clone());
-        let t = idem_core::apply(&ns, &key, Some(&rec), &Op::Sweep, &ctx);
+        // A sweep never reads today's count, so this always decides.
+        let Some(t) = engine::decide_known(&ns, &key, Some(&rec), &Op::Sweep, &exec, &settings)
+        else {
+            continue;
+        };
         report.stuck_alerts += t
             .alerts
             .iter()
             .filter(|a| a.reason == AlertReason::Stuck)
             .count();
-        match &t.write {
-            Write::Update(next) => {
-                if next.state == State::NeedsReview {
-                    report.moved_to_review += 1;
-                }
-                records.push(RecordParams::new(next)?);
+        let plan = engine::plan(&t, &settings.policy, now.utc_day());
+        if let PlanWrite::Update {
+            record,
+            expected_version,
+        } = plan.write
+        {
+            if record.state == State::NeedsReview {
+                report.moved_to_review += 1;
             }
-            Write::Insert(_) | Write::None => {}
+            records.push((RecordParams::new(record)?, expected_version));
         }
-        events.extend(t.events.iter().map(|e| EventParams::new(&ns, &key, e)));
-        if policy.alert_url.is_some() {
-            alerts.extend(t.alerts.iter().map(|a| AlertParams::new(&ns, &key, a)));
-        }
+        events.extend(plan.events.iter().map(|e| EventParams::new(&ns, &key, e)));
+        alerts.extend(plan.alerts.iter().map(|a| AlertParams::new(&ns, &key, a)));
     }
-    let olds: Vec<i64> = records.iter().map(|p| p.version - 1).collect();
     // All writes of the batch go out pipelined; the rows are locked by this transaction, so
     // the version guards hold unless the data changed under us (then the batch is redone).
-    let record_writes = try_join_all(records.iter().zip(&olds).map(|(p, old)| {
+    let record_writes = try_join_all(records.iter().map(|(p, old)| {
         let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = p.params().to_vec();
         params.push(old);
         let tx = &tx;
@@ -143,15 +149,17 @@ pub(crate) async fn sweep_once(
 /// the new row version gets an entry in `records_pkey`, `records_list`, `records_state_list` and
 /// `records_final`, and the event two more. See `docs/performance.md` ("Ledger size and the
 /// janitor") for why that index stays.
-const EXPIRE_RESULTS: &str = "WITH batch AS ( \
+static EXPIRE_RESULTS: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "WITH batch AS ( \
         SELECT r.namespace, r.key FROM records r \
         LEFT JOIN namespaces n ON n.namespace = r.namespace \
-        WHERE r.state IN ('completed', 'failed_permanent') AND r.final_at IS NOT NULL \
+        WHERE r.state IN ({final_states}) AND r.final_at IS NOT NULL \
           AND NOT r.result_expired \
           AND r.final_at <= $1 - COALESCE(n.retention_ms, $2) \
           AND r.final_at > $1 - COALESCE(n.audit_retention_ms, $3) \
           AND r.final_at <= $1 - (SELECT LEAST($2, COALESCE(MIN(retention_ms), $2)) FROM namespaces) \
-        ORDER BY r.final_at LIMIT {limit} \
+        ORDER BY r.final_at LIMIT {{limit}} \
         FOR UPDATE OF r SKIP LOCKED \
     ), expired AS ( \
         UPDATE records r SET result = NULL, prepared_payload = NULL, result_expired = TRUE, \
@@ -161,7 +169,7 @@ const EXPIRE_RESULTS: &str = "WITH batch AS ( \
     ), logged AS ( \
         INSERT INTO events (namespace, key, at, type, from_state, to_state, attempt, owner, \
             correlation_id, note) \
-        SELECT namespace, key, $1, 'result_expired', state, state, attempt, owner, \
+        SELECT namespace, key, $1, {result_expired}, state, state, attempt, owner, \
             correlation_id, 'retention: result and payloads dropped, tombstone kept' \
         FROM expired RETURNING 1 \
     ), old_counts AS ( \
@@ -169,9 +177,13 @@ const EXPIRE_RESULTS: &str = "WITH batch AS ( \
     ) \
     SELECT (SELECT count(*) FROM logged), COALESCE(( \
         SELECT r.final_at FROM records r \
-        WHERE r.state IN ('completed', 'failed_permanent') AND r.final_at IS NOT NULL \
+        WHERE r.state IN ({final_states}) AND r.final_at IS NOT NULL \
         ORDER BY r.final_at LIMIT 1 \
-    ) <= $1 - (SELECT LEAST($3, COALESCE(MIN(audit_retention_ms), $3)) FROM namespaces), FALSE)";
+    ) <= $1 - (SELECT LEAST($3, COALESCE(MIN(audit_retention_ms), $3)) FROM namespaces), FALSE)",
+        final_states = idem_store::sql::retained_states(),
+        result_expired = idem_store::sql::event_type(idem_core::EventType::ResultExpired)
+    )
+});
 
 /// Deletes final records past `audit_retention_ms` with their events and alerts. The extra
 /// bound by the smallest retention of any namespace is constant for the statement, so the
@@ -180,10 +192,12 @@ const EXPIRE_RESULTS: &str = "WITH batch AS ( \
 /// [`EXPIRE_RESULTS`] found a candidate, and planned for each execution (its limit stays a
 /// parameter): it deletes through `events` and `alerts`, whose sizes a plan cached while they
 /// were small would not follow.
-const DELETE_TOMBSTONES: &str = "WITH batch AS ( \
+static DELETE_TOMBSTONES: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "WITH batch AS ( \
         SELECT r.namespace, r.key FROM records r \
         LEFT JOIN namespaces n ON n.namespace = r.namespace \
-        WHERE r.state IN ('completed', 'failed_permanent') AND r.final_at IS NOT NULL \
+        WHERE r.state IN ({final_states}) AND r.final_at IS NOT NULL \
           AND r.final_at <= $1 - COALESCE(n.audit_retention_ms, $3) \
           AND r.final_at <= $1 - (SELECT LEAST($3, COALESCE(MIN(audit_retention_ms), $3)) FROM namespaces) \
         ORDER BY r.final_at LIMIT $2 \
@@ -199,7 +213,10 @@ const DELETE_TOMBSTONES: &str = "WITH batch AS ( \
         DELETE FROM outbox a USING del \
         WHERE a.namespace = del.namespace AND a.key = del.key RETURNING 1 \
     ) \
-    SELECT count(*) FROM del";
+    SELECT count(*) FROM del",
+        final_states = idem_store::sql::retained_states()
+    )
+});
 
 /// [`EXPIRE_RESULTS`] for one batch size.
 fn expire_results(batch: usize) -> String {
@@ -229,7 +246,7 @@ pub(crate) async fn retention_once(
     let tombstones_due: bool = row.try_get(1).map_err(|e| corrupt(&e))?;
     let mut deleted = 0i64;
     if tombstones_due {
-        let delete = client.prepare_cached(DELETE_TOMBSTONES).await?;
+        let delete = client.prepare_cached(&DELETE_TOMBSTONES).await?;
         deleted = client
             .query_one(&delete, &[&now.0, &as_i64(batch), &d.audit_retention_ms])
             .await?
@@ -242,14 +259,20 @@ pub(crate) async fn retention_once(
     })
 }
 
+/// When the oldest `processing` record was last active (the `records_processing` index).
+static OLDEST_PROCESSING: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT min(active_at) FROM records WHERE state = {}",
+        idem_store::sql::state(State::Processing)
+    )
+});
+
 pub(crate) async fn stats(store: &PgStore, now: Timestamp) -> Result<Stats, PgError> {
     let client = store.client().await?;
     let by_state = client
         .prepare_cached("SELECT state, sum(n)::BIGINT FROM record_counts GROUP BY state")
         .await?;
-    let oldest = client
-        .prepare_cached("SELECT min(active_at) FROM records WHERE state = 'processing'")
-        .await?;
+    let oldest = client.prepare_cached(&OLDEST_PROCESSING).await?;
     let (rows, oldest) =
         tokio::try_join!(client.query(&by_state, &[]), client.query_one(&oldest, &[]))?;
     let mut pairs = Vec::with_capacity(rows.len());

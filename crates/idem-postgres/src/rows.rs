@@ -15,37 +15,9 @@ use serde_json::Value;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
 
-/// The record columns, in the order [`record_from_row`] and [`RecordParams`] use.
-pub(crate) const RECORD_COLUMNS: [&str; 28] = [
-    "namespace",
-    "key",
-    "state",
-    "attempt",
-    "fingerprint",
-    "owner",
-    "correlation_id",
-    "lease_expires_at",
-    "not_before",
-    "prepared_payload",
-    "result",
-    "result_expired",
-    "external_ref",
-    "error_category",
-    "error_message",
-    "error_http_status",
-    "created_at",
-    "updated_at",
-    "lease_id",
-    "lease_expiry",
-    "reported",
-    "budget_base",
-    "window_start",
-    "final_at",
-    "active_at",
-    "review_reason",
-    "stuck_alerted",
-    "version",
-];
+/// The record columns, in the order [`record_from_row`] and [`RecordParams`] use (one list for
+/// every backend).
+pub(crate) use idem_store::sql::RECORD_COLUMNS;
 
 /// The SQL type of each of [`RECORD_COLUMNS`] (for parameters in a `SELECT` list, which
 /// PostgreSQL cannot type from the target column).

@@ -441,4 +441,24 @@ mod tests {
             .batch_execute(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)"))
             .await;
     }
+
+    /// Applied migrations are frozen text and keep their own spelling of state names; this
+    /// proves it is the domain's, the one every query is built with (the partial indexes are
+    /// only used by queries whose predicate matches theirs).
+    #[test]
+    fn migrations_spell_states_as_the_domain_does() {
+        use idem_core::State;
+        use idem_store::sql;
+        let all: String = MIGRATIONS.iter().map(|(_, m)| *m).collect();
+        for fragment in [
+            format!(
+                "WHERE state IN ({}) AND NOT result_expired;",
+                sql::retained_states()
+            ),
+            format!("WHERE state IN ({});", sql::retained_states()),
+            format!("WHERE state = {};", sql::state(State::Processing)),
+        ] {
+            assert!(all.contains(&fragment), "{fragment}");
+        }
+    }
 }

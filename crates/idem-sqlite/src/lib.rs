@@ -292,10 +292,10 @@ impl Store for SqliteStore {
         }
         let (ns, key) = (ns.clone(), key.clone());
         self.write(move |conn| {
-            let info = write_ops::execute_step(conn, &ns, &key, &op, &ctx)?;
+            let ran = write_ops::execute_step(conn, &ns, &key, &op, &ctx)?;
             tracing::trace!(namespace = %ns, key = %key.masked(), op = op.name(),
-                reply = write_ops::reply_kind(&info.executed.reply), "sqlite: executed");
-            Ok(info.executed)
+                reply = write_ops::reply_kind(&ran.executed.reply), "sqlite: executed");
+            Ok(ran.executed)
         })
         .await
     }

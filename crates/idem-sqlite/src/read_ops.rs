@@ -6,7 +6,8 @@
 
 use std::sync::LazyLock;
 
-use idem_core::{EventDraft, Key, Namespace, Op, OpError, Reply, State, Timestamp, Write};
+use idem_core::{EventDraft, Key, Namespace, Op, OpError, Reply, State, Timestamp};
+use idem_store::engine::{self, NsOwned};
 use idem_store::{
     ApiToken, Cursor, ExecCtx, ListQuery, NamespaceInfo, Page, RecordWithEvents, Role, Stats,
     StoreError,
@@ -82,19 +83,7 @@ pub(crate) fn list(
     while let Some(row) = rows.next().db()? {
         items.push(record_from_row(row)?);
     }
-    let next_cursor = if items.len() > limit {
-        items.truncate(limit);
-        items.last().map(|r| {
-            Cursor {
-                updated_at: r.updated_at.0,
-                key: r.key.as_str().to_owned(),
-            }
-            .encode()
-        })
-    } else {
-        None
-    };
-    Ok(Page { items, next_cursor })
+    Ok(Page::from_fetched(items, limit))
 }
 
 pub(crate) fn namespace(
@@ -111,6 +100,14 @@ pub(crate) fn namespace(
     })
 }
 
+/// When the oldest `processing` record was last active (the `records_processing` index).
+static OLDEST_PROCESSING: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT MIN(active_at) FROM records WHERE state = {}",
+        idem_store::sql::state(State::Processing)
+    )
+});
+
 pub(crate) fn stats(conn: &mut Connection, now: Timestamp) -> Result<Stats, StoreError> {
     let tx = conn.transaction().db()?;
     let records = {
@@ -121,7 +118,7 @@ pub(crate) fn stats(conn: &mut Connection, now: Timestamp) -> Result<Stats, Stor
         collect_counts(rows)?
     };
     let oldest: Option<i64> = tx
-        .prepare_cached("SELECT MIN(active_at) FROM records WHERE state = 'processing'")
+        .prepare_cached(&OLDEST_PROCESSING)
         .db()?
         .query_row([], |r| r.get(0))
         .db()?;
@@ -207,14 +204,11 @@ pub(crate) fn decide_on_snapshot(
     };
     let (policy, paused) = load_namespace(&tx, ns.as_str())?;
     tx.finish().db()?;
-    // Only a first-time claim reads the daily counter, and there is a record here.
-    let core_ctx = ctx.decision(&policy, paused, 0);
-    let t = idem_core::apply(ns, key, Some(&stored.record), op, &core_ctx);
-    if !matches!(t.write, Write::None)
-        || t.first_acquisition
-        || !t.alerts.is_empty()
-        || t.events.len() > 1
-    {
+    let settings = NsOwned { policy, paused };
+    let Some(t) = engine::decide_known(ns, key, Some(&stored.record), op, ctx, &settings) else {
+        return Ok(None);
+    };
+    if !engine::plan(&t, &settings.policy, ctx.now.utc_day()).only_audit() {
         return Ok(None);
     }
     Ok(Some(SnapshotDecision {

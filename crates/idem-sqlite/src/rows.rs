@@ -18,37 +18,9 @@ use serde_json::Value;
 
 use crate::error::{corrupt, SqlResult};
 
-/// Record columns in the order of [`record_values`] and [`record_from_row`].
-pub(crate) const RECORD_COLUMNS: [&str; 28] = [
-    "namespace",
-    "key",
-    "state",
-    "attempt",
-    "fingerprint",
-    "owner",
-    "correlation_id",
-    "lease_expires_at",
-    "not_before",
-    "prepared_payload",
-    "result",
-    "result_expired",
-    "external_ref",
-    "error_category",
-    "error_message",
-    "error_http_status",
-    "created_at",
-    "updated_at",
-    "lease_id",
-    "lease_expiry",
-    "reported",
-    "budget_base",
-    "window_start",
-    "final_at",
-    "active_at",
-    "review_reason",
-    "stuck_alerted",
-    "version",
-];
+/// Record columns in the order of [`record_values`] and [`record_from_row`] (one list for
+/// every backend).
+pub(crate) use idem_store::sql::RECORD_COLUMNS;
 
 /// `namespace, key, …` for SELECTs.
 pub(crate) static RECORD_SELECT: LazyLock<String> = LazyLock::new(|| RECORD_COLUMNS.join(", "));

@@ -391,6 +391,28 @@ pub(crate) fn run_checkpointer(
 mod tests {
     use super::*;
 
+    /// Applied migrations are frozen text and keep their own spelling of state names; this
+    /// proves it is the domain's, the one every query is built with (the partial indexes are
+    /// only used by queries whose predicate matches theirs).
+    #[test]
+    fn migrations_spell_states_as_the_domain_does() {
+        use idem_core::State;
+        use idem_store::sql;
+        let all = MIGRATIONS.concat();
+        let final_index = format!("WHERE state IN ({});", sql::retained_states());
+        assert!(all.contains(&final_index), "{final_index}");
+        let processing = format!("WHERE state = {};", sql::state(State::Processing));
+        assert!(all.contains(&processing), "{processing}");
+        // The counters are seeded with exactly every state.
+        for s in State::ALL {
+            assert!(all.contains(&format!("SELECT {}", sql::state(s))), "{s:?}");
+        }
+        assert_eq!(
+            all.matches("UNION ALL SELECT '").count(),
+            State::ALL.len() - 1
+        );
+    }
+
     /// A version-1 ledger (events keyed by namespace and key) migrates to version 2: every
     /// event points at its record's row id and is found through the new index.
     #[test]

@@ -7,13 +7,16 @@
 //! `completed` and `failed_permanent`).
 
 use std::collections::HashMap;
+use std::sync::LazyLock;
 
 use idem_core::{
-    AlertDraft, AlertReason, Event, EventDraft, EventType, Key, Namespace, Op, Policy, Record,
-    Reply, Timestamp, Write,
+    AlertDraft, Event, EventDraft, EventType, Key, Namespace, Op, Policy, Record, Reply, Timestamp,
+};
+use idem_store::engine::{
+    self, Backend, Loaded, NsOwned, Persisted, Plan, PlanWrite, Ran, Seqs, TxError,
 };
 use idem_store::{
-    AlertOutcome, ExecCtx, Executed, NamespaceChange, NamespaceInfo, NewApiToken, PendingAlert,
+    AlertOutcome, ExecCtx, NamespaceChange, NamespaceInfo, NewApiToken, PendingAlert,
     RetentionReport, StoreError, SweepReport,
 };
 use rusqlite::{params, Connection, OptionalExtension};
@@ -25,10 +28,90 @@ use crate::rows::{
     update_record,
 };
 
-/// What one step did beyond its answer (the janitor reports these).
-pub(crate) struct StepInfo {
-    pub(crate) executed: Executed,
-    pub(crate) stuck_alerts: usize,
+/// The engine's storage side on the write connection, inside the batch transaction and the
+/// job's savepoint. Every step is synchronous (the futures never wait; the writer drives them
+/// with [`engine::run_ready`]), so the group commit stays exactly as it is.
+pub(crate) struct WriteTx<'c> {
+    conn: &'c Connection,
+    /// Row id of the record read by `load`.
+    rid: Option<i64>,
+}
+
+impl<'c> WriteTx<'c> {
+    pub(crate) fn new(conn: &'c Connection) -> Self {
+        WriteTx { conn, rid: None }
+    }
+}
+
+impl Backend for WriteTx<'_> {
+    const NAME: &'static str = "sqlite";
+    type Ns = NsOwned;
+
+    async fn load(
+        &mut self,
+        ns: &Namespace,
+        key: &Key,
+        _day: i64,
+    ) -> Result<Loaded<NsOwned>, TxError> {
+        let stored = load_record(self.conn, ns, key)?;
+        self.rid = stored.as_ref().map(|s| s.rid);
+        let (policy, paused) = load_namespace(self.conn, ns.as_str())?;
+        Ok(Loaded {
+            record: stored.map(|s| s.record),
+            ns: NsOwned { policy, paused },
+            daily_count: None,
+        })
+    }
+
+    async fn daily_count(&mut self, ns: &Namespace, day: i64) -> Result<u64, TxError> {
+        Ok(daily_count(self.conn, ns.as_str(), day)?)
+    }
+
+    async fn persist(
+        &mut self,
+        ns: &Namespace,
+        key: &Key,
+        plan: &Plan<'_>,
+        _basis: Loaded<NsOwned>,
+    ) -> Result<Persisted, TxError> {
+        let conn = self.conn;
+        // The one writer decides on what it reads, so a guard can only fail on a bug: it is an
+        // error, not a race.
+        let rid = match plan.write {
+            PlanWrite::None => self.rid,
+            PlanWrite::Insert(rec) => Some(insert_record(conn, rec)?),
+            PlanWrite::Update { record, .. } => {
+                update_record(conn, record)?;
+                self.rid
+            }
+        };
+        let mut seqs = Seqs::default();
+        for draft in plan.events {
+            // The decision table only emits events about a record that exists or is being created.
+            let rid =
+                rid.ok_or_else(|| StoreError::Internal("an event without a record".into()))?;
+            seqs.push(insert_event(conn, rid, ns.as_str(), key.as_str(), draft)?);
+        }
+        // Every first acquisition is counted (the ceiling was checked by the decision on the
+        // writer's own data, so no guard is needed).
+        if let Some(a) = plan.acquisition {
+            conn.prepare_cached(
+                "INSERT INTO daily_counts (namespace, day, count) VALUES (?1, ?2, 1) \
+                 ON CONFLICT (namespace, day) DO UPDATE SET count = count + 1",
+            )
+            .db()?
+            .execute(params![ns.as_str(), a.day])
+            .db()?;
+        }
+        let mut alerts_queued = 0;
+        for a in plan.alerts {
+            alerts_queued += queue_alert(conn, ns.as_str(), key.as_str(), a)?;
+        }
+        Ok(Persisted {
+            seqs,
+            alerts_queued,
+        })
+    }
 }
 
 /// Load → decide → persist for one operation on one record (design: "one atomic step").
@@ -38,65 +121,15 @@ pub(crate) fn execute_step(
     key: &Key,
     op: &Op,
     ctx: &ExecCtx,
-) -> Result<StepInfo, StoreError> {
-    let stored = load_record(conn, ns, key)?;
-    let existing_rid = stored.as_ref().map(|s| s.rid);
-    let existing = stored.map(|s| s.record);
-    let (policy, paused) = load_namespace(conn, ns.as_str())?;
-    let day = ctx.now.utc_day();
-    // Only a first-time claim under a daily ceiling reads the counter.
-    let daily_count = match (op, &existing, policy.daily_limit) {
-        (Op::Claim(_), None, Some(_)) => daily_count(conn, ns.as_str(), day)?,
-        _ => 0,
-    };
-    let core_ctx = ctx.decision(&policy, paused, daily_count);
-    let t = idem_core::apply(ns, key, existing.as_ref(), op, &core_ctx);
-    let rid = match &t.write {
-        Write::None => existing_rid,
-        Write::Insert(rec) => Some(insert_record(conn, rec)?),
-        Write::Update(rec) => {
-            update_record(conn, rec)?;
-            existing_rid
-        }
-    };
-    let mut events = Vec::with_capacity(t.events.len());
-    for draft in t.events {
-        // The decision table only emits events about a record that exists or is being created.
-        let rid = rid.ok_or_else(|| StoreError::Internal("an event without a record".into()))?;
-        let seq = insert_event(conn, rid, ns.as_str(), key.as_str(), &draft)?;
-        events.push(Event::from_draft(seq, draft));
-    }
-    if t.first_acquisition {
-        conn.prepare_cached(
-            "INSERT INTO daily_counts (namespace, day, count) VALUES (?1, ?2, 1) \
-             ON CONFLICT (namespace, day) DO UPDATE SET count = count + 1",
-        )
-        .db()?
-        .execute(params![ns.as_str(), day])
-        .db()?;
-    }
-    // Alerts go to the outbox only when there is somewhere to send them; otherwise the rows
-    // would pile up undeliverable.
-    let mut alerts_queued = 0;
-    if policy.alert_url.is_some() {
-        for a in &t.alerts {
-            alerts_queued += queue_alert(conn, ns.as_str(), key.as_str(), a)?;
-        }
-    }
-    let stuck_alerts = t
-        .alerts
-        .iter()
-        .filter(|a| a.reason == AlertReason::Stuck)
-        .count();
-    Ok(StepInfo {
-        executed: Executed {
-            reply: t.reply,
-            events,
-            from_state: existing.map(|r| r.state),
-            alerts_queued,
-        },
-        stuck_alerts,
-    })
+) -> Result<Ran, StoreError> {
+    engine::run_ready(engine::execute(
+        &mut WriteTx::new(conn),
+        ns,
+        key,
+        op,
+        ctx,
+        1,
+    ))
 }
 
 /// Appends the event of a decision made on a read snapshot (see
@@ -184,6 +217,80 @@ pub(crate) fn update_namespace_step(
     })
 }
 
+/// `processing` records the sweep would change (see [`sweep_step`]).
+static SWEEP_CANDIDATES: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT r.namespace, r.key FROM records r \
+                 LEFT JOIN namespaces n ON n.namespace = r.namespace \
+                 WHERE r.state = {processing} AND ( \
+                   (r.lease_expiry = {review} \
+                    AND (r.lease_expires_at IS NULL OR r.lease_expires_at <= ?1)) \
+                   OR (r.stuck_alerted = 0 \
+                       AND r.active_at <= ?1 - COALESCE(n.stuck_after_ms, ?2))) \
+                 ORDER BY r.active_at LIMIT ?3",
+        processing = idem_store::sql::state(idem_core::State::Processing),
+        review = idem_store::sql::lease_expiry(idem_core::LeaseExpiry::Review)
+    )
+});
+
+/// Selects final records past their audit clock into the batch (see [`retention_step`]).
+static DUE_TOMBSTONES: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "INSERT INTO temp.retention_batch (rid, namespace, key) \
+         SELECT r.rowid, r.namespace, r.key FROM records r LEFT JOIN namespaces n ON n.namespace = r.namespace \
+         WHERE r.state IN ({final_states}) AND r.result_expired IN (0, 1) \
+           AND r.final_at <= ?1 - ?2 \
+           AND r.final_at <= ?1 - COALESCE(n.audit_retention_ms, ?3) \
+         LIMIT ?4",
+        final_states = idem_store::sql::retained_states()
+    )
+});
+
+/// Deletes the batch, guarded by the state once more.
+static DELETE_TOMBSTONES: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "DELETE FROM records WHERE rowid IN (SELECT rid FROM temp.retention_batch) \
+             AND +state IN ({final_states})",
+        final_states = idem_store::sql::retained_states()
+    )
+});
+
+/// Selects final records past their retention clock into the batch.
+static DUE_EXPIRIES: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "INSERT INTO temp.retention_batch (rid, namespace, key) \
+         SELECT r.rowid, r.namespace, r.key FROM records r LEFT JOIN namespaces n ON n.namespace = r.namespace \
+         WHERE r.state IN ({final_states}) AND r.result_expired = 0 \
+           AND r.final_at <= ?1 - ?2 \
+           AND r.final_at <= ?1 - COALESCE(n.retention_ms, ?3) \
+         LIMIT ?4",
+        final_states = idem_store::sql::retained_states()
+    )
+});
+
+/// One `result_expired` event per record of the batch.
+static LOG_EXPIRIES: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "INSERT INTO events (rid, namespace, key, at, type, from_state, to_state, attempt, \
+         owner, correlation_id, note, actor) \
+         SELECT b.rid, r.namespace, r.key, ?1, {result_expired}, r.state, r.state, r.attempt, r.owner, \
+                r.correlation_id, 'result and prepared payload dropped after retention_ms', NULL \
+         FROM temp.retention_batch b JOIN records r ON r.rowid = b.rid ORDER BY b.rid",
+        result_expired = idem_store::sql::event_type(EventType::ResultExpired)
+    )
+});
+
+/// Drops results and payloads of the batch, guarded by the state once more.
+static EXPIRE_RESULTS: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "UPDATE records SET result = NULL, prepared_payload = NULL, result_expired = 1, \
+             version = version + 1 \
+             WHERE rowid IN (SELECT rid FROM temp.retention_batch) \
+             AND +state IN ({final_states})",
+        final_states = idem_store::sql::retained_states()
+    )
+});
+
 /// One janitor pass over leases: `Op::Sweep` on every `processing` record that the sweep
 /// rule would change (expired lease under `lease_expiry=review`, or stuck and not yet
 /// alerted). Selecting exactly those keeps records the sweep leaves alone from filling every
@@ -195,18 +302,7 @@ pub(crate) fn sweep_step(
 ) -> Result<SweepReport, StoreError> {
     let default_stuck = Policy::default().stuck_after_ms;
     let candidates: Vec<(String, String)> = {
-        let mut stmt = conn
-            .prepare_cached(
-                "SELECT r.namespace, r.key FROM records r \
-                 LEFT JOIN namespaces n ON n.namespace = r.namespace \
-                 WHERE r.state = 'processing' AND ( \
-                   (r.lease_expiry = 'review' \
-                    AND (r.lease_expires_at IS NULL OR r.lease_expires_at <= ?1)) \
-                   OR (r.stuck_alerted = 0 \
-                       AND r.active_at <= ?1 - COALESCE(n.stuck_after_ms, ?2))) \
-                 ORDER BY r.active_at LIMIT ?3",
-            )
-            .db()?;
+        let mut stmt = conn.prepare_cached(&SWEEP_CANDIDATES).db()?;
         let rows = stmt
             .query_map(params![now.0, default_stuck, limit(batch)], |r| {
                 Ok((r.get(0)?, r.get(1)?))
@@ -222,9 +318,9 @@ pub(crate) fn sweep_step(
         // Each record under its own savepoint: one bad row must not stop the janitor.
         conn.execute_batch("SAVEPOINT sweep_one").db()?;
         match execute_step(conn, &ns, &key, &Op::Sweep, &ExecCtx::at(now)) {
-            Ok(info) => {
+            Ok(ran) => {
                 conn.execute_batch("RELEASE sweep_one").db()?;
-                if info
+                if ran
                     .executed
                     .events
                     .iter()
@@ -232,7 +328,7 @@ pub(crate) fn sweep_step(
                 {
                     report.moved_to_review += 1;
                 }
-                report.stuck_alerts += info.stuck_alerts;
+                report.stuck_alerts += ran.stuck_alerts;
             }
             Err(e) => {
                 if conn.is_autocommit() {
@@ -255,7 +351,7 @@ fn limit(batch: usize) -> i64 {
 /// One retention pass, set-based: at most `batch` tombstones past `audit_retention_ms` are
 /// deleted with their events, then at most `batch` final records past `retention_ms` lose
 /// their result and prepared payload (one `result_expired` event each). The `state IN
-/// ('completed', 'failed_permanent')` condition is in every statement that selects rows, so
+/// (<the retained states>)` condition is in every statement that selects rows, so
 /// no other state can ever be touched. The selected rowids are kept in a temp table so that
 /// every statement works on exactly the same rows and drives its index lookups from the batch
 /// (never a scan of the ledger); `+state` keeps the state guard on the final UPDATE/DELETE
@@ -285,17 +381,10 @@ pub(crate) fn retention_step(
         .db()?
         .execute([])
         .db()?;
-    conn.prepare_cached(
-        "INSERT INTO temp.retention_batch (rid, namespace, key) \
-         SELECT r.rowid, r.namespace, r.key FROM records r LEFT JOIN namespaces n ON n.namespace = r.namespace \
-         WHERE r.state IN ('completed', 'failed_permanent') AND r.result_expired IN (0, 1) \
-           AND r.final_at <= ?1 - ?2 \
-           AND r.final_at <= ?1 - COALESCE(n.audit_retention_ms, ?3) \
-         LIMIT ?4",
-    )
-    .db()?
-    .execute(params![now.0, min_audit, defaults.audit_retention_ms, n])
-    .db()?;
+    conn.prepare_cached(&DUE_TOMBSTONES)
+        .db()?
+        .execute(params![now.0, min_audit, defaults.audit_retention_ms, n])
+        .db()?;
     for sql in [
         "DELETE FROM events WHERE rid IN (SELECT rid FROM temp.retention_batch)",
         "DELETE FROM outbox WHERE (namespace, key) IN \
@@ -304,10 +393,7 @@ pub(crate) fn retention_step(
         conn.prepare_cached(sql).db()?.execute([]).db()?;
     }
     let tombstones_deleted = conn
-        .prepare_cached(
-            "DELETE FROM records WHERE rowid IN (SELECT rid FROM temp.retention_batch) \
-             AND +state IN ('completed', 'failed_permanent')",
-        )
+        .prepare_cached(&DELETE_TOMBSTONES)
         .db()?
         .execute([])
         .db()?;
@@ -316,36 +402,18 @@ pub(crate) fn retention_step(
         .db()?
         .execute([])
         .db()?;
-    conn.prepare_cached(
-        "INSERT INTO temp.retention_batch (rid, namespace, key) \
-         SELECT r.rowid, r.namespace, r.key FROM records r LEFT JOIN namespaces n ON n.namespace = r.namespace \
-         WHERE r.state IN ('completed', 'failed_permanent') AND r.result_expired = 0 \
-           AND r.final_at <= ?1 - ?2 \
-           AND r.final_at <= ?1 - COALESCE(n.retention_ms, ?3) \
-         LIMIT ?4",
-    )
-    .db()?
-    .execute(params![now.0, min_retention, defaults.retention_ms, n])
-    .db()?;
-    conn.prepare_cached(
-        "INSERT INTO events (rid, namespace, key, at, type, from_state, to_state, attempt, \
-         owner, correlation_id, note, actor) \
-         SELECT b.rid, r.namespace, r.key, ?1, 'result_expired', r.state, r.state, r.attempt, r.owner, \
-                r.correlation_id, 'result and prepared payload dropped after retention_ms', NULL \
-         FROM temp.retention_batch b JOIN records r ON r.rowid = b.rid ORDER BY b.rid",
-    )
-    .db()?
-    .execute(params![now.0])
-    .db()?;
+    conn.prepare_cached(&DUE_EXPIRIES)
+        .db()?
+        .execute(params![now.0, min_retention, defaults.retention_ms, n])
+        .db()?;
+    conn.prepare_cached(&LOG_EXPIRIES)
+        .db()?
+        .execute(params![now.0])
+        .db()?;
     // updated_at is left alone on purpose: retention is housekeeping, not a business change,
     // and must not move old records to the top of the newest-first lists.
     let results_expired = conn
-        .prepare_cached(
-            "UPDATE records SET result = NULL, prepared_payload = NULL, result_expired = 1, \
-             version = version + 1 \
-             WHERE rowid IN (SELECT rid FROM temp.retention_batch) \
-             AND +state IN ('completed', 'failed_permanent')",
-        )
+        .prepare_cached(&EXPIRE_RESULTS)
         .db()?
         .execute([])
         .db()?;

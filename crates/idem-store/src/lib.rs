@@ -7,12 +7,17 @@
 //! the record `version` on update; a lost race re-runs the decision on fresh data). Backends
 //! map their driver errors to [`StoreError`] themselves.
 //!
+//! The sequence itself is written once, in [`engine`]; a backend implements
+//! [`engine::Backend`] (read, guarded persist) and its SQL.
+//!
 //! [`Ledger`] is the in-process API on top of a store: it supplies the clock and the random
 //! inputs, and turns replies into typed results.
 
+pub mod engine;
 mod ledger;
 pub mod outbox;
 pub mod secrets;
+pub mod sql;
 mod types;
 
 pub use ledger::{Ledger, LedgerError};

@@ -72,6 +72,26 @@ pub struct Page {
     pub next_cursor: Option<String>,
 }
 
+impl Page {
+    /// A page from up to `limit + 1` records fetched in list order: the extra one only says
+    /// that a next page exists (its cursor is the last record kept).
+    pub fn from_fetched(mut items: Vec<Record>, limit: usize) -> Page {
+        let next_cursor = if items.len() > limit {
+            items.truncate(limit);
+            items.last().map(|r| {
+                Cursor {
+                    updated_at: r.updated_at.0,
+                    key: r.key.as_str().to_owned(),
+                }
+                .encode()
+            })
+        } else {
+            None
+        };
+        Page { items, next_cursor }
+    }
+}
+
 /// Position in the list order (newest `updated_at` first, then key descending).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Cursor {

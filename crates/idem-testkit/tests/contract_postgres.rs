@@ -8,8 +8,8 @@ use std::sync::Arc;
 use idem_postgres::{PgOptions, PgStore};
 use idem_store::Store;
 use idem_testkit::contract::Backend;
-use idem_testkit::{contract_suite, outbox_suite};
 use idem_testkit::pg::{self, PgDb};
+use idem_testkit::{contract_suite, outbox_suite};
 
 struct Pg {
     db: PgDb,

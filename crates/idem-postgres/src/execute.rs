@@ -1,0 +1,455 @@
+//! PostgreSQL's side of the engine: [`PgExec`] implements [`idem_store::engine::Backend`] over
+//! one pooled connection.
+//!
+//! It owns the statements of the decision read (record, namespace row and today's count in
+//! one statement) and of persisting a plan: one autocommit statement when the plan has at most
+//! one event, no guarded daily count and no alert (the common case: half the round trips),
+//! else one transaction whose statements go out pipelined in one round trip. Its shortcut runs
+//! the one-round-trip paths of `fast.rs` on the caches. It never decides: every decision is
+//! the engine's, and every write is guarded so that a lost race is reported, never persisted.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use deadpool_postgres::Client;
+use futures_util::future::try_join_all;
+use idem_core::{Key, Namespace, Op};
+use idem_store::engine::{Backend, Loaded, Persisted, Plan, PlanWrite, Seqs, Shortcut, TxError};
+use idem_store::ExecCtx;
+
+use crate::cache::{Counters, NsSettings, NO_ROW};
+use crate::error::PgError;
+use crate::fast::{self, Fast};
+use crate::rows::{
+    as_u64, policy_from_text, record_from_row, EventParams, RecordParams, INSERT_EVENT,
+    INSERT_RECORD, INSERT_RECORD_WITH_EVENT, R_RECORD_COLS, UPDATE_RECORD,
+    UPDATE_RECORD_WITH_EVENT,
+};
+use crate::{corrupt, AlertParams, PgStore, INSERT_ALERT};
+
+/// Reads the record, the namespace row and today's acquisition count in one statement (one
+/// snapshot, one round trip, no locks). Exactly one row comes back.
+static READ_FOR_DECISION: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "SELECT n.policy, n.paused, n.revision, n.updated_at, d.count, {} \
+         FROM (SELECT 1 AS one) AS x \
+         LEFT JOIN namespaces n ON n.namespace = $1 \
+         LEFT JOIN daily_counts d ON d.namespace = $1 AND d.day = $3 \
+         LEFT JOIN records r ON r.namespace = $1 AND r.key = $2",
+        *R_RECORD_COLS
+    )
+});
+
+/// Counts a first-time acquisition unless the ceiling was reached concurrently (no row back).
+const BUMP_DAILY: &str = "INSERT INTO daily_counts (namespace, day, count) VALUES ($1, $2, 1) \
+    ON CONFLICT (namespace, day) DO UPDATE SET count = daily_counts.count + 1 \
+    WHERE daily_counts.count < $3 RETURNING count";
+
+type StepFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<Step, tokio_postgres::Error>> + Send + 'a>>;
+
+/// The result of one pipelined statement of a write transaction.
+enum Step {
+    /// Rows the guarded record write touched (1 = guard held).
+    Record(u64),
+    /// The sequence number of event `i`.
+    Event(usize, i64),
+    /// Whether the daily counter accepted the acquisition.
+    Daily(bool),
+    /// Alerts actually queued (0 when deduplicated).
+    Alert(u64),
+}
+
+/// Tiny jittered pause so that racing writers do not collide in lockstep.
+pub(crate) async fn race_pause(n: u32) {
+    let cap = 1 + u64::from(n.min(10)) * 500;
+    let micros = rand::random::<u64>() % cap;
+    tokio::time::sleep(Duration::from_micros(micros)).await;
+}
+
+/// One `execute` call on one pooled connection.
+pub(crate) struct PgExec<'s> {
+    store: &'s PgStore,
+    client: Client,
+}
+
+impl<'s> PgExec<'s> {
+    pub(crate) fn new(store: &'s PgStore, client: Client) -> Self {
+        PgExec { store, client }
+    }
+}
+
+impl Backend for PgExec<'_> {
+    const NAME: &'static str = "postgres";
+    type Ns = Arc<NsSettings>;
+
+    async fn shortcut(
+        &mut self,
+        ns: &Namespace,
+        key: &Key,
+        op: &Op,
+        ctx: &ExecCtx,
+    ) -> Result<Shortcut<Arc<NsSettings>>, TxError> {
+        let store = self.store;
+        let Some(s) = store.ns_cache.get(ns) else {
+            return Ok(Shortcut::Read);
+        };
+        let cached = store.records.get(ns, key);
+        let found = match &cached {
+            Some(rec) => fast::cached_record(&self.client, ns, key, op, ctx, &s, rec).await?,
+            None => fast::speculative_claim(&self.client, ns, key, op, ctx, &s).await?,
+        };
+        Ok(match found {
+            Fast::Done(ran, stored) => {
+                Counters::bump(if cached.is_some() {
+                    &store.counters.cached_writes
+                } else {
+                    &store.counters.speculative_inserts
+                });
+                if let Some(r) = stored {
+                    store.records.put(*r);
+                }
+                Shortcut::Done(*ran)
+            }
+            Fast::Existing(rec) => {
+                Counters::bump(&store.counters.speculative_existing);
+                Shortcut::Decide(Loaded {
+                    record: Some(*rec),
+                    ns: s,
+                    daily_count: None,
+                })
+            }
+            Fast::Miss => {
+                Counters::bump(&store.counters.guard_misses);
+                store.records.remove(ns, key);
+                store.ns_cache.remove(ns);
+                Shortcut::Read
+            }
+            Fast::Skip => Shortcut::Read,
+        })
+    }
+
+    async fn load(
+        &mut self,
+        ns: &Namespace,
+        key: &Key,
+        day: i64,
+    ) -> Result<Loaded<Arc<NsSettings>>, TxError> {
+        Ok(self.read_for_decision(ns, key, day).await?)
+    }
+
+    async fn daily_count(&mut self, ns: &Namespace, day: i64) -> Result<u64, TxError> {
+        // `load` reads the count with the record; this runs only if that ever changes.
+        let row = self
+            .client
+            .query_opt(
+                "SELECT count FROM daily_counts WHERE namespace = $1 AND day = $2",
+                &[&ns.as_str(), &day],
+            )
+            .await
+            .map_err(PgError::from)?;
+        let n: Option<i64> = match row {
+            Some(r) => r.try_get(0).map_err(|e| corrupt(&e))?,
+            None => None,
+        };
+        Ok(as_u64(n.unwrap_or(0)))
+    }
+
+    async fn persist(
+        &mut self,
+        ns: &Namespace,
+        key: &Key,
+        plan: &Plan<'_>,
+        basis: Loaded<Arc<NsSettings>>,
+    ) -> Result<Persisted, TxError> {
+        // The record as it will be stored, remembered once the write committed.
+        let stored = match plan.write {
+            PlanWrite::None => basis.record,
+            PlanWrite::Insert(r) | PlanWrite::Update { record: r, .. } => {
+                if self.store.records.enabled() {
+                    Some(
+                        RecordParams::new(r)
+                            .map_err(PgError::from)?
+                            .stored(r)
+                            .map_err(PgError::from)?,
+                    )
+                } else {
+                    None
+                }
+            }
+        };
+        let persisted = persist(&mut self.client, ns, key, plan).await?;
+        if let Some(r) = stored {
+            self.store.records.put(r);
+        }
+        Ok(persisted)
+    }
+
+    fn attempt_failed(&mut self, ns: &Namespace, key: &Key) {
+        // Lost a race or failed midway (the outcome may be unknown): forget the record.
+        self.store.records.remove(ns, key);
+    }
+
+    async fn lost_race(&mut self, attempt: u32) {
+        race_pause(attempt).await;
+    }
+}
+
+impl PgExec<'_> {
+    async fn read_for_decision(
+        &mut self,
+        ns: &Namespace,
+        key: &Key,
+        day: i64,
+    ) -> Result<Loaded<Arc<NsSettings>>, PgError> {
+        Counters::bump(&self.store.counters.full_reads);
+        let read = self.client.prepare_cached(&READ_FOR_DECISION).await?;
+        let row = self
+            .client
+            .query_one(&read, &[&ns.as_str(), &key.as_str(), &day])
+            .await?;
+        let policy_json: Option<String> = row.try_get(0).map_err(|e| corrupt(&e))?;
+        let settings = Arc::new(NsSettings {
+            policy: policy_from_text(policy_json.as_deref())?,
+            paused: row
+                .try_get::<_, Option<bool>>(1)
+                .map_err(|e| corrupt(&e))?
+                .unwrap_or(false),
+            revision: row
+                .try_get::<_, Option<i64>>(2)
+                .map_err(|e| corrupt(&e))?
+                .unwrap_or(NO_ROW),
+            updated_at: row
+                .try_get::<_, Option<i64>>(3)
+                .map_err(|e| corrupt(&e))?
+                .unwrap_or(NO_ROW),
+        });
+        let daily = row.try_get::<_, Option<i64>>(4).map_err(|e| corrupt(&e))?;
+        let record = match row
+            .try_get::<_, Option<String>>(5)
+            .map_err(|e| corrupt(&e))?
+        {
+            Some(_) => Some(record_from_row(&row, 5)?),
+            None => None,
+        };
+        self.store.ns_cache.put(ns, settings.clone());
+        Ok(Loaded {
+            record,
+            ns: settings,
+            daily_count: Some(as_u64(daily.unwrap_or(0))),
+        })
+    }
+}
+
+/// Whether one autocommit statement can persist `plan`: at most one event, no daily count to
+/// guard (without a ceiling PostgreSQL does not count) and no alert.
+pub(crate) fn fits_one_statement(plan: &Plan<'_>) -> bool {
+    plan.events.len() <= 1
+        && plan.alerts.is_empty()
+        && plan.acquisition.and_then(|a| a.limit).is_none()
+}
+
+/// Persists a plan: one autocommit statement when it can, else one transaction.
+async fn persist(
+    client: &mut Client,
+    ns: &Namespace,
+    key: &Key,
+    plan: &Plan<'_>,
+) -> Result<Persisted, PgError> {
+    let limit = plan.acquisition.and_then(|a| a.limit);
+    let day = plan.acquisition.map_or(0, |a| a.day);
+    let queue_alerts = !plan.alerts.is_empty();
+    if matches!(plan.write, PlanWrite::None) && plan.events.is_empty() && limit.is_none() {
+        // Nothing to persist (in_flight without event, backoff, refusals): answer from
+        // the snapshot without opening a transaction.
+        return Ok(Persisted::default());
+    }
+
+    if fits_one_statement(plan) {
+        // The common case (one record write and/or one event): a single autocommit
+        // statement is atomic and durable on its own, which halves the round trips.
+        let seq = single_statement(client, ns, key, plan).await?;
+        return Ok(Persisted {
+            seqs: Seqs::one(seq),
+            alerts_queued: 0,
+        });
+    }
+
+    // Prepare (cached per connection) before the transaction so that the writes below go
+    // out in one pipelined round trip.
+    let record_stmt = match plan.write {
+        PlanWrite::None => None,
+        PlanWrite::Insert(_) => Some(client.prepare_cached(&INSERT_RECORD).await?),
+        PlanWrite::Update { .. } => Some(client.prepare_cached(&UPDATE_RECORD).await?),
+    };
+    let event_stmt = if plan.events.is_empty() {
+        None
+    } else {
+        Some(client.prepare_cached(INSERT_EVENT).await?)
+    };
+    let daily_stmt = match limit {
+        Some(_) => Some(client.prepare_cached(BUMP_DAILY).await?),
+        None => None,
+    };
+    let alert_stmt = if queue_alerts {
+        Some(client.prepare_cached(INSERT_ALERT).await?)
+    } else {
+        None
+    };
+
+    let (record_params, old_version) = record_params(plan)?;
+    let event_params: Vec<EventParams> = plan
+        .events
+        .iter()
+        .map(|e| EventParams::new(ns, key, e))
+        .collect();
+    let limit_i64: i64 = limit.map_or(i64::MAX, |l| i64::try_from(l).unwrap_or(i64::MAX));
+    let alert_params: Vec<AlertParams> = plan
+        .alerts
+        .iter()
+        .map(|a| AlertParams::new(ns, key, a))
+        .collect();
+
+    let tx = client.transaction().await?;
+    let mut steps: Vec<StepFuture<'_>> = Vec::new();
+    if let (Some(stmt), Some(p)) = (&record_stmt, &record_params) {
+        let is_insert = matches!(plan.write, PlanWrite::Insert(_));
+        let tx = &tx;
+        let old_version = &old_version;
+        steps.push(Box::pin(async move {
+            if is_insert {
+                Ok(Step::Record(tx.query(stmt, &p.params()).await?.len() as u64))
+            } else {
+                let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
+                    p.params().to_vec();
+                params.push(old_version);
+                Ok(Step::Record(tx.execute(stmt, &params).await?))
+            }
+        }));
+    }
+    if let Some(stmt) = &event_stmt {
+        for (i, p) in event_params.iter().enumerate() {
+            let tx = &tx;
+            steps.push(Box::pin(async move {
+                let row = tx.query_one(stmt, &p.params()).await?;
+                Ok(Step::Event(i, row.try_get(0)?))
+            }));
+        }
+    }
+    let ns_str = ns.as_str();
+    if let Some(stmt) = &daily_stmt {
+        let tx = &tx;
+        let day = &day;
+        let lim = &limit_i64;
+        steps.push(Box::pin(async move {
+            let rows = tx.query(stmt, &[&ns_str, day, lim]).await?;
+            Ok(Step::Daily(!rows.is_empty()))
+        }));
+    }
+    if let Some(stmt) = &alert_stmt {
+        for p in &alert_params {
+            let tx = &tx;
+            steps.push(Box::pin(async move {
+                Ok(Step::Alert(tx.execute(stmt, &p.params()).await?))
+            }));
+        }
+    }
+    let results = try_join_all(steps).await?;
+    let mut seqs = vec![0i64; plan.events.len()];
+    let mut alerts_queued = 0usize;
+    for r in results {
+        match r {
+            // Lost race: another writer inserted or moved the record, or the daily ceiling
+            // filled up meanwhile. Dropping `tx` rolls back; decide again on fresh data.
+            Step::Record(n) if n != 1 => return Err(PgError::Retry),
+            Step::Daily(false) => return Err(PgError::Retry),
+            Step::Record(_) | Step::Daily(true) => {}
+            Step::Event(i, seq) => {
+                if let Some(s) = seqs.get_mut(i) {
+                    *s = seq;
+                }
+            }
+            Step::Alert(n) => alerts_queued += usize::try_from(n).unwrap_or(0),
+        }
+    }
+    tx.commit().await?;
+    let mut numbered = Seqs::default();
+    for seq in seqs {
+        numbered.push(seq);
+    }
+    Ok(Persisted {
+        seqs: numbered,
+        alerts_queued,
+    })
+}
+
+/// The record write's parameters and the version its guard expects (0 for an insert).
+fn record_params(plan: &Plan<'_>) -> Result<(Option<RecordParams>, i64), PgError> {
+    Ok(match plan.write {
+        PlanWrite::None => (None, 0),
+        PlanWrite::Insert(r) => (Some(RecordParams::new(r)?), 0),
+        PlanWrite::Update {
+            record,
+            expected_version,
+        } => (Some(RecordParams::new(record)?), expected_version),
+    })
+}
+
+/// Persists a plan with at most one event, no daily counter and no alerts in one autocommit
+/// statement. Returns the event's sequence number (0 when there is no event).
+async fn single_statement(
+    client: &Client,
+    ns: &Namespace,
+    key: &Key,
+    plan: &Plan<'_>,
+) -> Result<i64, PgError> {
+    use tokio_postgres::types::ToSql;
+    let event = plan.events.first().map(|e| EventParams::new(ns, key, e));
+    let (record, old_version) = record_params(plan)?;
+    let mut params: Vec<&(dyn ToSql + Sync)> = Vec::with_capacity(40);
+    let is_update = matches!(plan.write, PlanWrite::Update { .. });
+    let sql: &str = match (&record, &event) {
+        (None, Some(e)) => {
+            params.extend(e.params());
+            INSERT_EVENT
+        }
+        (None, None) => return Ok(0),
+        (Some(r), e) if !is_update => {
+            params.extend(r.params());
+            match e {
+                Some(e) => {
+                    params.extend(e.tail_params());
+                    &INSERT_RECORD_WITH_EVENT
+                }
+                None => &INSERT_RECORD,
+            }
+        }
+        (Some(r), e) => {
+            params.extend(r.params());
+            params.push(&old_version);
+            match e {
+                Some(e) => {
+                    params.extend(e.tail_params());
+                    &UPDATE_RECORD_WITH_EVENT
+                }
+                None => &UPDATE_RECORD,
+            }
+        }
+    };
+    let stmt = client.prepare_cached(sql).await?;
+    if is_update && event.is_none() {
+        // Plain guarded UPDATE: the row count tells whether the guard held.
+        let n = client.execute(&stmt, &params).await?;
+        return if n == 1 { Ok(0) } else { Err(PgError::Retry) };
+    }
+    let rows = client.query(&stmt, &params).await?;
+    match rows.first() {
+        // No row back: the guarded write found the record inserted or moved by someone else
+        // (and therefore inserted no event either). Decide again.
+        None => Err(PgError::Retry),
+        Some(row) if event.is_some() => Ok(row.try_get(0).map_err(|e| corrupt(&e))?),
+        Some(_) => Ok(0),
+    }
+}

@@ -1,0 +1,350 @@
+use super::*;
+use idem_core::{AlertReason, ClaimRequest, EventType, LeaseId, Reply, Timestamp};
+
+fn ns() -> Namespace {
+    Namespace::try_from("n").expect("ns")
+}
+fn key() -> Key {
+    Key::try_from("k").expect("key")
+}
+fn exec_ctx(now: i64) -> ExecCtx {
+    ExecCtx {
+        now: Timestamp(now),
+        lease_id: LeaseId::random(),
+        jitter: 0.5,
+        actor: None,
+    }
+}
+fn claim() -> Op {
+    Op::Claim(ClaimRequest::default())
+}
+
+/// A record as a fresh claim makes it.
+fn record() -> Record {
+    let p = Policy::default();
+    let t = idem_core::apply(
+        &ns(),
+        &key(),
+        None,
+        &claim(),
+        &exec_ctx(1).decision(&p, false, 0),
+    );
+    match t.write {
+        Write::Insert(r) => *r,
+        other => panic!("a fresh claim inserts, got {other:?}"),
+    }
+}
+
+/// An event as the decision table drafts it (the fresh claim's), of another kind.
+fn draft(kind: EventType) -> EventDraft {
+    let p = Policy::default();
+    let mut t = idem_core::apply(
+        &ns(),
+        &key(),
+        None,
+        &claim(),
+        &exec_ctx(1).decision(&p, false, 0),
+    );
+    let mut e = t.events.remove(0);
+    e.kind = kind;
+    e
+}
+
+fn alert(reason: AlertReason) -> AlertDraft {
+    AlertDraft {
+        reason,
+        state: State::NeedsReview,
+        error_category: None,
+        attempt: 1,
+        at: Timestamp(1),
+    }
+}
+
+/// Every write kind × first acquisition or not × events × alerts × alert URL × ceiling: the
+/// plan writes exactly the transition, counts exactly first acquisitions (with the ceiling the
+/// decision saw), guards updates on the version before, and queues alerts only where they can
+/// be sent.
+#[test]
+fn a_plan_is_exactly_the_transition() {
+    let rec = record();
+    let mut updated = rec.clone();
+    updated.version = 7;
+    let writes = [
+        Write::None,
+        Write::Insert(Box::new(rec.clone())),
+        Write::Update(Box::new(updated.clone())),
+    ];
+    for write in writes {
+        for first in [false, true] {
+            for events in [
+                vec![],
+                vec![draft(EventType::Acquired)],
+                vec![draft(EventType::Failed), draft(EventType::MovedToReview)],
+            ] {
+                for alerts in [vec![], vec![alert(AlertReason::NeedsReview)]] {
+                    for url in [None, Some("https://example.invalid/a".to_owned())] {
+                        for limit in [None, Some(3)] {
+                            let policy = Policy {
+                                alert_url: url.clone(),
+                                daily_limit: limit,
+                                ..Policy::default()
+                            };
+                            let t = Transition {
+                                write: write.clone(),
+                                events: events.clone(),
+                                first_acquisition: first,
+                                alerts: alerts.clone(),
+                                reply: Err(idem_core::OpError::NotFound),
+                            };
+                            let p = plan(&t, &policy, 42);
+                            match (&write, p.write) {
+                                (Write::None, PlanWrite::None) => {}
+                                (Write::Insert(r), PlanWrite::Insert(x)) => assert_eq!(**r, *x),
+                                (
+                                    Write::Update(r),
+                                    PlanWrite::Update {
+                                        record,
+                                        expected_version,
+                                    },
+                                ) => {
+                                    assert_eq!(**r, *record);
+                                    assert_eq!(expected_version, 6);
+                                }
+                                (w, pw) => panic!("{w:?} planned as {pw:?}"),
+                            }
+                            assert_eq!(p.events, events.as_slice());
+                            assert_eq!(
+                                p.acquisition,
+                                first.then_some(Acquisition { day: 42, limit })
+                            );
+                            let want_alerts: &[AlertDraft] =
+                                if url.is_some() { &alerts } else { &[] };
+                            assert_eq!(p.alerts, want_alerts);
+                            let nothing = matches!(write, Write::None)
+                                && events.is_empty()
+                                && !first
+                                && want_alerts.is_empty();
+                            assert_eq!(p.is_empty(), nothing);
+                            let audit = matches!(write, Write::None)
+                                && events.len() <= 1
+                                && !first
+                                && want_alerts.is_empty();
+                            assert_eq!(p.only_audit(), audit);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn events_are_numbered_by_what_the_backend_reported() {
+    let mut seqs = Seqs::default();
+    assert_eq!(seqs.get(0), 0);
+    seqs.push(10);
+    seqs.push(11);
+    seqs.push(12);
+    assert_eq!(
+        (seqs.get(0), seqs.get(1), seqs.get(2), seqs.get(3)),
+        (10, 11, 12, 0)
+    );
+    assert_eq!(Seqs::one(5).get(0), 5);
+
+    let t = Transition {
+        write: Write::None,
+        events: vec![draft(EventType::Failed), draft(EventType::MovedToReview)],
+        first_acquisition: false,
+        alerts: vec![alert(AlertReason::Stuck), alert(AlertReason::NeedsReview)],
+        reply: Ok(Reply::Swept { changed: true }),
+    };
+    let mut seqs = Seqs::default();
+    seqs.push(3);
+    seqs.push(4);
+    let ran = finish(
+        t,
+        Persisted {
+            seqs,
+            alerts_queued: 2,
+        },
+        Some(State::Processing),
+    );
+    let got: Vec<(i64, EventType)> = ran
+        .executed
+        .events
+        .iter()
+        .map(|e| (e.seq, e.kind))
+        .collect();
+    assert_eq!(
+        got,
+        vec![(3, EventType::Failed), (4, EventType::MovedToReview)]
+    );
+    assert_eq!(ran.executed.alerts_queued, 2);
+    assert_eq!(ran.executed.from_state, Some(State::Processing));
+    assert_eq!(ran.stuck_alerts, 1);
+}
+
+#[test]
+fn a_fast_path_never_decides_what_needs_the_count() {
+    let limited = NsOwned {
+        policy: Policy {
+            daily_limit: Some(1),
+            ..Policy::default()
+        },
+        paused: false,
+    };
+    let open = NsOwned {
+        policy: Policy::default(),
+        paused: false,
+    };
+    let ctx = exec_ctx(1);
+    assert!(decide_known(&ns(), &key(), None, &claim(), &ctx, &limited).is_none());
+    assert!(decide_known(&ns(), &key(), None, &claim(), &ctx, &open).is_some());
+    let rec = record();
+    assert!(decide_known(&ns(), &key(), Some(&rec), &claim(), &ctx, &limited).is_some());
+}
+
+/// A scripted backend: loses `races` races, then persists; counts what the engine asked.
+#[derive(Default)]
+struct Script {
+    races: u32,
+    record: Option<Record>,
+    limit: Option<u64>,
+    count_in_load: Option<u64>,
+    daily_asked: u32,
+    loads: u32,
+    persists: u32,
+    failed: u32,
+    paused_between: u32,
+}
+
+impl Backend for Script {
+    const NAME: &'static str = "script";
+    type Ns = NsOwned;
+
+    async fn load(&mut self, _: &Namespace, _: &Key, day: i64) -> Result<Loaded<NsOwned>, TxError> {
+        assert_eq!(day, Timestamp(1).utc_day());
+        self.loads += 1;
+        Ok(Loaded {
+            record: self.record.clone(),
+            ns: NsOwned {
+                policy: Policy {
+                    daily_limit: self.limit,
+                    ..Policy::default()
+                },
+                paused: false,
+            },
+            daily_count: self.count_in_load,
+        })
+    }
+
+    async fn daily_count(&mut self, _: &Namespace, _: i64) -> Result<u64, TxError> {
+        self.daily_asked += 1;
+        Ok(5)
+    }
+
+    async fn persist(
+        &mut self,
+        _: &Namespace,
+        _: &Key,
+        plan: &Plan<'_>,
+        _: Loaded<NsOwned>,
+    ) -> Result<Persisted, TxError> {
+        self.persists += 1;
+        if self.races > 0 {
+            self.races -= 1;
+            return Err(TxError::Race);
+        }
+        let mut seqs = Seqs::default();
+        for (i, _) in plan.events.iter().enumerate() {
+            seqs.push(100 + i as i64);
+        }
+        Ok(Persisted {
+            seqs,
+            alerts_queued: 0,
+        })
+    }
+
+    fn attempt_failed(&mut self, _: &Namespace, _: &Key) {
+        self.failed += 1;
+    }
+
+    async fn lost_race(&mut self, _: u32) {
+        self.paused_between += 1;
+    }
+}
+
+fn run(b: &mut Script, op: &Op, attempts: u32) -> Result<Ran, StoreError> {
+    run_ready(execute(b, &ns(), &key(), op, &exec_ctx(1), attempts))
+}
+
+#[test]
+fn a_lost_race_is_decided_again_on_fresh_data() {
+    let mut b = Script {
+        races: 2,
+        ..Script::default()
+    };
+    let ran = run(&mut b, &claim(), 5).expect("ran");
+    assert_eq!(
+        (b.loads, b.persists, b.failed, b.paused_between),
+        (3, 3, 2, 2)
+    );
+    assert_eq!(ran.executed.events.len(), 1);
+    assert_eq!(ran.executed.events[0].seq, 100);
+    assert!(matches!(ran.executed.reply, Ok(Reply::Claim(_))));
+
+    let mut b = Script {
+        races: 10,
+        ..Script::default()
+    };
+    match run(&mut b, &claim(), 3) {
+        Err(StoreError::Unavailable(m)) => assert!(m.contains("script: claim"), "{m}"),
+        other => panic!("expected Unavailable, got {other:?}"),
+    }
+    assert_eq!(b.persists, 3);
+}
+
+#[test]
+fn the_daily_count_is_read_only_when_the_decision_needs_it() {
+    // No ceiling: never asked.
+    let mut b = Script::default();
+    run(&mut b, &claim(), 1).expect("ran");
+    assert_eq!(b.daily_asked, 0);
+    // A ceiling and no record: asked, and its value decides (5 ≥ 5: limited, nothing written).
+    let mut b = Script {
+        limit: Some(5),
+        ..Script::default()
+    };
+    let ran = run(&mut b, &claim(), 1).expect("ran");
+    assert_eq!(b.daily_asked, 1);
+    match ran.executed.reply {
+        Ok(Reply::Claim(c)) => assert_eq!(c.outcome, idem_core::ClaimOutcome::Limited),
+        other => panic!("{other:?}"),
+    }
+    // Read with the record already: not asked again.
+    let mut b = Script {
+        limit: Some(5),
+        count_in_load: Some(0),
+        ..Script::default()
+    };
+    run(&mut b, &claim(), 1).expect("ran");
+    assert_eq!(b.daily_asked, 0);
+    // A known record: the count does not matter, not asked.
+    let mut b = Script {
+        limit: Some(5),
+        record: Some(record()),
+        ..Script::default()
+    };
+    run(&mut b, &claim(), 1).expect("ran");
+    assert_eq!(b.daily_asked, 0);
+}
+
+#[test]
+fn a_step_that_waits_is_reported_not_blocked_on() {
+    let pending = std::future::pending::<Result<(), StoreError>>();
+    assert!(matches!(run_ready(pending), Err(StoreError::Internal(_))));
+    assert_eq!(
+        run_ready(async { Ok::<_, StoreError>(7) }).expect("ready"),
+        7
+    );
+}

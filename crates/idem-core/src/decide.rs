@@ -487,31 +487,5 @@ pub fn apply(
     }
 }
 
-/// What retention does to a record at `now` under `policy`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RetentionAction {
-    Keep,
-    /// Drop result and payloads, keep the tombstone.
-    ExpireResult,
-    /// Delete the tombstone and its events.
-    Delete,
-}
-
-/// Retention applies only to final states, counted from the moment they were reached.
-/// `processing` and `needs_review` are never touched.
-pub fn retention_action(rec: &Record, policy: &Policy, now: Timestamp) -> RetentionAction {
-    let Some(final_at) = rec.final_at.filter(|_| rec.state.is_final()) else {
-        return RetentionAction::Keep;
-    };
-    let age = now.0.saturating_sub(final_at.0);
-    if age >= policy.audit_retention_ms {
-        RetentionAction::Delete
-    } else if age >= policy.retention_ms && !rec.result_expired {
-        RetentionAction::ExpireResult
-    } else {
-        RetentionAction::Keep
-    }
-}
-
 #[cfg(test)]
 mod tests;

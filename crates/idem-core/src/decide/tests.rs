@@ -16,6 +16,7 @@ use crate::classify::Class;
 use crate::ids::{Key, LeaseId, Namespace};
 use crate::policy::{LeaseExpiry, Policy, DAY_MS};
 use crate::record::{AlertReason, EventType, ReviewReason, State};
+use crate::retention::{retention_action, RetentionAction};
 use crate::time::Timestamp;
 
 /// 2026-06-22T10:00:00.000Z

@@ -71,6 +71,7 @@ pub async fn token_create(cmd: &TokenCreate) -> Result<u8, CliError> {
                 role,
                 scope: scope.to_owned(),
                 label: cmd.label.clone(),
+                expires_at: None,
             },
             now,
         )

@@ -361,6 +361,7 @@ async fn tokens_are_stored_by_hash_and_counted() {
         role: Role::Operator,
         scope: "*".into(),
         label: Some("ci".into()),
+        expires_at: None,
     };
     t.store
         .create_token(token.clone(), t.now())
@@ -404,6 +405,7 @@ async fn reopen_keeps_records_events_namespaces_tokens_and_schema() {
                 role: Role::Admin,
                 scope: "keep".into(),
                 label: None,
+                expires_at: None,
             },
             t.now(),
         )

@@ -1729,6 +1729,7 @@ pub async fn api_tokens_create_find_and_count<B: Backend>(b: Arc<B>) {
                 role: Role::Operator,
                 scope: "payments".into(),
                 label: Some("ops laptop".into()),
+                expires_at: None,
             },
             Timestamp(T0),
         )
@@ -1741,6 +1742,7 @@ pub async fn api_tokens_create_find_and_count<B: Backend>(b: Arc<B>) {
                 role: Role::Admin,
                 scope: "*".into(),
                 label: None,
+                expires_at: None,
             },
             Timestamp(T0),
         )
@@ -1823,6 +1825,7 @@ pub async fn reopened_handle_sees_every_acknowledged_change<B: Backend>(b: Arc<B
                     role: Role::Worker,
                     scope: "ns".into(),
                     label: None,
+                    expires_at: None,
                 },
                 h.now(),
             )

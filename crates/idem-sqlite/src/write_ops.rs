@@ -556,6 +556,35 @@ pub(crate) fn reply_kind(r: &Result<Reply, idem_core::OpError>) -> &'static str 
     }
 }
 
+pub(crate) fn revoke_token_step(
+    conn: &Connection,
+    id: i64,
+    now: Timestamp,
+) -> Result<bool, StoreError> {
+    let n = conn
+        .prepare_cached(
+            "UPDATE api_tokens SET revoked_at = ?2 WHERE id = ?1 AND revoked_at IS NULL",
+        )
+        .db()?
+        .execute(params![id, now.0])
+        .db()?;
+    Ok(n > 0)
+}
+
+pub(crate) fn touch_token_step(
+    conn: &Connection,
+    id: i64,
+    now: Timestamp,
+) -> Result<(), StoreError> {
+    conn.prepare_cached(
+        "UPDATE api_tokens SET last_used_at = ?2 WHERE id = ?1 AND revoked_at IS NULL",
+    )
+    .db()?
+    .execute(params![id, now.0])
+    .db()?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -613,33 +642,4 @@ mod tests {
         assert_eq!(ok[0].kind, EventType::DuplicateHit);
         assert_eq!(event_count(&conn), 2);
     }
-}
-
-pub(crate) fn revoke_token_step(
-    conn: &Connection,
-    id: i64,
-    now: Timestamp,
-) -> Result<bool, StoreError> {
-    let n = conn
-        .prepare_cached(
-            "UPDATE api_tokens SET revoked_at = ?2 WHERE id = ?1 AND revoked_at IS NULL",
-        )
-        .db()?
-        .execute(params![id, now.0])
-        .db()?;
-    Ok(n > 0)
-}
-
-pub(crate) fn touch_token_step(
-    conn: &Connection,
-    id: i64,
-    now: Timestamp,
-) -> Result<(), StoreError> {
-    conn.prepare_cached(
-        "UPDATE api_tokens SET last_used_at = ?2 WHERE id = ?1 AND revoked_at IS NULL",
-    )
-    .db()?
-    .execute(params![id, now.0])
-    .db()?;
-    Ok(())
 }

@@ -320,6 +320,40 @@ impl LogFormat {
 pub enum TokenCmd {
     /// Create an API token: prints the secret alone on stdout (shown once, stored hashed).
     Create(TokenCreate),
+    /// List the live API tokens (id, role, namespace, created, expires, last used); never a
+    /// secret.
+    List(TokenList),
+    /// Revoke an API token: every server refuses it from its next call on. Needs --yes.
+    Revoke(TokenRevoke),
+}
+
+#[derive(Debug, Args)]
+pub struct TokenDb {
+    /// Ledger database the server uses (same URL as `idem serve --db`).
+    #[arg(
+        long,
+        env = "IDEM_DB",
+        default_value = "sqlite://idem.db",
+        value_name = "URL"
+    )]
+    pub db: String,
+}
+
+#[derive(Debug, Args)]
+pub struct TokenList {
+    #[command(flatten)]
+    pub db: TokenDb,
+}
+
+#[derive(Debug, Args)]
+pub struct TokenRevoke {
+    /// The token's id, as `idem token list` shows it.
+    pub id: i64,
+    /// Confirm: the token stops working at once, for every client that uses it.
+    #[arg(long)]
+    pub yes: bool,
+    #[command(flatten)]
+    pub db: TokenDb,
 }
 
 #[derive(Debug, Args)]
@@ -334,14 +368,11 @@ pub struct TokenCreate {
     /// Free text to recognise the token later (e.g. "n8n prod").
     #[arg(long)]
     pub label: Option<String>,
-    /// Ledger database the server uses (same URL as `idem serve --db`).
-    #[arg(
-        long,
-        env = "IDEM_DB",
-        default_value = "sqlite://idem.db",
-        value_name = "URL"
-    )]
-    pub db: String,
+    /// Lifetime, e.g. 90d, 12h, 30m; the token is refused from then on. Default: never expires.
+    #[arg(long, value_name = "DURATION")]
+    pub expires: Option<String>,
+    #[command(flatten)]
+    pub db: TokenDb,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -38,6 +38,8 @@ async fn dispatch(command: Command) -> Result<u8, CliError> {
         Command::Serve(c) => offline::serve(c).await,
         Command::DefaultConfig => offline::default_config(),
         Command::Token(TokenCmd::Create(c)) => offline::token_create(&c).await,
+        Command::Token(TokenCmd::List(c)) => offline::token_list(&c).await,
+        Command::Token(TokenCmd::Revoke(c)) => offline::token_revoke(&c).await,
         Command::Key(KeyCmd::Derive(c)) => offline::key_derive(&c, &mut std::io::stdin().lock()),
         Command::Claim(c) => verbs::claim(c).await,
         Command::Prepare(c) => verbs::prepare(c).await,

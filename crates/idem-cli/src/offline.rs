@@ -1,11 +1,12 @@
-//! Commands that need no server: `key derive`, `token create`, `serve`, `default-config`.
+//! Commands that need no server: `key derive`, `token create|list|revoke`, `serve`,
+//! `default-config`.
 
 use std::io::Read;
 
 use idem::derive::{derive_key, DeriveError};
 use idem::{generate_secret, hash_secret, Namespace, NewApiToken, Role};
 
-use crate::args::{DeriveCmd, RoleArg, ServeCmd, TokenCreate};
+use crate::args::{DeriveCmd, RoleArg, ServeCmd, TokenCreate, TokenList, TokenRevoke};
 use crate::exit::{self, CliError};
 
 /// Reads the event on stdin and prints its key.
@@ -59,11 +60,11 @@ pub async fn token_create(cmd: &TokenCreate) -> Result<u8, CliError> {
         RoleArg::Operator => Role::Operator,
         RoleArg::Admin => Role::Admin,
     };
-    let store = idem::open_store(&cmd.db)
-        .await
-        .map_err(|e| CliError::input(format!("--db: cannot open the ledger: {e}")))?;
+    let expires_ms = crate::util::opt_duration_ms("--expires", cmd.expires.as_deref())?;
+    let store = open_ledger(&cmd.db.db).await?;
     let secret = generate_secret();
     let now = idem::Clock::now(&idem::SystemClock);
+    let expires_at = expires_ms.map(|ms| now.plus_ms(ms));
     store
         .create_token(
             NewApiToken {
@@ -71,6 +72,7 @@ pub async fn token_create(cmd: &TokenCreate) -> Result<u8, CliError> {
                 role,
                 scope: scope.to_owned(),
                 label: cmd.label.clone(),
+                expires_at,
             },
             now,
         )
@@ -78,11 +80,91 @@ pub async fn token_create(cmd: &TokenCreate) -> Result<u8, CliError> {
         .map_err(|e| CliError::input(format!("cannot store the token: {e}")))?;
     // The secret alone on stdout (scripts capture it); everything else on stderr.
     println!("{secret}");
-    let db = idem::redact_db_url(&cmd.db);
+    let db = idem::redact_db_url(&cmd.db.db);
+    let until =
+        expires_at.map_or_else(String::new, |t| format!(", valid until {}", t.to_rfc3339()));
     eprintln!(
-        "idem: created a {} token for namespace {scope} in {db}; it is shown only once",
+        "idem: created a {} token for namespace {scope} in {db}{until}; it is shown only once",
         role.as_str()
     );
+    Ok(exit::OK)
+}
+
+async fn open_ledger(db: &str) -> Result<std::sync::Arc<dyn idem::Store>, CliError> {
+    idem::open_store(db)
+        .await
+        .map_err(|e| CliError::input(format!("--db: cannot open the ledger: {e}")))
+}
+
+/// Prints the live tokens as a table; never a secret or hash.
+pub async fn token_list(cmd: &TokenList) -> Result<u8, CliError> {
+    let store = open_ledger(&cmd.db.db).await?;
+    let tokens = store
+        .list_tokens()
+        .await
+        .map_err(|e| CliError::input(format!("cannot read the tokens: {e}")))?;
+    let now = idem::Clock::now(&idem::SystemClock);
+    let opt = |t: Option<idem::Timestamp>| t.map_or_else(|| "-".to_owned(), |t| t.to_rfc3339());
+    let rows: Vec<Vec<String>> = tokens
+        .iter()
+        .map(|t| {
+            let expires = match t.expires_at {
+                Some(e) if t.expired(now) => format!("{} (expired)", e.to_rfc3339()),
+                e => opt(e),
+            };
+            vec![
+                t.id.to_string(),
+                t.role.as_str().to_owned(),
+                t.scope.clone(),
+                t.label.clone().unwrap_or_default(),
+                t.created_at.to_rfc3339(),
+                expires,
+                opt(t.last_used_at),
+            ]
+        })
+        .collect();
+    print!(
+        "{}",
+        crate::table::render(
+            &[
+                "ID",
+                "ROLE",
+                "NAMESPACE",
+                "LABEL",
+                "CREATED",
+                "EXPIRES",
+                "LAST USED"
+            ],
+            &rows
+        )
+    );
+    Ok(exit::OK)
+}
+
+/// Revokes one token (only with `--yes`). Unlike the API this may revoke the last admin
+/// token: whoever holds the database can always create a new one here.
+pub async fn token_revoke(cmd: &TokenRevoke) -> Result<u8, CliError> {
+    if !cmd.yes {
+        eprintln!(
+            "idem: revoking token {} stops it at once for every client that uses it; \
+             repeat with --yes to do it",
+            cmd.id
+        );
+        return Ok(exit::USAGE);
+    }
+    let store = open_ledger(&cmd.db.db).await?;
+    let now = idem::Clock::now(&idem::SystemClock);
+    let revoked = store
+        .revoke_token(cmd.id, now)
+        .await
+        .map_err(|e| CliError::input(format!("cannot revoke the token: {e}")))?;
+    if !revoked {
+        return Err(CliError::input(format!(
+            "no live token has id {} (see idem token list)",
+            cmd.id
+        )));
+    }
+    eprintln!("idem: revoked token {}", cmd.id);
     Ok(exit::OK)
 }
 

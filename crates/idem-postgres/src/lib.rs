@@ -294,6 +294,18 @@ impl Store for PgStore {
         self.tokens_counted().await
     }
 
+    async fn list_tokens(&self) -> Result<Vec<ApiToken>, StoreError> {
+        self.tokens_list().await
+    }
+
+    async fn revoke_token(&self, id: i64, now: Timestamp) -> Result<bool, StoreError> {
+        self.token_revoke(id, now).await
+    }
+
+    async fn touch_token(&self, id: i64, now: Timestamp) -> Result<(), StoreError> {
+        self.token_touch(id, now).await
+    }
+
     async fn ping(&self) -> Result<(), StoreError> {
         self.bounded(async {
             let client = self.client().await.map_err(store_err)?;

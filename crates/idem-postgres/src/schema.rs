@@ -18,7 +18,16 @@ use crate::error::store_err;
 /// Arbitrary constant identifying idem's migration lock (`'idem'` as ASCII).
 const MIGRATION_LOCK: i64 = 0x6964_656d;
 
-pub(crate) const MIGRATIONS: &[(i32, &str)] = &[(1, V1), (2, V2), (3, V3), (4, V4), (5, V5)];
+pub(crate) const MIGRATIONS: &[(i32, &str)] =
+    &[(1, V1), (2, V2), (3, V3), (4, V4), (5, V5), (6, V6)];
+
+/// Tokens for people: an expiry, a revocation instant (the row stays, so the token count that
+/// switches auth on never drops back to 0) and the last use.
+const V6: &str = r#"
+ALTER TABLE api_tokens ADD COLUMN expires_at BIGINT;
+ALTER TABLE api_tokens ADD COLUMN revoked_at BIGINT;
+ALTER TABLE api_tokens ADD COLUMN last_used_at BIGINT;
+"#;
 
 /// One outbox for every kind of outbound work (alerts now; forwards and effects next), and
 /// the secrets the server reads back. Every `alerts` row moves over with its id (an alert's
@@ -375,7 +384,7 @@ mod tests {
                 .expect("delete");
         }
         let mut client = pool.get().await.expect("client");
-        assert_eq!(migrate(&mut client, 0).await.expect("migrate"), [5]);
+        assert_eq!(migrate(&mut client, 0).await.expect("migrate"), [5, 6]);
         let rows = client
             .query(
                 "SELECT id, kind, key, state, attempts, due_at, payload FROM outbox ORDER BY id",

@@ -18,14 +18,16 @@ impl PgStore {
             let client = self.client().await.map_err(store_err)?;
             client
                 .execute(
-                    "INSERT INTO api_tokens (secret_hash, role, scope, label, created_at) \
-                     VALUES ($1, $2, $3, $4, $5)",
+                    "INSERT INTO api_tokens \
+                     (secret_hash, role, scope, label, created_at, expires_at) \
+                     VALUES ($1, $2, $3, $4, $5, $6)",
                     &[
                         &token.secret_hash,
                         &token.role.as_str(),
                         &token.scope,
                         &token.label,
                         &now.0,
+                        &token.expires_at.map(|t| t.0),
                     ],
                 )
                 .await
@@ -42,30 +44,63 @@ impl PgStore {
         self.bounded(async {
             let client = self.client().await.map_err(store_err)?;
             let stmt = client
-                .prepare_cached(
-                    "SELECT id, secret_hash, role, scope, label FROM api_tokens \
-                     WHERE secret_hash = $1",
+                .prepare_cached(&format!(
+                    "SELECT {TOKEN_COLUMNS} FROM api_tokens \
+                     WHERE secret_hash = $1 AND revoked_at IS NULL"
+                ))
+                .await
+                .map_err(store_err)?;
+            let row = client
+                .query_opt(&stmt, &[&secret_hash])
+                .await
+                .map_err(store_err)?;
+            row.as_ref().map(token_row).transpose()
+        })
+        .await
+    }
+
+    pub(crate) async fn tokens_list(&self) -> Result<Vec<ApiToken>, StoreError> {
+        self.bounded(async {
+            let client = self.client().await.map_err(store_err)?;
+            let rows = client
+                .query(
+                    &format!(
+                        "SELECT {TOKEN_COLUMNS} FROM api_tokens \
+                         WHERE revoked_at IS NULL ORDER BY id"
+                    ),
+                    &[],
                 )
                 .await
                 .map_err(store_err)?;
-            let Some(row) = client
-                .query_opt(&stmt, &[&secret_hash])
-                .await
-                .map_err(store_err)?
-            else {
-                return Ok(None);
-            };
-            let role: String = row.try_get(2).map_err(|e| store_err(corrupt(&e)))?;
-            Ok(Some(ApiToken {
-                id: row.try_get(0).map_err(|e| store_err(corrupt(&e)))?,
-                secret_hash: row.try_get(1).map_err(|e| store_err(corrupt(&e)))?,
-                role: Role::parse(&role)
-                    .ok_or_else(|| StoreError::Corrupt(format!("token role {role:?}")))?,
-                scope: row.try_get(3).map_err(|e| store_err(corrupt(&e)))?,
-                label: row.try_get(4).map_err(|e| store_err(corrupt(&e)))?,
-            }))
+            rows.iter().map(token_row).collect()
         })
         .await
+    }
+
+    /// Sets `column` (`revoked_at` or `last_used_at`) of a live token; rows changed.
+    async fn token_set(&self, column: &str, id: i64, now: Timestamp) -> Result<u64, StoreError> {
+        self.bounded(async {
+            let client = self.client().await.map_err(store_err)?;
+            client
+                .execute(
+                    &format!(
+                        "UPDATE api_tokens SET {column} = $2 \
+                         WHERE id = $1 AND revoked_at IS NULL"
+                    ),
+                    &[&id, &now.0],
+                )
+                .await
+                .map_err(store_err)
+        })
+        .await
+    }
+
+    pub(crate) async fn token_revoke(&self, id: i64, now: Timestamp) -> Result<bool, StoreError> {
+        Ok(self.token_set("revoked_at", id, now).await? > 0)
+    }
+
+    pub(crate) async fn token_touch(&self, id: i64, now: Timestamp) -> Result<(), StoreError> {
+        self.token_set("last_used_at", id, now).await.map(|_| ())
     }
 
     pub(crate) async fn tokens_counted(&self) -> Result<u64, StoreError> {
@@ -80,4 +115,30 @@ impl PgStore {
         })
         .await
     }
+}
+
+/// The columns [`token_row`] reads, in its order.
+const TOKEN_COLUMNS: &str =
+    "id, secret_hash, role, scope, label, created_at, expires_at, last_used_at";
+
+fn token_row(row: &tokio_postgres::Row) -> Result<ApiToken, StoreError> {
+    let get_err = |e: tokio_postgres::Error| store_err(corrupt(&e));
+    let role: String = row.try_get(2).map_err(get_err)?;
+    Ok(ApiToken {
+        id: row.try_get(0).map_err(get_err)?,
+        secret_hash: row.try_get(1).map_err(get_err)?,
+        role: Role::parse(&role)
+            .ok_or_else(|| StoreError::Corrupt(format!("token role {role:?}")))?,
+        scope: row.try_get(3).map_err(get_err)?,
+        label: row.try_get(4).map_err(get_err)?,
+        created_at: Timestamp(row.try_get(5).map_err(get_err)?),
+        expires_at: row
+            .try_get::<_, Option<i64>>(6)
+            .map_err(get_err)?
+            .map(Timestamp),
+        last_used_at: row
+            .try_get::<_, Option<i64>>(7)
+            .map_err(get_err)?
+            .map(Timestamp),
+    })
 }

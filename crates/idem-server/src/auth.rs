@@ -6,16 +6,22 @@
 //! token's scope → 403. With no token at all auth is off (the server then only listens on
 //! loopback, checked at start).
 //!
-//! Lookups (positive and negative) and the token count are cached for about a second so a
-//! busy gate does not hit the store twice per call; a token created through this server
-//! invalidates the cache at once, one created by `idem token create` is seen within a second.
+//! A token past its `expires_at` is refused like an unknown one (401). A found token is never
+//! cached: every call reads it from the store (one indexed lookup), so a revocation made on
+//! any instance, or at the command line, holds on the very next call everywhere. Only misses
+//! (unknown secrets) and the token count are cached for about a second; a token created
+//! through this server invalidates that cache at once, one created by `idem token create` or
+//! on another instance is accepted within a second.
+//!
+//! `last_used_at` is written at most once a minute per token: only when the stored value is
+//! missing or a minute old, so a busy token costs one small write per minute, not per call.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::extract::Request;
-use idem::{ApiToken, Namespace, Role, Store, StoreError};
+use idem::{ApiToken, Namespace, Role, Store, StoreError, Timestamp};
 use subtle::ConstantTimeEq;
 
 use crate::error::ApiError;
@@ -25,13 +31,17 @@ use crate::state::AppState;
 /// Entries kept before the lookup cache is cleared (bounds memory under random tokens).
 const MAX_CACHED: usize = 10_000;
 
+/// How stale a token's stored `last_used_at` may get before a call refreshes it.
+const TOUCH_EVERY_MS: i64 = 60_000;
+
 /// Cached token lookups.
 #[derive(Debug)]
 pub struct AuthCache {
     store: Arc<dyn Store>,
     ttl: Duration,
     count: Mutex<Option<(Instant, u64)>>,
-    lookups: Mutex<HashMap<String, (Instant, Option<ApiToken>)>>,
+    /// Recent misses by secret hash (hits are never cached, see the module docs).
+    misses: Mutex<HashMap<String, Instant>>,
 }
 
 impl AuthCache {
@@ -40,7 +50,7 @@ impl AuthCache {
             store,
             ttl: Duration::from_secs(1),
             count: Mutex::new(None),
-            lookups: Mutex::new(HashMap::new()),
+            misses: Mutex::new(HashMap::new()),
         }
     }
 
@@ -60,30 +70,43 @@ impl AuthCache {
         Ok(n)
     }
 
-    /// The token whose secret this is, if any (cached).
+    /// The live token whose secret this is, if any (misses cached, hits never).
     pub async fn lookup(&self, secret: &str) -> Result<Option<ApiToken>, StoreError> {
         let hash = idem::hash_secret(secret);
-        let cached = self.lookups.lock().ok().and_then(|g| {
-            g.get(&hash)
-                .filter(|(at, _)| at.elapsed() < self.ttl)
-                .map(|(_, t)| t.clone())
-        });
-        let found = match cached {
-            Some(t) => t,
-            None => {
-                let t = self.store.find_token(&hash).await?;
-                if let Ok(mut g) = self.lookups.lock() {
-                    if g.len() >= MAX_CACHED {
-                        g.clear();
-                    }
-                    g.insert(hash.clone(), (Instant::now(), t.clone()));
+        let missed = self
+            .misses
+            .lock()
+            .ok()
+            .is_some_and(|g| g.get(&hash).is_some_and(|at| at.elapsed() < self.ttl));
+        if missed {
+            return Ok(None);
+        }
+        let found = self.store.find_token(&hash).await?;
+        if found.is_none() {
+            if let Ok(mut g) = self.misses.lock() {
+                if g.len() >= MAX_CACHED {
+                    g.clear();
                 }
-                t
+                g.insert(hash.clone(), Instant::now());
             }
-        };
+        }
         // The store found it by hash; compare again in constant time so a backend that
         // matched loosely (collation, prefix) can never let a different secret in.
         Ok(found.filter(|t| bool::from(t.secret_hash.as_bytes().ct_eq(hash.as_bytes()))))
+    }
+
+    /// Records a use of `token` at `now` when its stored last use is a minute old or missing.
+    /// A failed write is logged and the call goes on: usage bookkeeping never refuses a call.
+    pub async fn touch(&self, token: &ApiToken, now: Timestamp) {
+        let fresh = token
+            .last_used_at
+            .is_some_and(|t| now.0.saturating_sub(t.0) < TOUCH_EVERY_MS);
+        if fresh {
+            return;
+        }
+        if let Err(e) = self.store.touch_token(token.id, now).await {
+            tracing::warn!(token_id = token.id, error = %e, "could not record the token's last use");
+        }
     }
 
     /// Forgets everything cached (after a token was created here).
@@ -91,7 +114,7 @@ impl AuthCache {
         if let Ok(mut g) = self.count.lock() {
             *g = None;
         }
-        if let Ok(mut g) = self.lookups.lock() {
+        if let Ok(mut g) = self.misses.lock() {
             g.clear();
         }
     }
@@ -183,8 +206,15 @@ pub async fn check(role: Role, state: &AppState, req: Request) -> Result<Request
     } else {
         let secret =
             secret.ok_or_else(|| ApiError::Unauthorized("a bearer token is required".into()))?;
+        let now = state.ledger.now();
         match state.auth.lookup(&secret).await? {
-            Some(t) => Caller::Token(t),
+            Some(t) if t.expired(now) => {
+                return Err(ApiError::Unauthorized("this token has expired".into()))
+            }
+            Some(t) => {
+                state.auth.touch(&t, now).await;
+                Caller::Token(t)
+            }
             None => return Err(ApiError::Unauthorized("unknown token".into())),
         }
     };

@@ -143,6 +143,8 @@ int_member! {
     WaitMs(i64), 0, i64::MAX;
     /// The destination's HTTP status of a failed attempt.
     HttpStatus(u16), 100, 599;
+    /// A token's lifetime: 1 ms to about 10 years.
+    ExpiresInMs(i64), 1, 315_360_000_000;
 }
 
 impl WaitMs {

@@ -379,6 +379,20 @@ impl Store for SqliteStore {
         self.read(read_ops::token_count).await
     }
 
+    async fn list_tokens(&self) -> Result<Vec<ApiToken>, StoreError> {
+        self.read(read_ops::list_tokens).await
+    }
+
+    async fn revoke_token(&self, id: i64, now: Timestamp) -> Result<bool, StoreError> {
+        self.write(move |c| write_ops::revoke_token_step(c, id, now))
+            .await
+    }
+
+    async fn touch_token(&self, id: i64, now: Timestamp) -> Result<(), StoreError> {
+        self.write(move |c| write_ops::touch_token_step(c, id, now))
+            .await
+    }
+
     async fn ping(&self) -> Result<(), StoreError> {
         self.read(read_ops::ping).await
     }

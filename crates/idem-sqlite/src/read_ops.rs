@@ -130,30 +130,53 @@ pub(crate) fn stats(conn: &mut Connection, now: Timestamp) -> Result<Stats, Stor
     })
 }
 
+/// The columns [`token_row`] reads, in its order.
+const TOKEN_COLUMNS: &str =
+    "id, secret_hash, role, scope, label, created_at, expires_at, last_used_at";
+
+fn token_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Result<ApiToken, StoreError>> {
+    let role: String = r.get(2)?;
+    let Some(role) = Role::parse(&role) else {
+        return Ok(Err(corrupt("token role", &role)));
+    };
+    Ok(Ok(ApiToken {
+        id: r.get(0)?,
+        secret_hash: r.get(1)?,
+        role,
+        scope: r.get(3)?,
+        label: r.get(4)?,
+        created_at: Timestamp(r.get(5)?),
+        expires_at: r.get::<_, Option<i64>>(6)?.map(Timestamp),
+        last_used_at: r.get::<_, Option<i64>>(7)?.map(Timestamp),
+    }))
+}
+
 pub(crate) fn find_token(
     conn: &mut Connection,
     secret_hash: &str,
 ) -> Result<Option<ApiToken>, StoreError> {
-    let row: Option<(i64, String, String, String, Option<String>)> = conn
-        .prepare_cached(
-            "SELECT id, secret_hash, role, scope, label FROM api_tokens WHERE secret_hash = ?1",
-        )
-        .db()?
-        .query_row(params![secret_hash], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
-        })
-        .optional()
-        .db()?;
-    row.map(|(id, secret_hash, role, scope, label)| {
-        Ok(ApiToken {
-            id,
-            secret_hash,
-            role: Role::parse(&role).ok_or_else(|| corrupt("token role", &role))?,
-            scope,
-            label,
-        })
-    })
+    conn.prepare_cached(&format!(
+        "SELECT {TOKEN_COLUMNS} FROM api_tokens WHERE secret_hash = ?1 AND revoked_at IS NULL"
+    ))
+    .db()?
+    .query_row(params![secret_hash], token_row)
+    .optional()
+    .db()?
     .transpose()
+}
+
+pub(crate) fn list_tokens(conn: &mut Connection) -> Result<Vec<ApiToken>, StoreError> {
+    let mut stmt = conn
+        .prepare_cached(&format!(
+            "SELECT {TOKEN_COLUMNS} FROM api_tokens WHERE revoked_at IS NULL ORDER BY id"
+        ))
+        .db()?;
+    let rows = stmt.query_map([], token_row).db()?;
+    let mut out = Vec::new();
+    for row in rows {
+        out.push(row.db()??);
+    }
+    Ok(out)
 }
 
 pub(crate) fn token_count(conn: &mut Connection) -> Result<u64, StoreError> {

@@ -220,6 +220,13 @@ CREATE TABLE secrets (
 );
 CREATE INDEX secrets_by_owner ON secrets (kind, owner, id);
 "#,
+    // 5: tokens for people: an expiry, a revocation instant (the row stays, so the token
+    // count that switches auth on never drops back to 0) and the last use.
+    r#"
+ALTER TABLE api_tokens ADD COLUMN expires_at INTEGER;
+ALTER TABLE api_tokens ADD COLUMN revoked_at INTEGER;
+ALTER TABLE api_tokens ADD COLUMN last_used_at INTEGER;
+"#,
 ];
 
 /// The schema version this build writes.

@@ -520,8 +520,8 @@ pub(crate) fn create_token_step(
 ) -> Result<(), StoreError> {
     let res = conn
         .prepare_cached(
-            "INSERT INTO api_tokens (secret_hash, role, scope, label, created_at) \
-             VALUES (?1, ?2, ?3, ?4, ?5)",
+            "INSERT INTO api_tokens (secret_hash, role, scope, label, created_at, expires_at) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
         )
         .db()?
         .execute(params![
@@ -529,7 +529,8 @@ pub(crate) fn create_token_step(
             token.role.as_str(),
             token.scope,
             token.label,
-            now.0
+            now.0,
+            token.expires_at.map(|t| t.0)
         ]);
     match res {
         Ok(_) => Ok(()),
@@ -553,6 +554,35 @@ pub(crate) fn reply_kind(r: &Result<Reply, idem_core::OpError>) -> &'static str 
         Ok(Reply::Swept { .. }) => "swept",
         Err(_) => "refused",
     }
+}
+
+pub(crate) fn revoke_token_step(
+    conn: &Connection,
+    id: i64,
+    now: Timestamp,
+) -> Result<bool, StoreError> {
+    let n = conn
+        .prepare_cached(
+            "UPDATE api_tokens SET revoked_at = ?2 WHERE id = ?1 AND revoked_at IS NULL",
+        )
+        .db()?
+        .execute(params![id, now.0])
+        .db()?;
+    Ok(n > 0)
+}
+
+pub(crate) fn touch_token_step(
+    conn: &Connection,
+    id: i64,
+    now: Timestamp,
+) -> Result<(), StoreError> {
+    conn.prepare_cached(
+        "UPDATE api_tokens SET last_used_at = ?2 WHERE id = ?1 AND revoked_at IS NULL",
+    )
+    .db()?
+    .execute(params![id, now.0])
+    .db()?;
+    Ok(())
 }
 
 #[cfg(test)]

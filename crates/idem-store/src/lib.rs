@@ -108,8 +108,19 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// Looks a token up by the SHA-256 hex of its secret.
     async fn find_token(&self, secret_hash: &str) -> Result<Option<ApiToken>, StoreError>;
 
-    /// Number of API tokens (0 means auth is off and the server stays on loopback).
+    /// Number of API tokens ever created, revoked and expired ones included (0 means auth is
+    /// off and the server stays on loopback): revoking every token never switches auth off.
     async fn token_count(&self) -> Result<u64, StoreError>;
+
+    /// Live (not revoked) tokens, expired ones included, oldest first.
+    async fn list_tokens(&self) -> Result<Vec<ApiToken>, StoreError>;
+
+    /// Revokes a token at `now`: [`Store::find_token`] and [`Store::list_tokens`] no longer
+    /// return it. `false` when no live token has this id.
+    async fn revoke_token(&self, id: i64, now: Timestamp) -> Result<bool, StoreError>;
+
+    /// Records `now` as the token's last use (the caller decides how often).
+    async fn touch_token(&self, id: i64, now: Timestamp) -> Result<(), StoreError>;
 
     /// Cheap round trip to the store (readiness).
     async fn ping(&self) -> Result<(), StoreError>;

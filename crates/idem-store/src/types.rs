@@ -259,8 +259,12 @@ pub struct NewApiToken {
     /// A namespace name, or `*` for all.
     pub scope: String,
     pub label: Option<String>,
+    /// From this instant on the token is refused; `None` never expires.
+    pub expires_at: Option<Timestamp>,
 }
 
+/// A live (not revoked) token as stored. Expired tokens are still returned: the caller
+/// compares `expires_at` with its own clock, so tests can move time.
 #[derive(Debug, Clone)]
 pub struct ApiToken {
     pub id: i64,
@@ -268,6 +272,17 @@ pub struct ApiToken {
     pub role: Role,
     pub scope: String,
     pub label: Option<String>,
+    pub created_at: Timestamp,
+    pub expires_at: Option<Timestamp>,
+    /// Last authenticated use, recorded at most about once a minute (see the server's auth).
+    pub last_used_at: Option<Timestamp>,
+}
+
+impl ApiToken {
+    /// Is the token past its expiry at `now`?
+    pub fn expired(&self, now: Timestamp) -> bool {
+        self.expires_at.is_some_and(|e| now >= e)
+    }
 }
 
 #[derive(Debug, Clone, thiserror::Error)]

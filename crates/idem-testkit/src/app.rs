@@ -119,6 +119,7 @@ pub async fn spawn_with(opts: Options) -> TestApp {
                     role: *role,
                     scope: (*scope).to_owned(),
                     label: Some(format!("{}-{scope}", role.as_str())),
+                    expires_at: None,
                 },
                 clock.now(),
             )

@@ -1,4 +1,4 @@
-//! `idem token create`.
+//! `idem token create`, `list` and `revoke`.
 
 use crate::helpers::{run, run_with, Server};
 
@@ -124,4 +124,72 @@ fn run_passes_the_api_token_through_and_the_lease_as_idem_lease_token() {
     let after = server.idem(&["get", "cron", "nightly", "--json", "--token", &secret]);
     assert_eq!(after.json()["record"]["state"], "completed", "{after:?}");
     assert!(!out.stderr.contains(&secret), "{out:?}");
+}
+
+#[test]
+fn token_list_and_revoke_manage_tokens_for_people() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("idem.db");
+    let db_url = format!("sqlite://{}", db.display());
+    let create = |role: &str, extra: &[&str]| {
+        let mut args = vec!["token", "create", "--namespace", "*", "--role", role];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--db", &db_url]);
+        let out = run(&args);
+        assert_eq!(out.code, 0, "{out:?}");
+        out.stdout.trim().to_owned()
+    };
+    let admin = create("admin", &[]);
+    let worker = create("worker", &["--expires", "90d", "--label", "alice"]);
+    let bad = run(&[
+        "token",
+        "create",
+        "--namespace",
+        "*",
+        "--role",
+        "worker",
+        "--expires",
+        "soon",
+        "--db",
+        &db_url,
+    ]);
+    assert_eq!(bad.code, 1, "{bad:?}");
+    assert!(bad.stderr.contains("--expires"), "{bad:?}");
+
+    let list = run(&["token", "list", "--db", &db_url]);
+    assert_eq!(list.code, 0, "{list:?}");
+    assert!(list.stdout.contains("EXPIRES"), "{list:?}");
+    assert!(list.stdout.contains("alice"), "{list:?}");
+    assert!(!list.stdout.contains(&admin) && !list.stdout.contains(&worker));
+    let worker_line = list
+        .stdout
+        .lines()
+        .find(|l| l.contains("alice"))
+        .expect("the worker is listed");
+    let id = worker_line
+        .split_whitespace()
+        .next()
+        .expect("an id column")
+        .to_owned();
+
+    let server = Server::start_on(&db);
+    assert_eq!(
+        server
+            .idem(&["ns", "get", "payments", "--token", &admin])
+            .code,
+        0
+    );
+    let refused = run(&["token", "revoke", &id, "--db", &db_url]);
+    assert_eq!(refused.code, 2, "{refused:?}");
+    assert!(refused.stderr.contains("--yes"), "{refused:?}");
+    let ok = run(&["token", "revoke", &id, "--yes", "--db", &db_url]);
+    assert_eq!(ok.code, 0, "{ok:?}");
+    let again = run(&["token", "revoke", &id, "--yes", "--db", &db_url]);
+    assert_eq!(again.code, 1, "{again:?}");
+    let list = run(&["token", "list", "--db", &db_url]);
+    assert!(!list.stdout.contains("alice"), "{list:?}");
+    // The running server refuses the revoked token on its next call.
+    let whoami = server.idem(&["ns", "get", "payments", "--token", &worker]);
+    assert_eq!(whoami.code, 20, "{whoami:?}");
+    assert!(whoami.stderr.contains("unauthorized"), "{whoami:?}");
 }

@@ -534,6 +534,7 @@ async fn tokens_are_stored_hashed() {
                 role: Role::Operator,
                 scope: "*".into(),
                 label: Some("ops".into()),
+                expires_at: None,
             },
             T0,
         )

@@ -153,6 +153,7 @@ async fn without_tokens_auth_is_off_on_loopback_and_turns_on_with_the_first_toke
                 role: Role::Admin,
                 scope: "*".into(),
                 label: None,
+                expires_at: None,
             },
             app.now(),
         )

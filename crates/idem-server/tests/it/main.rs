@@ -14,4 +14,5 @@ mod namespace;
 mod observability;
 mod openapi;
 mod operator;
+mod tokens;
 mod worker;

@@ -300,6 +300,15 @@ impl Store for CountingStats {
     async fn token_count(&self) -> Result<u64, StoreError> {
         self.inner.token_count().await
     }
+    async fn list_tokens(&self) -> Result<Vec<ApiToken>, StoreError> {
+        self.inner.list_tokens().await
+    }
+    async fn revoke_token(&self, id: i64, now: Timestamp) -> Result<bool, StoreError> {
+        self.inner.revoke_token(id, now).await
+    }
+    async fn touch_token(&self, id: i64, now: Timestamp) -> Result<(), StoreError> {
+        self.inner.touch_token(id, now).await
+    }
     async fn ping(&self) -> Result<(), StoreError> {
         self.inner.ping().await
     }

@@ -155,6 +155,13 @@ async fn openapi_lists_the_problem_statuses_each_operation_answers_with() {
             "/v1/tokens".into(),
             &[201, 400, 401, 403, 413, 422, 503],
         ),
+        ("get", "/v1/tokens".into(), &[200, 401, 403, 503]),
+        (
+            "delete",
+            "/v1/tokens/{token_id}".into(),
+            &[204, 401, 403, 404, 503],
+        ),
+        ("get", "/v1/whoami".into(), &[200, 401, 403, 503]),
         (
             "post",
             "/v1/audit".into(),
@@ -300,6 +307,10 @@ async fn openapi_key_and_namespace_parameters_have_the_real_limits() {
                     Some("ns") => {
                         assert_eq!(schema["pattern"], r"^[A-Za-z0-9._:-]{1,128}$", "{path}");
                         assert_eq!(schema["maxLength"], 128, "{path}");
+                    }
+                    Some("token_id") => {
+                        assert_eq!(path, "/v1/tokens/{token_id}");
+                        assert_eq!(schema["type"], "integer", "{path}");
                     }
                     other => panic!("{path}: unexpected path parameter {other:?}"),
                 }

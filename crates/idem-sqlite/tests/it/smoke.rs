@@ -361,6 +361,7 @@ async fn tokens_are_stored_by_hash_and_counted() {
         role: Role::Operator,
         scope: "*".into(),
         label: Some("ci".into()),
+        expires_at: None,
     };
     t.store
         .create_token(token.clone(), t.now())
@@ -404,6 +405,7 @@ async fn reopen_keeps_records_events_namespaces_tokens_and_schema() {
                 role: Role::Admin,
                 scope: "keep".into(),
                 label: None,
+                expires_at: None,
             },
             t.now(),
         )
@@ -433,7 +435,7 @@ async fn reopen_keeps_records_events_namespaces_tokens_and_schema() {
     let version: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .expect("user_version");
-    assert_eq!(version, 4);
+    assert_eq!(version, 5);
     let mode: String = conn
         .query_row("PRAGMA journal_mode", [], |r| r.get(0))
         .expect("journal_mode");

@@ -1729,6 +1729,7 @@ pub async fn api_tokens_create_find_and_count<B: Backend>(b: Arc<B>) {
                 role: Role::Operator,
                 scope: "payments".into(),
                 label: Some("ops laptop".into()),
+                expires_at: None,
             },
             Timestamp(T0),
         )
@@ -1741,6 +1742,7 @@ pub async fn api_tokens_create_find_and_count<B: Backend>(b: Arc<B>) {
                 role: Role::Admin,
                 scope: "*".into(),
                 label: None,
+                expires_at: None,
             },
             Timestamp(T0),
         )
@@ -1768,6 +1770,84 @@ pub async fn api_tokens_create_find_and_count<B: Backend>(b: Arc<B>) {
         .await
         .expect("find")
         .is_none());
+}
+
+pub async fn api_tokens_expire_list_revoke_and_touch<B: Backend>(b: Arc<B>) {
+    let store = b.open().await;
+    let new = |secret: &str, role, scope: &str, expires_at| NewApiToken {
+        secret_hash: hash_secret(secret),
+        role,
+        scope: scope.into(),
+        label: None,
+        expires_at,
+    };
+    let at = Timestamp(T0);
+    store
+        .create_token(new("idem_a", Role::Admin, "*", None), at)
+        .await
+        .expect("create");
+    store
+        .create_token(
+            new("idem_w", Role::Worker, "pay", Some(Timestamp(T0 + 60_000))),
+            at.plus_ms(1),
+        )
+        .await
+        .expect("create");
+    let w = store
+        .find_token(&hash_secret("idem_w"))
+        .await
+        .expect("find")
+        .expect("token exists");
+    assert_eq!(w.created_at, at.plus_ms(1));
+    assert_eq!(w.expires_at, Some(Timestamp(T0 + 60_000)));
+    assert_eq!(w.last_used_at, None);
+    assert!(!w.expired(Timestamp(T0 + 59_999)));
+    assert!(w.expired(Timestamp(T0 + 60_000)));
+
+    let listed = store.list_tokens().await.expect("list");
+    let ids: Vec<(Role, &str)> = listed.iter().map(|t| (t.role, t.scope.as_str())).collect();
+    assert_eq!(ids, vec![(Role::Admin, "*"), (Role::Worker, "pay")]);
+    assert!(listed[0].id < listed[1].id, "oldest first");
+
+    store
+        .touch_token(w.id, Timestamp(T0 + 5))
+        .await
+        .expect("touch");
+    let w2 = store
+        .find_token(&hash_secret("idem_w"))
+        .await
+        .expect("find")
+        .expect("token exists");
+    assert_eq!(w2.last_used_at, Some(Timestamp(T0 + 5)));
+
+    assert!(store
+        .revoke_token(w.id, at.plus_ms(10))
+        .await
+        .expect("revoke"));
+    assert!(store
+        .find_token(&hash_secret("idem_w"))
+        .await
+        .expect("find")
+        .is_none());
+    let listed = store.list_tokens().await.expect("list");
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].role, Role::Admin);
+    // A second revoke and an unknown id change nothing.
+    assert!(!store
+        .revoke_token(w.id, at.plus_ms(11))
+        .await
+        .expect("revoke"));
+    assert!(!store.revoke_token(i64::MAX, at).await.expect("revoke"));
+    // A revoked token still counts: revoking never switches auth off.
+    assert_eq!(store.token_count().await.expect("count"), 2);
+    // Revocation is durable: a fresh handle sees it too.
+    let again = b.open().await;
+    assert!(again
+        .find_token(&hash_secret("idem_w"))
+        .await
+        .expect("find")
+        .is_none());
+    assert_eq!(again.list_tokens().await.expect("list").len(), 1);
 }
 
 // ================================================================ stats and durability
@@ -1823,6 +1903,7 @@ pub async fn reopened_handle_sees_every_acknowledged_change<B: Backend>(b: Arc<B
                     role: Role::Worker,
                     scope: "ns".into(),
                     label: None,
+                    expires_at: None,
                 },
                 h.now(),
             )

@@ -115,6 +115,7 @@ macro_rules! contract_suite {
             alert_secret_is_stored_and_reaches_the_alert_sender,
             no_alerts_are_queued_without_an_alert_url,
             api_tokens_create_find_and_count,
+            api_tokens_expire_list_revoke_and_touch,
             stats_count_states_and_oldest_processing,
             reopened_handle_sees_every_acknowledged_change,
             model_random_operation_sequences_agree_with_the_rules,

@@ -309,7 +309,7 @@ async fn persist(
     let alert_params: Vec<AlertParams> = plan
         .alerts
         .iter()
-        .map(|a| AlertParams::new(ns, key, a))
+        .map(|a| AlertParams::new(ns, key, a, plan.traceparent))
         .collect();
 
     let tx = client.transaction().await?;

@@ -152,7 +152,12 @@ pub(crate) async fn speculative_claim(
     let (Write::Insert(new), [draft]) = (&t.write, t.events.as_slice()) else {
         return Ok(Fast::Skip);
     };
-    if !fits_one_statement(&engine::plan(&t, &s.policy, ctx.now.utc_day())) {
+    if !fits_one_statement(&engine::plan(
+        &t,
+        &s.policy,
+        ctx.now.utc_day(),
+        ctx.traceparent.as_deref(),
+    )) {
         return Ok(Fast::Skip);
     }
     let rp = RecordParams::new(new)?;
@@ -197,7 +202,7 @@ pub(crate) async fn cached_record(
     let Some(t) = engine::decide_known(ns, key, Some(rec), op, ctx, s) else {
         return Ok(Fast::Skip);
     };
-    let plan = engine::plan(&t, &s.policy, ctx.now.utc_day());
+    let plan = engine::plan(&t, &s.policy, ctx.now.utc_day(), ctx.traceparent.as_deref());
     if plan.acquisition.is_some() || !fits_one_statement(&plan) {
         return Ok(Fast::Skip);
     }

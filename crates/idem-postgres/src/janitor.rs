@@ -87,7 +87,7 @@ pub(crate) async fn sweep_once(
             .iter()
             .filter(|a| a.reason == AlertReason::Stuck)
             .count();
-        let plan = engine::plan(&t, &settings.policy, now.utc_day());
+        let plan = engine::plan(&t, &settings.policy, now.utc_day(), None);
         if let PlanWrite::Update {
             record,
             expected_version,
@@ -99,7 +99,11 @@ pub(crate) async fn sweep_once(
             records.push((RecordParams::new(record)?, expected_version));
         }
         events.extend(plan.events.iter().map(|e| EventParams::new(&ns, &key, e)));
-        alerts.extend(plan.alerts.iter().map(|a| AlertParams::new(&ns, &key, a)));
+        alerts.extend(
+            plan.alerts
+                .iter()
+                .map(|a| AlertParams::new(&ns, &key, a, plan.traceparent)),
+        );
     }
     // All writes of the batch go out pipelined; the rows are locked by this transaction, so
     // the version guards hold unless the data changed under us (then the batch is redone).

@@ -175,11 +175,17 @@ fn corrupt(e: &tokio_postgres::Error) -> PgError {
 struct AlertParams(idem_store::NewOutboxItem);
 
 impl AlertParams {
-    fn new(ns: &Namespace, key: &Key, a: &idem_core::AlertDraft) -> Self {
+    fn new(
+        ns: &Namespace,
+        key: &Key,
+        a: &idem_core::AlertDraft,
+        traceparent: Option<&str>,
+    ) -> Self {
         AlertParams(idem_store::NewOutboxItem::alert(
             ns.as_str(),
             key.as_str(),
             a,
+            traceparent,
         ))
     }
     fn params(&self) -> [&(dyn tokio_postgres::types::ToSql + Sync); 5] {

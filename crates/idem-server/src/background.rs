@@ -197,11 +197,16 @@ pub async fn alerts_once(
             report.dropped += 1;
             continue;
         };
-        // Each delivery is a span of its own (`alert.send`), and the receiver gets its
-        // `traceparent` to continue the trace.
+        // Each delivery is a span of its own (`alert.send`) in the trace of the request that
+        // caused the alert, and the receiver gets a `traceparent` to continue it: the span's
+        // when spans are exported, else the caller's as stored with the alert.
         let span = crate::telemetry::client_span("alert.send", &alert.namespace, &alert.reason);
+        if let Some(tp) = alert.traceparent.as_deref() {
+            crate::telemetry::continue_trace(&span, tp);
+        }
         let mut req = alert_request(client, &url, &alert, now);
-        if let Some(tp) = crate::telemetry::traceparent(&span) {
+        if let Some(tp) = crate::telemetry::traceparent(&span).or_else(|| alert.traceparent.clone())
+        {
             req = req.header("traceparent", tp);
         }
         let sent = tracing::Instrument::instrument(req.send(), span.clone()).await;

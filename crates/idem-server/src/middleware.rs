@@ -117,7 +117,8 @@ where
             otel.name = tracing::field::Empty,
             otel.kind = tracing::field::Empty,
         );
-        crate::telemetry::link_request(&span, req.headers(), req.method().as_str(), route);
+        let incoming =
+            crate::telemetry::link_request(&span, req.headers(), req.method().as_str(), route);
         span.in_scope(|| DefaultOnRequest::default().on_request(&req, &span));
         let role = self.gate.role_for(req.method());
         let state = role.map(|_| self.gate.state.clone());
@@ -146,7 +147,7 @@ where
             }
             Ok(resp)
         };
-        Box::pin(fut.instrument(span))
+        Box::pin(crate::telemetry::with_incoming(incoming, fut).instrument(span))
     }
 }
 

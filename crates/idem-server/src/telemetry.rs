@@ -118,17 +118,49 @@ impl HttpClient for BlockingHttp {
     }
 }
 
+tokio::task_local! {
+    /// The caller's `traceparent` (validated, normalised) while its request runs, when spans
+    /// are not exported: what the request's operations store with the alerts they queue.
+    static INCOMING: Option<String>;
+}
+
+/// Runs `fut` (a request) with the caller's `traceparent` from [`link_request`] at hand.
+pub async fn with_incoming<F: std::future::Future>(incoming: Option<String>, fut: F) -> F::Output {
+    INCOMING.scope(incoming, fut).await
+}
+
+/// The `traceparent` an operation of the current request stores with the alerts it queues:
+/// the request span's own when spans are exported (the delivery becomes part of the same
+/// trace), else the caller's as it came in; `None` without either.
+pub fn operation_traceparent() -> Option<String> {
+    if exporting() {
+        return traceparent(&tracing::Span::current());
+    }
+    INCOMING.try_with(Clone::clone).ok().flatten()
+}
+
 /// Joins the `request` span to the caller's trace (W3C `traceparent`, when valid) and
 /// records its `trace_id`, so every log line of the request carries it. The span must
-/// declare the fields `trace_id`, `otel.name` and `otel.kind` (empty).
-pub fn link_request(span: &tracing::Span, headers: &HeaderMap, method: &str, route: &str) {
-    let parent = TraceContextPropagator::new().extract(&HeaderExtractor(headers));
+/// declare the fields `trace_id`, `otel.name` and `otel.kind` (empty). Without an exporter,
+/// returns the caller's `traceparent` (re-encoded from its parsed form, so only a valid one
+/// is ever passed on) for [`with_incoming`].
+pub fn link_request(
+    span: &tracing::Span,
+    headers: &HeaderMap,
+    method: &str,
+    route: &str,
+) -> Option<String> {
+    let propagator = TraceContextPropagator::new();
+    let parent = propagator.extract(&HeaderExtractor(headers));
     let incoming = parent.span().span_context().trace_id();
     if !exporting() {
-        if incoming != TraceId::INVALID {
-            span.record("trace_id", tracing::field::display(incoming));
+        if incoming == TraceId::INVALID {
+            return None;
         }
-        return;
+        span.record("trace_id", tracing::field::display(incoming));
+        let mut carrier: HashMap<String, String> = HashMap::new();
+        propagator.inject_context(&parent, &mut carrier);
+        return carrier.remove("traceparent");
     }
     // Name and kind first: reading the context below starts the OpenTelemetry span.
     span.record("otel.name", format!("{method} {route}"));
@@ -139,6 +171,20 @@ pub fn link_request(span: &tracing::Span, headers: &HeaderMap, method: &str, rou
     let id = span.context().span().span_context().trace_id();
     if id != TraceId::INVALID {
         span.record("trace_id", tracing::field::display(id));
+    }
+    None
+}
+
+/// Makes `span` (not yet entered) a child of the stored `traceparent` of the operation that
+/// caused it; an invalid value is ignored (the span starts a trace of its own).
+pub fn continue_trace(span: &tracing::Span, traceparent: &str) {
+    if !exporting() {
+        return;
+    }
+    let carrier = HashMap::from([("traceparent".to_owned(), traceparent.to_owned())]);
+    let parent = TraceContextPropagator::new().extract(&carrier);
+    if parent.span().span_context().is_valid() {
+        let _ = span.set_parent(parent);
     }
 }
 
@@ -181,6 +227,30 @@ pub fn traceparent(span: &tracing::Span) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_valid_incoming_traceparent_is_passed_on() {
+        let valid = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        for (value, want) in [
+            (valid, Some(valid)),
+            ("garbage", None),
+            (
+                "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+                None,
+            ),
+            (
+                "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+                None,
+            ),
+        ] {
+            let mut headers = HeaderMap::new();
+            headers.insert("traceparent", value.parse().expect("header"));
+            let got = link_request(&tracing::Span::none(), &headers, "POST", "/x");
+            assert_eq!(got.as_deref(), want, "{value}");
+        }
+        let got = link_request(&tracing::Span::none(), &HeaderMap::new(), "POST", "/x");
+        assert_eq!(got, None);
+    }
 
     #[test]
     fn the_traces_path_is_appended_once() {

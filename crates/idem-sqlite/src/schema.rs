@@ -561,6 +561,7 @@ mod tests {
                 state: "needs_review".into(),
                 error_category: Some("timeout".into()),
                 attempt: 2,
+                traceparent: None,
             }
         );
         let gone: i64 = conn

@@ -105,7 +105,7 @@ impl Backend for WriteTx<'_> {
         }
         let mut alerts_queued = 0;
         for a in plan.alerts {
-            alerts_queued += queue_alert(conn, ns.as_str(), key.as_str(), a)?;
+            alerts_queued += queue_alert(conn, ns.as_str(), key.as_str(), a, plan.traceparent)?;
         }
         Ok(Persisted {
             seqs,
@@ -190,8 +190,9 @@ fn queue_alert(
     ns: &str,
     key: &str,
     a: &AlertDraft,
+    traceparent: Option<&str>,
 ) -> Result<usize, StoreError> {
-    let item = idem_store::NewOutboxItem::alert(ns, key, a);
+    let item = idem_store::NewOutboxItem::alert(ns, key, a, traceparent);
     Ok(usize::from(outbox::enqueue(conn, &item, a.at)?.is_some()))
 }
 

@@ -130,6 +130,8 @@ pub struct Plan<'a> {
     /// Alerts to queue: empty when the namespace has nowhere to send them (the rows would pile
     /// up undeliverable).
     pub alerts: &'a [AlertDraft],
+    /// The caller's `traceparent`, stored with the alerts.
+    pub traceparent: Option<&'a str>,
 }
 
 impl Plan<'_> {
@@ -151,7 +153,12 @@ impl Plan<'_> {
 }
 
 /// The transition → persist rule.
-pub fn plan<'a>(t: &'a Transition, policy: &Policy, day: i64) -> Plan<'a> {
+pub fn plan<'a>(
+    t: &'a Transition,
+    policy: &Policy,
+    day: i64,
+    traceparent: Option<&'a str>,
+) -> Plan<'a> {
     let write = match &t.write {
         Write::None => PlanWrite::None,
         Write::Insert(r) => PlanWrite::Insert(r),
@@ -172,6 +179,7 @@ pub fn plan<'a>(t: &'a Transition, policy: &Policy, day: i64) -> Plan<'a> {
         } else {
             &[]
         },
+        traceparent,
     }
 }
 
@@ -389,7 +397,7 @@ async fn once<B: Backend>(
     );
     let from_state = loaded.record.as_ref().map(|r| r.state);
     let persisted = {
-        let plan = plan(&t, loaded.ns.policy(), day);
+        let plan = plan(&t, loaded.ns.policy(), day, ctx.traceparent.as_deref());
         b.persist(ns, key, &plan, loaded).await?
     };
     Ok(finish(t, persisted, from_state))

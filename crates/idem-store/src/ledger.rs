@@ -56,8 +56,22 @@ impl Ledger {
         op: Op,
         actor: Option<String>,
     ) -> Result<Executed, StoreError> {
+        self.execute_traced(ns, key, op, actor, None).await
+    }
+
+    /// [`Ledger::execute`] for a caller with a W3C `traceparent`: alerts the operation queues
+    /// keep it, so their delivery continues the caller's trace.
+    pub async fn execute_traced(
+        &self,
+        ns: &Namespace,
+        key: &Key,
+        op: Op,
+        actor: Option<String>,
+        traceparent: Option<String>,
+    ) -> Result<Executed, StoreError> {
         let mut ctx = ExecCtx::at(self.clock.now());
         ctx.actor = actor;
+        ctx.traceparent = traceparent;
         self.store.execute(ns, key, op, ctx).await
     }
 

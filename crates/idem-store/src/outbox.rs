@@ -95,12 +95,18 @@ pub struct NewOutboxItem {
 
 impl NewOutboxItem {
     /// The outbox form of an alert the rules queued.
-    pub fn alert(namespace: &str, key: &str, a: &AlertDraft) -> NewOutboxItem {
+    pub fn alert(
+        namespace: &str,
+        key: &str,
+        a: &AlertDraft,
+        traceparent: Option<&str>,
+    ) -> NewOutboxItem {
         let payload = AlertPayload {
             reason: a.reason.as_str().to_owned(),
             state: a.state.as_str().to_owned(),
             error_category: a.error_category.clone(),
             attempt: a.attempt,
+            traceparent: traceparent.map(str::to_owned),
         };
         NewOutboxItem {
             kind: OutboxKind::Alert,
@@ -273,6 +279,10 @@ pub struct AlertPayload {
     pub state: String,
     pub error_category: Option<String>,
     pub attempt: u32,
+    /// The W3C `traceparent` of the request that queued the alert (absent in rows written
+    /// before it was kept, and for alerts of the janitor).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
 }
 
 impl AlertPayload {
@@ -312,6 +322,7 @@ impl crate::PendingAlert {
             tries: item.attempts,
             alert_url: None,
             alert_secret: None,
+            traceparent: a.traceparent,
         })
     }
 }

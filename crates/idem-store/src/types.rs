@@ -13,6 +13,9 @@ pub struct ExecCtx {
     pub lease_id: LeaseId,
     pub jitter: f64,
     pub actor: Option<String>,
+    /// The W3C `traceparent` of the request that runs the operation (validated by the
+    /// server), stored with any alert it queues so the delivery continues that trace.
+    pub traceparent: Option<String>,
 }
 
 impl ExecCtx {
@@ -23,6 +26,7 @@ impl ExecCtx {
             lease_id: LeaseId::random(),
             jitter: rand::random::<f64>(),
             actor: None,
+            traceparent: None,
         }
     }
 
@@ -216,6 +220,9 @@ pub struct PendingAlert {
     /// The namespace's current alert_secret (Some: sign the delivery). Read with the URL, at
     /// delivery time. Its `Debug` hides the value.
     pub alert_secret: Option<AlertSecret>,
+    /// The `traceparent` of the request whose operation queued the alert (None for alerts of
+    /// the janitor), so the delivery continues the caller's trace.
+    pub traceparent: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,7 +1,8 @@
 //! `idem serve --otlp-endpoint`: spans are exported over OTLP/HTTP (protobuf) to a local
 //! receiver that decodes every export request, the caller's W3C `traceparent` is the parent
 //! of the request span, the store step is a child of it, log lines carry the trace id, and
-//! an outbound alert carries a `traceparent` of an exported `alert.send` span.
+//! an outbound alert is an exported `alert.send` span in the trace of the request that caused
+//! it and carries its `traceparent`; without an exporter the alert carries the caller's.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -254,10 +255,12 @@ fn spans_reach_an_otlp_receiver_under_the_callers_trace_and_alerts_carry_tracepa
         "{lines}"
     );
 
-    // A failure that needs review sends an alert; it continues the trace of an exported
-    // client span.
+    // A failure that needs review sends an alert: its `alert.send` span belongs to the trace
+    // of the failing request (a different caller trace), under that request's span.
+    let fail_trace = "5cf92f3577b34da6a3ce929d0e0e4799";
     let fail = http
         .post(format!("{key_url}/fail"))
+        .header("traceparent", format!("00-{fail_trace}-{caller_span}-01"))
         .json(
             &serde_json::json!({"token": token, "error": {"category": "timeout", "message": "x"}}),
         )
@@ -286,6 +289,77 @@ fn spans_reach_an_otlp_receiver_under_the_callers_trace_and_alerts_carry_tracepa
             .get("http.response.status_code")
             .is_some_and(|v| v.contains("204")),
         "{send:?}"
+    );
+    assert_eq!(send.trace_id, fail_trace, "{send:?}");
+    let fail_request = wait_for("the fail request span", &got, |r| {
+        r.spans
+            .iter()
+            .find(|s| s.trace_id == fail_trace && s.parent_span_id == caller_span)
+            .cloned()
+    });
+    assert_eq!(send.parent_span_id, fail_request.span_id, "{send:?}");
+    drop(server);
+}
+
+#[test]
+fn without_an_exporter_an_alert_carries_the_callers_traceparent() {
+    let (base, got) = receiver();
+    let dir = tempfile::tempdir().expect("tmp");
+    let config = dir.path().join("idem.toml");
+    std::fs::write(
+        &config,
+        format!("alert_interval = \"50ms\"\n[namespaces.pay]\nalert_url = \"{base}/alert\"\n"),
+    )
+    .expect("config");
+    let addr = format!("127.0.0.1:{}", free_port());
+    let db = format!("sqlite://{}", dir.path().join("idem.db").display());
+    let mut child = idem();
+    child
+        .args(["serve", "--listen", &addr, "--db", &db])
+        .arg("--config")
+        .arg(&config)
+        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .env_remove("IDEM_OTLP_ENDPOINT")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let server = Killed(child.spawn().expect("spawn idem serve"));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while http_status(&addr, "/healthz") != Some(200) {
+        assert!(Instant::now() < deadline, "not serving");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let http = reqwest::blocking::Client::new();
+    let key_url = format!("http://{addr}/v1/namespaces/pay/keys/evt_2");
+    let claim = http
+        .post(format!("{key_url}/claim"))
+        .json(&serde_json::json!({}))
+        .send()
+        .expect("claim");
+    assert_eq!(claim.status(), 201);
+    let token = claim.json::<serde_json::Value>().expect("json")["token"]
+        .as_str()
+        .expect("token")
+        .to_owned();
+    let caller = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    let fail = http
+        .post(format!("{key_url}/fail"))
+        .header("traceparent", caller)
+        .json(
+            &serde_json::json!({"token": token, "error": {"category": "timeout", "message": "x"}}),
+        )
+        .send()
+        .expect("fail");
+    assert_eq!(fail.status(), 200);
+    let alert = wait_for("the alert", &got, |r| r.alerts.first().cloned());
+    assert_eq!(
+        alert.get("traceparent").map(String::as_str),
+        Some(caller),
+        "{alert:?}"
+    );
+    assert!(
+        got.lock().expect("lock").spans.is_empty(),
+        "nothing is exported"
     );
     drop(server);
 }

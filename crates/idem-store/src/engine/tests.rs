@@ -13,6 +13,7 @@ fn exec_ctx(now: i64) -> ExecCtx {
         lease_id: LeaseId::random(),
         jitter: 0.5,
         actor: None,
+        traceparent: None,
     }
 }
 fn claim() -> Op {
@@ -96,7 +97,7 @@ fn a_plan_is_exactly_the_transition() {
                                 alerts: alerts.clone(),
                                 reply: Err(idem_core::OpError::NotFound),
                             };
-                            let p = plan(&t, &policy, 42);
+                            let p = plan(&t, &policy, 42, None);
                             match (&write, p.write) {
                                 (Write::None, PlanWrite::None) => {}
                                 (Write::Insert(r), PlanWrite::Insert(x)) => assert_eq!(**r, *x),

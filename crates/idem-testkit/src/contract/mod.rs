@@ -189,6 +189,7 @@ impl H {
             lease_id: LeaseId::random(),
             jitter: 0.5,
             actor: actor.map(str::to_owned),
+            traceparent: None,
         };
         self.store
             .execute(&self.ns, k, op, ctx)

@@ -436,6 +436,7 @@ async fn one_case(
             lease_id: LeaseId::random(),
             jitter: JITTER,
             actor: Some("model".into()),
+            traceparent: None,
         };
         let token_of = |w: usize| tokens[w].clone().unwrap_or_else(|| made_up.clone());
         let store_op = match op {

@@ -11,10 +11,12 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use idem_core::{Class, CompleteRequest, FailErrorInput, FailRequest, Op, State, Timestamp};
+use idem_core::{
+    Class, CompleteRequest, FailErrorInput, FailRequest, LeaseId, Op, State, Timestamp,
+};
 use idem_store::{
-    AlertOutcome, AlertPayload, Jitter, NewOutboxItem, OutboxItem, OutboxKind, OutboxOutcome,
-    OutboxState, RetrySchedule, Secret, SecretKind, SecretOwner, Store,
+    AlertOutcome, AlertPayload, ExecCtx, Jitter, NewOutboxItem, OutboxItem, OutboxKind,
+    OutboxOutcome, OutboxState, RetrySchedule, Secret, SecretKind, SecretOwner, Store,
 };
 use serde_json::json;
 use tokio::sync::Barrier;
@@ -27,6 +29,7 @@ macro_rules! outbox_suite {
     ($backend:ty) => {
         $crate::outbox_suite!(@cases $backend;
             alerts_are_enqueued_by_the_record_write_and_only_by_it,
+            an_alert_keeps_the_traceparent_of_the_operation_that_queued_it,
             enqueue_is_deduplicated_per_record_kind_and_dedupe,
             a_claim_leases_until_expiry_and_a_reclaim_makes_a_new_holder,
             failed_attempts_are_counted_backed_off_and_dead_after_the_budget,
@@ -97,9 +100,23 @@ async fn finish(h: &H, it: &OutboxItem, outcome: OutboxOutcome) -> bool {
 
 /// Acquires `k` and reports an ambiguous failure: the record enters `needs_review`.
 async fn to_review(h: &H, k: &str) -> usize {
+    to_review_traced(h, k, None).await
+}
+
+/// [`to_review`] by a caller whose request had `traceparent`.
+async fn to_review_traced(h: &H, k: &str, traceparent: Option<&str>) -> usize {
     let token = h.acquire(&key(k)).await;
+    let ctx = ExecCtx {
+        now: h.now(),
+        lease_id: LeaseId::random(),
+        jitter: 0.5,
+        actor: None,
+        traceparent: traceparent.map(str::to_owned),
+    };
     let e = h
-        .exec(
+        .store
+        .execute(
+            &h.ns,
             &key(k),
             Op::Fail(FailRequest {
                 token,
@@ -112,11 +129,36 @@ async fn to_review(h: &H, k: &str) -> usize {
                     message: "card 4242 timed out".into(),
                 }),
             }),
-            None,
+            ctx,
         )
-        .await;
+        .await
+        .unwrap_or_else(|e| panic!("store error on {k}: {e}"));
     ok_reply(&e);
     e.alerts_queued
+}
+
+pub async fn an_alert_keeps_the_traceparent_of_the_operation_that_queued_it<B: Backend>(b: Arc<B>) {
+    let h = H::new(&*b, "pay").await;
+    h.patch(json!({"alert_url": "http://127.0.0.1:9/hook"}))
+        .await;
+    let tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    assert_eq!(to_review_traced(&h, "traced", Some(tp)).await, 1);
+    assert_eq!(to_review(&h, "plain").await, 1);
+    let due = h
+        .store
+        .due_alerts(h.now(), 10, LEASE_MS)
+        .await
+        .expect("due alerts");
+    let mut seen: Vec<(String, Option<String>)> =
+        due.into_iter().map(|a| (a.key, a.traceparent)).collect();
+    seen.sort();
+    assert_eq!(
+        seen,
+        [
+            ("plain".to_owned(), None),
+            ("traced".to_owned(), Some(tp.to_owned()))
+        ]
+    );
 }
 
 // ================================================================ enqueue

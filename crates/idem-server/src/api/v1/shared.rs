@@ -14,8 +14,11 @@ use crate::state::AppState;
 
 /// Runs one operation and returns what the store did (the refusal stays inside).
 pub async fn exec(st: &AppState, nk: &NsKey, op: Op, actor: Option<String>) -> ApiResult<Executed> {
+    let traceparent = crate::telemetry::operation_traceparent();
     let span = crate::telemetry::store_span(nk.ns.as_str(), op.name());
-    let run = st.ledger.execute(&nk.ns, &nk.key, op, actor);
+    let run = st
+        .ledger
+        .execute_traced(&nk.ns, &nk.key, op, actor, traceparent);
     Ok(tracing::Instrument::instrument(run, span).await?)
 }
 

@@ -162,9 +162,17 @@ impl Drop for Killed {
     }
 }
 
-#[test]
-fn spans_reach_an_otlp_receiver_under_the_callers_trace_and_alerts_carry_traceparent() {
-    let (base, got) = receiver();
+/// A running `idem serve` on SQLite whose namespace `pay` sends alerts to `{base}/alert`
+/// every 50 ms, exporting spans to `base` when `export` (every 100 ms), its log in `log`.
+struct Served {
+    addr: String,
+    log: std::path::PathBuf,
+    _server: Killed,
+    // Held so the ledger and the config live as long as the server.
+    _dir: tempfile::TempDir,
+}
+
+fn serve_alerting_to(base: &str, export: bool) -> Served {
     let dir = tempfile::tempdir().expect("tmp");
     let config = dir.path().join("idem.toml");
     std::fs::write(
@@ -172,8 +180,7 @@ fn spans_reach_an_otlp_receiver_under_the_callers_trace_and_alerts_carry_tracepa
         format!("alert_interval = \"50ms\"\n[namespaces.pay]\nalert_url = \"{base}/alert\"\n"),
     )
     .expect("config");
-    let port = free_port();
-    let addr = format!("127.0.0.1:{port}");
+    let addr = format!("127.0.0.1:{}", free_port());
     let log = dir.path().join("serve.log");
     let db = format!("sqlite://{}", dir.path().join("idem.db").display());
     let mut child = idem();
@@ -181,21 +188,39 @@ fn spans_reach_an_otlp_receiver_under_the_callers_trace_and_alerts_carry_tracepa
         .args(["serve", "--listen", &addr, "--db", &db])
         .arg("--config")
         .arg(&config)
-        .args(["--otlp-endpoint", &base])
-        // Export every 100 ms instead of every 5 s.
-        .env("OTEL_BSP_SCHEDULE_DELAY", "100")
         .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .env_remove("IDEM_OTLP_ENDPOINT")
         .env_remove("OTEL_SERVICE_NAME")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&log).expect("log"));
+    if export {
+        // Export every 100 ms instead of every 5 s.
+        child
+            .args(["--otlp-endpoint", base])
+            .env("OTEL_BSP_SCHEDULE_DELAY", "100");
+    }
     let server = Killed(child.spawn().expect("spawn idem serve"));
-    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
     let deadline = Instant::now() + Duration::from_secs(30);
     while http_status(&addr, "/healthz") != Some(200) {
-        assert!(Instant::now() < deadline, "not serving:\n{}", log_text());
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        assert!(Instant::now() < deadline, "not serving:\n{text}");
         std::thread::sleep(Duration::from_millis(50));
     }
+    Served {
+        addr,
+        log,
+        _server: server,
+        _dir: dir,
+    }
+}
+
+#[test]
+fn spans_reach_an_otlp_receiver_under_the_callers_trace_and_alerts_carry_traceparent() {
+    let (base, got) = receiver();
+    let app = serve_alerting_to(&base, true);
+    let addr = &app.addr;
+    let log_text = || std::fs::read_to_string(&app.log).unwrap_or_default();
 
     let trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
     let caller_span = "00f067aa0ba902b7";
@@ -298,37 +323,14 @@ fn spans_reach_an_otlp_receiver_under_the_callers_trace_and_alerts_carry_tracepa
             .cloned()
     });
     assert_eq!(send.parent_span_id, fail_request.span_id, "{send:?}");
-    drop(server);
+    drop(app);
 }
 
 #[test]
 fn without_an_exporter_an_alert_carries_the_callers_traceparent() {
     let (base, got) = receiver();
-    let dir = tempfile::tempdir().expect("tmp");
-    let config = dir.path().join("idem.toml");
-    std::fs::write(
-        &config,
-        format!("alert_interval = \"50ms\"\n[namespaces.pay]\nalert_url = \"{base}/alert\"\n"),
-    )
-    .expect("config");
-    let addr = format!("127.0.0.1:{}", free_port());
-    let db = format!("sqlite://{}", dir.path().join("idem.db").display());
-    let mut child = idem();
-    child
-        .args(["serve", "--listen", &addr, "--db", &db])
-        .arg("--config")
-        .arg(&config)
-        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
-        .env_remove("IDEM_OTLP_ENDPOINT")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    let server = Killed(child.spawn().expect("spawn idem serve"));
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while http_status(&addr, "/healthz") != Some(200) {
-        assert!(Instant::now() < deadline, "not serving");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let app = serve_alerting_to(&base, false);
+    let addr = &app.addr;
     let http = reqwest::blocking::Client::new();
     let key_url = format!("http://{addr}/v1/namespaces/pay/keys/evt_2");
     let claim = http
@@ -361,7 +363,7 @@ fn without_an_exporter_an_alert_carries_the_callers_traceparent() {
         got.lock().expect("lock").spans.is_empty(),
         "nothing is exported"
     );
-    drop(server);
+    drop(app);
 }
 
 #[test]

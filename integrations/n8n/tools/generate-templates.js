@@ -759,6 +759,177 @@ function nodeWebhookExample() {
 	return w;
 }
 
+// (f) Stripe charge via an effect: idem makes the call under the key (stock HTTP Request node) ---
+
+const STRIPE_CHARGE_NOTE = [
+	'## Charge once: let idem make the call',
+	'One **effect** call replaces claim → Switch → charge → complete/fail. idem claims `order-{id}:charge`, sends the request to Stripe with the key as `Idempotency-Key` (the same value on every retry), stores Stripe\'s answer and replays it to every later call with the key.',
+	'',
+	'- **Performed** → charged now. **Duplicate** → charged before: the stored answer comes back (`Idempotent-Replayed`).',
+	'- **Failed** → Stripe refused for good (402 card declined): replayed too, never re-sent.',
+	'- **Retry later** → 429/503/connection refused: 409 + Retry-After to the caller; the next delivery resumes with the same key.',
+	'- **Needs review** → only without `destination_idempotent` (a 5xx or timeout may have charged). Stripe dedupes by the key, so here a 5xx or timeout is retried safely instead.',
+	'- **Blocked** → same order id, different amount: never sent.',
+	'',
+	'Setup: credential **idem worker token** (Header Auth: `Authorization` = `Bearer <token>`); n8n Variables `IDEM_URL`, `STRIPE_SECRET_KEY` and optionally `STRIPE_API_URL` (Variables are readable by everyone who edits workflows: use a restricted key). idem never stores, logs or returns the request headers. Stripe keeps idempotency keys 24 h: keep the namespace `retry_window_ms` below that. Optional egress policy on the namespace: `egress: {allow: ["api.stripe.com"]}`.',
+].join('\n');
+
+const STRIPE_REQUEST = (req) =>
+	`{ method: 'POST', url: ${S}.stripe_url + '/v1/payment_intents', headers: { Authorization: 'Bearer ' + $vars.STRIPE_SECRET_KEY, 'Content-Type': 'application/x-www-form-urlencoded' }, body_text: 'amount=' + encodeURIComponent(${req}.amount) + '&currency=' + encodeURIComponent(${req}.currency || 'eur') + '&customer=' + encodeURIComponent(${req}.customer) + '&payment_method=' + encodeURIComponent(${req}.payment_method) + '&confirm=true&off_session=true&metadata[order_id]=' + encodeURIComponent(${req}.order_id) }`;
+
+function effectResponds(w, from, outs, idExpr, pos) {
+	const [x, y] = pos;
+	const ok = w.add(
+		L.respond('Respond 200: charged', [x, y], {
+			code: 200,
+			body: `{ received: true, status: $json.body.outcome === 'performed' ? 'charged' : 'already_charged', id: ${idExpr}, payment_intent: $json.body.response && $json.body.response.body ? $json.body.response.body.id : null }`,
+		}),
+	);
+	w.link(from, ok, outs.performed);
+	w.link(from, ok, outs.duplicate);
+	const declined = w.add(
+		L.respond('Respond 200: declined', [x, y + 160], {
+			code: 200,
+			body: `{ received: true, status: 'declined', id: ${idExpr}, stripe_status: $json.body.response ? $json.body.response.status : null }`,
+		}),
+	);
+	w.link(from, declined, outs.failed);
+	const busy = w.add(
+		L.respond('Respond 409: retry later', [x, y + 320], {
+			code: 409,
+			body: `{ received: false, status: $json.body.outcome, retry_after_ms: $json.body.retry_after_ms, id: ${idExpr} }`,
+			headers: [['Retry-After', '={{ Math.max(1, Math.ceil(($json.body.retry_after_ms || 5000) / 1000)) }}']],
+		}),
+	);
+	w.link(from, busy, outs.retry);
+	const person = w.add(
+		L.respond('Respond: a person decides', [x, y + 480], {
+			code: "={{ $json.body.outcome === 'needs_review' ? 503 : 200 }}",
+			body: `{ received: $json.body.outcome !== 'needs_review', status: $json.body.outcome, id: ${idExpr} }`,
+		}),
+	);
+	w.link(from, person, outs.review);
+	w.link(from, person, outs.blocked);
+	return { ok, busy, person };
+}
+
+function stripeChargeEffect() {
+	const w = new L.Workflow({ id: 'idemTplEffectStr', name: 'idem · Stripe charge via effect (idem makes the call once)' });
+	const REQ = "$('Order paid').item.json.body";
+	const KEY = `'order-' + ${REQ}.order_id + ':charge'`;
+	const ID = `${REQ}.order_id`;
+	w.add(L.sticky('About this template', STRIPE_CHARGE_NOTE, [-440, -80], { width: 540, height: 600 }));
+	const hook = w.add(L.webhook('Order paid', 'idem-effect-charge', [120, 300]));
+	const set = w.add(
+		L.settings([340, 300], 'charges', [['stripe_url', "={{ ($vars.STRIPE_API_URL || 'https://api.stripe.com').replace(/\\/+$/, '') }}"]]),
+	);
+	w.link(hook, set);
+	const eff = w.add(
+		L.effect('Charge via idem', [560, 300], KEY, {
+			request: STRIPE_REQUEST(REQ),
+			extra: ['destination_idempotent: true', 'wait_ms: 10000', `correlation_id: String(${REQ}.order_id)`],
+		}),
+	);
+	w.link(set, eff);
+	const sw = w.add(L.outcomeSwitch('charge: outcome?', [800, 280], L.EFFECT_OUTCOME_OUTPUTS));
+	w.link(eff, sw, 0);
+	effectResponds(w, sw, L.EFFECT_OUT, ID, [1060, 60]);
+	const down = w.add(
+		L.respond('Respond 503: idem unreachable', [800, 560], {
+			code: 503,
+			body: `{ received: false, status: 'gate_unavailable', id: ${ID} }`,
+			headers: [['Retry-After', '30']],
+		}),
+	);
+	w.link(eff, down, 1);
+	// The switch's fallback (an answer without outcome: a refusal such as destination_forbidden).
+	const refused = w.add(
+		L.respond('Respond 500: refused by idem', [1060, 900], {
+			code: 500,
+			body: `{ received: false, status: $json.body.code || 'error', detail: $json.body.detail, id: ${ID} }`,
+		}),
+	);
+	w.link(sw, refused, L.EFFECT_OUT.error);
+	return w;
+}
+
+function nodeEffectExample() {
+	const w = new L.Workflow({ id: 'idemNodeEffect01', name: 'idem node · Stripe charge via the Effect operation' });
+	const REQ = "$('Order paid').item.json.body";
+	w.add(
+		L.sticky(
+			'About this example',
+			[
+				'## Idempotency Gate node · Effect',
+				'**Effect** has one output per outcome: Performed, Duplicate, Failed, Retry Later, Needs Review, Blocked. idem sends the request with the key as `Idempotency-Key` and replays the stored answer to every later call.',
+				'Credential **idem** (Base URL + token); n8n Variable `STRIPE_SECRET_KEY` (a restricted key). Headers are sent, never stored.',
+			].join('\n'),
+			[-440, -60],
+			{ width: 420, height: 300 },
+		),
+	);
+	const hook = w.add(L.webhook('Order paid', 'idem-node-effect-charge', [0, 300]));
+	const eff = w.add({
+		name: 'Charge',
+		type: 'n8n-nodes-idem.idempotencyGate',
+		typeVersion: 1,
+		position: [240, 300],
+		parameters: {
+			operation: 'effect',
+			namespace: 'charges-node',
+			key: `={{ 'order-' + ${REQ}.order_id + ':charge' }}`,
+			effectMethod: 'POST',
+			effectUrl: "={{ ($vars.STRIPE_API_URL || 'https://api.stripe.com').replace(/\\/+$/, '') + '/v1/payment_intents' }}",
+			effectHeaders: {
+				header: [
+					{ name: 'Authorization', value: '={{ "Bearer " + $vars.STRIPE_SECRET_KEY }}' },
+					{ name: 'Content-Type', value: 'application/x-www-form-urlencoded' },
+				],
+			},
+			effectBodyMode: 'text',
+			effectText: `={{ 'amount=' + encodeURIComponent(${REQ}.amount) + '&currency=' + encodeURIComponent(${REQ}.currency || 'eur') + '&customer=' + encodeURIComponent(${REQ}.customer) + '&payment_method=' + encodeURIComponent(${REQ}.payment_method) + '&confirm=true&off_session=true&metadata[order_id]=' + encodeURIComponent(${REQ}.order_id) }}`,
+			effectOptions: { destinationIdempotent: 'yes', waitMs: 10000, correlationId: `={{ String(${REQ}.order_id) }}` },
+		},
+		credentials: { idemApi: { id: 'idemNodeCredent1', name: 'idem' } },
+	});
+	w.link(hook, eff);
+	const ID = `${REQ}.order_id`;
+	const out = { performed: 0, duplicate: 1, failed: 2, retry: 3, review: 4, blocked: 5 };
+	const [x, y] = [520, 0];
+	const ok = w.add(
+		L.respond('Respond 200: charged', [x, y], {
+			code: 200,
+			body: `{ received: true, status: $json.idem.outcome === 'performed' ? 'charged' : 'already_charged', id: ${ID}, payment_intent: $json.idem.response && $json.idem.response.body ? $json.idem.response.body.id : null }`,
+		}),
+	);
+	w.link(eff, ok, out.performed);
+	w.link(eff, ok, out.duplicate);
+	const declined = w.add(
+		L.respond('Respond 200: declined', [x, y + 160], {
+			code: 200,
+			body: `{ received: true, status: 'declined', id: ${ID}, stripe_status: $json.idem.response ? $json.idem.response.status : null }`,
+		}),
+	);
+	w.link(eff, declined, out.failed);
+	const busy = w.add(
+		L.respond('Respond 409: retry later', [x, y + 320], {
+			code: 409,
+			body: `{ received: false, status: $json.idem.outcome, id: ${ID} }`,
+			headers: [['Retry-After', '={{ Math.max(1, Math.ceil(($json.idem.retry_after_ms || 5000) / 1000)) }}']],
+		}),
+	);
+	w.link(eff, busy, out.retry);
+	const person = w.add(
+		L.respond('Respond: a person decides', [x, y + 480], {
+			code: "={{ $json.idem.outcome === 'needs_review' ? 503 : 200 }}",
+			body: `{ received: $json.idem.outcome !== 'needs_review', status: $json.idem.outcome, id: ${ID} }`,
+		}),
+	);
+	w.link(eff, person, out.review);
+	w.link(eff, person, out.blocked);
+	return w;
+}
+
 // ------------------------------------------------------------------------------------------------
 
 const OUTPUTS = [
@@ -767,7 +938,9 @@ const OUTPUTS = [
 	[path.join(TEMPLATES, 'cron-sweep-job-date.json'), cronSweep],
 	[path.join(TEMPLATES, 'fan-out-one-key-per-effect.json'), fanOut],
 	[path.join(TEMPLATES, 'error-branch-fail-classify.json'), errorBranch],
+	[path.join(TEMPLATES, 'stripe-charge-via-effect.json'), stripeChargeEffect],
 	[path.join(EXAMPLES, 'webhook-gate-node.json'), nodeWebhookExample],
+	[path.join(EXAMPLES, 'stripe-charge-effect-node.json'), nodeEffectExample],
 ];
 
 function main() {

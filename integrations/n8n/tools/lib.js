@@ -174,7 +174,18 @@ function filter(name, conditions, combinator = 'or') {
 	};
 }
 
-function outcomeSwitch(name, pos) {
+/** Outputs of the switch after an effect (the 7th, index 6, is "idem error": no outcome). */
+const EFFECT_OUTCOME_OUTPUTS = [
+	['Performed', ['performed']],
+	['Duplicate', ['completed']],
+	['Failed', ['failed_permanent']],
+	['Retry later', ['backoff', 'in_flight', 'awaiting_approval', 'paused', 'limited']],
+	['Needs review', ['needs_review']],
+	['Blocked', ['conflict']],
+];
+const EFFECT_OUT = { performed: 0, duplicate: 1, failed: 2, retry: 3, review: 4, blocked: 5, error: 6 };
+
+function outcomeSwitch(name, pos, outputs = OUTCOME_OUTPUTS) {
 	return {
 		name,
 		type: 'n8n-nodes-base.switch',
@@ -182,7 +193,7 @@ function outcomeSwitch(name, pos) {
 		position: pos,
 		parameters: {
 			rules: {
-				values: OUTCOME_OUTPUTS.map(([label, outcomes]) => ({
+				values: outputs.map(([label, outcomes]) => ({
 					conditions: filter(
 						`${name}/${label}`,
 						outcomes.map((o) => ({
@@ -199,6 +210,19 @@ function outcomeSwitch(name, pos) {
 			options: { fallbackOutput: 'extra', renameFallbackOutput: 'idem error' },
 		},
 	};
+}
+
+/**
+ * Effect: idem makes the outbound call under the key. Full Response + Never Error like a claim:
+ * every answer is data for the switch; only "idem unreachable" takes the error output. NEVER
+ * "Retry On Fail" here either: calling again is safe (idem replays or resumes), but the node's
+ * own retry would hide the outcome from the switch. The timeout covers the destination call.
+ */
+function effect(name, pos, keyExpr, { request, extra = [], timeoutMs = 30000 }) {
+	const fields = [`request: ${request}`, 'owner: $execution.id', `timeout_ms: ${timeoutMs}`, ...extra];
+	const node = idemRequest(name, pos, { url: keyUrl(keyExpr, 'effect'), body: `{ ${fields.join(', ')} }` });
+	node.parameters.options.timeout = timeoutMs + 20000;
+	return node;
 }
 
 /** IF the side effect's HTTP answer was 2xx (Full Response on the side-effect node). */
@@ -343,6 +367,8 @@ function schedule(name, pos, cron) {
 }
 
 module.exports = {
+	EFFECT_OUT,
+	EFFECT_OUTCOME_OUTPUTS,
 	IDEM_CREDENTIAL,
 	IDEM_OPERATOR_CREDENTIAL,
 	OUT,
@@ -353,6 +379,7 @@ module.exports = {
 	claim,
 	code,
 	complete,
+	effect,
 	failHttp,
 	failTransport,
 	ifExpr,

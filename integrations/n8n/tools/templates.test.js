@@ -48,15 +48,21 @@ for (const [file] of OUTPUTS) {
 			assert.equal(n.parameters.options.response.response.responseFormat, 'json', n.name);
 			assert.equal(n.parameters.authentication, 'genericCredentialType', n.name);
 			assert.ok(n.credentials && n.credentials.httpHeaderAuth, n.name);
-			if (/\/claim$/.test(n.parameters.url)) {
-				assert.notEqual(n.retryOnFail, true, `${n.name}: never Retry On Fail on claim`);
+			if (/\/(claim|effect)$/.test(n.parameters.url)) {
+				assert.notEqual(n.retryOnFail, true, `${n.name}: never Retry On Fail on claim or effect`);
 				assert.equal(n.parameters.options.response.response.neverError, true, n.name);
 				assert.equal(n.parameters.options.response.response.fullResponse, true, n.name);
 				assert.equal(n.onError, 'continueErrorOutput', n.name);
 			}
 			if (/\/complete$/.test(n.parameters.url)) assert.equal(n.retryOnFail, true, `${n.name}: complete retries`);
 		}
-		if (name.startsWith('templates/')) assert.ok(idemCalls.length >= 2);
+		// Claim + complete/fail at least, or one effect (idem makes the call and records it).
+		const effects = idemCalls.filter((n) => /\/effect$/.test(n.parameters.url));
+		if (name.startsWith('templates/')) assert.ok(idemCalls.length >= 2 || effects.length >= 1);
+		for (const n of effects) {
+			assert.ok(n.parameters.options.timeout > 30000, `${n.name}: the call to idem outlasts the effect's own timeout`);
+			assert.doesNotMatch(n.parameters.jsonBody, /idempotency_header: null/, `${n.name}: the key reaches the destination`);
+		}
 	});
 
 	test(`${name}: no secrets, no execution id in keys, no hard-coded idem address outside the settings default`, () => {

@@ -108,3 +108,83 @@ test("fail body: n8n's rewritten socket messages are recognised", () => {
 	const t = gate.failBody('t', { kind: 'auto', category: 'auto', sent: 'unknown', error: { message: "The connection timed out, consider setting the 'Retry on Fail' option" } });
 	assert.equal(t.error.category, 'timeout');
 });
+
+test('effect: every outcome has an output; none is unknown-but-routed', () => {
+	const E = gate.EFFECT_OUTPUT;
+	assert.equal(gate.effectOutputForOutcome('performed'), E.performed);
+	assert.equal(gate.effectOutputForOutcome('completed'), E.duplicate);
+	assert.equal(gate.effectOutputForOutcome('failed_permanent'), E.failed);
+	for (const o of ['backoff', 'in_flight', 'awaiting_approval', 'paused', 'limited']) {
+		assert.equal(gate.effectOutputForOutcome(o), E.retryLater, o);
+	}
+	assert.equal(gate.effectOutputForOutcome('needs_review'), E.needsReview);
+	assert.equal(gate.effectOutputForOutcome('conflict'), E.blocked);
+	assert.equal(gate.effectOutputForOutcome('acquired'), undefined, 'an effect never hands out a lease');
+	assert.equal(gate.effectOutputForOutcome('something_new'), undefined);
+	assert.deepEqual(gate.EFFECT_OUTPUT_NAMES, ['Performed', 'Duplicate', 'Failed', 'Retry Later', 'Needs Review', 'Blocked']);
+});
+
+test('effect body: request, headers, JSON or text body, options in the contract names', () => {
+	assert.deepEqual(
+		gate.effectBody({
+			method: 'post',
+			url: 'https://api.example.com/charges',
+			headers: [{ name: 'Authorization', value: 'Bearer sk' }, { name: '', value: 'ignored' }],
+			bodyMode: 'json',
+			body: '{"amount":100}',
+			owner: '42',
+		}),
+		{
+			request: { method: 'POST', url: 'https://api.example.com/charges', headers: { Authorization: 'Bearer sk' }, body: { amount: 100 } },
+			owner: '42',
+		},
+	);
+	assert.deepEqual(
+		gate.effectBody({
+			method: 'PUT',
+			url: 'http://h/x',
+			bodyMode: 'text',
+			bodyText: 'a=1&b=2',
+			idempotencyHeader: 'X-Request-Key',
+			timeoutMs: 5000,
+			success: '200, 201',
+			destinationIdempotent: 'yes',
+			reconcileUrl: 'http://h/by-ref/{key}',
+			reconcileFound: '',
+			reconcileNotFound: '404,410',
+			correlationId: 'c-1',
+			waitMs: 200,
+		}),
+		{
+			request: { method: 'PUT', url: 'http://h/x', body_text: 'a=1&b=2' },
+			idempotency_header: 'X-Request-Key',
+			timeout_ms: 5000,
+			success: [200, 201],
+			destination_idempotent: true,
+			reconcile: { method: 'GET', url: 'http://h/by-ref/{key}', found: [200], not_found: [404, 410] },
+			correlation_id: 'c-1',
+			wait_ms: 200,
+		},
+	);
+	assert.deepEqual(
+		gate.effectBody({ method: 'DELETE', url: 'https://h/x/1', bodyMode: 'none', body: { a: 1 }, sendIdempotencyHeader: false, success: '2XX', destinationIdempotent: 'no' }),
+		{ request: { method: 'DELETE', url: 'https://h/x/1' }, idempotency_header: null, success: '2xx', destination_idempotent: false },
+	);
+});
+
+test('effect body: what can be checked before anything is claimed is refused with a reason', () => {
+	const ok = { method: 'POST', url: 'https://h/x', bodyMode: 'none' };
+	assert.throws(() => gate.effectBody({ ...ok, method: 'GET' }), /Method "GET" is not one of POST, PUT, PATCH, DELETE/);
+	assert.throws(() => gate.effectBody({ ...ok, url: 'ftp://h/x' }), /not an http\(s\) URL/);
+	assert.throws(() => gate.effectBody({ ...ok, url: '' }), /not an http\(s\) URL/);
+	assert.throws(() => gate.effectBody({ ...ok, headers: [{ name: 'Bad Name', value: 'x' }] }), /not a valid HTTP header name/);
+	assert.throws(
+		() => gate.effectBody({ ...ok, headers: [{ name: 'X-A', value: '1' }, { name: 'x-a', value: '2' }] }),
+		/given twice/,
+	);
+	assert.throws(() => gate.effectBody({ ...ok, success: '200, nope' }), /"nope" is not an HTTP status code/);
+	assert.throws(() => gate.effectBody({ ...ok, success: ' , ' }), /Success Statuses is empty/);
+	assert.throws(() => gate.effectBody({ ...ok, reconcileUrl: 'not a url' }), /Reconcile URL/);
+	assert.throws(() => gate.effectBody({ ...ok, bodyMode: 'json', body: '{nope' }), /Body is not valid JSON/);
+	assert.throws(() => gate.effectBody({ ...ok, idempotencyHeader: 'a b' }), /Idempotency header/);
+});

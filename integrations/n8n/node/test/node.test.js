@@ -222,5 +222,106 @@ test('description: claim has five named outputs, other operations one', () => {
 	assert.deepEqual(evalOutputs({ operation: 'claim' }).map((o) => o.displayName), ['Proceed', 'Duplicate', 'Busy', 'Needs Review', 'Blocked']);
 	assert.deepEqual(evalOutputs({}).length, 5, 'claim is the default operation');
 	assert.deepEqual(evalOutputs({ operation: 'complete' }), [{ type: 'main' }]);
+	assert.deepEqual(
+		evalOutputs({ operation: 'effect' }).map((o) => o.displayName),
+		['Performed', 'Duplicate', 'Failed', 'Retry Later', 'Needs Review', 'Blocked'],
+	);
 	assert.deepEqual(d.credentials, [{ name: 'idemApi', required: true }]);
+});
+
+const effectParams = (over = {}) => ({
+	operation: 'effect',
+	namespace: 'shop',
+	key: (i) => `evt_${i}:charge`,
+	effectMethod: 'POST',
+	effectUrl: 'https://api.example.com/charges',
+	effectHeaders: { header: [{ name: 'Authorization', value: 'Bearer sk_live_secret' }] },
+	effectBodyMode: 'json',
+	effectJson: (i) => ({ amount: 100 + i }),
+	effectOptions: { timeoutMs: 5000 },
+	...over,
+});
+
+test('effect builds the request to idem: URL, body in the contract shape, a timeout that covers the call', async () => {
+	const { out, requests } = await run({
+		items: [{ body: { id: 'evt_0' } }],
+		params: effectParams(),
+		respond: () => ({ statusCode: 200, body: { outcome: 'performed', response: { status: 201, headers: {}, body: { id: 'ch_1' }, truncated: false }, record: record('completed') } }),
+	});
+	assert.equal(requests.length, 1);
+	const r = requests[0];
+	assert.equal(r.method, 'POST');
+	assert.equal(r.url, 'http://127.0.0.1:7780/v1/namespaces/shop/keys/evt_0%3Acharge/effect');
+	assert.deepEqual(r.body, {
+		request: { method: 'POST', url: 'https://api.example.com/charges', headers: { Authorization: 'Bearer sk_live_secret' }, body: { amount: 100 } },
+		timeout_ms: 5000,
+		owner: '42',
+	});
+	assert.equal(r.ignoreHttpStatusErrors, true);
+	assert.ok(r.timeout >= 15000, `timeout ${r.timeout} covers the effect's own 5 s`);
+	assert.equal(out.length, 6);
+	assert.equal(out[0].length, 1);
+	assert.deepEqual(out[0][0].json.idem.response.body, { id: 'ch_1' });
+	assert.equal(out[0][0].json.idem.outcome, 'performed');
+	assert.deepEqual(out[0][0].json.body, { id: 'evt_0' }, 'the input item is kept');
+});
+
+test('effect routes each outcome to its output; a replay says so', async () => {
+	const answers = [
+		[200, 'performed', 0],
+		[200, 'completed', 1],
+		[200, 'failed_permanent', 2],
+		[409, 'backoff', 3],
+		[409, 'in_flight', 3],
+		[503, 'paused', 3],
+		[409, 'needs_review', 4],
+		[422, 'conflict', 5],
+	];
+	const { out } = await run({
+		items: answers.map(() => ({})),
+		params: effectParams(),
+		respond: (_req, n) => ({
+			statusCode: answers[n][0],
+			headers: answers[n][1] === 'completed' ? { 'idempotent-replayed': 'true' } : {},
+			body: { outcome: answers[n][1], response: null, record: record('processing'), ...(answers[n][1] === 'backoff' ? { retry_after_ms: 1500 } : {}) },
+		}),
+	});
+	answers.forEach(([status, outcome, o], i) => {
+		const hit = out[o].find((it) => it.pairedItem.item === i);
+		assert.ok(hit, `${outcome} lands on output ${o}`);
+		assert.equal(hit.json.idem.outcome, outcome);
+		assert.equal(hit.json.idem.status, status);
+	});
+	assert.equal(out[1][0].json.idem.replayed, true);
+	assert.equal(out[3].find((it) => it.json.idem.outcome === 'backoff').json.idem.retry_after_ms, 1500);
+});
+
+test('effect: a refusal without outcome (egress, validation) is an error naming the field; unreachable idem with Continue On Fail goes to Retry Later', async () => {
+	await assert.rejects(
+		run({
+			items: [{}],
+			params: effectParams(),
+			respond: () => ({ statusCode: 422, body: { code: 'destination_forbidden', detail: 'request.url: loopback address refused' } }),
+		}),
+		/destination_forbidden: request.url/,
+	);
+	const { out } = await run({
+		items: [{}],
+		params: effectParams(),
+		continueOnFail: true,
+		respond: () => {
+			throw Object.assign(new Error('connect ECONNREFUSED'), { code: 'ECONNREFUSED' });
+		},
+	});
+	assert.equal(out[3].length, 1, 'Retry Later');
+	assert.equal(out[0].length + out[1].length, 0, 'never Performed or Duplicate');
+});
+
+test('effect: a bad method or URL fails before anything is sent to idem', async () => {
+	const { requests, ctx } = (() => {
+		const h = require('./helpers');
+		return h.makeContext({ items: [{}], params: effectParams({ effectUrl: 'file:///etc/passwd' }), respond: () => ({ statusCode: 200, body: {} }) });
+	})();
+	await assert.rejects(new IdempotencyGate().execute.call(ctx), /not an http\(s\) URL/);
+	assert.equal(requests.length, 0);
 });

@@ -11,10 +11,14 @@ import {
 
 import {
 	CLAIM_OUTPUT_NAMES,
+	EFFECT_OUTPUT,
+	EFFECT_OUTPUT_NAMES,
 	OUTPUT,
 	claimBody,
 	completeBody,
 	describeProblem,
+	effectBody,
+	effectOutputForOutcome,
 	failBody,
 	keyProblem,
 	keyUrl,
@@ -23,6 +27,7 @@ import {
 	parseBody,
 	prepareBody,
 	requireToken,
+	type EffectParams,
 	type FailParams,
 } from './gate';
 
@@ -34,6 +39,12 @@ import {
 const configuredOutputs = (parameters: INodeParameters) => {
 	if ((parameters.operation ?? 'claim') === 'claim') {
 		return ['Proceed', 'Duplicate', 'Busy', 'Needs Review', 'Blocked'].map((displayName) => ({
+			type: 'main',
+			displayName,
+		}));
+	}
+	if (parameters.operation === 'effect') {
+		return ['Performed', 'Duplicate', 'Failed', 'Retry Later', 'Needs Review', 'Blocked'].map((displayName) => ({
 			type: 'main',
 			displayName,
 		}));
@@ -85,6 +96,13 @@ export class IdempotencyGate implements INodeType {
 						action: 'Complete a claimed key',
 					},
 					{
+						name: 'Effect',
+						value: 'effect',
+						description:
+							'Let idem make the HTTP call under the key (sent once, with the key as Idempotency-Key; duplicates get the stored response); routes to Performed, Duplicate, Failed, Retry Later, Needs Review or Blocked',
+						action: 'Make an HTTP call exactly once under a key',
+					},
+					{
 						name: 'Fail',
 						value: 'fail',
 						description: 'Record that the side effect failed; idem classifies it and says whether a retry is allowed',
@@ -115,7 +133,7 @@ export class IdempotencyGate implements INodeType {
 				type: 'string',
 				default: '={{ $json.body ? $json.body.id : $json.id }}',
 				required: true,
-				displayOptions: { show: { operation: ['claim'] } },
+				displayOptions: { show: { operation: ['claim', 'effect'] } },
 				description: SIDE_EFFECT_KEY_HINT,
 			},
 			{
@@ -205,6 +223,180 @@ export class IdempotencyGate implements INodeType {
 						typeOptions: { minValue: 0, maxValue: 30000 },
 						default: 0,
 						description: 'Instead of an immediate Busy, wait up to this long for the holder to finish (max 30000)',
+					},
+				],
+			},
+			// ---- effect
+			{
+				displayName: 'Method',
+				name: 'effectMethod',
+				type: 'options',
+				default: 'POST',
+				displayOptions: { show: { operation: ['effect'] } },
+				options: [
+					{ name: 'DELETE', value: 'DELETE' },
+					{ name: 'PATCH', value: 'PATCH' },
+					{ name: 'POST', value: 'POST' },
+					{ name: 'PUT', value: 'PUT' },
+				],
+			},
+			{
+				displayName: 'URL',
+				name: 'effectUrl',
+				type: 'string',
+				default: '',
+				required: true,
+				placeholder: 'https://api.stripe.com/v1/payment_intents',
+				displayOptions: { show: { operation: ['effect'] } },
+				description:
+					'Where idem sends the request. The destination must be allowed by the namespace egress policy (private and loopback addresses are refused unless listed).',
+			},
+			{
+				displayName: 'Headers',
+				name: 'effectHeaders',
+				type: 'fixedCollection',
+				typeOptions: { multipleValues: true },
+				default: {},
+				displayOptions: { show: { operation: ['effect'] } },
+				description:
+					'Sent with the request and never stored, logged or returned by idem (credentials belong here, e.g. Authorization)',
+				options: [
+					{
+						name: 'header',
+						displayName: 'Header',
+						values: [
+							{ displayName: 'Name', name: 'name', type: 'string', default: '' },
+							{
+								displayName: 'Value',
+								name: 'value',
+								type: 'string',
+								typeOptions: { password: true },
+								default: '',
+							},
+						],
+					},
+				],
+			},
+			{
+				displayName: 'Body',
+				name: 'effectBodyMode',
+				type: 'options',
+				default: 'json',
+				displayOptions: { show: { operation: ['effect'] } },
+				options: [
+					{ name: 'JSON', value: 'json' },
+					{ name: 'Text (e.g. Form-Encoded)', value: 'text' },
+					{ name: 'None', value: 'none' },
+				],
+				description:
+					'The request body; it is part of the fingerprint, so a second call with the same key and a different body is a conflict and is never sent',
+			},
+			{
+				displayName: 'JSON Body',
+				name: 'effectJson',
+				type: 'json',
+				default: '={{ $json.body ? $json.body : $json }}',
+				displayOptions: { show: { operation: ['effect'], effectBodyMode: ['json'] } },
+			},
+			{
+				displayName: 'Text Body',
+				name: 'effectText',
+				type: 'string',
+				default: '',
+				displayOptions: { show: { operation: ['effect'], effectBodyMode: ['text'] } },
+				description:
+					'Sent as is; set a Content-Type header (e.g. application/x-www-form-urlencoded for Stripe)',
+			},
+			{
+				displayName: 'Effect Options',
+				name: 'effectOptions',
+				type: 'collection',
+				placeholder: 'Add Option',
+				default: {},
+				displayOptions: { show: { operation: ['effect'] } },
+				options: [
+					{
+						displayName: 'Correlation ID',
+						name: 'correlationId',
+						type: 'string',
+						default: '',
+					},
+					{
+						displayName: 'Destination Dedupes by the Key',
+						name: 'destinationIdempotent',
+						type: 'options',
+						default: '',
+						options: [
+							{ name: 'Namespace Default', value: '' },
+							{ name: 'Yes (e.g. Stripe): 5xx and Timeouts Are Retried', value: 'yes' },
+							{ name: 'No: 5xx and Timeouts Go to Review', value: 'no' },
+						],
+					},
+					{
+						displayName: 'Idempotency Header',
+						name: 'idempotencyHeader',
+						type: 'string',
+						default: 'Idempotency-Key',
+						description: 'Header that carries the key to the destination, identical on every attempt',
+					},
+					{
+						displayName: 'Owner',
+						name: 'owner',
+						type: 'string',
+						default: '',
+						description: 'Who performs it (default: the execution ID)',
+					},
+					{
+						displayName: 'Reconcile Found Statuses',
+						name: 'reconcileFound',
+						type: 'string',
+						default: '200',
+						description: 'Comma-separated statuses of the lookup that mean the effect landed',
+					},
+					{
+						displayName: 'Reconcile Not Found Statuses',
+						name: 'reconcileNotFound',
+						type: 'string',
+						default: '404',
+						description: 'Comma-separated statuses of the lookup that mean it did not land (it is then retried)',
+					},
+					{
+						displayName: 'Reconcile URL',
+						name: 'reconcileUrl',
+						type: 'string',
+						default: '',
+						placeholder: 'https://api.example.com/orders/by-ref/{key}',
+						description:
+							'A GET that asks the destination whether an ambiguous attempt (timeout, 5xx) landed; {key} is replaced by the key. Without it such an attempt goes to review.',
+					},
+					{
+						displayName: 'Send Idempotency Header',
+						name: 'sendIdempotencyHeader',
+						type: 'boolean',
+						default: true,
+						description: 'Whether to send the key in the idempotency header (turn off only for destinations that reject unknown headers)',
+					},
+					{
+						displayName: 'Success Statuses',
+						name: 'success',
+						type: 'string',
+						default: '2xx',
+						description: '2xx, or a comma-separated list of statuses that mean the effect happened',
+					},
+					{
+						displayName: 'Timeout (Ms)',
+						name: 'timeoutMs',
+						type: 'number',
+						default: 30000,
+						typeOptions: { minValue: 1, maxValue: 300000 },
+						description: 'Whole attempt: connect, send and response',
+					},
+					{
+						displayName: 'Wait (Ms)',
+						name: 'waitMs',
+						type: 'number',
+						default: 0,
+						description: 'How long a concurrent duplicate waits for the first call to finish and get its response',
 					},
 				],
 			},
@@ -353,7 +545,11 @@ export class IdempotencyGate implements INodeType {
 		const token = String(credentials.token ?? '').trim();
 
 		const outputs: INodeExecutionData[][] =
-			operation === 'claim' ? CLAIM_OUTPUT_NAMES.map(() => []) : [[]];
+			operation === 'claim'
+				? CLAIM_OUTPUT_NAMES.map(() => [])
+				: operation === 'effect'
+					? EFFECT_OUTPUT_NAMES.map(() => [])
+					: [[]];
 
 		for (let i = 0; i < items.length; i++) {
 			try {
@@ -391,6 +587,30 @@ export class IdempotencyGate implements INodeType {
 						waitMs: opts.waitMs as number,
 						correlationId: opts.correlationId as string,
 						leaseExpiry: opts.leaseExpiry as string,
+					});
+				} else if (operation === 'effect') {
+					const opts = this.getNodeParameter('effectOptions', i, {}) as IDataObject;
+					const bodyMode = this.getNodeParameter('effectBodyMode', i) as EffectParams['bodyMode'];
+					const headers = this.getNodeParameter('effectHeaders', i, {}) as IDataObject;
+					verb = 'effect';
+					body = effectBody({
+						method: this.getNodeParameter('effectMethod', i) as string,
+						url: this.getNodeParameter('effectUrl', i) as string,
+						headers: (headers.header as EffectParams['headers']) ?? [],
+						bodyMode,
+						body: bodyMode === 'json' ? this.getNodeParameter('effectJson', i) : undefined,
+						bodyText: bodyMode === 'text' ? (this.getNodeParameter('effectText', i) as string) : undefined,
+						idempotencyHeader: opts.idempotencyHeader as string,
+						sendIdempotencyHeader: opts.sendIdempotencyHeader as boolean | undefined,
+						timeoutMs: opts.timeoutMs as number,
+						success: opts.success as string,
+						destinationIdempotent: opts.destinationIdempotent as EffectParams['destinationIdempotent'],
+						reconcileUrl: opts.reconcileUrl as string,
+						reconcileFound: opts.reconcileFound as string,
+						reconcileNotFound: opts.reconcileNotFound as string,
+						owner: (opts.owner as string) || this.getExecutionId(),
+						correlationId: opts.correlationId as string,
+						waitMs: opts.waitMs as number,
 					});
 				} else {
 					const leaseToken = requireToken(this.getNodeParameter('leaseToken', i), operation);
@@ -442,7 +662,11 @@ export class IdempotencyGate implements INodeType {
 					},
 					returnFullResponse: true,
 					ignoreHttpStatusErrors: true,
-					timeout: 10000 + (Number(body.wait_ms) || 0),
+					// An effect holds the request open while idem calls the destination.
+					timeout:
+						10000 +
+						(Number(body.wait_ms) || 0) +
+						(operation === 'effect' ? Number(body.timeout_ms) || 30000 : 0),
 				};
 
 				let response: { statusCode: number; body: unknown; headers?: IDataObject };
@@ -456,7 +680,9 @@ export class IdempotencyGate implements INodeType {
 						itemIndex: i,
 						description:
 							`${cause.code ?? ''} ${cause.message ?? ''}`.trim() +
-							(operation === 'complete'
+							(operation === 'effect'
+								? '. Whether idem sent the request is unknown from here: run the node again with the same key (idem replays or resumes it; it never sends twice blindly).'
+								: operation === 'complete'
 								? '. The side effect already happened: turn on "Retry On Fail" for this node (repeating complete is safe) so the key does not stay in processing.'
 								: '. Check the Base URL of the Idem API credential and that idem is running.'),
 					});
@@ -488,6 +714,29 @@ export class IdempotencyGate implements INodeType {
 					if (answer.resumed !== undefined) idem.resumed = answer.resumed;
 					if (answer.retry_after_ms !== undefined) idem.retry_after_ms = answer.retry_after_ms;
 					outputs[out].push({ json: { ...base, idem }, pairedItem: { item: i } });
+				} else if (operation === 'effect') {
+					const outcome = answer && typeof answer === 'object' ? (answer.outcome as string) : undefined;
+					const out = outcome ? effectOutputForOutcome(outcome) : undefined;
+					if (out === undefined) {
+						throw new NodeOperationError(this.getNode(), describeProblem(status, answer), {
+							itemIndex: i,
+							description: outcome
+								? `Unknown effect outcome ${JSON.stringify(outcome)}`
+								: 'The effect was not answered with an outcome (nothing was claimed when idem refused the request)',
+						});
+					}
+					const idem: IDataObject = {
+						namespace,
+						key,
+						outcome,
+						status,
+						replayed: String(response.headers?.['idempotent-replayed'] ?? '') === 'true',
+						response: (answer.response as IDataObject) ?? null,
+						record: (answer.record as IDataObject) ?? null,
+					};
+					if (answer.retry_after_ms !== undefined) idem.retry_after_ms = answer.retry_after_ms;
+					if (answer.reconciled !== undefined) idem.reconciled = answer.reconciled;
+					outputs[out].push({ json: { ...base, idem }, pairedItem: { item: i } });
 				} else {
 					if (status < 200 || status >= 300) {
 						throw new NodeOperationError(this.getNode(), describeProblem(status, answer), {
@@ -503,8 +752,11 @@ export class IdempotencyGate implements INodeType {
 				}
 			} catch (error) {
 				if (this.continueOnFail()) {
-					// Never onto Proceed: an unanswered claim must not run the side effect.
-					const out = operation === 'claim' ? OUTPUT.busy : 0;
+					// Never onto Proceed: an unanswered claim must not run the side effect. An
+					// unanswered effect goes to Retry Later: calling again with the same key is
+					// always safe (idem replays, resumes or refuses; it never resends blindly).
+					const out =
+						operation === 'claim' ? OUTPUT.busy : operation === 'effect' ? EFFECT_OUTPUT.retryLater : 0;
 					const e = error as Error & { description?: string };
 					outputs[out].push({
 						json: { error: e.description ? `${e.message}: ${e.description}` : e.message },

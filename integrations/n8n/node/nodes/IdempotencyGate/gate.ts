@@ -50,6 +50,52 @@ export function outputForOutcome(outcome: string): number | undefined {
 	}
 }
 
+/** Output index of the Effect operation, in canvas order. */
+export const EFFECT_OUTPUT = {
+	performed: 0,
+	duplicate: 1,
+	failed: 2,
+	retryLater: 3,
+	needsReview: 4,
+	blocked: 5,
+} as const;
+
+export const EFFECT_OUTPUT_NAMES = ['Performed', 'Duplicate', 'Failed', 'Retry Later', 'Needs Review', 'Blocked'];
+
+/**
+ * Effect outcome → output. idem made (or refused to make) the outbound call itself, so no
+ * output runs a side effect: each one says what happened to it.
+ * - performed: sent now (or reconciled as landed); the destination's answer is in `idem.response`.
+ * - completed: an earlier call already performed it; the stored response is replayed.
+ * - failed_permanent: the destination refused it for good (e.g. 402 card declined), now or before.
+ * - backoff / in_flight / awaiting_approval / paused / limited: not now; call again later
+ *   (`idem.retry_after_ms` says when, where the server knows) — the same key resumes it.
+ * - needs_review: it may have happened (timeout, 5xx); a person decides.
+ * - conflict: same key, different request: never sent.
+ */
+export function effectOutputForOutcome(outcome: string): number | undefined {
+	switch (outcome) {
+		case 'performed':
+			return EFFECT_OUTPUT.performed;
+		case 'completed':
+			return EFFECT_OUTPUT.duplicate;
+		case 'failed_permanent':
+			return EFFECT_OUTPUT.failed;
+		case 'backoff':
+		case 'in_flight':
+		case 'awaiting_approval':
+		case 'paused':
+		case 'limited':
+			return EFFECT_OUTPUT.retryLater;
+		case 'needs_review':
+			return EFFECT_OUTPUT.needsReview;
+		case 'conflict':
+			return EFFECT_OUTPUT.blocked;
+		default:
+			return undefined;
+	}
+}
+
 export interface Target {
 	baseUrl: string;
 	namespace: string;
@@ -262,5 +308,116 @@ export function parseBody(body: unknown): unknown {
 		}
 	}
 	if (Buffer.isBuffer(body)) return parseBody((body as Buffer).toString('utf8'));
+	return body;
+}
+
+export interface EffectParams {
+	method: string;
+	url: string;
+	headers?: Array<{ name?: string; value?: string }>;
+	bodyMode: 'json' | 'text' | 'none';
+	body?: unknown;
+	bodyText?: string;
+	/** Header that carries the key; '' = idem's default (`Idempotency-Key`). */
+	idempotencyHeader?: string;
+	sendIdempotencyHeader?: boolean;
+	timeoutMs?: number;
+	/** '' = idem's default (2xx); "2xx" or a comma-separated list of statuses. */
+	success?: string;
+	destinationIdempotent?: '' | 'yes' | 'no';
+	reconcileUrl?: string;
+	reconcileFound?: string;
+	reconcileNotFound?: string;
+	owner?: string;
+	correlationId?: string;
+	waitMs?: number;
+}
+
+const EFFECT_METHODS = ['POST', 'PUT', 'PATCH', 'DELETE'];
+const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
+
+function statusList(text: string, what: string): number[] {
+	const out: number[] = [];
+	for (const part of text.split(',')) {
+		const t = part.trim();
+		if (t === '') continue;
+		const n = Number(t);
+		if (!Number.isInteger(n) || n < 100 || n > 599) {
+			throw new Error(`${what}: ${JSON.stringify(t)} is not an HTTP status code`);
+		}
+		out.push(n);
+	}
+	return out;
+}
+
+/**
+ * Body of `effect`. Checks what can be checked here (method, URL scheme, header names, status
+ * lists) so a typo fails the node before anything is claimed; idem checks the rest (egress
+ * policy, sizes) and refuses with a problem that names the field.
+ */
+export function effectBody(p: EffectParams): IDataObject {
+	const method = String(p.method ?? '').trim().toUpperCase();
+	if (!EFFECT_METHODS.includes(method)) {
+		throw new Error(`Method ${JSON.stringify(p.method)} is not one of ${EFFECT_METHODS.join(', ')}`);
+	}
+	const url = String(p.url ?? '').trim();
+	if (!/^https?:\/\/[^\s]+$/i.test(url)) {
+		throw new Error(`URL ${JSON.stringify(url)} is not an http(s) URL`);
+	}
+	const request: IDataObject = { method, url };
+	const headers: IDataObject = {};
+	const seen = new Set<string>();
+	for (const h of p.headers ?? []) {
+		const name = String(h?.name ?? '').trim();
+		if (name === '') continue;
+		if (!HEADER_NAME.test(name)) throw new Error(`Header name ${JSON.stringify(name)} is not a valid HTTP header name`);
+		if (seen.has(name.toLowerCase())) throw new Error(`Header ${JSON.stringify(name)} is given twice`);
+		seen.add(name.toLowerCase());
+		headers[name] = String(h?.value ?? '');
+	}
+	if (Object.keys(headers).length) request.headers = headers;
+	if (p.bodyMode === 'json') {
+		const b = jsonParam(p.body, 'Body');
+		if (b !== undefined) request.body = b as IDataObject;
+	} else if (p.bodyMode === 'text') {
+		if (p.bodyText !== undefined && p.bodyText !== null && String(p.bodyText) !== '') {
+			request.body_text = String(p.bodyText);
+		}
+	}
+	const body: IDataObject = { request };
+	if (p.sendIdempotencyHeader === false) {
+		body.idempotency_header = null;
+	} else if (p.idempotencyHeader && p.idempotencyHeader.trim() !== '') {
+		const name = p.idempotencyHeader.trim();
+		if (!HEADER_NAME.test(name)) throw new Error(`Idempotency header ${JSON.stringify(name)} is not a valid HTTP header name`);
+		body.idempotency_header = name;
+	}
+	if (p.timeoutMs) body.timeout_ms = p.timeoutMs;
+	const success = (p.success ?? '').trim();
+	if (success !== '') {
+		if (success.toLowerCase() === '2xx') body.success = '2xx';
+		else {
+			const list = statusList(success, 'Success Statuses');
+			if (!list.length) throw new Error('Success Statuses is empty');
+			body.success = list;
+		}
+	}
+	if (p.destinationIdempotent === 'yes') body.destination_idempotent = true;
+	else if (p.destinationIdempotent === 'no') body.destination_idempotent = false;
+	const rurl = String(p.reconcileUrl ?? '').trim();
+	if (rurl !== '') {
+		if (!/^https?:\/\/[^\s]+$/i.test(rurl)) throw new Error(`Reconcile URL ${JSON.stringify(rurl)} is not an http(s) URL`);
+		const found = statusList(p.reconcileFound ?? '', 'Reconcile Found Statuses');
+		const notFound = statusList(p.reconcileNotFound ?? '', 'Reconcile Not Found Statuses');
+		body.reconcile = {
+			method: 'GET',
+			url: rurl,
+			found: found.length ? found : [200],
+			not_found: notFound.length ? notFound : [404],
+		};
+	}
+	if (p.owner) body.owner = String(p.owner);
+	if (p.correlationId) body.correlation_id = String(p.correlationId);
+	if (p.waitMs) body.wait_ms = p.waitMs;
 	return body;
 }

@@ -152,6 +152,11 @@ if [[ "$TOKEN" != no-token-configured ]]; then
 	OPERATOR_TOKEN="$("$IDEM_BIN" token create --namespace '*' --role operator --db "$IDEM_DB" 2>>"$WORK/token.err" | tail -n 1 | tr -d '[:space:]')" ||
 		abort "idem token create --role operator failed: $(head -c 300 "$WORK/token.err")"
 fi
+ADMIN_TOKEN="no-token-configured"
+if [[ "$TOKEN" != no-token-configured ]]; then
+	ADMIN_TOKEN="$("$IDEM_BIN" token create --namespace '*' --role admin --db "$IDEM_DB" 2>>"$WORK/token.err" | tail -n 1 | tr -d '[:space:]')" ||
+		abort "idem token create --role admin failed: $(head -c 300 "$WORK/token.err")"
+fi
 start IDEM "$WORK/idem.log" "$IDEM_BIN" serve --listen "127.0.0.1:$IDEM_PORT" --db "$IDEM_DB"
 wait_for 60 "idem on $IDEM_URL" curl -fsS "$IDEM_URL/healthz" || abort "idem did not become healthy within 60 s"
 
@@ -200,27 +205,31 @@ AI_WF="$N8N_INT/templates/ai-draft-approval-deliver.json"
 FAN_WF="$N8N_INT/templates/fan-out-one-key-per-effect.json"
 CRON_WF="$N8N_INT/templates/cron-sweep-job-date.json" # imported only: its schedule is not run here
 NODE_WF="$N8N_INT/node/examples/webhook-gate-node.json"
+EFF_WF="$N8N_INT/templates/stripe-charge-via-effect.json"
+NODE_EFF_WF="$N8N_INT/node/examples/stripe-charge-effect-node.json"
 STOCK_ID="$(json "$STOCK_WF" d.id)"
 ERR_ID="$(json "$ERR_WF" d.id)"
 AI_ID="$(json "$AI_WF" d.id)"
 FAN_ID="$(json "$FAN_WF" d.id)"
 NODE_ID="$(json "$NODE_WF" d.id)"
+EFF_ID="$(json "$EFF_WF" d.id)"
+NODE_EFF_ID="$(json "$NODE_EFF_WF" d.id)"
 
 log "n8n: importing credentials and workflows (n8n stopped)"
 "$N8N_BIN" import:credentials --input="$WORK/credentials.json" >>"$WORK/n8n-cli.log" 2>&1 ||
 	abort "n8n import:credentials failed (see $WORK/n8n-cli.log)"
-for wf in "$STOCK_WF" "$ERR_WF" "$AI_WF" "$FAN_WF" "$CRON_WF" "$NODE_WF"; do
+for wf in "$STOCK_WF" "$ERR_WF" "$AI_WF" "$FAN_WF" "$CRON_WF" "$NODE_WF" "$EFF_WF" "$NODE_EFF_WF"; do
 	"$N8N_BIN" import:workflow --input="$wf" >>"$WORK/n8n-cli.log" 2>&1 ||
 		abort "n8n import:workflow $(basename "$wf") failed (see $WORK/n8n-cli.log)"
 done
-pass "workflows import without edits (all 5 stock templates + the community-node example)"
-for id in "$STOCK_ID" "$ERR_ID" "$AI_ID" "$FAN_ID" "$NODE_ID"; do
+pass "workflows import without edits (all 6 stock templates + the 2 community-node examples)"
+for id in "$STOCK_ID" "$ERR_ID" "$AI_ID" "$FAN_ID" "$NODE_ID" "$EFF_ID" "$NODE_EFF_ID"; do
 	"$N8N_BIN" publish:workflow --id="$id" >>"$WORK/n8n-cli.log" 2>&1 ||
 		abort "n8n publish:workflow --id=$id failed (see $WORK/n8n-cli.log)"
 done
 node "$HERE/n8n-vars.js" "$N8N_HOME" "$N8N_USER_FOLDER/.n8n/database.sqlite" \
 	"IDEM_URL=$IDEM_URL" "CRM_URL=$SINK_URL/crm" "MAIL_URL=$SINK_URL/mail" "EFFECT_URL=$SINK_URL/effect" "PAYMENT_URL=$SINK_URL/charges" \
-	"APPROVAL_URL=$SINK_URL/approvals" "APPROVE_LINK=http://127.0.0.1:$N8N_PORT/webhook/idem-ai-draft-approve" ||
+	"APPROVAL_URL=$SINK_URL/approvals" "STRIPE_API_URL=$SINK_URL/stripe" "STRIPE_SECRET_KEY=sk_test_e2e_never_stored" "APPROVE_LINK=http://127.0.0.1:$N8N_PORT/webhook/idem-ai-draft-approve" ||
 	abort "could not set the n8n variables"
 
 log "n8n: starting on 127.0.0.1:$N8N_PORT"
@@ -241,6 +250,10 @@ wait_for 60 "webhook idem-ai-draft" webhook_live idem-ai-draft ||
 	abort "n8n did not register the AI-draft template's webhooks within 60 s"
 wait_for 60 "webhook idem-order-fanout" webhook_live idem-order-fanout ||
 	abort "n8n did not register the fan-out template's webhook within 60 s"
+wait_for 60 "webhook idem-effect-charge" webhook_live idem-effect-charge ||
+	abort "n8n did not register the effect template's webhook within 60 s"
+wait_for 60 "webhook idem-node-effect-charge" webhook_live idem-node-effect-charge ||
+	abort "n8n did not register the Effect-operation example's webhook within 60 s"
 pass "n8n $N8N_VERSION started headless; the production webhooks are registered"
 
 if grep -q 'n8n-nodes-idem' "$WORK/n8n.log" && grep -qiE 'error.*n8n-nodes-idem|n8n-nodes-idem.*error' "$WORK/n8n.log"; then
@@ -338,6 +351,53 @@ ledger stripe "$EVT:receipt"
 EVT="evt_e2e_node_$(date +%s)_$RANDOM"
 scenario community-node idem-node-events "$EVT" "$EVT:effect"
 ledger n8n-node "$EVT:effect"
+
+# Effects: idem makes the Stripe-style call itself. The sink stands in for Stripe on loopback,
+# which the egress guard refuses unless the namespace lists it: the policy allows exactly the
+# sink's address. 5 concurrent deliveries + 1 replay → one call at the sink; the stored answer
+# comes back to every duplicate; the secret header never reaches the ledger.
+SINK_HOSTPORT="${SINK_URL#http://}"
+for ns in charges charges-node; do
+	code="$(curl -sS --max-time 10 -o "$WORK/policy.json" -w '%{http_code}' -X PATCH \
+		-H "Authorization: Bearer $ADMIN_TOKEN" -H 'Content-Type: application/json' \
+		-d "{\"egress\":{\"allow\":[\"$SINK_HOSTPORT\"]}}" "$IDEM_URL/v1/namespaces/$ns")"
+	[[ "$code" == 200 ]] || fail "effects: PATCH egress policy of $ns answered $code: $(head -c 300 "$WORK/policy.json")"
+done
+effect_scenario() {
+	local name="$1" path="$2" ns="$3" order body statuses replay n
+	order="ord_eff_$(date +%s)_$RANDOM"
+	body="$(node -e 'console.log(JSON.stringify({ order_id: process.argv[1], amount: 4200, currency: "eur", customer: "cus_e2e", payment_method: "pm_card_visa" }))' "$order")"
+	node "$HERE/fire.js" "http://127.0.0.1:$N8N_PORT/webhook/$path" "$body" 5 120000 >"$WORK/$name.burst.json"
+	sleep 1
+	node "$HERE/fire.js" "http://127.0.0.1:$N8N_PORT/webhook/$path" "$body" 1 120000 >"$WORK/$name.replay.json"
+	statuses="$(json "$WORK/$name.burst.json" 'd.map(r => r.status + ":" + (r.body && r.body.status)).sort().join(" ")')"
+	replay="$(json "$WORK/$name.replay.json" 'd.map(r => r.status + ":" + (r.body && r.body.status)).join(" ")')"
+	n="$(curl -fsS --max-time 10 "$SINK_URL/counts" | node -e 'let s="";process.stdin.on("data",c=>s+=c).on("end",()=>{const d=JSON.parse(s);console.log(d[process.argv[1]]||0)})' "order-$order:charge")"
+	log "$name: burst [$statuses]; replay [$replay]; calls at the stand-in: $n"
+	if [[ "$n" == 1 ]]; then
+		pass "$name: exactly one call reached the destination for 6 deliveries (key sent as Idempotency-Key)"
+	else
+		fail "$name: $n calls reached the destination (want 1)"
+	fi
+	if [[ "$statuses" == "200:already_charged 200:already_charged 200:already_charged 200:already_charged 200:charged" ]]; then
+		pass "$name: 1 delivery charged, 4 concurrent duplicates got the stored answer (200)"
+	else
+		fail "$name: burst answers [$statuses] (want 1× 200:charged, 4× 200:already_charged)"
+	fi
+	if [[ "$replay" == "200:already_charged" ]]; then
+		pass "$name: the later replay got the stored answer"
+	else
+		fail "$name: replay answered [$replay] (want 200:already_charged)"
+	fi
+	ledger "$ns" "order-$order:charge"
+	if grep -q 'sk_test_e2e_never_stored' "$WORK/record.json" "$WORK/idem.log"; then
+		fail "$name: the Authorization header reached idem's record or log"
+	else
+		pass "$name: the secret header is in neither the record nor idem's log"
+	fi
+}
+effect_scenario effect-template idem-effect-charge charges
+effect_scenario effect-node idem-node-effect-charge charges-node
 
 # The error branch (stock template): the payment stand-in answers 201, 503 or 500; the workflow
 # reports it with `fail` + the HTTP status and acts on idem's classification.

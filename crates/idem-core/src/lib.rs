@@ -23,9 +23,9 @@ pub mod webhook;
 pub use classify::{classify, Class, FailSignal};
 pub use decide::sanitize_message;
 pub use decide::{
-    apply, reports_effect, Acquired, ClaimOutcome, ClaimReply, ClaimRequest, CompleteRequest, Ctx, FailErrorInput, FailReply,
-    FailRequest, HeartbeatRequest, Op, OpError, PrepareRequest, Reply, ResolveAction,
-    ResolveRequest, RetryDecision, Tally, Transition, Write, FENCED_COMPLETION_NOTE,
+    apply, reports_effect, Acquired, ClaimOutcome, ClaimReply, ClaimRequest, CompleteRequest, Ctx,
+    FailErrorInput, FailReply, FailRequest, HeartbeatRequest, Op, OpError, PrepareRequest, Reply,
+    ResolveAction, ResolveRequest, RetryDecision, Tally, Transition, Write, FENCED_COMPLETION_NOTE,
 };
 pub use fingerprint::Fingerprint;
 pub use ids::{mask_key, Key, LeaseId, Namespace, Token, ValidationError};

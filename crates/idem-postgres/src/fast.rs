@@ -33,8 +33,8 @@ use crate::error::PgError;
 use crate::execute::fits_one_statement;
 use crate::rows::{
     event_tail, record_from_row, stats_cte, stats_params, EventParams, RecordParams,
-    EVENT_INSERT_COLUMNS, EVENT_TAIL_LEN, RECORD_COLS, RECORD_COLUMNS,
-    R_RECORD_COLS, TYPED_RECORD_PARAMS, UPDATE_RECORD,
+    EVENT_INSERT_COLUMNS, EVENT_TAIL_LEN, RECORD_COLS, RECORD_COLUMNS, R_RECORD_COLS,
+    TYPED_RECORD_PARAMS, UPDATE_RECORD,
 };
 
 static EVENT_INSERT_COLS: LazyLock<String> =

@@ -525,10 +525,7 @@ pub(crate) fn event_from_row(row: &Row) -> Result<Event, StoreError> {
         correlation_id: get(row, 7)?,
         note: get(row, 8)?,
         actor: get(row, 9)?,
-        cost: match (
-            get::<Option<i64>>(row, 10)?,
-            get::<Option<i64>>(row, 11)?,
-        ) {
+        cost: match (get::<Option<i64>>(row, 10)?, get::<Option<i64>>(row, 11)?) {
             (None, None) => None,
             (t, u) => Some(AttemptCost {
                 tokens: amount_of(t.unwrap_or(0), "event cost_tokens")?,

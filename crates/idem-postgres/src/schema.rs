@@ -18,8 +18,15 @@ use crate::error::store_err;
 /// Arbitrary constant identifying idem's migration lock (`'idem'` as ASCII).
 const MIGRATION_LOCK: i64 = 0x6964_656d;
 
-pub(crate) const MIGRATIONS: &[(i32, &str)] =
-    &[(1, V1), (2, V2), (3, V3), (4, V4), (5, V5), (6, V6), (7, V7)];
+pub(crate) const MIGRATIONS: &[(i32, &str)] = &[
+    (1, V1),
+    (2, V2),
+    (3, V3),
+    (4, V4),
+    (5, V5),
+    (6, V6),
+    (7, V7),
+];
 
 /// Cost and recovery. Each record sums what its attempts reported spending (`retry_*` =
 /// attempts after the first; dollars in nano-dollars so sums are exact) and remembers when it

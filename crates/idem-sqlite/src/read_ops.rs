@@ -274,14 +274,7 @@ pub(crate) fn decide_on_snapshot(
     let Some(t) = engine::decide_known(ns, key, Some(&stored.record), op, ctx, &settings) else {
         return Ok(None);
     };
-    if !engine::plan(
-        &t,
-        &settings.policy,
-        ctx.now,
-        ctx.traceparent.as_deref(),
-    )
-    .only_audit()
-    {
+    if !engine::plan(&t, &settings.policy, ctx.now, ctx.traceparent.as_deref()).only_audit() {
         return Ok(None);
     }
     Ok(Some(SnapshotDecision {

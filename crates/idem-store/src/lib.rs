@@ -28,8 +28,8 @@ pub use outbox::{
 pub use secrets::{Secret, SecretKind, SecretOwner, StoredSecret};
 pub use types::{
     generate_secret, hash_secret, AlertOutcome, ApiToken, Cursor, ExecCtx, Executed, ListQuery,
-    NamespaceChange, NamespaceInfo, NamespaceStats, NewApiToken, Page, PendingAlert, RecordWithEvents,
-    RetentionReport, Role, StateCounts, Stats, StoreError, SweepReport,
+    NamespaceChange, NamespaceInfo, NamespaceStats, NewApiToken, Page, PendingAlert,
+    RecordWithEvents, RetentionReport, Role, StateCounts, Stats, StoreError, SweepReport,
 };
 
 use async_trait::async_trait;

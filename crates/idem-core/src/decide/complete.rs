@@ -11,12 +11,12 @@
 //! completion is an answer, not a new spend: its cost is not counted again.
 
 use super::worker::holder_may_report;
+use super::Tally;
 use super::{
     canon_eq, event, invalid, review_alert, sanitize_message, successor, with_note,
     CompleteRequest, Ctx, FailReply, FailRequest, Op, OpError, Reply, RetryDecision, Transition,
 };
 use crate::classify::{backoff_ms, classify, Class, FailSignal};
-use super::Tally;
 use crate::record::{AttemptCost, EventDraft, EventType, LastError, Record, ReviewReason, State};
 
 /// Books `cost` (if any) of the attempt `attempt` on `next`'s sums and on `event`, and

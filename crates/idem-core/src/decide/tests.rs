@@ -2241,7 +2241,11 @@ fn a_fenced_completion_is_recorded_and_alerted_and_the_ledger_keeps_one_completi
     assert_eq!(t.reply, Err(OpError::LeaseLost));
     assert!(t.tally.fenced_completion);
     let rec = h.rec().clone();
-    assert_eq!(rec.external_ref.as_deref(), Some("ch_2"), "one completion kept");
+    assert_eq!(
+        rec.external_ref.as_deref(),
+        Some("ch_2"),
+        "one completion kept"
+    );
     assert_eq!(rec.state, State::Completed);
     assert_eq!(rec.updated_at, before.updated_at);
     // The zombie was attempt 1: its spend is first-attempt spend.
@@ -2294,7 +2298,12 @@ fn cost_is_recorded_on_the_attempts_event_and_summed_first_and_retry() {
     assert_eq!(t.tally.cost, None);
     assert_eq!(h.rec().cost.tokens, 140);
     // The record's sum is the sum of its events' costs.
-    let sum: u64 = h.events.iter().filter_map(|e| e.cost).map(|c| c.tokens).sum();
+    let sum: u64 = h
+        .events
+        .iter()
+        .filter_map(|e| e.cost)
+        .map(|c| c.tokens)
+        .sum();
     assert_eq!(sum, h.rec().cost.tokens);
     // No cost reported: zeros, and no cost member on the event.
     let (h0, _) = H::in_state(State::Completed);

@@ -65,9 +65,17 @@ pub async fn cost_is_recorded_on_events_and_summed_first_and_retry<B: Backend>(b
     let h = H::new(&*b, "ns").await;
     let k = key("draft");
     let fresh = h.acquire(&k).await;
-    assert_eq!(h.rec(&k).await.cost, CostTotals::default(), "zeros when none");
+    assert_eq!(
+        h.rec(&k).await.cost,
+        CostTotals::default(),
+        "zeros when none"
+    );
     let e = h
-        .exec(&k, fail_with(&fresh, Class::Retryable, None, cost(1200, 0.03)), None)
+        .exec(
+            &k,
+            fail_with(&fresh, Class::Retryable, None, cost(1200, 0.03)),
+            None,
+        )
         .await;
     assert!(e.reply.is_ok(), "{:?}", e.reply);
     assert_eq!(e.tally.cost, Some((cost(1200, 0.03).expect("c"), false)));
@@ -94,7 +102,12 @@ pub async fn cost_is_recorded_on_events_and_summed_first_and_retry<B: Backend>(b
             (EventType::Completed, cost(800, 0.02))
         ]
     );
-    let sum: u64 = got.events.iter().filter_map(|e| e.cost).map(|c| c.tokens).sum();
+    let sum: u64 = got
+        .events
+        .iter()
+        .filter_map(|e| e.cost)
+        .map(|c| c.tokens)
+        .sum();
     assert_eq!(sum, got.record.cost.tokens);
     // The public shape.
     let v = serde_json::to_value(&got).expect("json");
@@ -121,11 +134,10 @@ pub async fn cost_is_recorded_on_events_and_summed_first_and_retry<B: Backend>(b
     assert_eq!(again.events, got.events);
 }
 
-pub async fn fenced_completion_is_recorded_alerted_and_keeps_one_completion<B: Backend>(
-    b: Arc<B>,
-) {
+pub async fn fenced_completion_is_recorded_alerted_and_keeps_one_completion<B: Backend>(b: Arc<B>) {
     let h = H::new(&*b, "ns").await;
-    h.patch(json!({"alert_url": "http://127.0.0.1:9/hook"})).await;
+    h.patch(json!({"alert_url": "http://127.0.0.1:9/hook"}))
+        .await;
     let k = key("charge");
     let zombie = h.acquire(&k).await;
     h.advance(30_001); // the lease runs out; the next claim reclaims it
@@ -175,7 +187,11 @@ pub async fn fenced_completion_is_recorded_alerted_and_keeps_one_completion<B: B
     assert_eq!(e.alerts_queued, 0);
     // A fail that never left is not a fenced completion; one that may have left is.
     let e = h
-        .exec(&k, fail_with(&zombie, Class::Retryable, Some(false), None), None)
+        .exec(
+            &k,
+            fail_with(&zombie, Class::Retryable, Some(false), None),
+            None,
+        )
         .await;
     assert_eq!(e.reply.as_ref().err(), Some(&OpError::LeaseLost));
     assert!(!e.tally.fenced_completion);
@@ -242,12 +258,20 @@ pub async fn review_clock_drives_review_age_and_recovery<B: Backend>(b: Arc<B>) 
 
 pub async fn namespace_stats_count_acquisitions_and_cost_over_24_hours<B: Backend>(b: Arc<B>) {
     let h = H::new(&*b, "ns").await;
-    let zero = h.store.namespace_stats(&h.ns, h.now()).await.expect("stats");
+    let zero = h
+        .store
+        .namespace_stats(&h.ns, h.now())
+        .await
+        .expect("stats");
     assert_eq!(zero, idem_store::NamespaceStats::default());
     // Two fresh acquisitions, one retry; cost on the first attempt and on the retry.
     let a = h.acquire(&key("a")).await;
-    h.exec(&key("a"), fail_with(&a, Class::Retryable, Some(false), cost(10, 0.1)), None)
-        .await;
+    h.exec(
+        &key("a"),
+        fail_with(&a, Class::Retryable, Some(false), cost(10, 0.1)),
+        None,
+    )
+    .await;
     h.advance(3_600_000); // the next hour bucket
     let a2 = h.acquire(&key("a")).await;
     h.exec(&key("a"), complete_with(&a2, "r", cost(5, 0.25)), None)
@@ -260,7 +284,11 @@ pub async fn namespace_stats_count_acquisitions_and_cost_over_24_hours<B: Backen
     H::on(h.store.clone(), "other", h.clock.clone())
         .acquire(&key("x"))
         .await;
-    let s = h.store.namespace_stats(&h.ns, h.now()).await.expect("stats");
+    let s = h
+        .store
+        .namespace_stats(&h.ns, h.now())
+        .await
+        .expect("stats");
     assert_eq!((s.acquired_first, s.acquired_retry), (2, 1));
     assert_eq!(s.cost, totals(15, 350_000_000, 5, 250_000_000));
     // Another handle reads the same counters (they are stored, not in memory).
@@ -271,11 +299,19 @@ pub async fn namespace_stats_count_acquisitions_and_cost_over_24_hours<B: Backen
     );
     // A sliding window over hour buckets: 23 hours later the first hour has left it.
     h.advance(23 * 3_600_000);
-    let s = h.store.namespace_stats(&h.ns, h.now()).await.expect("stats");
+    let s = h
+        .store
+        .namespace_stats(&h.ns, h.now())
+        .await
+        .expect("stats");
     assert_eq!((s.acquired_first, s.acquired_retry), (1, 1));
     assert_eq!(s.cost, totals(5, 250_000_000, 5, 250_000_000));
     h.advance(3_600_000);
-    let s = h.store.namespace_stats(&h.ns, h.now()).await.expect("stats");
+    let s = h
+        .store
+        .namespace_stats(&h.ns, h.now())
+        .await
+        .expect("stats");
     assert_eq!(s, idem_store::NamespaceStats::default());
     // Retention drops buckets that can no longer be read, and leaves the window alone.
     h.acquire(&key("c")).await;
@@ -283,6 +319,10 @@ pub async fn namespace_stats_count_acquisitions_and_cost_over_24_hours<B: Backen
         .retention_once(h.now(), 100)
         .await
         .expect("retention");
-    let s = h.store.namespace_stats(&h.ns, h.now()).await.expect("stats");
+    let s = h
+        .store
+        .namespace_stats(&h.ns, h.now())
+        .await
+        .expect("stats");
     assert_eq!(s.acquired_first, 1);
 }

@@ -17,9 +17,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use idem_core::{
-    AttemptCost, ClaimOutcome, ClaimRequest, Class, CompleteRequest, FailErrorInput, FailRequest, Fingerprint,
-    HeartbeatRequest, LeaseId, Namespace, Op, OpError, PrepareRequest, Reply, ResolveAction,
-    ResolveRequest, State, Timestamp,
+    AttemptCost, ClaimOutcome, ClaimRequest, Class, CompleteRequest, FailErrorInput, FailRequest,
+    Fingerprint, HeartbeatRequest, LeaseId, Namespace, Op, OpError, PrepareRequest, Reply,
+    ResolveAction, ResolveRequest, State, Timestamp,
 };
 use idem_store::{ExecCtx, NamespaceChange, Store};
 use proptest::prelude::*;
@@ -706,9 +706,11 @@ async fn check_record(
                 ));
             }
             // The property: a record's cost is the sum of the costs on its events.
-            let on_events = s.events.iter().filter_map(|e| e.cost).fold((0, 0), |a, c| {
-                (a.0 + c.tokens, a.1 + c.usd_nanos)
-            });
+            let on_events = s
+                .events
+                .iter()
+                .filter_map(|e| e.cost)
+                .fold((0, 0), |a, c| (a.0 + c.tokens, a.1 + c.usd_nanos));
             if on_events != (c.tokens, c.usd_nanos) {
                 return Err(format!(
                     "record cost ({}, {}) is not the sum of its events' costs {on_events:?}",

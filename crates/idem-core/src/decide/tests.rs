@@ -2359,3 +2359,105 @@ fn review_clock_starts_on_entering_review_and_recovery_is_measured_at_resolve() 
     assert!(h.sweep());
     assert_eq!(h.rec().review_since, Some(Timestamp(h.now)));
 }
+
+mod cost_property {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[derive(Debug, Clone)]
+    enum Step {
+        Claim {
+            worker: usize,
+        },
+        Complete {
+            worker: usize,
+            cost: Option<(u64, u32)>,
+        },
+        Fail {
+            worker: usize,
+            kind: Class,
+            sent: Option<bool>,
+            cost: Option<(u64, u32)>,
+        },
+        Resolve,
+        Advance(i64),
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        let cost = prop::option::of((0..5_000u64, 0..1_000u32));
+        let kind = prop_oneof![
+            Just(Class::Retryable),
+            Just(Class::Permanent),
+            Just(Class::Ambiguous)
+        ];
+        prop_oneof![
+            3 => (0..3usize).prop_map(|worker| Step::Claim { worker }),
+            2 => (0..3usize, cost.clone()).prop_map(|(worker, cost)| Step::Complete { worker, cost }),
+            2 => (0..3usize, kind, prop::option::of(any::<bool>()), cost)
+                .prop_map(|(worker, kind, sent, cost)| Step::Fail { worker, kind, sent, cost }),
+            1 => Just(Step::Resolve),
+            2 => prop_oneof![Just(1_000i64), Just(31_000), Just(3_600_000)].prop_map(Step::Advance),
+        ]
+    }
+
+    fn to_cost(c: Option<(u64, u32)>) -> Option<crate::record::AttemptCost> {
+        c.map(|(t, cents)| {
+            crate::record::AttemptCost::new(Some(t), Some(f64::from(cents) / 100.0))
+                .expect("valid cost")
+        })
+    }
+
+    proptest! {
+        /// Whatever happens to a record — refused reports, fenced zombies, retries, repeats —
+        /// `record.cost` is the sum of the costs on its events, and the retry part never
+        /// exceeds the whole.
+        #[test]
+        fn record_cost_is_the_sum_of_its_events_costs(steps in prop::collection::vec(step(), 1..40)) {
+            let mut h = H::new();
+            let mut tokens: Vec<String> = vec!["1.nope".into(); 3];
+            for s in steps {
+                match s {
+                    Step::Claim { worker } => {
+                        let c = h.claim();
+                        if let Some(t) = c.token {
+                            tokens[worker] = t.secret();
+                        }
+                    }
+                    Step::Complete { worker, cost } => {
+                        if h.rec.is_some() {
+                            h.run(Op::Complete(CompleteRequest {
+                                token: tokens[worker].clone(),
+                                result: Some(result()),
+                                external_ref: None,
+                                cost: to_cost(cost),
+                            }));
+                        }
+                    }
+                    Step::Fail { worker, kind, sent, cost } => {
+                        if h.rec.is_some() {
+                            let mut f = fail_req(&tokens[worker], kind);
+                            f.sent = sent;
+                            f.cost = to_cost(cost);
+                            h.run(Op::Fail(f));
+                        }
+                    }
+                    Step::Resolve => {
+                        if h.rec.is_some() {
+                            let _ = h.resolve(ResolveAction::Retry);
+                        }
+                    }
+                    Step::Advance(ms) => h.advance(ms),
+                }
+                if let Some(rec) = h.rec.as_ref() {
+                    let on_events = h.events.iter().filter_map(|e| e.cost).fold(
+                        (0u64, 0u64),
+                        |a, c| (a.0 + c.tokens, a.1 + c.usd_nanos),
+                    );
+                    prop_assert_eq!(on_events, (rec.cost.tokens, rec.cost.usd_nanos));
+                    prop_assert!(rec.cost.retry_tokens <= rec.cost.tokens);
+                    prop_assert!(rec.cost.retry_usd_nanos <= rec.cost.usd_nanos);
+                }
+            }
+        }
+    }
+}

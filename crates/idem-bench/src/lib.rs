@@ -350,6 +350,7 @@ async fn ledger_pair(ledger: &Ledger, ns: &Namespace, key: &str) -> anyhow::Resu
             ns,
             &key,
             CompleteRequest {
+                cost: None,
                 token,
                 result: Some(serde_json::json!({"ok": true})),
                 external_ref: None,

@@ -541,6 +541,36 @@ pub struct CompleteCmd {
     /// The destination's id for the effect (charge id, message id).
     #[arg(long)]
     pub external_ref: Option<String>,
+    #[command(flatten)]
+    pub cost: CostArgs,
+}
+
+/// What the attempt spent (recorded on its event and summed on the record).
+#[derive(Debug, Args)]
+pub struct CostArgs {
+    /// Model tokens this attempt spent (a non-negative integer).
+    #[arg(long, value_name = "N")]
+    pub cost_tokens: Option<u64>,
+    /// US dollars this attempt spent (a non-negative number, e.g. 0.0042).
+    #[arg(long, value_name = "USD", allow_negative_numbers = true)]
+    pub cost_usd: Option<f64>,
+}
+
+impl CostArgs {
+    /// The `cost` member of a complete or fail body, if any flag was given.
+    pub fn to_json(&self) -> Option<serde_json::Value> {
+        if self.cost_tokens.is_none() && self.cost_usd.is_none() {
+            return None;
+        }
+        let mut c = serde_json::Map::new();
+        if let Some(t) = self.cost_tokens {
+            c.insert("tokens".into(), t.into());
+        }
+        if let Some(u) = self.cost_usd {
+            c.insert("usd".into(), serde_json::json!(u));
+        }
+        Some(serde_json::Value::Object(c))
+    }
 }
 
 #[derive(Debug, Args)]
@@ -567,6 +597,8 @@ pub struct FailCmd {
     /// The destination's Retry-After (seconds or HTTP-date).
     #[arg(long)]
     pub retry_after: Option<String>,
+    #[command(flatten)]
+    pub cost: CostArgs,
 }
 
 #[derive(Debug, Args)]

@@ -245,6 +245,25 @@ impl Client {
         }
     }
 
+    /// A GET whose answer is text (`/metrics`): the body, when the status is a success.
+    pub async fn get_text(&self, url: Url) -> Result<String, ApiError> {
+        let mut req = self.http.get(url.clone());
+        if let Some(t) = &self.bearer {
+            req = req.bearer_auth(t);
+        }
+        let resp = req.send().await.map_err(|e| self.connection_error(&e))?;
+        let status = resp.status();
+        let text = resp.text().await.map_err(|e| self.connection_error(&e))?;
+        if status.is_success() {
+            Ok(text)
+        } else {
+            Err(ApiError::Protocol(format!(
+                "{} answered {status}",
+                url.path()
+            )))
+        }
+    }
+
     pub async fn get(&self, url: Url) -> Result<Answer, ApiError> {
         self.send(Method::GET, url, None).await
     }

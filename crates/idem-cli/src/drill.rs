@@ -5,6 +5,10 @@
 //! counter ([`Destination`]) standing in for the destination's side effects, and checks both
 //! what the workers were told and how many effects happened.
 //!
+//! `zombie-after-reclaim` also listens on 127.0.0.1 for the one alert it expects (its
+//! namespace's `alert_url` points there), so it passes only when the server can reach this
+//! machine's loopback — the usual way of running drills, next to the server.
+//!
 //! Safety: a drill only ever uses a namespace it created for itself
 //! (`PREFIX-<run id>-<drill>`); before using one it checks that the namespace has never held a
 //! record, and it gives up on that drill otherwise. Drills never list, pause or patch anything
@@ -63,7 +67,7 @@ struct Spec {
     expected_effects: u64,
 }
 
-const DRILLS: [Spec; 11] = [
+const DRILLS: [Spec; 12] = [
     Spec {
         name: "same-payload-twice",
         expectation: "2nd delivery replays `completed`",
@@ -119,7 +123,115 @@ const DRILLS: [Spec; 11] = [
         expectation: "old execution re-run replays, 0 new effects",
         expected_effects: 1,
     },
+    Spec {
+        name: "zombie-after-reclaim",
+        expectation: "worker completes after reclaim → 1 completion kept, fenced_completion alerted + counted",
+        // The zombie's effect happened outside: idem cannot undo it, only make it seen.
+        expected_effects: 2,
+    },
 ];
+
+/// How long the zombie drill waits for its alert (the server's alert sender runs every
+/// `alert_interval`, 2 s by default).
+const ALERT_WAIT: Duration = Duration::from_secs(15);
+
+/// A one-request-at-a-time HTTP receiver on 127.0.0.1 that keeps the bodies it is sent and
+/// answers 204: the alert endpoint of the zombie drill.
+struct AlertSink {
+    url: String,
+    bodies: tokio::sync::mpsc::UnboundedReceiver<Value>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl AlertSink {
+    async fn start() -> Result<AlertSink, String> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .map_err(|e| format!("alert listener: {e}"))?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| format!("alert listener: {e}"))?;
+        let (tx, bodies) = tokio::sync::mpsc::unbounded_channel();
+        let task = tokio::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                if let Some(body) = read_request_body(&mut conn).await {
+                    let _ = tx.send(body);
+                }
+                use tokio::io::AsyncWriteExt;
+                let _ = conn
+                    .write_all(b"HTTP/1.1 204 No Content\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+                    .await;
+            }
+        });
+        Ok(AlertSink {
+            url: format!("http://{addr}/idem-drill-alerts"),
+            bodies,
+            task,
+        })
+    }
+
+    /// The first alert body with `reason`, waiting up to `wait`.
+    async fn wait_for(&mut self, reason: &str, wait: Duration) -> Option<Value> {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            match tokio::time::timeout_at(deadline, self.bodies.recv()).await {
+                Ok(Some(b)) if b["reason"] == reason => return Some(b),
+                Ok(Some(_)) => {}
+                Ok(None) | Err(_) => return None,
+            }
+        }
+    }
+}
+
+impl Drop for AlertSink {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Reads one HTTP/1.1 request with a `content-length` body (at most 64 KiB) as JSON.
+async fn read_request_body(conn: &mut tokio::net::TcpStream) -> Option<Value> {
+    use tokio::io::AsyncReadExt;
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let read = async {
+        loop {
+            let n = conn.read(&mut chunk).await.ok()?;
+            if n == 0 {
+                return None;
+            }
+            buf.extend_from_slice(&chunk[..n]);
+            if buf.len() > 65_536 {
+                return None;
+            }
+            let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+                continue;
+            };
+            let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+            let len: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0);
+            if buf.len() >= end + 4 + len {
+                return serde_json::from_slice(&buf[end + 4..end + 4 + len]).ok();
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(5), read)
+        .await
+        .ok()
+        .flatten()
+}
+
+/// `idem_fenced_completions_total` as the server's `/metrics` shows it now.
+async fn fenced_completions(client: &Client) -> Option<f64> {
+    let text = client.get_text(client.url(&["metrics"])).await.ok()?;
+    text.lines().find_map(|l| {
+        l.strip_prefix("idem_fenced_completions_total ")
+            .and_then(|v| v.trim().parse().ok())
+    })
+}
 
 /// What a drill saw; `problems` empty means PASS.
 #[derive(Default)]
@@ -281,6 +393,9 @@ impl Drills {
         let fast_retry = json!({"retry": {"base_ms": 10, "max_ms": 50}});
         let policy = match name {
             "lease-holder-dies-reclaim" | "stale-token-after-reclaim" => {
+                json!({"lease_ms": SHORT_LEASE_MS, "lease_expiry": "reclaim"})
+            }
+            "zombie-after-reclaim" => {
                 json!({"lease_ms": SHORT_LEASE_MS, "lease_expiry": "reclaim"})
             }
             "lease-holder-dies-review" => {
@@ -660,6 +775,111 @@ impl Drills {
                 seen.check(dest.effects() == before, || {
                     "the replay caused an effect".into()
                 });
+            }
+            "zombie-after-reclaim" => {
+                let mut sink = AlertSink::start().await.map_err(fatal)?;
+                self.client
+                    .patch_namespace(&ns, &json!({"alert_url": sink.url}))
+                    .await
+                    .map_err(|e| fatal(format!("PATCH alert_url: {e}")))?;
+                let counted_before = fenced_completions(&self.client).await;
+                let zombie = self
+                    .claim(&ns, key, claim_body.clone())
+                    .await
+                    .map_err(fatal)?;
+                seen.check(outcome(&zombie) == "acquired", || {
+                    format!("claim: {}", outcome(&zombie))
+                });
+                // The worker stalls past its lease (a long model call, a GC pause)…
+                tokio::time::sleep(PAST_LEASE).await;
+                let b = self.claim(&ns, key, claim_body).await.map_err(fatal)?;
+                seen.check(
+                    outcome(&b) == "acquired" && b.body["resumed"] == true,
+                    || format!("reclaim: {}", outcome(&b)),
+                );
+                if outcome(&b) == "acquired" {
+                    dest.send();
+                    let c = self
+                        .write(&ns, key, "complete", json!({
+                            "token": token(&b), "result": {"charge": "ch_2"}, "external_ref": "ch_2",
+                        }))
+                        .await
+                        .map_err(fatal)?;
+                    seen.check(c.is_success(), || format!("complete: {}", c.text));
+                }
+                // …then wakes up and does its effect without checking its lease first: the
+                // outside world now has it twice. It reports it, with what it spent.
+                dest.send();
+                let z = self
+                    .write(
+                        &ns,
+                        key,
+                        "complete",
+                        json!({
+                            "token": token(&zombie), "result": {"charge": "ch_1"},
+                            "external_ref": "ch_1", "cost": {"tokens": 350, "usd": 0.004},
+                        }),
+                    )
+                    .await
+                    .map_err(fatal)?;
+                seen.check(z.status == 409 && z.body["code"] == "lease_lost", || {
+                    format!("zombie complete: {} {}", z.status, z.text)
+                });
+                // The ledger keeps one completion, and its history shows the fenced one.
+                let got = self
+                    .client
+                    .get(self.client.key_url(&ns, key, None))
+                    .await
+                    .map_err(|e| fatal(e.to_string()))?;
+                let rec = &got.body["record"];
+                seen.check(
+                    rec["state"] == "completed" && rec["external_ref"] == "ch_2",
+                    || format!("record: {} {}", rec["state"], rec["external_ref"]),
+                );
+                let events = got.body["events"].as_array().cloned().unwrap_or_default();
+                let completions = events.iter().filter(|e| e["type"] == "completed").count();
+                seen.check(completions == 1, || {
+                    format!("{completions} completions recorded")
+                });
+                let fenced = events.iter().any(|e| {
+                    e["type"] == "lease_lost"
+                        && e["note"]
+                            .as_str()
+                            .is_some_and(|n| n.starts_with("fenced_completion"))
+                        && e["cost"]["tokens"] == 350
+                });
+                seen.check(fenced, || {
+                    "no lease_lost event noted fenced_completion with the zombie's cost".into()
+                });
+                seen.check(rec["cost"]["tokens"] == 350, || {
+                    format!("record cost: {}", rec["cost"])
+                });
+                // Counted…
+                let counted_after = fenced_completions(&self.client).await;
+                match (counted_before, counted_after) {
+                    (Some(a), Some(b)) => seen.check(b >= a + 1.0, || {
+                        format!("idem_fenced_completions_total went from {a} to {b}")
+                    }),
+                    _ => seen
+                        .problems
+                        .push("idem_fenced_completions_total not found in /metrics".into()),
+                }
+                // …and alerted (masked, like every alert).
+                match sink.wait_for("fenced_completion", ALERT_WAIT).await {
+                    Some(alert) => {
+                        seen.check(alert["namespace"] == ns.as_str(), || {
+                            format!("alert for {}", alert["namespace"])
+                        });
+                        seen.check(!alert.to_string().contains(key), || {
+                            "the alert carries the key unmasked".into()
+                        });
+                    }
+                    None => seen.problems.push(format!(
+                        "no fenced_completion alert reached {} within {}s",
+                        sink.url,
+                        ALERT_WAIT.as_secs()
+                    )),
+                }
             }
             other => return Err((ns, format!("unknown drill {other}"))),
         }

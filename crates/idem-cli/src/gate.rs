@@ -210,6 +210,7 @@ impl Gate {
             Gate::Local(l) => {
                 let (n, k) = ids(ns, key)?;
                 let req = CompleteRequest {
+                    cost: None,
                     token: token.to_owned(),
                     result: Some(result),
                     external_ref: None,
@@ -243,6 +244,7 @@ impl Gate {
             Gate::Local(l) => {
                 let (n, k) = ids(ns, key)?;
                 let req = FailRequest {
+                    cost: None,
                     token: token.to_owned(),
                     kind: Some(input.kind),
                     http_status: None,

@@ -170,6 +170,9 @@ pub async fn complete(cmd: CompleteCmd) -> Result<u8, CliError> {
     if let Some(e) = &cmd.external_ref {
         body["external_ref"] = json!(e);
     }
+    if let Some(c) = cmd.cost.to_json() {
+        body["cost"] = c;
+    }
     let ans = client(&conn.server)?
         .key_action(ns, key, "complete", &body)
         .await?;
@@ -201,6 +204,9 @@ pub async fn fail(cmd: FailCmd) -> Result<u8, CliError> {
             "category": cmd.category.as_deref().unwrap_or("other"),
             "message": cmd.message.as_deref().unwrap_or(""),
         });
+    }
+    if let Some(c) = cmd.cost.to_json() {
+        body["cost"] = c;
     }
     let ans = client(&conn.server)?
         .key_action(ns, key, "fail", &body)

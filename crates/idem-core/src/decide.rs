@@ -26,7 +26,9 @@ use crate::fingerprint::{canonical_json, Fingerprint};
 use crate::ids::{Key, Namespace};
 use crate::ids::{LeaseId, Token};
 use crate::policy::{LeaseExpiry, Policy};
-use crate::record::{AlertDraft, AlertReason, EventDraft, EventType, Record, ReviewReason, State};
+use crate::record::{
+    AlertDraft, AlertReason, AttemptCost, EventDraft, EventType, Record, ReviewReason, State,
+};
 use crate::time::Timestamp;
 
 mod claim;
@@ -36,6 +38,8 @@ mod operator;
 mod prepare;
 mod sweep;
 mod worker;
+
+pub use worker::{reports_effect, FENCED_COMPLETION_NOTE};
 
 /// What the namespace and the moment contribute to a decision. Random inputs (the next lease
 /// id, the jitter draw) are passed in so that `apply` stays deterministic.
@@ -80,6 +84,8 @@ pub struct CompleteRequest {
     pub token: String,
     pub result: Option<Value>,
     pub external_ref: Option<String>,
+    /// What this attempt spent (recorded on its event, summed on the record).
+    pub cost: Option<AttemptCost>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -97,6 +103,8 @@ pub struct FailRequest {
     pub retry_after_ms: Option<i64>,
     pub sent: Option<bool>,
     pub error: Option<FailErrorInput>,
+    /// What this attempt spent (recorded on its event, summed on the record).
+    pub cost: Option<AttemptCost>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -272,6 +280,29 @@ pub enum Write {
     Update(Box<Record>),
 }
 
+/// An acquisition, as the namespace stats count it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Acquired {
+    /// A fresh acquisition (attempt 1).
+    First,
+    /// A resume: a later attempt of the same operation.
+    Retry,
+}
+
+/// What one step counts, beyond the record: the namespace's hourly stats (acquisitions and
+/// cost, persisted with the step) and the process metrics (cost, fenced completions, time to
+/// recovery). Filled in by the rules; stores persist the stats part, servers count the rest.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Tally {
+    pub acquired: Option<Acquired>,
+    /// A reported cost and whether it was spent by an attempt after the first.
+    pub cost: Option<(AttemptCost, bool)>,
+    /// A report of an effect refused as `lease_lost` (see `worker`).
+    pub fenced_completion: bool,
+    /// A resolve that took the record out of `needs_review`: ms since it entered review.
+    pub recovery_ms: Option<i64>,
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Transition {
     pub write: Write,
@@ -280,6 +311,7 @@ pub struct Transition {
     pub first_acquisition: bool,
     pub alerts: Vec<AlertDraft>,
     pub reply: Result<Reply, OpError>,
+    pub tally: Tally,
 }
 
 impl Transition {
@@ -290,6 +322,7 @@ impl Transition {
             first_acquisition: false,
             alerts: vec![],
             reply: Ok(reply),
+            tally: Tally::default(),
         }
     }
     fn refuse(err: OpError) -> Self {
@@ -299,6 +332,7 @@ impl Transition {
             first_acquisition: false,
             alerts: vec![],
             reply: Err(err),
+            tally: Tally::default(),
         }
     }
     /// `next` replaces the stored record (stores guard on its version − 1) and `reply` is the
@@ -315,6 +349,7 @@ impl Transition {
             first_acquisition: false,
             alerts,
             reply: Ok(reply),
+            tally: Tally::default(),
         }
     }
     /// The common shape of a write: `next` replaces the stored record and is the answer.
@@ -363,6 +398,7 @@ fn event(
         correlation_id: rec.correlation_id.clone(),
         note: None,
         actor: None,
+        cost: None,
     }
 }
 
@@ -457,6 +493,64 @@ fn to_review(
 
 /// Applies `op` to the record (if any) for `(ns, key)`.
 pub fn apply(
+    ns: &Namespace,
+    key: &Key,
+    existing: Option<&Record>,
+    op: &Op,
+    ctx: &Ctx<'_>,
+) -> Transition {
+    let mut t = dispatch(ns, key, existing, op, ctx);
+    review_clock(&mut t, existing, op, ctx.now);
+    if let Ok(Reply::Claim(c)) = &t.reply {
+        if c.outcome == ClaimOutcome::Acquired {
+            t.tally.acquired = Some(if c.resumed == Some(true) {
+                Acquired::Retry
+            } else {
+                Acquired::First
+            });
+        }
+    }
+    t
+}
+
+/// Keeps `review_since` on every record a transition writes or answers with: stamped `now`
+/// when the record enters `needs_review`, kept while it stays, cleared when it leaves. A
+/// resolve that leaves `needs_review` reports the time it waited (`idem_recovery_seconds`).
+fn review_clock(t: &mut Transition, existing: Option<&Record>, op: &Op, now: Timestamp) {
+    let before = existing.map(|r| r.state);
+    let since = existing.and_then(|r| r.review_since);
+    let stamp = |r: &mut Record| {
+        r.review_since = match (before, r.state) {
+            (_, s) if s != State::NeedsReview => None,
+            (Some(State::NeedsReview), _) => since.or(Some(now)),
+            _ => Some(now),
+        };
+    };
+    match &mut t.write {
+        Write::Insert(r) | Write::Update(r) => stamp(r),
+        Write::None => {}
+    }
+    match &mut t.reply {
+        Ok(Reply::Record(r)) => stamp(r),
+        Ok(Reply::Fail(f)) => stamp(&mut f.record),
+        Ok(Reply::Claim(c)) => {
+            if let Some(r) = c.record.as_mut() {
+                stamp(r);
+            }
+        }
+        _ => {}
+    }
+    if let (Op::Resolve(_), Some(rec), Ok(_)) = (op, existing, &t.reply) {
+        if rec.state == State::NeedsReview {
+            // Records that entered review before the clock was kept count from their last
+            // change (the migration stamps them with it).
+            let entered = rec.review_since.unwrap_or(rec.updated_at);
+            t.tally.recovery_ms = Some((now.0 - entered.0).max(0));
+        }
+    }
+}
+
+fn dispatch(
     ns: &Namespace,
     key: &Key,
     existing: Option<&Record>,

@@ -47,11 +47,13 @@ mod tests {
                 lease_ms: None,
             }),
             Op::Complete(CompleteRequest {
+                cost: None,
                 token: token.clone(),
                 result: None,
                 external_ref: None,
             }),
             Op::Fail(FailRequest {
+                cost: None,
                 token,
                 kind: Some(Class::Retryable),
                 http_status: None,

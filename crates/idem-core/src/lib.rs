@@ -23,9 +23,9 @@ pub mod webhook;
 pub use classify::{classify, Class, FailSignal};
 pub use decide::sanitize_message;
 pub use decide::{
-    apply, ClaimOutcome, ClaimReply, ClaimRequest, CompleteRequest, Ctx, FailErrorInput, FailReply,
-    FailRequest, HeartbeatRequest, Op, OpError, PrepareRequest, Reply, ResolveAction,
-    ResolveRequest, RetryDecision, Transition, Write,
+    apply, reports_effect, Acquired, ClaimOutcome, ClaimReply, ClaimRequest, CompleteRequest, Ctx,
+    FailErrorInput, FailReply, FailRequest, HeartbeatRequest, Op, OpError, PrepareRequest, Reply,
+    ResolveAction, ResolveRequest, RetryDecision, Tally, Transition, Write, FENCED_COMPLETION_NOTE,
 };
 pub use fingerprint::Fingerprint;
 pub use ids::{mask_key, Key, LeaseId, Namespace, Token, ValidationError};
@@ -35,6 +35,7 @@ pub use record::{
     AlertDraft, Event, EventDraft, EventType, LastError, Record, ReviewReason, State,
 };
 pub use record::{AlertReason, PublicRecord};
+pub use record::{AttemptCost, CostError, CostTotals, MAX_COST_TOKENS, MAX_COST_USD};
 pub use redact::redact_db_url;
 pub use retention::{retention_action, RetentionAction, RETAINED_STATES};
 pub use time::{Clock, SystemClock, TestClock, Timestamp};

@@ -121,6 +121,8 @@ pub struct Record {
     pub last_error: Option<LastError>,
     pub created_at: Timestamp,
     pub updated_at: Timestamp,
+    /// What the attempts of this record reported spending (public as `record.cost`).
+    pub cost: CostTotals,
 
     // Bookkeeping, never shown.
     /// Lease id of the newest acquisition; `None` once no lease can be held (after approve).
@@ -138,6 +140,9 @@ pub struct Record {
     /// Last acquisition or heartbeat (stuck detection counts from here).
     pub active_at: Timestamp,
     pub review_reason: Option<ReviewReason>,
+    /// When the record entered `needs_review` (set on entering, cleared on leaving): the
+    /// review-queue age and the time to recovery count from here.
+    pub review_since: Option<Timestamp>,
     /// A stuck alert was already raised for the current attempt.
     pub stuck_alerted: bool,
     /// Increases on every write; stores guard updates with it.
@@ -166,7 +171,7 @@ pub struct PublicRecord<'a>(pub &'a Record);
 impl Serialize for PublicRecord<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let r = self.0;
-        let mut m = s.serialize_map(Some(16))?;
+        let mut m = s.serialize_map(Some(17))?;
         m.serialize_entry("namespace", &r.namespace)?;
         m.serialize_entry("key", &r.key)?;
         m.serialize_entry("state", &r.state)?;
@@ -183,6 +188,7 @@ impl Serialize for PublicRecord<'_> {
         m.serialize_entry("last_error", &r.last_error)?;
         m.serialize_entry("created_at", &r.created_at)?;
         m.serialize_entry("updated_at", &r.updated_at)?;
+        m.serialize_entry("cost", &r.cost)?;
         m.end()
     }
 }
@@ -274,6 +280,9 @@ pub struct EventDraft {
     pub note: Option<String>,
     /// Who did it, for operator actions (the token's label or role).
     pub actor: Option<String>,
+    /// What the attempt reported spending, on the event of its report (complete, fail, or
+    /// the `lease_lost` of a fenced report).
+    pub cost: Option<AttemptCost>,
 }
 
 /// An event of the audit trail; `seq` is assigned by the store and increases over time.
@@ -290,6 +299,8 @@ pub struct Event {
     pub correlation_id: Option<String>,
     pub note: Option<String>,
     pub actor: Option<String>,
+    /// `{tokens, usd}` reported with this event, or null.
+    pub cost: Option<AttemptCost>,
 }
 
 impl Event {
@@ -305,6 +316,7 @@ impl Event {
             correlation_id: d.correlation_id,
             note: d.note,
             actor: d.actor,
+            cost: d.cost,
         }
     }
 }
@@ -315,6 +327,10 @@ impl Event {
 pub enum AlertReason {
     NeedsReview,
     Stuck,
+    /// A worker reported an effect (complete, or fail with `sent` not false) with a token
+    /// that was fenced out: the ledger stayed right, the outside world may have seen the
+    /// effect twice.
+    FencedCompletion,
 }
 
 impl AlertReason {
@@ -322,6 +338,7 @@ impl AlertReason {
         match self {
             AlertReason::NeedsReview => "needs_review",
             AlertReason::Stuck => "stuck",
+            AlertReason::FencedCompletion => "fenced_completion",
         }
     }
 }
@@ -335,4 +352,148 @@ pub struct AlertDraft {
     pub error_category: Option<String>,
     pub attempt: u32,
     pub at: Timestamp,
+}
+
+// ------------------------------------------------------------------ cost
+
+/// The most tokens one attempt may report.
+pub const MAX_COST_TOKENS: u64 = 1_000_000_000_000_000;
+/// The most US dollars one attempt may report.
+pub const MAX_COST_USD: f64 = 1_000_000.0;
+/// Dollars are kept as whole nano-dollars so that sums are exact on every store (a float
+/// sum of `0.1 + 0.2` would not be).
+const NANOS_PER_USD: f64 = 1_000_000_000.0;
+
+/// Why a reported cost was refused; `field` is the member (`tokens` or `usd`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct CostError {
+    pub field: &'static str,
+    pub message: String,
+}
+
+/// What one attempt reported spending: `cost: {tokens?, usd?}` on complete, fail or effect.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct AttemptCost {
+    pub tokens: u64,
+    /// US dollars in nano-dollars (rounded to the nearest one).
+    pub usd_nanos: u64,
+}
+
+impl AttemptCost {
+    /// A validated cost: `tokens` a non-negative integer up to [`MAX_COST_TOKENS`], `usd` a
+    /// non-negative finite number up to [`MAX_COST_USD`] (absent members count as 0).
+    pub fn new(tokens: Option<u64>, usd: Option<f64>) -> Result<AttemptCost, CostError> {
+        let tokens = tokens.unwrap_or(0);
+        if tokens > MAX_COST_TOKENS {
+            return Err(CostError {
+                field: "tokens",
+                message: format!("must be an integer from 0 to {MAX_COST_TOKENS}"),
+            });
+        }
+        let usd = usd.unwrap_or(0.0);
+        if !usd.is_finite() || !(0.0..=MAX_COST_USD).contains(&usd) {
+            return Err(CostError {
+                field: "usd",
+                message: format!("must be a number from 0 to {MAX_COST_USD}"),
+            });
+        }
+        // In range, so the product fits (at most 1e15).
+        let usd_nanos = (usd * NANOS_PER_USD).round() as u64;
+        Ok(AttemptCost { tokens, usd_nanos })
+    }
+
+    /// The dollars as a JSON number.
+    pub fn usd(&self) -> f64 {
+        nanos_to_usd(self.usd_nanos)
+    }
+}
+
+fn nanos_to_usd(n: u64) -> f64 {
+    n as f64 / NANOS_PER_USD
+}
+
+impl Serialize for AttemptCost {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(2))?;
+        m.serialize_entry("tokens", &self.tokens)?;
+        m.serialize_entry("usd", &self.usd())?;
+        m.end()
+    }
+}
+
+/// The sums on a record (`record.cost`) and in a namespace's stats: every attempt, and the
+/// part spent by attempts after the first.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct CostTotals {
+    pub tokens: u64,
+    pub usd_nanos: u64,
+    pub retry_tokens: u64,
+    pub retry_usd_nanos: u64,
+}
+
+impl CostTotals {
+    /// Adds one attempt's cost; `retry` when it was not the first attempt. Saturates.
+    pub fn add(&mut self, c: AttemptCost, retry: bool) {
+        self.tokens = self.tokens.saturating_add(c.tokens);
+        self.usd_nanos = self.usd_nanos.saturating_add(c.usd_nanos);
+        if retry {
+            self.retry_tokens = self.retry_tokens.saturating_add(c.tokens);
+            self.retry_usd_nanos = self.retry_usd_nanos.saturating_add(c.usd_nanos);
+        }
+    }
+
+    /// Adds other sums (e.g. hourly buckets). Saturates.
+    pub fn merge(&mut self, o: &CostTotals) {
+        self.tokens = self.tokens.saturating_add(o.tokens);
+        self.usd_nanos = self.usd_nanos.saturating_add(o.usd_nanos);
+        self.retry_tokens = self.retry_tokens.saturating_add(o.retry_tokens);
+        self.retry_usd_nanos = self.retry_usd_nanos.saturating_add(o.retry_usd_nanos);
+    }
+}
+
+impl Serialize for CostTotals {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(4))?;
+        m.serialize_entry("tokens", &self.tokens)?;
+        m.serialize_entry("usd", &nanos_to_usd(self.usd_nanos))?;
+        m.serialize_entry("retry_tokens", &self.retry_tokens)?;
+        m.serialize_entry("retry_usd", &nanos_to_usd(self.retry_usd_nanos))?;
+        m.end()
+    }
+}
+
+#[cfg(test)]
+mod cost_tests {
+    use super::*;
+
+    #[test]
+    fn costs_are_validated_and_dollars_sum_exactly() {
+        assert_eq!(AttemptCost::new(None, None), Ok(AttemptCost::default()));
+        assert_eq!(
+            AttemptCost::new(Some(MAX_COST_TOKENS + 1), None).map_err(|e| e.field),
+            Err("tokens")
+        );
+        for bad in [-0.01, f64::NAN, f64::INFINITY, MAX_COST_USD * 2.0] {
+            assert_eq!(
+                AttemptCost::new(None, Some(bad)).map_err(|e| e.field),
+                Err("usd"),
+                "{bad}"
+            );
+        }
+        let a = AttemptCost::new(Some(7), Some(0.1)).expect("ok");
+        let b = AttemptCost::new(Some(5), Some(0.2)).expect("ok");
+        let mut t = CostTotals::default();
+        t.add(a, false);
+        t.add(b, true);
+        let v = serde_json::to_value(t).expect("json");
+        assert_eq!(
+            v,
+            serde_json::json!({"tokens": 12, "usd": 0.3, "retry_tokens": 5, "retry_usd": 0.2})
+        );
+        assert_eq!(
+            serde_json::to_value(CostTotals::default()).expect("json"),
+            serde_json::json!({"tokens": 0, "usd": 0.0, "retry_tokens": 0, "retry_usd": 0.0})
+        );
+    }
 }

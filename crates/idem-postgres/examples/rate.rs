@@ -52,6 +52,7 @@ async fn ledger_rate(url: &str, clients: usize, secs: u64, run: u32) -> Result<f
                     &ns,
                     &key,
                     CompleteRequest {
+                        cost: None,
                         token,
                         result: Some(json!({"id": i})),
                         external_ref: None,

@@ -262,6 +262,7 @@ mod tests {
             last_error: None,
             created_at: Timestamp(created),
             updated_at: Timestamp(created),
+            cost: Default::default(),
             lease_id: None,
             lease_expiry: LeaseExpiry::Reclaim,
             reported: false,
@@ -270,6 +271,7 @@ mod tests {
             final_at: None,
             active_at: Timestamp(created),
             review_reason: None,
+            review_since: None,
             stuck_alerted: false,
             version,
         }

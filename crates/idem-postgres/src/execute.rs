@@ -23,9 +23,9 @@ use crate::cache::{Counters, NsSettings, NO_ROW};
 use crate::error::PgError;
 use crate::fast::{self, Fast};
 use crate::rows::{
-    as_u64, policy_from_text, record_from_row, EventParams, RecordParams, INSERT_EVENT,
-    INSERT_RECORD, INSERT_RECORD_WITH_EVENT, R_RECORD_COLS, UPDATE_RECORD,
-    UPDATE_RECORD_WITH_EVENT,
+    as_u64, policy_from_text, record_from_row, stats_params, EventParams, RecordParams,
+    INSERT_EVENT, INSERT_RECORD, INSERT_RECORD_WITH_EVENT, INSERT_RECORD_WITH_EVENT_STATS,
+    R_RECORD_COLS, UPDATE_RECORD, UPDATE_RECORD_WITH_EVENT, UPDATE_RECORD_WITH_EVENT_STATS,
 };
 use crate::{corrupt, AlertParams, PgStore, INSERT_ALERT};
 
@@ -60,6 +60,8 @@ enum Step {
     Daily(bool),
     /// Alerts actually queued (0 when deduplicated).
     Alert(u64),
+    /// The namespace's stats bucket was bumped.
+    Stats,
 }
 
 /// Tiny jittered pause so that racing writers do not collide in lockstep.
@@ -249,7 +251,23 @@ pub(crate) fn fits_one_statement(plan: &Plan<'_>) -> bool {
     plan.events.len() <= 1
         && plan.alerts.is_empty()
         && plan.acquisition.and_then(|a| a.limit).is_none()
+        // A stats bump rides along with a record write and its event (the forms `_STATS`).
+        && (plan.stats.is_none()
+            || (!matches!(plan.write, PlanWrite::None) && plan.events.len() == 1))
 }
+
+/// Adds a step's counts to the namespace's hourly bucket of this connection's slot (its
+/// backend pid: no two transactions ever bump the same row, see schema V7).
+const BUMP_NS_STATS: &str = "INSERT INTO ns_stats (namespace, hour, slot, acquired_first, \
+    acquired_retry, tokens, usd_nanos, retry_tokens, retry_usd_nanos) \
+    VALUES ($1, $2, pg_backend_pid(), $3, $4, $5, $6, $7, $8) \
+    ON CONFLICT (namespace, hour, slot) DO UPDATE SET \
+    acquired_first = ns_stats.acquired_first + EXCLUDED.acquired_first, \
+    acquired_retry = ns_stats.acquired_retry + EXCLUDED.acquired_retry, \
+    tokens = ns_stats.tokens + EXCLUDED.tokens, \
+    usd_nanos = ns_stats.usd_nanos + EXCLUDED.usd_nanos, \
+    retry_tokens = ns_stats.retry_tokens + EXCLUDED.retry_tokens, \
+    retry_usd_nanos = ns_stats.retry_usd_nanos + EXCLUDED.retry_usd_nanos";
 
 /// Persists a plan: one autocommit statement when it can, else one transaction.
 async fn persist(
@@ -261,7 +279,11 @@ async fn persist(
     let limit = plan.acquisition.and_then(|a| a.limit);
     let day = plan.acquisition.map_or(0, |a| a.day);
     let queue_alerts = !plan.alerts.is_empty();
-    if matches!(plan.write, PlanWrite::None) && plan.events.is_empty() && limit.is_none() {
+    if matches!(plan.write, PlanWrite::None)
+        && plan.events.is_empty()
+        && limit.is_none()
+        && plan.stats.is_none()
+    {
         // Nothing to persist (in_flight without event, backoff, refusals): answer from
         // the snapshot without opening a transaction.
         return Ok(Persisted::default());
@@ -287,7 +309,7 @@ async fn persist(
     let event_stmt = if plan.events.is_empty() {
         None
     } else {
-        Some(client.prepare_cached(INSERT_EVENT).await?)
+        Some(client.prepare_cached(&INSERT_EVENT).await?)
     };
     let daily_stmt = match limit {
         Some(_) => Some(client.prepare_cached(BUMP_DAILY).await?),
@@ -298,6 +320,11 @@ async fn persist(
     } else {
         None
     };
+    let stats_stmt = match plan.stats {
+        Some(_) => Some(client.prepare_cached(BUMP_NS_STATS).await?),
+        None => None,
+    };
+    let stats = plan.stats.unwrap_or_default();
 
     let (record_params, old_version) = record_params(plan)?;
     let event_params: Vec<EventParams> = plan
@@ -356,6 +383,27 @@ async fn persist(
             }));
         }
     }
+    if let Some(stmt) = &stats_stmt {
+        let tx = &tx;
+        let b = &stats;
+        steps.push(Box::pin(async move {
+            tx.execute(
+                stmt,
+                &[
+                    &ns_str,
+                    &b.hour,
+                    &b.acquired_first,
+                    &b.acquired_retry,
+                    &b.tokens,
+                    &b.usd_nanos,
+                    &b.retry_tokens,
+                    &b.retry_usd_nanos,
+                ],
+            )
+            .await?;
+            Ok(Step::Stats)
+        }));
+    }
     let results = try_join_all(steps).await?;
     let mut seqs = vec![0i64; plan.events.len()];
     let mut alerts_queued = 0usize;
@@ -365,7 +413,7 @@ async fn persist(
             // filled up meanwhile. Dropping `tx` rolls back; decide again on fresh data.
             Step::Record(n) if n != 1 => return Err(PgError::Retry),
             Step::Daily(false) => return Err(PgError::Retry),
-            Step::Record(_) | Step::Daily(true) => {}
+            Step::Record(_) | Step::Daily(true) | Step::Stats => {}
             Step::Event(i, seq) => {
                 if let Some(s) = seqs.get_mut(i) {
                     *s = seq;
@@ -408,33 +456,44 @@ async fn single_statement(
     use tokio_postgres::types::ToSql;
     let event = plan.events.first().map(|e| EventParams::new(ns, key, e));
     let (record, old_version) = record_params(plan)?;
-    let mut params: Vec<&(dyn ToSql + Sync)> = Vec::with_capacity(40);
+    let stats = plan.stats;
+    let mut params: Vec<&(dyn ToSql + Sync)> = Vec::with_capacity(60);
     let is_update = matches!(plan.write, PlanWrite::Update { .. });
     let sql: &str = match (&record, &event) {
         (None, Some(e)) => {
             params.extend(e.params());
-            INSERT_EVENT
+            &INSERT_EVENT
         }
         (None, None) => return Ok(0),
         (Some(r), e) if !is_update => {
             params.extend(r.params());
-            match e {
-                Some(e) => {
+            match (e, &stats) {
+                (Some(e), None) => {
                     params.extend(e.tail_params());
                     &INSERT_RECORD_WITH_EVENT
                 }
-                None => &INSERT_RECORD,
+                (Some(e), Some(b)) => {
+                    params.extend(e.tail_params());
+                    params.extend(stats_params(b));
+                    &INSERT_RECORD_WITH_EVENT_STATS
+                }
+                (None, _) => &INSERT_RECORD,
             }
         }
         (Some(r), e) => {
             params.extend(r.params());
             params.push(&old_version);
-            match e {
-                Some(e) => {
+            match (e, &stats) {
+                (Some(e), None) => {
                     params.extend(e.tail_params());
                     &UPDATE_RECORD_WITH_EVENT
                 }
-                None => &UPDATE_RECORD,
+                (Some(e), Some(b)) => {
+                    params.extend(e.tail_params());
+                    params.extend(stats_params(b));
+                    &UPDATE_RECORD_WITH_EVENT_STATS
+                }
+                (None, _) => &UPDATE_RECORD,
             }
         }
     };

@@ -32,12 +32,13 @@ use crate::cache::NsSettings;
 use crate::error::PgError;
 use crate::execute::fits_one_statement;
 use crate::rows::{
-    event_tail, record_from_row, EventParams, RecordParams, RECORD_COLS, RECORD_COLUMNS,
-    R_RECORD_COLS, TYPED_RECORD_PARAMS, UPDATE_RECORD,
+    event_tail, record_from_row, stats_cte, stats_params, EventParams, RecordParams,
+    EVENT_INSERT_COLUMNS, EVENT_TAIL_LEN, RECORD_COLS, RECORD_COLUMNS, R_RECORD_COLS,
+    TYPED_RECORD_PARAMS, UPDATE_RECORD,
 };
 
-const EVENT_INSERT_COLS: &str = "INSERT INTO events (namespace, key, at, type, from_state, \
-    to_state, attempt, owner, correlation_id, note, actor)";
+static EVENT_INSERT_COLS: LazyLock<String> =
+    LazyLock::new(|| format!("INSERT INTO events {EVENT_INSERT_COLUMNS}"));
 
 /// True when the namespace row of `$1` still has the cached `revision` and `updated_at`
 /// (parameters `rev` and `upd`), or still does not exist when `rev` is -1. A scalar subquery
@@ -49,43 +50,50 @@ fn ns_guard(rev: usize, upd: usize) -> String {
     )
 }
 
-/// $1..$28 record, $29..$37 event tail, $38/$39 namespace guard. One row: guard held, the
-/// event's seq when the record was inserted, and otherwise the record that was already there
-/// (as of the statement's snapshot; NULLs when it is not visible yet). The lookup of that
-/// record sits behind a one-time filter: it is not run when the insert happened.
+/// $1..$33 record, $34..$44 event tail, $45/$46 namespace guard, $47..$53 the stats bump of a
+/// fresh acquisition. One row: guard held, the event's seq when the record was inserted, and
+/// otherwise the record that was already there (as of the statement's snapshot; NULLs when it
+/// is not visible yet). The lookup of that record sits behind a one-time filter: it is not run
+/// when the insert happened; the stats bump runs only when it happened.
 static SPECULATIVE_INSERT: LazyLock<String> = LazyLock::new(|| {
     let n = RECORD_COLUMNS.len();
     format!(
         "WITH g AS (SELECT {guard} AS ok), \
          w AS (INSERT INTO records ({cols}) SELECT {typed} FROM g WHERE g.ok \
                ON CONFLICT (namespace, key) DO NOTHING RETURNING version), \
-         e AS ({EVENT_INSERT_COLS} SELECT $1, $2, {tail} FROM w RETURNING seq) \
+         e AS ({ev} SELECT $1, $2, {tail} FROM w RETURNING seq){stats} \
          SELECT g.ok, (SELECT seq FROM e), {rcols} FROM g \
          LEFT JOIN (SELECT * FROM records WHERE namespace = $1 AND key = $2 \
              AND NOT EXISTS (SELECT 1 FROM w)) r ON TRUE",
-        guard = ns_guard(n + 10, n + 11),
+        guard = ns_guard(n + 1 + EVENT_TAIL_LEN, n + 2 + EVENT_TAIL_LEN),
+        ev = *EVENT_INSERT_COLS,
         cols = *RECORD_COLS,
         typed = *TYPED_RECORD_PARAMS,
         tail = event_tail(n + 1),
+        stats = stats_cte("e", n + 3 + EVENT_TAIL_LEN),
         rcols = *R_RECORD_COLS,
     )
 });
 
-/// $1/$2 namespace and key, $3..$11 event tail, $12/$13 namespace guard, $14/$15 the cached
+/// $1/$2 namespace and key, $3..$13 event tail, $14/$15 namespace guard, $16/$17 the cached
 /// record's version and created_at. No row back: a guard missed.
 static GUARDED_EVENT: LazyLock<String> = LazyLock::new(|| {
+    let g = 3 + EVENT_TAIL_LEN;
     format!(
-        "{EVENT_INSERT_COLS} SELECT $1::TEXT, $2::TEXT, {tail} \
+        "{ev} SELECT $1::TEXT, $2::TEXT, {tail} \
          WHERE {guard} AND EXISTS (SELECT 1 FROM records r WHERE r.namespace = $1 \
-         AND r.key = $2 AND r.version = $14::BIGINT AND r.created_at = $15::BIGINT) \
+         AND r.key = $2 AND r.version = ${v}::BIGINT AND r.created_at = ${c}::BIGINT) \
          RETURNING seq",
+        ev = *EVENT_INSERT_COLS,
         tail = event_tail(3),
-        guard = ns_guard(12, 13),
+        guard = ns_guard(g, g + 1),
+        v = g + 2,
+        c = g + 3,
     )
 });
 
-/// [`UPDATE_RECORD`] ($29 = version decided on) also guarded by `created_at` ($17, unchanged by
-/// every update) and the namespace ($30/$31).
+/// [`UPDATE_RECORD`] ($34 = version decided on) also guarded by `created_at` ($17, unchanged by
+/// every update) and the namespace ($35/$36).
 static GUARDED_UPDATE: LazyLock<String> = LazyLock::new(|| {
     let n = RECORD_COLUMNS.len();
     format!(
@@ -95,14 +103,29 @@ static GUARDED_UPDATE: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
-/// [`GUARDED_UPDATE`] with its one event: $30..$38 event tail, $39/$40 namespace guard.
+/// [`GUARDED_UPDATE_WITH_EVENT`] that also bumps the namespace's stats ($48..$54).
+static GUARDED_UPDATE_WITH_EVENT_STATS: LazyLock<String> = LazyLock::new(|| {
+    let n = RECORD_COLUMNS.len();
+    format!(
+        "WITH w AS ({} AND created_at = $17 AND {} RETURNING version), \
+         e AS ({} SELECT $1, $2, {} FROM w RETURNING seq){} SELECT seq FROM e",
+        *UPDATE_RECORD,
+        ns_guard(n + 2 + EVENT_TAIL_LEN, n + 3 + EVENT_TAIL_LEN),
+        *EVENT_INSERT_COLS,
+        event_tail(n + 2),
+        stats_cte("e", n + 4 + EVENT_TAIL_LEN)
+    )
+});
+
+/// [`GUARDED_UPDATE`] with its one event: $35..$45 event tail, $46/$47 namespace guard.
 static GUARDED_UPDATE_WITH_EVENT: LazyLock<String> = LazyLock::new(|| {
     let n = RECORD_COLUMNS.len();
     format!(
         "WITH w AS ({} AND created_at = $17 AND {} RETURNING version) \
-         {EVENT_INSERT_COLS} SELECT $1, $2, {} FROM w RETURNING seq",
+         {} SELECT $1, $2, {} FROM w RETURNING seq",
         *UPDATE_RECORD,
-        ns_guard(n + 11, n + 12),
+        ns_guard(n + 2 + EVENT_TAIL_LEN, n + 3 + EVENT_TAIL_LEN),
+        *EVENT_INSERT_COLS,
         event_tail(n + 2)
     )
 });
@@ -152,21 +175,22 @@ pub(crate) async fn speculative_claim(
     let (Write::Insert(new), [draft]) = (&t.write, t.events.as_slice()) else {
         return Ok(Fast::Skip);
     };
-    if !fits_one_statement(&engine::plan(
-        &t,
-        &s.policy,
-        ctx.now.utc_day(),
-        ctx.traceparent.as_deref(),
-    )) {
+    let plan = engine::plan(&t, &s.policy, ctx.now, ctx.traceparent.as_deref());
+    if !fits_one_statement(&plan) {
         return Ok(Fast::Skip);
     }
+    // A fresh acquisition always counts one `acquired_first` (and nothing else).
+    let Some(bump) = plan.stats.filter(|b| b.acquired_first == 1) else {
+        return Ok(Fast::Skip);
+    };
     let rp = RecordParams::new(new)?;
     let ep = EventParams::new(ns, key, draft);
-    let mut params: Vec<&(dyn ToSql + Sync)> = Vec::with_capacity(40);
+    let mut params: Vec<&(dyn ToSql + Sync)> = Vec::with_capacity(60);
     params.extend(rp.params());
     params.extend(ep.tail_params());
     params.push(&s.revision);
     params.push(&s.updated_at);
+    params.extend(stats_params(&bump));
     let stmt = client.prepare_cached(&SPECULATIVE_INSERT).await?;
     let row = client.query_one(&stmt, &params).await?;
     let ok: Option<bool> = row.try_get(0).map_err(|e| crate::corrupt(&e))?;
@@ -202,7 +226,7 @@ pub(crate) async fn cached_record(
     let Some(t) = engine::decide_known(ns, key, Some(rec), op, ctx, s) else {
         return Ok(Fast::Skip);
     };
-    let plan = engine::plan(&t, &s.policy, ctx.now.utc_day(), ctx.traceparent.as_deref());
+    let plan = engine::plan(&t, &s.policy, ctx.now, ctx.traceparent.as_deref());
     if plan.acquisition.is_some() || !fits_one_statement(&plan) {
         return Ok(Fast::Skip);
     }
@@ -215,6 +239,9 @@ pub(crate) async fn cached_record(
             let [draft] = t.events.as_slice() else {
                 return Ok(Fast::Skip);
             };
+            if plan.stats.is_some() {
+                return Ok(Fast::Skip);
+            }
             let ep = EventParams::new(ns, key, draft);
             let created = rec.created_at.0;
             let mut params: Vec<&(dyn ToSql + Sync)> = Vec::with_capacity(15);
@@ -242,7 +269,9 @@ pub(crate) async fn cached_record(
             let mut params: Vec<&(dyn ToSql + Sync)> = Vec::with_capacity(40);
             params.extend(rp.params());
             params.push(&rec.version);
+            let stats = plan.stats;
             match t.events.as_slice() {
+                [] if stats.is_some() => Ok(Fast::Skip),
                 [] => {
                     params.push(&s.revision);
                     params.push(&s.updated_at);
@@ -261,7 +290,14 @@ pub(crate) async fn cached_record(
                     params.extend(ep.tail_params());
                     params.push(&s.revision);
                     params.push(&s.updated_at);
-                    let stmt = client.prepare_cached(&GUARDED_UPDATE_WITH_EVENT).await?;
+                    let sql: &str = match &stats {
+                        Some(b) => {
+                            params.extend(stats_params(b));
+                            &GUARDED_UPDATE_WITH_EVENT_STATS
+                        }
+                        None => &GUARDED_UPDATE_WITH_EVENT,
+                    };
+                    let stmt = client.prepare_cached(sql).await?;
                     match client.query_opt(&stmt, &params).await? {
                         None => Ok(Fast::Miss),
                         Some(row) => {

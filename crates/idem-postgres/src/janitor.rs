@@ -13,8 +13,8 @@ use futures_util::future::try_join_all;
 use idem_core::{AlertReason, Key, Namespace, Op, Policy, State, Timestamp};
 use idem_store::engine::{self, NsOwned, PlanWrite};
 use idem_store::{
-    AlertOutcome, OutboxKind, OutboxOutcome, PendingAlert, RetentionReport, StateCounts, Stats,
-    SweepReport,
+    AlertOutcome, NamespaceStats, OutboxKind, OutboxOutcome, PendingAlert, RetentionReport,
+    StateCounts, Stats, SweepReport,
 };
 use std::collections::HashMap;
 use std::sync::LazyLock;
@@ -52,7 +52,7 @@ pub(crate) async fn sweep_once(
     let mut client = store.client().await?;
     let select = client.prepare_cached(&SWEEP_CANDIDATES).await?;
     let update = client.prepare_cached(&UPDATE_RECORD).await?;
-    let insert_event = client.prepare_cached(INSERT_EVENT).await?;
+    let insert_event = client.prepare_cached(&INSERT_EVENT).await?;
     let insert_alert = client.prepare_cached(INSERT_ALERT).await?;
     let default_stuck = Policy::default().stuck_after_ms;
     let tx = client.transaction().await?;
@@ -87,7 +87,7 @@ pub(crate) async fn sweep_once(
             .iter()
             .filter(|a| a.reason == AlertReason::Stuck)
             .count();
-        let plan = engine::plan(&t, &settings.policy, now.utc_day(), None);
+        let plan = engine::plan(&t, &settings.policy, now, None);
         if let PlanWrite::Update {
             record,
             expected_version,
@@ -248,6 +248,13 @@ pub(crate) async fn retention_once(
         .await?;
     let expired: i64 = row.try_get(0).map_err(|e| corrupt(&e))?;
     let tombstones_due: bool = row.try_get(1).map_err(|e| corrupt(&e))?;
+    // Stats buckets older than the 24-hour window (and a day of slack) are never read again.
+    client
+        .execute(
+            "DELETE FROM ns_stats WHERE hour < $1",
+            &[&(NamespaceStats::first_hour(now) - NamespaceStats::HOURS)],
+        )
+        .await?;
     let mut deleted = 0i64;
     if tombstones_due {
         let delete = client.prepare_cached(&DELETE_TOMBSTONES).await?;
@@ -271,14 +278,26 @@ static OLDEST_PROCESSING: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
+/// When the oldest `needs_review` record entered review (the `records_review` index).
+static OLDEST_REVIEW: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT min(review_since) FROM records WHERE state = {}",
+        idem_store::sql::state(State::NeedsReview)
+    )
+});
+
 pub(crate) async fn stats(store: &PgStore, now: Timestamp) -> Result<Stats, PgError> {
     let client = store.client().await?;
     let by_state = client
         .prepare_cached("SELECT state, sum(n)::BIGINT FROM record_counts GROUP BY state")
         .await?;
     let oldest = client.prepare_cached(&OLDEST_PROCESSING).await?;
-    let (rows, oldest) =
-        tokio::try_join!(client.query(&by_state, &[]), client.query_one(&oldest, &[]))?;
+    let review = client.prepare_cached(&OLDEST_REVIEW).await?;
+    let (rows, oldest, review) = tokio::try_join!(
+        client.query(&by_state, &[]),
+        client.query_one(&oldest, &[]),
+        client.query_one(&review, &[])
+    )?;
     let mut pairs = Vec::with_capacity(rows.len());
     for r in rows {
         let s: String = r.try_get(0).map_err(|e| corrupt(&e))?;
@@ -287,12 +306,43 @@ pub(crate) async fn stats(store: &PgStore, now: Timestamp) -> Result<Stats, PgEr
     }
     let records = StateCounts::from_pairs(pairs);
     let oldest: Option<i64> = oldest.try_get(0).map_err(|e| corrupt(&e))?;
+    let review: Option<i64> = review.try_get(0).map_err(|e| corrupt(&e))?;
+    let age = |t: i64| (now.0.saturating_sub(t)).max(0) as f64 / 1000.0;
     Ok(Stats {
         review_queue_depth: records.get(State::NeedsReview),
         records,
-        oldest_processing_seconds: oldest
-            .map_or(0.0, |t| (now.0.saturating_sub(t)).max(0) as f64 / 1000.0),
+        oldest_processing_seconds: oldest.map_or(0.0, age),
+        review_oldest_seconds: review.map_or(0.0, age),
     })
+}
+
+/// A namespace's hourly stats over the 24 hours up to `now` (every slot's rows).
+pub(crate) async fn namespace_stats(
+    store: &PgStore,
+    ns: &Namespace,
+    now: Timestamp,
+) -> Result<NamespaceStats, PgError> {
+    let client = store.client().await?;
+    let stmt = client
+        .prepare_cached(
+            "SELECT sum(acquired_first)::BIGINT, sum(acquired_retry)::BIGINT, \
+             sum(tokens)::BIGINT, sum(usd_nanos)::BIGINT, sum(retry_tokens)::BIGINT, \
+             sum(retry_usd_nanos)::BIGINT FROM ns_stats WHERE namespace = $1 AND hour >= $2",
+        )
+        .await?;
+    let row = client
+        .query_one(&stmt, &[&ns.as_str(), &NamespaceStats::first_hour(now)])
+        .await?;
+    let mut v = [0i64; 6];
+    for (i, slot) in v.iter_mut().enumerate() {
+        *slot = row
+            .try_get::<_, Option<i64>>(i)
+            .map_err(|e| corrupt(&e))?
+            .unwrap_or(0);
+    }
+    let mut out = NamespaceStats::default();
+    out.add_row(v);
+    Ok(out)
 }
 
 /// Leases due alerts on the outbox for `lease_ms` and reads, with them, each namespace's

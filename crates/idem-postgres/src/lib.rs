@@ -232,6 +232,19 @@ impl Store for PgStore {
         self.namespace_read(ns).await
     }
 
+    async fn namespace_stats(
+        &self,
+        ns: &Namespace,
+        now: Timestamp,
+    ) -> Result<idem_store::NamespaceStats, StoreError> {
+        self.bounded(async {
+            janitor::namespace_stats(self, ns, now)
+                .await
+                .map_err(store_err)
+        })
+        .await
+    }
+
     async fn update_namespace(
         &self,
         ns: &Namespace,

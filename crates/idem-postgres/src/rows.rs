@@ -7,8 +7,8 @@
 use std::sync::LazyLock;
 
 use idem_core::{
-    Event, EventDraft, EventType, Fingerprint, Key, LastError, LeaseExpiry, LeaseId, Namespace,
-    Policy, Record, ReviewReason, State, Timestamp,
+    AttemptCost, CostTotals, Event, EventDraft, EventType, Fingerprint, Key, LastError,
+    LeaseExpiry, LeaseId, Namespace, Policy, Record, ReviewReason, State, Timestamp,
 };
 use idem_store::StoreError;
 use serde_json::Value;
@@ -21,13 +21,15 @@ pub(crate) use idem_store::sql::RECORD_COLUMNS;
 
 /// The SQL type of each of [`RECORD_COLUMNS`] (for parameters in a `SELECT` list, which
 /// PostgreSQL cannot type from the target column).
-const RECORD_TYPES: [&str; 28] = [
+const RECORD_TYPES: [&str; 33] = [
     "TEXT", "TEXT", "TEXT", "BIGINT", "TEXT", "TEXT", "TEXT", "BIGINT", "BIGINT", "TEXT", "TEXT",
     "BOOLEAN", "TEXT", "TEXT", "TEXT", "INTEGER", "BIGINT", "BIGINT", "TEXT", "TEXT", "BOOLEAN",
     "BIGINT", "BIGINT", "BIGINT", "BIGINT", "TEXT", "BOOLEAN", "BIGINT",
+    // cost and recovery
+    "BIGINT", "BIGINT", "BIGINT", "BIGINT", "BIGINT",
 ];
 
-/// `$1::TEXT, $2::TEXT, …, $28::BIGINT`: a record's parameters as a typed `SELECT` list.
+/// `$1::TEXT, $2::TEXT, …, $33::BIGINT`: a record's parameters as a typed `SELECT` list.
 pub(crate) static TYPED_RECORD_PARAMS: LazyLock<String> = LazyLock::new(|| {
     RECORD_TYPES
         .iter()
@@ -142,10 +144,26 @@ pub(crate) fn record_from_row(row: &Row, off: usize) -> Result<Record, StoreErro
             .transpose()?,
         stuck_alerted: get(row, off + 26)?,
         version: get(row, off + 27)?,
+        cost: CostTotals {
+            tokens: amount_of(get(row, off + 28)?, "cost_tokens")?,
+            usd_nanos: amount_of(get(row, off + 29)?, "cost_usd_nanos")?,
+            retry_tokens: amount_of(get(row, off + 30)?, "retry_tokens")?,
+            retry_usd_nanos: amount_of(get(row, off + 31)?, "retry_usd_nanos")?,
+        },
+        review_since: get::<Option<i64>>(row, off + 32)?.map(Timestamp),
     })
 }
 
-/// A record as owned SQL parameters ($1..$28 in [`RECORD_COLUMNS`] order).
+fn amount_of(n: i64, what: &str) -> Result<u64, StoreError> {
+    u64::try_from(n).map_err(|e| corrupt(what, e))
+}
+
+/// A cost amount as stored (sums saturate far below `i64::MAX`).
+pub(crate) fn amount(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// A record as owned SQL parameters ($1..$33 in [`RECORD_COLUMNS`] order).
 pub(crate) struct RecordParams {
     namespace: String,
     key: String,
@@ -175,6 +193,11 @@ pub(crate) struct RecordParams {
     review_reason: Option<&'static str>,
     stuck_alerted: bool,
     pub(crate) version: i64,
+    cost_tokens: i64,
+    cost_usd_nanos: i64,
+    retry_tokens: i64,
+    retry_usd_nanos: i64,
+    review_since: Option<i64>,
 }
 
 impl RecordParams {
@@ -212,6 +235,11 @@ impl RecordParams {
             review_reason: r.review_reason.map(|x| x.as_str()),
             stuck_alerted: r.stuck_alerted,
             version: r.version,
+            cost_tokens: amount(r.cost.tokens),
+            cost_usd_nanos: amount(r.cost.usd_nanos),
+            retry_tokens: amount(r.cost.retry_tokens),
+            retry_usd_nanos: amount(r.cost.retry_usd_nanos),
+            review_since: r.review_since.map(|t| t.0),
         })
     }
 
@@ -224,7 +252,7 @@ impl RecordParams {
         Ok(out)
     }
 
-    pub(crate) fn params(&self) -> [&(dyn ToSql + Sync); 28] {
+    pub(crate) fn params(&self) -> [&(dyn ToSql + Sync); 33] {
         [
             &self.namespace,
             &self.key,
@@ -254,6 +282,11 @@ impl RecordParams {
             &self.review_reason,
             &self.stuck_alerted,
             &self.version,
+            &self.cost_tokens,
+            &self.cost_usd_nanos,
+            &self.retry_tokens,
+            &self.retry_usd_nanos,
+            &self.review_since,
         ]
     }
 }
@@ -271,7 +304,7 @@ pub(crate) static INSERT_RECORD: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
-/// `UPDATE` guarded by the version that was read ($29): 0 rows means the record moved.
+/// `UPDATE` guarded by the version that was read ($34): 0 rows means the record moved.
 pub(crate) static UPDATE_RECORD: LazyLock<String> = LazyLock::new(|| {
     let sets: Vec<String> = RECORD_COLUMNS
         .iter()
@@ -286,11 +319,19 @@ pub(crate) static UPDATE_RECORD: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
+/// Parameters of an event after `(namespace, key)` ([`EventParams::tail_params`]).
+pub(crate) const EVENT_TAIL_LEN: usize = 11;
+
+/// The event columns, `(namespace, key)` first.
+pub(crate) const EVENT_INSERT_COLUMNS: &str = "(namespace, key, at, type, from_state, to_state, \
+    attempt, owner, correlation_id, note, actor, cost_tokens, cost_usd_nanos)";
+
 /// Event columns after `(namespace, key)`, with casts so the single-statement forms below can
 /// take them as parameters of a `SELECT` list.
 pub(crate) fn event_tail(first: usize) -> String {
-    let casts = [
-        "BIGINT", "TEXT", "TEXT", "TEXT", "BIGINT", "TEXT", "TEXT", "TEXT", "TEXT",
+    let casts: [&str; EVENT_TAIL_LEN] = [
+        "BIGINT", "TEXT", "TEXT", "TEXT", "BIGINT", "TEXT", "TEXT", "TEXT", "TEXT", "BIGINT",
+        "BIGINT",
     ];
     casts
         .iter()
@@ -304,31 +345,99 @@ pub(crate) fn event_tail(first: usize) -> String {
 /// when the guarded insert was (no row back = another writer got there first).
 pub(crate) static INSERT_RECORD_WITH_EVENT: LazyLock<String> = LazyLock::new(|| {
     format!(
-        "WITH w AS ({}) INSERT INTO events \
-         (namespace, key, at, type, from_state, to_state, attempt, owner, correlation_id, note, \
-          actor) SELECT $1, $2, {} FROM w RETURNING seq",
+        "WITH w AS ({}) INSERT INTO events {EVENT_INSERT_COLUMNS} \
+         SELECT $1, $2, {} FROM w RETURNING seq",
         *INSERT_RECORD,
         event_tail(RECORD_COLUMNS.len() + 1)
     )
 });
 
-/// A guarded update and its one event in one autocommit statement ($29 = version read).
+/// A guarded update and its one event in one autocommit statement ($34 = version read).
 pub(crate) static UPDATE_RECORD_WITH_EVENT: LazyLock<String> = LazyLock::new(|| {
     format!(
-        "WITH w AS ({} RETURNING version) INSERT INTO events \
-         (namespace, key, at, type, from_state, to_state, attempt, owner, correlation_id, note, \
-          actor) SELECT $1, $2, {} FROM w RETURNING seq",
+        "WITH w AS ({} RETURNING version) INSERT INTO events {EVENT_INSERT_COLUMNS} \
+         SELECT $1, $2, {} FROM w RETURNING seq",
         *UPDATE_RECORD,
         event_tail(RECORD_COLUMNS.len() + 2)
     )
 });
 
-pub(crate) const INSERT_EVENT: &str = "INSERT INTO events \
-    (namespace, key, at, type, from_state, to_state, attempt, owner, correlation_id, note, actor) \
-    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING seq";
+/// Parameters of a stats bump after those of the statement it joins: hour, then the six
+/// counters ([`stats_params`]).
+pub(crate) const STATS_LEN: usize = 7;
 
-pub(crate) const EVENT_COLS: &str =
-    "seq, at, type, from_state, to_state, attempt, owner, correlation_id, note, actor";
+/// `, st AS (…)`: a data-modifying CTE that adds a step's counts (parameters `$first` …
+/// `$first+6`) to the namespace's hourly bucket of this connection's slot, once per row of
+/// `src` (the CTE whose row says the guarded write happened). See schema V7.
+pub(crate) fn stats_cte(src: &str, first: usize) -> String {
+    let p = |i: usize| format!("${}::BIGINT", first + i);
+    format!(
+        ", st AS (INSERT INTO ns_stats (namespace, hour, slot, acquired_first, acquired_retry, \
+         tokens, usd_nanos, retry_tokens, retry_usd_nanos) \
+         SELECT $1::TEXT, {}, pg_backend_pid(), {}, {}, {}, {}, {}, {} FROM {src} \
+         ON CONFLICT (namespace, hour, slot) DO UPDATE SET \
+         acquired_first = ns_stats.acquired_first + EXCLUDED.acquired_first, \
+         acquired_retry = ns_stats.acquired_retry + EXCLUDED.acquired_retry, \
+         tokens = ns_stats.tokens + EXCLUDED.tokens, \
+         usd_nanos = ns_stats.usd_nanos + EXCLUDED.usd_nanos, \
+         retry_tokens = ns_stats.retry_tokens + EXCLUDED.retry_tokens, \
+         retry_usd_nanos = ns_stats.retry_usd_nanos + EXCLUDED.retry_usd_nanos)",
+        p(0),
+        p(1),
+        p(2),
+        p(3),
+        p(4),
+        p(5),
+        p(6)
+    )
+}
+
+/// A stats bump's parameters in [`stats_cte`] order.
+pub(crate) fn stats_params(b: &idem_store::engine::StatsBump) -> [&(dyn ToSql + Sync); STATS_LEN] {
+    [
+        &b.hour,
+        &b.acquired_first,
+        &b.acquired_retry,
+        &b.tokens,
+        &b.usd_nanos,
+        &b.retry_tokens,
+        &b.retry_usd_nanos,
+    ]
+}
+
+/// [`INSERT_RECORD_WITH_EVENT`] that also bumps the namespace's stats ($45..$51).
+pub(crate) static INSERT_RECORD_WITH_EVENT_STATS: LazyLock<String> = LazyLock::new(|| {
+    let n = RECORD_COLUMNS.len();
+    format!(
+        "WITH w AS ({}), e AS (INSERT INTO events {EVENT_INSERT_COLUMNS} \
+         SELECT $1, $2, {} FROM w RETURNING seq){} SELECT seq FROM e",
+        *INSERT_RECORD,
+        event_tail(n + 1),
+        stats_cte("e", n + 1 + EVENT_TAIL_LEN)
+    )
+});
+
+/// [`UPDATE_RECORD_WITH_EVENT`] that also bumps the namespace's stats ($46..$52).
+pub(crate) static UPDATE_RECORD_WITH_EVENT_STATS: LazyLock<String> = LazyLock::new(|| {
+    let n = RECORD_COLUMNS.len();
+    format!(
+        "WITH w AS ({} RETURNING version), e AS (INSERT INTO events {EVENT_INSERT_COLUMNS} \
+         SELECT $1, $2, {} FROM w RETURNING seq){} SELECT seq FROM e",
+        *UPDATE_RECORD,
+        event_tail(n + 2),
+        stats_cte("e", n + 2 + EVENT_TAIL_LEN)
+    )
+});
+
+pub(crate) static INSERT_EVENT: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "INSERT INTO events {EVENT_INSERT_COLUMNS} \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) RETURNING seq"
+    )
+});
+
+pub(crate) const EVENT_COLS: &str = "seq, at, type, from_state, to_state, attempt, owner, \
+    correlation_id, note, actor, cost_tokens, cost_usd_nanos";
 
 /// An event draft as owned SQL parameters for [`INSERT_EVENT`].
 pub(crate) struct EventParams {
@@ -343,6 +452,8 @@ pub(crate) struct EventParams {
     correlation_id: Option<String>,
     note: Option<String>,
     actor: Option<String>,
+    cost_tokens: Option<i64>,
+    cost_usd_nanos: Option<i64>,
 }
 
 impl EventParams {
@@ -359,11 +470,13 @@ impl EventParams {
             correlation_id: e.correlation_id.clone(),
             note: e.note.clone(),
             actor: e.actor.clone(),
+            cost_tokens: e.cost.map(|c| amount(c.tokens)),
+            cost_usd_nanos: e.cost.map(|c| amount(c.usd_nanos)),
         }
     }
 
     /// The parameters after `(namespace, key)` (for the single-statement forms).
-    pub(crate) fn tail_params(&self) -> [&(dyn ToSql + Sync); 9] {
+    pub(crate) fn tail_params(&self) -> [&(dyn ToSql + Sync); EVENT_TAIL_LEN] {
         [
             &self.at,
             &self.kind,
@@ -374,10 +487,12 @@ impl EventParams {
             &self.correlation_id,
             &self.note,
             &self.actor,
+            &self.cost_tokens,
+            &self.cost_usd_nanos,
         ]
     }
 
-    pub(crate) fn params(&self) -> [&(dyn ToSql + Sync); 11] {
+    pub(crate) fn params(&self) -> [&(dyn ToSql + Sync); EVENT_TAIL_LEN + 2] {
         [
             &self.namespace,
             &self.key,
@@ -390,6 +505,8 @@ impl EventParams {
             &self.correlation_id,
             &self.note,
             &self.actor,
+            &self.cost_tokens,
+            &self.cost_usd_nanos,
         ]
     }
 }
@@ -408,6 +525,13 @@ pub(crate) fn event_from_row(row: &Row) -> Result<Event, StoreError> {
         correlation_id: get(row, 7)?,
         note: get(row, 8)?,
         actor: get(row, 9)?,
+        cost: match (get::<Option<i64>>(row, 10)?, get::<Option<i64>>(row, 11)?) {
+            (None, None) => None,
+            (t, u) => Some(AttemptCost {
+                tokens: amount_of(t.unwrap_or(0), "event cost_tokens")?,
+                usd_nanos: amount_of(u.unwrap_or(0), "event cost_usd_nanos")?,
+            }),
+        },
     })
 }
 

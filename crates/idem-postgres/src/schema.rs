@@ -18,8 +18,47 @@ use crate::error::store_err;
 /// Arbitrary constant identifying idem's migration lock (`'idem'` as ASCII).
 const MIGRATION_LOCK: i64 = 0x6964_656d;
 
-pub(crate) const MIGRATIONS: &[(i32, &str)] =
-    &[(1, V1), (2, V2), (3, V3), (4, V4), (5, V5), (6, V6)];
+pub(crate) const MIGRATIONS: &[(i32, &str)] = &[
+    (1, V1),
+    (2, V2),
+    (3, V3),
+    (4, V4),
+    (5, V5),
+    (6, V6),
+    (7, V7),
+];
+
+/// Cost and recovery. Each record sums what its attempts reported spending (`retry_*` =
+/// attempts after the first; dollars in nano-dollars so sums are exact) and remembers when it
+/// entered `needs_review` (review-queue age, time to recovery); records already in review count
+/// from their last change. An event keeps the cost its report carried (both NULL: none).
+/// `ns_stats` holds per-namespace hourly counters bumped in the transaction of each step that
+/// counts; like `record_counts`, each connection writes only the rows of its own `slot` (its
+/// backend pid), so bumping a namespace's bucket never waits on another transaction. The
+/// 24-hour stats are the sum of the rows of 24 hours.
+const V7: &str = r#"
+ALTER TABLE records ADD COLUMN cost_tokens BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE records ADD COLUMN cost_usd_nanos BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE records ADD COLUMN retry_tokens BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE records ADD COLUMN retry_usd_nanos BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE records ADD COLUMN review_since BIGINT;
+UPDATE records SET review_since = updated_at WHERE state = 'needs_review';
+CREATE INDEX records_review ON records (review_since) WHERE state = 'needs_review';
+ALTER TABLE events ADD COLUMN cost_tokens BIGINT;
+ALTER TABLE events ADD COLUMN cost_usd_nanos BIGINT;
+CREATE TABLE ns_stats (
+    namespace       TEXT COLLATE "C" NOT NULL,
+    hour            BIGINT NOT NULL,
+    slot            INTEGER NOT NULL,
+    acquired_first  BIGINT NOT NULL,
+    acquired_retry  BIGINT NOT NULL,
+    tokens          BIGINT NOT NULL,
+    usd_nanos       BIGINT NOT NULL,
+    retry_tokens    BIGINT NOT NULL,
+    retry_usd_nanos BIGINT NOT NULL,
+    PRIMARY KEY (namespace, hour, slot)
+);
+"#;
 
 /// Tokens for people: an expiry, a revocation instant (the row stays, so the token count that
 /// switches auth on never drops back to 0) and the last use.
@@ -384,7 +423,7 @@ mod tests {
                 .expect("delete");
         }
         let mut client = pool.get().await.expect("client");
-        assert_eq!(migrate(&mut client, 0).await.expect("migrate"), [5, 6]);
+        assert_eq!(migrate(&mut client, 0).await.expect("migrate"), [5, 6, 7]);
         let rows = client
             .query(
                 "SELECT id, kind, key, state, attempts, due_at, payload FROM outbox ORDER BY id",

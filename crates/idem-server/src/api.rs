@@ -18,7 +18,9 @@ use idem::Record;
 use crate::fields::Note;
 
 pub use v1::derive::DeriveBody;
-pub use v1::keys::{ClaimBody, CompleteBody, FailBody, FailErrorBody, HeartbeatBody, PrepareBody};
+pub use v1::keys::{
+    ClaimBody, CompleteBody, CostBody, FailBody, FailErrorBody, HeartbeatBody, PrepareBody,
+};
 pub use v1::namespaces::PolicyPatchBody;
 pub use v1::review::ResolveBody;
 pub use v1::tokens::TokenBody;
@@ -46,6 +48,8 @@ pub struct RecordDoc {
     last_error: Option<LastErrorDoc>,
     created_at: String,
     updated_at: String,
+    /// What the attempts reported spending, summed (zeros when none was reported).
+    cost: v1::namespaces::CostTotalsDoc,
 }
 
 #[derive(ToSchema)]
@@ -74,6 +78,17 @@ pub struct EventDoc {
     note: Option<String>,
     /// Who performed an operator action (token label or role).
     actor: Option<String>,
+    /// What the attempt reported spending with this event (complete, fail, or the
+    /// `lease_lost` of a fenced report), or null.
+    cost: Option<EventCostDoc>,
+}
+
+/// One attempt's reported cost as an event shows it.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct EventCostDoc {
+    tokens: u64,
+    usd: f64,
 }
 
 /// What happens when a lease expires.

@@ -145,6 +145,30 @@ int_member! {
     HttpStatus(u16), 100, 599;
     /// A token's lifetime: 1 ms to about 10 years.
     ExpiresInMs(i64), 1, 315_360_000_000;
+    /// Model tokens one attempt spent (`cost.tokens`).
+    CostTokens(u64), 0, 1_000_000_000_000_000;
+}
+
+/// US dollars one attempt spent (`cost.usd`): a non-negative finite number up to
+/// [`idem::MAX_COST_USD`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CostUsd(pub f64);
+
+impl Member for Option<CostUsd> {
+    fn read(o: &mut Obj, name: &str) -> Result<Self, ApiError> {
+        match o.value(name) {
+            None => Ok(None),
+            Some(v) => match v.as_f64() {
+                Some(f) if f.is_finite() && (0.0..=idem::MAX_COST_USD).contains(&f) => {
+                    Ok(Some(CostUsd(f)))
+                }
+                _ => Err(o.invalid(
+                    name,
+                    &format!("must be a number from 0 to {}", idem::MAX_COST_USD),
+                )),
+            },
+        }
+    }
 }
 
 impl WaitMs {
@@ -273,6 +297,27 @@ mod tests {
         let shown = format!("{label:?}");
         assert!(!shown.contains("secret-ish"), "{shown}");
         assert_eq!(label.map(Label::into_string).as_deref(), Some("secret-ish"));
+    }
+
+    #[test]
+    fn cost_members_refuse_negative_and_non_numeric_values() {
+        let mut o = obj(
+            json!({"t": -1, "u": -0.5, "s": "12", "x": 1.5, "ok": 0.25, "n": 12.0}),
+            &["t", "u", "s", "x", "ok", "n"],
+        );
+        assert!(<Option<CostTokens>>::read(&mut o, "t").is_err());
+        assert!(<Option<CostUsd>>::read(&mut o, "u").is_err());
+        assert!(<Option<CostUsd>>::read(&mut o, "s").is_err());
+        assert!(<Option<CostTokens>>::read(&mut o, "x").is_err());
+        assert_eq!(
+            <Option<CostUsd>>::read(&mut o, "ok").ok(),
+            Some(Some(CostUsd(0.25)))
+        );
+        assert_eq!(
+            <Option<CostTokens>>::read(&mut o, "n").ok(),
+            Some(Some(CostTokens(12)))
+        );
+        assert_eq!(CostTokens::MAX as u64, idem::MAX_COST_TOKENS);
     }
 
     #[test]

@@ -506,7 +506,8 @@ mod tests {
                 "http_status",
                 "retry_after",
                 "sent",
-                "error"
+                "error",
+                "cost"
             ]
         );
     }

@@ -7,9 +7,10 @@
 //! a namespace or other caller-controlled text.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{OnceLock, RwLock};
 
-use idem::{ClaimOutcome, State, Stats};
+use idem::{ClaimOutcome, State, Stats, Tally};
 use metrics::{Counter, Histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
@@ -58,6 +59,16 @@ const BUCKETS: &[f64] = &[
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 ];
 
+/// Time-to-recovery buckets, seconds: a minute to a week.
+const RECOVERY_BUCKETS: &[f64] = &[
+    60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0, 14_400.0, 28_800.0, 86_400.0, 259_200.0, 604_800.0,
+];
+
+/// Dollars reported, in nano-dollars, for attempt="first" and attempt="retry". The `metrics`
+/// crate's counters are integers, so this one counter is kept here and written into the
+/// exposition by [`render`] (as dollars, a float, which is what Prometheus counters are).
+static COST_USD_NANOS: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
+
 /// Installs the recorder if nobody did yet; `None` if another recorder owns the process.
 pub fn handle() -> Option<&'static PrometheusHandle> {
     HANDLE
@@ -66,6 +77,11 @@ pub fn handle() -> Option<&'static PrometheusHandle> {
                 .set_buckets_for_metric(
                     Matcher::Full("idem_http_request_duration_seconds".into()),
                     BUCKETS,
+                )
+                .ok()?
+                .set_buckets_for_metric(
+                    Matcher::Full("idem_recovery_seconds".into()),
+                    RECOVERY_BUCKETS,
                 )
                 .ok()?;
             match builder.install_recorder() {
@@ -106,6 +122,23 @@ pub fn register_all() {
         "Results expired and tombstones deleted by the janitor."
     );
     metrics::describe_counter!("idem_alerts_total", "Alert deliveries by result.");
+    metrics::describe_counter!(
+        "idem_cost_tokens_total",
+        "Model tokens reported by attempts (first attempt or retry)."
+    );
+    metrics::describe_histogram!(
+        "idem_recovery_seconds",
+        metrics::Unit::Seconds,
+        "Time from entering needs_review to the resolve that left it."
+    );
+    metrics::describe_counter!(
+        "idem_fenced_completions_total",
+        "Reports of an effect (complete, or fail with sent not false) refused with lease_lost."
+    );
+    metrics::describe_gauge!(
+        "idem_review_oldest_seconds",
+        "Age of the oldest needs_review record (since it entered review)."
+    );
     metrics::describe_histogram!(
         "idem_http_request_duration_seconds",
         metrics::Unit::Seconds,
@@ -126,6 +159,13 @@ pub fn register_all() {
     }
     metrics::gauge!("idem_oldest_processing_seconds").increment(0.0);
     metrics::gauge!("idem_review_queue_depth").increment(0.0);
+    metrics::gauge!("idem_review_oldest_seconds").increment(0.0);
+    for a in ["first", "retry"] {
+        metrics::counter!("idem_cost_tokens_total", "attempt" => a).increment(0);
+    }
+    metrics::counter!("idem_fenced_completions_total").increment(0);
+    // Registered with no observation: the histogram shows its buckets at zero.
+    let _ = metrics::histogram!("idem_recovery_seconds");
     for s in State::ALL {
         metrics::gauge!("idem_records", "state" => s.as_str()).increment(0.0);
     }
@@ -138,6 +178,35 @@ pub fn set_stats(stats: &Stats) {
     }
     metrics::gauge!("idem_oldest_processing_seconds").set(stats.oldest_processing_seconds);
     metrics::gauge!("idem_review_queue_depth").set(stats.review_queue_depth as f64);
+    metrics::gauge!("idem_review_oldest_seconds").set(stats.review_oldest_seconds);
+}
+
+/// Records what one ledger step counted: reported cost, a fenced completion, a recovery.
+pub fn tally(t: &Tally) {
+    if let Some((c, retry)) = t.cost {
+        let attempt = if retry { "retry" } else { "first" };
+        metrics::counter!("idem_cost_tokens_total", "attempt" => attempt).increment(c.tokens);
+        COST_USD_NANOS[usize::from(retry)].fetch_add(c.usd_nanos, Ordering::Relaxed);
+    }
+    if t.fenced_completion {
+        metrics::counter!("idem_fenced_completions_total").increment(1);
+    }
+    if let Some(ms) = t.recovery_ms {
+        metrics::histogram!("idem_recovery_seconds").record(ms as f64 / 1000.0);
+    }
+}
+
+/// The `idem_cost_usd_total` family in the text format.
+fn cost_usd_text() -> String {
+    let v = |i: usize| COST_USD_NANOS[i].load(Ordering::Relaxed) as f64 / 1e9;
+    format!(
+        "# HELP idem_cost_usd_total US dollars reported by attempts (first attempt or retry).\n\
+         # TYPE idem_cost_usd_total counter\n\
+         idem_cost_usd_total{{attempt=\"first\"}} {}\n\
+         idem_cost_usd_total{{attempt=\"retry\"}} {}\n",
+        v(0),
+        v(1)
+    )
 }
 
 /// Records one claim answer.
@@ -210,5 +279,15 @@ pub fn request_done(route: &str, status: u16, seconds: f64) {
 
 /// The Prometheus text exposition.
 pub fn render() -> String {
-    handle().map(PrometheusHandle::render).unwrap_or_default()
+    match handle() {
+        Some(h) => {
+            let mut text = h.render();
+            if !text.is_empty() && !text.ends_with('\n') {
+                text.push('\n');
+            }
+            text.push_str(&cost_usd_text());
+            text
+        }
+        None => String::new(),
+    }
 }

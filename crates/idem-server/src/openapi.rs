@@ -21,7 +21,8 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
 use crate::api::{
-    EventDoc, LastErrorDoc, LeaseExpiryDoc, NoteBody, RecordDoc, RecordWithEventsDoc, StateResponse,
+    EventCostDoc, EventDoc, LastErrorDoc, LeaseExpiryDoc, NoteBody, RecordDoc, RecordWithEventsDoc,
+    StateResponse,
 };
 use crate::error::{ApiError, ErrorCode, Problem};
 
@@ -38,7 +39,7 @@ use crate::error::{ApiError, ErrorCode, Problem};
         where there is one, the offending `field`."),
     components(schemas(
         Problem, RecordDoc, LastErrorDoc, EventDoc, StateResponse, RecordWithEventsDoc, NoteBody,
-        LeaseExpiryDoc,
+        LeaseExpiryDoc, EventCostDoc,
     )),
     modifiers(&Bearer),
 )]
@@ -438,6 +439,9 @@ fn refine_schemas(schemas: &mut Map<String, Value>) {
         ("NamespaceResponse", &[]),
         ("PolicyDoc", &[]),
         ("RetryPolicyDoc", &[]),
+        ("NamespaceStatsDoc", &[]),
+        ("CostTotalsDoc", &[]),
+        ("EventCostDoc", &[]),
         ("TokenResponse", &["label"]),
         ("DeriveResponse", &[]),
         ("StatusResponse", &[]),

@@ -58,6 +58,7 @@ async fn pairs(ledger: &Ledger, tasks: usize, dur: Duration) -> Res<(f64, Vec<Ve
                         &ns,
                         &key,
                         CompleteRequest {
+                            cost: None,
                             token,
                             result: Some(serde_json::json!({"ok": true})),
                             external_ref: None,

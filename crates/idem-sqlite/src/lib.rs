@@ -247,6 +247,8 @@ impl SqliteStore {
             events,
             from_state: Some(d.from_state),
             alerts_queued: 0,
+            // Snapshot decisions only append an event: they count nothing.
+            tally: Default::default(),
         })
     }
 
@@ -313,6 +315,16 @@ impl Store for SqliteStore {
     async fn namespace(&self, ns: &Namespace) -> Result<NamespaceInfo, StoreError> {
         let ns = ns.clone();
         self.read(move |c| read_ops::namespace(c, &ns)).await
+    }
+
+    async fn namespace_stats(
+        &self,
+        ns: &Namespace,
+        now: Timestamp,
+    ) -> Result<idem_store::NamespaceStats, StoreError> {
+        let ns = ns.clone();
+        self.read(move |c| read_ops::namespace_stats(c, &ns, now))
+            .await
     }
 
     async fn update_namespace(

@@ -9,8 +9,8 @@ use std::sync::LazyLock;
 use idem_core::{EventDraft, Key, Namespace, Op, OpError, Reply, State, Timestamp};
 use idem_store::engine::{self, NsOwned};
 use idem_store::{
-    ApiToken, Cursor, ExecCtx, ListQuery, NamespaceInfo, Page, RecordWithEvents, Role, Stats,
-    StoreError,
+    ApiToken, Cursor, ExecCtx, ListQuery, NamespaceInfo, NamespaceStats, Page, RecordWithEvents,
+    Role, Stats, StoreError,
 };
 use rusqlite::{params, Connection, OptionalExtension};
 
@@ -100,6 +100,43 @@ pub(crate) fn namespace(
     })
 }
 
+/// A namespace's hourly stats buckets from hour `?2` on (at most 24 rows by the key).
+pub(crate) fn namespace_stats(
+    conn: &mut Connection,
+    ns: &Namespace,
+    now: Timestamp,
+) -> Result<NamespaceStats, StoreError> {
+    let mut stmt = conn
+        .prepare_cached(
+            "SELECT acquired_first, acquired_retry, tokens, usd_nanos, retry_tokens, \
+             retry_usd_nanos FROM ns_stats WHERE namespace = ?1 AND hour >= ?2",
+        )
+        .db()?;
+    let mut rows = stmt
+        .query(params![ns.as_str(), NamespaceStats::first_hour(now)])
+        .db()?;
+    let mut out = NamespaceStats::default();
+    while let Some(r) = rows.next().db()? {
+        out.add_row([
+            r.get(0).db()?,
+            r.get(1).db()?,
+            r.get(2).db()?,
+            r.get(3).db()?,
+            r.get(4).db()?,
+            r.get(5).db()?,
+        ]);
+    }
+    Ok(out)
+}
+
+/// When the oldest `needs_review` record entered review (the `records_review` index).
+static OLDEST_REVIEW: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT MIN(review_since) FROM records WHERE state = {}",
+        idem_store::sql::state(State::NeedsReview)
+    )
+});
+
 /// When the oldest `processing` record was last active (the `records_processing` index).
 static OLDEST_PROCESSING: LazyLock<String> = LazyLock::new(|| {
     format!(
@@ -122,9 +159,15 @@ pub(crate) fn stats(conn: &mut Connection, now: Timestamp) -> Result<Stats, Stor
         .db()?
         .query_row([], |r| r.get(0))
         .db()?;
+    let review: Option<i64> = tx
+        .prepare_cached(&OLDEST_REVIEW)
+        .db()?
+        .query_row([], |r| r.get(0))
+        .db()?;
+    let age = |t: i64| (now.0.saturating_sub(t)).max(0) as f64 / 1000.0;
     Ok(Stats {
-        oldest_processing_seconds: oldest
-            .map_or(0.0, |t| (now.0.saturating_sub(t)).max(0) as f64 / 1000.0),
+        oldest_processing_seconds: oldest.map_or(0.0, age),
+        review_oldest_seconds: review.map_or(0.0, age),
         review_queue_depth: records.get(State::NeedsReview),
         records,
     })
@@ -231,14 +274,7 @@ pub(crate) fn decide_on_snapshot(
     let Some(t) = engine::decide_known(ns, key, Some(&stored.record), op, ctx, &settings) else {
         return Ok(None);
     };
-    if !engine::plan(
-        &t,
-        &settings.policy,
-        ctx.now.utc_day(),
-        ctx.traceparent.as_deref(),
-    )
-    .only_audit()
-    {
+    if !engine::plan(&t, &settings.policy, ctx.now, ctx.traceparent.as_deref()).only_audit() {
         return Ok(None);
     }
     Ok(Some(SnapshotDecision {

@@ -8,8 +8,8 @@
 use std::sync::LazyLock;
 
 use idem_core::{
-    Event, EventDraft, EventType, Fingerprint, Key, LastError, LeaseExpiry, LeaseId, Namespace,
-    Policy, Record, ReviewReason, State, Timestamp,
+    AttemptCost, CostTotals, Event, EventDraft, EventType, Fingerprint, Key, LastError,
+    LeaseExpiry, LeaseId, Namespace, Policy, Record, ReviewReason, State, Timestamp,
 };
 use idem_store::{StateCounts, StoreError};
 use rusqlite::types::Value as Sql;
@@ -36,7 +36,7 @@ static INSERT_RECORD: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
-// Parameters 1 and 2 (namespace, key) identify the row, 3..=28 are the new values and 29 is
+// Parameters 1 and 2 (namespace, key) identify the row, 3..=33 are the new values and 34 is
 // the version the row must still have: the optimistic guard of the design.
 static UPDATE_RECORD: LazyLock<String> = LazyLock::new(|| {
     let sets: Vec<String> = RECORD_COLUMNS
@@ -66,6 +66,29 @@ fn json(v: &Option<Value>) -> Result<Sql, StoreError> {
         Some(v) => serde_json::to_string(v)
             .map(Sql::Text)
             .map_err(|e| StoreError::Internal(format!("JSON value cannot be stored: {e}"))),
+    }
+}
+
+/// A cost amount as stored (sums saturate far below `i64::MAX`).
+pub(crate) fn amount(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+fn get_amount(row: &Row<'_>, i: usize, what: &str) -> Result<u64, StoreError> {
+    let n: i64 = row.get(i).db()?;
+    u64::try_from(n).map_err(|_| corrupt(what, n))
+}
+
+/// An event's `cost` from its two columns (both NULL: none reported).
+fn get_event_cost(row: &Row<'_>, i: usize) -> Result<Option<AttemptCost>, StoreError> {
+    let tokens: Option<i64> = row.get(i).db()?;
+    let usd: Option<i64> = row.get(i + 1).db()?;
+    match (tokens, usd) {
+        (None, None) => Ok(None),
+        (t, u) => Ok(Some(AttemptCost {
+            tokens: u64::try_from(t.unwrap_or(0)).map_err(|_| corrupt("event cost", i))?,
+            usd_nanos: u64::try_from(u.unwrap_or(0)).map_err(|_| corrupt("event cost", i))?,
+        })),
     }
 }
 
@@ -100,6 +123,11 @@ fn record_values(r: &Record) -> Result<Vec<Sql>, StoreError> {
         text(r.review_reason.map(ReviewReason::as_str)),
         Sql::Integer(i64::from(r.stuck_alerted)),
         Sql::Integer(r.version),
+        Sql::Integer(amount(r.cost.tokens)),
+        Sql::Integer(amount(r.cost.usd_nanos)),
+        Sql::Integer(amount(r.cost.retry_tokens)),
+        Sql::Integer(amount(r.cost.retry_usd_nanos)),
+        int(r.review_since.map(Timestamp::millis)),
     ])
 }
 
@@ -227,6 +255,13 @@ pub(crate) fn record_from_row(row: &Row<'_>) -> Result<Record, StoreError> {
             .transpose()?,
         stuck_alerted: get_bool(row, 26)?,
         version: row.get(27).db()?,
+        cost: CostTotals {
+            tokens: get_amount(row, 28, "cost_tokens")?,
+            usd_nanos: get_amount(row, 29, "cost_usd_nanos")?,
+            retry_tokens: get_amount(row, 30, "retry_tokens")?,
+            retry_usd_nanos: get_amount(row, 31, "retry_usd_nanos")?,
+        },
+        review_since: get_opt_ts(row, 32)?,
     })
 }
 
@@ -270,8 +305,8 @@ pub(crate) fn insert_event(
 ) -> Result<i64, StoreError> {
     conn.prepare_cached(
         "INSERT INTO events (rid, namespace, key, at, type, from_state, to_state, attempt, \
-         owner, correlation_id, note, actor) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+         owner, correlation_id, note, actor, cost_tokens, cost_usd_nanos) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
     )
     .db()?
     .execute(params![
@@ -287,6 +322,8 @@ pub(crate) fn insert_event(
         e.correlation_id,
         e.note,
         e.actor,
+        e.cost.map(|c| amount(c.tokens)),
+        e.cost.map(|c| amount(c.usd_nanos)),
     ])
     .db()?;
     Ok(conn.last_insert_rowid())
@@ -297,7 +334,7 @@ pub(crate) fn load_events(conn: &Connection, rid: i64) -> Result<Vec<Event>, Sto
     let mut stmt = conn
         .prepare_cached(
             "SELECT seq, at, type, from_state, to_state, attempt, owner, correlation_id, note, \
-             actor FROM events WHERE rid = ?1 ORDER BY seq",
+             actor, cost_tokens, cost_usd_nanos FROM events WHERE rid = ?1 ORDER BY seq",
         )
         .db()?;
     let mut rows = stmt.query(params![rid]).db()?;
@@ -315,6 +352,7 @@ pub(crate) fn load_events(conn: &Connection, rid: i64) -> Result<Vec<Event>, Sto
             correlation_id: row.get(7).db()?,
             note: row.get(8).db()?,
             actor: row.get(9).db()?,
+            cost: get_event_cost(row, 10)?,
         });
     }
     Ok(out)

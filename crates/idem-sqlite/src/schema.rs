@@ -227,6 +227,35 @@ ALTER TABLE api_tokens ADD COLUMN expires_at INTEGER;
 ALTER TABLE api_tokens ADD COLUMN revoked_at INTEGER;
 ALTER TABLE api_tokens ADD COLUMN last_used_at INTEGER;
 "#,
+    // 6: cost and recovery. Each record sums what its attempts reported spending (retry_* =
+    // attempts after the first; dollars in nano-dollars so sums are exact) and remembers
+    // when it entered needs_review (review-queue age, time to recovery); records already in
+    // review count from their last change. An event keeps the cost its report carried
+    // (both NULL: none). `ns_stats` holds per-namespace hourly counters, bumped in the
+    // transaction of each step that counts, so the namespace's 24-hour stats are a sum of at
+    // most 24 rows.
+    r#"
+ALTER TABLE records ADD COLUMN cost_tokens INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE records ADD COLUMN cost_usd_nanos INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE records ADD COLUMN retry_tokens INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE records ADD COLUMN retry_usd_nanos INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE records ADD COLUMN review_since INTEGER;
+UPDATE records SET review_since = updated_at WHERE state = 'needs_review';
+CREATE INDEX records_review ON records (review_since) WHERE state = 'needs_review';
+ALTER TABLE events ADD COLUMN cost_tokens INTEGER;
+ALTER TABLE events ADD COLUMN cost_usd_nanos INTEGER;
+CREATE TABLE ns_stats (
+    namespace       TEXT    NOT NULL,
+    hour            INTEGER NOT NULL,   -- ms since the epoch / 3600000
+    acquired_first  INTEGER NOT NULL,
+    acquired_retry  INTEGER NOT NULL,
+    tokens          INTEGER NOT NULL,
+    usd_nanos       INTEGER NOT NULL,
+    retry_tokens    INTEGER NOT NULL,
+    retry_usd_nanos INTEGER NOT NULL,
+    PRIMARY KEY (namespace, hour)
+) WITHOUT ROWID;
+"#,
 ];
 
 /// The schema version this build writes.

@@ -103,6 +103,9 @@ impl Backend for WriteTx<'_> {
             .execute(params![ns.as_str(), a.day])
             .db()?;
         }
+        if let Some(b) = plan.stats {
+            bump_ns_stats(conn, ns.as_str(), &b)?;
+        }
         let mut alerts_queued = 0;
         for a in plan.alerts {
             alerts_queued += queue_alert(conn, ns.as_str(), key.as_str(), a, plan.traceparent)?;
@@ -146,8 +149,8 @@ pub(crate) fn append_event_step(
     let n = conn
         .prepare_cached(
             "INSERT INTO events (rid, namespace, key, at, type, from_state, to_state, attempt, \
-             owner, correlation_id, note, actor) \
-             SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12 WHERE EXISTS \
+             owner, correlation_id, note, actor, cost_tokens, cost_usd_nanos) \
+             SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14 WHERE EXISTS \
              (SELECT 1 FROM records WHERE rowid = ?1 AND namespace = ?2 AND key = ?3)",
         )
         .db()?
@@ -164,6 +167,8 @@ pub(crate) fn append_event_step(
             draft.correlation_id,
             draft.note,
             draft.actor,
+            draft.cost.map(|c| crate::rows::amount(c.tokens)),
+            draft.cost.map(|c| crate::rows::amount(c.usd_nanos)),
         ])
         .db()?;
     Ok(if n == 1 {
@@ -171,6 +176,37 @@ pub(crate) fn append_event_step(
     } else {
         vec![]
     })
+}
+
+/// Adds a step's counts to its namespace's hourly bucket (in the step's transaction).
+fn bump_ns_stats(
+    conn: &Connection,
+    ns: &str,
+    b: &idem_store::engine::StatsBump,
+) -> Result<(), StoreError> {
+    conn.prepare_cached(
+        "INSERT INTO ns_stats (namespace, hour, acquired_first, acquired_retry, tokens, \
+         usd_nanos, retry_tokens, retry_usd_nanos) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) \
+         ON CONFLICT (namespace, hour) DO UPDATE SET \
+         acquired_first = acquired_first + excluded.acquired_first, \
+         acquired_retry = acquired_retry + excluded.acquired_retry, \
+         tokens = tokens + excluded.tokens, usd_nanos = usd_nanos + excluded.usd_nanos, \
+         retry_tokens = retry_tokens + excluded.retry_tokens, \
+         retry_usd_nanos = retry_usd_nanos + excluded.retry_usd_nanos",
+    )
+    .db()?
+    .execute(params![
+        ns,
+        b.hour,
+        b.acquired_first,
+        b.acquired_retry,
+        b.tokens,
+        b.usd_nanos,
+        b.retry_tokens,
+        b.retry_usd_nanos
+    ])
+    .db()?;
+    Ok(())
 }
 
 fn daily_count(conn: &Connection, ns: &str, day: i64) -> Result<u64, StoreError> {
@@ -398,6 +434,13 @@ pub(crate) fn retention_step(
         .db()?
         .execute([])
         .db()?;
+    // Stats buckets older than the window (and a day of slack) are never read again.
+    conn.prepare_cached("DELETE FROM ns_stats WHERE hour < ?1")
+        .db()?
+        .execute(params![
+            idem_store::NamespaceStats::first_hour(now) - idem_store::NamespaceStats::HOURS
+        ])
+        .db()?;
 
     conn.prepare_cached("DELETE FROM temp.retention_batch")
         .db()?
@@ -502,6 +545,7 @@ pub(crate) fn finish_alert_step(
 
 fn alert_sent_event(rec: &Record, reason: &str, now: Timestamp) -> EventDraft {
     EventDraft {
+        cost: None,
         at: now,
         kind: EventType::AlertSent,
         from_state: Some(rec.state),
@@ -595,6 +639,7 @@ mod tests {
 
     fn draft(kind: EventType) -> EventDraft {
         EventDraft {
+            cost: None,
             at: Timestamp(1),
             kind,
             from_state: None,

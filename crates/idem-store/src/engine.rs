@@ -21,8 +21,8 @@ use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 
 use idem_core::{
-    needs_daily_count, AlertDraft, AlertReason, Event, EventDraft, Key, Namespace, Op, Policy,
-    Record, State, Transition, Write,
+    needs_daily_count, Acquired, AlertDraft, AlertReason, Event, EventDraft, Key, Namespace, Op,
+    Policy, Record, State, Tally, Transition, Write,
 };
 
 use crate::{ExecCtx, Executed, StoreError};
@@ -132,6 +132,54 @@ pub struct Plan<'a> {
     pub alerts: &'a [AlertDraft],
     /// The caller's `traceparent`, stored with the alerts.
     pub traceparent: Option<&'a str>,
+    /// What to add to the namespace's hourly stats bucket, in the same atomic step.
+    pub stats: Option<StatsBump>,
+}
+
+/// Milliseconds per stats bucket.
+pub const HOUR_MS: i64 = 3_600_000;
+
+/// Additions to one namespace's hourly stats bucket (`GET /v1/namespaces/{ns}` sums the
+/// buckets of the last 24 hours). Counters, never a scan of records.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StatsBump {
+    /// `now / HOUR_MS`: the bucket.
+    pub hour: i64,
+    pub acquired_first: i64,
+    pub acquired_retry: i64,
+    pub tokens: i64,
+    pub usd_nanos: i64,
+    pub retry_tokens: i64,
+    pub retry_usd_nanos: i64,
+}
+
+impl StatsBump {
+    /// The bump a step's tally implies at `now`; `None` when it counts nothing.
+    pub fn of(tally: &Tally, now: idem_core::Timestamp) -> Option<StatsBump> {
+        let mut b = StatsBump {
+            hour: now.0.div_euclid(HOUR_MS),
+            ..StatsBump::default()
+        };
+        match tally.acquired {
+            Some(Acquired::First) => b.acquired_first = 1,
+            Some(Acquired::Retry) => b.acquired_retry = 1,
+            None => {}
+        }
+        if let Some((c, retry)) = tally.cost {
+            let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+            b.tokens = n(c.tokens);
+            b.usd_nanos = n(c.usd_nanos);
+            if retry {
+                b.retry_tokens = b.tokens;
+                b.retry_usd_nanos = b.usd_nanos;
+            }
+        }
+        (b != StatsBump {
+            hour: b.hour,
+            ..StatsBump::default()
+        })
+        .then_some(b)
+    }
 }
 
 impl Plan<'_> {
@@ -141,6 +189,7 @@ impl Plan<'_> {
             && self.events.is_empty()
             && self.acquisition.is_none()
             && self.alerts.is_empty()
+            && self.stats.is_none()
     }
     /// The record is left as it is; at most one event is appended (a duplicate hit, an
     /// `in_flight`, a conflict, a refusal): what may be decided on a read snapshot.
@@ -149,16 +198,19 @@ impl Plan<'_> {
             && self.events.len() <= 1
             && self.acquisition.is_none()
             && self.alerts.is_empty()
+            && self.stats.is_none()
     }
 }
 
-/// The transition → persist rule.
+/// The transition → persist rule, for a decision made at `now` (its UTC day counts the
+/// acquisition, its hour bucket the stats).
 pub fn plan<'a>(
     t: &'a Transition,
     policy: &Policy,
-    day: i64,
+    now: idem_core::Timestamp,
     traceparent: Option<&'a str>,
 ) -> Plan<'a> {
+    let day = now.utc_day();
     let write = match &t.write {
         Write::None => PlanWrite::None,
         Write::Insert(r) => PlanWrite::Insert(r),
@@ -180,6 +232,7 @@ pub fn plan<'a>(
             &[]
         },
         traceparent,
+        stats: StatsBump::of(&t.tally, now),
     }
 }
 
@@ -248,6 +301,7 @@ pub fn finish(t: Transition, persisted: Persisted, from_state: Option<State>) ->
             events,
             from_state,
             alerts_queued: persisted.alerts_queued,
+            tally: t.tally,
         },
         stuck_alerts,
     }
@@ -397,7 +451,7 @@ async fn once<B: Backend>(
     );
     let from_state = loaded.record.as_ref().map(|r| r.state);
     let persisted = {
-        let plan = plan(&t, loaded.ns.policy(), day, ctx.traceparent.as_deref());
+        let plan = plan(&t, loaded.ns.policy(), ctx.now, ctx.traceparent.as_deref());
         b.persist(ns, key, &plan, loaded).await?
     };
     Ok(finish(t, persisted, from_state))

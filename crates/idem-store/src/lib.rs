@@ -28,8 +28,8 @@ pub use outbox::{
 pub use secrets::{Secret, SecretKind, SecretOwner, StoredSecret};
 pub use types::{
     generate_secret, hash_secret, AlertOutcome, ApiToken, Cursor, ExecCtx, Executed, ListQuery,
-    NamespaceChange, NamespaceInfo, NewApiToken, Page, PendingAlert, RecordWithEvents,
-    RetentionReport, Role, StateCounts, Stats, StoreError, SweepReport,
+    NamespaceChange, NamespaceInfo, NamespaceStats, NewApiToken, Page, PendingAlert,
+    RecordWithEvents, RetentionReport, Role, StateCounts, Stats, StoreError, SweepReport,
 };
 
 use async_trait::async_trait;
@@ -58,6 +58,14 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
 
     /// Policy, pause flag and per-state counts; defaults for a never-used namespace.
     async fn namespace(&self, ns: &Namespace) -> Result<NamespaceInfo, StoreError>;
+
+    /// Acquisitions and cost of `ns` over the 24 hours up to `now` ([`NamespaceStats`]):
+    /// a sum of at most 24 hourly counter rows, never a scan of records.
+    async fn namespace_stats(
+        &self,
+        ns: &Namespace,
+        now: Timestamp,
+    ) -> Result<NamespaceStats, StoreError>;
 
     /// Applies a policy patch or the pause switch atomically and returns the new state.
     async fn update_namespace(

@@ -42,7 +42,7 @@ pub fn event_type(e: EventType) -> String {
 }
 
 /// The columns of a stored record, in the order every backend binds and reads them.
-pub const RECORD_COLUMNS: [&str; 28] = [
+pub const RECORD_COLUMNS: [&str; 33] = [
     "namespace",
     "key",
     "state",
@@ -71,7 +71,18 @@ pub const RECORD_COLUMNS: [&str; 28] = [
     "review_reason",
     "stuck_alerted",
     "version",
+    // cost and recovery
+    "cost_tokens",
+    "cost_usd_nanos",
+    "retry_tokens",
+    "retry_usd_nanos",
+    "review_since",
 ];
+
+/// The hourly stats bucket upsert, the same text on both stores (`$n` placeholders work in
+/// SQLite too): namespace, hour, then the six counters.
+pub const BUMP_NS_STATS_COLUMNS: &str =
+    "acquired_first, acquired_retry, tokens, usd_nanos, retry_tokens, retry_usd_nanos";
 
 #[cfg(test)]
 mod tests {

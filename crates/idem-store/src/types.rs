@@ -53,6 +53,9 @@ pub struct Executed {
     pub from_state: Option<State>,
     /// Alerts queued by this step.
     pub alerts_queued: usize,
+    /// What the step counted (acquisitions, cost, fenced completions, time to recovery):
+    /// the server turns it into metrics.
+    pub tally: idem_core::Tally,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -174,6 +177,41 @@ pub struct NamespaceInfo {
     pub counts: StateCounts,
 }
 
+/// A namespace's counters over a sliding 24 hours: the sum of its hourly buckets from the
+/// hour 23 hours before the current one up to the current one (so a window of 23 to 24
+/// hours, moving by the hour). Kept in the transaction of every step that counts, never
+/// recomputed from records.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct NamespaceStats {
+    pub acquired_first: u64,
+    pub acquired_retry: u64,
+    pub cost: idem_core::CostTotals,
+}
+
+impl NamespaceStats {
+    /// Hours summed: the current one and the 23 before it.
+    pub const HOURS: i64 = 24;
+
+    /// The first hour bucket of the window ending in the hour of `now`.
+    pub fn first_hour(now: Timestamp) -> i64 {
+        now.0.div_euclid(crate::engine::HOUR_MS) - (Self::HOURS - 1)
+    }
+
+    /// Adds one bucket row (acquired_first, acquired_retry, tokens, usd_nanos, retry_tokens,
+    /// retry_usd_nanos); negative values (never written) count as 0.
+    pub fn add_row(&mut self, v: [i64; 6]) {
+        let u = |n: i64| u64::try_from(n).unwrap_or(0);
+        self.acquired_first = self.acquired_first.saturating_add(u(v[0]));
+        self.acquired_retry = self.acquired_retry.saturating_add(u(v[1]));
+        self.cost.merge(&idem_core::CostTotals {
+            tokens: u(v[2]),
+            usd_nanos: u(v[3]),
+            retry_tokens: u(v[4]),
+            retry_usd_nanos: u(v[5]),
+        });
+    }
+}
+
 #[derive(Debug, Clone)]
 pub enum NamespaceChange {
     /// A JSON merge patch of the policy (validated by `Policy::patch`).
@@ -201,6 +239,8 @@ pub struct Stats {
     /// Age of the oldest `processing` record's last acquisition/heartbeat, seconds.
     pub oldest_processing_seconds: f64,
     pub review_queue_depth: u64,
+    /// Age of the oldest `needs_review` record (since it entered review), seconds.
+    pub review_oldest_seconds: f64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -23,6 +23,7 @@
 //!         token,
 //!         result: Some(serde_json::json!({"charge": "ch_1"})),
 //!         external_ref: Some("ch_1".into()),
+//!         cost: None,
 //!     })
 //!     .await?;
 //!
@@ -39,18 +40,20 @@ use std::sync::Arc;
 // a new item there is exported here on purpose.
 pub use idem_core::{
     apply, classify, decide, derive, fingerprint, ids, mask_key, policy, record, redact,
-    redact_db_url, retention_action, sanitize_message, time, webhook, AlertDraft, AlertReason,
-    AlertSecret, ClaimOutcome, ClaimReply, ClaimRequest, Class, Clock, CompleteRequest, Ctx, Event,
-    EventDraft, EventType, FailErrorInput, FailReply, FailRequest, FailSignal, Fingerprint,
-    HeartbeatRequest, Key, LastError, LeaseExpiry, LeaseId, Namespace, Op, OpError, Policy,
-    PolicyError, PrepareRequest, PublicRecord, Record, Reply, ResolveAction, ResolveRequest,
-    RetentionAction, RetryDecision, RetryPolicy, ReviewReason, State, SystemClock, TestClock,
-    Timestamp, Token, Transition, ValidationError, Write,
+    redact_db_url, reports_effect, retention_action, sanitize_message, time, webhook, Acquired,
+    AlertDraft, AlertReason, AlertSecret, AttemptCost, ClaimOutcome, ClaimReply, ClaimRequest,
+    Class, Clock, CompleteRequest, Ctx, Event, EventDraft, EventType, FailErrorInput, FailReply,
+    FailRequest, FailSignal, Fingerprint, HeartbeatRequest, Key, LastError, LeaseExpiry, LeaseId,
+    Namespace, Op, OpError, Policy, PolicyError, PrepareRequest, PublicRecord, Record, Reply,
+    ResolveAction, ResolveRequest, RetentionAction, RetryDecision, RetryPolicy, ReviewReason,
+    State, SystemClock, Tally, TestClock, Timestamp, Token, Transition, ValidationError, Write,
 };
+pub use idem_core::{CostError, CostTotals, FENCED_COMPLETION_NOTE, MAX_COST_TOKENS, MAX_COST_USD};
 pub use idem_store::{
     generate_secret, hash_secret, AlertOutcome, ApiToken, Cursor, ExecCtx, Executed, Ledger,
-    LedgerError, ListQuery, NamespaceChange, NamespaceInfo, NewApiToken, Page, PendingAlert,
-    RecordWithEvents, RetentionReport, Role, StateCounts, Stats, Store, StoreError, SweepReport,
+    LedgerError, ListQuery, NamespaceChange, NamespaceInfo, NamespaceStats, NewApiToken, Page,
+    PendingAlert, RecordWithEvents, RetentionReport, Role, StateCounts, Stats, Store, StoreError,
+    SweepReport,
 };
 pub use idem_store::{
     AlertPayload, Jitter, NewOutboxItem, OutboxItem, OutboxKind, OutboxLease, OutboxOutcome,

@@ -33,5 +33,12 @@ fn drills_pass_and_run_works_on_postgres() {
     let out = server.idem(&["drill", "--json"]);
     assert_eq!(out.code, 0, "{}", out.stdout);
     assert_eq!(out.json()["passed"], true);
+    let drills = out.json()["drills"].clone();
+    assert!(
+        drills.as_array().is_some_and(|d| d
+            .iter()
+            .any(|r| r["drill"] == "zombie-after-reclaim" && r["pass"] == true)),
+        "{drills}"
+    );
     drop(server);
 }

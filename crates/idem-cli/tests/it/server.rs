@@ -375,9 +375,78 @@ fn all_drills_pass_against_the_real_server() {
         serde_json::to_string_pretty(&report).unwrap_or_default()
     );
     assert_eq!(report["passed"], true);
-    assert_eq!(report["drills"].as_array().map(Vec::len), Some(11));
+    assert_eq!(report["drills"].as_array().map(Vec::len), Some(12));
+    // The zombie's fenced completion: one completion kept, both effects seen, alerted.
+    let zombie = report["drills"]
+        .as_array()
+        .and_then(|d| d.iter().find(|r| r["drill"] == "zombie-after-reclaim"))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(zombie["pass"], true, "{zombie}");
+    assert_eq!(zombie["effects"], 2);
+    assert_eq!(zombie["state"], "completed");
     // The human table.
     let human = s.idem(&["drill", "--only", "concurrent"]);
     assert_eq!(human.code, 0, "{human:?}");
     assert!(human.stdout.contains("concurrent-duplicates") && human.stdout.contains("PASS"));
+}
+
+#[test]
+fn complete_and_fail_report_cost_from_the_command_line() {
+    let s = Server::start();
+    let a = s.idem(&["claim", "ai", "draft-1", "--json"]);
+    let tok = token_of(&a);
+    let f = s.idem(&[
+        "fail",
+        "ai",
+        "draft-1",
+        "--lease-token",
+        &tok,
+        "--kind",
+        "retryable",
+        "--cost-tokens",
+        "1200",
+        "--cost-usd",
+        "0.018",
+        "--json",
+    ]);
+    assert_eq!(f.code, 0, "{f:?}");
+    assert_eq!(
+        f.json()["record"]["cost"],
+        serde_json::json!({"tokens": 1200, "usd": 0.018, "retry_tokens": 0, "retry_usd": 0.0})
+    );
+    std::thread::sleep(std::time::Duration::from_millis(1100)); // past the backoff
+    let b = s.idem(&["claim", "ai", "draft-1", "--json"]);
+    assert_eq!(b.json()["outcome"], "acquired", "{b:?}");
+    let tok = token_of(&b);
+    // A negative amount is the server's 422 naming the member; nothing is written.
+    let bad = s.idem(&[
+        "complete",
+        "ai",
+        "draft-1",
+        "--lease-token",
+        &tok,
+        "--cost-usd",
+        "-1",
+    ]);
+    assert_ne!(bad.code, 0, "{bad:?}");
+    assert!(
+        format!("{}{}", bad.stdout, bad.stderr).contains("cost.usd"),
+        "{bad:?}"
+    );
+    let c = s.idem(&[
+        "complete",
+        "ai",
+        "draft-1",
+        "--lease-token",
+        &tok,
+        "--cost-tokens",
+        "800",
+        "--json",
+    ]);
+    assert_eq!(c.code, 0, "{c:?}");
+    assert_eq!(
+        c.json()["record"]["cost"],
+        serde_json::json!({"tokens": 2000, "usd": 0.018, "retry_tokens": 800, "retry_usd": 0.0})
+    );
 }

@@ -11,7 +11,7 @@ use super::{
 };
 use crate::ids::{Key, Namespace, Token};
 use crate::policy::LeaseExpiry;
-use crate::record::{EventDraft, EventType, Record, ReviewReason, State};
+use crate::record::{CostTotals, EventDraft, EventType, Record, ReviewReason, State};
 use crate::time::Timestamp;
 
 pub(super) fn claim_reply(outcome: ClaimOutcome, record: Option<Record>) -> ClaimReply {
@@ -144,6 +144,7 @@ fn fresh(ns: &Namespace, key: &Key, req: &ClaimRequest, ctx: &Ctx<'_>) -> Transi
         last_error: None,
         created_at: now,
         updated_at: now,
+        cost: CostTotals::default(),
         lease_id: Some(ctx.new_lease_id.clone()),
         lease_expiry: req.lease_expiry.unwrap_or(ctx.policy.lease_expiry),
         reported: false,
@@ -152,6 +153,7 @@ fn fresh(ns: &Namespace, key: &Key, req: &ClaimRequest, ctx: &Ctx<'_>) -> Transi
         final_at: None,
         active_at: now,
         review_reason: None,
+        review_since: None,
         stuck_alerted: false,
         version: 1,
     };
@@ -176,6 +178,7 @@ fn fresh(ns: &Namespace, key: &Key, req: &ClaimRequest, ctx: &Ctx<'_>) -> Transi
             retry_after_ms: None,
             reclaimed: false,
         })),
+        tally: Default::default(),
     }
 }
 

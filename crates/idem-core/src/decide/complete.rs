@@ -4,14 +4,35 @@
 //!
 //! A report is accepted once per attempt (a repeated identical completion is answered, not
 //! written); an ambiguous failure must never become retryable.
+//!
+//! Cost: a report may carry what its attempt spent ([`AttemptCost`]). It goes on the report's
+//! event and into the record's sums (`retry_*` when the attempt was not the first), and into
+//! the step's [`Tally`] for the namespace stats and the metrics. A repeated identical
+//! completion is an answer, not a new spend: its cost is not counted again.
 
 use super::worker::holder_may_report;
+use super::Tally;
 use super::{
     canon_eq, event, invalid, review_alert, sanitize_message, successor, with_note,
     CompleteRequest, Ctx, FailReply, FailRequest, Op, OpError, Reply, RetryDecision, Transition,
 };
 use crate::classify::{backoff_ms, classify, Class, FailSignal};
-use crate::record::{EventType, LastError, Record, ReviewReason, State};
+use crate::record::{AttemptCost, EventDraft, EventType, LastError, Record, ReviewReason, State};
+
+/// Books `cost` (if any) of the attempt `attempt` on `next`'s sums and on `event`, and
+/// returns the tally entry.
+pub(super) fn book_cost(
+    next: &mut Record,
+    event: &mut EventDraft,
+    cost: Option<AttemptCost>,
+    attempt: u32,
+) -> Option<(AttemptCost, bool)> {
+    let c = cost?;
+    let retry = attempt > 1;
+    next.cost.add(c, retry);
+    event.cost = Some(c);
+    Some((c, retry))
+}
 
 pub(super) fn repeat_complete(rec: &Record, c: &CompleteRequest) -> Transition {
     let same_ref = rec.external_ref == c.external_ref;
@@ -47,7 +68,14 @@ pub(super) fn complete(rec: &Record, r: &CompleteRequest, op: &Op, ctx: &Ctx<'_>
     if rec.state == State::NeedsReview {
         e.note = Some("late completion by the lease holder resolved the review".into());
     }
-    Transition::update_record(next, vec![e])
+    let cost = book_cost(&mut next, &mut e, r.cost, rec.attempt);
+    Transition {
+        tally: Tally {
+            cost,
+            ..Tally::default()
+        },
+        ..Transition::update_record(next, vec![e])
+    }
 }
 
 pub(super) fn fail(rec: &Record, r: &FailRequest, op: &Op, ctx: &Ctx<'_>) -> Transition {
@@ -147,10 +175,11 @@ pub(super) fn fail(rec: &Record, r: &FailRequest, op: &Op, ctx: &Ctx<'_>) -> Tra
     next.reported = true;
     next.review_reason = reason;
     next.final_at = if to.is_final() { Some(now) } else { None };
-    let e = with_note(
+    let mut e = with_note(
         event(&next, EventType::Failed, Some(rec.state), Some(to), now),
         format!("{}: {note}", class.as_str()),
     );
+    let cost = book_cost(&mut next, &mut e, r.cost, rec.attempt);
     let alerts = if to == State::NeedsReview {
         vec![review_alert(&next, now)]
     } else {
@@ -162,5 +191,11 @@ pub(super) fn fail(rec: &Record, r: &FailRequest, op: &Op, ctx: &Ctx<'_>) -> Tra
         retry,
         review_reason: reason,
     });
-    Transition::update(next, vec![e], alerts, reply)
+    Transition {
+        tally: Tally {
+            cost,
+            ..Tally::default()
+        },
+        ..Transition::update(next, vec![e], alerts, reply)
+    }
 }

@@ -102,6 +102,31 @@ impl H {
     fn run(&mut self, op: Op) -> Transition {
         let t = apply(&ns(), &key(), self.rec.as_ref(), &op, &self.ctx());
         self.next_lease += 1;
+        if let Err(e) = &t.reply {
+            assert!(!t.first_acquisition);
+            if *e == OpError::LeaseLost {
+                // The one refusal that writes: its event; a fenced report's alert; and a
+                // reported cost, which changes nothing but the record's cost sums.
+                assert_eq!(t.events.len(), 1);
+                assert_eq!(!t.alerts.is_empty(), t.tally.fenced_completion);
+                match &t.write {
+                    Write::None => assert!(t.tally.cost.is_none()),
+                    Write::Update(r) => {
+                        let old = self.rec.as_ref().expect("a record");
+                        let mut same = (**r).clone();
+                        same.cost = old.cost;
+                        same.version = old.version;
+                        assert_eq!(&same, old, "a fenced report only adds cost");
+                        assert!(t.tally.cost.is_some());
+                    }
+                    Write::Insert(_) => panic!("lease_lost inserted a record"),
+                }
+            } else {
+                assert_eq!(t.write, Write::None, "a refusal never writes the record");
+                assert!(t.alerts.is_empty());
+                assert!(t.events.is_empty(), "refusal {e:?} wrote events");
+            }
+        }
         match &t.write {
             Write::None => {}
             Write::Insert(r) => {
@@ -114,14 +139,6 @@ impl H {
                 assert_eq!(r.version, old.version + 1, "version guard");
                 assert_eq!((&r.namespace, &r.key), (&old.namespace, &old.key));
                 self.rec = Some((**r).clone());
-            }
-        }
-        if let Err(e) = &t.reply {
-            assert_eq!(t.write, Write::None, "a refusal never writes the record");
-            assert!(!t.first_acquisition);
-            assert!(t.alerts.is_empty());
-            if *e != OpError::LeaseLost {
-                assert!(t.events.is_empty(), "refusal {e:?} wrote events");
             }
         }
         if t.first_acquisition {
@@ -182,6 +199,7 @@ impl H {
         external_ref: Option<&str>,
     ) -> Result<Record, OpError> {
         let t = self.run(Op::Complete(CompleteRequest {
+            cost: None,
             token: token.into(),
             result,
             external_ref: external_ref.map(str::to_owned),
@@ -287,6 +305,7 @@ fn result() -> Value {
 
 fn fail_req(token: &str, kind: Class) -> FailRequest {
     FailRequest {
+        cost: None,
         token: token.into(),
         kind: Some(kind),
         http_status: None,
@@ -882,6 +901,7 @@ fn worker_ops(token: &str) -> Vec<Op> {
             lease_ms: None,
         }),
         Op::Complete(CompleteRequest {
+            cost: None,
             token: token.into(),
             result: Some(result()),
             external_ref: Some("ch_1".into()),
@@ -1293,6 +1313,7 @@ fn repeating_the_same_complete_is_a_no_op() {
     h.advance(1_000);
     // the same result in another member order is the same result
     let t = h.run(Op::Complete(CompleteRequest {
+        cost: None,
         token: tok,
         result: Some(json!({"amount": 100, "charge": "ch_1"})),
         external_ref: Some("ch_1".into()),
@@ -1702,6 +1723,7 @@ fn fail_classifies_by_status_and_category_with_the_namespace_policy() {
         let tok = h.acquire();
         let f = h
             .fail_with(FailRequest {
+                cost: None,
                 token: tok,
                 kind: None,
                 http_status: status,
@@ -1736,6 +1758,7 @@ fn unclassifiable_fail_is_invalid_field_and_writes_nothing() {
         let tok = h.acquire();
         let before = h.rec().clone();
         let r = h.fail_with(FailRequest {
+            cost: None,
             token: tok.clone(),
             kind: None,
             http_status: status,
@@ -2056,4 +2079,385 @@ fn resolve_retry_after_review_keeps_the_prepared_payload() {
     let r = c.record.expect("record");
     assert_eq!(r.state, State::Prepared);
     assert_eq!(r.prepared_payload, Some(json!({"draft": "v1"})));
+}
+
+// ------------------------------------------------------------------ cost and recovery
+
+fn cost(tokens: u64, usd: f64) -> Option<crate::record::AttemptCost> {
+    Some(crate::record::AttemptCost::new(Some(tokens), Some(usd)).expect("valid cost"))
+}
+
+/// A record in `state` whose first lease was reclaimed: returns the harness, the fenced
+/// (attempt 1) token and the newest (attempt 2) token.
+fn reclaimed_in_state(state: State) -> (H, String, String) {
+    let mut h = H::new();
+    let stale = h.acquire();
+    h.advance(h.policy.lease_ms + 1);
+    let c = h.claim();
+    assert_eq!((c.outcome, c.resumed), (ClaimOutcome::Acquired, Some(true)));
+    let tok = c.token.expect("token").secret();
+    match state {
+        State::Processing => {}
+        State::Prepared => {
+            h.prepare(&tok, json!({"draft": "hello"}), false)
+                .expect("prepare");
+        }
+        State::AwaitingApproval => {
+            h.prepare(&tok, json!({"draft": "hello"}), true)
+                .expect("prepare");
+        }
+        State::Completed => {
+            h.complete(&tok, Some(result()), Some("ch_1"))
+                .expect("complete");
+        }
+        State::FailedRetryable => {
+            h.fail(&tok, Class::Retryable).expect("fail");
+        }
+        State::FailedPermanent => {
+            h.fail(&tok, Class::Permanent).expect("fail");
+        }
+        State::NeedsReview => {
+            h.fail(&tok, Class::Ambiguous).expect("fail");
+        }
+    }
+    assert_eq!(h.state(), state);
+    (h, stale, tok)
+}
+
+/// Every worker write a token can carry, with and without a cost.
+fn reports_and_writes(token: &str) -> Vec<Op> {
+    let mut ops = vec![
+        Op::Prepare(PrepareRequest {
+            token: token.into(),
+            payload: json!({"draft": "x"}),
+            approval_required: false,
+        }),
+        Op::Heartbeat(HeartbeatRequest {
+            token: token.into(),
+            lease_ms: None,
+        }),
+    ];
+    for c in [None, cost(10, 0.5)] {
+        ops.push(Op::Complete(CompleteRequest {
+            token: token.into(),
+            result: Some(result()),
+            external_ref: Some("ch_1".into()),
+            cost: c,
+        }));
+        for sent in [None, Some(true), Some(false)] {
+            for kind in [Class::Retryable, Class::Permanent, Class::Ambiguous] {
+                let mut f = fail_req(token, kind);
+                f.sent = sent;
+                f.cost = c;
+                ops.push(Op::Fail(f));
+            }
+        }
+    }
+    ops
+}
+
+/// The decision table's fenced completions, exhaustively: every state × a fenced token, a
+/// made-up token (malformed or well-formed with the wrong lease) and the newest token ×
+/// every worker write. A fenced completion is exactly a `lease_lost` refusal of a report of
+/// an effect; it always carries its event note and its alert, and nothing else does.
+#[test]
+fn fenced_completions_are_exactly_refused_reports_of_an_effect() {
+    let mut fenced_seen = 0;
+    for state in State::ALL {
+        let (h, stale, newest) = reclaimed_in_state(state);
+        let wrong_lease = Token::new(2, lease_id(999)).secret();
+        for (which, token) in [
+            ("stale", stale.as_str()),
+            ("made-up", "not-a-token"),
+            ("wrong-lease", wrong_lease.as_str()),
+            ("newest", newest.as_str()),
+        ] {
+            for op in reports_and_writes(token) {
+                let t = apply(&ns(), &key(), h.rec.as_ref(), &op, &h.ctx());
+                let lease_lost = t.reply == Err(OpError::LeaseLost);
+                let want = lease_lost && reports_effect(&op);
+                let ctx = format!("{state:?} {which} {op:?}");
+                assert_eq!(t.tally.fenced_completion, want, "{ctx}");
+                if which != "newest" {
+                    assert!(lease_lost, "{ctx}: a foreign token is always lease_lost");
+                }
+                let fenced_alerts: Vec<_> = t
+                    .alerts
+                    .iter()
+                    .filter(|a| a.reason == AlertReason::FencedCompletion)
+                    .collect();
+                let noted = t.events.iter().any(|e| {
+                    e.kind == EventType::LeaseLost
+                        && e.note
+                            .as_deref()
+                            .is_some_and(|n| n.starts_with(FENCED_COMPLETION_NOTE))
+                });
+                assert_eq!(noted, want, "{ctx}");
+                if want {
+                    fenced_seen += 1;
+                    assert_eq!(fenced_alerts.len(), 1, "{ctx}");
+                    let a = fenced_alerts[0];
+                    assert_eq!(a.state, state, "{ctx}");
+                    // One alert per fenced attempt: the attempt the token names when this
+                    // record had it, else 0.
+                    let want_attempt = match which {
+                        "stale" => 1,
+                        "wrong-lease" => 2,
+                        _ => 0,
+                    };
+                    assert_eq!(a.attempt, want_attempt, "{ctx}");
+                    // The record is not changed beyond the cost sums.
+                    match &t.write {
+                        Write::None => assert!(t.tally.cost.is_none(), "{ctx}"),
+                        Write::Update(r) => {
+                            assert_eq!(r.state, state, "{ctx}");
+                            assert_eq!(r.updated_at, h.rec().updated_at, "{ctx}");
+                            assert!(t.tally.cost.is_some(), "{ctx}");
+                        }
+                        Write::Insert(_) => panic!("{ctx}: insert"),
+                    }
+                } else {
+                    assert!(fenced_alerts.is_empty(), "{ctx}");
+                }
+            }
+        }
+    }
+    // 7 states × 3 foreign tokens × (2 completes + 12 fails with sent not false)
+    assert_eq!(fenced_seen, 7 * 3 * 14);
+}
+
+#[test]
+fn a_fenced_completion_is_recorded_and_alerted_and_the_ledger_keeps_one_completion() {
+    let (mut h, stale, newest) = reclaimed_in_state(State::Processing);
+    h.complete(&newest, Some(result()), Some("ch_2"))
+        .expect("the newest holder completes");
+    let before = h.rec().clone();
+    let t = h.run(Op::Complete(CompleteRequest {
+        token: stale.clone(),
+        result: Some(result()),
+        external_ref: Some("ch_1".into()),
+        cost: cost(120, 0.02),
+    }));
+    assert_eq!(t.reply, Err(OpError::LeaseLost));
+    assert!(t.tally.fenced_completion);
+    let rec = h.rec().clone();
+    assert_eq!(
+        rec.external_ref.as_deref(),
+        Some("ch_2"),
+        "one completion kept"
+    );
+    assert_eq!(rec.state, State::Completed);
+    assert_eq!(rec.updated_at, before.updated_at);
+    // The zombie was attempt 1: its spend is first-attempt spend.
+    assert_eq!((rec.cost.tokens, rec.cost.retry_tokens), (120, 0));
+    let e = h.last_event();
+    assert_eq!(e.kind, EventType::LeaseLost);
+    assert_eq!(e.cost, cost(120, 0.02));
+    assert_eq!(
+        h.alerts.last().map(|a| (a.reason, a.attempt)),
+        Some((AlertReason::FencedCompletion, 1))
+    );
+    // A fail that certainly never left is not a fenced completion.
+    let mut f = fail_req(&stale, Class::Retryable);
+    f.sent = Some(false);
+    let t = h.run(Op::Fail(f));
+    assert_eq!(t.reply, Err(OpError::LeaseLost));
+    assert!(!t.tally.fenced_completion);
+    assert!(t.alerts.is_empty());
+}
+
+#[test]
+fn cost_is_recorded_on_the_attempts_event_and_summed_first_and_retry() {
+    let mut h = H::new();
+    let t1 = h.acquire();
+    let mut f = fail_req(&t1, Class::Retryable);
+    f.cost = cost(100, 0.1);
+    let t = h.run(Op::Fail(f));
+    assert_eq!(t.tally.cost, Some((cost(100, 0.1).expect("c"), false)));
+    assert_eq!(h.last_event().cost, cost(100, 0.1));
+    h.advance(DAY_MS / 24);
+    let t2 = h.acquire();
+    let t = h.run(Op::Complete(CompleteRequest {
+        token: t2.clone(),
+        result: Some(result()),
+        external_ref: None,
+        cost: cost(40, 0.2),
+    }));
+    assert_eq!(t.tally.cost, Some((cost(40, 0.2).expect("c"), true)));
+    let c = h.rec().cost;
+    assert_eq!((c.tokens, c.retry_tokens), (140, 40));
+    assert_eq!((c.usd_nanos, c.retry_usd_nanos), (300_000_000, 200_000_000));
+    // A repeated identical complete is an answer, not a new spend.
+    let t = h.run(Op::Complete(CompleteRequest {
+        token: t2,
+        result: Some(result()),
+        external_ref: None,
+        cost: cost(40, 0.2),
+    }));
+    assert!(t.reply.is_ok());
+    assert_eq!(t.tally.cost, None);
+    assert_eq!(h.rec().cost.tokens, 140);
+    // The record's sum is the sum of its events' costs.
+    let sum: u64 = h
+        .events
+        .iter()
+        .filter_map(|e| e.cost)
+        .map(|c| c.tokens)
+        .sum();
+    assert_eq!(sum, h.rec().cost.tokens);
+    // No cost reported: zeros, and no cost member on the event.
+    let (h0, _) = H::in_state(State::Completed);
+    assert_eq!(h0.rec().cost, crate::record::CostTotals::default());
+    assert!(h0.events.iter().all(|e| e.cost.is_none()));
+}
+
+#[test]
+fn acquisitions_are_tallied_first_or_retry() {
+    let mut h = H::new();
+    let t = h.run(Op::Claim(ClaimRequest::default()));
+    assert_eq!(t.tally.acquired, Some(Acquired::First));
+    let t = h.run(Op::Claim(ClaimRequest::default()));
+    assert_eq!(t.tally.acquired, None, "in_flight acquires nothing");
+    h.advance(h.policy.lease_ms + 1);
+    let t = h.run(Op::Claim(ClaimRequest::default()));
+    assert_eq!(t.tally.acquired, Some(Acquired::Retry));
+}
+
+#[test]
+fn review_clock_starts_on_entering_review_and_recovery_is_measured_at_resolve() {
+    let (mut h, _) = H::in_state(State::NeedsReview);
+    let entered = h.now;
+    assert_eq!(h.rec().review_since, Some(Timestamp(entered)));
+    // Staying in review (a refused claim, a sweep) keeps the clock.
+    h.advance(60_000);
+    h.claim();
+    h.sweep();
+    assert_eq!(h.rec().review_since, Some(Timestamp(entered)));
+    h.advance(240_000);
+    let t = h.run(Op::Resolve(ResolveRequest {
+        action: ResolveAction::Retry,
+        external_ref: None,
+        result: None,
+        note: "checked".into(),
+    }));
+    assert_eq!(t.tally.recovery_ms, Some(300_000));
+    assert_eq!(h.rec().review_since, None);
+    // A resolve from elsewhere measures nothing.
+    let (mut h, _) = H::in_state(State::FailedPermanent);
+    let t = h.run(Op::Resolve(ResolveRequest {
+        action: ResolveAction::Completed,
+        external_ref: None,
+        result: None,
+        note: "done by hand".into(),
+    }));
+    assert!(t.reply.is_ok());
+    assert_eq!(t.tally.recovery_ms, None);
+    // Lease expiry under review stamps it too (sweep path).
+    let mut h = H::review();
+    h.acquire();
+    h.advance(h.policy.lease_ms + 1);
+    assert!(h.sweep());
+    assert_eq!(h.rec().review_since, Some(Timestamp(h.now)));
+}
+
+mod cost_property {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[derive(Debug, Clone)]
+    enum Step {
+        Claim {
+            worker: usize,
+        },
+        Complete {
+            worker: usize,
+            cost: Option<(u64, u32)>,
+        },
+        Fail {
+            worker: usize,
+            kind: Class,
+            sent: Option<bool>,
+            cost: Option<(u64, u32)>,
+        },
+        Resolve,
+        Advance(i64),
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        let cost = prop::option::of((0..5_000u64, 0..1_000u32));
+        let kind = prop_oneof![
+            Just(Class::Retryable),
+            Just(Class::Permanent),
+            Just(Class::Ambiguous)
+        ];
+        prop_oneof![
+            3 => (0..3usize).prop_map(|worker| Step::Claim { worker }),
+            2 => (0..3usize, cost.clone()).prop_map(|(worker, cost)| Step::Complete { worker, cost }),
+            2 => (0..3usize, kind, prop::option::of(any::<bool>()), cost)
+                .prop_map(|(worker, kind, sent, cost)| Step::Fail { worker, kind, sent, cost }),
+            1 => Just(Step::Resolve),
+            2 => prop_oneof![Just(1_000i64), Just(31_000), Just(3_600_000)].prop_map(Step::Advance),
+        ]
+    }
+
+    fn to_cost(c: Option<(u64, u32)>) -> Option<crate::record::AttemptCost> {
+        c.map(|(t, cents)| {
+            crate::record::AttemptCost::new(Some(t), Some(f64::from(cents) / 100.0))
+                .expect("valid cost")
+        })
+    }
+
+    proptest! {
+        /// Whatever happens to a record — refused reports, fenced zombies, retries, repeats —
+        /// `record.cost` is the sum of the costs on its events, and the retry part never
+        /// exceeds the whole.
+        #[test]
+        fn record_cost_is_the_sum_of_its_events_costs(steps in prop::collection::vec(step(), 1..40)) {
+            let mut h = H::new();
+            let mut tokens: Vec<String> = vec!["1.nope".into(); 3];
+            for s in steps {
+                match s {
+                    Step::Claim { worker } => {
+                        let c = h.claim();
+                        if let Some(t) = c.token {
+                            tokens[worker] = t.secret();
+                        }
+                    }
+                    Step::Complete { worker, cost } => {
+                        if h.rec.is_some() {
+                            h.run(Op::Complete(CompleteRequest {
+                                token: tokens[worker].clone(),
+                                result: Some(result()),
+                                external_ref: None,
+                                cost: to_cost(cost),
+                            }));
+                        }
+                    }
+                    Step::Fail { worker, kind, sent, cost } => {
+                        if h.rec.is_some() {
+                            let mut f = fail_req(&tokens[worker], kind);
+                            f.sent = sent;
+                            f.cost = to_cost(cost);
+                            h.run(Op::Fail(f));
+                        }
+                    }
+                    Step::Resolve => {
+                        if h.rec.is_some() {
+                            let _ = h.resolve(ResolveAction::Retry);
+                        }
+                    }
+                    Step::Advance(ms) => h.advance(ms),
+                }
+                if let Some(rec) = h.rec.as_ref() {
+                    let on_events = h.events.iter().filter_map(|e| e.cost).fold(
+                        (0u64, 0u64),
+                        |a, c| (a.0 + c.tokens, a.1 + c.usd_nanos),
+                    );
+                    prop_assert_eq!(on_events, (rec.cost.tokens, rec.cost.usd_nanos));
+                    prop_assert!(rec.cost.retry_tokens <= rec.cost.tokens);
+                    prop_assert!(rec.cost.retry_usd_nanos <= rec.cost.usd_nanos);
+                }
+            }
+        }
+    }
 }

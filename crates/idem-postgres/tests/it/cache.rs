@@ -21,6 +21,7 @@ fn now(clock: &TestClock) -> Timestamp {
 
 fn complete_req(token: String, result: serde_json::Value) -> CompleteRequest {
     CompleteRequest {
+        cost: None,
         token,
         result: Some(result),
         external_ref: None,

@@ -100,6 +100,7 @@ async fn two_hundred_claims_over_twenty_keys_acquire_once_per_key() {
             &ns("multi"),
             &key(&k),
             CompleteRequest {
+                cost: None,
                 token: token.expect("token"),
                 result: None,
                 external_ref: None,
@@ -151,6 +152,7 @@ async fn reclaim_on_one_store_fences_stale_token_on_another() {
             &n,
             &k,
             CompleteRequest {
+                cost: None,
                 token: stale,
                 result: None,
                 external_ref: None,
@@ -163,6 +165,7 @@ async fn reclaim_on_one_store_fences_stale_token_on_another() {
             &n,
             &k,
             CompleteRequest {
+                cost: None,
                 token: fresh,
                 result: None,
                 external_ref: None,

@@ -186,6 +186,7 @@ async fn completed(l: &idem_store::Ledger, ns: &idem_core::Namespace, prefix: &s
             ns,
             &k,
             CompleteRequest {
+                cost: None,
                 token: c.token.expect("token").secret(),
                 result: Some(json!({"i": i})),
                 external_ref: None,
@@ -245,6 +246,7 @@ async fn two_instances_drain_one_backlog_with_one_event_per_record() {
     // Other states in the same namespace: one failed permanently (final, so it expires too),
     // one still processing and one in review (never touched by retention).
     let fail = |kind, http_status| idem_core::FailRequest {
+        cost: None,
         token: String::new(),
         kind,
         http_status,
@@ -261,6 +263,7 @@ async fn two_instances_drain_one_backlog_with_one_event_per_record() {
             .await
             .expect("claim");
         let req = idem_core::FailRequest {
+            cost: None,
             token: c.token.expect("token").secret(),
             ..req
         };

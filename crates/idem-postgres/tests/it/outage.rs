@@ -86,6 +86,7 @@ async fn database_outage_gives_unavailable_fast_and_recovers_without_restart() {
         &n,
         &key("before"),
         CompleteRequest {
+            cost: None,
             token: before.token.expect("token").secret(),
             result: None,
             external_ref: None,

@@ -50,6 +50,7 @@ async fn claim_complete_replay_and_read_back() {
             &n,
             &k,
             CompleteRequest {
+                cost: None,
                 token: token.clone(),
                 result: Some(json!({"id": "ch_1", "amount": 1.5, "big": 12345678901234i64})),
                 external_ref: Some("ch_1".into()),
@@ -64,6 +65,7 @@ async fn claim_complete_replay_and_read_back() {
         &n,
         &k,
         CompleteRequest {
+            cost: None,
             token: token.clone(),
             result: Some(json!({"big": 12345678901234i64, "amount": 1.5, "id": "ch_1"})),
             external_ref: Some("ch_1".into()),
@@ -76,6 +78,7 @@ async fn claim_complete_replay_and_read_back() {
             &n,
             &k,
             CompleteRequest {
+                cost: None,
                 token,
                 result: Some(json!({"id": "other"})),
                 external_ref: Some("ch_1".into()),
@@ -146,6 +149,7 @@ async fn conflict_fail_backoff_resume_and_review() {
             &n,
             &k,
             FailRequest {
+                cost: None,
                 token,
                 kind: None,
                 http_status: Some(503),
@@ -210,6 +214,7 @@ async fn conflict_fail_backoff_resume_and_review() {
             &n,
             &k,
             FailRequest {
+                cost: None,
                 token,
                 kind: None,
                 http_status: Some(502),
@@ -481,6 +486,7 @@ async fn retention_expires_results_then_deletes_tombstones() {
         &n,
         &k,
         CompleteRequest {
+            cost: None,
             token: t.token.expect("token").secret(),
             result: Some(json!({"ok": true})),
             external_ref: Some("ref".into()),
@@ -576,6 +582,7 @@ async fn refused_operations_write_nothing_but_lease_lost() {
             &n,
             &k,
             CompleteRequest {
+                cost: None,
                 token: "1.00000000000000000000000000000000".into(),
                 result: None,
                 external_ref: None,
@@ -620,6 +627,7 @@ async fn migration_4_counts_an_existing_ledger_into_the_state_counters() {
                 &ns("m"),
                 &k,
                 CompleteRequest {
+                    cost: None,
                     token,
                     result: None,
                     external_ref: None,

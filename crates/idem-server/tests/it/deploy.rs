@@ -254,6 +254,14 @@ async fn dashboard_and_alert_rules_use_only_exported_metrics() {
     let t = Api::acquired(&app.claim("deploy", "k2", json!({})).await);
     app.fail("deploy", "k2", json!({"token": t, "http_status": 503}))
         .await;
+    // Cost, first attempt and retry (the cost panels filter on both `attempt` values).
+    let t = Api::acquired(&app.claim("deploy", "k3", json!({})).await);
+    app.fail(
+        "deploy",
+        "k3",
+        json!({"token": t, "kind": "retryable", "cost": {"tokens": 3, "usd": 0.01}}),
+    )
+    .await;
     assert_eq!(app.get("/readyz").await.status, 200);
     let scrape = app.get("/metrics").await;
     assert_eq!(scrape.status, 200);
@@ -299,6 +307,11 @@ async fn dashboard_and_alert_rules_use_only_exported_metrics() {
         "idem_alerts_total",
         "idem_http_request_duration_seconds_bucket",
         "idem_http_request_duration_seconds_count",
+        "idem_cost_tokens_total",
+        "idem_cost_usd_total",
+        "idem_recovery_seconds_bucket",
+        "idem_fenced_completions_total",
+        "idem_review_oldest_seconds",
     ] {
         assert!(used.contains(family), "nothing watches {family}");
     }

@@ -253,6 +253,13 @@ impl Store for CountingStats {
     async fn namespace(&self, ns: &Namespace) -> Result<NamespaceInfo, StoreError> {
         self.inner.namespace(ns).await
     }
+    async fn namespace_stats(
+        &self,
+        ns: &Namespace,
+        now: Timestamp,
+    ) -> Result<idem::NamespaceStats, StoreError> {
+        self.inner.namespace_stats(ns, now).await
+    }
     async fn update_namespace(
         &self,
         ns: &Namespace,

@@ -45,6 +45,7 @@ async fn crash_child() {
                 &n,
                 &k,
                 CompleteRequest {
+                    cost: None,
                     token: c.token.expect("token").secret(),
                     result: Some(serde_json::json!({"i": i})),
                     external_ref: None,

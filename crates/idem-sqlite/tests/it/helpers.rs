@@ -84,6 +84,7 @@ impl TestLedger {
                 ns,
                 key,
                 CompleteRequest {
+                    cost: None,
                     token: c.token.expect("token").secret(),
                     result: Some(json!({"n": key.as_str()})),
                     external_ref: Some(format!("ref-{key}")),

@@ -22,6 +22,7 @@ async fn record(t: &TestLedger, n: &Namespace, k: &Key) -> Record {
 
 fn fail_req(token: String, kind: Class) -> FailRequest {
     FailRequest {
+        cost: None,
         token,
         kind: Some(kind),
         http_status: None,

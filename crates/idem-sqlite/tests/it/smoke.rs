@@ -24,6 +24,7 @@ async fn claim_complete_then_duplicate_replays_result() {
             &n,
             &k,
             CompleteRequest {
+                cost: None,
                 token: first.token.expect("token").secret(),
                 result: Some(json!({"charge": "ch_1"})),
                 external_ref: Some("ch_1".into()),
@@ -115,6 +116,7 @@ async fn every_record_field_round_trips() {
             &n,
             &k,
             FailRequest {
+                cost: None,
                 token,
                 kind: None,
                 http_status: Some(502),
@@ -147,6 +149,7 @@ async fn stale_token_is_refused_and_the_refusal_is_recorded() {
             &n,
             &k,
             CompleteRequest {
+                cost: None,
                 token: "1.00000000000000000000000000000000".into(),
                 result: None,
                 external_ref: None,
@@ -333,6 +336,7 @@ async fn stats_count_states_oldest_processing_and_review_depth() {
             &n,
             &key("amb"),
             FailRequest {
+                cost: None,
                 token: c.token.expect("token").secret(),
                 kind: Some(Class::Ambiguous),
                 http_status: None,
@@ -435,7 +439,7 @@ async fn reopen_keeps_records_events_namespaces_tokens_and_schema() {
     let version: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .expect("user_version");
-    assert_eq!(version, 5);
+    assert_eq!(version, 6);
     let mode: String = conn
         .query_row("PRAGMA journal_mode", [], |r| r.get(0))
         .expect("journal_mode");

@@ -96,8 +96,9 @@ fn a_plan_is_exactly_the_transition() {
                                 first_acquisition: first,
                                 alerts: alerts.clone(),
                                 reply: Err(idem_core::OpError::NotFound),
+                                tally: Default::default(),
                             };
-                            let p = plan(&t, &policy, 42, None);
+                            let p = plan(&t, &policy, idem_core::Timestamp(42 * 86_400_000), None);
                             match (&write, p.write) {
                                 (Write::None, PlanWrite::None) => {}
                                 (Write::Insert(r), PlanWrite::Insert(x)) => assert_eq!(**r, *x),
@@ -158,6 +159,7 @@ fn events_are_numbered_by_what_the_backend_reported() {
         first_acquisition: false,
         alerts: vec![alert(AlertReason::Stuck), alert(AlertReason::NeedsReview)],
         reply: Ok(Reply::Swept { changed: true }),
+        tally: Default::default(),
     };
     let mut seqs = Seqs::default();
     seqs.push(3);

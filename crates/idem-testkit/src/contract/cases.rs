@@ -58,6 +58,7 @@ fn heartbeat(token: &str, lease_ms: Option<i64>) -> Op {
 
 fn complete(token: &str, result: Option<Value>, external_ref: Option<&str>) -> Op {
     Op::Complete(CompleteRequest {
+        cost: None,
         token: token.into(),
         result,
         external_ref: external_ref.map(str::to_owned),
@@ -66,6 +67,7 @@ fn complete(token: &str, result: Option<Value>, external_ref: Option<&str>) -> O
 
 fn fail(token: &str, kind: Class) -> Op {
     Op::Fail(FailRequest {
+        cost: None,
         token: token.into(),
         kind: Some(kind),
         http_status: None,
@@ -433,6 +435,7 @@ pub async fn claim_of_failed_permanent_replays_the_stored_error<B: Backend>(b: A
         .exec(
             &k,
             Op::Fail(FailRequest {
+                cost: None,
                 token: tok,
                 kind: None,
                 http_status: Some(422),
@@ -2101,6 +2104,7 @@ pub async fn refused_bad_input_writes_nothing<B: Backend>(b: Arc<B>) {
         .exec(
             &k,
             Op::Fail(FailRequest {
+                cost: None,
                 token: tok.clone(),
                 kind: None,
                 http_status: Some(302),

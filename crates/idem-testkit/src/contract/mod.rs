@@ -27,6 +27,7 @@ use idem_store::{
 };
 
 pub mod cases;
+pub mod cost_cases;
 pub mod model;
 pub mod outbox_cases;
 
@@ -124,6 +125,20 @@ macro_rules! contract_suite {
             concurrent_alert_senders_never_get_the_same_alert,
             refused_bad_input_writes_nothing,
         );
+        $crate::contract_suite!(@cost $backend;
+            cost_is_recorded_on_events_and_summed_first_and_retry,
+            fenced_completion_is_recorded_alerted_and_keeps_one_completion,
+            review_clock_drives_review_age_and_recovery,
+            namespace_stats_count_acquisitions_and_cost_over_24_hours,
+        );
+    };
+    (@cost $backend:ty; $($case:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $case() {
+                $crate::contract::run::<$backend, _, _>(stringify!($case), |b| $crate::contract::cost_cases::$case(b)).await;
+            }
+        )*
     };
     (@cases $backend:ty; $($case:ident),* $(,)?) => {
         $(

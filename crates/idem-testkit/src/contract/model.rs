@@ -7,14 +7,19 @@
 //!
 //! The model deliberately restates the rules in the plainest form (one `match` per operation)
 //! so that a disagreement points at either the store or the decision table.
+//!
+//! Cost: completes and fails carry a random `cost`; the model sums it like the contract says
+//! (first attempt vs retries, refused `lease_lost` reports included, repeated or refused
+//! ones otherwise not), and after every step the record's `cost` must equal the model's and
+//! the sum of the costs on its events (the property `record.cost.tokens` = Σ event costs).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use idem_core::{
-    ClaimOutcome, ClaimRequest, Class, CompleteRequest, FailErrorInput, FailRequest, Fingerprint,
-    HeartbeatRequest, LeaseId, Namespace, Op, OpError, PrepareRequest, Reply, ResolveAction,
-    ResolveRequest, State, Timestamp,
+    AttemptCost, ClaimOutcome, ClaimRequest, Class, CompleteRequest, FailErrorInput, FailRequest,
+    Fingerprint, HeartbeatRequest, LeaseId, Namespace, Op, OpError, PrepareRequest, Reply,
+    ResolveAction, ResolveRequest, State, Timestamp,
 };
 use idem_store::{ExecCtx, NamespaceChange, Store};
 use proptest::prelude::*;
@@ -53,11 +58,13 @@ pub enum MOp {
     Complete {
         worker: usize,
         result: u8,
+        cost: Option<u8>,
     },
     Fail {
         worker: usize,
         class: Class,
         retry_after_ms: Option<i64>,
+        cost: Option<u8>,
     },
     Resolve(ResolveAction),
     Approve,
@@ -83,9 +90,20 @@ fn op_strategy() -> impl Strategy<Value = MOp> {
         1 => (0..WORKERS, 0..2u8, prop::bool::weighted(0.3))
             .prop_map(|(worker, payload, approval)| MOp::Prepare { worker, payload, approval }),
         1 => (0..WORKERS).prop_map(|worker| MOp::Heartbeat { worker }),
-        2 => (0..WORKERS, 0..2u8).prop_map(|(worker, result)| MOp::Complete { worker, result }),
-        2 => (0..WORKERS, class, prop::option::of(prop_oneof![Just(2_000i64), Just(700_000)]))
-            .prop_map(|(worker, class, retry_after_ms)| MOp::Fail { worker, class, retry_after_ms }),
+        2 => (0..WORKERS, 0..2u8, prop::option::of(0..3u8))
+            .prop_map(|(worker, result, cost)| MOp::Complete { worker, result, cost }),
+        2 => (
+            0..WORKERS,
+            class,
+            prop::option::of(prop_oneof![Just(2_000i64), Just(700_000)]),
+            prop::option::of(0..3u8),
+        )
+            .prop_map(|(worker, class, retry_after_ms, cost)| MOp::Fail {
+                worker,
+                class,
+                retry_after_ms,
+                cost,
+            }),
         1 => action.prop_map(MOp::Resolve),
         1 => Just(MOp::Approve),
         1 => Just(MOp::Reject),
@@ -148,6 +166,36 @@ struct MRec {
     stuck_alerted: bool,
     /// Its draft was rejected by an operator (a later `retry` starts without it).
     rejected: bool,
+    /// (tokens, usd_nanos, retry_tokens, retry_usd_nanos) reported so far.
+    cost: (u64, u64, u64, u64),
+}
+
+/// The cost a model step reports: `c` → (7c + 1 tokens, c cents).
+fn cost_of(c: u8) -> AttemptCost {
+    AttemptCost::new(Some(u64::from(c) * 7 + 1), Some(f64::from(c) * 0.01)).expect("valid cost")
+}
+
+impl MRec {
+    fn add_cost(&mut self, c: Option<u8>, attempt: u32) {
+        if let Some(c) = c.map(cost_of) {
+            self.cost.0 += c.tokens;
+            self.cost.1 += c.usd_nanos;
+            if attempt > 1 {
+                self.cost.2 += c.tokens;
+                self.cost.3 += c.usd_nanos;
+            }
+        }
+    }
+}
+
+/// The attempt a token names (`<attempt>.<lease>`) when the record has had it; anything else
+/// counts as a later attempt.
+fn token_attempt(token: &str, rec_attempt: u32) -> u32 {
+    token
+        .split_once('.')
+        .and_then(|(a, _)| a.parse::<u32>().ok())
+        .filter(|a| (1..=rec_attempt).contains(a))
+        .unwrap_or(u32::MAX)
 }
 
 /// The contract's rules for one record, restated.
@@ -192,6 +240,7 @@ impl Model {
                 active_at: now,
                 stuck_alerted: false,
                 rejected: false,
+                cost: (0, 0, 0, 0),
             });
             return answer(ClaimOutcome::Acquired, None, Some(false));
         };
@@ -256,7 +305,16 @@ impl Model {
     fn worker(&mut self, now: i64, token: Option<&str>, op: &MOp) -> Answer {
         let r = match self.holder(token) {
             Ok(r) => r,
-            Err(e) => return Answer::Refused(e),
+            Err(e) => {
+                // A refused report's cost was still spent: it is booked (lease_lost only).
+                if let (Refusal::LeaseLost, Some(r)) = (e, self.rec.as_mut()) {
+                    if let MOp::Complete { cost, .. } | MOp::Fail { cost, .. } = op {
+                        let attempt = token_attempt(token.unwrap_or(""), r.attempt);
+                        r.add_cost(*cost, attempt);
+                    }
+                }
+                return Answer::Refused(e);
+            }
         };
         if let MOp::Complete { result, .. } = op {
             if r.state == State::Completed {
@@ -296,7 +354,9 @@ impl Model {
                 r.stuck_alerted = false;
                 Answer::Ok
             }
-            MOp::Complete { result, .. } if may_report => {
+            MOp::Complete { result, cost, .. } if may_report => {
+                let attempt = r.attempt;
+                r.add_cost(cost, attempt);
                 r.state = State::Completed;
                 r.result = Some(result);
                 r.lease_until = None;
@@ -307,8 +367,11 @@ impl Model {
             MOp::Fail {
                 class,
                 retry_after_ms,
+                cost,
                 ..
             } if may_report => {
+                let attempt = r.attempt;
+                r.add_cost(cost, attempt);
                 r.lease_until = None;
                 r.reported = true;
                 r.not_before = None;
@@ -479,7 +542,12 @@ async fn one_case(
                 token: token_of(*worker),
                 lease_ms: None,
             }),
-            MOp::Complete { worker, result } => Op::Complete(CompleteRequest {
+            MOp::Complete {
+                worker,
+                result,
+                cost,
+            } => Op::Complete(CompleteRequest {
+                cost: cost.map(cost_of),
                 token: token_of(*worker),
                 result: Some(result_of(*result)),
                 external_ref: None,
@@ -488,7 +556,9 @@ async fn one_case(
                 worker,
                 class,
                 retry_after_ms,
+                cost,
             } => Op::Fail(FailRequest {
+                cost: cost.map(cost_of),
                 token: token_of(*worker),
                 kind: Some(*class),
                 http_status: None,
@@ -620,14 +690,34 @@ async fn check_record(
                 r.prepared_payload.clone(),
                 lease_valid,
             );
-            if got == want {
-                Ok(())
-            } else {
-                Err(format!(
+            if got != want {
+                return Err(format!(
                     "record (state, attempt, lease_expires_at, not_before, prepared_payload, \
                      lease valid) is {got:?}, the rules say {want:?}"
-                ))
+                ));
             }
+            let c = r.cost;
+            let stored = (c.tokens, c.usd_nanos, c.retry_tokens, c.retry_usd_nanos);
+            if stored != m.cost {
+                return Err(format!(
+                    "record cost (tokens, usd_nanos, retry_tokens, retry_usd_nanos) is \
+                     {stored:?}, the rules say {:?}",
+                    m.cost
+                ));
+            }
+            // The property: a record's cost is the sum of the costs on its events.
+            let on_events = s
+                .events
+                .iter()
+                .filter_map(|e| e.cost)
+                .fold((0, 0), |a, c| (a.0 + c.tokens, a.1 + c.usd_nanos));
+            if on_events != (c.tokens, c.usd_nanos) {
+                return Err(format!(
+                    "record cost ({}, {}) is not the sum of its events' costs {on_events:?}",
+                    c.tokens, c.usd_nanos
+                ));
+            }
+            Ok(())
         }
     }
 }

@@ -119,6 +119,7 @@ async fn to_review_traced(h: &H, k: &str, traceparent: Option<&str>) -> usize {
             &h.ns,
             &key(k),
             Op::Fail(FailRequest {
+                cost: None,
                 token,
                 kind: Some(Class::Ambiguous),
                 http_status: None,
@@ -186,14 +187,15 @@ pub async fn alerts_are_enqueued_by_the_record_write_and_only_by_it<B: Backend>(
         "the alert payload carries no error message"
     );
 
-    // Writes that change nothing queue nothing: a refused write, and claims in review.
+    // Writes that change nothing queue nothing: a refused write, and claims in review. (A
+    // refused *complete* is a fenced completion, which has an alert of its own: see
+    // `cost_cases`.)
     let e = h
         .exec(
             &key("k"),
-            Op::Complete(CompleteRequest {
+            Op::Heartbeat(idem_core::HeartbeatRequest {
                 token: "made-up".into(),
-                result: None,
-                external_ref: None,
+                lease_ms: None,
             }),
             None,
         )
@@ -479,6 +481,7 @@ pub async fn retention_deletes_a_records_outbox_items_with_it<B: Backend>(b: Arc
         .exec(
             &k,
             Op::Complete(CompleteRequest {
+                cost: None,
                 token,
                 result: None,
                 external_ref: None,

@@ -188,3 +188,21 @@ test('effect body: what can be checked before anything is claimed is refused wit
 	assert.throws(() => gate.effectBody({ ...ok, bodyMode: 'json', body: '{nope' }), /Body is not valid JSON/);
 	assert.throws(() => gate.effectBody({ ...ok, idempotencyHeader: 'a b' }), /Idempotency header/);
 });
+
+test('cost: optional tokens and dollars, checked like the server checks them', () => {
+	assert.equal(gate.costMember('', ''), undefined);
+	assert.equal(gate.costMember(undefined, null), undefined);
+	assert.deepEqual(gate.costMember('1200', ''), { tokens: 1200 });
+	assert.deepEqual(gate.costMember(800, '0.0042'), { tokens: 800, usd: 0.0042 });
+	assert.deepEqual(gate.costMember(' 0 ', 0), { tokens: 0, usd: 0 });
+	assert.throws(() => gate.costMember('-1', ''), /Cost Tokens "-1"/);
+	assert.throws(() => gate.costMember('1.5', ''), /whole number/);
+	assert.throws(() => gate.costMember('lots', ''), /Cost Tokens/);
+	assert.throws(() => gate.costMember('', '-0.01'), /Cost USD "-0.01"/);
+	assert.throws(() => gate.costMember('', 'abc'), /non-negative number/);
+	assert.deepEqual(gate.completeBody('t', undefined, '', { tokens: 5 }), { token: 't', cost: { tokens: 5 } });
+	assert.deepEqual(gate.completeBody('t', undefined, '', undefined), { token: 't' });
+	const f = gate.failBody('t', { kind: 'retryable', category: 'timeout', sent: 'no', cost: { usd: 0.5 } });
+	assert.deepEqual(f.cost, { usd: 0.5 });
+	assert.equal(gate.failBody('t', { kind: 'retryable', category: 'timeout', sent: 'no' }).cost, undefined);
+});

@@ -325,3 +325,63 @@ test('effect: a bad method or URL fails before anything is sent to idem', async 
 	await assert.rejects(new IdempotencyGate().execute.call(ctx), /not an http\(s\) URL/);
 	assert.equal(requests.length, 0);
 });
+
+test('complete and fail send the optional cost of the attempt', async () => {
+	const { requests } = await run({
+		items: [{ usage: { total_tokens: 1536 } }],
+		params: {
+			operation: 'complete', namespace: 'ai', key: 'draft-1', leaseToken: 'T1', sendResult: false,
+			externalRef: '', costUnits: (i) => 1536, costUsd: '0.0123',
+		},
+		respond: () => ({ statusCode: 200, body: { state: 'completed', record: record('completed') } }),
+	});
+	assert.deepEqual(requests[0].body, { token: 'T1', cost: { tokens: 1536, usd: 0.0123 } });
+	const failed = await run({
+		items: [{}],
+		params: {
+			operation: 'fail', namespace: 'ai', key: 'draft-1', leaseToken: 'T', kind: 'retryable',
+			httpStatus: '', category: 'timeout', sent: 'unknown', message: 'slow model', retryAfter: '',
+			costUnits: '400', costUsd: '',
+		},
+		respond: () => ({ statusCode: 200, body: { state: 'failed_retryable', class: 'retryable' } }),
+	});
+	assert.deepEqual(failed.requests[0].body.cost, { tokens: 400 });
+	// Not given: no cost member at all (older servers refuse unknown members).
+	const plain = await run({
+		items: [{}],
+		params: { operation: 'complete', namespace: 'ai', key: 'k', leaseToken: 'T', sendResult: false },
+		respond: () => ({ statusCode: 200, body: { state: 'completed', record: record('completed') } }),
+	});
+	assert.equal('cost' in plain.requests[0].body, false);
+	// A wrong expression fails on this node, before anything is sent.
+	await assert.rejects(
+		run({
+			items: [{}],
+			params: { operation: 'complete', namespace: 'ai', key: 'k', leaseToken: 'T', sendResult: false, costUnits: '-3' },
+			respond: () => assert.fail('must not send'),
+		}),
+		/Cost Tokens/,
+	);
+});
+
+test('a fenced completion explains what it means on the canvas', async () => {
+	await assert.rejects(
+		run({
+			items: [{}],
+			params: { operation: 'complete', namespace: 'shop', key: 'k', leaseToken: 'old', sendResult: false },
+			respond: () => ({ statusCode: 409, body: { code: 'lease_lost', detail: 'the lease was lost' } }),
+		}),
+		(e) => /fenced completion/.test(e.description) && /happened twice/.test(e.description),
+	);
+	await assert.rejects(
+		run({
+			items: [{}],
+			params: {
+				operation: 'fail', namespace: 'shop', key: 'k', leaseToken: 'old', kind: 'retryable',
+				httpStatus: '', category: 'connection', sent: 'no', message: '', retryAfter: '',
+			},
+			respond: () => ({ statusCode: 409, body: { code: 'lease_lost', detail: 'the lease was lost' } }),
+		}),
+		(e) => !/fenced completion/.test(e.description) && /Do not repeat/.test(e.description),
+	);
+});

@@ -14,9 +14,9 @@ use axum::routing::{get, post};
 use axum::Json;
 use idem::classify::parse_retry_after;
 use idem::{
-    ClaimOutcome, ClaimReply, ClaimRequest, Class, CompleteRequest, EventType, Executed,
-    FailErrorInput, FailRequest, Fingerprint, HeartbeatRequest, LeaseExpiry, ListQuery, Op,
-    PrepareRequest, Record, Reply, Role, State as RecState,
+    AttemptCost, ClaimOutcome, ClaimReply, ClaimRequest, Class, CompleteRequest, EventType,
+    Executed, FailErrorInput, FailRequest, Fingerprint, HeartbeatRequest, LeaseExpiry, ListQuery,
+    Op, PrepareRequest, Record, Reply, Role, State as RecState,
 };
 use serde::Serialize;
 use serde_json::Value;
@@ -26,8 +26,8 @@ use super::shared::{exec, log_op, refused, state_write};
 use crate::api::{json_schema, LeaseExpiryDoc, RecordDoc, RecordWithEventsDoc, StateResponse};
 use crate::error::{outcome_status, ApiError, ApiResult};
 use crate::fields::{
-    Category, CorrelationId, ErrorMessage, ExternalRef, FencingToken, FingerprintText, HttpStatus,
-    LeaseMs, Owner, WaitMs,
+    Category, CorrelationId, CostTokens, CostUsd, ErrorMessage, ExternalRef, FencingToken,
+    FingerprintText, HttpStatus, LeaseMs, Owner, WaitMs,
 };
 use crate::input::{Body, NsKey, NsPath};
 use crate::metrics;
@@ -91,6 +91,7 @@ pub fn routes() -> Vec<Route> {
         PrepareBody,
         HeartbeatBody,
         CompleteBody,
+        CostBody,
         FailBody,
         FailErrorBody,
         FailResponse,
@@ -377,6 +378,41 @@ crate::request_body! {
         /// At most 512 characters, no NUL.
         #[schema(value_type = Option<String>, max_length = 512, pattern = "^[^\\x00]*$")]
         pub external_ref: Option<ExternalRef>,
+        /// What this attempt spent: recorded on its event and summed on the record.
+        #[schema(value_type = Option<CostBody>)]
+        pub cost: Option<CostBody>,
+    }
+}
+
+crate::request_body! {
+    optional;
+    /// `cost` of complete, fail (and effect): what the attempt spent. Absent members count
+    /// as 0; negative or non-numeric values are 422 `invalid_field` naming `cost.tokens` or
+    /// `cost.usd`.
+    #[derive(Debug, ToSchema)]
+    #[serde(deny_unknown_fields)]
+    pub struct CostBody {
+        /// Model tokens (a non-negative integer).
+        #[schema(value_type = Option<u64>, minimum = 0, maximum = 1_000_000_000_000_000i64)]
+        pub tokens: Option<CostTokens>,
+        /// US dollars (a non-negative number; kept to the nano-dollar).
+        #[schema(value_type = Option<f64>, minimum = 0, maximum = 1_000_000)]
+        pub usd: Option<CostUsd>,
+    }
+}
+
+impl CostBody {
+    /// The core's cost (the members are already validated; a refusal still names them).
+    pub fn into_cost(self) -> ApiResult<AttemptCost> {
+        AttemptCost::new(self.tokens.map(|t| t.0), self.usd.map(|u| u.0)).map_err(|e| {
+            let field = format!("cost.{}", e.field);
+            ApiError::invalid_field(field.clone(), format!("`{field}` {}", e.message))
+        })
+    }
+
+    /// An optional body member as the core's optional cost.
+    pub fn of(body: Option<CostBody>) -> ApiResult<Option<AttemptCost>> {
+        body.map(CostBody::into_cost).transpose()
     }
 }
 
@@ -390,6 +426,7 @@ pub async fn complete(
     Body(body): Body<CompleteBody>,
 ) -> ApiResult<Json<StateResponse>> {
     let op = Op::Complete(CompleteRequest {
+        cost: CostBody::of(body.cost)?,
         token: body.token.into_string(),
         result: body.result,
         external_ref: body.external_ref.map(ExternalRef::into_string),
@@ -420,6 +457,9 @@ crate::request_body! {
         /// false when the request certainly never left (connection refused, DNS failure).
         pub sent: Option<bool>,
         pub error: Option<FailErrorBody>,
+        /// What this attempt spent: recorded on its event and summed on the record.
+        #[schema(value_type = Option<CostBody>)]
+        pub cost: Option<CostBody>,
     }
 }
 
@@ -449,6 +489,7 @@ impl FailBody {
                 )?),
             };
         Ok(FailRequest {
+            cost: CostBody::of(self.cost)?,
             token: self.token.into_string(),
             kind: self.kind,
             http_status: self.http_status.map(|s| s.0),

@@ -9,7 +9,7 @@
 use axum::extract::State;
 use axum::routing::{get, patch, post};
 use axum::{Extension, Json};
-use idem::{Namespace, NamespaceChange, NamespaceInfo, Role};
+use idem::{Namespace, NamespaceChange, NamespaceInfo, NamespaceStats, Role};
 use serde::Serialize;
 use serde_json::Value;
 use utoipa::{OpenApi, ToSchema};
@@ -62,6 +62,8 @@ pub fn routes() -> Vec<Route> {
         PolicyPatchBody,
         RetryPatchBody,
         NamespaceResponse,
+        NamespaceStatsDoc,
+        CostTotalsDoc,
     ))
 )]
 pub struct Doc;
@@ -184,15 +186,50 @@ pub struct NamespaceResponse {
     /// Every state with its count, zeros included.
     #[schema(value_type = Object)]
     pub counts: Value,
+    /// Acquisitions and cost over the last 24 hours.
+    #[schema(value_type = NamespaceStatsDoc)]
+    pub stats: NamespaceStats,
 }
 
-fn ns_response(info: NamespaceInfo) -> Json<NamespaceResponse> {
-    Json(NamespaceResponse {
+/// A namespace's counters over a sliding 24 hours (hourly buckets: the current hour and the
+/// 23 before it).
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct NamespaceStatsDoc {
+    /// Fresh acquisitions (attempt 1).
+    acquired_first: u64,
+    /// Resumed acquisitions (retries, reclaims, resumes after approval).
+    acquired_retry: u64,
+    cost: CostTotalsDoc,
+}
+
+/// What attempts reported spending (`cost` on complete, fail, effect); `retry_*` is the
+/// part spent by attempts after the first. All zeros when nothing was reported.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct CostTotalsDoc {
+    tokens: u64,
+    usd: f64,
+    retry_tokens: u64,
+    retry_usd: f64,
+}
+
+/// The answer of every namespace endpoint: the namespace and its 24-hour stats.
+async fn ns_response(st: &AppState, info: NamespaceInfo) -> ApiResult<Json<NamespaceResponse>> {
+    let ns = Namespace::try_from(info.namespace.as_str())
+        .map_err(|e| ApiError::internal(format!("namespace: {e}")))?;
+    let stats = st
+        .ledger
+        .store()
+        .namespace_stats(&ns, st.ledger.now())
+        .await?;
+    Ok(Json(NamespaceResponse {
         namespace: info.namespace,
         paused: info.paused,
         policy: info.policy.to_json(),
         counts: info.counts.to_json(),
-    })
+        stats,
+    }))
 }
 
 /// Policy, pause flag and counts (defaults for a never-used namespace).
@@ -203,7 +240,8 @@ pub async fn get_namespace(
     State(st): State<AppState>,
     NsPath(ns): NsPath,
 ) -> ApiResult<Json<NamespaceResponse>> {
-    Ok(ns_response(st.ledger.store().namespace(&ns).await?))
+    let info = st.ledger.store().namespace(&ns).await?;
+    ns_response(&st, info).await
 }
 
 /// Merge policy fields (recursively; unknown fields are refused) (operator).
@@ -230,7 +268,7 @@ pub async fn patch_namespace(
         .update_namespace(&ns, NamespaceChange::Patch(body), st.ledger.now())
         .await?;
     tracing::info!(namespace = %ns, actor = caller.actor(), "namespace policy changed");
-    Ok(ns_response(info))
+    ns_response(&st, info).await
 }
 
 async fn switch(
@@ -252,7 +290,7 @@ async fn switch(
         .update_namespace(ns, change, st.ledger.now())
         .await?;
     tracing::warn!(namespace = %ns, actor = caller.actor(), note, "namespace {what}");
-    Ok(ns_response(info))
+    ns_response(st, info).await
 }
 
 /// Stop control: claims get 503 `paused`; in-flight work can still land (operator).

@@ -19,7 +19,14 @@ pub async fn exec(st: &AppState, nk: &NsKey, op: Op, actor: Option<String>) -> A
     let run = st
         .ledger
         .execute_traced(&nk.ns, &nk.key, op, actor, traceparent);
-    Ok(tracing::Instrument::instrument(run, span).await?)
+    let ex = tracing::Instrument::instrument(run, span).await?;
+    crate::metrics::tally(&ex.tally);
+    if ex.tally.fenced_completion {
+        // Never silent: the alert is queued with the event; the log says it too.
+        tracing::warn!(namespace = %nk.ns, key = %MaskedKey(nk.key.as_str()),
+            "fenced completion: a worker reported an effect after its lease was taken over");
+    }
+    Ok(ex)
 }
 
 /// The request log line: never payloads, results, tokens or secrets.

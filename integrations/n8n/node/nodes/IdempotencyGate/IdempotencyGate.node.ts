@@ -16,6 +16,7 @@ import {
 	OUTPUT,
 	claimBody,
 	completeBody,
+	costMember,
 	describeProblem,
 	effectBody,
 	effectOutputForOutcome,
@@ -528,6 +529,25 @@ export class IdempotencyGate implements INodeType {
 				displayOptions: { show: { operation: ['fail'] } },
 				description: "The destination's Retry-After header (seconds or HTTP date), if any",
 			},
+			{
+				displayName: 'Cost Tokens',
+				name: 'costUnits',
+				type: 'string',
+				default: '',
+				displayOptions: { show: { operation: ['complete', 'fail'] } },
+				placeholder: 'e.g. {{ $json.usage.total_tokens }}',
+				description:
+					'Model tokens this attempt spent (a whole number), e.g. of the AI step before this node. Empty: not reported. idem sums them on the record, first attempt and retries apart.',
+			},
+			{
+				displayName: 'Cost USD',
+				name: 'costUsd',
+				type: 'string',
+				default: '',
+				displayOptions: { show: { operation: ['complete', 'fail'] } },
+				placeholder: 'e.g. 0.0042',
+				description: 'US dollars this attempt spent. Empty: not reported.',
+			},
 		],
 	};
 
@@ -628,6 +648,10 @@ export class IdempotencyGate implements INodeType {
 							leaseToken,
 							sendResult ? this.getNodeParameter('result', i) : undefined,
 							this.getNodeParameter('externalRef', i, '') as string,
+							costMember(
+								this.getNodeParameter('costUnits', i, ''),
+								this.getNodeParameter('costUsd', i, ''),
+							),
 						);
 					} else if (operation === 'fail') {
 						verb = 'fail';
@@ -644,6 +668,10 @@ export class IdempotencyGate implements INodeType {
 							error:
 								error ??
 								(typeof json.error === 'string' ? { message: json.error as string } : undefined),
+							cost: costMember(
+								this.getNodeParameter('costUnits', i, ''),
+								this.getNodeParameter('costUsd', i, ''),
+							),
 						};
 						body = failBody(leaseToken, params);
 					} else {
@@ -743,7 +771,9 @@ export class IdempotencyGate implements INodeType {
 							itemIndex: i,
 							description:
 								status === 409 && answer?.code === 'lease_lost'
-									? 'Another attempt took over this key (its lease had expired). Do not repeat the side effect from here.'
+									? operation === 'complete' || (operation === 'fail' && body.sent !== false)
+										? 'Another attempt took over this key (its lease had expired) and idem already holds its outcome. If this run did the side effect, it may now have happened twice: idem recorded a fenced completion on the key and alerted. Check the destination, and give this step more lease (Lease (ms), or a heartbeat) than it takes. Do not repeat the side effect from here.'
+										: 'Another attempt took over this key (its lease had expired). Do not repeat the side effect from here.'
 									: undefined,
 						});
 					}

@@ -205,13 +205,49 @@ export function prepareBody(token: string, payload: unknown, approvalRequired: b
 	return body;
 }
 
-export function completeBody(token: string, result: unknown, externalRef?: string): IDataObject {
+/** Optional parameters arrive as numbers or (from expressions) strings; '' means "not given". */
+function given(v: unknown): boolean {
+	return v !== undefined && v !== null && String(v).trim() !== '';
+}
+
+/**
+ * The `cost` member of complete / fail: what this attempt spent (e.g. model tokens of an AI
+ * draft, and its price). Both optional; `undefined` when neither is given. Checked here with
+ * the server's rules (a non-negative integer of tokens, a non-negative number of dollars) so
+ * that a wrong expression fails on the node that has it, with its name.
+ */
+export function costMember(tokens: unknown, usd: unknown): IDataObject | undefined {
+	const cost: IDataObject = {};
+	if (given(tokens)) {
+		const n = typeof tokens === 'number' ? tokens : Number(String(tokens).trim());
+		if (!Number.isSafeInteger(n) || n < 0) {
+			throw new Error(`Cost Tokens ${JSON.stringify(tokens)} is not a non-negative whole number`);
+		}
+		cost.tokens = n;
+	}
+	if (given(usd)) {
+		const n = typeof usd === 'number' ? usd : Number(String(usd).trim());
+		if (!Number.isFinite(n) || n < 0) {
+			throw new Error(`Cost USD ${JSON.stringify(usd)} is not a non-negative number`);
+		}
+		cost.usd = n;
+	}
+	return Object.keys(cost).length ? cost : undefined;
+}
+
+export function completeBody(
+	token: string,
+	result: unknown,
+	externalRef?: string,
+	cost?: IDataObject,
+): IDataObject {
 	const body: IDataObject = { token };
 	const r = jsonParam(result, 'Result');
 	if (r !== undefined) body.result = r as IDataObject;
 	if (externalRef !== undefined && externalRef !== null && String(externalRef) !== '') {
 		body.external_ref = String(externalRef);
 	}
+	if (cost !== undefined) body.cost = cost;
 	return body;
 }
 
@@ -224,6 +260,8 @@ export interface FailParams {
 	retryAfter?: string;
 	/** The failed item's `error` (n8n error output) — used when category is 'auto'. */
 	error?: IDataObject;
+	/** What the attempt spent ([`costMember`]). */
+	cost?: IDataObject;
 }
 
 // Raw socket codes and the texts n8n replaces them with (n8n-workflow's NodeError COMMON_ERRORS).
@@ -284,6 +322,7 @@ export function failBody(token: string, p: FailParams): IDataObject {
 	}
 	const message = (p.message || (p.error?.message as string) || (status ? `HTTP ${status}` : category)).slice(0, 500);
 	body.error = { category, message };
+	if (p.cost !== undefined) body.cost = p.cost;
 	return body;
 }
 

@@ -9,6 +9,7 @@ use serde::ser::SerializeMap;
 use serde::{Deserialize, Serialize, Serializer};
 use serde_json::Value;
 
+use crate::effect::RequestSummary;
 use crate::fingerprint::Fingerprint;
 use crate::ids::{Key, LeaseId, Namespace};
 use crate::policy::LeaseExpiry;
@@ -121,6 +122,9 @@ pub struct Record {
     pub last_error: Option<LastError>,
     pub created_at: Timestamp,
     pub updated_at: Timestamp,
+    /// What an effect sent (method, URL without query, idempotency header); `None` for keys
+    /// driven by claim/complete.
+    pub request: Option<RequestSummary>,
 
     // Bookkeeping, never shown.
     /// Lease id of the newest acquisition; `None` once no lease can be held (after approve).
@@ -166,7 +170,7 @@ pub struct PublicRecord<'a>(pub &'a Record);
 impl Serialize for PublicRecord<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let r = self.0;
-        let mut m = s.serialize_map(Some(16))?;
+        let mut m = s.serialize_map(Some(17))?;
         m.serialize_entry("namespace", &r.namespace)?;
         m.serialize_entry("key", &r.key)?;
         m.serialize_entry("state", &r.state)?;
@@ -183,6 +187,7 @@ impl Serialize for PublicRecord<'_> {
         m.serialize_entry("last_error", &r.last_error)?;
         m.serialize_entry("created_at", &r.created_at)?;
         m.serialize_entry("updated_at", &r.updated_at)?;
+        m.serialize_entry("request", &r.request)?;
         m.end()
     }
 }
@@ -211,6 +216,10 @@ pub enum EventType {
     Rejected,
     ResultExpired,
     AlertSent,
+    /// An effect's request is about to leave (recorded durably before the first byte).
+    Sent,
+    /// An effect's reconcile lookup ran (note: found, not_found or unknown).
+    Reconciled,
     /// Extension: a heartbeat extended the lease (not recorded by default; reserved).
     Heartbeat,
 }
@@ -233,6 +242,8 @@ impl EventType {
             EventType::Rejected => "rejected",
             EventType::ResultExpired => "result_expired",
             EventType::AlertSent => "alert_sent",
+            EventType::Sent => "sent",
+            EventType::Reconciled => "reconciled",
             EventType::Heartbeat => "heartbeat",
         }
     }
@@ -254,6 +265,8 @@ impl EventType {
             Rejected,
             ResultExpired,
             AlertSent,
+            Sent,
+            Reconciled,
             Heartbeat,
         ]
         .into_iter()

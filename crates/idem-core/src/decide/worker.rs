@@ -5,8 +5,8 @@
 //! refusal that writes); this gate must never let an older attempt's token through.
 
 use super::{
-    complete, event, heartbeat, invalid, prepare, token_is_current, with_note, Ctx, Op, OpError,
-    Transition,
+    complete, effect, event, heartbeat, invalid, prepare, token_is_current, with_note, Ctx, Op,
+    OpError, Transition,
 };
 use crate::record::{EventType, Record, ReviewReason, State};
 
@@ -61,6 +61,8 @@ pub(super) fn worker_write(rec: &Record, token: &str, op: &Op, ctx: &Ctx<'_>) ->
         Op::Heartbeat(r) => heartbeat::heartbeat(rec, r, op, ctx),
         Op::Complete(r) => complete::complete(rec, r, op, ctx),
         Op::Fail(r) => complete::fail(rec, r, op, ctx),
+        Op::EffectSent(r) => effect::sent(rec, r, op, ctx),
+        Op::EffectReport(r) => effect::report(rec, r, op, ctx),
         _ => invalid(rec, op, "not a worker write"),
     }
 }

@@ -297,6 +297,14 @@ pub struct ServeCmd {
     /// to <URL>/v1/traces) [env: IDEM_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_ENDPOINT].
     #[arg(long, value_name = "URL")]
     pub otlp_endpoint: Option<String>,
+    /// Effects: keep at most this much of a destination's response body (e.g. 256KiB, the
+    /// default; longer ones are cut and marked truncated) [env: IDEM_MAX_RESPONSE_BYTES].
+    #[arg(long, value_name = "SIZE")]
+    pub max_response_bytes: Option<String>,
+    /// Effects: also trust the CA certificates in this PEM file for outbound HTTPS (a private
+    /// CA, tests) [env: IDEM_EXTRA_CA].
+    #[arg(long, value_name = "FILE")]
+    pub extra_ca: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

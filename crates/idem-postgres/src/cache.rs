@@ -271,6 +271,7 @@ mod tests {
             active_at: Timestamp(created),
             review_reason: None,
             stuck_alerted: false,
+            request: None,
             version,
         }
     }

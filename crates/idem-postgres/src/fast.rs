@@ -49,7 +49,8 @@ fn ns_guard(rev: usize, upd: usize) -> String {
     )
 }
 
-/// $1..$28 record, $29..$37 event tail, $38/$39 namespace guard. One row: guard held, the
+/// With n = `RECORD_COLUMNS.len()`: $1..$n record, $n+1..$n+9 event tail, $n+10/$n+11
+/// namespace guard. One row: guard held, the
 /// event's seq when the record was inserted, and otherwise the record that was already there
 /// (as of the statement's snapshot; NULLs when it is not visible yet). The lookup of that
 /// record sits behind a one-time filter: it is not run when the insert happened.
@@ -84,8 +85,8 @@ static GUARDED_EVENT: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
-/// [`UPDATE_RECORD`] ($29 = version decided on) also guarded by `created_at` ($17, unchanged by
-/// every update) and the namespace ($30/$31).
+/// [`UPDATE_RECORD`] ($n+1 = version decided on) also guarded by `created_at` ($17, unchanged
+/// by every update) and the namespace ($n+2/$n+3).
 static GUARDED_UPDATE: LazyLock<String> = LazyLock::new(|| {
     let n = RECORD_COLUMNS.len();
     format!(
@@ -95,7 +96,7 @@ static GUARDED_UPDATE: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
-/// [`GUARDED_UPDATE`] with its one event: $30..$38 event tail, $39/$40 namespace guard.
+/// [`GUARDED_UPDATE`] with its one event: $n+2..$n+10 event tail, $n+11/$n+12 namespace guard.
 static GUARDED_UPDATE_WITH_EVENT: LazyLock<String> = LazyLock::new(|| {
     let n = RECORD_COLUMNS.len();
     format!(

@@ -21,10 +21,11 @@ pub(crate) use idem_store::sql::RECORD_COLUMNS;
 
 /// The SQL type of each of [`RECORD_COLUMNS`] (for parameters in a `SELECT` list, which
 /// PostgreSQL cannot type from the target column).
-const RECORD_TYPES: [&str; 28] = [
+const RECORD_TYPES: [&str; 29] = [
     "TEXT", "TEXT", "TEXT", "BIGINT", "TEXT", "TEXT", "TEXT", "BIGINT", "BIGINT", "TEXT", "TEXT",
     "BOOLEAN", "TEXT", "TEXT", "TEXT", "INTEGER", "BIGINT", "BIGINT", "TEXT", "TEXT", "BOOLEAN",
-    "BIGINT", "BIGINT", "BIGINT", "BIGINT", "TEXT", "BOOLEAN", "BIGINT",
+    "BIGINT", "BIGINT", "BIGINT", "BIGINT", "TEXT", "BOOLEAN", "BIGINT", // effects:
+    "TEXT",
 ];
 
 /// `$1::TEXT, $2::TEXT, …, $28::BIGINT`: a record's parameters as a typed `SELECT` list.
@@ -99,6 +100,7 @@ pub(crate) fn record_from_row(row: &Row, off: usize) -> Result<Record, StoreErro
     let lease_id: Option<String> = get(row, off + 18)?;
     let lease_expiry: String = get(row, off + 19)?;
     let review_reason: Option<String> = get(row, off + 25)?;
+    let request: Option<String> = get(row, off + 28)?;
     Ok(Record {
         namespace: Namespace::try_from(ns).map_err(|e| corrupt("namespace", e))?,
         key: Key::try_from(key).map_err(|e| corrupt("key", e))?,
@@ -142,10 +144,14 @@ pub(crate) fn record_from_row(row: &Row, off: usize) -> Result<Record, StoreErro
             .transpose()?,
         stuck_alerted: get(row, off + 26)?,
         version: get(row, off + 27)?,
+        request: request
+            .map(|s| serde_json::from_str(&s))
+            .transpose()
+            .map_err(|e| corrupt("request", e))?,
     })
 }
 
-/// A record as owned SQL parameters ($1..$28 in [`RECORD_COLUMNS`] order).
+/// A record as owned SQL parameters ($1..$n in [`RECORD_COLUMNS`] order).
 pub(crate) struct RecordParams {
     namespace: String,
     key: String,
@@ -175,6 +181,8 @@ pub(crate) struct RecordParams {
     review_reason: Option<&'static str>,
     stuck_alerted: bool,
     pub(crate) version: i64,
+    // effects
+    request: Option<String>,
 }
 
 impl RecordParams {
@@ -212,6 +220,12 @@ impl RecordParams {
             review_reason: r.review_reason.map(|x| x.as_str()),
             stuck_alerted: r.stuck_alerted,
             version: r.version,
+            request: r
+                .request
+                .as_ref()
+                .map(serde_json::to_string)
+                .transpose()
+                .map_err(|e| StoreError::Internal(format!("json encoding: {e}")))?,
         })
     }
 
@@ -224,7 +238,7 @@ impl RecordParams {
         Ok(out)
     }
 
-    pub(crate) fn params(&self) -> [&(dyn ToSql + Sync); 28] {
+    pub(crate) fn params(&self) -> [&(dyn ToSql + Sync); 29] {
         [
             &self.namespace,
             &self.key,
@@ -254,6 +268,7 @@ impl RecordParams {
             &self.review_reason,
             &self.stuck_alerted,
             &self.version,
+            &self.request,
         ]
     }
 }
@@ -271,7 +286,7 @@ pub(crate) static INSERT_RECORD: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
-/// `UPDATE` guarded by the version that was read ($29): 0 rows means the record moved.
+/// `UPDATE` guarded by the version that was read ($n+1): 0 rows means the record moved.
 pub(crate) static UPDATE_RECORD: LazyLock<String> = LazyLock::new(|| {
     let sets: Vec<String> = RECORD_COLUMNS
         .iter()
@@ -312,7 +327,7 @@ pub(crate) static INSERT_RECORD_WITH_EVENT: LazyLock<String> = LazyLock::new(|| 
     )
 });
 
-/// A guarded update and its one event in one autocommit statement ($29 = version read).
+/// A guarded update and its one event in one autocommit statement ($n+1 = version read).
 pub(crate) static UPDATE_RECORD_WITH_EVENT: LazyLock<String> = LazyLock::new(|| {
     format!(
         "WITH w AS ({} RETURNING version) INSERT INTO events \

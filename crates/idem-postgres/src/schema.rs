@@ -18,8 +18,21 @@ use crate::error::store_err;
 /// Arbitrary constant identifying idem's migration lock (`'idem'` as ASCII).
 const MIGRATION_LOCK: i64 = 0x6964_656d;
 
-pub(crate) const MIGRATIONS: &[(i32, &str)] =
-    &[(1, V1), (2, V2), (3, V3), (4, V4), (5, V5), (6, V6)];
+pub(crate) const MIGRATIONS: &[(i32, &str)] = &[
+    (1, V1),
+    (2, V2),
+    (3, V3),
+    (4, V4),
+    (5, V5),
+    (6, V6),
+    (7, V7_EFFECTS),
+];
+
+/// Effects: what an effect sent, shown on the record (method, URL without query, idempotency
+/// header name) as JSON text; NULL for keys driven by claim/complete.
+const V7_EFFECTS: &str = r#"
+ALTER TABLE records ADD COLUMN request TEXT;
+"#;
 
 /// Tokens for people: an expiry, a revocation instant (the row stays, so the token count that
 /// switches auth on never drops back to 0) and the last use.

@@ -100,6 +100,12 @@ fn record_values(r: &Record) -> Result<Vec<Sql>, StoreError> {
         text(r.review_reason.map(ReviewReason::as_str)),
         Sql::Integer(i64::from(r.stuck_alerted)),
         Sql::Integer(r.version),
+        match &r.request {
+            None => Sql::Null,
+            Some(q) => serde_json::to_string(q)
+                .map(Sql::Text)
+                .map_err(|e| StoreError::Internal(format!("request cannot be stored: {e}")))?,
+        },
     ])
 }
 
@@ -227,6 +233,11 @@ pub(crate) fn record_from_row(row: &Row<'_>) -> Result<Record, StoreError> {
             .transpose()?,
         stuck_alerted: get_bool(row, 26)?,
         version: row.get(27).db()?,
+        request: row
+            .get::<_, Option<String>>(28)
+            .db()?
+            .map(|s| serde_json::from_str(&s).map_err(|e| corrupt("request", e)))
+            .transpose()?,
     })
 }
 

@@ -227,6 +227,11 @@ ALTER TABLE api_tokens ADD COLUMN expires_at INTEGER;
 ALTER TABLE api_tokens ADD COLUMN revoked_at INTEGER;
 ALTER TABLE api_tokens ADD COLUMN last_used_at INTEGER;
 "#,
+    // 6 (effects): what an effect sent, shown on the record (method, URL without query,
+    // idempotency header name) as JSON text; NULL for keys driven by claim/complete.
+    r#"
+ALTER TABLE records ADD COLUMN request TEXT;
+"#,
 ];
 
 /// The schema version this build writes.

@@ -42,7 +42,7 @@ pub fn event_type(e: EventType) -> String {
 }
 
 /// The columns of a stored record, in the order every backend binds and reads them.
-pub const RECORD_COLUMNS: [&str; 28] = [
+pub const RECORD_COLUMNS: [&str; 29] = [
     "namespace",
     "key",
     "state",
@@ -71,6 +71,8 @@ pub const RECORD_COLUMNS: [&str; 28] = [
     "review_reason",
     "stuck_alerted",
     "version",
+    // effects
+    "request",
 ];
 
 #[cfg(test)]

@@ -38,14 +38,15 @@ use std::sync::Arc;
 // The whole public surface of the rules and of the storage contract, named one by one so that
 // a new item there is exported here on purpose.
 pub use idem_core::{
-    apply, classify, decide, derive, fingerprint, ids, mask_key, policy, record, redact,
-    redact_db_url, retention_action, sanitize_message, time, webhook, AlertDraft, AlertReason,
-    AlertSecret, ClaimOutcome, ClaimReply, ClaimRequest, Class, Clock, CompleteRequest, Ctx, Event,
-    EventDraft, EventType, FailErrorInput, FailReply, FailRequest, FailSignal, Fingerprint,
-    HeartbeatRequest, Key, LastError, LeaseExpiry, LeaseId, Namespace, Op, OpError, Policy,
-    PolicyError, PrepareRequest, PublicRecord, Record, Reply, ResolveAction, ResolveRequest,
-    RetentionAction, RetryDecision, RetryPolicy, ReviewReason, State, SystemClock, TestClock,
-    Timestamp, Token, Transition, ValidationError, Write,
+    apply, classify, decide, derive, effect, egress, fingerprint, ids, mask_key, policy, record,
+    redact, redact_db_url, retention_action, sanitize_message, time, webhook, AlertDraft,
+    AlertReason, AlertSecret, AllowEntry, ClaimOutcome, ClaimReply, ClaimRequest, Class, Clock,
+    CompleteRequest, Ctx, EffectReportRequest, EffectSentRequest, EgressPolicy, Event, EventDraft,
+    EventType, FailErrorInput, FailReply, FailRequest, FailSignal, Fingerprint, HeartbeatRequest,
+    Key, LastError, LeaseExpiry, LeaseId, Namespace, Op, OpError, Policy, PolicyError,
+    PrepareRequest, PublicRecord, Reconciled, Record, Reply, RequestSummary, ResolveAction,
+    ResolveRequest, RetentionAction, RetryDecision, RetryPolicy, ReviewReason, State, SystemClock,
+    TestClock, Timestamp, Token, Transition, ValidationError, Verdict, Write,
 };
 pub use idem_store::{
     generate_secret, hash_secret, AlertOutcome, ApiToken, Cursor, ExecCtx, Executed, Ledger,

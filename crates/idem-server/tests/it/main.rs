@@ -9,6 +9,7 @@ mod auth;
 mod claim;
 mod deploy;
 mod drills;
+mod effects;
 mod errors;
 mod namespace;
 mod observability;

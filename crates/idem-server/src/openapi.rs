@@ -450,6 +450,7 @@ fn refine_schemas(schemas: &mut Map<String, Value>) {
         ("NamespaceResponse", &[]),
         ("PolicyDoc", &[]),
         ("RetryPolicyDoc", &[]),
+        ("EgressDoc", &[]),
         ("TokenResponse", &["label"]),
         ("DeriveResponse", &[]),
         ("StatusResponse", &[]),

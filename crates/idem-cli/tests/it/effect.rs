@@ -113,7 +113,7 @@ fn idem_effect_prints_the_response_and_exits_like_a_claim() {
     assert_eq!(n.load(Ordering::SeqCst), 1, "sent exactly once");
     // The whole answer with --json; a different request under the key is a conflict (14).
     let mut other = args.to_vec();
-    other[12] = r#"{"amount": 5}"#;
+    other[10] = r#"{"amount": 5}"#;
     other.push("--json");
     let conflict = run_with(&other, "", &env);
     assert_eq!(conflict.code, 14, "{conflict:?}");
@@ -195,6 +195,7 @@ fn a_killed_server_leaves_the_effect_to_review_never_resends() {
         assert!(Instant::now() < deadline, "never moved to review: {r}");
         std::thread::sleep(Duration::from_millis(200));
     }
+    let url = format!("{}/v1/namespaces/pay/keys/evt_crash/effect", srv.url);
     let again = http().post(url).json(&body).send().expect("post");
     assert_eq!(again.status().as_u16(), 409);
     let again: Value = again.json().expect("json");

@@ -109,15 +109,25 @@ impl Target {
     }
 }
 
-/// One outbound request.
-#[derive(Debug)]
+/// One outbound request. Its `Debug` shows header names only: values may be credentials.
 pub struct Outbound {
     pub method: Method,
-    /// Sent, never kept: the caller's `Debug` of this struct must not reach a log.
+    /// Sent, never kept or shown.
     pub headers: HeaderMap,
     pub body: Option<Vec<u8>>,
     /// Connect + send + response, all of it.
     pub timeout: Duration,
+}
+
+impl std::fmt::Debug for Outbound {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Outbound")
+            .field("method", &self.method)
+            .field("headers", &self.headers.keys().collect::<Vec<_>>())
+            .field("body_bytes", &self.body.as_ref().map(Vec::len))
+            .field("timeout", &self.timeout)
+            .finish()
+    }
 }
 
 /// What came back.

@@ -281,3 +281,24 @@ fn a_bad_extra_ca_file_is_refused_naming_it() {
     })
     .is_ok());
 }
+
+#[test]
+fn debug_never_shows_a_header_value() {
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        "authorization",
+        HeaderValue::from_static("Bearer sk_live_x1"),
+    );
+    let o = Outbound {
+        method: Method::POST,
+        headers,
+        body: Some(b"secret body".to_vec()),
+        timeout: Duration::from_secs(1),
+    };
+    let shown = format!("{o:?}");
+    assert!(shown.contains("authorization"), "{shown}");
+    assert!(
+        !shown.contains("sk_live_x1") && !shown.contains("secret body"),
+        "{shown}"
+    );
+}

@@ -397,7 +397,7 @@ mod tests {
                 .expect("delete");
         }
         let mut client = pool.get().await.expect("client");
-        assert_eq!(migrate(&mut client, 0).await.expect("migrate"), [5, 6]);
+        assert_eq!(migrate(&mut client, 0).await.expect("migrate"), [5, 6, 7]);
         let rows = client
             .query(
                 "SELECT id, kind, key, state, attempts, due_at, payload FROM outbox ORDER BY id",

@@ -302,3 +302,90 @@ fn debug_never_shows_a_header_value() {
         "{shown}"
     );
 }
+
+/// An HTTPS destination on 127.0.0.1 with a certificate for `localhost` from a fresh CA;
+/// returns (port, CA PEM, requests answered).
+async fn https_destination() -> (u16, String, Arc<AtomicUsize>) {
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("params");
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().expect("key"))
+        .expect("CA");
+    let key = KeyPair::generate().expect("key");
+    let cert = CertificateParams::new(vec!["localhost".to_owned()])
+        .expect("params")
+        .signed_by(&key, &ca)
+        .expect("sign");
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let server = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![cert.der().clone()],
+            rustls::pki_types::PrivateKeyDer::try_from(key.serialize_der()).expect("key der"),
+        )
+        .expect("server config");
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server));
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = l.local_addr().expect("addr").port();
+    let n = Arc::new(AtomicUsize::new(0));
+    let count = n.clone();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = l.accept().await {
+            let (acceptor, count) = (acceptor.clone(), count.clone());
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let mut got = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match tls.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(k) => got.extend_from_slice(&buf[..k]),
+                    }
+                }
+                count.fetch_add(1, Ordering::SeqCst);
+                let _ = tls
+                    .write_all(b"HTTP/1.1 201 Created\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok")
+                    .await;
+                let _ = tls.shutdown().await;
+            });
+        }
+    });
+    (port, ca.pem(), n)
+}
+
+#[tokio::test]
+async fn https_trusts_the_extra_ca_and_a_tls_failure_is_nothing_sent() {
+    let (port, ca_pem, n) = https_destination().await;
+    let dir = std::env::temp_dir().join(format!("idem-egress-https-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let ca_file = dir.join("ca.pem");
+    std::fs::write(&ca_file, ca_pem).expect("write");
+    let p = policy(&[&format!("localhost:{port}")], false);
+    let url = format!("https://localhost:{port}/charge");
+    let trusting = Egress::new(&EgressOptions {
+        extra_ca: Some(ca_file),
+        ..Default::default()
+    })
+    .expect("client");
+    let t = trusting.check(&p, &url).await.expect("allowed");
+    match trusting.send(&t, get(5000)).await {
+        Outcome::Answered(a) => assert_eq!((a.status, a.body.as_slice()), (201, &b"ok"[..])),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(n.load(Ordering::SeqCst), 1);
+    // Without the CA the handshake fails before a byte of the request leaves.
+    let plain = egress(1024);
+    let t = plain.check(&p, &url).await.expect("allowed");
+    assert_eq!(
+        plain.send(&t, get(5000)).await,
+        Outcome::NotSent(NotSent::Connect)
+    );
+    assert_eq!(n.load(Ordering::SeqCst), 1);
+}

@@ -310,8 +310,8 @@ async fn https_destination() -> (u16, String, Arc<AtomicUsize>) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("params");
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().expect("key"))
-        .expect("CA");
+    let ca =
+        CertifiedIssuer::self_signed(ca_params, KeyPair::generate().expect("key")).expect("CA");
     let key = KeyPair::generate().expect("key");
     let cert = CertificateParams::new(vec!["localhost".to_owned()])
         .expect("params")
@@ -351,7 +351,9 @@ async fn https_destination() -> (u16, String, Arc<AtomicUsize>) {
                 }
                 count.fetch_add(1, Ordering::SeqCst);
                 let _ = tls
-                    .write_all(b"HTTP/1.1 201 Created\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok")
+                    .write_all(
+                        b"HTTP/1.1 201 Created\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok",
+                    )
                     .await;
                 let _ = tls.shutdown().await;
             });

@@ -104,6 +104,12 @@ async fn handle(State(d): State<Dest>, Path(rest): Path<String>, req: Request) -
             let next = d.script.lock().expect("lock").pop_front().unwrap_or(201);
             answer(next, n)
         }
+        (Some("big"), _) => (
+            StatusCode::OK,
+            [("content-type", "application/json")],
+            format!("{{\"pad\": \"{}\"}}", "x".repeat(1000)),
+        )
+            .into_response(),
         (Some("hang"), _) => {
             tokio::time::sleep(Duration::from_secs(120)).await;
             answer(200, n)
@@ -684,7 +690,7 @@ async fn secret_headers_are_sent_but_never_stored_or_answered() {
 }
 
 #[tokio::test]
-async fn responses_are_capped_and_bodies_can_be_text_or_bytes() {
+async fn bodies_can_be_text_or_bytes_and_validation_comes_first() {
     let (d, port) = destination().await;
     let app = app_for(Backend::Sqlite, port).await;
     let mut body = json!({"request": {"method": "PUT",
@@ -724,4 +730,37 @@ async fn responses_are_capped_and_bodies_can_be_text_or_bytes() {
     .await;
     assert_eq!(r.problem(422, "invalid_field")["field"], "timeout_ms");
     assert_eq!(d.count(), 2);
+}
+
+#[tokio::test]
+async fn a_long_response_is_kept_up_to_the_cap_and_marked_truncated() {
+    for backend in backends() {
+        let (d, port) = destination().await;
+        let app = spawn_with(Options {
+            backend,
+            max_response_bytes: 100,
+            ..Default::default()
+        })
+        .await;
+        allow(&app, "pay", json!([format!("127.0.0.1:{port}")])).await;
+        let r = effect(
+            &app,
+            "pay",
+            "kbig",
+            post(format!("http://127.0.0.1:{port}/big")),
+        )
+        .await;
+        assert_eq!(r.body["outcome"], "performed", "{}", r.text);
+        let resp = &r.body["response"];
+        assert_eq!(resp["truncated"], true);
+        // Cut JSON is kept as the text it is.
+        let body = resp["body"].as_str().expect("text");
+        assert_eq!(body.len(), 100);
+        assert!(body.starts_with("{\"pad\": \"xxx"), "{body}");
+        assert_eq!(
+            app.record("pay", "kbig").await.body["record"]["result"],
+            *resp
+        );
+        assert_eq!(d.count(), 1);
+    }
 }

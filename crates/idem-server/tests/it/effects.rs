@@ -110,6 +110,10 @@ async fn handle(State(d): State<Dest>, Path(rest): Path<String>, req: Request) -
             format!("{{\"pad\": \"{}\"}}", "x".repeat(1000)),
         )
             .into_response(),
+        (Some("slow"), _) => {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            answer(201, n)
+        }
         (Some("hang"), _) => {
             tokio::time::sleep(Duration::from_secs(120)).await;
             answer(200, n)
@@ -762,5 +766,39 @@ async fn a_long_response_is_kept_up_to_the_cap_and_marked_truncated() {
             *resp
         );
         assert_eq!(d.count(), 1);
+    }
+}
+
+#[tokio::test]
+async fn concurrent_duplicates_wait_for_the_holder_and_get_the_stored_answer() {
+    for backend in backends() {
+        let (d, port) = destination().await;
+        let app = app_for(backend, port).await;
+        let mut body = post(format!("http://127.0.0.1:{port}/slow"));
+        body["wait_ms"] = json!(10_000);
+        let one = || effect(&app, "pay", "evt_burst:charge", body.clone());
+        let (a, b, c, e, f) = tokio::join!(one(), one(), one(), one(), one());
+        let answers = [a, b, c, e, f];
+        let mut outcomes: Vec<&str> = answers
+            .iter()
+            .map(|r| r.body["outcome"].as_str().unwrap_or("?"))
+            .collect();
+        outcomes.sort_unstable();
+        assert_eq!(
+            outcomes,
+            [
+                "completed",
+                "completed",
+                "completed",
+                "completed",
+                "performed"
+            ],
+            "{answers:?}"
+        );
+        for r in &answers {
+            assert_eq!(r.status, 200);
+            assert_eq!(r.body["response"]["status"], 201);
+        }
+        assert_eq!(d.count(), 1, "one request for five deliveries");
     }
 }

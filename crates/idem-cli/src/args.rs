@@ -39,6 +39,10 @@ pub enum Command {
     /// Claim a key: "may I do this now?" (exit code = outcome: 0 only when acquired, 19 for a
     /// completed duplicate; see `idem --help`).
     Claim(ClaimCmd),
+    /// Let the server send one HTTP request under the key, exactly once, and print the
+    /// destination's response (a repeat prints the stored one; exit codes as for `claim`, 0
+    /// when this call performed it).
+    Effect(EffectCmd),
     /// Save the payload to deliver (e.g. an AI draft) under the lease; optionally hold it for
     /// approval.
     Prepare(PrepareCmd),
@@ -297,6 +301,14 @@ pub struct ServeCmd {
     /// to <URL>/v1/traces) [env: IDEM_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_ENDPOINT].
     #[arg(long, value_name = "URL")]
     pub otlp_endpoint: Option<String>,
+    /// Effects: keep at most this much of a destination's response body (e.g. 256KiB, the
+    /// default; longer ones are cut and marked truncated) [env: IDEM_MAX_RESPONSE_BYTES].
+    #[arg(long, value_name = "SIZE")]
+    pub max_response_bytes: Option<String>,
+    /// Effects: also trust the CA certificates in this PEM file for outbound HTTPS (a private
+    /// CA, tests) [env: IDEM_EXTRA_CA].
+    #[arg(long, value_name = "FILE")]
+    pub extra_ca: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -486,6 +498,53 @@ pub struct ClaimCmd {
     /// Lease-expiry behaviour for this claim: reclaim or review.
     #[arg(long, value_name = "POLICY")]
     pub lease_expiry: Option<String>,
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = EXIT_CODES_HELP)]
+pub struct EffectCmd {
+    /// Namespace.
+    #[arg(long)]
+    pub ns: String,
+    /// Key (any visible ASCII; percent-encoded for you); sent as the idempotency header.
+    #[arg(long)]
+    pub key: String,
+    /// POST, PUT, PATCH or DELETE.
+    #[arg(long, default_value = "POST")]
+    pub method: String,
+    /// The destination (must pass the namespace's egress policy).
+    #[arg(long)]
+    pub url: String,
+    /// A request header `Name: value` (repeatable). Sent, never stored or printed.
+    #[arg(short = 'H', long = "header", value_name = "NAME: VALUE")]
+    pub headers: Vec<String>,
+    /// JSON body, or @FILE to read it from a file.
+    #[arg(long, value_name = "JSON|@FILE")]
+    pub data: Option<String>,
+    /// Header that carries the key (default Idempotency-Key).
+    #[arg(long, value_name = "NAME", conflicts_with = "no_idempotency_header")]
+    pub idempotency_header: Option<String>,
+    /// Send no idempotency header.
+    #[arg(long)]
+    pub no_idempotency_header: bool,
+    /// The whole attempt, milliseconds (default 30000, at most 300000).
+    #[arg(long, value_name = "MS")]
+    pub timeout_ms: Option<u64>,
+    /// The destination dedupes by the idempotency header (5xx and timeouts become retryable).
+    #[arg(long)]
+    pub destination_idempotent: bool,
+    /// Recorded as the owner (e.g. the cron job's run id).
+    #[arg(long)]
+    pub owner: Option<String>,
+    /// Base URL of the idem server (`--url` names the destination here).
+    #[arg(long, env = "IDEM_URL", default_value = DEFAULT_URL, value_name = "URL")]
+    pub server: String,
+    /// API token (Bearer), when the server has tokens.
+    #[arg(long, env = "IDEM_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Print the server's whole JSON answer instead of the response.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// The fencing token of the lease you hold (from the claim's `.token`).

@@ -302,6 +302,42 @@ impl Client {
         }
     }
 
+    /// `POST …/effect`: like a claim, answers carry an `outcome`; the server may wait for the
+    /// destination up to `timeout_ms`, so the request may take that long and more.
+    pub async fn effect(
+        &self,
+        ns: &str,
+        key: &str,
+        body: &Value,
+        timeout: Duration,
+    ) -> Result<Answer, ApiError> {
+        let url = self.key_url(ns, key, Some("effect"));
+        let mut req = self.http.post(url.clone()).json(body).timeout(timeout);
+        if let Some(t) = &self.bearer {
+            req = req.bearer_auth(t);
+        }
+        let resp = req.send().await.map_err(|e| self.connection_error(&e))?;
+        let status = resp.status().as_u16();
+        let replayed = resp
+            .headers()
+            .get("idempotent-replayed")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.eq_ignore_ascii_case("true"));
+        let text = resp.text().await.map_err(|e| self.connection_error(&e))?;
+        let body = serde_json::from_str(&text).unwrap_or(Value::Null);
+        let ans = Answer {
+            status,
+            replayed,
+            text,
+            body,
+        };
+        if ans.body.get("outcome").and_then(Value::as_str).is_some() {
+            Ok(ans)
+        } else {
+            Err(ans.problem())
+        }
+    }
+
     /// `GET /v1/namespaces/{ns}`
     pub async fn namespace(&self, ns: &str) -> Result<Answer, ApiError> {
         self.get(self.url(&["v1", "namespaces", ns])).await?.ok()

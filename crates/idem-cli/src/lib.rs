@@ -42,6 +42,7 @@ async fn dispatch(command: Command) -> Result<u8, CliError> {
         Command::Token(TokenCmd::Revoke(c)) => offline::token_revoke(&c).await,
         Command::Key(KeyCmd::Derive(c)) => offline::key_derive(&c, &mut std::io::stdin().lock()),
         Command::Claim(c) => verbs::claim(c).await,
+        Command::Effect(c) => verbs::effect(c).await,
         Command::Prepare(c) => verbs::prepare(c).await,
         Command::Heartbeat(c) => verbs::heartbeat(c).await,
         Command::Complete(c) => verbs::complete(c).await,

@@ -179,6 +179,8 @@ pub fn serve_args(cmd: ServeCmd) -> idem_server::ServeArgs {
         tls_cert: cmd.tls_cert,
         tls_key: cmd.tls_key,
         otlp_endpoint: cmd.otlp_endpoint,
+        max_response_bytes: cmd.max_response_bytes,
+        extra_ca: cmd.extra_ca,
     }
 }
 

@@ -8,8 +8,8 @@
 use serde_json::{json, Value};
 
 use crate::args::{
-    ClaimCmd, CompleteCmd, FailCmd, HeartbeatCmd, KeyTarget, LsCmd, NoteCmd, NsSetCmd, NsTarget,
-    PrepareCmd, ResolveCmd, Server,
+    ClaimCmd, CompleteCmd, EffectCmd, FailCmd, HeartbeatCmd, KeyTarget, LsCmd, NoteCmd, NsSetCmd,
+    NsTarget, PrepareCmd, ResolveCmd, Server,
 };
 use crate::client::{Answer, Client};
 use crate::exit::{self, CliError};
@@ -119,6 +119,82 @@ pub async fn claim(cmd: ClaimCmd) -> Result<u8, CliError> {
         }
     }
     Ok(exit::for_outcome(outcome))
+}
+
+/// The exit code of an effect answer: 0 only when this call performed the effect, else the
+/// claim outcome's code (`completed` 19 for a replay, `failed_permanent` 17, `backoff` 11,
+/// `needs_review` 12, …).
+pub fn effect_exit(outcome: &str) -> Option<u8> {
+    match outcome {
+        "performed" => Some(exit::OK),
+        other => parse_outcome(other).map(exit::for_outcome),
+    }
+}
+
+/// The body of `idem effect` from its flags (header values are never echoed in errors).
+pub fn effect_body(cmd: &EffectCmd) -> Result<Value, CliError> {
+    let mut headers = serde_json::Map::new();
+    for h in &cmd.headers {
+        let (name, value) = h
+            .split_once(':')
+            .ok_or_else(|| CliError::input("-H: give `Name: value`"))?;
+        headers.insert(name.trim().to_owned(), json!(value.trim_start()));
+    }
+    let mut request = json!({"method": cmd.method.to_ascii_uppercase(), "url": cmd.url});
+    if !headers.is_empty() {
+        request["headers"] = Value::Object(headers);
+    }
+    if let Some(d) = &cmd.data {
+        request["body"] = match d.strip_prefix('@') {
+            Some(path) => crate::util::json_file("--data", std::path::Path::new(path))?,
+            None => json_arg("--data", d)?,
+        };
+    }
+    let mut body = json!({"request": request});
+    if cmd.no_idempotency_header {
+        body["idempotency_header"] = Value::Null;
+    } else if let Some(h) = &cmd.idempotency_header {
+        body["idempotency_header"] = json!(h);
+    }
+    if let Some(t) = cmd.timeout_ms {
+        body["timeout_ms"] = json!(t);
+    }
+    if cmd.destination_idempotent {
+        body["destination_idempotent"] = json!(true);
+    }
+    if let Some(o) = &cmd.owner {
+        body["owner"] = json!(o);
+    }
+    Ok(body)
+}
+
+pub async fn effect(cmd: EffectCmd) -> Result<u8, CliError> {
+    let c = Client::new(&cmd.server, cmd.token.clone())?;
+    let body = effect_body(&cmd)?;
+    // The server may wait for the destination the whole timeout_ms, then reconcile.
+    let wait = std::time::Duration::from_millis(cmd.timeout_ms.unwrap_or(30_000) * 2 + 30_000);
+    let ans = c.effect(&cmd.ns, &cmd.key, &body, wait).await?;
+    let outcome = ans.body["outcome"].as_str().unwrap_or_default().to_owned();
+    let code = effect_exit(&outcome).ok_or_else(|| {
+        crate::client::ApiError::Protocol(format!("unknown outcome: {}", ans.text))
+    })?;
+    if cmd.json {
+        print_raw(&ans);
+    } else {
+        let response = &ans.body["response"];
+        if !response.is_null() {
+            println!("{response}");
+        }
+        let mut line = format!("idem: {outcome}");
+        if let Some(ms) = ans.body["retry_after_ms"].as_i64() {
+            line.push_str(&format!(" (retry after {ms} ms)"));
+        }
+        if ans.replayed {
+            line.push_str(" (replayed)");
+        }
+        eprintln!("{line}");
+    }
+    Ok(code)
 }
 
 /// Prints a `{state, record}` answer.

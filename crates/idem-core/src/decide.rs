@@ -33,6 +33,7 @@ use crate::time::Timestamp;
 
 mod claim;
 mod complete;
+mod effect;
 mod heartbeat;
 mod operator;
 mod prepare;
@@ -133,6 +134,35 @@ pub struct ResolveRequest {
     pub note: String,
 }
 
+/// An effect's holder is about to send its request: record it (and the `sent` event) before
+/// the first byte leaves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EffectSentRequest {
+    pub token: String,
+    pub request: crate::effect::RequestSummary,
+}
+
+/// How an effect's attempt ended, as the effect rules read it: a completion or a failure of
+/// the given class, with the response to keep and, when a lookup ran, what it said.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EffectReportRequest {
+    pub token: String,
+    pub verdict: crate::effect::Verdict,
+    /// The response of this attempt (or of the lookup, after `found`), as
+    /// [`crate::effect::Captured::to_json`] writes it. Stored as the result in `completed`
+    /// and `failed_permanent` only.
+    pub response: Option<Value>,
+    /// `last_error` of a failure: category, message (sanitized here), HTTP status.
+    pub category: String,
+    pub message: String,
+    pub http_status: Option<u16>,
+    /// The request may have reached the destination.
+    pub sent: bool,
+    pub reconciled: Option<crate::effect::Reconciled>,
+    /// What the caller reports this attempt cost (as on complete and fail).
+    pub cost: Option<crate::record::AttemptCost>,
+}
+
 /// Every operation on one record.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Op {
@@ -141,6 +171,10 @@ pub enum Op {
     Heartbeat(HeartbeatRequest),
     Complete(CompleteRequest),
     Fail(FailRequest),
+    /// An effect's request is about to leave.
+    EffectSent(EffectSentRequest),
+    /// An effect's attempt ended.
+    EffectReport(EffectReportRequest),
     Resolve(ResolveRequest),
     Approve {
         note: Option<String>,
@@ -160,6 +194,8 @@ impl Op {
             Op::Heartbeat(_) => "heartbeat",
             Op::Complete(_) => "complete",
             Op::Fail(_) => "fail",
+            Op::EffectSent(_) => "effect_sent",
+            Op::EffectReport(_) => "effect",
             Op::Resolve(_) => "resolve",
             Op::Approve { .. } => "approve",
             Op::Reject { .. } => "reject",
@@ -572,6 +608,8 @@ fn dispatch(
                 Op::Heartbeat(r) => worker::worker_write(rec, &r.token, op, ctx),
                 Op::Complete(r) => worker::worker_write(rec, &r.token, op, ctx),
                 Op::Fail(r) => worker::worker_write(rec, &r.token, op, ctx),
+                Op::EffectSent(r) => worker::worker_write(rec, &r.token, op, ctx),
+                Op::EffectReport(r) => worker::worker_write(rec, &r.token, op, ctx),
                 Op::Resolve(r) => operator::resolve(rec, r, ctx),
                 Op::Approve { note } => operator::approve(rec, note.as_deref(), ctx),
                 Op::Reject { note } => operator::reject(rec, note.as_deref(), ctx),

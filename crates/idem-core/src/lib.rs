@@ -10,6 +10,8 @@
 pub mod classify;
 pub mod decide;
 pub mod derive;
+pub mod effect;
+pub mod egress;
 pub mod fingerprint;
 pub mod ids;
 pub mod inputs;
@@ -24,9 +26,12 @@ pub use classify::{classify, Class, FailSignal};
 pub use decide::sanitize_message;
 pub use decide::{
     apply, reports_effect, Acquired, ClaimOutcome, ClaimReply, ClaimRequest, CompleteRequest, Ctx,
-    FailErrorInput, FailReply, FailRequest, HeartbeatRequest, Op, OpError, PrepareRequest, Reply,
-    ResolveAction, ResolveRequest, RetryDecision, Tally, Transition, Write, FENCED_COMPLETION_NOTE,
+    EffectReportRequest, EffectSentRequest, FailErrorInput, FailReply, FailRequest,
+    HeartbeatRequest, Op, OpError, PrepareRequest, Reply, ResolveAction, ResolveRequest,
+    RetryDecision, Tally, Transition, Write, FENCED_COMPLETION_NOTE,
 };
+pub use effect::{Reconciled, RequestSummary, Verdict};
+pub use egress::{AllowEntry, EgressPolicy};
 pub use fingerprint::Fingerprint;
 pub use ids::{mask_key, Key, LeaseId, Namespace, Token, ValidationError};
 pub use inputs::needs_daily_count;

@@ -6,6 +6,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use crate::egress::{AllowEntry, EgressPolicy, MAX_ALLOW_ENTRIES};
 use crate::webhook::AlertSecret;
 
 pub const DAY_MS: i64 = 86_400_000;
@@ -65,6 +66,10 @@ pub struct Policy {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub alert_secret: Option<AlertSecret>,
     pub destination_idempotent: bool,
+    /// Where effects may send requests (the SSRF guard). Stored rows from before the field
+    /// existed read as the default.
+    #[serde(default)]
+    pub egress: EgressPolicy,
 }
 
 impl Default for Policy {
@@ -85,6 +90,7 @@ impl Default for Policy {
             alert_url: None,
             alert_secret: None,
             destination_idempotent: false,
+            egress: EgressPolicy::default(),
         }
     }
 }
@@ -219,6 +225,7 @@ impl Policy {
                         .as_bool()
                         .ok_or_else(|| invalid("destination_idempotent", "must be true or false"))?
                 }
+                "egress" => p.egress = patch_egress(&p.egress, v)?,
                 other => {
                     return Err(PolicyError::UnknownField {
                         field: other.to_owned(),
@@ -286,10 +293,113 @@ fn patch_retry(current: &RetryPolicy, v: &Value) -> Result<RetryPolicy, PolicyEr
     Ok(r)
 }
 
+/// Merges the `egress` member: `allow` replaces the list (each entry checked, named by its
+/// index), `allow_private` the flag.
+fn patch_egress(current: &EgressPolicy, v: &Value) -> Result<EgressPolicy, PolicyError> {
+    let obj = v
+        .as_object()
+        .ok_or_else(|| invalid("egress", "must be a JSON object"))?;
+    let mut e = current.clone();
+    for (k, v) in obj {
+        match k.as_str() {
+            "allow" => {
+                let list = v
+                    .as_array()
+                    .ok_or_else(|| invalid("egress.allow", "must be an array of host patterns"))?;
+                if list.len() > MAX_ALLOW_ENTRIES {
+                    return Err(invalid(
+                        "egress.allow",
+                        format!("must have at most {MAX_ALLOW_ENTRIES} entries"),
+                    ));
+                }
+                e.allow = list
+                    .iter()
+                    .enumerate()
+                    .map(|(i, item)| {
+                        let field = format!("egress.allow[{i}]");
+                        let s = item.as_str().ok_or_else(|| {
+                            invalid(
+                                &field,
+                                "must be a string (host, *.suffix, host:port or CIDR)",
+                            )
+                        })?;
+                        AllowEntry::parse(s).map_err(|m| invalid(&field, m.0))
+                    })
+                    .collect::<Result<_, _>>()?;
+            }
+            "allow_private" => {
+                e.allow_private = v
+                    .as_bool()
+                    .ok_or_else(|| invalid("egress.allow_private", "must be true or false"))?
+            }
+            other => {
+                return Err(PolicyError::UnknownField {
+                    field: format!("egress.{other}"),
+                })
+            }
+        }
+    }
+    Ok(e)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn egress_patches_merge_and_name_the_bad_entry() {
+        let p = Policy::default()
+            .patch(&json!({"egress": {"allow": ["*.example.com", "127.0.0.1:8080"]}}))
+            .expect("ok");
+        assert_eq!(p.egress.allow.len(), 2);
+        assert!(!p.egress.allow_private);
+        let p = p
+            .patch(&json!({"egress": {"allow_private": true}}))
+            .expect("ok");
+        assert_eq!(p.egress.allow.len(), 2, "allow kept");
+        assert!(p.egress.allow_private);
+        assert_eq!(
+            p.to_json()["egress"],
+            json!({"allow": ["*.example.com", "127.0.0.1:8080"], "allow_private": true})
+        );
+        assert_eq!(Policy::default().patch(&p.to_stored_json()), Ok(p.clone()));
+        for (patch, field) in [
+            (json!({"egress": []}), "egress"),
+            (json!({"egress": {"allow": "x"}}), "egress.allow"),
+            (
+                json!({"egress": {"allow": ["ok.example", 5]}}),
+                "egress.allow[1]",
+            ),
+            (
+                json!({"egress": {"allow": ["http://x"]}}),
+                "egress.allow[0]",
+            ),
+            (
+                json!({"egress": {"allow": ["10.0.0.0/40"]}}),
+                "egress.allow[0]",
+            ),
+            (
+                json!({"egress": {"allow_private": "yes"}}),
+                "egress.allow_private",
+            ),
+        ] {
+            match p.patch(&patch) {
+                Err(PolicyError::InvalidField { field: f, .. }) => assert_eq!(f, field, "{patch}"),
+                other => panic!("{patch}: {other:?}"),
+            }
+        }
+        assert_eq!(
+            p.patch(&json!({"egress": {"deny": []}})),
+            Err(PolicyError::UnknownField {
+                field: "egress.deny".into()
+            })
+        );
+        let many: Vec<String> = (0..=MAX_ALLOW_ENTRIES)
+            .map(|i| format!("h{i}.example"))
+            .collect();
+        assert!(p.patch(&json!({"egress": {"allow": many}})).is_err());
+    }
 
     #[test]
     fn defaults_are_the_specs() {
@@ -300,7 +410,8 @@ mod tests {
                    "audit_retention_ms": 34_560_000_000i64, "stuck_after_ms": 900000,
                    "retry": {"max_attempts": 5, "base_ms": 1000, "max_ms": 300000, "window_ms": 86_400_000},
                    "daily_limit": null, "alert_url": null, "alert_secret_set": false,
-                   "destination_idempotent": false})
+                   "destination_idempotent": false,
+                   "egress": {"allow": [], "allow_private": false}})
         );
     }
 

@@ -9,6 +9,7 @@ use serde::ser::SerializeMap;
 use serde::{Deserialize, Serialize, Serializer};
 use serde_json::Value;
 
+use crate::effect::RequestSummary;
 use crate::fingerprint::Fingerprint;
 use crate::ids::{Key, LeaseId, Namespace};
 use crate::policy::LeaseExpiry;
@@ -123,6 +124,9 @@ pub struct Record {
     pub updated_at: Timestamp,
     /// What the attempts of this record reported spending (public as `record.cost`).
     pub cost: CostTotals,
+    /// What an effect sent (method, URL without query, idempotency header); `None` for keys
+    /// driven by claim/complete.
+    pub request: Option<RequestSummary>,
 
     // Bookkeeping, never shown.
     /// Lease id of the newest acquisition; `None` once no lease can be held (after approve).
@@ -189,6 +193,7 @@ impl Serialize for PublicRecord<'_> {
         m.serialize_entry("created_at", &r.created_at)?;
         m.serialize_entry("updated_at", &r.updated_at)?;
         m.serialize_entry("cost", &r.cost)?;
+        m.serialize_entry("request", &r.request)?;
         m.end()
     }
 }
@@ -217,6 +222,10 @@ pub enum EventType {
     Rejected,
     ResultExpired,
     AlertSent,
+    /// An effect's request is about to leave (recorded durably before the first byte).
+    Sent,
+    /// An effect's reconcile lookup ran (note: found, not_found or unknown).
+    Reconciled,
     /// Extension: a heartbeat extended the lease (not recorded by default; reserved).
     Heartbeat,
 }
@@ -239,6 +248,8 @@ impl EventType {
             EventType::Rejected => "rejected",
             EventType::ResultExpired => "result_expired",
             EventType::AlertSent => "alert_sent",
+            EventType::Sent => "sent",
+            EventType::Reconciled => "reconciled",
             EventType::Heartbeat => "heartbeat",
         }
     }
@@ -260,6 +271,8 @@ impl EventType {
             Rejected,
             ResultExpired,
             AlertSent,
+            Sent,
+            Reconciled,
             Heartbeat,
         ]
         .into_iter()

@@ -273,6 +273,7 @@ mod tests {
             review_reason: None,
             review_since: None,
             stuck_alerted: false,
+            request: None,
             version,
         }
     }

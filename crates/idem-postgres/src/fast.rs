@@ -50,11 +50,12 @@ fn ns_guard(rev: usize, upd: usize) -> String {
     )
 }
 
-/// $1..$33 record, $34..$44 event tail, $45/$46 namespace guard, $47..$53 the stats bump of a
-/// fresh acquisition. One row: guard held, the event's seq when the record was inserted, and
-/// otherwise the record that was already there (as of the statement's snapshot; NULLs when it
-/// is not visible yet). The lookup of that record sits behind a one-time filter: it is not run
-/// when the insert happened; the stats bump runs only when it happened.
+/// With n = `RECORD_COLUMNS.len()` and t = `EVENT_TAIL_LEN`: $1..$n record, $n+1..$n+t event
+/// tail, $n+t+1/$n+t+2 namespace guard, then the stats bump of a fresh acquisition. One row:
+/// guard held, the event's seq when the record was inserted, and otherwise the record that was
+/// already there (as of the statement's snapshot; NULLs when it is not visible yet). The lookup
+/// of that record sits behind a one-time filter: it is not run when the insert happened; the
+/// stats bump runs only when it happened.
 static SPECULATIVE_INSERT: LazyLock<String> = LazyLock::new(|| {
     let n = RECORD_COLUMNS.len();
     format!(
@@ -92,8 +93,8 @@ static GUARDED_EVENT: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
-/// [`UPDATE_RECORD`] ($34 = version decided on) also guarded by `created_at` ($17, unchanged by
-/// every update) and the namespace ($35/$36).
+/// [`UPDATE_RECORD`] ($n+1 = version decided on) also guarded by `created_at` ($17, unchanged
+/// by every update) and the namespace ($n+2/$n+3).
 static GUARDED_UPDATE: LazyLock<String> = LazyLock::new(|| {
     let n = RECORD_COLUMNS.len();
     format!(
@@ -103,7 +104,7 @@ static GUARDED_UPDATE: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
-/// [`GUARDED_UPDATE_WITH_EVENT`] that also bumps the namespace's stats ($48..$54).
+/// [`GUARDED_UPDATE_WITH_EVENT`] that also bumps the namespace's stats (after the guard).
 static GUARDED_UPDATE_WITH_EVENT_STATS: LazyLock<String> = LazyLock::new(|| {
     let n = RECORD_COLUMNS.len();
     format!(
@@ -117,7 +118,8 @@ static GUARDED_UPDATE_WITH_EVENT_STATS: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
-/// [`GUARDED_UPDATE`] with its one event: $35..$45 event tail, $46/$47 namespace guard.
+/// [`GUARDED_UPDATE`] with its one event: $n+2..$n+t+1 event tail, $n+t+2/$n+t+3 namespace
+/// guard (t = `EVENT_TAIL_LEN`).
 static GUARDED_UPDATE_WITH_EVENT: LazyLock<String> = LazyLock::new(|| {
     let n = RECORD_COLUMNS.len();
     format!(

@@ -21,12 +21,13 @@ pub(crate) use idem_store::sql::RECORD_COLUMNS;
 
 /// The SQL type of each of [`RECORD_COLUMNS`] (for parameters in a `SELECT` list, which
 /// PostgreSQL cannot type from the target column).
-const RECORD_TYPES: [&str; 33] = [
+const RECORD_TYPES: [&str; 34] = [
     "TEXT", "TEXT", "TEXT", "BIGINT", "TEXT", "TEXT", "TEXT", "BIGINT", "BIGINT", "TEXT", "TEXT",
     "BOOLEAN", "TEXT", "TEXT", "TEXT", "INTEGER", "BIGINT", "BIGINT", "TEXT", "TEXT", "BOOLEAN",
     "BIGINT", "BIGINT", "BIGINT", "BIGINT", "TEXT", "BOOLEAN", "BIGINT",
     // cost and recovery
-    "BIGINT", "BIGINT", "BIGINT", "BIGINT", "BIGINT",
+    "BIGINT", "BIGINT", "BIGINT", "BIGINT", "BIGINT", // effects:
+    "TEXT",
 ];
 
 /// `$1::TEXT, $2::TEXT, …, $33::BIGINT`: a record's parameters as a typed `SELECT` list.
@@ -101,6 +102,7 @@ pub(crate) fn record_from_row(row: &Row, off: usize) -> Result<Record, StoreErro
     let lease_id: Option<String> = get(row, off + 18)?;
     let lease_expiry: String = get(row, off + 19)?;
     let review_reason: Option<String> = get(row, off + 25)?;
+    let request: Option<String> = get(row, off + 33)?;
     Ok(Record {
         namespace: Namespace::try_from(ns).map_err(|e| corrupt("namespace", e))?,
         key: Key::try_from(key).map_err(|e| corrupt("key", e))?,
@@ -151,6 +153,10 @@ pub(crate) fn record_from_row(row: &Row, off: usize) -> Result<Record, StoreErro
             retry_usd_nanos: amount_of(get(row, off + 31)?, "retry_usd_nanos")?,
         },
         review_since: get::<Option<i64>>(row, off + 32)?.map(Timestamp),
+        request: request
+            .map(|s| serde_json::from_str(&s))
+            .transpose()
+            .map_err(|e| corrupt("request", e))?,
     })
 }
 
@@ -163,7 +169,7 @@ pub(crate) fn amount(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
-/// A record as owned SQL parameters ($1..$33 in [`RECORD_COLUMNS`] order).
+/// A record as owned SQL parameters ($1..$n in [`RECORD_COLUMNS`] order).
 pub(crate) struct RecordParams {
     namespace: String,
     key: String,
@@ -198,6 +204,8 @@ pub(crate) struct RecordParams {
     retry_tokens: i64,
     retry_usd_nanos: i64,
     review_since: Option<i64>,
+    // effects
+    request: Option<String>,
 }
 
 impl RecordParams {
@@ -240,6 +248,12 @@ impl RecordParams {
             retry_tokens: amount(r.cost.retry_tokens),
             retry_usd_nanos: amount(r.cost.retry_usd_nanos),
             review_since: r.review_since.map(|t| t.0),
+            request: r
+                .request
+                .as_ref()
+                .map(serde_json::to_string)
+                .transpose()
+                .map_err(|e| StoreError::Internal(format!("json encoding: {e}")))?,
         })
     }
 
@@ -252,7 +266,7 @@ impl RecordParams {
         Ok(out)
     }
 
-    pub(crate) fn params(&self) -> [&(dyn ToSql + Sync); 33] {
+    pub(crate) fn params(&self) -> [&(dyn ToSql + Sync); 34] {
         [
             &self.namespace,
             &self.key,
@@ -287,6 +301,7 @@ impl RecordParams {
             &self.retry_tokens,
             &self.retry_usd_nanos,
             &self.review_since,
+            &self.request,
         ]
     }
 }
@@ -304,7 +319,7 @@ pub(crate) static INSERT_RECORD: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
-/// `UPDATE` guarded by the version that was read ($34): 0 rows means the record moved.
+/// `UPDATE` guarded by the version that was read ($n+1): 0 rows means the record moved.
 pub(crate) static UPDATE_RECORD: LazyLock<String> = LazyLock::new(|| {
     let sets: Vec<String> = RECORD_COLUMNS
         .iter()
@@ -352,7 +367,7 @@ pub(crate) static INSERT_RECORD_WITH_EVENT: LazyLock<String> = LazyLock::new(|| 
     )
 });
 
-/// A guarded update and its one event in one autocommit statement ($34 = version read).
+/// A guarded update and its one event in one autocommit statement ($n+1 = version read).
 pub(crate) static UPDATE_RECORD_WITH_EVENT: LazyLock<String> = LazyLock::new(|| {
     format!(
         "WITH w AS ({} RETURNING version) INSERT INTO events {EVENT_INSERT_COLUMNS} \

@@ -26,6 +26,7 @@ pub(crate) const MIGRATIONS: &[(i32, &str)] = &[
     (5, V5),
     (6, V6),
     (7, V7),
+    (8, V8),
 ];
 
 /// Cost and recovery. Each record sums what its attempts reported spending (`retry_*` =
@@ -58,6 +59,12 @@ CREATE TABLE ns_stats (
     retry_usd_nanos BIGINT NOT NULL,
     PRIMARY KEY (namespace, hour, slot)
 );
+"#;
+
+/// Effects: what an effect sent, shown on the record (method, URL without query, idempotency
+/// header name) as JSON text; NULL for keys driven by claim/complete.
+const V8: &str = r#"
+ALTER TABLE records ADD COLUMN request TEXT;
 "#;
 
 /// Tokens for people: an expiry, a revocation instant (the row stays, so the token count that

@@ -18,6 +18,7 @@ use idem::Record;
 use crate::fields::Note;
 
 pub use v1::derive::DeriveBody;
+pub use v1::effects::{EffectBody, EffectRequestBody, ReconcileBody};
 pub use v1::keys::{
     ClaimBody, CompleteBody, CostBody, FailBody, FailErrorBody, HeartbeatBody, PrepareBody,
 };
@@ -50,6 +51,21 @@ pub struct RecordDoc {
     updated_at: String,
     /// What the attempts reported spending, summed (zeros when none was reported).
     cost: v1::namespaces::CostTotalsDoc,
+    /// What an effect sent (null for keys driven by claim/complete): never headers, the
+    /// query string or the body.
+    request: Option<RequestDoc>,
+}
+
+/// `record.request`.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct RequestDoc {
+    /// POST, PUT, PATCH or DELETE.
+    method: String,
+    /// Without userinfo, query string and fragment.
+    url: String,
+    /// The header that carried the key; null when none was sent.
+    idempotency_header: Option<String>,
 }
 
 #[derive(ToSchema)]
@@ -67,7 +83,8 @@ pub struct EventDoc {
     seq: i64,
     at: String,
     /// acquired, resumed, duplicate_hit, conflict, in_flight, prepared, completed, failed,
-    /// lease_lost, moved_to_review, resolved, approved, rejected, result_expired, alert_sent
+    /// lease_lost, moved_to_review, resolved, approved, rejected, result_expired, alert_sent,
+    /// sent, reconciled
     #[schema(rename = "type")]
     kind: String,
     from_state: Option<String>,

@@ -69,6 +69,12 @@ pub struct Config {
     pub tls_key: Option<PathBuf>,
     /// OTLP/HTTP collector base URL (`/v1/traces` is appended); unset: no trace export.
     pub otlp_endpoint: Option<String>,
+    /// Effects: most bytes of a destination's response body kept (`effects.max_response_bytes`,
+    /// `--max-response-bytes`); longer ones are cut and marked `truncated`.
+    pub max_response_bytes: usize,
+    /// Effects: PEM file of CA certificates trusted for outbound HTTPS besides the web roots
+    /// (`effects.extra_ca`, `--extra-ca`).
+    pub extra_ca: Option<PathBuf>,
 }
 
 /// The `[namespaces.NAME]` policy patches by namespace. Its `Debug` shows `alert_secret` as
@@ -136,6 +142,8 @@ impl std::fmt::Debug for Config {
             tls_cert,
             tls_key,
             otlp_endpoint,
+            max_response_bytes,
+            extra_ca,
         } = self;
         f.debug_struct("Config")
             .field("listen", listen)
@@ -158,6 +166,8 @@ impl std::fmt::Debug for Config {
                 "otlp_endpoint",
                 &otlp_endpoint.as_deref().map(idem::redact_db_url),
             )
+            .field("max_response_bytes", max_response_bytes)
+            .field("extra_ca", extra_ca)
             .finish()
     }
 }
@@ -181,6 +191,8 @@ impl Default for Config {
             tls_cert: None,
             tls_key: None,
             otlp_endpoint: None,
+            max_response_bytes: idem::effect::DEFAULT_MAX_RESPONSE_BYTES,
+            extra_ca: None,
         }
     }
 }
@@ -242,6 +254,8 @@ impl Config {
             // The OpenTelemetry variable first, so that idem's own one wins.
             ("OTEL_EXPORTER_OTLP_ENDPOINT", "otlp_endpoint"),
             ("IDEM_OTLP_ENDPOINT", "otlp_endpoint"),
+            ("IDEM_MAX_RESPONSE_BYTES", "max_response_bytes"),
+            ("IDEM_EXTRA_CA", "extra_ca"),
         ];
         for (var, setting) in vars {
             if let Some(v) = env(var).filter(|v| !v.is_empty()) {
@@ -263,6 +277,12 @@ impl Config {
             ("--tls-cert", "tls_cert", &args.tls_cert),
             ("--tls-key", "tls_key", &args.tls_key),
             ("--otlp-endpoint", "otlp_endpoint", &args.otlp_endpoint),
+            (
+                "--max-response-bytes",
+                "max_response_bytes",
+                &args.max_response_bytes,
+            ),
+            ("--extra-ca", "extra_ca", &args.extra_ca),
         ];
         for (flag, setting, v) in flags {
             if let Some(v) = v {
@@ -310,6 +330,8 @@ impl Config {
             }
             "log_level" => self.log_level = v.to_owned(),
             "body_limit" => self.body_limit = parse_size(v)?,
+            "max_response_bytes" => self.max_response_bytes = parse_size(v)?,
+            "extra_ca" => self.extra_ca = Some(PathBuf::from(v)),
             "tls_cert" => self.tls_cert = Some(PathBuf::from(v)),
             "tls_key" => self.tls_key = Some(PathBuf::from(v)),
             "otlp_endpoint" => {
@@ -359,6 +381,16 @@ impl Config {
                 other => other.to_string(),
             }),
         )?;
+        if let Some(effects) = file.effects {
+            set("extra_ca", effects.extra_ca)?;
+            set(
+                "max_response_bytes",
+                effects.max_response_bytes.map(|v| match v {
+                    toml::Value::String(s) => s,
+                    other => other.to_string(),
+                }),
+            )?;
+        }
         for (name, table) in file.namespaces {
             let patch = policy_from_toml(&table).map_err(|m| ConfigError::Setting {
                 setting: format!("namespaces.{name}"),
@@ -399,6 +431,12 @@ impl Config {
         if !(1024..=1024 * 1024 * 1024).contains(&self.body_limit) {
             return Err(bad("body_limit", "must be from 1KiB to 1GiB"));
         }
+        if !(1..=64 * 1024 * 1024).contains(&self.max_response_bytes) {
+            return Err(bad(
+                "effects.max_response_bytes",
+                "must be from 1 byte to 64MiB",
+            ));
+        }
         match (&self.tls_cert, &self.tls_key) {
             (Some(_), None) => return Err(bad("tls_key", "tls_cert is set: set tls_key too")),
             (None, Some(_)) => return Err(bad("tls_cert", "tls_key is set: set tls_cert too")),
@@ -431,8 +469,17 @@ struct FileConfig {
     tls_cert: Option<String>,
     tls_key: Option<String>,
     otlp_endpoint: Option<String>,
+    effects: Option<EffectsFile>,
     #[serde(default)]
     namespaces: BTreeMap<String, toml::Table>,
+}
+
+/// `[effects]` of the config file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EffectsFile {
+    max_response_bytes: Option<toml::Value>,
+    extra_ca: Option<String>,
 }
 
 /// Why the configuration was refused.
@@ -614,6 +661,14 @@ body_limit = "1MiB"
 # --otlp-endpoint): the collector's base URL; spans go to <url>/v1/traces. Off when unset.
 # otlp_endpoint = "http://127.0.0.1:4318"
 
+# Effects (POST .../effect, idem sends the request itself): the most bytes of a destination's
+# response body kept (IDEM_MAX_RESPONSE_BYTES, --max-response-bytes; longer ones are cut and
+# marked truncated) and a PEM file of extra CA certificates for outbound HTTPS
+# (IDEM_EXTRA_CA, --extra-ca).
+# [effects]
+# max_response_bytes = "256KiB"
+# extra_ca = "/etc/idem/private-ca.pem"
+
 # Per-namespace policy applied at start (same fields as PATCH /v1/namespaces/{ns};
 # durations may be written "30s" or as integer milliseconds in the *_ms fields).
 # [namespaces.payments]
@@ -629,6 +684,11 @@ body_limit = "1MiB"
 # private; the API never shows the value (only alert_secret_set).
 # alert_secret = "whsec_..."
 # destination_idempotent = false
+# Where effects may send requests: host names (exact or "*.suffix"), "host:port", CIDR.
+# Loopback, private, link-local and metadata addresses are refused unless listed.
+# [namespaces.payments.egress]
+# allow = ["api.stripe.com"]
+# allow_private = false
 # [namespaces.payments.retry]
 # max_attempts = 5
 # base_ms = "1s"

@@ -45,6 +45,9 @@ pub enum ApiError {
     ResultMismatch,
     #[error("this route does not accept that method")]
     MethodNotAllowed,
+    /// An effect's destination is refused by the namespace's egress policy.
+    #[error("{message}")]
+    DestinationForbidden { field: String, message: String },
     #[error("{0}")]
     Unauthorized(String),
     #[error("{0}")]
@@ -77,10 +80,11 @@ pub enum ErrorCode {
     Forbidden,
     StoreUnavailable,
     Internal,
+    DestinationForbidden,
 }
 
 impl ErrorCode {
-    pub const ALL: [ErrorCode; 16] = [
+    pub const ALL: [ErrorCode; 17] = [
         Self::InvalidJson,
         Self::UnknownField,
         Self::InvalidKey,
@@ -97,6 +101,7 @@ impl ErrorCode {
         Self::Forbidden,
         Self::StoreUnavailable,
         Self::Internal,
+        Self::DestinationForbidden,
     ];
 
     /// (code, status, title).
@@ -135,6 +140,11 @@ impl ErrorCode {
                 "Store unavailable",
             ),
             Self::Internal => ("internal", S::INTERNAL_SERVER_ERROR, "Internal error"),
+            Self::DestinationForbidden => (
+                "destination_forbidden",
+                S::UNPROCESSABLE_ENTITY,
+                "Destination forbidden",
+            ),
         }
     }
 
@@ -212,6 +222,7 @@ impl ApiError {
             ApiError::InvalidTransition(_) => ErrorCode::InvalidTransition,
             ApiError::ResultMismatch => ErrorCode::ResultMismatch,
             ApiError::MethodNotAllowed => ErrorCode::MethodNotAllowed,
+            ApiError::DestinationForbidden { .. } => ErrorCode::DestinationForbidden,
             ApiError::Unauthorized(_) => ErrorCode::Unauthorized,
             ApiError::Forbidden(_) => ErrorCode::Forbidden,
             ApiError::StoreUnavailable { .. } => ErrorCode::StoreUnavailable,
@@ -233,7 +244,8 @@ impl ApiError {
         match self {
             ApiError::UnknownField { field }
             | ApiError::InvalidField { field, .. }
-            | ApiError::MissingIdentityField { field } => Some(field),
+            | ApiError::MissingIdentityField { field }
+            | ApiError::DestinationForbidden { field, .. } => Some(field),
             ApiError::InvalidKey(_) => Some("key"),
             ApiError::InvalidNamespace(_) => Some("namespace"),
             ApiError::LeaseLost => Some("token"),

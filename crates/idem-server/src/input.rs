@@ -333,6 +333,12 @@ impl Obj {
         }
     }
 
+    /// The raw value with `null` kept (`Some(Value::Null)`), for the members where `null`
+    /// means something other than absent.
+    pub fn raw(&mut self, field: &str) -> Option<Value> {
+        self.map.remove(field)
+    }
+
     /// A string of at most `max_len` characters without U+0000 (a store may not keep it:
     /// PostgreSQL text cannot hold NUL, so it is refused the same on every store).
     pub fn opt_str(&mut self, field: &str, max_len: usize) -> Result<Option<String>, ApiError> {

@@ -49,6 +49,10 @@ pub struct ServeArgs {
     pub tls_cert: Option<String>,
     pub tls_key: Option<String>,
     pub otlp_endpoint: Option<String>,
+    /// Effects: cap of a stored response body (`256KiB`).
+    pub max_response_bytes: Option<String>,
+    /// Effects: PEM file of extra CA certificates for outbound HTTPS.
+    pub extra_ca: Option<String>,
 }
 
 impl std::fmt::Debug for ServeArgs {
@@ -62,6 +66,8 @@ impl std::fmt::Debug for ServeArgs {
             tls_cert,
             tls_key,
             otlp_endpoint,
+            max_response_bytes,
+            extra_ca,
         } = self;
         f.debug_struct("ServeArgs")
             .field("listen", listen)
@@ -75,6 +81,8 @@ impl std::fmt::Debug for ServeArgs {
                 "otlp_endpoint",
                 &otlp_endpoint.as_deref().map(idem::redact_db_url),
             )
+            .field("max_response_bytes", max_response_bytes)
+            .field("extra_ca", extra_ca)
             .finish()
     }
 }
@@ -199,6 +207,12 @@ pub async fn run(
         tracing::info!(namespace = %ns, "policy applied from config");
     }
 
+    let egress = idem_egress::Egress::new(&idem_egress::EgressOptions {
+        max_response_bytes: config.max_response_bytes,
+        extra_ca: config.extra_ca.clone(),
+        ..Default::default()
+    })
+    .context("cannot build the outbound HTTP client for effects")?;
     let (stop_tx, stop_rx) = watch::channel(false);
     let stop_tx = Arc::new(stop_tx);
     let config = Arc::new(config);
@@ -208,6 +222,7 @@ pub async fn run(
         auth: Arc::new(auth::AuthCache::new(store.clone())),
         shutdown: stop_rx.clone(),
         gauges: tokio::sync::Mutex::new(None),
+        egress,
     });
 
     let janitor = {

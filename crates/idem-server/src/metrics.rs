@@ -69,6 +69,11 @@ const RECOVERY_BUCKETS: &[f64] = &[
 /// exposition by [`render`] (as dollars, a float, which is what Prometheus counters are).
 static COST_USD_NANOS: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
 
+/// Outbound call buckets, seconds (effects wait for someone else's server).
+const EFFECT_BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
+];
+
 /// Installs the recorder if nobody did yet; `None` if another recorder owns the process.
 pub fn handle() -> Option<&'static PrometheusHandle> {
     HANDLE
@@ -82,6 +87,11 @@ pub fn handle() -> Option<&'static PrometheusHandle> {
                 .set_buckets_for_metric(
                     Matcher::Full("idem_recovery_seconds".into()),
                     RECOVERY_BUCKETS,
+                )
+                .ok()?
+                .set_buckets_for_metric(
+                    Matcher::Full("idem_effect_duration_seconds".into()),
+                    EFFECT_BUCKETS,
                 )
                 .ok()?;
             match builder.install_recorder() {
@@ -147,6 +157,28 @@ pub fn register_all() {
     for o in ClaimOutcome::ALL {
         metrics::counter!("idem_claims_total", "outcome" => o.as_str()).increment(0);
     }
+    // effects
+    metrics::describe_counter!("idem_effects_total", "Effect calls by outcome.");
+    metrics::describe_histogram!(
+        "idem_effect_duration_seconds",
+        metrics::Unit::Seconds,
+        "Duration of an effect's outbound call."
+    );
+    metrics::describe_counter!(
+        "idem_reconciles_total",
+        "Reconcile lookups of ambiguous effects by result."
+    );
+    metrics::describe_counter!(
+        "idem_egress_refused_total",
+        "Effect destinations refused by the egress guard."
+    );
+    for o in crate::api::v1::effects::OUTCOMES {
+        metrics::counter!("idem_effects_total", "outcome" => o).increment(0);
+    }
+    for r in idem::Reconciled::ALL {
+        metrics::counter!("idem_reconciles_total", "result" => r.as_str()).increment(0);
+    }
+    metrics::counter!("idem_egress_refused_total").increment(0);
     metrics::counter!("idem_duplicate_hits_total").increment(0);
     for r in ["false", "true"] {
         metrics::counter!("idem_acquired_total", "resumed" => r).increment(0);
@@ -290,4 +322,24 @@ pub fn render() -> String {
         }
         None => String::new(),
     }
+}
+
+/// Records one effect answer (`outcome` from the bounded set of the effect answers).
+pub fn effect(outcome: &'static str) {
+    metrics::counter!("idem_effects_total", "outcome" => outcome).increment(1);
+}
+
+/// Records the duration of one outbound call.
+pub fn effect_duration(seconds: f64) {
+    metrics::histogram!("idem_effect_duration_seconds").record(seconds);
+}
+
+/// Records one reconcile lookup (`found`, `not_found`, `unknown`).
+pub fn reconcile(result: &'static str) {
+    metrics::counter!("idem_reconciles_total", "result" => result).increment(1);
+}
+
+/// Records one destination refused by the egress guard.
+pub fn egress_refused() {
+    metrics::counter!("idem_egress_refused_total").increment(1);
 }

@@ -22,7 +22,7 @@ use utoipa::{Modify, OpenApi};
 
 use crate::api::{
     EventCostDoc, EventDoc, LastErrorDoc, LeaseExpiryDoc, NoteBody, RecordDoc, RecordWithEventsDoc,
-    StateResponse,
+    RequestDoc, StateResponse,
 };
 use crate::error::{ApiError, ErrorCode, Problem};
 
@@ -39,7 +39,7 @@ use crate::error::{ApiError, ErrorCode, Problem};
         where there is one, the offending `field`."),
     components(schemas(
         Problem, RecordDoc, LastErrorDoc, EventDoc, StateResponse, RecordWithEventsDoc, NoteBody,
-        LeaseExpiryDoc, EventCostDoc,
+        LeaseExpiryDoc, EventCostDoc, RequestDoc,
     )),
     modifiers(&Bearer),
 )]
@@ -290,6 +290,15 @@ fn errors_of(method: &str, path: &str, authed: bool, op: &Map<String, Value>) ->
     let last_segment = path.rsplit('/').next().unwrap_or_default();
     match (method, last_segment) {
         ("post", "claim") => e.push(invalid()),
+        ("post", "effect") => e.extend([
+            invalid(),
+            ApiError::DestinationForbidden {
+                field: s(),
+                message: s(),
+            },
+            ApiError::LeaseLost,
+            ApiError::InvalidTransition(s()),
+        ]),
         ("post", "prepare" | "heartbeat" | "fail") => e.extend([
             invalid(),
             ApiError::NotFound(s()),
@@ -431,6 +440,8 @@ fn refine_schemas(schemas: &mut Map<String, Value>) {
         ("LastErrorDoc", &[]),
         ("EventDoc", &[]),
         ("ClaimResponse", &["token", "resumed", "retry_after_ms"]),
+        ("EffectResponse", &["retry_after_ms", "reconciled"]),
+        ("RequestDoc", &[]),
         ("StateResponse", &[]),
         ("FailResponse", &[]),
         ("RetryDoc", &[]),
@@ -442,6 +453,7 @@ fn refine_schemas(schemas: &mut Map<String, Value>) {
         ("NamespaceStatsDoc", &[]),
         ("CostTotalsDoc", &[]),
         ("EventCostDoc", &[]),
+        ("EgressDoc", &[]),
         ("TokenResponse", &["label"]),
         ("DeriveResponse", &[]),
         ("StatusResponse", &[]),
@@ -501,8 +513,14 @@ fn refine_schemas(schemas: &mut Map<String, Value>) {
         json!({"type": "string", "enum": [
             "acquired", "resumed", "duplicate_hit", "conflict", "in_flight", "prepared",
             "completed", "failed", "lease_lost", "moved_to_review", "resolved", "approved",
-            "rejected", "result_expired", "alert_sent", "heartbeat",
+            "rejected", "result_expired", "alert_sent", "sent", "reconciled", "heartbeat",
         ]}),
+    );
+    set(
+        schemas,
+        "EffectResponse",
+        "outcome",
+        json!({"type": "string", "enum": crate::api::v1::effects::OUTCOMES}),
     );
     let outcomes: Vec<&str> = idem::ClaimOutcome::ALL.iter().map(|o| o.as_str()).collect();
     set(

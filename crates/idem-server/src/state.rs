@@ -25,6 +25,8 @@ pub struct Shared {
     /// The store gauges of the last scrape and when they were read. Behind an async mutex so
     /// concurrent scrapes wait for one read instead of each querying the store.
     pub gauges: tokio::sync::Mutex<Option<(std::time::Instant, idem::Stats)>>,
+    /// The one outbound HTTP client (effects): the egress guard, the shared TLS setup.
+    pub egress: idem_egress::Egress,
 }
 
 impl AppState {

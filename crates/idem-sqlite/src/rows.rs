@@ -128,6 +128,12 @@ fn record_values(r: &Record) -> Result<Vec<Sql>, StoreError> {
         Sql::Integer(amount(r.cost.retry_tokens)),
         Sql::Integer(amount(r.cost.retry_usd_nanos)),
         int(r.review_since.map(Timestamp::millis)),
+        match &r.request {
+            None => Sql::Null,
+            Some(q) => serde_json::to_string(q)
+                .map(Sql::Text)
+                .map_err(|e| StoreError::Internal(format!("request cannot be stored: {e}")))?,
+        },
     ])
 }
 
@@ -262,6 +268,11 @@ pub(crate) fn record_from_row(row: &Row<'_>) -> Result<Record, StoreError> {
             retry_usd_nanos: get_amount(row, 31, "retry_usd_nanos")?,
         },
         review_since: get_opt_ts(row, 32)?,
+        request: row
+            .get::<_, Option<String>>(33)
+            .db()?
+            .map(|s| serde_json::from_str(&s).map_err(|e| corrupt("request", e)))
+            .transpose()?,
     })
 }
 

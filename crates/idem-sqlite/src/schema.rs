@@ -256,6 +256,11 @@ CREATE TABLE ns_stats (
     PRIMARY KEY (namespace, hour)
 ) WITHOUT ROWID;
 "#,
+    // 7 (effects): what an effect sent, shown on the record (method, URL without query,
+    // idempotency header name) as JSON text; NULL for keys driven by claim/complete.
+    r#"
+ALTER TABLE records ADD COLUMN request TEXT;
+"#,
 ];
 
 /// The schema version this build writes.

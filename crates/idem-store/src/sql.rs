@@ -42,7 +42,7 @@ pub fn event_type(e: EventType) -> String {
 }
 
 /// The columns of a stored record, in the order every backend binds and reads them.
-pub const RECORD_COLUMNS: [&str; 33] = [
+pub const RECORD_COLUMNS: [&str; 34] = [
     "namespace",
     "key",
     "state",
@@ -77,6 +77,8 @@ pub const RECORD_COLUMNS: [&str; 33] = [
     "retry_tokens",
     "retry_usd_nanos",
     "review_since",
+    // effects
+    "request",
 ];
 
 /// The hourly stats bucket upsert, the same text on both stores (`$n` placeholders work in

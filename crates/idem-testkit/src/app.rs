@@ -28,6 +28,8 @@ pub struct Options {
     pub backend: Backend,
     /// Ledger URL given as is (wins over `backend`); `None`: a fresh one on `backend`.
     pub db: Option<String>,
+    /// Effects: the cap of a kept response body.
+    pub max_response_bytes: usize,
 }
 
 /// Which store a test server runs on.
@@ -57,6 +59,7 @@ impl Default for Options {
             namespaces: vec![],
             backend: Backend::Sqlite,
             db: None,
+            max_response_bytes: 256 * 1024,
         }
     }
 }
@@ -138,6 +141,7 @@ pub async fn spawn_with(opts: Options) -> TestApp {
         janitor_interval: Duration::from_secs(3600),
         alert_interval: opts.alert_interval,
         body_limit: opts.body_limit,
+        max_response_bytes: opts.max_response_bytes,
         namespaces: opts
             .namespaces
             .iter()

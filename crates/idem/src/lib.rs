@@ -39,14 +39,16 @@ use std::sync::Arc;
 // The whole public surface of the rules and of the storage contract, named one by one so that
 // a new item there is exported here on purpose.
 pub use idem_core::{
-    apply, classify, decide, derive, fingerprint, ids, mask_key, policy, record, redact,
-    redact_db_url, reports_effect, retention_action, sanitize_message, time, webhook, Acquired,
-    AlertDraft, AlertReason, AlertSecret, AttemptCost, ClaimOutcome, ClaimReply, ClaimRequest,
-    Class, Clock, CompleteRequest, Ctx, Event, EventDraft, EventType, FailErrorInput, FailReply,
+    apply, classify, decide, derive, effect, egress, fingerprint, ids, mask_key, policy, record,
+    redact, redact_db_url, reports_effect, retention_action, sanitize_message, time, webhook,
+    Acquired, AlertDraft, AlertReason, AlertSecret, AllowEntry, AttemptCost, ClaimOutcome,
+    ClaimReply, ClaimRequest, Class, Clock, CompleteRequest, Ctx, EffectReportRequest,
+    EffectSentRequest, EgressPolicy, Event, EventDraft, EventType, FailErrorInput, FailReply,
     FailRequest, FailSignal, Fingerprint, HeartbeatRequest, Key, LastError, LeaseExpiry, LeaseId,
-    Namespace, Op, OpError, Policy, PolicyError, PrepareRequest, PublicRecord, Record, Reply,
-    ResolveAction, ResolveRequest, RetentionAction, RetryDecision, RetryPolicy, ReviewReason,
-    State, SystemClock, Tally, TestClock, Timestamp, Token, Transition, ValidationError, Write,
+    Namespace, Op, OpError, Policy, PolicyError, PrepareRequest, PublicRecord, Reconciled, Record,
+    Reply, RequestSummary, ResolveAction, ResolveRequest, RetentionAction, RetryDecision,
+    RetryPolicy, ReviewReason, State, SystemClock, Tally, TestClock, Timestamp, Token, Transition,
+    ValidationError, Verdict, Write,
 };
 pub use idem_core::{CostError, CostTotals, FENCED_COMPLETION_NOTE, MAX_COST_TOKENS, MAX_COST_USD};
 pub use idem_store::{

@@ -145,6 +145,7 @@ fn fresh(ns: &Namespace, key: &Key, req: &ClaimRequest, ctx: &Ctx<'_>) -> Transi
         created_at: now,
         updated_at: now,
         cost: CostTotals::default(),
+        request: None,
         lease_id: Some(ctx.new_lease_id.clone()),
         lease_expiry: req.lease_expiry.unwrap_or(ctx.policy.lease_expiry),
         reported: false,

@@ -2461,3 +2461,199 @@ mod cost_property {
         }
     }
 }
+
+// ------------------------------------------------------------------ effects
+
+fn summary() -> crate::effect::RequestSummary {
+    crate::effect::RequestSummary {
+        method: "POST".into(),
+        url: "https://api.example.com/v1/charges".into(),
+        idempotency_header: Some("Idempotency-Key".into()),
+    }
+}
+
+impl H {
+    fn sent(&mut self, token: &str) -> Result<Record, OpError> {
+        let t = self.run(Op::EffectSent(EffectSentRequest {
+            token: token.into(),
+            request: summary(),
+        }));
+        Self::record_reply(t)
+    }
+
+    fn report(
+        &mut self,
+        token: &str,
+        verdict: crate::effect::Verdict,
+        reconciled: Option<crate::effect::Reconciled>,
+    ) -> Transition {
+        self.run(Op::EffectReport(EffectReportRequest {
+            token: token.into(),
+            verdict,
+            response: Some(json!({"status": 402, "body": {"e": 1}})),
+            category: "http".into(),
+            message: "the destination answered HTTP 402".into(),
+            http_status: Some(402),
+            sent: true,
+            reconciled,
+            cost: None,
+        }))
+    }
+
+    fn kinds(&self) -> Vec<EventType> {
+        self.events.iter().map(|e| e.kind).collect()
+    }
+}
+
+fn reply_record(t: &Transition) -> Record {
+    match &t.reply {
+        Ok(Reply::Record(r)) => r.clone(),
+        Ok(Reply::Fail(f)) => f.record.clone(),
+        other => panic!("unexpected reply {other:?}"),
+    }
+}
+
+#[test]
+fn sent_records_the_request_under_the_lease_and_only_for_the_holder() {
+    let mut h = H::new();
+    let tok = h.acquire();
+    let r = h.sent(&tok).expect("sent");
+    assert_eq!(r.state, State::Processing);
+    assert_eq!(r.request, Some(summary()));
+    assert_eq!(h.kinds(), [EventType::Acquired, EventType::Sent]);
+    // A made-up token is a lost lease; a reported holder may not send again.
+    assert_eq!(h.sent("1.ffff"), Err(OpError::LeaseLost));
+    h.report(&tok, crate::effect::Verdict::Performed, None)
+        .reply
+        .expect("report");
+    assert!(matches!(
+        h.sent(&tok),
+        Err(OpError::InvalidTransition { .. })
+    ));
+    // The public record shows it.
+    let shown = serde_json::to_value(h.rec().public()).expect("json");
+    assert_eq!(
+        shown["request"]["url"],
+        "https://api.example.com/v1/charges"
+    );
+}
+
+#[test]
+fn each_verdict_lands_in_its_state() {
+    use crate::effect::Verdict::*;
+    for (verdict, state) in [
+        (Performed, State::Completed),
+        (Permanent, State::FailedPermanent),
+        (
+            Retryable {
+                retry_after_ms: None,
+            },
+            State::FailedRetryable,
+        ),
+        (Ambiguous, State::NeedsReview),
+    ] {
+        let mut h = H::new();
+        let tok = h.acquire();
+        h.sent(&tok).expect("sent");
+        let t = h.report(&tok, verdict, None);
+        let r = reply_record(&t);
+        assert_eq!(r.state, state, "{verdict:?}");
+        // The response is the result of completed and failed_permanent only.
+        let kept = matches!(state, State::Completed | State::FailedPermanent);
+        assert_eq!(r.result.is_some(), kept, "{verdict:?}");
+        assert_eq!(h.rec().result, r.result, "stored as answered");
+        if state != State::Completed {
+            assert_eq!(r.last_error.as_ref().and_then(|e| e.http_status), Some(402));
+        }
+        assert_eq!(t.alerts.len(), usize::from(state == State::NeedsReview));
+    }
+}
+
+#[test]
+fn retry_after_and_the_budget_are_those_of_fail() {
+    let mut p = Policy::default();
+    p.retry.max_attempts = 2;
+    let mut h = H::with_policy(p);
+    let tok = h.acquire();
+    let t = h.report(
+        &tok,
+        crate::effect::Verdict::Retryable {
+            retry_after_ms: Some(60_000),
+        },
+        None,
+    );
+    let r = reply_record(&t);
+    assert_eq!(r.state, State::FailedRetryable);
+    assert_eq!(
+        r.not_before,
+        Some(Timestamp(T0 + 60_000)),
+        "never sooner than Retry-After"
+    );
+    h.now += 60_000;
+    let tok = h.acquire();
+    let t = h.report(
+        &tok,
+        crate::effect::Verdict::Retryable {
+            retry_after_ms: None,
+        },
+        None,
+    );
+    assert_eq!(reply_record(&t).state, State::NeedsReview, "budget spent");
+    assert_eq!(h.rec().review_reason, Some(ReviewReason::BudgetExhausted));
+}
+
+#[test]
+fn a_lookup_is_recorded_in_the_same_step_as_the_outcome_it_led_to() {
+    use crate::effect::{Reconciled, Verdict};
+    for (verdict, found, state) in [
+        (Verdict::Performed, Reconciled::Found, State::Completed),
+        (
+            Verdict::Retryable {
+                retry_after_ms: None,
+            },
+            Reconciled::NotFound,
+            State::FailedRetryable,
+        ),
+        (Verdict::Ambiguous, Reconciled::Unknown, State::NeedsReview),
+    ] {
+        let mut h = H::new();
+        let tok = h.acquire();
+        h.sent(&tok).expect("sent");
+        let t = h.report(&tok, verdict, Some(found));
+        assert_eq!(reply_record(&t).state, state);
+        assert_eq!(t.events.len(), 2);
+        assert_eq!(t.events[0].kind, EventType::Reconciled);
+        assert_eq!(t.events[0].note.as_deref(), Some(found.as_str()));
+        assert_eq!(
+            h.kinds().last().copied(),
+            Some(if state == State::Completed {
+                EventType::Completed
+            } else {
+                EventType::Failed
+            })
+        );
+    }
+}
+
+#[test]
+fn an_effect_lease_that_expires_under_review_goes_to_a_person() {
+    let mut h = H::new();
+    let c = h.claim_with(ClaimRequest {
+        lease_ms: Some(35_000),
+        lease_expiry: Some(LeaseExpiry::Review),
+        ..Default::default()
+    });
+    let tok = c.token.expect("token").secret();
+    h.sent(&tok).expect("sent");
+    h.now += 35_001;
+    let c = h.claim();
+    assert_eq!(c.outcome, ClaimOutcome::NeedsReview, "never a blind resend");
+    assert_eq!(
+        h.kinds(),
+        [
+            EventType::Acquired,
+            EventType::Sent,
+            EventType::MovedToReview
+        ]
+    );
+}

@@ -15,8 +15,8 @@
 
 use super::complete::book_cost;
 use super::{
-    complete, event, heartbeat, invalid, prepare, token_is_current, with_note, Ctx, Op, OpError,
-    Tally, Transition, Write,
+    complete, effect, event, heartbeat, invalid, prepare, token_is_current, with_note, Ctx, Op,
+    OpError, Tally, Transition, Write,
 };
 use crate::ids::Token;
 use crate::record::{AlertDraft, AlertReason, EventType, Record, ReviewReason, State};
@@ -30,6 +30,7 @@ pub fn reports_effect(op: &Op) -> bool {
     match op {
         Op::Complete(_) => true,
         Op::Fail(f) => f.sent != Some(false),
+        Op::EffectReport(r) => r.sent,
         _ => false,
     }
 }
@@ -77,6 +78,7 @@ fn lease_lost(rec: &Record, token: &str, op: &Op, ctx: &Ctx<'_>) -> Transition {
     let reported = match op {
         Op::Complete(c) => c.cost,
         Op::Fail(f) => f.cost,
+        Op::EffectReport(r) => r.cost,
         _ => None,
     };
     let mut write = Write::None;
@@ -139,6 +141,8 @@ pub(super) fn worker_write(rec: &Record, token: &str, op: &Op, ctx: &Ctx<'_>) ->
         Op::Heartbeat(r) => heartbeat::heartbeat(rec, r, op, ctx),
         Op::Complete(r) => complete::complete(rec, r, op, ctx),
         Op::Fail(r) => complete::fail(rec, r, op, ctx),
+        Op::EffectSent(r) => effect::sent(rec, r, op, ctx),
+        Op::EffectReport(r) => effect::report(rec, r, op, ctx),
         _ => invalid(rec, op, "not a worker write"),
     }
 }

@@ -6,6 +6,7 @@
 
 pub mod audit;
 pub mod derive;
+pub mod effects;
 pub mod keys;
 pub mod namespaces;
 pub mod operations;
@@ -21,6 +22,7 @@ use crate::routes::Route;
 pub fn routes() -> Vec<Route> {
     [
         keys::routes(),
+        effects::routes(),
         review::routes(),
         namespaces::routes(),
         derive::routes(),
@@ -37,6 +39,7 @@ pub fn routes() -> Vec<Route> {
 pub fn docs() -> Vec<utoipa::openapi::OpenApi> {
     vec![
         keys::Doc::openapi(),
+        effects::Doc::openapi(),
         review::Doc::openapi(),
         namespaces::Doc::openapi(),
         derive::Doc::openapi(),

@@ -10,6 +10,7 @@ mod claim;
 mod cost;
 mod deploy;
 mod drills;
+mod effects;
 mod errors;
 mod namespace;
 mod observability;

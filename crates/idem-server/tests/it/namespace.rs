@@ -15,7 +15,8 @@ async fn unused_namespace_answers_with_the_defaults() {
                "audit_retention_ms": 34_560_000_000i64, "stuck_after_ms": 900000,
                "retry": {"max_attempts": 5, "base_ms": 1000, "max_ms": 300000, "window_ms": 86_400_000},
                "daily_limit": null, "alert_url": null, "alert_secret_set": false,
-               "destination_idempotent": false})
+               "destination_idempotent": false,
+               "egress": {"allow": [], "allow_private": false}})
     );
     let counts = r.body["counts"].as_object().expect("counts");
     assert_eq!(counts.len(), 7);

@@ -109,6 +109,12 @@ async fn openapi_documents_every_route_and_nothing_else() {
         ("DeriveBody", idem_server::api::DeriveBody::FIELDS),
         ("TokenBody", idem_server::api::TokenBody::FIELDS),
         ("PolicyPatchBody", idem_server::api::PolicyPatchBody::FIELDS),
+        ("EffectBody", idem_server::api::EffectBody::FIELDS),
+        (
+            "EffectRequestBody",
+            idem_server::api::EffectRequestBody::FIELDS,
+        ),
+        ("ReconcileBody", idem_server::api::ReconcileBody::FIELDS),
     ] {
         let props: BTreeSet<&str> = schemas[name]["properties"]
             .as_object()

@@ -86,6 +86,11 @@ async fn openapi_lists_the_problem_statuses_each_operation_answers_with() {
         ),
         (
             "post",
+            format!("{key}/effect"),
+            &[200, 400, 401, 403, 409, 413, 422, 429, 503],
+        ),
+        (
+            "post",
             format!("{key}/prepare"),
             &[200, 400, 401, 403, 404, 409, 413, 422, 503],
         ),
@@ -187,7 +192,8 @@ async fn openapi_lists_the_problem_statuses_each_operation_answers_with() {
         assert_eq!(got, wanted, "{method} {path}");
         for status in got.iter().filter(|s| **s >= 400) {
             let resp = &op["responses"][status.to_string()];
-            if resp["content"].get("application/problem+json").is_none() && path.ends_with("/claim")
+            if resp["content"].get("application/problem+json").is_none()
+                && (path.ends_with("/claim") || path.ends_with("/effect"))
             {
                 // A claim outcome only (in_flight, limited…), checked below.
                 assert!(resp["content"]["application/json"].is_object(), "{status}");
@@ -317,7 +323,7 @@ async fn openapi_key_and_namespace_parameters_have_the_real_limits() {
             }
         }
     }
-    assert_eq!(seen, 9, "every key route has the key parameter");
+    assert_eq!(seen, 10, "every key route has the key parameter");
     // The namespace pattern is the server's rule: `;` is refused, `:` is not.
     let app = spawn_app().await;
     app.namespace("a;b").await.problem(400, "invalid_namespace");

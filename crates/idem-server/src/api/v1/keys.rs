@@ -246,7 +246,7 @@ fn claim_of(mut ex: Executed) -> ApiResult<(ClaimReply, Executed)> {
     }
 }
 
-enum WaitEnd {
+pub(super) enum WaitEnd {
     /// The holder finished or the lease expired: claim again.
     Changed,
     /// Deadline (or shutdown) reached; the newest record seen.
@@ -254,7 +254,11 @@ enum WaitEnd {
 }
 
 /// Polls the record read-only (no event per look) until the lease is no longer held.
-async fn wait_for_holder(st: &AppState, nk: &NsKey, deadline: Instant) -> ApiResult<WaitEnd> {
+pub(super) async fn wait_for_holder(
+    st: &AppState,
+    nk: &NsKey,
+    deadline: Instant,
+) -> ApiResult<WaitEnd> {
     let mut shutdown = st.shutdown.clone();
     let mut last = None;
     loop {

@@ -61,6 +61,8 @@ pub fn routes() -> Vec<Route> {
         RetryPolicyDoc,
         PolicyPatchBody,
         RetryPatchBody,
+        EgressDoc,
+        EgressPatchBody,
         NamespaceResponse,
         NamespaceStatsDoc,
         CostTotalsDoc,
@@ -84,6 +86,31 @@ pub struct PolicyDoc {
     #[schema(read_only)]
     alert_secret_set: bool,
     destination_idempotent: bool,
+    egress: EgressDoc,
+}
+
+/// Where effects may send requests (see `EFFECTS.md`).
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct EgressDoc {
+    /// Host names (exact or `*.suffix`), `host:port`, IP addresses, CIDR blocks. Non-empty:
+    /// only listed destinations pass.
+    allow: Vec<String>,
+    /// Opens the private ranges (RFC 1918, fc00::/7, CGNAT); never loopback, link-local or
+    /// the metadata address.
+    allow_private: bool,
+}
+
+/// The egress fields of a policy patch.
+#[derive(ToSchema)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+pub struct EgressPatchBody {
+    /// Replaces the list; at most 256 entries.
+    #[schema(nullable = false, max_items = 256)]
+    allow: Option<Vec<String>>,
+    #[schema(nullable = false)]
+    allow_private: Option<bool>,
 }
 
 #[derive(ToSchema)]
@@ -140,6 +167,8 @@ pub struct PolicyPatchBody {
     alert_secret: Option<String>,
     #[schema(nullable = false)]
     destination_idempotent: Option<bool>,
+    #[schema(nullable = false)]
+    egress: Option<EgressPatchBody>,
 }
 
 /// The retry budget fields of a policy patch.
@@ -173,6 +202,7 @@ impl PolicyPatchBody {
         "alert_url",
         "alert_secret",
         "destination_idempotent",
+        "egress",
     ];
 }
 

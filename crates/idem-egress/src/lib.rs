@@ -1,0 +1,362 @@
+//! The one outbound HTTP client of idem, behind the egress guard.
+//!
+//! [`Egress::check`] takes a URL and the namespace's [`EgressPolicy`] and returns a
+//! [`Target`] or a [`Forbidden`]: scheme, the allow list (a name is matched before it is
+//! resolved), IP literals (IPv4-mapped and other IPv6 forms included) and then every address
+//! the name resolves to — resolved once, here, with the system resolver — are checked by the
+//! pure rules of [`idem_core::egress`]. [`Egress::send`] then connects to exactly the addresses
+//! that passed: each request gets its own client whose resolver is pinned to those addresses
+//! (`resolve_to_addrs`), built from one shared rustls configuration (web roots plus
+//! `--extra-ca`), with no proxy from the environment, no redirects, no connection pool, a
+//! connect and a whole-attempt timeout, and a cap on the response body.
+//!
+//! Why a client per request rather than one client with a filtering resolver: a shared
+//! client's pool would let a later request reuse a connection made for another check, and a
+//! resolver callback would resolve a second time (the answer could differ: DNS rebinding).
+//! Building a reqwest client over an existing TLS configuration costs microseconds next to
+//! the request itself.
+//!
+//! What this crate must never do: connect anywhere the guard did not pass, follow a redirect,
+//! read a proxy from the environment, log or return a request header, or read more of a
+//! response body than the cap.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use idem_core::effect::{Lost, NotSent};
+use idem_core::egress::{check_addr, name_listing, name_may_pass, EgressPolicy, NameListing};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::CertificateDer;
+
+pub use idem_core::egress::Refusal;
+pub use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+pub use reqwest::Method;
+
+/// Settings of the client.
+#[derive(Debug, Clone)]
+pub struct EgressOptions {
+    /// Most bytes of a response body kept; the rest is not read.
+    pub max_response_bytes: usize,
+    /// PEM file of extra CA certificates to trust besides the web roots (tests, private CAs).
+    pub extra_ca: Option<std::path::PathBuf>,
+    /// Longest wait for the name resolution of [`Egress::check`].
+    pub resolve_timeout: Duration,
+}
+
+impl Default for EgressOptions {
+    fn default() -> Self {
+        EgressOptions {
+            max_response_bytes: idem_core::effect::DEFAULT_MAX_RESPONSE_BYTES,
+            extra_ca: None,
+            resolve_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Why the client could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum EgressError {
+    #[error("extra CA file {path}: {message}")]
+    ExtraCa { path: String, message: String },
+    #[error("TLS configuration: {0}")]
+    Tls(String),
+}
+
+/// Why a destination is refused (the API answers 422 `destination_forbidden`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Forbidden {
+    #[error("{0}")]
+    Url(String),
+    #[error("{0}")]
+    Refused(#[from] Refusal),
+}
+
+/// How the host of a checked URL is reached.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Reach {
+    /// An IP literal that passed.
+    Literal,
+    /// A name and the addresses it resolved to that passed (never empty).
+    Name(Vec<SocketAddr>),
+    /// The name did not resolve: nothing can be sent (retryable, not forbidden).
+    Unresolvable,
+}
+
+/// A URL that passed the guard, with where it may connect.
+#[derive(Debug, Clone)]
+pub struct Target {
+    url: url::Url,
+    host: String,
+    reach: Reach,
+}
+
+impl Target {
+    pub fn url(&self) -> &url::Url {
+        &self.url
+    }
+    /// The name did not resolve.
+    pub fn unresolvable(&self) -> bool {
+        self.reach == Reach::Unresolvable
+    }
+    /// The addresses a connection may go to (empty for an IP literal: the URL's own).
+    pub fn addrs(&self) -> &[SocketAddr] {
+        match &self.reach {
+            Reach::Name(a) => a,
+            _ => &[],
+        }
+    }
+}
+
+/// One outbound request. Its `Debug` shows header names only: values may be credentials.
+pub struct Outbound {
+    pub method: Method,
+    /// Sent, never kept or shown.
+    pub headers: HeaderMap,
+    pub body: Option<Vec<u8>>,
+    /// Connect + send + response, all of it.
+    pub timeout: Duration,
+}
+
+impl std::fmt::Debug for Outbound {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Outbound")
+            .field("method", &self.method)
+            .field("headers", &self.headers.keys().collect::<Vec<_>>())
+            .field("body_bytes", &self.body.as_ref().map(Vec::len))
+            .field("timeout", &self.timeout)
+            .finish()
+    }
+}
+
+/// What came back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    pub status: u16,
+    /// Every response header (name lowercase, raw value); the caller keeps what it keeps.
+    pub headers: Vec<(String, Vec<u8>)>,
+    /// At most `max_response_bytes`.
+    pub body: Vec<u8>,
+    /// The body was longer than the cap, or broke off while it was read.
+    pub truncated: bool,
+}
+
+/// How far a request got.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    Answered(Answer),
+    NotSent(NotSent),
+    Lost(Lost),
+}
+
+/// The client (cheap to clone: the TLS configuration is shared).
+#[derive(Clone)]
+pub struct Egress {
+    tls: Arc<rustls::ClientConfig>,
+    max_response_bytes: usize,
+    resolve_timeout: Duration,
+}
+
+impl std::fmt::Debug for Egress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Egress")
+            .field("max_response_bytes", &self.max_response_bytes)
+            .finish_non_exhaustive()
+    }
+}
+
+fn load_extra_ca(path: &Path) -> Result<Vec<CertificateDer<'static>>, EgressError> {
+    let err = |message: String| EgressError::ExtraCa {
+        path: path.display().to_string(),
+        message,
+    };
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(path)
+        .map_err(|e| err(e.to_string()))?
+        .collect::<Result<_, _>>()
+        .map_err(|e| err(e.to_string()))?;
+    if certs.is_empty() {
+        return Err(err("holds no PEM certificate".into()));
+    }
+    Ok(certs)
+}
+
+impl Egress {
+    pub fn new(opts: &EgressOptions) -> Result<Egress, EgressError> {
+        let mut roots = rustls::RootCertStore::empty();
+        roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+        if let Some(path) = &opts.extra_ca {
+            for cert in load_extra_ca(path)? {
+                roots.add(cert).map_err(|e| EgressError::ExtraCa {
+                    path: path.display().to_string(),
+                    message: e.to_string(),
+                })?;
+            }
+        }
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let tls = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| EgressError::Tls(e.to_string()))?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        Ok(Egress {
+            tls: Arc::new(tls),
+            max_response_bytes: opts.max_response_bytes,
+            resolve_timeout: opts.resolve_timeout,
+        })
+    }
+
+    pub fn max_response_bytes(&self) -> usize {
+        self.max_response_bytes
+    }
+
+    /// Checks `url` against `policy`: resolves a name once and keeps the addresses that
+    /// passed. A name that does not resolve is not forbidden: the target says
+    /// [`Target::unresolvable`] and sending it is "nothing sent".
+    pub async fn check(&self, policy: &EgressPolicy, url: &str) -> Result<Target, Forbidden> {
+        let u = url::Url::parse(url)
+            .map_err(|e| Forbidden::Url(format!("is not an absolute URL ({e})")))?;
+        if !matches!(u.scheme(), "http" | "https") {
+            return Err(Forbidden::Url("must be an http:// or https:// URL".into()));
+        }
+        let port = u
+            .port_or_known_default()
+            .ok_or_else(|| Forbidden::Url("has no port".into()))?;
+        let host = match u.host() {
+            None => return Err(Forbidden::Url("has no host".into())),
+            Some(url::Host::Ipv4(ip)) => {
+                check_addr(policy, IpAddr::V4(ip), port, NameListing::No)?;
+                return Ok(Target {
+                    url: u,
+                    host: String::new(),
+                    reach: Reach::Literal,
+                });
+            }
+            Some(url::Host::Ipv6(ip)) => {
+                check_addr(policy, IpAddr::V6(ip), port, NameListing::No)?;
+                return Ok(Target {
+                    url: u,
+                    host: String::new(),
+                    reach: Reach::Literal,
+                });
+            }
+            Some(url::Host::Domain(d)) => d.to_ascii_lowercase(),
+        };
+        if !name_may_pass(policy, &host, port) {
+            return Err(Forbidden::Refused(Refusal::NotListed));
+        }
+        let listing = name_listing(policy, &host, port);
+        let lookup = tokio::net::lookup_host((host.clone(), port));
+        let resolved = tokio::time::timeout(self.resolve_timeout, lookup).await;
+        let addrs: Vec<SocketAddr> = match resolved {
+            Ok(Ok(a)) => a.collect(),
+            _ => Vec::new(),
+        };
+        if addrs.is_empty() {
+            return Ok(Target {
+                url: u,
+                host,
+                reach: Reach::Unresolvable,
+            });
+        }
+        let mut passed = Vec::new();
+        let mut first_refusal = None;
+        for a in addrs {
+            match check_addr(policy, a.ip(), port, listing) {
+                Ok(()) => {
+                    if !passed.contains(&a) {
+                        passed.push(a);
+                    }
+                }
+                Err(r) => {
+                    first_refusal.get_or_insert(r);
+                }
+            }
+        }
+        match (passed.is_empty(), first_refusal) {
+            (true, Some(r)) => Err(Forbidden::Refused(r)),
+            (true, None) => Err(Forbidden::Refused(Refusal::NotListed)),
+            (false, _) => Ok(Target {
+                url: u,
+                host,
+                reach: Reach::Name(passed),
+            }),
+        }
+    }
+
+    fn client(&self, target: &Target, timeout: Duration) -> Result<reqwest::Client, String> {
+        let mut b = reqwest::Client::builder()
+            .use_preconfigured_tls((*self.tls).clone())
+            .redirect(reqwest::redirect::Policy::none())
+            .no_proxy()
+            .http1_only()
+            .pool_max_idle_per_host(0)
+            .connect_timeout(timeout)
+            .timeout(timeout)
+            .user_agent(concat!("idem/", env!("CARGO_PKG_VERSION")));
+        if let Reach::Name(addrs) = &target.reach {
+            b = b.resolve_to_addrs(&target.host, addrs);
+        }
+        b.build().map_err(|e| e.to_string())
+    }
+
+    /// Sends `req` to `target` (exactly the addresses the check passed) and reads at most
+    /// `max_response_bytes` of the answer.
+    pub async fn send(&self, target: &Target, req: Outbound) -> Outcome {
+        if target.unresolvable() {
+            return Outcome::NotSent(NotSent::Dns);
+        }
+        let Ok(client) = self.client(target, req.timeout) else {
+            // Building never fails with our settings; if it did, nothing was sent.
+            return Outcome::NotSent(NotSent::Connect);
+        };
+        let mut rb = client
+            .request(req.method, target.url.clone())
+            .headers(req.headers);
+        if let Some(body) = req.body {
+            rb = rb.body(body);
+        }
+        let mut resp = match rb.send().await {
+            Ok(r) => r,
+            Err(e) if e.is_connect() => return Outcome::NotSent(NotSent::Connect),
+            Err(e) if e.is_timeout() => return Outcome::Lost(Lost::Timeout),
+            Err(_) => return Outcome::Lost(Lost::Broken),
+        };
+        let status = resp.status().as_u16();
+        let headers = resp
+            .headers()
+            .iter()
+            .map(|(n, v)| (n.as_str().to_owned(), v.as_bytes().to_vec()))
+            .collect();
+        let mut body = Vec::new();
+        let mut truncated = false;
+        loop {
+            match resp.chunk().await {
+                Ok(Some(chunk)) => {
+                    let room = self.max_response_bytes.saturating_sub(body.len());
+                    if chunk.len() > room {
+                        body.extend_from_slice(&chunk[..room]);
+                        truncated = true;
+                        break;
+                    }
+                    body.extend_from_slice(&chunk);
+                }
+                Ok(None) => break,
+                // The status came back: the answer stands, its body is incomplete.
+                Err(_) => {
+                    truncated = true;
+                    break;
+                }
+            }
+        }
+        Outcome::Answered(Answer {
+            status,
+            headers,
+            body,
+            truncated,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,393 @@
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use axum::routing::any;
+use axum::Router;
+use idem_core::egress::{AddrClass, AllowEntry};
+
+use super::*;
+
+fn policy(allow: &[&str], private: bool) -> EgressPolicy {
+    EgressPolicy {
+        allow: allow
+            .iter()
+            .map(|a| AllowEntry::parse(a).expect("entry"))
+            .collect(),
+        allow_private: private,
+    }
+}
+
+fn egress(max: usize) -> Egress {
+    Egress::new(&EgressOptions {
+        max_response_bytes: max,
+        resolve_timeout: Duration::from_secs(3),
+        ..Default::default()
+    })
+    .expect("client")
+}
+
+/// A loopback destination: counts requests; `/redirect` answers 302, `/big` 10 KiB,
+/// `/hang` never answers.
+async fn destination() -> (u16, Arc<AtomicUsize>) {
+    let hits = Arc::new(AtomicUsize::new(0));
+    let h = hits.clone();
+    let app = Router::new()
+        .route(
+            "/redirect",
+            any(|| async { (axum::http::StatusCode::FOUND, [("location", "/ok")], "") }),
+        )
+        .route("/big", any(|| async { "x".repeat(10 * 1024) }))
+        .route(
+            "/hang",
+            any(|| async {
+                tokio::time::sleep(Duration::from_secs(60)).await;
+                "late"
+            }),
+        )
+        .fallback(any(|| async { "ok" }))
+        .layer(axum::middleware::from_fn(
+            move |req: axum::extract::Request, next: axum::middleware::Next| {
+                let h = h.clone();
+                async move {
+                    h.fetch_add(1, Ordering::SeqCst);
+                    next.run(req).await
+                }
+            },
+        ));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (port, hits)
+}
+
+fn get(timeout_ms: u64) -> Outbound {
+    Outbound {
+        method: Method::POST,
+        headers: HeaderMap::new(),
+        body: Some(b"{}".to_vec()),
+        timeout: Duration::from_millis(timeout_ms),
+    }
+}
+
+#[tokio::test]
+async fn ip_literals_are_checked_before_anything_is_sent() {
+    let e = egress(1024);
+    let none = EgressPolicy::default();
+    for url in [
+        "http://127.0.0.1:9/x",
+        "http://[::1]:9/",
+        "http://[::ffff:127.0.0.1]:9/",
+        "http://[::ffff:7f00:1]/",
+        "http://169.254.169.254/latest/meta-data/",
+        "http://[::ffff:169.254.169.254]/",
+        "http://10.0.0.1/",
+        "http://192.168.1.1/",
+        "http://0.0.0.0:80/",
+        "http://2130706433/",
+        "http://0x7f.1/",
+        "http://127.1/",
+        "http://[fd00::1]/",
+        "http://100.64.1.1/",
+    ] {
+        let r = e.check(&none, url).await;
+        assert!(matches!(r, Err(Forbidden::Refused(_))), "{url}: {r:?}");
+    }
+    let r = e.check(&none, "http://169.254.169.254/").await;
+    assert_eq!(
+        r.map(|_| ()),
+        Err(Forbidden::Refused(Refusal::Address(AddrClass::LinkLocal)))
+    );
+    for url in [
+        "ftp://example.com/",
+        "file:///etc/passwd",
+        "nope",
+        "http://",
+    ] {
+        assert!(
+            matches!(e.check(&none, url).await, Err(Forbidden::Url(_))),
+            "{url}"
+        );
+    }
+    // Listed, the same address passes on that port only.
+    let listed = policy(&["127.0.0.1:9"], false);
+    assert!(e.check(&listed, "http://127.0.0.1:9/").await.is_ok());
+    assert!(e.check(&listed, "http://127.0.0.1:10/").await.is_err());
+    assert!(e
+        .check(&listed, "http://[::ffff:127.0.0.1]:9/")
+        .await
+        .is_ok());
+    // A public literal passes by default but not past a non-empty allow list.
+    assert!(e.check(&none, "http://8.8.8.8/").await.is_ok());
+    assert_eq!(
+        e.check(&listed, "http://8.8.8.8/").await.map(|_| ()),
+        Err(Forbidden::Refused(Refusal::NotListed))
+    );
+    let private = policy(&[], true);
+    assert!(e.check(&private, "http://10.0.0.1/").await.is_ok());
+    assert!(e.check(&private, "http://127.0.0.1/").await.is_err());
+    assert!(e.check(&private, "http://169.254.169.254/").await.is_err());
+}
+
+#[tokio::test]
+async fn names_are_matched_before_resolution_and_their_addresses_after() {
+    let e = egress(1024);
+    // localhost resolves to loopback: refused unless the name or the address is listed.
+    let r = e
+        .check(&EgressPolicy::default(), "http://localhost:9/")
+        .await;
+    assert!(
+        matches!(
+            r,
+            Err(Forbidden::Refused(Refusal::Address(AddrClass::Loopback)))
+        ),
+        "{r:?}"
+    );
+    let by_name = policy(&["localhost:9"], false);
+    let t = e
+        .check(&by_name, "http://LOCALHOST:9/")
+        .await
+        .expect("listed");
+    assert!(!t.addrs().is_empty());
+    assert!(t.addrs().iter().all(|a| a.ip().is_loopback()));
+    // A pattern never opens loopback (where the resolver answers for names below localhost;
+    // where it does not, nothing can be sent either).
+    let pattern = policy(&["*.localhost"], false);
+    match e.check(&pattern, "http://a.localhost:9/").await {
+        Err(f) => assert_eq!(f, Forbidden::Refused(Refusal::Address(AddrClass::Loopback))),
+        Ok(t) => assert!(t.unresolvable(), "{t:?}"),
+    }
+    // Not listed: refused before any lookup.
+    let other = policy(&["api.example.com"], false);
+    assert_eq!(
+        e.check(&other, "http://evil.example.org/")
+            .await
+            .map(|_| ()),
+        Err(Forbidden::Refused(Refusal::NotListed))
+    );
+}
+
+#[tokio::test]
+async fn a_name_that_does_not_resolve_is_not_forbidden_but_nothing_is_sent() {
+    let e = egress(1024);
+    let t = e
+        .check(&EgressPolicy::default(), "http://no-such-host.invalid/x")
+        .await
+        .expect("not forbidden");
+    assert!(t.unresolvable());
+    assert_eq!(e.send(&t, get(1000)).await, Outcome::NotSent(NotSent::Dns));
+}
+
+#[tokio::test]
+async fn sends_to_the_checked_address_never_follows_redirects_and_caps_bodies() {
+    let (port, hits) = destination().await;
+    let e = egress(1024);
+    let p = policy(&[&format!("127.0.0.1:{port}")], false);
+    let t = e
+        .check(&p, &format!("http://127.0.0.1:{port}/redirect"))
+        .await
+        .expect("allowed");
+    match e.send(&t, get(5000)).await {
+        Outcome::Answered(a) => {
+            assert_eq!(a.status, 302);
+            assert!(a
+                .headers
+                .iter()
+                .any(|(n, v)| n == "location" && v == b"/ok"));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        hits.load(Ordering::SeqCst),
+        1,
+        "the redirect was not followed"
+    );
+    let t = e
+        .check(&p, &format!("http://127.0.0.1:{port}/big"))
+        .await
+        .expect("allowed");
+    match e.send(&t, get(5000)).await {
+        Outcome::Answered(a) => {
+            assert_eq!(a.body.len(), 1024);
+            assert!(a.truncated);
+        }
+        other => panic!("{other:?}"),
+    }
+    // A name listed exactly connects to its checked loopback address.
+    let by_name = policy(&[&format!("localhost:{port}")], false);
+    let t = e
+        .check(&by_name, &format!("http://localhost:{port}/ok"))
+        .await
+        .expect("allowed");
+    match e.send(&t, get(5000)).await {
+        Outcome::Answered(a) => {
+            assert_eq!(
+                (a.status, a.body.as_slice(), a.truncated),
+                (200, &b"ok"[..], false)
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(hits.load(Ordering::SeqCst), 3);
+}
+
+#[tokio::test]
+async fn a_hanging_destination_is_a_timeout_after_sending_and_a_closed_port_is_not_sent() {
+    let (port, hits) = destination().await;
+    let e = egress(1024);
+    let p = policy(&["127.0.0.1"], false);
+    let t = e
+        .check(&p, &format!("http://127.0.0.1:{port}/hang"))
+        .await
+        .expect("allowed");
+    assert_eq!(e.send(&t, get(300)).await, Outcome::Lost(Lost::Timeout));
+    assert_eq!(hits.load(Ordering::SeqCst), 1);
+    // A port nobody listens on: refused before anything was written.
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        l.local_addr().expect("addr").port()
+    };
+    let t = e
+        .check(&p, &format!("http://127.0.0.1:{closed}/"))
+        .await
+        .expect("allowed");
+    assert_eq!(
+        e.send(&t, get(2000)).await,
+        Outcome::NotSent(NotSent::Connect)
+    );
+}
+
+#[test]
+fn a_bad_extra_ca_file_is_refused_naming_it() {
+    let dir = std::env::temp_dir().join(format!("idem-egress-ca-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let f = dir.join("empty.pem");
+    std::fs::write(&f, "not a certificate").expect("write");
+    let e = Egress::new(&EgressOptions {
+        extra_ca: Some(f.clone()),
+        ..Default::default()
+    });
+    assert!(
+        matches!(&e, Err(EgressError::ExtraCa { path, .. }) if path.contains("empty.pem")),
+        "{e:?}"
+    );
+    let ca = rcgen::generate_simple_self_signed(vec!["localhost".into()]).expect("cert");
+    std::fs::write(&f, ca.cert.pem()).expect("write");
+    assert!(Egress::new(&EgressOptions {
+        extra_ca: Some(f),
+        ..Default::default()
+    })
+    .is_ok());
+}
+
+#[test]
+fn debug_never_shows_a_header_value() {
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        "authorization",
+        HeaderValue::from_static("Bearer sk_live_x1"),
+    );
+    let o = Outbound {
+        method: Method::POST,
+        headers,
+        body: Some(b"secret body".to_vec()),
+        timeout: Duration::from_secs(1),
+    };
+    let shown = format!("{o:?}");
+    assert!(shown.contains("authorization"), "{shown}");
+    assert!(
+        !shown.contains("sk_live_x1") && !shown.contains("secret body"),
+        "{shown}"
+    );
+}
+
+/// An HTTPS destination on 127.0.0.1 with a certificate for `localhost` from a fresh CA;
+/// returns (port, CA PEM, requests answered).
+async fn https_destination() -> (u16, String, Arc<AtomicUsize>) {
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("params");
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca =
+        CertifiedIssuer::self_signed(ca_params, KeyPair::generate().expect("key")).expect("CA");
+    let key = KeyPair::generate().expect("key");
+    let cert = CertificateParams::new(vec!["localhost".to_owned()])
+        .expect("params")
+        .signed_by(&key, &ca)
+        .expect("sign");
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let server = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![cert.der().clone()],
+            rustls::pki_types::PrivateKeyDer::try_from(key.serialize_der()).expect("key der"),
+        )
+        .expect("server config");
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server));
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = l.local_addr().expect("addr").port();
+    let n = Arc::new(AtomicUsize::new(0));
+    let count = n.clone();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = l.accept().await {
+            let (acceptor, count) = (acceptor.clone(), count.clone());
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let mut got = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match tls.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(k) => got.extend_from_slice(&buf[..k]),
+                    }
+                }
+                count.fetch_add(1, Ordering::SeqCst);
+                let _ = tls
+                    .write_all(
+                        b"HTTP/1.1 201 Created\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok",
+                    )
+                    .await;
+                let _ = tls.shutdown().await;
+            });
+        }
+    });
+    (port, ca.pem(), n)
+}
+
+#[tokio::test]
+async fn https_trusts_the_extra_ca_and_a_tls_failure_is_nothing_sent() {
+    let (port, ca_pem, n) = https_destination().await;
+    let dir = std::env::temp_dir().join(format!("idem-egress-https-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let ca_file = dir.join("ca.pem");
+    std::fs::write(&ca_file, ca_pem).expect("write");
+    let p = policy(&[&format!("localhost:{port}")], false);
+    let url = format!("https://localhost:{port}/charge");
+    let trusting = Egress::new(&EgressOptions {
+        extra_ca: Some(ca_file),
+        ..Default::default()
+    })
+    .expect("client");
+    let t = trusting.check(&p, &url).await.expect("allowed");
+    match trusting.send(&t, get(5000)).await {
+        Outcome::Answered(a) => assert_eq!((a.status, a.body.as_slice()), (201, &b"ok"[..])),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(n.load(Ordering::SeqCst), 1);
+    // Without the CA the handshake fails before a byte of the request leaves.
+    let plain = egress(1024);
+    let t = plain.check(&p, &url).await.expect("allowed");
+    assert_eq!(
+        plain.send(&t, get(5000)).await,
+        Outcome::NotSent(NotSent::Connect)
+    );
+    assert_eq!(n.load(Ordering::SeqCst), 1);
+}

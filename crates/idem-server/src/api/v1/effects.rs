@@ -1,0 +1,1092 @@
+//! `POST …/keys/{key}/effect`: idem sends one outbound HTTP request under the key, exactly
+//! once, and answers with the destination's response (replayed to every later call).
+//!
+//! The handler only sequences: request validation → egress guard (422
+//! `destination_forbidden`, nothing written, nothing sent) → the claim (pause, conflict,
+//! replay, in flight, budget: all the claim's rules) → on acquisition the `sent` event,
+//! durably, before the first byte leaves → the request through the egress client (the key as
+//! the idempotency header value, identical on every attempt) → the reconcile lookup of an
+//! ambiguous answer → the report. Every rule lives in `idem-core` (`effect`, `decide`), the
+//! guard and the connection in `idem-egress`.
+//!
+//! What it must never do: store, log or answer a request header (the types below print only
+//! how many there are), send anything for a refused destination, or send an attempt the
+//! claim did not acquire.
+
+use std::time::Instant;
+
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::Json;
+use idem::effect::{
+    self, capture, classify, fingerprint, reconcile_result, url_without_query, Body as EffBody,
+    Method as EffMethod, Reconciled, RequestSummary, Success, Transport, Verdict,
+};
+use idem::{
+    ClaimOutcome, ClaimReply, ClaimRequest, EffectReportRequest, EffectSentRequest, Executed,
+    LeaseExpiry, Op, Record, Reply, Role, State as RecState,
+};
+use idem_egress::{Forbidden, Outbound, Outcome, Target};
+use serde::Serialize;
+use serde_json::Value;
+use utoipa::{OpenApi, ToSchema};
+
+use super::keys::{wait_for_holder, CostBody, WaitEnd};
+use super::shared::{exec, log_op, refused};
+use crate::api::RecordDoc;
+use crate::error::{outcome_status, ApiError, ApiResult};
+use crate::fields::{CorrelationId, LeaseMs, Member, Owner, WaitMs};
+use crate::input::{Body, NsKey, Obj};
+use crate::metrics;
+use crate::routes::{r, Route};
+use crate::state::AppState;
+
+/// The routes of this file.
+pub fn routes() -> Vec<Route> {
+    vec![r(
+        "post",
+        "/v1/namespaces/{ns}/keys/{key}/effect",
+        Some(Role::Worker),
+        post(effect),
+    )]
+}
+
+/// The OpenAPI of this file.
+#[derive(OpenApi)]
+#[openapi(
+    paths(effect),
+    components(schemas(
+        EffectBody,
+        EffectRequestBody,
+        ReconcileBody,
+        EffectResponse,
+        ResponseDoc
+    ))
+)]
+pub struct Doc;
+
+// ------------------------------------------------------------------ members
+
+/// Longest URL accepted.
+pub const MAX_URL: usize = 2048;
+/// Most request headers.
+pub const MAX_HEADERS: usize = 100;
+
+/// `request.method`: POST, PUT, PATCH or DELETE.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MethodMember(pub EffMethod);
+
+impl Member for Option<MethodMember> {
+    fn read(o: &mut Obj, name: &str) -> Result<Self, ApiError> {
+        Ok(
+            o.opt_enum(name, EffMethod::parse, "POST, PUT, PATCH, DELETE")?
+                .map(MethodMember),
+        )
+    }
+}
+
+/// An http(s) URL with a host, without userinfo (it would be stored), at most 2048
+/// characters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UrlMember(pub String);
+
+impl Member for Option<UrlMember> {
+    fn read(o: &mut Obj, name: &str) -> Result<Self, ApiError> {
+        let Some(s) = o.opt_str(name, MAX_URL)? else {
+            return Ok(None);
+        };
+        let u = url::Url::parse(&s)
+            .map_err(|e| o.invalid(name, &format!("is not an absolute URL ({e})")))?;
+        if !matches!(u.scheme(), "http" | "https") || u.host_str().is_none_or(str::is_empty) {
+            return Err(o.invalid(name, "must be an http:// or https:// URL with a host"));
+        }
+        if !u.username().is_empty() || u.password().is_some() {
+            return Err(o.invalid(
+                name,
+                "must not carry credentials (user:password@): send them in a header, which \
+                 is never stored",
+            ));
+        }
+        Ok(Some(UrlMember(s)))
+    }
+}
+
+/// Request headers: names and values checked, values never shown (not even by `Debug`).
+#[derive(Clone, Default)]
+pub struct HeadersMember(pub HeaderMap);
+
+impl std::fmt::Debug for HeadersMember {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "HeadersMember({} headers)", self.0.len())
+    }
+}
+
+/// Headers the client sets itself.
+const RESERVED_HEADERS: [&str; 6] = [
+    "host",
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "te",
+    "upgrade",
+];
+
+impl Member for Option<HeadersMember> {
+    fn read(o: &mut Obj, name: &str) -> Result<Self, ApiError> {
+        let field = o.name(name);
+        let map = match o.value(name) {
+            None => return Ok(None),
+            Some(Value::Object(m)) => m,
+            Some(_) => return Err(o.invalid(name, "must be an object of header → string")),
+        };
+        if map.len() > MAX_HEADERS {
+            return Err(o.invalid(name, &format!("must have at most {MAX_HEADERS} headers")));
+        }
+        let mut out = HeaderMap::new();
+        for (k, v) in map {
+            let at = format!("{field}.{k}");
+            let hn = HeaderName::from_bytes(k.as_bytes()).map_err(|_| {
+                ApiError::invalid_field(&at, format!("`{at}` is not a valid header name"))
+            })?;
+            if RESERVED_HEADERS.contains(&hn.as_str()) {
+                return Err(ApiError::invalid_field(
+                    &at,
+                    format!("`{at}` is set by idem itself"),
+                ));
+            }
+            let Value::String(s) = v else {
+                return Err(ApiError::invalid_field(
+                    &at,
+                    format!("`{at}` must be a string"),
+                ));
+            };
+            // The value may be a credential: the message never repeats it.
+            let hv = HeaderValue::from_str(&s).map_err(|_| {
+                ApiError::invalid_field(
+                    &at,
+                    format!("`{at}` must be visible ASCII text (no control characters)"),
+                )
+            })?;
+            out.append(hn, hv);
+        }
+        Ok(Some(HeadersMember(out)))
+    }
+}
+
+/// A body member given as text (`body_text`, `body_base64`), any length the body limit lets
+/// through.
+#[derive(Clone, PartialEq, Eq)]
+pub struct TextBody(pub String);
+
+impl std::fmt::Debug for TextBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "TextBody({} chars)", self.0.chars().count())
+    }
+}
+
+impl Member for Option<TextBody> {
+    fn read(o: &mut Obj, name: &str) -> Result<Self, ApiError> {
+        Ok(o.opt_text(name, usize::MAX)?.map(TextBody))
+    }
+}
+
+/// `idempotency_header`: a header name, or `null` for none (absent: `Idempotency-Key`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdempotencyHeader(pub Option<HeaderName>);
+
+impl Member for IdempotencyHeader {
+    fn read(o: &mut Obj, name: &str) -> Result<Self, ApiError> {
+        match o.raw(name) {
+            None => Ok(IdempotencyHeader(Some(HeaderName::from_static(
+                "idempotency-key",
+            )))),
+            Some(Value::Null) => Ok(IdempotencyHeader(None)),
+            Some(Value::String(s)) => HeaderName::from_bytes(s.as_bytes())
+                .ok()
+                .filter(|h| !RESERVED_HEADERS.contains(&h.as_str()))
+                .map(|h| IdempotencyHeader(Some(h)))
+                .ok_or_else(|| o.invalid(name, "must be a valid header name, or null for none")),
+            Some(_) => Err(o.invalid(name, "must be a header name string, or null for none")),
+        }
+    }
+}
+
+/// `timeout_ms`: 1 to 300000.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimeoutMs(pub i64);
+
+impl Member for Option<TimeoutMs> {
+    fn read(o: &mut Obj, name: &str) -> Result<Self, ApiError> {
+        Ok(o.opt_i64(name, 1, effect::MAX_TIMEOUT_MS)?.map(TimeoutMs))
+    }
+}
+
+fn status_list(o: &Obj, name: &str, v: Value) -> Result<Vec<u16>, ApiError> {
+    let Value::Array(items) = v else {
+        return Err(o.invalid(name, "must be a list of HTTP statuses (100-599)"));
+    };
+    items
+        .iter()
+        .map(|i| {
+            idem::policy::json_integer(i)
+                .and_then(|n| u16::try_from(n).ok())
+                .filter(|n| (100..=599).contains(n))
+                .ok_or_else(|| o.invalid(name, "must be a list of HTTP statuses (100-599)"))
+        })
+        .collect()
+}
+
+/// `success`: `"2xx"` or a list of statuses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SuccessMember(pub Success);
+
+impl Member for Option<SuccessMember> {
+    fn read(o: &mut Obj, name: &str) -> Result<Self, ApiError> {
+        match o.value(name) {
+            None => Ok(None),
+            Some(Value::String(s)) if s == "2xx" => Ok(Some(SuccessMember(Success::TwoXx))),
+            Some(v @ Value::Array(_)) => {
+                let l = status_list(o, name, v)?;
+                if l.is_empty() {
+                    return Err(o.invalid(name, "must name at least one status"));
+                }
+                Ok(Some(SuccessMember(Success::List(l))))
+            }
+            Some(_) => Err(o.invalid(name, "must be \"2xx\" or a list of HTTP statuses")),
+        }
+    }
+}
+
+/// `reconcile.found` / `reconcile.not_found`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Statuses(pub Vec<u16>);
+
+impl Member for Option<Statuses> {
+    fn read(o: &mut Obj, name: &str) -> Result<Self, ApiError> {
+        match o.value(name) {
+            None => Ok(None),
+            Some(v) => status_list(o, name, v).map(|l| Some(Statuses(l))),
+        }
+    }
+}
+
+/// `reconcile.method`: only `GET`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GetOnly;
+
+impl Member for Option<GetOnly> {
+    fn read(o: &mut Obj, name: &str) -> Result<Self, ApiError> {
+        o.opt_enum(name, |s| (s == "GET").then_some(GetOnly), "GET")
+    }
+}
+
+// ------------------------------------------------------------------ body
+
+crate::request_body! {
+    required;
+    /// `request`: what to send.
+    #[derive(Debug, ToSchema)]
+    #[serde(deny_unknown_fields)]
+    pub struct EffectRequestBody {
+        /// POST, PUT, PATCH or DELETE.
+        #[schema(value_type = String, pattern = "^(POST|PUT|PATCH|DELETE)$")]
+        pub method: Option<MethodMember>,
+        /// http:// or https:// URL (query string included in the fingerprint, never shown on
+        /// the record); no user:password@. At most 2048 characters.
+        #[schema(value_type = String, max_length = 2048)]
+        pub url: Option<UrlMember>,
+        /// Header → string. Sent, never stored, logged or returned.
+        #[schema(value_type = Option<Object>)]
+        pub headers: Option<HeadersMember>,
+        /// JSON body (sent as application/json unless a Content-Type header says otherwise).
+        pub body: Option<Value>,
+        /// Text body.
+        #[schema(value_type = Option<String>)]
+        pub body_text: Option<TextBody>,
+        /// Bytes, standard base64.
+        #[schema(value_type = Option<String>)]
+        pub body_base64: Option<TextBody>,
+    }
+}
+
+crate::request_body! {
+    required;
+    /// `reconcile`: how to ask the destination whether an ambiguous attempt landed.
+    #[derive(Debug, ToSchema)]
+    #[serde(deny_unknown_fields)]
+    pub struct ReconcileBody {
+        /// Only GET (the default).
+        #[schema(value_type = Option<String>, pattern = "^GET$")]
+        pub method: Option<GetOnly>,
+        /// `{key}` is replaced by the key, percent-encoded as a path segment.
+        #[schema(value_type = String, max_length = 2048)]
+        pub url: Option<UrlMember>,
+        #[schema(value_type = Option<Object>)]
+        pub headers: Option<HeadersMember>,
+        /// Statuses that mean the effect landed.
+        #[schema(value_type = Vec<u16>)]
+        pub found: Option<Statuses>,
+        /// Statuses that mean it did not.
+        #[schema(value_type = Vec<u16>)]
+        pub not_found: Option<Statuses>,
+    }
+}
+
+crate::request_body! {
+    required;
+    /// `POST …/effect`.
+    #[derive(Debug, ToSchema)]
+    #[serde(deny_unknown_fields)]
+    pub struct EffectBody {
+        pub request: Option<EffectRequestBody>,
+        /// The header that carries the key (the same value on every attempt); null: none.
+        #[schema(value_type = Option<String>, default = "Idempotency-Key")]
+        pub idempotency_header: IdempotencyHeader,
+        /// The whole attempt (connect + send + response), 1 to 300000; default 30000.
+        #[schema(value_type = Option<i64>, minimum = 1, maximum = 300_000)]
+        pub timeout_ms: Option<TimeoutMs>,
+        /// "2xx" (default) or a list of statuses that mean the effect happened.
+        #[schema(value_type = Option<Value>)]
+        pub success: Option<SuccessMember>,
+        /// The destination dedupes by the idempotency header: 5xx and timeouts are then
+        /// retryable. Default: the namespace policy.
+        pub destination_idempotent: Option<bool>,
+        pub reconcile: Option<ReconcileBody>,
+        #[schema(value_type = Option<String>, max_length = 255)]
+        pub owner: Option<Owner>,
+        #[schema(value_type = Option<String>, max_length = 255)]
+        pub correlation_id: Option<CorrelationId>,
+        /// As for a claim (capped at 30000).
+        #[schema(value_type = Option<i64>, minimum = 0)]
+        pub wait_ms: Option<WaitMs>,
+        /// At least timeout_ms + 5000 is used.
+        #[schema(value_type = Option<i64>, minimum = 1, maximum = 604_800_000)]
+        pub lease_ms: Option<LeaseMs>,
+        /// What this attempt spent (as on complete and fail): recorded on the attempt's event
+        /// and summed on the record.
+        #[schema(value_type = Option<CostBody>)]
+        pub cost: Option<CostBody>,
+    }
+}
+
+/// The reconcile lookup, validated.
+struct Lookup {
+    url: String,
+    headers: HeaderMap,
+    found: Vec<u16>,
+    not_found: Vec<u16>,
+}
+
+/// An effect request, validated.
+struct Input {
+    method: EffMethod,
+    url: String,
+    headers: HeaderMap,
+    body: Option<EffBody>,
+    bytes: Option<Vec<u8>>,
+    idempotency_header: Option<HeaderName>,
+    timeout_ms: i64,
+    success: Success,
+    destination_idempotent: Option<bool>,
+    reconcile: Option<Lookup>,
+    owner: Option<String>,
+    correlation_id: Option<String>,
+    wait_ms: i64,
+    lease_ms: Option<i64>,
+    cost: Option<idem::AttemptCost>,
+}
+
+fn required<T>(v: Option<T>, field: &str, what: &str) -> ApiResult<T> {
+    v.ok_or_else(|| ApiError::invalid_field(field, format!("`{field}` is required ({what})")))
+}
+
+impl EffectBody {
+    fn into_input(self) -> ApiResult<Input> {
+        let req = required(self.request, "request", "the request to send")?;
+        let method = required(req.method, "request.method", "POST, PUT, PATCH or DELETE")?.0;
+        let url = required(req.url, "request.url", "an http(s) URL")?.0;
+        let body = match (req.body, req.body_text, req.body_base64) {
+            (None, None, None) => None,
+            (Some(v), None, None) => Some(EffBody::Json(v)),
+            (None, Some(t), None) => Some(EffBody::Text(t.0)),
+            (None, None, Some(b)) => Some(EffBody::Base64(b.0)),
+            _ => {
+                return Err(ApiError::invalid_field(
+                    "request.body",
+                    "give at most one of `request.body`, `request.body_text`, \
+                     `request.body_base64`",
+                ))
+            }
+        };
+        let bytes = match &body {
+            None => None,
+            Some(b) => Some(b.bytes().map_err(|m| {
+                ApiError::invalid_field("request.body_base64", format!("`request.body_base64` {m}"))
+            })?),
+        };
+        let mut headers = req.headers.map(|h| h.0).unwrap_or_default();
+        let idempotency_header = self.idempotency_header.0;
+        if let Some(h) = &idempotency_header {
+            if headers.contains_key(h) {
+                let at = format!("request.headers.{h}");
+                return Err(ApiError::invalid_field(
+                    &at,
+                    format!("`{at}` is the idempotency header: idem sends the key in it"),
+                ));
+            }
+        }
+        if matches!(body, Some(EffBody::Json(_)))
+            && !headers.contains_key(axum::http::header::CONTENT_TYPE)
+        {
+            headers.insert(
+                axum::http::header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+        }
+        let reconcile = match self.reconcile {
+            None => None,
+            Some(rc) => Some(Lookup {
+                url: required(rc.url, "reconcile.url", "the lookup URL")?.0,
+                headers: rc.headers.map(|h| h.0).unwrap_or_default(),
+                found: required(rc.found, "reconcile.found", "a list of statuses")?.0,
+                not_found: required(rc.not_found, "reconcile.not_found", "a list of statuses")?.0,
+            }),
+        };
+        Ok(Input {
+            method,
+            url,
+            headers,
+            body,
+            bytes,
+            idempotency_header,
+            timeout_ms: self.timeout_ms.map_or(effect::DEFAULT_TIMEOUT_MS, |t| t.0),
+            success: self.success.map(|s| s.0).unwrap_or_default(),
+            destination_idempotent: self.destination_idempotent,
+            reconcile,
+            owner: self.owner.map(Owner::into_string),
+            correlation_id: self.correlation_id.map(CorrelationId::into_string),
+            wait_ms: self.wait_ms.map_or(0, WaitMs::ms),
+            lease_ms: self.lease_ms.map(|l| l.0),
+            cost: CostBody::of(self.cost)?,
+        })
+    }
+}
+
+// ------------------------------------------------------------------ answer
+
+/// A response as stored and answered.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct ResponseDoc {
+    status: u16,
+    /// Only content-type, location, retry-after, request-id, x-request-id, idempotency-key,
+    /// idempotent-replayed (lowercase).
+    headers: Object,
+    /// JSON when the destination sent JSON, else text (absent when `body_base64` is given).
+    body: Option<Value>,
+    /// The bytes, base64, when they are neither JSON nor text.
+    body_base64: Option<String>,
+    /// The body was longer than the server's max_response_bytes.
+    truncated: bool,
+}
+
+/// Free-form object (for the schema).
+#[derive(ToSchema)]
+pub struct Object;
+
+/// The answer to an effect.
+#[derive(Serialize, ToSchema)]
+pub struct EffectResponse {
+    /// performed | completed | failed_permanent | backoff | needs_review | in_flight |
+    /// awaiting_approval | conflict | paused | limited
+    pub outcome: &'static str,
+    /// The destination's answer of this attempt, or the stored one on a replay; null when
+    /// none came back.
+    #[schema(value_type = Option<ResponseDoc>)]
+    pub response: Option<Value>,
+    #[schema(value_type = Option<RecordDoc>)]
+    pub record: Option<Record>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_after_ms: Option<i64>,
+    /// Present (true) only when a reconcile lookup ran.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reconciled: Option<bool>,
+}
+
+/// Every `outcome` an effect answers with (the metric's label set).
+pub const OUTCOMES: [&str; 10] = [
+    "performed",
+    "completed",
+    "failed_permanent",
+    "backoff",
+    "needs_review",
+    "in_flight",
+    "awaiting_approval",
+    "conflict",
+    "paused",
+    "limited",
+];
+
+struct Answer {
+    outcome: &'static str,
+    status: StatusCode,
+    replayed: bool,
+    response: Option<Value>,
+    record: Option<Record>,
+    retry_after_ms: Option<i64>,
+    reconciled: Option<bool>,
+}
+
+impl IntoResponse for Answer {
+    fn into_response(self) -> Response {
+        let mut headers = HeaderMap::new();
+        if self.replayed {
+            headers.insert(
+                HeaderName::from_static("idempotent-replayed"),
+                HeaderValue::from_static("true"),
+            );
+        }
+        if let Some(ms) = self.retry_after_ms {
+            let secs = (ms.max(0) + 999) / 1000;
+            if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
+                headers.insert(axum::http::header::RETRY_AFTER, v);
+            }
+        }
+        let body = EffectResponse {
+            outcome: self.outcome,
+            response: self.response,
+            record: self.record,
+            retry_after_ms: self.retry_after_ms,
+            reconciled: self.reconciled,
+        };
+        (self.status, headers, Json(body)).into_response()
+    }
+}
+
+/// The answer of a claim that did not acquire (replays carry the stored response).
+fn claim_answer(reply: ClaimReply) -> Answer {
+    let replayed = reply.outcome.is_replay();
+    let response = if replayed {
+        reply.record.as_ref().and_then(|r| r.result.clone())
+    } else {
+        None
+    };
+    Answer {
+        outcome: reply.outcome.as_str(),
+        status: outcome_status(reply.outcome),
+        replayed,
+        response,
+        record: reply.record,
+        retry_after_ms: reply.retry_after_ms,
+        reconciled: None,
+    }
+}
+
+/// The answer after this call's attempt was reported, read from the record it left.
+fn attempt_answer(
+    record: Record,
+    response: Option<Value>,
+    reconciled: bool,
+    now: idem::Timestamp,
+) -> Answer {
+    let (outcome, status) = match record.state {
+        RecState::Completed => ("performed", StatusCode::OK),
+        RecState::FailedPermanent => ("failed_permanent", StatusCode::OK),
+        RecState::FailedRetryable => ("backoff", StatusCode::CONFLICT),
+        _ => ("needs_review", StatusCode::CONFLICT),
+    };
+    let retry_after_ms = (record.state == RecState::FailedRetryable)
+        .then(|| record.not_before.map_or(0, |nb| (nb.0 - now.0).max(0)));
+    Answer {
+        outcome,
+        status,
+        replayed: false,
+        response,
+        record: Some(record),
+        retry_after_ms,
+        reconciled: reconciled.then_some(true),
+    }
+}
+
+// ------------------------------------------------------------------ handler
+
+fn forbidden(field: &str, e: Forbidden) -> ApiError {
+    metrics::egress_refused();
+    ApiError::DestinationForbidden {
+        field: field.to_owned(),
+        message: format!("`{field}` is not an allowed destination: {e}"),
+    }
+}
+
+fn claim_of(mut ex: Executed) -> ApiResult<(ClaimReply, Executed)> {
+    let reply = std::mem::replace(&mut ex.reply, Ok(Reply::Swept { changed: false }));
+    match reply {
+        Ok(Reply::Claim(c)) => Ok((c, ex)),
+        Ok(other) => Err(ApiError::internal(format!("unexpected reply {other:?}"))),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Send one request under the key, exactly once; replay its stored response afterwards.
+#[utoipa::path(post, path = "/v1/namespaces/{ns}/keys/{key}/effect", tag = "keys",
+    params(("ns" = String, Path), ("key" = String, Path)),
+    request_body = EffectBody,
+    responses(
+        (status = 200, description = "performed; completed or failed_permanent replayed (with \
+            `Idempotent-Replayed: true`); failed_permanent of this attempt", body = EffectResponse,
+            headers(("Idempotent-Replayed" = String, description = "`true` on every replayed answer"))),
+        (status = 409, description = "backoff, needs_review, in_flight, awaiting_approval",
+            body = EffectResponse,
+            headers(("Retry-After" = String, description = "seconds, with backoff and in_flight"))),
+        (status = 422, description = "outcome conflict (a different request under this key)",
+            body = EffectResponse),
+        (status = 429, description = "outcome limited", body = EffectResponse),
+        (status = 503, description = "outcome paused", body = EffectResponse),
+    ))]
+pub async fn effect(
+    State(st): State<AppState>,
+    nk: NsKey,
+    Body(body): Body<EffectBody>,
+) -> ApiResult<Response> {
+    let input = body.into_input()?;
+    let ns = st.ledger.store().namespace(&nk.ns).await?;
+    let policy = &ns.policy;
+    let target = st
+        .egress
+        .check(&policy.egress, &input.url)
+        .await
+        .map_err(|e| forbidden("request.url", e))?;
+    let lookup_target = match &input.reconcile {
+        None => None,
+        Some(rc) => Some(
+            st.egress
+                .check(
+                    &policy.egress,
+                    &effect::reconcile_url(&rc.url, nk.key.as_str()),
+                )
+                .await
+                .map_err(|e| forbidden("reconcile.url", e))?,
+        ),
+    };
+    let idem_dest = input
+        .destination_idempotent
+        .unwrap_or(policy.destination_idempotent);
+    let fp = fingerprint(input.method, &input.url, input.body.as_ref())
+        .map_err(|e| ApiError::invalid_field("request.body", e.to_string()))?;
+    let lease_ms = (input.timeout_ms + effect::LEASE_MARGIN_MS).max(input.lease_ms.unwrap_or(0));
+    let claim = ClaimRequest {
+        fingerprint: Some(fp),
+        owner: input.owner.clone(),
+        lease_ms: Some(lease_ms),
+        correlation_id: input.correlation_id.clone(),
+        // A lost holder may have sent: a person decides, unless the destination dedupes.
+        lease_expiry: Some(if idem_dest {
+            LeaseExpiry::Reclaim
+        } else {
+            LeaseExpiry::Review
+        }),
+    };
+    let (mut reply, mut ex) = claim_of(exec(&st, &nk, Op::Claim(claim.clone()), None).await?)?;
+    if reply.outcome == ClaimOutcome::InFlight && input.wait_ms > 0 {
+        let deadline = Instant::now() + std::time::Duration::from_millis(input.wait_ms as u64);
+        if let WaitEnd::Changed = wait_for_holder(&st, &nk, deadline).await? {
+            (reply, ex) = claim_of(exec(&st, &nk, Op::Claim(claim), None).await?)?;
+        }
+    }
+    let duplicate = ex
+        .events
+        .iter()
+        .any(|e| e.kind == idem::EventType::DuplicateHit);
+    metrics::claim(reply.outcome, reply.resumed, reply.reclaimed, duplicate);
+    if reply.outcome != ClaimOutcome::Acquired {
+        log_op(
+            "effect",
+            &nk,
+            ex.from_state,
+            reply.record.as_ref(),
+            reply.outcome.as_str(),
+        );
+        let answer = claim_answer(reply);
+        metrics::effect(answer.outcome);
+        return Ok(answer.into_response());
+    }
+    let token = reply
+        .token
+        .as_ref()
+        .map(|t| t.secret())
+        .ok_or_else(|| ApiError::internal("acquired claim without a token"))?;
+    let run = Attempt {
+        st: &st,
+        nk: &nk,
+        token,
+        input: &input,
+        target: &target,
+        lookup: lookup_target.as_ref(),
+        destination_idempotent: idem_dest,
+    };
+    let answer = run.run().await?;
+    metrics::effect(answer.outcome);
+    Ok(answer.into_response())
+}
+
+/// One acquired attempt.
+struct Attempt<'a> {
+    st: &'a AppState,
+    nk: &'a NsKey,
+    token: String,
+    input: &'a Input,
+    target: &'a Target,
+    lookup: Option<&'a Target>,
+    destination_idempotent: bool,
+}
+
+impl Attempt<'_> {
+    async fn run(&self) -> ApiResult<Answer> {
+        let input = self.input;
+        let (transport, response) = if self.target.unresolvable() {
+            // Nothing can leave: no `sent` event, a retryable failure.
+            (Transport::NotSent(effect::NotSent::Dns), None)
+        } else {
+            self.record_sent().await?;
+            let mut headers = input.headers.clone();
+            if let Some(h) = &input.idempotency_header {
+                // Visible ASCII by construction of the key.
+                let v = HeaderValue::from_str(self.nk.key.as_str())
+                    .map_err(|_| ApiError::internal("key is not a header value"))?;
+                headers.insert(h.clone(), v);
+            }
+            let out = Outbound {
+                method: method_of(input.method),
+                headers,
+                body: input.bytes.clone(),
+                timeout: std::time::Duration::from_millis(input.timeout_ms as u64),
+            };
+            let started = Instant::now();
+            let outcome = self.st.egress.send(self.target, out).await;
+            metrics::effect_duration(started.elapsed().as_secs_f64());
+            self.read(outcome)
+        };
+        let mut verdict = classify(&transport, &input.success, self.destination_idempotent);
+        let mut response = response;
+        let mut reconciled = None;
+        if let (Verdict::Ambiguous, Some(rc), Some(target), false) = (
+            verdict,
+            &input.reconcile,
+            self.lookup,
+            self.destination_idempotent,
+        ) {
+            let (result, lookup_response) = self.reconcile(rc, target).await;
+            metrics::reconcile(result.as_str());
+            reconciled = Some(result);
+            match result {
+                Reconciled::Found => {
+                    verdict = Verdict::Performed;
+                    response = lookup_response;
+                }
+                Reconciled::NotFound => {
+                    verdict = Verdict::Retryable {
+                        retry_after_ms: None,
+                    }
+                }
+                Reconciled::Unknown => {}
+            }
+        }
+        let (category, message, http_status) = effect::failure(&transport);
+        let sent = !matches!(transport, Transport::NotSent(_));
+        let op = Op::EffectReport(EffectReportRequest {
+            token: self.token.clone(),
+            verdict,
+            response: response.clone(),
+            category: category.to_owned(),
+            message,
+            http_status,
+            sent,
+            reconciled,
+            cost: self.input.cost,
+        });
+        let ex = exec(self.st, self.nk, op, None).await?;
+        let record = match ex.reply {
+            Ok(Reply::Record(r)) => r,
+            Ok(Reply::Fail(f)) => {
+                metrics::fail(f.class.as_str(), http_status);
+                f.record
+            }
+            Ok(other) => return Err(ApiError::internal(format!("unexpected reply {other:?}"))),
+            Err(e) => return Err(refused("effect", self.nk, ex.from_state, e.into())),
+        };
+        log_op(
+            "effect",
+            self.nk,
+            ex.from_state,
+            Some(&record),
+            record.state.as_str(),
+        );
+        Ok(attempt_answer(
+            record,
+            response,
+            reconciled.is_some(),
+            self.st.ledger.now(),
+        ))
+    }
+
+    /// `sent`, durably, before the first byte leaves.
+    async fn record_sent(&self) -> ApiResult<()> {
+        let op = Op::EffectSent(EffectSentRequest {
+            token: self.token.clone(),
+            request: RequestSummary {
+                method: self.input.method.as_str().to_owned(),
+                url: url_without_query(&self.input.url),
+                idempotency_header: self
+                    .input
+                    .idempotency_header
+                    .as_ref()
+                    .map(|h| canonical_header_name(h.as_str())),
+            },
+        });
+        let ex = exec(self.st, self.nk, op, None).await?;
+        match ex.reply {
+            Ok(_) => Ok(()),
+            Err(e) => Err(refused("effect", self.nk, ex.from_state, e.into())),
+        }
+    }
+
+    /// The transport reading and the kept response of an outcome.
+    fn read(&self, outcome: Outcome) -> (Transport, Option<Value>) {
+        match outcome {
+            Outcome::NotSent(n) => (Transport::NotSent(n), None),
+            Outcome::Lost(l) => (Transport::Lost(l), None),
+            Outcome::Answered(a) => {
+                let now = self.st.ledger.now().millis();
+                let retry_after_ms = a
+                    .headers
+                    .iter()
+                    .find(|(n, _)| n == "retry-after")
+                    .and_then(|(_, v)| std::str::from_utf8(v).ok())
+                    .and_then(|v| {
+                        idem::classify::parse_retry_after(&Value::String(v.to_owned()), now).ok()
+                    });
+                let kept = capture(
+                    a.status,
+                    a.headers.iter().map(|(n, v)| (n.as_str(), v.as_slice())),
+                    &a.body,
+                    a.truncated,
+                );
+                (
+                    Transport::Answered {
+                        status: a.status,
+                        retry_after_ms,
+                    },
+                    Some(kept.to_json()),
+                )
+            }
+        }
+    }
+
+    /// The lookup: a GET without the idempotency header, the effect's timeout.
+    async fn reconcile(&self, rc: &Lookup, target: &Target) -> (Reconciled, Option<Value>) {
+        let out = Outbound {
+            method: idem_egress::Method::GET,
+            headers: rc.headers.clone(),
+            body: None,
+            timeout: std::time::Duration::from_millis(self.input.timeout_ms as u64),
+        };
+        match self.st.egress.send(target, out).await {
+            Outcome::Answered(a) => {
+                let result = reconcile_result(Some(a.status), &rc.found, &rc.not_found);
+                let kept = capture(
+                    a.status,
+                    a.headers.iter().map(|(n, v)| (n.as_str(), v.as_slice())),
+                    &a.body,
+                    a.truncated,
+                );
+                (result, Some(kept.to_json()))
+            }
+            _ => (Reconciled::Unknown, None),
+        }
+    }
+}
+
+fn method_of(m: EffMethod) -> idem_egress::Method {
+    match m {
+        EffMethod::Post => idem_egress::Method::POST,
+        EffMethod::Put => idem_egress::Method::PUT,
+        EffMethod::Patch => idem_egress::Method::PATCH,
+        EffMethod::Delete => idem_egress::Method::DELETE,
+    }
+}
+
+/// `idempotency-key` → `Idempotency-Key` (how people write header names; the record shows
+/// it so).
+fn canonical_header_name(h: &str) -> String {
+    h.split('-')
+        .map(|part| {
+            let mut c = part.chars();
+            match c.next() {
+                Some(f) => f.to_ascii_uppercase().to_string() + &c.as_str().to_ascii_lowercase(),
+                None => String::new(),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("-")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::input::read_body;
+    use serde_json::json;
+
+    fn input(v: Value) -> ApiResult<Input> {
+        read_body::<EffectBody>(v)?.into_input()
+    }
+    fn field(r: ApiResult<Input>) -> String {
+        match r {
+            Err(ApiError::InvalidField { field, message }) => {
+                assert!(!message.contains("s3cr3t"), "{message}");
+                field
+            }
+            Err(ApiError::UnknownField { field }) => format!("unknown:{field}"),
+            Err(e) => format!("{e:?}"),
+            Ok(_) => "ok".into(),
+        }
+    }
+
+    #[test]
+    fn requests_are_validated_naming_the_member() {
+        let url = "https://api.example.com/v1/x";
+        for (body, want) in [
+            (json!({}), "request"),
+            (json!({"request": {"url": url}}), "request.method"),
+            (
+                json!({"request": {"method": "GET", "url": url}}),
+                "request.method",
+            ),
+            (json!({"request": {"method": "POST"}}), "request.url"),
+            (
+                json!({"request": {"method": "POST", "url": "ftp://x/"}}),
+                "request.url",
+            ),
+            (
+                json!({"request": {"method": "POST", "url": "/relative"}}),
+                "request.url",
+            ),
+            (
+                json!({"request": {"method": "POST", "url": "https://u:p@x.example/"}}),
+                "request.url",
+            ),
+            (
+                json!({"request": {"method": "POST", "url": url, "body": {}, "body_text": "x"}}),
+                "request.body",
+            ),
+            (
+                json!({"request": {"method": "POST", "url": url, "body_base64": "!!"}}),
+                "request.body_base64",
+            ),
+            (
+                json!({"request": {"method": "POST", "url": url, "headers": {"X-A": 1}}}),
+                "request.headers.X-A",
+            ),
+            (
+                json!({"request": {"method": "POST", "url": url, "headers": {"X-A": "s3cr3t\n"}}}),
+                "request.headers.X-A",
+            ),
+            (
+                json!({"request": {"method": "POST", "url": url, "headers": {"Host": "x"}}}),
+                "request.headers.Host",
+            ),
+            (
+                json!({"request": {"method": "POST", "url": url,
+                       "headers": {"Idempotency-Key": "s3cr3t"}}}),
+                "request.headers.idempotency-key",
+            ),
+            (
+                json!({"request": {"method": "POST", "url": url}, "timeout_ms": 300_001}),
+                "timeout_ms",
+            ),
+            (
+                json!({"request": {"method": "POST", "url": url}, "timeout_ms": 0}),
+                "timeout_ms",
+            ),
+            (
+                json!({"request": {"method": "POST", "url": url}, "success": "3xx"}),
+                "success",
+            ),
+            (
+                json!({"request": {"method": "POST", "url": url}, "success": [700]}),
+                "success",
+            ),
+            (
+                json!({"request": {"method": "POST", "url": url}, "success": []}),
+                "success",
+            ),
+            (
+                json!({"request": {"method": "POST", "url": url}, "idempotency_header": "a b"}),
+                "idempotency_header",
+            ),
+            (
+                json!({"request": {"method": "POST", "url": url},
+                       "reconcile": {"url": url, "found": [200]}}),
+                "reconcile.not_found",
+            ),
+            (
+                json!({"request": {"method": "POST", "url": url},
+                       "reconcile": {"method": "POST", "url": url, "found": [200], "not_found": [404]}}),
+                "reconcile.method",
+            ),
+            (
+                json!({"request": {"method": "POST", "url": url, "extra": 1}}),
+                "unknown:request.extra",
+            ),
+            (
+                json!({"request": {"method": "POST", "url": url}, "cost": {}}),
+                "unknown:cost",
+            ),
+        ] {
+            assert_eq!(field(input(body.clone())), want, "{body}");
+        }
+    }
+
+    #[test]
+    fn defaults_and_the_idempotency_header() {
+        let i = input(json!({"request": {"method": "POST", "url": "https://x.example/a?b=1",
+                                          "body": {"a": 1}, "headers": {"Authorization": "s3cr3t"}}}))
+        .expect("valid");
+        assert_eq!(i.timeout_ms, 30_000);
+        assert_eq!(i.success, Success::TwoXx);
+        assert_eq!(
+            i.idempotency_header.as_ref().map(HeaderName::as_str),
+            Some("idempotency-key")
+        );
+        assert_eq!(
+            i.headers.get("content-type").map(|v| v.as_bytes()),
+            Some(&b"application/json"[..])
+        );
+        assert_eq!(i.bytes.as_deref(), Some(&br#"{"a":1}"#[..]));
+        let shown = format!(
+            "{:?}",
+            read_body::<EffectBody>(json!({"request": {"method": "POST",
+            "url": "https://x.example/", "headers": {"Authorization": "s3cr3t"}}}))
+        );
+        assert!(!shown.contains("s3cr3t"), "{shown}");
+        let none = input(
+            json!({"request": {"method": "PUT", "url": "https://x.example/"},
+                                 "idempotency_header": null}),
+        )
+        .expect("valid");
+        assert_eq!(none.idempotency_header, None);
+        assert!(none.body.is_none() && none.bytes.is_none());
+        let text = input(
+            json!({"request": {"method": "PATCH", "url": "https://x.example/",
+                                 "body_text": "hi", "headers": {"content-type": "text/plain"}}}),
+        )
+        .expect("valid");
+        assert_eq!(
+            text.headers.get("content-type").map(|v| v.as_bytes()),
+            Some(&b"text/plain"[..])
+        );
+        assert_eq!(canonical_header_name("idempotency-key"), "Idempotency-Key");
+        assert_eq!(canonical_header_name("x-idem"), "X-Idem");
+    }
+}

@@ -802,3 +802,37 @@ async fn concurrent_duplicates_wait_for_the_holder_and_get_the_stored_answer() {
         assert_eq!(d.count(), 1, "one request for five deliveries");
     }
 }
+
+#[tokio::test]
+async fn an_effect_reports_its_cost_like_complete_and_fail_and_a_bad_cost_sends_nothing() {
+    for backend in backends() {
+        let (d, port) = destination().await;
+        let app = app_for(backend, port).await;
+        d.script(&[503]);
+        let mut body = post(format!("http://127.0.0.1:{port}/seq"));
+        body["cost"] = json!({"tokens": 300, "usd": 0.25});
+        let r = effect(&app, "pay", "evt_c:draft", body.clone()).await;
+        assert_eq!(r.body["outcome"], "backoff", "{}", r.text);
+        let wait = r.body["retry_after_ms"].as_i64().expect("retry_after_ms");
+        app.advance(wait + 1);
+        body["cost"] = json!({"tokens": 200, "usd": 0.5});
+        let r = effect(&app, "pay", "evt_c:draft", body.clone()).await;
+        assert_eq!(r.body["outcome"], "performed", "{}", r.text);
+        assert_eq!(
+            r.body["record"]["cost"],
+            json!({"tokens": 500, "usd": 0.75, "retry_tokens": 200, "retry_usd": 0.5})
+        );
+        assert_eq!(d.count(), 2);
+
+        // Refused before anything is claimed or sent, naming the member.
+        let mut bad = post(format!("http://127.0.0.1:{port}/status/201"));
+        bad["cost"] = json!({"tokens": -1});
+        let r = effect(&app, "pay", "evt_c:other", bad).await;
+        assert_eq!(r.status, 422, "{}", r.text);
+        assert_eq!(r.body["code"], "invalid_field");
+        assert_eq!(r.body["field"], "cost.tokens");
+        assert_eq!(d.count(), 2, "nothing sent");
+        let rec = app.get(&Api::key_path("pay", "evt_c:other")).await;
+        assert_eq!(rec.status, 404, "nothing written");
+    }
+}

@@ -13,8 +13,8 @@ use futures_util::future::try_join_all;
 use idem_core::{AlertReason, Key, Namespace, Op, Policy, State, Timestamp};
 use idem_store::engine::{self, NsOwned, PlanWrite};
 use idem_store::{
-    AlertOutcome, OutboxKind, OutboxOutcome, PendingAlert, RetentionReport, StateCounts, Stats,
-    SweepReport,
+    AlertOutcome, OutboxKind, OutboxOutcome, PendingAlert, RetentionReport, SecretKind,
+    StateCounts, Stats, SweepReport,
 };
 use std::collections::HashMap;
 use std::sync::LazyLock;
@@ -320,15 +320,23 @@ pub(crate) async fn due_alerts(
     let client = store.client().await?;
     let urls = client
         .query(
-            "SELECT namespace, policy FROM namespaces WHERE namespace = ANY($1)",
-            &[&namespaces],
+            "SELECT n.namespace, n.policy, s.value FROM namespaces n \
+             LEFT JOIN LATERAL (SELECT value FROM secrets WHERE kind = $2 \
+               AND owner = n.namespace ORDER BY id DESC LIMIT 1) s ON TRUE \
+             WHERE n.namespace = ANY($1)",
+            &[&namespaces, &SecretKind::Alert.as_str()],
         )
         .await?;
     let mut by_ns: HashMap<String, Policy> = HashMap::new();
     for r in urls {
         let ns: String = r.try_get(0).map_err(|e| corrupt(&e))?;
         let text: String = r.try_get(1).map_err(|e| corrupt(&e))?;
-        by_ns.insert(ns, policy_from_text(Some(&text))?);
+        let secret = r.try_get(2).map_err(|e| corrupt(&e))?;
+        let policy = Policy {
+            alert_secret: crate::secrets::alert_secret_of(secret)?,
+            ..policy_from_text(Some(&text))?
+        };
+        by_ns.insert(ns, policy);
     }
     for a in &mut out {
         if let Some(p) = by_ns.get(&a.namespace) {

@@ -412,7 +412,8 @@ pub(crate) fn event_from_row(row: &Row) -> Result<Event, StoreError> {
 }
 
 /// The policy stored for a namespace (defaults when there is no row). Stored policies are
-/// merged over the defaults, so fields added by later versions get their default.
+/// merged over the defaults, so fields added by later versions get their default. Its
+/// `alert_secret` is `None`: reads that show or use it add it from `secrets`.
 pub(crate) fn policy_from_text(text: Option<&str>) -> Result<Policy, StoreError> {
     match text {
         None => Ok(Policy::default()),
@@ -425,11 +426,10 @@ pub(crate) fn policy_from_text(text: Option<&str>) -> Result<Policy, StoreError>
     }
 }
 
-/// The stored form of a policy (the `alert_secret` value included, unlike the API's
-/// `to_json`); read back by [`policy_from_text`].
+/// The stored form of a policy: no `alert_secret` (it lives in `secrets`, see
+/// [`idem_store::policy_at_rest`]); read back by [`policy_from_text`].
 pub(crate) fn policy_text(p: &Policy) -> Result<String, StoreError> {
-    serde_json::to_string(&p.to_stored_json())
-        .map_err(|e| StoreError::Internal(format!("policy encoding: {e}")))
+    idem_store::policy_at_rest(p)
 }
 
 /// Conversions for counts and limits coming from the API (`usize`) into SQL (`BIGINT`).

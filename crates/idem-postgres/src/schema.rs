@@ -18,8 +18,28 @@ use crate::error::store_err;
 /// Arbitrary constant identifying idem's migration lock (`'idem'` as ASCII).
 const MIGRATION_LOCK: i64 = 0x6964_656d;
 
-pub(crate) const MIGRATIONS: &[(i32, &str)] =
-    &[(1, V1), (2, V2), (3, V3), (4, V4), (5, V5), (6, V6)];
+pub(crate) const MIGRATIONS: &[(i32, &str)] = &[
+    (1, V1),
+    (2, V2),
+    (3, V3),
+    (4, V4),
+    (5, V5),
+    (6, V6),
+    (7, V7),
+];
+
+/// A namespace's alert signing secret moves out of the policy text into `secrets` (kind
+/// `alert`, owned by the namespace), so no secret is kept in a settings column that backups,
+/// dumps and support queries read as plain configuration. The policy text is rewritten through
+/// `jsonb` (key order and spacing change; the store merges it over the defaults on read, so
+/// nothing depends on either), and `revision` moves so no instance keeps a cached copy.
+const V7: &str = r#"
+INSERT INTO secrets (kind, owner, value, created_at)
+    SELECT 'alert', namespace, policy::jsonb ->> 'alert_secret', updated_at
+    FROM namespaces WHERE jsonb_typeof(policy::jsonb -> 'alert_secret') = 'string';
+UPDATE namespaces SET policy = (policy::jsonb - 'alert_secret')::text, revision = revision + 1
+    WHERE policy::jsonb -> 'alert_secret' IS NOT NULL;
+"#;
 
 /// Tokens for people: an expiry, a revocation instant (the row stays, so the token count that
 /// switches auth on never drops back to 0) and the last use.
@@ -384,7 +404,7 @@ mod tests {
                 .expect("delete");
         }
         let mut client = pool.get().await.expect("client");
-        assert_eq!(migrate(&mut client, 0).await.expect("migrate"), [5, 6]);
+        assert_eq!(migrate(&mut client, 0).await.expect("migrate"), [5, 6, 7]);
         let rows = client
             .query(
                 "SELECT id, kind, key, state, attempts, due_at, payload FROM outbox ORDER BY id",

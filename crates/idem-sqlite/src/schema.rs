@@ -227,6 +227,16 @@ ALTER TABLE api_tokens ADD COLUMN expires_at INTEGER;
 ALTER TABLE api_tokens ADD COLUMN revoked_at INTEGER;
 ALTER TABLE api_tokens ADD COLUMN last_used_at INTEGER;
 "#,
+    // 6: a namespace's alert signing secret moves out of the policy text into `secrets`
+    // (kind `alert`, owned by the namespace), so no secret is kept in a settings column that
+    // backups, dumps and support queries read as plain configuration.
+    r#"
+INSERT INTO secrets (kind, owner, value, created_at)
+    SELECT 'alert', namespace, json_extract(policy, '$.alert_secret'), updated_at
+    FROM namespaces WHERE json_type(policy, '$.alert_secret') = 'text';
+UPDATE namespaces SET policy = json_remove(policy, '$.alert_secret')
+    WHERE json_type(policy, '$.alert_secret') IS NOT NULL;
+"#,
 ];
 
 /// The schema version this build writes.
@@ -583,5 +593,75 @@ mod tests {
             8,
             "ids continue after the old table's"
         );
+    }
+
+    /// A version-5 ledger's alert secrets move out of the policy text at version 6: the
+    /// secret is in `secrets` (kind `alert`, owned by its namespace), the policy keeps every
+    /// other field, and a namespace without a secret is left as it was.
+    #[test]
+    fn version_5_alert_secrets_move_to_the_secrets_table() {
+        const S: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("v5.db");
+        // The policy text as version 5 wrote it: the serde form, the secret included.
+        let old_text = |patch: serde_json::Value| {
+            let p = idem_core::Policy::default().patch(&patch).expect("policy");
+            serde_json::to_string(&p).expect("text")
+        };
+        let signed = old_text(serde_json::json!(
+            {"lease_ms": 7000, "alert_url": "http://127.0.0.1:9/h", "alert_secret": S}
+        ));
+        let plain = old_text(serde_json::json!({"lease_ms": 5000}));
+        assert!(signed.contains(S));
+        {
+            let conn = Connection::open(&path).expect("open");
+            for sql in &MIGRATIONS[..5] {
+                conn.execute_batch(sql).expect("schema");
+            }
+            conn.pragma_update(None, "user_version", 5)
+                .expect("version");
+            for (ns, policy) in [("signed", signed.as_str()), ("plain", plain.as_str())] {
+                conn.execute(
+                    "INSERT INTO namespaces (namespace, policy, paused, updated_at, \
+                     retention_ms, audit_retention_ms, stuck_after_ms) \
+                     VALUES (?1, ?2, 0, 1234, 1, 1, 1)",
+                    rusqlite::params![ns, policy],
+                )
+                .expect("namespace");
+            }
+        }
+        let conn = open_writer(&path, Duration::from_secs(1)).expect("migrate");
+        let policy_of = |ns: &str| -> String {
+            conn.query_row(
+                "SELECT policy FROM namespaces WHERE namespace = ?1",
+                [ns],
+                |r| r.get(0),
+            )
+            .expect("policy")
+        };
+        let mut expected: serde_json::Value = serde_json::from_str(&signed).expect("json");
+        expected
+            .as_object_mut()
+            .and_then(|m| m.remove("alert_secret"))
+            .expect("the old text held the secret");
+        let migrated: serde_json::Value = serde_json::from_str(&policy_of("signed")).expect("json");
+        assert_eq!(migrated, expected, "every other field is kept");
+        assert_eq!(policy_of("plain"), plain);
+        let secrets: Vec<(String, String, String, i64, Option<i64>)> = conn
+            .prepare("SELECT kind, owner, value, created_at, expires_at FROM secrets")
+            .expect("prepare")
+            .query_map([], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+            })
+            .expect("query")
+            .collect::<Result<_, _>>()
+            .expect("rows");
+        assert_eq!(
+            secrets,
+            [("alert".into(), "signed".into(), S.into(), 1234, None)]
+        );
+        let (policy, _) = crate::rows::load_namespace_with_secret(&conn, "signed").expect("load");
+        assert_eq!(policy.lease_ms, 7000);
+        assert_eq!(policy.alert_secret.as_ref().map(|s| s.expose()), Some(S));
     }
 }

@@ -3,9 +3,12 @@
 //! `expires_at`. Values are stored as given so they can be used to sign and verify; this
 //! module must never log one or put one in an error.
 
-use idem_core::Timestamp;
-use idem_store::{Secret, SecretOwner, StoreError, StoredSecret};
-use rusqlite::{params, Connection};
+use idem_core::{AlertSecret, Timestamp};
+use idem_store::{
+    alert_owner, alert_secret_from_stored, AlertSecretWrite, Secret, SecretKind, SecretOwner,
+    StoreError, StoredSecret,
+};
+use rusqlite::{params, Connection, OptionalExtension};
 
 use crate::error::SqlResult;
 
@@ -72,4 +75,38 @@ pub(crate) fn secrets_remove(conn: &Connection, owner: &SecretOwner) -> Result<u
         .db()?
         .execute(params![owner.kind.as_str(), owner.name])
         .db()
+}
+
+/// A namespace's alert signing secret: its newest version (a policy change keeps one).
+pub(crate) fn alert_secret(conn: &Connection, ns: &str) -> Result<Option<AlertSecret>, StoreError> {
+    let value: Option<String> = conn
+        .prepare_cached(
+            "SELECT value FROM secrets WHERE kind = ?1 AND owner = ?2 ORDER BY id DESC LIMIT 1",
+        )
+        .db()?
+        .query_row(params![SecretKind::Alert.as_str(), ns], |r| r.get(0))
+        .optional()
+        .db()?;
+    value.as_deref().map(alert_secret_from_stored).transpose()
+}
+
+/// Applies a policy change to the namespace's alert secret, in the caller's transaction.
+pub(crate) fn write_alert_secret(
+    conn: &Connection,
+    ns: &str,
+    write: AlertSecretWrite<'_>,
+    now: Timestamp,
+) -> Result<(), StoreError> {
+    let owner = alert_owner(ns);
+    match write {
+        AlertSecretWrite::Keep => {}
+        AlertSecretWrite::Remove => {
+            secrets_remove(conn, &owner)?;
+        }
+        AlertSecretWrite::Replace(s) => {
+            secrets_remove(conn, &owner)?;
+            secret_add(conn, &owner, &Secret::new(s.expose()), None, None, now)?;
+        }
+    }
+    Ok(())
 }

@@ -25,7 +25,10 @@ pub use outbox::{
     AlertPayload, Jitter, NewOutboxItem, OutboxItem, OutboxKind, OutboxLease, OutboxOutcome,
     OutboxState, RetrySchedule,
 };
-pub use secrets::{Secret, SecretKind, SecretOwner, StoredSecret};
+pub use secrets::{
+    alert_owner, alert_secret_from_stored, policy_at_rest, AlertSecretWrite, Secret, SecretKind,
+    SecretOwner, StoredSecret,
+};
 pub use types::{
     generate_secret, hash_secret, AlertOutcome, ApiToken, Cursor, ExecCtx, Executed, ListQuery,
     NamespaceChange, NamespaceInfo, NewApiToken, Page, PendingAlert, RecordWithEvents,

@@ -13,8 +13,8 @@ use futures_util::future::try_join_all;
 use idem_core::{AlertReason, Key, Namespace, Op, Policy, State, Timestamp};
 use idem_store::engine::{self, NsOwned, PlanWrite};
 use idem_store::{
-    AlertOutcome, OutboxKind, OutboxOutcome, PendingAlert, RetentionReport, SecretKind,
-    StateCounts, Stats, SweepReport,
+    OutboxClaim, OutboxKind, PendingAlert, RetentionReport, SecretKind, StateCounts, Stats,
+    SweepReport,
 };
 use std::collections::HashMap;
 use std::sync::LazyLock;
@@ -303,7 +303,13 @@ pub(crate) async fn due_alerts(
     limit: usize,
     lease_ms: i64,
 ) -> Result<Vec<PendingAlert>, PgError> {
-    let items = crate::outbox::claim(store, OutboxKind::Alert, now, limit, lease_ms).await?;
+    let claim = OutboxClaim {
+        kind: OutboxKind::Alert,
+        now,
+        limit,
+        lease_ms,
+    };
+    let items = crate::outbox::claim(store, &claim).await?;
     let mut out = Vec::with_capacity(items.len());
     let mut namespaces: Vec<String> = Vec::new();
     for item in items {
@@ -345,23 +351,4 @@ pub(crate) async fn due_alerts(
         }
     }
     Ok(out)
-}
-
-/// Records one delivery attempt of a live alert; `Sent` also records `alert_sent` on its
-/// record (if the record still exists), in the same statement.
-pub(crate) async fn finish_alert(
-    store: &PgStore,
-    id: i64,
-    outcome: &AlertOutcome,
-    now: Timestamp,
-) -> Result<(), PgError> {
-    let generic = match outcome {
-        AlertOutcome::Sent => OutboxOutcome::Done,
-        AlertOutcome::RetryAt(at) => OutboxOutcome::Retry {
-            at: *at,
-            error: None,
-        },
-        AlertOutcome::GaveUp => OutboxOutcome::Dead { error: None },
-    };
-    crate::outbox::finish_alert(store, id, &generic, now).await
 }

@@ -272,19 +272,8 @@ pub(crate) static INSERT_RECORD: LazyLock<String> = LazyLock::new(|| {
 });
 
 /// `UPDATE` guarded by the version that was read ($29): 0 rows means the record moved.
-pub(crate) static UPDATE_RECORD: LazyLock<String> = LazyLock::new(|| {
-    let sets: Vec<String> = RECORD_COLUMNS
-        .iter()
-        .enumerate()
-        .skip(2)
-        .map(|(i, c)| format!("{c} = ${}", i + 1))
-        .collect();
-    format!(
-        "UPDATE records SET {} WHERE namespace = $1 AND key = $2 AND version = ${}",
-        sets.join(", "),
-        RECORD_COLUMNS.len() + 1
-    )
-});
+pub(crate) static UPDATE_RECORD: LazyLock<String> =
+    LazyLock::new(|| idem_store::sql::update_record('$'));
 
 /// Event columns after `(namespace, key)`, with casts so the single-statement forms below can
 /// take them as parameters of a `SELECT` list.

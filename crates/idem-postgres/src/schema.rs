@@ -58,25 +58,12 @@ ALTER TABLE api_tokens ADD COLUMN last_used_at BIGINT;
 /// leased at upgrade time (next_at in the future) becomes pending at that time, which is when
 /// its old lease would have run out. `due_at` is the end of the lease while an item is leased,
 /// so one partial index serves both "due" and "lease ran out".
-const V5: &str = r#"
-CREATE TABLE outbox (
-    id          BIGSERIAL PRIMARY KEY,
-    kind        TEXT NOT NULL,
-    namespace   TEXT COLLATE "C" NOT NULL,
-    key         TEXT COLLATE "C" NOT NULL,
-    dedupe      TEXT NOT NULL,
-    payload     BYTEA NOT NULL,
-    created_at  BIGINT NOT NULL,
-    due_at      BIGINT NOT NULL,
-    attempts    BIGINT NOT NULL DEFAULT 0,
-    state       TEXT NOT NULL DEFAULT 'pending',
-    lease_owner TEXT,
-    lease_until BIGINT,
-    last_error  TEXT,
-    finished_at BIGINT,
-    UNIQUE (namespace, key, kind, dedupe)
-);
-CREATE INDEX outbox_due ON outbox (kind, due_at) WHERE state IN ('pending', 'leased');
+const V5: &str = idem_store::outbox_and_secrets_tables!(
+    id: "BIGSERIAL PRIMARY KEY",
+    name: "TEXT COLLATE \"C\" NOT NULL",
+    bytes: "BYTEA",
+    int: "BIGINT",
+    between: r#"
 INSERT INTO outbox (id, kind, namespace, key, dedupe, payload, created_at, due_at, attempts,
                     state, finished_at)
     SELECT id, 'alert', namespace, key, reason || ':' || attempt,
@@ -93,17 +80,8 @@ SELECT setval(pg_get_serial_sequence('outbox', 'id'), n + 1, false) FROM (
         (SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM alerts_id_seq)) AS n
 ) AS next_id;
 DROP TABLE alerts;
-
-CREATE TABLE secrets (
-    id         BIGSERIAL PRIMARY KEY,
-    kind       TEXT NOT NULL,
-    owner      TEXT COLLATE "C" NOT NULL,
-    value      TEXT NOT NULL,
-    created_at BIGINT NOT NULL,
-    expires_at BIGINT
+"#
 );
-CREATE INDEX secrets_by_owner ON secrets (kind, owner, id);
-"#;
 
 /// Records per state, kept exact by triggers in the transaction of every write, so
 /// `/metrics` sums a few small rows instead of counting the ledger (the same cost at 10M

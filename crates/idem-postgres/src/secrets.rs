@@ -6,8 +6,8 @@
 use deadpool_postgres::Transaction;
 use idem_core::{AlertSecret, Timestamp};
 use idem_store::{
-    alert_owner, alert_secret_from_stored, AlertSecretWrite, Secret, SecretKind, SecretOwner,
-    StoredSecret,
+    alert_owner, alert_secret_from_stored, AlertSecretWrite, NewSecret, Secret, SecretKind,
+    SecretOwner, StoredSecret,
 };
 
 use crate::corrupt;
@@ -16,15 +16,13 @@ use crate::PgStore;
 
 pub(crate) async fn secret_add(
     store: &PgStore,
-    owner: &SecretOwner,
-    value: &Secret,
-    expires_at: Option<Timestamp>,
-    others_expire_at: Option<Timestamp>,
+    new: &NewSecret,
     now: Timestamp,
 ) -> Result<i64, PgError> {
+    let owner = &new.owner;
     let mut client = store.client().await?;
     let tx = client.transaction().await?;
-    if let Some(at) = others_expire_at {
+    if let Some(at) = new.others_expire_at {
         tx.execute(
             "UPDATE secrets SET expires_at = $3 WHERE kind = $1 AND owner = $2 \
              AND (expires_at IS NULL OR expires_at > $3)",
@@ -39,9 +37,9 @@ pub(crate) async fn secret_add(
             &[
                 &owner.kind.as_str(),
                 &owner.name,
-                &value.expose(),
+                &new.value.expose(),
                 &now.0,
-                &expires_at.map(|t| t.0),
+                &new.expires_at.map(|t| t.0),
             ],
         )
         .await?;

@@ -38,19 +38,7 @@ static INSERT_RECORD: LazyLock<String> = LazyLock::new(|| {
 
 // Parameters 1 and 2 (namespace, key) identify the row, 3..=28 are the new values and 29 is
 // the version the row must still have: the optimistic guard of the design.
-static UPDATE_RECORD: LazyLock<String> = LazyLock::new(|| {
-    let sets: Vec<String> = RECORD_COLUMNS
-        .iter()
-        .enumerate()
-        .skip(2)
-        .map(|(i, c)| format!("{c} = ?{}", i + 1))
-        .collect();
-    format!(
-        "UPDATE records SET {} WHERE namespace = ?1 AND key = ?2 AND version = ?{}",
-        sets.join(", "),
-        RECORD_COLUMNS.len() + 1
-    )
-});
+static UPDATE_RECORD: LazyLock<String> = LazyLock::new(|| idem_store::sql::update_record('?'));
 
 fn text(s: Option<&str>) -> Sql {
     s.map_or(Sql::Null, |s| Sql::Text(s.to_owned()))

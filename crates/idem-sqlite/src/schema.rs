@@ -174,26 +174,15 @@ END;
     // its state, so the dedupe of finished alerts survives too; then `alerts` is dropped:
     // nothing reads it any more, and two outboxes would mean two dedupe rules and two
     // retention deletes to keep in step. A leased alert (next_at in the future) becomes
-    // pending at that time, which is when its old lease would have run out.
-    r#"
-CREATE TABLE outbox (
-    id          INTEGER PRIMARY KEY AUTOINCREMENT,
-    kind        TEXT    NOT NULL,               -- alert | forward | effect
-    namespace   TEXT    NOT NULL,
-    key         TEXT    NOT NULL,
-    dedupe      TEXT    NOT NULL,
-    payload     BLOB    NOT NULL,
-    created_at  INTEGER NOT NULL,
-    due_at      INTEGER NOT NULL,               -- while leased: the end of the lease
-    attempts    INTEGER NOT NULL DEFAULT 0,
-    state       TEXT    NOT NULL DEFAULT 'pending',  -- pending | leased | done | dead
-    lease_owner TEXT,
-    lease_until INTEGER,
-    last_error  TEXT,
-    finished_at INTEGER,
-    UNIQUE (namespace, key, kind, dedupe)
-);
-CREATE INDEX outbox_due ON outbox (kind, due_at) WHERE state IN ('pending', 'leased');
+    // pending at that time, which is when its old lease would have run out. The two tables
+    // are spelled once for both stores (`idem_store::outbox_and_secrets_tables!`); the schema
+    // it makes is column for column the one this migration was released with.
+    idem_store::outbox_and_secrets_tables!(
+        id: "INTEGER PRIMARY KEY AUTOINCREMENT",
+        name: "TEXT NOT NULL",
+        bytes: "BLOB",
+        int: "INTEGER",
+        between: r#"
 INSERT INTO outbox (id, kind, namespace, key, dedupe, payload, created_at, due_at, attempts,
                     state)
     SELECT id, 'alert', namespace, key, reason || ':' || attempt,
@@ -209,17 +198,8 @@ UPDATE sqlite_sequence SET seq = MAX(seq,
     COALESCE((SELECT s.seq FROM sqlite_sequence s WHERE s.name = 'alerts'), 0))
     WHERE name = 'outbox';
 DROP TABLE alerts;
-
-CREATE TABLE secrets (
-    id         INTEGER PRIMARY KEY AUTOINCREMENT,
-    kind       TEXT    NOT NULL,               -- alert | source | forward
-    owner      TEXT    NOT NULL,
-    value      TEXT    NOT NULL,
-    created_at INTEGER NOT NULL,
-    expires_at INTEGER
-);
-CREATE INDEX secrets_by_owner ON secrets (kind, owner, id);
-"#,
+"#
+    ),
     // 5: tokens for people: an expiry, a revocation instant (the row stays, so the token
     // count that switches auth on never drops back to 0) and the last use.
     r#"
@@ -564,15 +544,22 @@ mod tests {
             ]
         );
         let p = idem_store::AlertPayload::decode(&rows[0].6).expect("payload");
+        let idem_store::AlertPayload {
+            reason,
+            state,
+            error_category,
+            attempt,
+            traceparent,
+        } = p;
         assert_eq!(
-            p,
-            idem_store::AlertPayload {
-                reason: "needs_review".into(),
-                state: "needs_review".into(),
-                error_category: Some("timeout".into()),
-                attempt: 2,
-                traceparent: None,
-            }
+            (reason, state, error_category, attempt, traceparent),
+            (
+                "needs_review".into(),
+                "needs_review".into(),
+                Some("timeout".into()),
+                2,
+                None
+            )
         );
         let gone: i64 = conn
             .query_row(

@@ -5,8 +5,8 @@
 
 use idem_core::{AlertSecret, Timestamp};
 use idem_store::{
-    alert_owner, alert_secret_from_stored, AlertSecretWrite, Secret, SecretKind, SecretOwner,
-    StoreError, StoredSecret,
+    alert_owner, alert_secret_from_stored, AlertSecretWrite, NewSecret, Secret, SecretKind,
+    SecretOwner, StoreError, StoredSecret,
 };
 use rusqlite::{params, Connection, OptionalExtension};
 
@@ -14,13 +14,11 @@ use crate::error::SqlResult;
 
 pub(crate) fn secret_add(
     conn: &Connection,
-    owner: &SecretOwner,
-    value: &Secret,
-    expires_at: Option<Timestamp>,
-    others_expire_at: Option<Timestamp>,
+    new: &NewSecret,
     now: Timestamp,
 ) -> Result<i64, StoreError> {
-    if let Some(at) = others_expire_at {
+    let owner = &new.owner;
+    if let Some(at) = new.others_expire_at {
         conn.prepare_cached(
             "UPDATE secrets SET expires_at = ?3 WHERE kind = ?1 AND owner = ?2 \
              AND (expires_at IS NULL OR expires_at > ?3)",
@@ -37,9 +35,9 @@ pub(crate) fn secret_add(
     .execute(params![
         owner.kind.as_str(),
         owner.name,
-        value.expose(),
+        new.value.expose(),
         now.0,
-        expires_at.map(|t| t.0),
+        new.expires_at.map(|t| t.0),
     ])
     .db()?;
     Ok(conn.last_insert_rowid())
@@ -105,7 +103,7 @@ pub(crate) fn write_alert_secret(
         }
         AlertSecretWrite::Replace(s) => {
             secrets_remove(conn, &owner)?;
-            secret_add(conn, &owner, &Secret::new(s.expose()), None, None, now)?;
+            secret_add(conn, &NewSecret::new(owner, Secret::new(s.expose())), now)?;
         }
     }
     Ok(())

@@ -434,7 +434,13 @@ pub(crate) fn due_alerts_step(
     max: usize,
     lease_ms: i64,
 ) -> Result<Vec<PendingAlert>, StoreError> {
-    let items = outbox::claim(conn, idem_store::OutboxKind::Alert, now, max, lease_ms)?;
+    let claim = idem_store::OutboxClaim {
+        kind: idem_store::OutboxKind::Alert,
+        now,
+        limit: max,
+        lease_ms,
+    };
+    let items = outbox::claim(conn, &claim)?;
     // The URL and secret are read now, not when queued: an operator may have fixed them.
     type Target = (Option<String>, Option<idem_core::AlertSecret>);
     let mut urls: HashMap<String, Target> = HashMap::new();
@@ -464,15 +470,7 @@ pub(crate) fn finish_alert_step(
     outcome: &AlertOutcome,
     now: Timestamp,
 ) -> Result<(), StoreError> {
-    let generic = match outcome {
-        AlertOutcome::Sent => idem_store::OutboxOutcome::Done,
-        AlertOutcome::RetryAt(at) => idem_store::OutboxOutcome::Retry {
-            at: *at,
-            error: None,
-        },
-        AlertOutcome::GaveUp => idem_store::OutboxOutcome::Dead { error: None },
-    };
-    let changed = outbox::finish(conn, id, None, &generic, now)?;
+    let changed = outbox::finish(conn, id, None, &outcome.into(), now)?;
     if !changed || *outcome != AlertOutcome::Sent {
         return Ok(());
     }

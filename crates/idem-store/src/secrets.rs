@@ -100,6 +100,30 @@ impl SecretOwner {
     }
 }
 
+/// A new version for [`crate::Store::secret_add`]. With `others_expire_at`, every other
+/// version of `owner` still active then expires at that time (rotation: `now + grace`;
+/// replacement: `now`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewSecret {
+    pub owner: SecretOwner,
+    pub value: Secret,
+    /// This version verifies until then (exclusive); `None`: until replaced.
+    pub expires_at: Option<Timestamp>,
+    pub others_expire_at: Option<Timestamp>,
+}
+
+impl NewSecret {
+    /// A version that never expires by itself and leaves the others as they are.
+    pub fn new(owner: SecretOwner, value: Secret) -> NewSecret {
+        NewSecret {
+            owner,
+            value,
+            expires_at: None,
+            others_expire_at: None,
+        }
+    }
+}
+
 /// One stored version.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredSecret {

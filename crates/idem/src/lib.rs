@@ -53,8 +53,9 @@ pub use idem_store::{
     RecordWithEvents, RetentionReport, Role, StateCounts, Stats, Store, StoreError, SweepReport,
 };
 pub use idem_store::{
-    AlertPayload, Jitter, NewOutboxItem, OutboxItem, OutboxKind, OutboxLease, OutboxOutcome,
-    OutboxState, RetrySchedule, Secret, SecretKind, SecretOwner, StoredSecret,
+    AlertPayload, Jitter, NewOutboxItem, NewSecret, OutboxClaim, OutboxFinish, OutboxItem,
+    OutboxKind, OutboxLease, OutboxOutcome, OutboxState, RetrySchedule, Secret, SecretKind,
+    SecretOwner, StoredSecret,
 };
 
 #[derive(Debug, thiserror::Error)]

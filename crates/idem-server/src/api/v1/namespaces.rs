@@ -6,7 +6,7 @@
 //! current policy before anything is written, so the answer names the field whatever the
 //! backend does.
 
-use axum::extract::State;
+use axum::extract::{FromRequest, FromRequestParts, Request, State};
 use axum::routing::{get, patch, post};
 use axum::{Extension, Json};
 use idem::{Namespace, NamespaceChange, NamespaceInfo, Role};
@@ -233,50 +233,72 @@ pub async fn patch_namespace(
     Ok(ns_response(info))
 }
 
-async fn switch(
-    st: &AppState,
-    caller: &Caller,
-    ns: &Namespace,
+/// A pause or resume request: the namespace, who asks and the optional note, read in the
+/// order the other handlers read theirs (caller, path, then body).
+pub struct SwitchRequest {
+    st: AppState,
+    caller: Caller,
+    ns: Namespace,
     body: NoteBody,
-    change: NamespaceChange,
-) -> ApiResult<Json<NamespaceResponse>> {
-    let note = body.into_note();
-    let what = if matches!(change, NamespaceChange::Pause) {
-        "paused"
-    } else {
-        "resumed"
-    };
-    let info = st
-        .ledger
-        .store()
-        .update_namespace(ns, change, st.ledger.now())
-        .await?;
-    tracing::warn!(namespace = %ns, actor = caller.actor(), note, "namespace {what}");
-    Ok(ns_response(info))
+}
+
+impl FromRequest<AppState> for SwitchRequest {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, st: &AppState) -> Result<Self, ApiError> {
+        let (mut parts, body) = req.into_parts();
+        let caller = parts
+            .extensions
+            .get::<Caller>()
+            .cloned()
+            .ok_or_else(|| ApiError::internal("no caller on an authenticated route"))?;
+        let NsPath(ns) = NsPath::from_request_parts(&mut parts, st).await?;
+        let Body(body) = Body::from_request(Request::from_parts(parts, body), st).await?;
+        Ok(SwitchRequest {
+            st: st.clone(),
+            caller,
+            ns,
+            body,
+        })
+    }
+}
+
+impl SwitchRequest {
+    async fn apply(self, change: NamespaceChange) -> ApiResult<Json<NamespaceResponse>> {
+        let SwitchRequest {
+            st,
+            caller,
+            ns,
+            body,
+        } = self;
+        let note = body.into_note();
+        let what = if matches!(change, NamespaceChange::Pause) {
+            "paused"
+        } else {
+            "resumed"
+        };
+        let info = st
+            .ledger
+            .store()
+            .update_namespace(&ns, change, st.ledger.now())
+            .await?;
+        tracing::warn!(namespace = %ns, actor = caller.actor(), note, "namespace {what}");
+        Ok(ns_response(info))
+    }
 }
 
 /// Stop control: claims get 503 `paused`; in-flight work can still land (operator).
 #[utoipa::path(post, path = "/v1/namespaces/{ns}/pause", tag = "namespaces",
     params(("ns" = String, Path)), request_body = NoteBody,
     responses((status = 200, description = "the namespace after the change", body = NamespaceResponse)))]
-pub async fn pause(
-    State(st): State<AppState>,
-    Extension(caller): Extension<Caller>,
-    NsPath(ns): NsPath,
-    Body(body): Body<NoteBody>,
-) -> ApiResult<Json<NamespaceResponse>> {
-    switch(&st, &caller, &ns, body, NamespaceChange::Pause).await
+pub async fn pause(req: SwitchRequest) -> ApiResult<Json<NamespaceResponse>> {
+    req.apply(NamespaceChange::Pause).await
 }
 
 /// Lift the stop control (operator).
 #[utoipa::path(post, path = "/v1/namespaces/{ns}/resume", tag = "namespaces",
     params(("ns" = String, Path)), request_body = NoteBody,
     responses((status = 200, description = "the namespace after the change", body = NamespaceResponse)))]
-pub async fn resume(
-    State(st): State<AppState>,
-    Extension(caller): Extension<Caller>,
-    NsPath(ns): NsPath,
-    Body(body): Body<NoteBody>,
-) -> ApiResult<Json<NamespaceResponse>> {
-    switch(&st, &caller, &ns, body, NamespaceChange::Resume).await
+pub async fn resume(req: SwitchRequest) -> ApiResult<Json<NamespaceResponse>> {
+    req.apply(NamespaceChange::Resume).await
 }

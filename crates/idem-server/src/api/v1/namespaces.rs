@@ -6,18 +6,19 @@
 //! current policy before anything is written, so the answer names the field whatever the
 //! backend does.
 
-use axum::extract::{FromRequest, FromRequestParts, Request, State};
+use axum::extract::State;
 use axum::routing::{get, patch, post};
 use axum::{Extension, Json};
-use idem::{Namespace, NamespaceChange, NamespaceInfo, Role};
+use idem::{NamespaceChange, NamespaceInfo, Role};
 use serde::Serialize;
 use serde_json::Value;
 use utoipa::{OpenApi, ToSchema};
 
+use super::shared::Acting;
 use crate::api::{LeaseExpiryDoc, NoteBody};
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult};
-use crate::input::{Body, JsonBody, NsPath};
+use crate::input::{JsonBody, NsPath};
 use crate::routes::{r, Route};
 use crate::state::AppState;
 
@@ -233,72 +234,44 @@ pub async fn patch_namespace(
     Ok(ns_response(info))
 }
 
-/// A pause or resume request: the namespace, who asks and the optional note, read in the
-/// order the other handlers read theirs (caller, path, then body).
-pub struct SwitchRequest {
-    st: AppState,
-    caller: Caller,
-    ns: Namespace,
-    body: NoteBody,
-}
-
-impl FromRequest<AppState> for SwitchRequest {
-    type Rejection = ApiError;
-
-    async fn from_request(req: Request, st: &AppState) -> Result<Self, ApiError> {
-        let (mut parts, body) = req.into_parts();
-        let caller = parts
-            .extensions
-            .get::<Caller>()
-            .cloned()
-            .ok_or_else(|| ApiError::internal("no caller on an authenticated route"))?;
-        let NsPath(ns) = NsPath::from_request_parts(&mut parts, st).await?;
-        let Body(body) = Body::from_request(Request::from_parts(parts, body), st).await?;
-        Ok(SwitchRequest {
-            st: st.clone(),
-            caller,
-            ns,
-            body,
-        })
-    }
-}
-
-impl SwitchRequest {
-    async fn apply(self, change: NamespaceChange) -> ApiResult<Json<NamespaceResponse>> {
-        let SwitchRequest {
-            st,
-            caller,
-            ns,
-            body,
-        } = self;
-        let note = body.into_note();
-        let what = if matches!(change, NamespaceChange::Pause) {
-            "paused"
-        } else {
-            "resumed"
-        };
-        let info = st
-            .ledger
-            .store()
-            .update_namespace(&ns, change, st.ledger.now())
-            .await?;
-        tracing::warn!(namespace = %ns, actor = caller.actor(), note, "namespace {what}");
-        Ok(ns_response(info))
-    }
+/// Pause or resume, logged with who did it and their note.
+async fn switch(
+    req: Acting<NsPath, NoteBody>,
+    change: NamespaceChange,
+) -> ApiResult<Json<NamespaceResponse>> {
+    let Acting {
+        st,
+        caller,
+        path: NsPath(ns),
+        body,
+    } = req;
+    let note = body.into_note();
+    let what = if matches!(change, NamespaceChange::Pause) {
+        "paused"
+    } else {
+        "resumed"
+    };
+    let info = st
+        .ledger
+        .store()
+        .update_namespace(&ns, change, st.ledger.now())
+        .await?;
+    tracing::warn!(namespace = %ns, actor = caller.actor(), note, "namespace {what}");
+    Ok(ns_response(info))
 }
 
 /// Stop control: claims get 503 `paused`; in-flight work can still land (operator).
 #[utoipa::path(post, path = "/v1/namespaces/{ns}/pause", tag = "namespaces",
     params(("ns" = String, Path)), request_body = NoteBody,
     responses((status = 200, description = "the namespace after the change", body = NamespaceResponse)))]
-pub async fn pause(req: SwitchRequest) -> ApiResult<Json<NamespaceResponse>> {
-    req.apply(NamespaceChange::Pause).await
+pub async fn pause(req: Acting<NsPath, NoteBody>) -> ApiResult<Json<NamespaceResponse>> {
+    switch(req, NamespaceChange::Pause).await
 }
 
 /// Lift the stop control (operator).
 #[utoipa::path(post, path = "/v1/namespaces/{ns}/resume", tag = "namespaces",
     params(("ns" = String, Path)), request_body = NoteBody,
     responses((status = 200, description = "the namespace after the change", body = NamespaceResponse)))]
-pub async fn resume(req: SwitchRequest) -> ApiResult<Json<NamespaceResponse>> {
-    req.apply(NamespaceChange::Resume).await
+pub async fn resume(req: Acting<NsPath, NoteBody>) -> ApiResult<Json<NamespaceResponse>> {
+    switch(req, NamespaceChange::Resume).await
 }

@@ -271,7 +271,8 @@ pub(crate) static INSERT_RECORD: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
-/// `UPDATE` guarded by the version that was read ($29): 0 rows means the record moved.
+/// `UPDATE` guarded by the version that was read (the last parameter): 0 rows means the
+/// record moved.
 pub(crate) static UPDATE_RECORD: LazyLock<String> =
     LazyLock::new(|| idem_store::sql::update_record('$'));
 

@@ -36,8 +36,8 @@ static INSERT_RECORD: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
-// Parameters 1 and 2 (namespace, key) identify the row, 3..=28 are the new values and 29 is
-// the version the row must still have: the optimistic guard of the design.
+// Parameters 1 and 2 (namespace, key) identify the row, then the new values, and the last one
+// is the version the row must still have: the optimistic guard of the design.
 static UPDATE_RECORD: LazyLock<String> = LazyLock::new(|| idem_store::sql::update_record('?'));
 
 fn text(s: Option<&str>) -> Sql {

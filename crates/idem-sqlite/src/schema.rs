@@ -207,17 +207,20 @@ ALTER TABLE api_tokens ADD COLUMN expires_at INTEGER;
 ALTER TABLE api_tokens ADD COLUMN revoked_at INTEGER;
 ALTER TABLE api_tokens ADD COLUMN last_used_at INTEGER;
 "#,
-    // 6: a namespace's alert signing secret moves out of the policy text into `secrets`
-    // (kind `alert`, owned by the namespace), so no secret is kept in a settings column that
-    // backups, dumps and support queries read as plain configuration.
-    r#"
+    // 6: a namespace's alert signing secret moves out of the policy text into `secrets`.
+    ALERT_SECRETS_OUT_OF_THE_POLICY,
+];
+
+/// A namespace's alert signing secret moves out of the policy text into `secrets` (kind
+/// `alert`, owned by the namespace), so no secret is kept in a settings column that backups,
+/// dumps and support queries read as plain configuration.
+const ALERT_SECRETS_OUT_OF_THE_POLICY: &str = r#"
 INSERT INTO secrets (kind, owner, value, created_at)
     SELECT 'alert', namespace, json_extract(policy, '$.alert_secret'), updated_at
     FROM namespaces WHERE json_type(policy, '$.alert_secret') = 'text';
 UPDATE namespaces SET policy = json_remove(policy, '$.alert_secret')
     WHERE json_type(policy, '$.alert_secret') IS NOT NULL;
-"#,
-];
+"#;
 
 /// The schema version this build writes.
 pub(crate) fn latest_version() -> i64 {
@@ -582,11 +585,11 @@ mod tests {
         );
     }
 
-    /// A version-5 ledger's alert secrets move out of the policy text at version 6: the
+    /// A ledger from before the move keeps its alert secrets in the policy text; at upgrade the
     /// secret is in `secrets` (kind `alert`, owned by its namespace), the policy keeps every
     /// other field, and a namespace without a secret is left as it was.
     #[test]
-    fn version_5_alert_secrets_move_to_the_secrets_table() {
+    fn alert_secrets_move_out_of_the_policy_text() {
         const S: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
         let dir = tempfile::tempdir().expect("dir");
         let path = dir.path().join("v5.db");
@@ -602,10 +605,14 @@ mod tests {
         assert!(signed.contains(S));
         {
             let conn = Connection::open(&path).expect("open");
-            for sql in &MIGRATIONS[..5] {
+            let before = MIGRATIONS
+                .iter()
+                .position(|m| *m == ALERT_SECRETS_OUT_OF_THE_POLICY)
+                .expect("listed");
+            for sql in &MIGRATIONS[..before] {
                 conn.execute_batch(sql).expect("schema");
             }
-            conn.pragma_update(None, "user_version", 5)
+            conn.pragma_update(None, "user_version", before as i64)
                 .expect("version");
             for (ns, policy) in [("signed", signed.as_str()), ("plain", plain.as_str())] {
                 conn.execute(

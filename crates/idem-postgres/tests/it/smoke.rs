@@ -786,9 +786,13 @@ async fn migration_7_moves_an_alert_secret_out_of_the_policy_text() {
     )
     .await
     .expect("old row");
-    raw.batch_execute("DELETE FROM secrets; DELETE FROM idem_schema_migrations WHERE version = 7;")
-        .await
-        .expect("downgrade");
+    // The version of the migration that moves alert secrets (V7 in `src/schema.rs`).
+    const MOVE: i32 = 7;
+    raw.batch_execute(&format!(
+        "DELETE FROM secrets; DELETE FROM idem_schema_migrations WHERE version = {MOVE};"
+    ))
+    .await
+    .expect("downgrade");
     let store = db.store().await;
     let text: String = raw
         .query_one(

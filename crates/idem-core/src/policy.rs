@@ -49,9 +49,9 @@ pub struct RetryPolicy {
     pub window_ms: i64,
 }
 
-/// A namespace policy. Its serde form is the stored one and holds `alert_secret`; the API
-/// shows [`Policy::to_json`], which replaces it with `alert_secret_set`. `Debug` hides the
-/// secret ([`AlertSecret`] prints `***`).
+/// A namespace policy. Its serde form holds `alert_secret` (the stores keep that one apart, in
+/// their secrets table, and put it back on reads); the API shows [`Policy::to_json`], which
+/// replaces it with `alert_secret_set`. `Debug` hides the secret ([`AlertSecret`] prints `***`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Policy {
     pub lease_ms: i64,
@@ -265,8 +265,9 @@ impl Policy {
         v
     }
 
-    /// The policy as stored: every field, the `alert_secret` value included (omitted when
-    /// unset). Accepted back by [`Policy::patch`] and by serde. Never for an answer or a log.
+    /// The policy with every field, the `alert_secret` value included (omitted when unset).
+    /// Accepted back by [`Policy::patch`] and by serde. Never for an answer or a log; the
+    /// stores keep it without the secret.
     pub fn to_stored_json(&self) -> Value {
         serde_json::to_value(self).unwrap_or(Value::Null)
     }

@@ -13,7 +13,7 @@ use futures_util::future::try_join_all;
 use idem_core::{AlertReason, Key, Namespace, Op, Policy, State, Timestamp};
 use idem_store::engine::{self, NsOwned, PlanWrite};
 use idem_store::{
-    AlertOutcome, NamespaceStats, OutboxKind, OutboxOutcome, PendingAlert, RetentionReport,
+    NamespaceStats, OutboxClaim, OutboxKind, PendingAlert, RetentionReport, SecretKind,
     StateCounts, Stats, SweepReport,
 };
 use std::collections::HashMap;
@@ -353,7 +353,13 @@ pub(crate) async fn due_alerts(
     limit: usize,
     lease_ms: i64,
 ) -> Result<Vec<PendingAlert>, PgError> {
-    let items = crate::outbox::claim(store, OutboxKind::Alert, now, limit, lease_ms).await?;
+    let claim = OutboxClaim {
+        kind: OutboxKind::Alert,
+        now,
+        limit,
+        lease_ms,
+    };
+    let items = crate::outbox::claim(store, &claim).await?;
     let mut out = Vec::with_capacity(items.len());
     let mut namespaces: Vec<String> = Vec::new();
     for item in items {
@@ -370,15 +376,23 @@ pub(crate) async fn due_alerts(
     let client = store.client().await?;
     let urls = client
         .query(
-            "SELECT namespace, policy FROM namespaces WHERE namespace = ANY($1)",
-            &[&namespaces],
+            "SELECT n.namespace, n.policy, s.value FROM namespaces n \
+             LEFT JOIN LATERAL (SELECT value FROM secrets WHERE kind = $2 \
+               AND owner = n.namespace ORDER BY id DESC LIMIT 1) s ON TRUE \
+             WHERE n.namespace = ANY($1)",
+            &[&namespaces, &SecretKind::Alert.as_str()],
         )
         .await?;
     let mut by_ns: HashMap<String, Policy> = HashMap::new();
     for r in urls {
         let ns: String = r.try_get(0).map_err(|e| corrupt(&e))?;
         let text: String = r.try_get(1).map_err(|e| corrupt(&e))?;
-        by_ns.insert(ns, policy_from_text(Some(&text))?);
+        let secret = r.try_get(2).map_err(|e| corrupt(&e))?;
+        let policy = Policy {
+            alert_secret: crate::secrets::alert_secret_of(secret)?,
+            ..policy_from_text(Some(&text))?
+        };
+        by_ns.insert(ns, policy);
     }
     for a in &mut out {
         if let Some(p) = by_ns.get(&a.namespace) {
@@ -387,23 +401,4 @@ pub(crate) async fn due_alerts(
         }
     }
     Ok(out)
-}
-
-/// Records one delivery attempt of a live alert; `Sent` also records `alert_sent` on its
-/// record (if the record still exists), in the same statement.
-pub(crate) async fn finish_alert(
-    store: &PgStore,
-    id: i64,
-    outcome: &AlertOutcome,
-    now: Timestamp,
-) -> Result<(), PgError> {
-    let generic = match outcome {
-        AlertOutcome::Sent => OutboxOutcome::Done,
-        AlertOutcome::RetryAt(at) => OutboxOutcome::Retry {
-            at: *at,
-            error: None,
-        },
-        AlertOutcome::GaveUp => OutboxOutcome::Dead { error: None },
-    };
-    crate::outbox::finish_alert(store, id, &generic, now).await
 }

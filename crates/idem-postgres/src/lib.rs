@@ -69,8 +69,8 @@ use deadpool_postgres::{Client, Pool};
 use idem_core::{Key, Namespace, Op, Timestamp};
 use idem_store::engine;
 use idem_store::{
-    ApiToken, ExecCtx, Executed, ListQuery, NamespaceChange, NamespaceInfo, NewApiToken, Page,
-    RecordWithEvents, Store, StoreError,
+    ApiToken, ExecCtx, Executed, ListQuery, NamespaceChange, NamespaceInfo, NewApiToken, NewSecret,
+    OutboxClaim, OutboxFinish, OutboxItem, Page, RecordWithEvents, Store, StoreError,
 };
 
 pub use connect::PgOptions;
@@ -295,8 +295,9 @@ impl Store for PgStore {
         outcome: idem_store::AlertOutcome,
         now: Timestamp,
     ) -> Result<(), StoreError> {
+        let outcome = (&outcome).into();
         self.bounded(self.with_retries("finish_alert", || {
-            janitor::finish_alert(self, id, &outcome, now)
+            outbox::finish_alert(self, id, &outcome, now)
         }))
         .await
     }
@@ -345,30 +346,15 @@ impl Store for PgStore {
             .await
     }
 
-    async fn outbox_claim(
-        &self,
-        kind: idem_store::OutboxKind,
-        now: Timestamp,
-        limit: usize,
-        lease_ms: i64,
-    ) -> Result<Vec<idem_store::OutboxItem>, StoreError> {
-        self.bounded(self.with_retries("outbox_claim", || {
-            outbox::claim(self, kind, now, limit, lease_ms)
-        }))
-        .await
+    async fn outbox_claim(&self, claim: OutboxClaim) -> Result<Vec<OutboxItem>, StoreError> {
+        self.bounded(self.with_retries("outbox_claim", || outbox::claim(self, &claim)))
+            .await
     }
 
-    async fn outbox_finish(
-        &self,
-        id: i64,
-        lease: &idem_store::OutboxLease,
-        outcome: idem_store::OutboxOutcome,
-        now: Timestamp,
-    ) -> Result<bool, StoreError> {
-        self.bounded(self.with_retries("outbox_finish", || {
-            outbox::finish(self, id, lease, &outcome, now)
-        }))
-        .await
+    async fn outbox_finish(&self, f: OutboxFinish) -> Result<bool, StoreError> {
+        let finish = || outbox::finish(self, f.id, &f.lease, &f.outcome, f.now);
+        self.bounded(self.with_retries("outbox_finish", finish))
+            .await
     }
 
     async fn outbox_item(&self, id: i64) -> Result<Option<idem_store::OutboxItem>, StoreError> {
@@ -376,18 +362,9 @@ impl Store for PgStore {
             .await
     }
 
-    async fn secret_add(
-        &self,
-        owner: &idem_store::SecretOwner,
-        value: idem_store::Secret,
-        expires_at: Option<Timestamp>,
-        others_expire_at: Option<Timestamp>,
-        now: Timestamp,
-    ) -> Result<i64, StoreError> {
-        self.bounded(self.with_retries("secret_add", || {
-            secrets::secret_add(self, owner, &value, expires_at, others_expire_at, now)
-        }))
-        .await
+    async fn secret_add(&self, new: NewSecret, now: Timestamp) -> Result<i64, StoreError> {
+        self.bounded(self.with_retries("secret_add", || secrets::secret_add(self, &new, now)))
+            .await
     }
 
     async fn secrets(

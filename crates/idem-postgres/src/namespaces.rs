@@ -5,10 +5,13 @@
 
 use deadpool_postgres::Client;
 use idem_core::{Namespace, Policy, Timestamp};
-use idem_store::{NamespaceChange, NamespaceInfo, StateCounts, StoreError};
+use idem_store::{
+    AlertSecretWrite, NamespaceChange, NamespaceInfo, SecretKind, StateCounts, StoreError,
+};
 
 use crate::error::{store_err, PgError};
 use crate::rows::{as_u64, parse_state, policy_from_text, policy_text};
+use crate::secrets::{alert_secret_of, write_alert_secret, ALERT_SECRET};
 use crate::{corrupt, PgStore};
 
 impl PgStore {
@@ -25,13 +28,17 @@ impl PgStore {
                 "SELECT state, count(*) FROM records WHERE namespace = $1 GROUP BY state",
             )
             .await?;
+        let secret_stmt = client.prepare_cached(ALERT_SECRET).await?;
         let ns_str = ns.as_str();
         let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&ns_str];
-        let (ns_row, count_rows) = tokio::try_join!(
+        let alert = SecretKind::Alert.as_str();
+        let secret_params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&alert, &ns_str];
+        let (ns_row, count_rows, secret_row) = tokio::try_join!(
             client.query_opt(&ns_stmt, &params),
-            client.query(&counts_stmt, &params)
+            client.query(&counts_stmt, &params),
+            client.query_opt(&secret_stmt, &secret_params)
         )?;
-        let (policy, paused) = match ns_row {
+        let (mut policy, paused) = match ns_row {
             Some(r) => {
                 let text: String = r.try_get(0).map_err(|e| corrupt(&e))?;
                 (
@@ -41,6 +48,8 @@ impl PgStore {
             }
             None => (Policy::default(), false),
         };
+        let secret = secret_row.map(|r| r.try_get(0)).transpose();
+        policy.alert_secret = alert_secret_of(secret.map_err(|e| corrupt(&e))?)?;
         let mut pairs = Vec::with_capacity(count_rows.len());
         for r in count_rows {
             let s: String = r.try_get(0).map_err(|e| corrupt(&e))?;
@@ -88,13 +97,24 @@ impl PgStore {
             )
             .await?;
         let text: String = row.try_get(0).map_err(|e| corrupt(&e))?;
-        let mut policy = policy_from_text(Some(&text))?;
         let mut paused: bool = row.try_get(1).map_err(|e| corrupt(&e))?;
-        match change {
-            NamespaceChange::Patch(p) => policy = policy.patch(p).map_err(StoreError::from)?,
-            NamespaceChange::Pause => paused = true,
-            NamespaceChange::Resume => paused = false,
-        }
+        let secret = tx
+            .query_opt(ALERT_SECRET, &[&SecretKind::Alert.as_str(), &ns.as_str()])
+            .await?
+            .map(|r| r.try_get(0))
+            .transpose()
+            .map_err(|e| corrupt(&e))?;
+        let before = Policy {
+            alert_secret: alert_secret_of(secret)?,
+            ..policy_from_text(Some(&text))?
+        };
+        let policy = match change {
+            NamespaceChange::Patch(p) => before.patch(p).map_err(StoreError::from)?,
+            NamespaceChange::Pause | NamespaceChange::Resume => {
+                paused = matches!(change, NamespaceChange::Pause);
+                before.clone()
+            }
+        };
         tx.execute(
             "UPDATE namespaces SET policy = $2, paused = $3, retention_ms = $4, \
              audit_retention_ms = $5, stuck_after_ms = $6, updated_at = $7, \
@@ -110,6 +130,9 @@ impl PgStore {
             ],
         )
         .await?;
+        let write =
+            AlertSecretWrite::between(before.alert_secret.as_ref(), policy.alert_secret.as_ref());
+        write_alert_secret(&tx, ns.as_str(), write, now).await?;
         tx.commit().await?;
         Ok(())
     }

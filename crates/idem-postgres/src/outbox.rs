@@ -11,7 +11,9 @@
 //! leases, and never log a payload.
 
 use idem_core::Timestamp;
-use idem_store::{NewOutboxItem, OutboxItem, OutboxKind, OutboxLease, OutboxOutcome, OutboxState};
+use idem_store::{
+    NewOutboxItem, OutboxClaim, OutboxItem, OutboxKind, OutboxLease, OutboxOutcome, OutboxState,
+};
 use tokio_postgres::Row;
 
 use crate::corrupt;
@@ -98,14 +100,11 @@ static CLAIM: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     )
 });
 
-pub(crate) async fn claim(
-    store: &PgStore,
-    kind: OutboxKind,
-    now: Timestamp,
-    limit: usize,
-    lease_ms: i64,
-) -> Result<Vec<OutboxItem>, PgError> {
-    let lease = OutboxLease::fresh(now.plus_ms(lease_ms.max(0)));
+pub(crate) async fn claim(store: &PgStore, c: &OutboxClaim) -> Result<Vec<OutboxItem>, PgError> {
+    let OutboxClaim {
+        kind, now, limit, ..
+    } = *c;
+    let lease = c.fresh_lease();
     let client = store.client().await?;
     let stmt = client.prepare_cached(&CLAIM).await?;
     let rows = client
@@ -191,6 +190,8 @@ const FINISH_ALERT_SENT: &str = "WITH a AS ( \
         r.owner, r.correlation_id, 'alert delivered: ' || (a.p->>'reason') \
     FROM a JOIN records r ON r.namespace = a.namespace AND r.key = a.key";
 
+/// Records one delivery attempt of a live alert; `Done` also records `alert_sent` on its
+/// record (if the record still exists), in the same statement.
 pub(crate) async fn finish_alert(
     store: &PgStore,
     id: i64,

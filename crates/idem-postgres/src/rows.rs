@@ -319,20 +319,10 @@ pub(crate) static INSERT_RECORD: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
-/// `UPDATE` guarded by the version that was read ($n+1): 0 rows means the record moved.
-pub(crate) static UPDATE_RECORD: LazyLock<String> = LazyLock::new(|| {
-    let sets: Vec<String> = RECORD_COLUMNS
-        .iter()
-        .enumerate()
-        .skip(2)
-        .map(|(i, c)| format!("{c} = ${}", i + 1))
-        .collect();
-    format!(
-        "UPDATE records SET {} WHERE namespace = $1 AND key = $2 AND version = ${}",
-        sets.join(", "),
-        RECORD_COLUMNS.len() + 1
-    )
-});
+/// `UPDATE` guarded by the version that was read (the last parameter): 0 rows means the
+/// record moved.
+pub(crate) static UPDATE_RECORD: LazyLock<String> =
+    LazyLock::new(|| idem_store::sql::update_record('$'));
 
 /// Parameters of an event after `(namespace, key)` ([`EventParams::tail_params`]).
 pub(crate) const EVENT_TAIL_LEN: usize = 11;
@@ -551,7 +541,8 @@ pub(crate) fn event_from_row(row: &Row) -> Result<Event, StoreError> {
 }
 
 /// The policy stored for a namespace (defaults when there is no row). Stored policies are
-/// merged over the defaults, so fields added by later versions get their default.
+/// merged over the defaults, so fields added by later versions get their default. Its
+/// `alert_secret` is `None`: reads that show or use it add it from `secrets`.
 pub(crate) fn policy_from_text(text: Option<&str>) -> Result<Policy, StoreError> {
     match text {
         None => Ok(Policy::default()),
@@ -564,11 +555,10 @@ pub(crate) fn policy_from_text(text: Option<&str>) -> Result<Policy, StoreError>
     }
 }
 
-/// The stored form of a policy (the `alert_secret` value included, unlike the API's
-/// `to_json`); read back by [`policy_from_text`].
+/// The stored form of a policy: no `alert_secret` (it lives in `secrets`, see
+/// [`idem_store::policy_at_rest`]); read back by [`policy_from_text`].
 pub(crate) fn policy_text(p: &Policy) -> Result<String, StoreError> {
-    serde_json::to_string(&p.to_stored_json())
-        .map_err(|e| StoreError::Internal(format!("policy encoding: {e}")))
+    idem_store::policy_at_rest(p)
 }
 
 /// Conversions for counts and limits coming from the API (`usize`) into SQL (`BIGINT`).

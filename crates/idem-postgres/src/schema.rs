@@ -27,6 +27,7 @@ pub(crate) const MIGRATIONS: &[(i32, &str)] = &[
     (6, V6),
     (7, V7),
     (8, V8),
+    (9, V9),
 ];
 
 /// Cost and recovery. Each record sums what its attempts reported spending (`retry_*` =
@@ -67,6 +68,19 @@ const V8: &str = r#"
 ALTER TABLE records ADD COLUMN request TEXT;
 "#;
 
+/// A namespace's alert signing secret moves out of the policy text into `secrets` (kind
+/// `alert`, owned by the namespace), so no secret is kept in a settings column that backups,
+/// dumps and support queries read as plain configuration. The policy text is rewritten through
+/// `jsonb` (key order and spacing change; the store merges it over the defaults on read, so
+/// nothing depends on either), and `revision` moves so no instance keeps a cached copy.
+const V9: &str = r#"
+INSERT INTO secrets (kind, owner, value, created_at)
+    SELECT 'alert', namespace, policy::jsonb ->> 'alert_secret', updated_at
+    FROM namespaces WHERE jsonb_typeof(policy::jsonb -> 'alert_secret') = 'string';
+UPDATE namespaces SET policy = (policy::jsonb - 'alert_secret')::text, revision = revision + 1
+    WHERE policy::jsonb -> 'alert_secret' IS NOT NULL;
+"#;
+
 /// Tokens for people: an expiry, a revocation instant (the row stays, so the token count that
 /// switches auth on never drops back to 0) and the last use.
 const V6: &str = r#"
@@ -84,25 +98,12 @@ ALTER TABLE api_tokens ADD COLUMN last_used_at BIGINT;
 /// leased at upgrade time (next_at in the future) becomes pending at that time, which is when
 /// its old lease would have run out. `due_at` is the end of the lease while an item is leased,
 /// so one partial index serves both "due" and "lease ran out".
-const V5: &str = r#"
-CREATE TABLE outbox (
-    id          BIGSERIAL PRIMARY KEY,
-    kind        TEXT NOT NULL,
-    namespace   TEXT COLLATE "C" NOT NULL,
-    key         TEXT COLLATE "C" NOT NULL,
-    dedupe      TEXT NOT NULL,
-    payload     BYTEA NOT NULL,
-    created_at  BIGINT NOT NULL,
-    due_at      BIGINT NOT NULL,
-    attempts    BIGINT NOT NULL DEFAULT 0,
-    state       TEXT NOT NULL DEFAULT 'pending',
-    lease_owner TEXT,
-    lease_until BIGINT,
-    last_error  TEXT,
-    finished_at BIGINT,
-    UNIQUE (namespace, key, kind, dedupe)
-);
-CREATE INDEX outbox_due ON outbox (kind, due_at) WHERE state IN ('pending', 'leased');
+const V5: &str = idem_store::outbox_and_secrets_tables!(
+    id: "BIGSERIAL PRIMARY KEY",
+    name: "TEXT COLLATE \"C\" NOT NULL",
+    bytes: "BYTEA",
+    int: "BIGINT",
+    between: r#"
 INSERT INTO outbox (id, kind, namespace, key, dedupe, payload, created_at, due_at, attempts,
                     state, finished_at)
     SELECT id, 'alert', namespace, key, reason || ':' || attempt,
@@ -119,17 +120,8 @@ SELECT setval(pg_get_serial_sequence('outbox', 'id'), n + 1, false) FROM (
         (SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM alerts_id_seq)) AS n
 ) AS next_id;
 DROP TABLE alerts;
-
-CREATE TABLE secrets (
-    id         BIGSERIAL PRIMARY KEY,
-    kind       TEXT NOT NULL,
-    owner      TEXT COLLATE "C" NOT NULL,
-    value      TEXT NOT NULL,
-    created_at BIGINT NOT NULL,
-    expires_at BIGINT
+"#
 );
-CREATE INDEX secrets_by_owner ON secrets (kind, owner, id);
-"#;
 
 /// Records per state, kept exact by triggers in the transaction of every write, so
 /// `/metrics` sums a few small rows instead of counting the ledger (the same cost at 10M
@@ -430,7 +422,10 @@ mod tests {
                 .expect("delete");
         }
         let mut client = pool.get().await.expect("client");
-        assert_eq!(migrate(&mut client, 0).await.expect("migrate"), [5, 6, 7]);
+        assert_eq!(
+            migrate(&mut client, 0).await.expect("migrate"),
+            [5, 6, 7, 8, 9]
+        );
         let rows = client
             .query(
                 "SELECT id, kind, key, state, attempts, due_at, payload FROM outbox ORDER BY id",

@@ -3,8 +3,12 @@
 //! `expires_at`. Values are stored as given so they can be used to sign and verify; this
 //! module must never log one or put one in an error (driver errors name no parameter values).
 
-use idem_core::Timestamp;
-use idem_store::{Secret, SecretOwner, StoredSecret};
+use deadpool_postgres::Transaction;
+use idem_core::{AlertSecret, Timestamp};
+use idem_store::{
+    alert_owner, alert_secret_from_stored, AlertSecretWrite, NewSecret, Secret, SecretKind,
+    SecretOwner, StoredSecret,
+};
 
 use crate::corrupt;
 use crate::error::PgError;
@@ -12,15 +16,13 @@ use crate::PgStore;
 
 pub(crate) async fn secret_add(
     store: &PgStore,
-    owner: &SecretOwner,
-    value: &Secret,
-    expires_at: Option<Timestamp>,
-    others_expire_at: Option<Timestamp>,
+    new: &NewSecret,
     now: Timestamp,
 ) -> Result<i64, PgError> {
+    let owner = &new.owner;
     let mut client = store.client().await?;
     let tx = client.transaction().await?;
-    if let Some(at) = others_expire_at {
+    if let Some(at) = new.others_expire_at {
         tx.execute(
             "UPDATE secrets SET expires_at = $3 WHERE kind = $1 AND owner = $2 \
              AND (expires_at IS NULL OR expires_at > $3)",
@@ -35,9 +37,9 @@ pub(crate) async fn secret_add(
             &[
                 &owner.kind.as_str(),
                 &owner.name,
-                &value.expose(),
+                &new.value.expose(),
                 &now.0,
-                &expires_at.map(|t| t.0),
+                &new.expires_at.map(|t| t.0),
             ],
         )
         .await?;
@@ -86,4 +88,40 @@ pub(crate) async fn secrets_remove(store: &PgStore, owner: &SecretOwner) -> Resu
         )
         .await?;
     Ok(usize::try_from(n).unwrap_or(usize::MAX))
+}
+
+/// The newest version of a namespace's alert secret: what `$2`'s policy shows and signs with.
+pub(crate) const ALERT_SECRET: &str =
+    "SELECT value FROM secrets WHERE kind = $1 AND owner = $2 ORDER BY id DESC LIMIT 1";
+
+/// The alert secret from the value [`ALERT_SECRET`] (or a join on it) read.
+pub(crate) fn alert_secret_of(value: Option<String>) -> Result<Option<AlertSecret>, PgError> {
+    Ok(value.as_deref().map(alert_secret_from_stored).transpose()?)
+}
+
+/// Applies a policy change to the namespace's alert secret, in the caller's transaction.
+pub(crate) async fn write_alert_secret(
+    tx: &Transaction<'_>,
+    ns: &str,
+    write: AlertSecretWrite<'_>,
+    now: Timestamp,
+) -> Result<(), PgError> {
+    let owner = alert_owner(ns);
+    let kind = SecretKind::Alert.as_str();
+    if write == AlertSecretWrite::Keep {
+        return Ok(());
+    }
+    tx.execute(
+        "DELETE FROM secrets WHERE kind = $1 AND owner = $2",
+        &[&kind, &owner.name],
+    )
+    .await?;
+    if let AlertSecretWrite::Replace(s) = write {
+        tx.execute(
+            "INSERT INTO secrets (kind, owner, value, created_at) VALUES ($1, $2, $3, $4)",
+            &[&kind, &owner.name, &s.expose(), &now.0],
+        )
+        .await?;
+    }
+    Ok(())
 }

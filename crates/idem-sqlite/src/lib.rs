@@ -42,8 +42,8 @@ use async_trait::async_trait;
 use idem_core::{Key, Namespace, Op, Timestamp};
 use idem_store::{
     AlertOutcome, ApiToken, ExecCtx, Executed, ListQuery, NamespaceChange, NamespaceInfo,
-    NewApiToken, Page, PendingAlert, RecordWithEvents, RetentionReport, Stats, Store, StoreError,
-    SweepReport,
+    NewApiToken, NewSecret, OutboxClaim, OutboxFinish, OutboxItem, Page, PendingAlert,
+    RecordWithEvents, RetentionReport, Stats, Store, StoreError, SweepReport,
 };
 use rusqlite::Connection;
 use tokio::sync::oneshot;
@@ -419,26 +419,12 @@ impl Store for SqliteStore {
         self.write(move |c| outbox::enqueue(c, &item, now)).await
     }
 
-    async fn outbox_claim(
-        &self,
-        kind: idem_store::OutboxKind,
-        now: Timestamp,
-        limit: usize,
-        lease_ms: i64,
-    ) -> Result<Vec<idem_store::OutboxItem>, StoreError> {
-        self.write(move |c| outbox::claim(c, kind, now, limit, lease_ms))
-            .await
+    async fn outbox_claim(&self, claim: OutboxClaim) -> Result<Vec<OutboxItem>, StoreError> {
+        self.write(move |c| outbox::claim(c, &claim)).await
     }
 
-    async fn outbox_finish(
-        &self,
-        id: i64,
-        lease: &idem_store::OutboxLease,
-        outcome: idem_store::OutboxOutcome,
-        now: Timestamp,
-    ) -> Result<bool, StoreError> {
-        let lease = lease.clone();
-        self.write(move |c| outbox::finish(c, id, Some(&lease), &outcome, now))
+    async fn outbox_finish(&self, f: OutboxFinish) -> Result<bool, StoreError> {
+        self.write(move |c| outbox::finish(c, f.id, Some(&f.lease), &f.outcome, f.now))
             .await
     }
 
@@ -446,19 +432,8 @@ impl Store for SqliteStore {
         self.read(move |c| outbox::item(c, id)).await
     }
 
-    async fn secret_add(
-        &self,
-        owner: &idem_store::SecretOwner,
-        value: idem_store::Secret,
-        expires_at: Option<Timestamp>,
-        others_expire_at: Option<Timestamp>,
-        now: Timestamp,
-    ) -> Result<i64, StoreError> {
-        let owner = owner.clone();
-        self.write(move |c| {
-            secrets::secret_add(c, &owner, &value, expires_at, others_expire_at, now)
-        })
-        .await
+    async fn secret_add(&self, new: NewSecret, now: Timestamp) -> Result<i64, StoreError> {
+        self.write(move |c| secrets::secret_add(c, &new, now)).await
     }
 
     async fn secrets(

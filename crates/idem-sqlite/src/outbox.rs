@@ -10,7 +10,8 @@
 
 use idem_core::Timestamp;
 use idem_store::{
-    NewOutboxItem, OutboxItem, OutboxKind, OutboxLease, OutboxOutcome, OutboxState, StoreError,
+    NewOutboxItem, OutboxClaim, OutboxItem, OutboxKind, OutboxLease, OutboxOutcome, OutboxState,
+    StoreError,
 };
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
@@ -78,14 +79,11 @@ pub(crate) fn enqueue(
 }
 
 /// Leases due items of `kind` to one fresh holder (see the module doc).
-pub(crate) fn claim(
-    conn: &Connection,
-    kind: OutboxKind,
-    now: Timestamp,
-    limit: usize,
-    lease_ms: i64,
-) -> Result<Vec<OutboxItem>, StoreError> {
-    let lease = OutboxLease::fresh(now.plus_ms(lease_ms.max(0)));
+pub(crate) fn claim(conn: &Connection, c: &OutboxClaim) -> Result<Vec<OutboxItem>, StoreError> {
+    let OutboxClaim {
+        kind, now, limit, ..
+    } = *c;
+    let lease = c.fresh_lease();
     let sql = format!(
         "UPDATE outbox SET state = 'leased', lease_owner = ?4, lease_until = ?3, due_at = ?3 \
          WHERE id IN (SELECT id FROM outbox WHERE kind = ?1 AND state IN ('pending', 'leased') \

@@ -16,8 +16,8 @@ use rusqlite::{params, Connection, OptionalExtension};
 
 use crate::error::{corrupt, SqlResult};
 use crate::rows::{
-    collect_counts, count_states, load_events, load_namespace, load_record, record_from_row,
-    RECORD_SELECT,
+    collect_counts, count_states, load_events, load_namespace, load_namespace_with_secret,
+    load_record, record_from_row, RECORD_SELECT,
 };
 
 pub(crate) fn get(
@@ -91,7 +91,7 @@ pub(crate) fn namespace(
     ns: &Namespace,
 ) -> Result<NamespaceInfo, StoreError> {
     let tx = conn.transaction().db()?;
-    let (policy, paused) = load_namespace(&tx, ns.as_str())?;
+    let (policy, paused) = load_namespace_with_secret(&tx, ns.as_str())?;
     Ok(NamespaceInfo {
         namespace: ns.as_str().to_owned(),
         paused,

@@ -36,21 +36,9 @@ static INSERT_RECORD: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
-// Parameters 1 and 2 (namespace, key) identify the row, 3..=33 are the new values and 34 is
-// the version the row must still have: the optimistic guard of the design.
-static UPDATE_RECORD: LazyLock<String> = LazyLock::new(|| {
-    let sets: Vec<String> = RECORD_COLUMNS
-        .iter()
-        .enumerate()
-        .skip(2)
-        .map(|(i, c)| format!("{c} = ?{}", i + 1))
-        .collect();
-    format!(
-        "UPDATE records SET {} WHERE namespace = ?1 AND key = ?2 AND version = ?{}",
-        sets.join(", "),
-        RECORD_COLUMNS.len() + 1
-    )
-});
+// Parameters 1 and 2 (namespace, key) identify the row, then the new values, and the last one
+// is the version the row must still have: the optimistic guard of the design.
+static UPDATE_RECORD: LazyLock<String> = LazyLock::new(|| idem_store::sql::update_record('?'));
 
 fn text(s: Option<&str>) -> Sql {
     s.map_or(Sql::Null, |s| Sql::Text(s.to_owned()))
@@ -369,7 +357,9 @@ pub(crate) fn load_events(conn: &Connection, rid: i64) -> Result<Vec<Event>, Sto
     Ok(out)
 }
 
-/// The namespace settings: its policy (defaults when never configured) and pause flag.
+/// The namespace settings: its policy (defaults when never configured) and pause flag. The
+/// policy's `alert_secret` is `None` here (decisions never read it); reads that show or use
+/// it take [`load_namespace_with_secret`].
 pub(crate) fn load_namespace(conn: &Connection, ns: &str) -> Result<(Policy, bool), StoreError> {
     let row: Option<(String, i64)> = conn
         .prepare_cached("SELECT policy, paused FROM namespaces WHERE namespace = ?1")
@@ -387,7 +377,18 @@ pub(crate) fn load_namespace(conn: &Connection, ns: &str) -> Result<(Policy, boo
     }
 }
 
-/// Writes the namespace settings (creating the row on first change).
+/// The namespace settings with the policy's `alert_secret` from the secrets table.
+pub(crate) fn load_namespace_with_secret(
+    conn: &Connection,
+    ns: &str,
+) -> Result<(Policy, bool), StoreError> {
+    let (mut policy, paused) = load_namespace(conn, ns)?;
+    policy.alert_secret = crate::secrets::alert_secret(conn, ns)?;
+    Ok((policy, paused))
+}
+
+/// Writes the namespace settings (creating the row on first change); the policy text holds
+/// no alert secret ([`idem_store::policy_at_rest`]).
 pub(crate) fn save_namespace(
     conn: &Connection,
     ns: &str,
@@ -395,8 +396,7 @@ pub(crate) fn save_namespace(
     paused: bool,
     now: Timestamp,
 ) -> Result<(), StoreError> {
-    let json = serde_json::to_string(policy)
-        .map_err(|e| StoreError::Internal(format!("policy cannot be stored: {e}")))?;
+    let json = idem_store::policy_at_rest(policy)?;
     conn.prepare_cached(
         "INSERT INTO namespaces (namespace, policy, paused, updated_at, retention_ms, \
          audit_retention_ms, stuck_after_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) \

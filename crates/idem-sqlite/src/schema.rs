@@ -174,26 +174,15 @@ END;
     // its state, so the dedupe of finished alerts survives too; then `alerts` is dropped:
     // nothing reads it any more, and two outboxes would mean two dedupe rules and two
     // retention deletes to keep in step. A leased alert (next_at in the future) becomes
-    // pending at that time, which is when its old lease would have run out.
-    r#"
-CREATE TABLE outbox (
-    id          INTEGER PRIMARY KEY AUTOINCREMENT,
-    kind        TEXT    NOT NULL,               -- alert | forward | effect
-    namespace   TEXT    NOT NULL,
-    key         TEXT    NOT NULL,
-    dedupe      TEXT    NOT NULL,
-    payload     BLOB    NOT NULL,
-    created_at  INTEGER NOT NULL,
-    due_at      INTEGER NOT NULL,               -- while leased: the end of the lease
-    attempts    INTEGER NOT NULL DEFAULT 0,
-    state       TEXT    NOT NULL DEFAULT 'pending',  -- pending | leased | done | dead
-    lease_owner TEXT,
-    lease_until INTEGER,
-    last_error  TEXT,
-    finished_at INTEGER,
-    UNIQUE (namespace, key, kind, dedupe)
-);
-CREATE INDEX outbox_due ON outbox (kind, due_at) WHERE state IN ('pending', 'leased');
+    // pending at that time, which is when its old lease would have run out. The two tables
+    // are spelled once for both stores (`idem_store::outbox_and_secrets_tables!`); the schema
+    // it makes is column for column the one this migration was released with.
+    idem_store::outbox_and_secrets_tables!(
+        id: "INTEGER PRIMARY KEY AUTOINCREMENT",
+        name: "TEXT NOT NULL",
+        bytes: "BLOB",
+        int: "INTEGER",
+        between: r#"
 INSERT INTO outbox (id, kind, namespace, key, dedupe, payload, created_at, due_at, attempts,
                     state)
     SELECT id, 'alert', namespace, key, reason || ':' || attempt,
@@ -209,17 +198,8 @@ UPDATE sqlite_sequence SET seq = MAX(seq,
     COALESCE((SELECT s.seq FROM sqlite_sequence s WHERE s.name = 'alerts'), 0))
     WHERE name = 'outbox';
 DROP TABLE alerts;
-
-CREATE TABLE secrets (
-    id         INTEGER PRIMARY KEY AUTOINCREMENT,
-    kind       TEXT    NOT NULL,               -- alert | source | forward
-    owner      TEXT    NOT NULL,
-    value      TEXT    NOT NULL,
-    created_at INTEGER NOT NULL,
-    expires_at INTEGER
-);
-CREATE INDEX secrets_by_owner ON secrets (kind, owner, id);
-"#,
+"#
+    ),
     // 5: tokens for people: an expiry, a revocation instant (the row stays, so the token
     // count that switches auth on never drops back to 0) and the last use.
     r#"
@@ -261,7 +241,20 @@ CREATE TABLE ns_stats (
     r#"
 ALTER TABLE records ADD COLUMN request TEXT;
 "#,
+    // 8: a namespace's alert signing secret moves out of the policy text into `secrets`.
+    ALERT_SECRETS_OUT_OF_THE_POLICY,
 ];
+
+/// A namespace's alert signing secret moves out of the policy text into `secrets` (kind
+/// `alert`, owned by the namespace), so no secret is kept in a settings column that backups,
+/// dumps and support queries read as plain configuration.
+const ALERT_SECRETS_OUT_OF_THE_POLICY: &str = r#"
+INSERT INTO secrets (kind, owner, value, created_at)
+    SELECT 'alert', namespace, json_extract(policy, '$.alert_secret'), updated_at
+    FROM namespaces WHERE json_type(policy, '$.alert_secret') = 'text';
+UPDATE namespaces SET policy = json_remove(policy, '$.alert_secret')
+    WHERE json_type(policy, '$.alert_secret') IS NOT NULL;
+"#;
 
 /// The schema version this build writes.
 pub(crate) fn latest_version() -> i64 {
@@ -588,15 +581,22 @@ mod tests {
             ]
         );
         let p = idem_store::AlertPayload::decode(&rows[0].6).expect("payload");
+        let idem_store::AlertPayload {
+            reason,
+            state,
+            error_category,
+            attempt,
+            traceparent,
+        } = p;
         assert_eq!(
-            p,
-            idem_store::AlertPayload {
-                reason: "needs_review".into(),
-                state: "needs_review".into(),
-                error_category: Some("timeout".into()),
-                attempt: 2,
-                traceparent: None,
-            }
+            (reason, state, error_category, attempt, traceparent),
+            (
+                "needs_review".into(),
+                "needs_review".into(),
+                Some("timeout".into()),
+                2,
+                None
+            )
         );
         let gone: i64 = conn
             .query_row(
@@ -617,5 +617,79 @@ mod tests {
             8,
             "ids continue after the old table's"
         );
+    }
+
+    /// A ledger from before the move keeps its alert secrets in the policy text; at upgrade the
+    /// secret is in `secrets` (kind `alert`, owned by its namespace), the policy keeps every
+    /// other field, and a namespace without a secret is left as it was.
+    #[test]
+    fn alert_secrets_move_out_of_the_policy_text() {
+        const S: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("v5.db");
+        // The policy text as version 5 wrote it: the serde form, the secret included.
+        let old_text = |patch: serde_json::Value| {
+            let p = idem_core::Policy::default().patch(&patch).expect("policy");
+            serde_json::to_string(&p).expect("text")
+        };
+        let signed = old_text(serde_json::json!(
+            {"lease_ms": 7000, "alert_url": "http://127.0.0.1:9/h", "alert_secret": S}
+        ));
+        let plain = old_text(serde_json::json!({"lease_ms": 5000}));
+        assert!(signed.contains(S));
+        {
+            let conn = Connection::open(&path).expect("open");
+            let before = MIGRATIONS
+                .iter()
+                .position(|m| *m == ALERT_SECRETS_OUT_OF_THE_POLICY)
+                .expect("listed");
+            for sql in &MIGRATIONS[..before] {
+                conn.execute_batch(sql).expect("schema");
+            }
+            conn.pragma_update(None, "user_version", before as i64)
+                .expect("version");
+            for (ns, policy) in [("signed", signed.as_str()), ("plain", plain.as_str())] {
+                conn.execute(
+                    "INSERT INTO namespaces (namespace, policy, paused, updated_at, \
+                     retention_ms, audit_retention_ms, stuck_after_ms) \
+                     VALUES (?1, ?2, 0, 1234, 1, 1, 1)",
+                    rusqlite::params![ns, policy],
+                )
+                .expect("namespace");
+            }
+        }
+        let conn = open_writer(&path, Duration::from_secs(1)).expect("migrate");
+        let policy_of = |ns: &str| -> String {
+            conn.query_row(
+                "SELECT policy FROM namespaces WHERE namespace = ?1",
+                [ns],
+                |r| r.get(0),
+            )
+            .expect("policy")
+        };
+        let mut expected: serde_json::Value = serde_json::from_str(&signed).expect("json");
+        expected
+            .as_object_mut()
+            .and_then(|m| m.remove("alert_secret"))
+            .expect("the old text held the secret");
+        let migrated: serde_json::Value = serde_json::from_str(&policy_of("signed")).expect("json");
+        assert_eq!(migrated, expected, "every other field is kept");
+        assert_eq!(policy_of("plain"), plain);
+        let secrets: Vec<(String, String, String, i64, Option<i64>)> = conn
+            .prepare("SELECT kind, owner, value, created_at, expires_at FROM secrets")
+            .expect("prepare")
+            .query_map([], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+            })
+            .expect("query")
+            .collect::<Result<_, _>>()
+            .expect("rows");
+        assert_eq!(
+            secrets,
+            [("alert".into(), "signed".into(), S.into(), 1234, None)]
+        );
+        let (policy, _) = crate::rows::load_namespace_with_secret(&conn, "signed").expect("load");
+        assert_eq!(policy.lease_ms, 7000);
+        assert_eq!(policy.alert_secret.as_ref().map(|s| s.expose()), Some(S));
     }
 }

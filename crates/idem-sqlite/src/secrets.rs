@@ -3,21 +3,22 @@
 //! `expires_at`. Values are stored as given so they can be used to sign and verify; this
 //! module must never log one or put one in an error.
 
-use idem_core::Timestamp;
-use idem_store::{Secret, SecretOwner, StoreError, StoredSecret};
-use rusqlite::{params, Connection};
+use idem_core::{AlertSecret, Timestamp};
+use idem_store::{
+    alert_owner, alert_secret_from_stored, AlertSecretWrite, NewSecret, Secret, SecretKind,
+    SecretOwner, StoreError, StoredSecret,
+};
+use rusqlite::{params, Connection, OptionalExtension};
 
 use crate::error::SqlResult;
 
 pub(crate) fn secret_add(
     conn: &Connection,
-    owner: &SecretOwner,
-    value: &Secret,
-    expires_at: Option<Timestamp>,
-    others_expire_at: Option<Timestamp>,
+    new: &NewSecret,
     now: Timestamp,
 ) -> Result<i64, StoreError> {
-    if let Some(at) = others_expire_at {
+    let owner = &new.owner;
+    if let Some(at) = new.others_expire_at {
         conn.prepare_cached(
             "UPDATE secrets SET expires_at = ?3 WHERE kind = ?1 AND owner = ?2 \
              AND (expires_at IS NULL OR expires_at > ?3)",
@@ -34,9 +35,9 @@ pub(crate) fn secret_add(
     .execute(params![
         owner.kind.as_str(),
         owner.name,
-        value.expose(),
+        new.value.expose(),
         now.0,
-        expires_at.map(|t| t.0),
+        new.expires_at.map(|t| t.0),
     ])
     .db()?;
     Ok(conn.last_insert_rowid())
@@ -72,4 +73,38 @@ pub(crate) fn secrets_remove(conn: &Connection, owner: &SecretOwner) -> Result<u
         .db()?
         .execute(params![owner.kind.as_str(), owner.name])
         .db()
+}
+
+/// A namespace's alert signing secret: its newest version (a policy change keeps one).
+pub(crate) fn alert_secret(conn: &Connection, ns: &str) -> Result<Option<AlertSecret>, StoreError> {
+    let value: Option<String> = conn
+        .prepare_cached(
+            "SELECT value FROM secrets WHERE kind = ?1 AND owner = ?2 ORDER BY id DESC LIMIT 1",
+        )
+        .db()?
+        .query_row(params![SecretKind::Alert.as_str(), ns], |r| r.get(0))
+        .optional()
+        .db()?;
+    value.as_deref().map(alert_secret_from_stored).transpose()
+}
+
+/// Applies a policy change to the namespace's alert secret, in the caller's transaction.
+pub(crate) fn write_alert_secret(
+    conn: &Connection,
+    ns: &str,
+    write: AlertSecretWrite<'_>,
+    now: Timestamp,
+) -> Result<(), StoreError> {
+    let owner = alert_owner(ns);
+    match write {
+        AlertSecretWrite::Keep => {}
+        AlertSecretWrite::Remove => {
+            secrets_remove(conn, &owner)?;
+        }
+        AlertSecretWrite::Replace(s) => {
+            secrets_remove(conn, &owner)?;
+            secret_add(conn, &NewSecret::new(owner, Secret::new(s.expose())), now)?;
+        }
+    }
+    Ok(())
 }

@@ -16,16 +16,16 @@ use idem_store::engine::{
     self, Backend, Loaded, NsOwned, Persisted, Plan, PlanWrite, Ran, Seqs, TxError,
 };
 use idem_store::{
-    AlertOutcome, ExecCtx, NamespaceChange, NamespaceInfo, NewApiToken, PendingAlert,
-    RetentionReport, StoreError, SweepReport,
+    AlertOutcome, AlertSecretWrite, ExecCtx, NamespaceChange, NamespaceInfo, NewApiToken,
+    PendingAlert, RetentionReport, StoreError, SweepReport,
 };
 use rusqlite::{params, Connection, OptionalExtension};
 
 use crate::error::{corrupt, SqlResult};
 use crate::outbox;
 use crate::rows::{
-    count_states, insert_event, insert_record, load_namespace, load_record, save_namespace,
-    update_record,
+    count_states, insert_event, insert_record, load_namespace, load_namespace_with_secret,
+    load_record, save_namespace, update_record,
 };
 
 /// The engine's storage side on the write connection, inside the batch transaction and the
@@ -239,13 +239,16 @@ pub(crate) fn update_namespace_step(
     change: &NamespaceChange,
     now: Timestamp,
 ) -> Result<NamespaceInfo, StoreError> {
-    let (policy, paused) = load_namespace(conn, ns.as_str())?;
+    let (before, paused) = load_namespace_with_secret(conn, ns.as_str())?;
     let (policy, paused) = match change {
-        NamespaceChange::Patch(patch) => (policy.patch(patch)?, paused),
-        NamespaceChange::Pause => (policy, true),
-        NamespaceChange::Resume => (policy, false),
+        NamespaceChange::Patch(patch) => (before.patch(patch)?, paused),
+        NamespaceChange::Pause => (before.clone(), true),
+        NamespaceChange::Resume => (before.clone(), false),
     };
     save_namespace(conn, ns.as_str(), &policy, paused, now)?;
+    let write =
+        AlertSecretWrite::between(before.alert_secret.as_ref(), policy.alert_secret.as_ref());
+    crate::secrets::write_alert_secret(conn, ns.as_str(), write, now)?;
     Ok(NamespaceInfo {
         namespace: ns.as_str().to_owned(),
         paused,
@@ -474,7 +477,13 @@ pub(crate) fn due_alerts_step(
     max: usize,
     lease_ms: i64,
 ) -> Result<Vec<PendingAlert>, StoreError> {
-    let items = outbox::claim(conn, idem_store::OutboxKind::Alert, now, max, lease_ms)?;
+    let claim = idem_store::OutboxClaim {
+        kind: idem_store::OutboxKind::Alert,
+        now,
+        limit: max,
+        lease_ms,
+    };
+    let items = outbox::claim(conn, &claim)?;
     // The URL and secret are read now, not when queued: an operator may have fixed them.
     type Target = (Option<String>, Option<idem_core::AlertSecret>);
     let mut urls: HashMap<String, Target> = HashMap::new();
@@ -483,7 +492,7 @@ pub(crate) fn due_alerts_step(
         let (alert_url, alert_secret) = match urls.get(&item.namespace) {
             Some(u) => u.clone(),
             None => {
-                let p = load_namespace(conn, &item.namespace)?.0;
+                let p = load_namespace_with_secret(conn, &item.namespace)?.0;
                 let u = (p.alert_url, p.alert_secret);
                 urls.insert(item.namespace.clone(), u.clone());
                 u
@@ -504,15 +513,7 @@ pub(crate) fn finish_alert_step(
     outcome: &AlertOutcome,
     now: Timestamp,
 ) -> Result<(), StoreError> {
-    let generic = match outcome {
-        AlertOutcome::Sent => idem_store::OutboxOutcome::Done,
-        AlertOutcome::RetryAt(at) => idem_store::OutboxOutcome::Retry {
-            at: *at,
-            error: None,
-        },
-        AlertOutcome::GaveUp => idem_store::OutboxOutcome::Dead { error: None },
-    };
-    let changed = outbox::finish(conn, id, None, &generic, now)?;
+    let changed = outbox::finish(conn, id, None, &outcome.into(), now)?;
     if !changed || *outcome != AlertOutcome::Sent {
         return Ok(());
     }

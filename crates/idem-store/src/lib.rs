@@ -22,10 +22,13 @@ mod types;
 
 pub use ledger::{Ledger, LedgerError};
 pub use outbox::{
-    AlertPayload, Jitter, NewOutboxItem, OutboxItem, OutboxKind, OutboxLease, OutboxOutcome,
-    OutboxState, RetrySchedule,
+    AlertPayload, Jitter, NewOutboxItem, OutboxClaim, OutboxFinish, OutboxItem, OutboxKind,
+    OutboxLease, OutboxOutcome, OutboxState, RetrySchedule,
 };
-pub use secrets::{Secret, SecretKind, SecretOwner, StoredSecret};
+pub use secrets::{
+    alert_owner, alert_secret_from_stored, policy_at_rest, AlertSecretWrite, NewSecret, Secret,
+    SecretKind, SecretOwner, StoredSecret,
+};
 pub use types::{
     generate_secret, hash_secret, AlertOutcome, ApiToken, Cursor, ExecCtx, Executed, ListQuery,
     NamespaceChange, NamespaceInfo, NamespaceStats, NewApiToken, Page, PendingAlert,
@@ -147,39 +150,19 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// Leases at most `limit` items of `kind` that are due (pending with `due_at <= now`, or
     /// leased with a lease run out) to one fresh holder for `lease_ms`, oldest due first.
     /// While the lease runs no other claim, on any handle or instance, returns them.
-    async fn outbox_claim(
-        &self,
-        kind: OutboxKind,
-        now: Timestamp,
-        limit: usize,
-        lease_ms: i64,
-    ) -> Result<Vec<OutboxItem>, StoreError>;
+    async fn outbox_claim(&self, claim: OutboxClaim) -> Result<Vec<OutboxItem>, StoreError>;
 
-    /// Records how an attempt ended, only if `lease` still holds the item (nobody reclaimed
-    /// it since): `Ok(false)` otherwise, and nothing changes. Counts the attempt.
-    async fn outbox_finish(
-        &self,
-        id: i64,
-        lease: &OutboxLease,
-        outcome: OutboxOutcome,
-        now: Timestamp,
-    ) -> Result<bool, StoreError>;
+    /// Records how an attempt ended, only if `finish.lease` still holds the item (nobody
+    /// reclaimed it since): `Ok(false)` otherwise, and nothing changes. Counts the attempt.
+    async fn outbox_finish(&self, finish: OutboxFinish) -> Result<bool, StoreError>;
 
     /// One item as stored, any state.
     async fn outbox_item(&self, id: i64) -> Result<Option<OutboxItem>, StoreError>;
 
     // ------------------------------------------------------------ secrets (see [`secrets`])
 
-    /// Adds a new version for `owner`. With `others_expire_at`, every other version still
-    /// active then expires at that time (rotation: `now + grace`; replacement: `now`).
-    async fn secret_add(
-        &self,
-        owner: &SecretOwner,
-        value: Secret,
-        expires_at: Option<Timestamp>,
-        others_expire_at: Option<Timestamp>,
-        now: Timestamp,
-    ) -> Result<i64, StoreError>;
+    /// Adds a new version (see [`NewSecret`] for what happens to the others).
+    async fn secret_add(&self, new: NewSecret, now: Timestamp) -> Result<i64, StoreError>;
 
     /// The versions of `owner` active at `now`, newest first.
     async fn secrets(

@@ -160,6 +160,34 @@ impl OutboxLease {
     }
 }
 
+/// What [`crate::Store::outbox_claim`] asks for: at most `limit` due items of `kind`, leased
+/// to one fresh holder for `lease_ms` from `now`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OutboxClaim {
+    pub kind: OutboxKind,
+    pub now: Timestamp,
+    pub limit: usize,
+    pub lease_ms: i64,
+}
+
+impl OutboxClaim {
+    /// The lease the claimed items get: a new holder until `now + lease_ms` (never before
+    /// `now`).
+    pub fn fresh_lease(&self) -> OutboxLease {
+        OutboxLease::fresh(self.now.plus_ms(self.lease_ms.max(0)))
+    }
+}
+
+/// What [`crate::Store::outbox_finish`] records: how the attempt on item `id` by the holder
+/// of `lease` ended, at `now`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutboxFinish {
+    pub id: i64,
+    pub lease: OutboxLease,
+    pub outcome: OutboxOutcome,
+    pub now: Timestamp,
+}
+
 /// One item as read back from the outbox.
 #[derive(Clone, PartialEq, Eq)]
 pub struct OutboxItem {
@@ -212,6 +240,20 @@ pub enum OutboxOutcome {
     Dead {
         error: Option<String>,
     },
+}
+
+impl From<&crate::AlertOutcome> for OutboxOutcome {
+    /// An alert delivery's outcome in the outbox's terms (alerts record no error text).
+    fn from(a: &crate::AlertOutcome) -> Self {
+        match a {
+            crate::AlertOutcome::Sent => OutboxOutcome::Done,
+            crate::AlertOutcome::RetryAt(at) => OutboxOutcome::Retry {
+                at: *at,
+                error: None,
+            },
+            crate::AlertOutcome::GaveUp => OutboxOutcome::Dead { error: None },
+        }
+    }
 }
 
 /// How delays grow between attempts.

@@ -7,8 +7,18 @@
 //! Secrets are versioned per [`SecretOwner`]: adding one may set an expiry on the versions
 //! before it, so a rotated secret keeps verifying for a grace period while new messages are
 //! signed with the newest. This module owns those types; it must never print a value.
+//!
+//! A namespace's alert signing secret is one of these ([`SecretKind::Alert`], owned by the
+//! namespace name), not a field of the stored policy: both stores keep the policy at rest
+//! without it ([`policy_at_rest`]) and put it back into the [`Policy`] that namespace reads,
+//! patches and the alert sender see ([`alert_secret_from_stored`]), so the policy text never
+//! holds a secret. A policy change writes the secret only when it changed
+//! ([`AlertSecretWrite::between`]): one version, replaced on change, removed by `null`.
 
-use idem_core::Timestamp;
+use idem_core::{AlertSecret, Policy, Timestamp};
+use serde_json::Value;
+
+use crate::StoreError;
 
 /// A secret value. Compare with [`Secret::expose`] only where the value is needed.
 #[derive(Clone, PartialEq, Eq)]
@@ -90,6 +100,30 @@ impl SecretOwner {
     }
 }
 
+/// A new version for [`crate::Store::secret_add`]. With `others_expire_at`, every other
+/// version of `owner` still active then expires at that time (rotation: `now + grace`;
+/// replacement: `now`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewSecret {
+    pub owner: SecretOwner,
+    pub value: Secret,
+    /// This version verifies until then (exclusive); `None`: until replaced.
+    pub expires_at: Option<Timestamp>,
+    pub others_expire_at: Option<Timestamp>,
+}
+
+impl NewSecret {
+    /// A version that never expires by itself and leaves the others as they are.
+    pub fn new(owner: SecretOwner, value: Secret) -> NewSecret {
+        NewSecret {
+            owner,
+            value,
+            expires_at: None,
+            others_expire_at: None,
+        }
+    }
+}
+
 /// One stored version.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredSecret {
@@ -106,9 +140,110 @@ impl StoredSecret {
     }
 }
 
+/// The owner of a namespace's alert signing secret.
+pub fn alert_owner(namespace: &str) -> SecretOwner {
+    SecretOwner::new(SecretKind::Alert, namespace)
+}
+
+/// The policy text a store keeps: every field but `alert_secret`, which lives in the secrets
+/// table (see the module doc). Read back with serde or [`Policy::patch`] over the defaults.
+pub fn policy_at_rest(policy: &Policy) -> Result<String, StoreError> {
+    let mut v = policy.to_stored_json();
+    if let Value::Object(m) = &mut v {
+        m.remove("alert_secret");
+    }
+    serde_json::to_string(&v).map_err(|e| StoreError::Internal(format!("policy encoding: {e}")))
+}
+
+/// A stored alert secret as the policy holds it; a value that is not a `whsec_` secret is
+/// corrupt data (the message never quotes the value).
+pub fn alert_secret_from_stored(value: &str) -> Result<AlertSecret, StoreError> {
+    AlertSecret::parse(value)
+        .map_err(|_| StoreError::Corrupt("stored alert secret is not a whsec_ secret".into()))
+}
+
+/// What a policy change does to the namespace's stored alert secret.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AlertSecretWrite<'a> {
+    /// Unchanged: nothing to write.
+    Keep,
+    /// Every version goes and this one is stored.
+    Replace(&'a AlertSecret),
+    /// Every version goes (`alert_secret: null`).
+    Remove,
+}
+
+impl<'a> AlertSecretWrite<'a> {
+    pub fn between(before: Option<&AlertSecret>, after: Option<&'a AlertSecret>) -> Self {
+        match after {
+            _ if before == after => AlertSecretWrite::Keep,
+            Some(s) => AlertSecretWrite::Replace(s),
+            None => AlertSecretWrite::Remove,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const S1: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    const S2: &str = "whsec_AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
+
+    #[test]
+    fn the_policy_at_rest_holds_no_alert_secret() {
+        let p = Policy::default()
+            .patch(&serde_json::json!({"alert_secret": S1, "lease_ms": 5000}))
+            .expect("patch");
+        let text = policy_at_rest(&p).expect("text");
+        assert!(
+            !text.contains("alert_secret") && !text.contains("MfKQ"),
+            "{text}"
+        );
+        let back: Policy = serde_json::from_str(&text).expect("serde reads it back");
+        assert_eq!(back.lease_ms, 5000);
+        assert_eq!(back.alert_secret, None);
+        let merged = Policy::default()
+            .patch(&serde_json::from_str(&text).expect("json"))
+            .expect("patch reads it back");
+        assert_eq!(
+            Policy {
+                alert_secret: p.alert_secret.clone(),
+                ..merged
+            },
+            p
+        );
+    }
+
+    #[test]
+    fn a_secret_is_written_only_when_it_changed() {
+        let a = alert_secret_from_stored(S1).expect("s1");
+        let b = alert_secret_from_stored(S2).expect("s2");
+        assert_eq!(
+            AlertSecretWrite::between(None, None),
+            AlertSecretWrite::Keep
+        );
+        assert_eq!(
+            AlertSecretWrite::between(Some(&a), Some(&a)),
+            AlertSecretWrite::Keep
+        );
+        assert_eq!(
+            AlertSecretWrite::between(Some(&a), Some(&b)),
+            AlertSecretWrite::Replace(&b)
+        );
+        assert_eq!(
+            AlertSecretWrite::between(None, Some(&a)),
+            AlertSecretWrite::Replace(&a)
+        );
+        assert_eq!(
+            AlertSecretWrite::between(Some(&a), None),
+            AlertSecretWrite::Remove
+        );
+        match alert_secret_from_stored("whsec_short") {
+            Err(StoreError::Corrupt(m)) => assert!(!m.contains("short"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+    }
 
     #[test]
     fn a_secret_never_prints_itself() {

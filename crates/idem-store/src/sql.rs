@@ -85,10 +85,127 @@ pub const RECORD_COLUMNS: [&str; 34] = [
 /// SQLite too): namespace, hour, then the six counters.
 pub const BUMP_NS_STATS_COLUMNS: &str =
     "acquired_first, acquired_retry, tokens, usd_nanos, retry_tokens, retry_usd_nanos";
+/// The guarded record update in a dialect's placeholder style (`?` or `$`): parameters 1 and
+/// 2 (namespace, key) find the row, the next ones are the new values of the other
+/// [`RECORD_COLUMNS`] in their order, and the last one (`RECORD_COLUMNS.len() + 1`) is the
+/// version the row must still have (the optimistic guard: 0 rows changed means the record
+/// moved).
+pub fn update_record(placeholder: char) -> String {
+    let sets: Vec<String> = RECORD_COLUMNS
+        .iter()
+        .enumerate()
+        .skip(2)
+        .map(|(i, c)| format!("{c} = {placeholder}{}", i + 1))
+        .collect();
+    format!(
+        "UPDATE records SET {} WHERE namespace = {placeholder}1 AND key = {placeholder}2 \
+         AND version = {placeholder}{}",
+        sets.join(", "),
+        RECORD_COLUMNS.len() + 1
+    )
+}
+
+/// The `outbox` and `secrets` tables with their indexes, written once for every dialect so
+/// the backends' schemas cannot drift apart; each backend names its column types and the
+/// statements to run between the two tables (moving older data in). A macro, so that the
+/// result is a `&'static str` in the backend's list of migrations.
+///
+/// `outbox`: `kind` is `alert | forward | effect`; `state` is `pending | leased | done |
+/// dead`; while an item is leased, `due_at` is the end of its lease, so one partial index
+/// serves both "due" and "lease ran out". `secrets`: `kind` is `alert | source | forward`,
+/// `owner` a namespace or source name.
+#[macro_export]
+macro_rules! outbox_and_secrets_tables {
+    (id: $id:literal, name: $name:literal, bytes: $bytes:literal, int: $int:literal,
+     between: $between:literal) => {
+        concat!(
+            "
+CREATE TABLE outbox (
+    id          ",
+            $id,
+            ",
+    kind        TEXT NOT NULL,
+    namespace   ",
+            $name,
+            ",
+    key         ",
+            $name,
+            ",
+    dedupe      TEXT NOT NULL,
+    payload     ",
+            $bytes,
+            " NOT NULL,
+    created_at  ",
+            $int,
+            " NOT NULL,
+    due_at      ",
+            $int,
+            " NOT NULL,
+    attempts    ",
+            $int,
+            " NOT NULL DEFAULT 0,
+    state       TEXT NOT NULL DEFAULT 'pending',
+    lease_owner TEXT,
+    lease_until ",
+            $int,
+            ",
+    last_error  TEXT,
+    finished_at ",
+            $int,
+            ",
+    UNIQUE (namespace, key, kind, dedupe)
+);
+CREATE INDEX outbox_due ON outbox (kind, due_at) WHERE state IN ('pending', 'leased');",
+            $between,
+            "
+CREATE TABLE secrets (
+    id         ",
+            $id,
+            ",
+    kind       TEXT NOT NULL,
+    owner      ",
+            $name,
+            ",
+    value      TEXT NOT NULL,
+    created_at ",
+            $int,
+            " NOT NULL,
+    expires_at ",
+            $int,
+            "
+);
+CREATE INDEX secrets_by_owner ON secrets (kind, owner, id);
+"
+        )
+    };
+}
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_record_update_binds_every_column_and_guards_the_version() {
+        let q = update_record('$');
+        let sets: Vec<String> = RECORD_COLUMNS[2..]
+            .iter()
+            .zip(3..)
+            .map(|(c, i)| format!("{c} = ${i}"))
+            .collect();
+        let guard = RECORD_COLUMNS.len() + 1;
+        assert_eq!(
+            q,
+            format!(
+                "UPDATE records SET {} WHERE namespace = $1 AND key = $2 AND version = ${guard}",
+                sets.join(", ")
+            )
+        );
+        assert!(
+            q.starts_with("UPDATE records SET state = $3, attempt = $4, "),
+            "{q}"
+        );
+        assert_eq!(update_record('?'), q.replace('$', "?"));
+    }
 
     #[test]
     fn names_are_quoted_as_the_domain_spells_them() {

@@ -58,8 +58,9 @@ pub use idem_store::{
     SweepReport,
 };
 pub use idem_store::{
-    AlertPayload, Jitter, NewOutboxItem, OutboxItem, OutboxKind, OutboxLease, OutboxOutcome,
-    OutboxState, RetrySchedule, Secret, SecretKind, SecretOwner, StoredSecret,
+    AlertPayload, Jitter, NewOutboxItem, NewSecret, OutboxClaim, OutboxFinish, OutboxItem,
+    OutboxKind, OutboxLease, OutboxOutcome, OutboxState, RetrySchedule, Secret, SecretKind,
+    SecretOwner, StoredSecret,
 };
 
 #[derive(Debug, thiserror::Error)]

@@ -669,3 +669,175 @@ async fn migration_4_counts_an_existing_ledger_into_the_state_counters() {
     let s = store.stats(T0).await.expect("stats");
     assert_eq!(s.records.get(State::Processing), 2, "{s:?}");
 }
+
+/// The alert secret a patch sets lives in the secrets table, never in the policy text: one
+/// version per namespace, replaced by a new secret, untouched by other changes, removed by
+/// `null`; reads and the alert sender see it as before.
+#[tokio::test]
+async fn alert_secret_is_kept_in_the_secrets_table_not_in_the_policy_row() {
+    const S1: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    const S2: &str = "whsec_AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
+    let Some(db) = PgDb::create("alert_secret_is_kept_in_the_secrets_table") else {
+        return;
+    };
+    let store = db.store().await;
+    let n = ns("signed");
+    let patch = |v: serde_json::Value| store.update_namespace(&n, NamespaceChange::Patch(v), T0);
+    let info = patch(json!({"alert_url": "http://127.0.0.1:9/hook", "alert_secret": S1}))
+        .await
+        .expect("patch");
+    assert_eq!(
+        info.policy.alert_secret.as_ref().map(|s| s.expose()),
+        Some(S1)
+    );
+    let (raw, conn) = tokio_postgres::connect(db.url(), tokio_postgres::NoTls)
+        .await
+        .expect("connect");
+    let task = tokio::spawn(conn);
+    let policy_text = || async {
+        raw.query_one(
+            "SELECT policy FROM namespaces WHERE namespace = 'signed'",
+            &[],
+        )
+        .await
+        .expect("policy row")
+        .get::<_, String>(0)
+    };
+    let secrets = || async {
+        raw.query(
+            "SELECT id, kind, owner, value FROM secrets ORDER BY id",
+            &[],
+        )
+        .await
+        .expect("secrets")
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+        .collect::<Vec<(i64, String, String, String)>>()
+    };
+    let text = policy_text().await;
+    assert!(
+        !text.contains("alert_secret") && !text.contains("MfKQ"),
+        "{text}"
+    );
+    assert!(text.contains("http://127.0.0.1:9/hook"), "{text}");
+    let first = secrets().await;
+    assert_eq!(first.len(), 1, "{first:?}");
+    assert_eq!(
+        (first[0].1.as_str(), first[0].2.as_str()),
+        ("alert", "signed")
+    );
+    assert_eq!(first[0].3, S1);
+
+    // Another field or the pause switch: the secret is not rewritten.
+    patch(json!({"lease_ms": 5000})).await.expect("patch");
+    assert_eq!(secrets().await, first);
+    store
+        .update_namespace(&n, NamespaceChange::Pause, T0)
+        .await
+        .expect("pause");
+    assert_eq!(secrets().await, first);
+    // A new secret replaces the old one.
+    patch(json!({"alert_secret": S2})).await.expect("patch");
+    let second = secrets().await;
+    assert_eq!(second.len(), 1, "{second:?}");
+    assert_eq!(second[0].3, S2);
+    assert!(!policy_text().await.contains("alert_secret"));
+    let read = store.namespace(&n).await.expect("read").policy;
+    assert_eq!(read.alert_secret.as_ref().map(|s| s.expose()), Some(S2));
+    assert_eq!(read.lease_ms, 5000);
+    // null removes it.
+    patch(json!({"alert_secret": null})).await.expect("patch");
+    assert_eq!(secrets().await, []);
+    assert_eq!(
+        store.namespace(&n).await.expect("read").policy.alert_secret,
+        None
+    );
+    drop(raw);
+    let _ = task.await;
+}
+
+/// A ledger from before the move (migration 7) keeps its alert secret in the policy text; at
+/// upgrade it moves to the secrets table, the policy keeps every other field, and the store
+/// reads and signs with it as before.
+#[tokio::test]
+async fn migration_7_moves_an_alert_secret_out_of_the_policy_text() {
+    const S: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    let Some(db) = PgDb::create("migration_7_moves_an_alert_secret") else {
+        return;
+    };
+    let plain = r#"{"lease_ms":6000}"#;
+    {
+        let store = db.store().await;
+        for n in ["signed", "plain"] {
+            store
+                .update_namespace(&ns(n), NamespaceChange::Pause, T0)
+                .await
+                .expect("row");
+        }
+    }
+    // Back to the data as version 6 left it: the secret inside the policy text.
+    let (raw, conn) = tokio_postgres::connect(db.url(), tokio_postgres::NoTls)
+        .await
+        .expect("connect");
+    let task = tokio::spawn(conn);
+    let old =
+        format!(r#"{{"lease_ms":7000,"alert_url":"http://127.0.0.1:9/h","alert_secret":"{S}"}}"#);
+    raw.execute(
+        "UPDATE namespaces SET policy = $1, updated_at = 1234 WHERE namespace = 'signed'",
+        &[&old],
+    )
+    .await
+    .expect("old row");
+    raw.execute(
+        "UPDATE namespaces SET policy = $1 WHERE namespace = 'plain'",
+        &[&plain],
+    )
+    .await
+    .expect("old row");
+    // The version of the migration that moves alert secrets (V9 in `src/schema.rs`).
+    const MOVE: i32 = 9;
+    raw.batch_execute(&format!(
+        "DELETE FROM secrets; DELETE FROM idem_schema_migrations WHERE version = {MOVE};"
+    ))
+    .await
+    .expect("downgrade");
+    let store = db.store().await;
+    let text: String = raw
+        .query_one(
+            "SELECT policy FROM namespaces WHERE namespace = 'signed'",
+            &[],
+        )
+        .await
+        .expect("policy")
+        .get(0);
+    assert!(
+        !text.contains("alert_secret") && !text.contains("MfKQ"),
+        "{text}"
+    );
+    let plain_now: String = raw
+        .query_one(
+            "SELECT policy FROM namespaces WHERE namespace = 'plain'",
+            &[],
+        )
+        .await
+        .expect("policy")
+        .get(0);
+    assert_eq!(
+        plain_now, plain,
+        "a policy without a secret is left as it was"
+    );
+    let rows: Vec<(String, String, String, i64)> = raw
+        .query("SELECT kind, owner, value, created_at FROM secrets", &[])
+        .await
+        .expect("secrets")
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+        .collect();
+    assert_eq!(rows, [("alert".into(), "signed".into(), S.into(), 1234)]);
+    let p = store.namespace(&ns("signed")).await.expect("read").policy;
+    assert_eq!(p.lease_ms, 7000);
+    assert_eq!(p.alert_url.as_deref(), Some("http://127.0.0.1:9/h"));
+    assert_eq!(p.alert_secret.as_ref().map(|s| s.expose()), Some(S));
+    drop(raw);
+    let _ = task.await;
+}

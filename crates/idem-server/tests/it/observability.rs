@@ -334,36 +334,18 @@ impl Store for CountingStats {
     }
     async fn outbox_claim(
         &self,
-        kind: idem::OutboxKind,
-        now: Timestamp,
-        limit: usize,
-        lease_ms: i64,
+        claim: idem::OutboxClaim,
     ) -> Result<Vec<idem::OutboxItem>, StoreError> {
-        self.inner.outbox_claim(kind, now, limit, lease_ms).await
+        self.inner.outbox_claim(claim).await
     }
-    async fn outbox_finish(
-        &self,
-        id: i64,
-        lease: &idem::OutboxLease,
-        outcome: idem::OutboxOutcome,
-        now: Timestamp,
-    ) -> Result<bool, StoreError> {
-        self.inner.outbox_finish(id, lease, outcome, now).await
+    async fn outbox_finish(&self, finish: idem::OutboxFinish) -> Result<bool, StoreError> {
+        self.inner.outbox_finish(finish).await
     }
     async fn outbox_item(&self, id: i64) -> Result<Option<idem::OutboxItem>, StoreError> {
         self.inner.outbox_item(id).await
     }
-    async fn secret_add(
-        &self,
-        owner: &idem::SecretOwner,
-        value: idem::Secret,
-        expires_at: Option<Timestamp>,
-        others_expire_at: Option<Timestamp>,
-        now: Timestamp,
-    ) -> Result<i64, StoreError> {
-        self.inner
-            .secret_add(owner, value, expires_at, others_expire_at, now)
-            .await
+    async fn secret_add(&self, new: idem::NewSecret, now: Timestamp) -> Result<i64, StoreError> {
+        self.inner.secret_add(new, now).await
     }
     async fn secrets(
         &self,

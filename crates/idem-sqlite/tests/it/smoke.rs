@@ -439,9 +439,91 @@ async fn reopen_keeps_records_events_namespaces_tokens_and_schema() {
     let version: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .expect("user_version");
-    assert_eq!(version, 6);
+    assert_eq!(version, 8);
     let mode: String = conn
         .query_row("PRAGMA journal_mode", [], |r| r.get(0))
         .expect("journal_mode");
     assert_eq!(mode, "wal");
+}
+
+/// The alert secret a patch sets lives in the secrets table, never in the policy text: one
+/// version per namespace, replaced by a new secret, untouched by other patches, removed by
+/// `null`; reads and the alert sender see it as before.
+#[tokio::test]
+async fn alert_secret_is_kept_in_the_secrets_table_not_in_the_policy_row() {
+    const S1: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    const S2: &str = "whsec_AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
+    let t = TestLedger::new();
+    let n = ns("signed");
+    let patch = |v: serde_json::Value| {
+        t.store
+            .update_namespace(&n, NamespaceChange::Patch(v), t.now())
+    };
+    let info = patch(json!({"alert_url": "http://127.0.0.1:9/hook", "alert_secret": S1}))
+        .await
+        .expect("patch");
+    assert_eq!(
+        info.policy.alert_secret.as_ref().map(|s| s.expose()),
+        Some(S1)
+    );
+    let raw = rusqlite::Connection::open(t.path()).expect("open raw");
+    let policy_text = || -> String {
+        raw.query_row(
+            "SELECT policy FROM namespaces WHERE namespace = 'signed'",
+            [],
+            |r| r.get(0),
+        )
+        .expect("policy row")
+    };
+    let secrets = || -> Vec<(i64, String, String, String)> {
+        raw.prepare("SELECT id, kind, owner, value FROM secrets ORDER BY id")
+            .expect("prepare")
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+            .expect("query")
+            .collect::<Result<_, _>>()
+            .expect("rows")
+    };
+    let text = policy_text();
+    assert!(
+        !text.contains("alert_secret") && !text.contains("MfKQ"),
+        "{text}"
+    );
+    assert!(text.contains("http://127.0.0.1:9/hook"), "{text}");
+    let first = secrets();
+    assert_eq!(first.len(), 1, "{first:?}");
+    assert_eq!(
+        (first[0].1.as_str(), first[0].2.as_str()),
+        ("alert", "signed")
+    );
+    assert_eq!(first[0].3, S1);
+
+    // Another field: the secret is not rewritten.
+    patch(json!({"lease_ms": 5000})).await.expect("patch");
+    assert_eq!(secrets(), first);
+    t.store
+        .update_namespace(&n, NamespaceChange::Pause, t.now())
+        .await
+        .expect("pause");
+    assert_eq!(secrets(), first);
+    // A new secret replaces the old one.
+    patch(json!({"alert_secret": S2})).await.expect("patch");
+    let second = secrets();
+    assert_eq!(second.len(), 1, "{second:?}");
+    assert_eq!(second[0].3, S2);
+    assert!(!policy_text().contains("alert_secret"));
+    let read = t.store.namespace(&n).await.expect("read").policy;
+    assert_eq!(read.alert_secret.as_ref().map(|s| s.expose()), Some(S2));
+    assert_eq!(read.lease_ms, 5000);
+    // null removes it.
+    patch(json!({"alert_secret": null})).await.expect("patch");
+    assert_eq!(secrets(), []);
+    assert_eq!(
+        t.store
+            .namespace(&n)
+            .await
+            .expect("read")
+            .policy
+            .alert_secret,
+        None
+    );
 }

@@ -1517,7 +1517,7 @@ pub async fn namespace_patch_refuses_bad_fields_and_changes_nothing<B: Backend>(
 
 // ================================================================ alerts
 
-/// `alert_secret` is stored (both stores keep it in the policy), survives a pause, is seen
+/// `alert_secret` is stored (both stores keep it in the secrets table), survives a pause, is seen
 /// by another handle, reaches the alert sender with the URL at delivery time (so a rotated
 /// secret signs the next delivery), and is cleared by null; a bad one changes nothing.
 pub async fn alert_secret_is_stored_and_reaches_the_alert_sender<B: Backend>(b: Arc<B>) {

@@ -15,8 +15,9 @@ use idem_core::{
     Class, CompleteRequest, FailErrorInput, FailRequest, LeaseId, Op, State, Timestamp,
 };
 use idem_store::{
-    AlertOutcome, AlertPayload, ExecCtx, Jitter, NewOutboxItem, OutboxItem, OutboxKind,
-    OutboxOutcome, OutboxState, RetrySchedule, Secret, SecretKind, SecretOwner, Store,
+    AlertOutcome, AlertPayload, ExecCtx, Jitter, NewOutboxItem, NewSecret, OutboxClaim,
+    OutboxFinish, OutboxItem, OutboxKind, OutboxOutcome, OutboxState, RetrySchedule, Secret,
+    SecretKind, SecretOwner, Store,
 };
 use serde_json::json;
 use tokio::sync::Barrier;
@@ -77,7 +78,12 @@ async fn enqueue(store: &Arc<dyn Store>, item: NewOutboxItem, now: Timestamp) ->
 
 async fn claim(h: &H, kind: OutboxKind, limit: usize) -> Vec<OutboxItem> {
     h.store
-        .outbox_claim(kind, h.now(), limit, LEASE_MS)
+        .outbox_claim(OutboxClaim {
+            kind,
+            now: h.now(),
+            limit,
+            lease_ms: LEASE_MS,
+        })
         .await
         .unwrap_or_else(|e| panic!("outbox_claim: {e}"))
 }
@@ -91,9 +97,14 @@ async fn item(h: &H, id: i64) -> OutboxItem {
 }
 
 async fn finish(h: &H, it: &OutboxItem, outcome: OutboxOutcome) -> bool {
-    let lease = it.lease.as_ref().expect("a claimed item carries its lease");
+    let lease = it.lease.clone().expect("a claimed item carries its lease");
     h.store
-        .outbox_finish(it.id, lease, outcome, h.now())
+        .outbox_finish(OutboxFinish {
+            id: it.id,
+            lease,
+            outcome,
+            now: h.now(),
+        })
         .await
         .unwrap_or_else(|e| panic!("outbox_finish: {e}"))
 }
@@ -532,14 +543,20 @@ pub async fn secrets_rotate_with_a_grace_period_and_never_show_in_debug<B: Backe
         .expect("read")
         .is_empty());
     h.store
-        .secret_add(&stripe, Secret::new(S1), None, None, h.now())
+        .secret_add(NewSecret::new(stripe.clone(), Secret::new(S1)), h.now())
         .await
         .expect("add");
     h.advance(1_000);
     // Rotation: the new secret signs from now, the old one verifies for 10 more minutes.
     let grace_end = h.now().plus_ms(600_000);
     h.store
-        .secret_add(&stripe, Secret::new(S2), None, Some(grace_end), h.now())
+        .secret_add(
+            NewSecret {
+                others_expire_at: Some(grace_end),
+                ..NewSecret::new(stripe.clone(), Secret::new(S2))
+            },
+            h.now(),
+        )
         .await
         .expect("rotate");
     let both = other.secrets(&stripe, h.now()).await.expect("read");
@@ -569,12 +586,18 @@ pub async fn secrets_rotate_with_a_grace_period_and_never_show_in_debug<B: Backe
     // Owners are apart: another kind or name of the same text sees nothing of these.
     let alert = SecretOwner::new(SecretKind::Alert, "stripe");
     h.store
-        .secret_add(&alert, Secret::new(S3), None, None, h.now())
+        .secret_add(NewSecret::new(alert.clone(), Secret::new(S3)), h.now())
         .await
         .expect("add");
     // Replacement without grace: the others stop at once.
     h.store
-        .secret_add(&stripe, Secret::new(S3), None, Some(h.now()), h.now())
+        .secret_add(
+            NewSecret {
+                others_expire_at: Some(h.now()),
+                ..NewSecret::new(stripe.clone(), Secret::new(S3))
+            },
+            h.now(),
+        )
         .await
         .expect("replace");
     assert_eq!(
@@ -589,10 +612,10 @@ pub async fn secrets_rotate_with_a_grace_period_and_never_show_in_debug<B: Backe
     let temp = SecretOwner::new(SecretKind::Forward, "stripe");
     h.store
         .secret_add(
-            &temp,
-            Secret::new(S1),
-            Some(h.now().plus_ms(5)),
-            None,
+            NewSecret {
+                expires_at: Some(h.now().plus_ms(5)),
+                ..NewSecret::new(temp.clone(), Secret::new(S1))
+            },
             h.now(),
         )
         .await

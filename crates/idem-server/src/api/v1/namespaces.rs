@@ -14,10 +14,11 @@ use serde::Serialize;
 use serde_json::Value;
 use utoipa::{OpenApi, ToSchema};
 
+use super::shared::Acting;
 use crate::api::{LeaseExpiryDoc, NoteBody};
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult};
-use crate::input::{Body, JsonBody, NsPath};
+use crate::input::{JsonBody, NsPath};
 use crate::routes::{r, Route};
 use crate::state::AppState;
 
@@ -301,13 +302,17 @@ pub async fn patch_namespace(
     ns_response(&st, info).await
 }
 
+/// Pause or resume, logged with who did it and their note.
 async fn switch(
-    st: &AppState,
-    caller: &Caller,
-    ns: &Namespace,
-    body: NoteBody,
+    req: Acting<NsPath, NoteBody>,
     change: NamespaceChange,
 ) -> ApiResult<Json<NamespaceResponse>> {
+    let Acting {
+        st,
+        caller,
+        path: NsPath(ns),
+        body,
+    } = req;
     let note = body.into_note();
     let what = if matches!(change, NamespaceChange::Pause) {
         "paused"
@@ -317,34 +322,24 @@ async fn switch(
     let info = st
         .ledger
         .store()
-        .update_namespace(ns, change, st.ledger.now())
+        .update_namespace(&ns, change, st.ledger.now())
         .await?;
     tracing::warn!(namespace = %ns, actor = caller.actor(), note, "namespace {what}");
-    ns_response(st, info).await
+    ns_response(&st, info).await
 }
 
 /// Stop control: claims get 503 `paused`; in-flight work can still land (operator).
 #[utoipa::path(post, path = "/v1/namespaces/{ns}/pause", tag = "namespaces",
     params(("ns" = String, Path)), request_body = NoteBody,
     responses((status = 200, description = "the namespace after the change", body = NamespaceResponse)))]
-pub async fn pause(
-    State(st): State<AppState>,
-    Extension(caller): Extension<Caller>,
-    NsPath(ns): NsPath,
-    Body(body): Body<NoteBody>,
-) -> ApiResult<Json<NamespaceResponse>> {
-    switch(&st, &caller, &ns, body, NamespaceChange::Pause).await
+pub async fn pause(req: Acting<NsPath, NoteBody>) -> ApiResult<Json<NamespaceResponse>> {
+    switch(req, NamespaceChange::Pause).await
 }
 
 /// Lift the stop control (operator).
 #[utoipa::path(post, path = "/v1/namespaces/{ns}/resume", tag = "namespaces",
     params(("ns" = String, Path)), request_body = NoteBody,
     responses((status = 200, description = "the namespace after the change", body = NamespaceResponse)))]
-pub async fn resume(
-    State(st): State<AppState>,
-    Extension(caller): Extension<Caller>,
-    NsPath(ns): NsPath,
-    Body(body): Body<NoteBody>,
-) -> ApiResult<Json<NamespaceResponse>> {
-    switch(&st, &caller, &ns, body, NamespaceChange::Resume).await
+pub async fn resume(req: Acting<NsPath, NoteBody>) -> ApiResult<Json<NamespaceResponse>> {
+    switch(req, NamespaceChange::Resume).await
 }

@@ -10,7 +10,7 @@ use idem::{Op, ResolveAction, ResolveRequest, Role};
 use serde_json::Value;
 use utoipa::{OpenApi, ToSchema};
 
-use super::shared::state_write;
+use super::shared::{state_write, Acting};
 use crate::api::{NoteBody, StateResponse};
 use crate::auth::Caller;
 use crate::error::ApiResult;
@@ -102,30 +102,24 @@ pub async fn resolve(
 #[utoipa::path(post, path = "/v1/namespaces/{ns}/keys/{key}/approve", tag = "operator",
     params(("ns" = String, Path), ("key" = String, Path)), request_body = NoteBody,
     responses((status = 200, description = "the decision is recorded", body = StateResponse)))]
-pub async fn approve(
-    State(st): State<AppState>,
-    Extension(caller): Extension<Caller>,
-    nk: NsKey,
-    Body(body): Body<NoteBody>,
-) -> ApiResult<Json<StateResponse>> {
-    let op = Op::Approve {
-        note: body.into_note(),
-    };
-    state_write(&st, &nk, "approve", op, caller.actor()).await
+pub async fn approve(req: Acting<NsKey, NoteBody>) -> ApiResult<Json<StateResponse>> {
+    decide(req, "approve", |note| Op::Approve { note }).await
 }
 
 /// Reject a prepared payload waiting for a person (operator).
 #[utoipa::path(post, path = "/v1/namespaces/{ns}/keys/{key}/reject", tag = "operator",
     params(("ns" = String, Path), ("key" = String, Path)), request_body = NoteBody,
     responses((status = 200, description = "the decision is recorded", body = StateResponse)))]
-pub async fn reject(
-    State(st): State<AppState>,
-    Extension(caller): Extension<Caller>,
-    nk: NsKey,
-    Body(body): Body<NoteBody>,
+pub async fn reject(req: Acting<NsKey, NoteBody>) -> ApiResult<Json<StateResponse>> {
+    decide(req, "reject", |note| Op::Reject { note }).await
+}
+
+/// A person's decision on a prepared payload, recorded with who made it.
+async fn decide(
+    req: Acting<NsKey, NoteBody>,
+    name: &str,
+    op: impl FnOnce(Option<String>) -> Op,
 ) -> ApiResult<Json<StateResponse>> {
-    let op = Op::Reject {
-        note: body.into_note(),
-    };
-    state_write(&st, &nk, "reject", op, caller.actor()).await
+    let op = op(req.body.into_note());
+    state_write(&req.st, &req.path, name, op, req.caller.actor()).await
 }

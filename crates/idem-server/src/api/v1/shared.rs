@@ -1,16 +1,53 @@
-//! What the key endpoints share: running one ledger operation, the request log line, and the
-//! `{state, record}` answer of a write.
+//! What the endpoints share: running one ledger operation, the request log line, the
+//! `{state, record}` answer of a write, and [`Acting`], the request of an operator action.
 //!
 //! Invariant: the log line never carries payloads, results, tokens or secrets; a key is
 //! written masked.
 
+use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::Json;
 use idem::{Executed, Op, Record, Reply, State as RecState};
 
 use crate::api::StateResponse;
+use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult};
-use crate::input::NsKey;
+use crate::input::{Body, NsKey, RequestBody};
 use crate::state::AppState;
+
+/// The request of an action someone takes on a namespace or a record (pause, resume, approve,
+/// reject): who acts, the path `P` and the typed body `B`, read in the order every handler
+/// reads its extractors (caller, path, then body), so refusals are the same as before.
+pub struct Acting<P, B> {
+    pub st: AppState,
+    pub caller: Caller,
+    pub path: P,
+    pub body: B,
+}
+
+impl<P, B> FromRequest<AppState> for Acting<P, B>
+where
+    P: FromRequestParts<AppState, Rejection = ApiError> + Send,
+    B: RequestBody + Send,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, st: &AppState) -> Result<Self, ApiError> {
+        let (mut parts, body) = req.into_parts();
+        let caller = parts
+            .extensions
+            .get::<Caller>()
+            .cloned()
+            .ok_or_else(|| ApiError::internal("no caller on an authenticated route"))?;
+        let path = P::from_request_parts(&mut parts, st).await?;
+        let Body(body) = Body::<B>::from_request(Request::from_parts(parts, body), st).await?;
+        Ok(Acting {
+            st: st.clone(),
+            caller,
+            path,
+            body,
+        })
+    }
+}
 
 /// Runs one operation and returns what the store did (the refusal stays inside).
 pub async fn exec(st: &AppState, nk: &NsKey, op: Op, actor: Option<String>) -> ApiResult<Executed> {

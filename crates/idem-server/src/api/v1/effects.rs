@@ -1040,8 +1040,12 @@ mod tests {
                 "unknown:request.extra",
             ),
             (
-                json!({"request": {"method": "POST", "url": url}, "cost": {}}),
-                "unknown:cost",
+                json!({"request": {"method": "POST", "url": url}, "cost": {"tokens": -1}}),
+                "cost.tokens",
+            ),
+            (
+                json!({"request": {"method": "POST", "url": url}, "cost": {"eur": 1}}),
+                "unknown:cost.eur",
             ),
         ] {
             assert_eq!(field(input(body.clone())), want, "{body}");

@@ -18,8 +18,32 @@ use crate::error::store_err;
 /// Arbitrary constant identifying idem's migration lock (`'idem'` as ASCII).
 const MIGRATION_LOCK: i64 = 0x6964_656d;
 
-pub(crate) const MIGRATIONS: &[(i32, &str)] =
-    &[(1, V1), (2, V2), (3, V3), (4, V4), (5, V5), (6, V6)];
+pub(crate) const MIGRATIONS: &[(i32, &str)] = &[
+    (1, V1),
+    (2, V2),
+    (3, V3),
+    (4, V4),
+    (5, V5),
+    (6, V6),
+    (10, V10),
+];
+
+/// The operator console. Sessions live here so that every instance on one database knows
+/// them; only hashes are stored (of the cookie, and of the API token that signed in). The
+/// review queue reads `needs_review` and `awaiting_approval` oldest first across namespaces
+/// through a partial index: records in other states (the hot path) cost it nothing.
+const V10: &str = r#"
+CREATE TABLE console_sessions (
+    id_hash    TEXT   PRIMARY KEY,
+    token_hash TEXT,
+    csrf       TEXT   NOT NULL,
+    created_at BIGINT NOT NULL,
+    expires_at BIGINT NOT NULL
+);
+CREATE INDEX console_sessions_expiry ON console_sessions (expires_at);
+CREATE INDEX records_review ON records (updated_at, namespace, key)
+    WHERE state IN ('needs_review', 'awaiting_approval');
+"#;
 
 /// Tokens for people: an expiry, a revocation instant (the row stays, so the token count that
 /// switches auth on never drops back to 0) and the last use.
@@ -384,7 +408,7 @@ mod tests {
                 .expect("delete");
         }
         let mut client = pool.get().await.expect("client");
-        assert_eq!(migrate(&mut client, 0).await.expect("migrate"), [5, 6]);
+        assert_eq!(migrate(&mut client, 0).await.expect("migrate"), [5, 6, 10]);
         let rows = client
             .query(
                 "SELECT id, kind, key, state, attempts, due_at, payload FROM outbox ORDER BY id",
@@ -467,6 +491,10 @@ mod tests {
             ),
             format!("WHERE state IN ({});", sql::retained_states()),
             format!("WHERE state = {};", sql::state(State::Processing)),
+            format!(
+                "WHERE state IN ({});",
+                sql::states(&idem_store::REVIEW_STATES)
+            ),
         ] {
             assert!(all.contains(&fragment), "{fragment}");
         }

@@ -227,6 +227,23 @@ ALTER TABLE api_tokens ADD COLUMN expires_at INTEGER;
 ALTER TABLE api_tokens ADD COLUMN revoked_at INTEGER;
 ALTER TABLE api_tokens ADD COLUMN last_used_at INTEGER;
 "#,
+    // 6: the operator console. Sessions are kept here so that every instance on one ledger
+    // knows them; only hashes are stored (of the cookie, and of the API token that signed
+    // in). The review queue reads `needs_review` and `awaiting_approval` oldest first across
+    // namespaces through a partial index: records in other states (the hot path) cost it
+    // nothing.
+    r#"
+CREATE TABLE console_sessions (
+    id_hash    TEXT    PRIMARY KEY,
+    token_hash TEXT,
+    csrf       TEXT    NOT NULL,
+    created_at INTEGER NOT NULL,
+    expires_at INTEGER NOT NULL
+);
+CREATE INDEX console_sessions_expiry ON console_sessions (expires_at);
+CREATE INDEX records_review ON records (updated_at, namespace, key)
+    WHERE state IN ('needs_review', 'awaiting_approval');
+"#,
 ];
 
 /// The schema version this build writes.
@@ -410,6 +427,11 @@ mod tests {
         assert!(all.contains(&final_index), "{final_index}");
         let processing = format!("WHERE state = {};", sql::state(State::Processing));
         assert!(all.contains(&processing), "{processing}");
+        let review = format!(
+            "WHERE state IN ({});",
+            sql::states(&idem_store::REVIEW_STATES)
+        );
+        assert!(all.contains(&review), "{review}");
         // The counters are seeded with exactly every state.
         for s in State::ALL {
             assert!(all.contains(&format!("SELECT {}", sql::state(s))), "{s:?}");

@@ -60,7 +60,10 @@ fn shipped_templates_only_lack_an_error_workflow() {
             assert_eq!(rules, ["IDEM016"], "{}", p.display());
         }
     }
-    assert_eq!(effect_only, 1, "the Stripe-charge-via-effect template is audited");
+    assert_eq!(
+        effect_only, 1,
+        "the Stripe-charge-via-effect template is audited"
+    );
 }
 
 #[test]

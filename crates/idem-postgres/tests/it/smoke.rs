@@ -334,6 +334,7 @@ async fn list_pages_newest_first_with_state_filter() {
                     state: Some(State::Processing),
                     limit: 3,
                     cursor: cursor.clone(),
+                    ..Default::default()
                 },
             )
             .await
@@ -352,6 +353,7 @@ async fn list_pages_newest_first_with_state_filter() {
                 state: Some(State::Completed),
                 limit: 10,
                 cursor: None,
+                ..Default::default()
             },
         )
         .await
@@ -364,6 +366,7 @@ async fn list_pages_newest_first_with_state_filter() {
                 state: None,
                 limit: 10,
                 cursor: Some("zz".into()),
+                ..Default::default()
             },
         )
         .await;

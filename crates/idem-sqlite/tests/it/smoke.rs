@@ -196,6 +196,7 @@ async fn list_pages_newest_first_with_state_filter_and_cursor() {
                     state: None,
                     limit: 10,
                     cursor: cursor.clone(),
+                    ..Default::default()
                 },
             )
             .await
@@ -219,6 +220,7 @@ async fn list_pages_newest_first_with_state_filter_and_cursor() {
                 state: Some(State::Processing),
                 limit: 1000,
                 cursor: None,
+                ..Default::default()
             },
         )
         .await
@@ -239,6 +241,7 @@ async fn list_pages_newest_first_with_state_filter_and_cursor() {
                 state: Some(State::Completed),
                 limit: 0,
                 cursor: None,
+                ..Default::default()
             },
         )
         .await
@@ -254,6 +257,7 @@ async fn list_pages_newest_first_with_state_filter_and_cursor() {
                 state: None,
                 limit: 10,
                 cursor: Some("not-a-cursor".into()),
+                ..Default::default()
             },
         )
         .await;
@@ -435,7 +439,7 @@ async fn reopen_keeps_records_events_namespaces_tokens_and_schema() {
     let version: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .expect("user_version");
-    assert_eq!(version, 5);
+    assert_eq!(version, 6);
     let mode: String = conn
         .query_row("PRAGMA journal_mode", [], |r| r.get(0))
         .expect("journal_mode");

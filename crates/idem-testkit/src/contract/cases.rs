@@ -1349,6 +1349,7 @@ pub async fn list_pages_newest_first_with_cursor_and_state_filter<B: Backend>(b:
                     state: None,
                     limit: 2,
                     cursor: cursor.clone(),
+                    ..Default::default()
                 },
             )
             .await
@@ -1370,6 +1371,7 @@ pub async fn list_pages_newest_first_with_cursor_and_state_filter<B: Backend>(b:
                 state: None,
                 limit: 100,
                 cursor: None,
+                ..Default::default()
             },
         )
         .await
@@ -1385,6 +1387,7 @@ pub async fn list_pages_newest_first_with_cursor_and_state_filter<B: Backend>(b:
                 state: Some(State::Completed),
                 limit: 100,
                 cursor: None,
+                ..Default::default()
             },
         )
         .await
@@ -1399,6 +1402,7 @@ pub async fn list_pages_newest_first_with_cursor_and_state_filter<B: Backend>(b:
                 state: Some(State::NeedsReview),
                 limit: 10,
                 cursor: None,
+                ..Default::default()
             },
         )
         .await
@@ -1413,6 +1417,7 @@ pub async fn list_pages_newest_first_with_cursor_and_state_filter<B: Backend>(b:
                 state: None,
                 limit: 10,
                 cursor: Some("not a cursor".into()),
+                ..Default::default()
             },
         )
         .await;

@@ -111,7 +111,7 @@ fn set_cookie(name: &str, value: &str, max_age_s: i64, secure: bool) -> Option<H
 
 /// What [`resolve`] found for a request.
 enum Found {
-    Viewer(Viewer, Option<HeaderValue>),
+    Viewer(Box<Viewer>, Option<HeaderValue>),
     /// Sign in first (with this message, if any).
     SignIn(Option<&'static str>),
 }
@@ -127,12 +127,12 @@ async fn resolve(st: &AppState, headers: &HeaderMap) -> Result<Found, ConsoleErr
     };
     match (session, open) {
         (Some(s), true) if s.token_hash.is_none() => Ok(Found::Viewer(
-            Viewer {
+            Box::new(Viewer {
                 caller: Caller::Anonymous,
                 csrf: s.csrf,
                 id_hash: s.id_hash,
                 open: true,
-            },
+            }),
             None,
         )),
         (_, true) => {
@@ -149,12 +149,12 @@ async fn resolve(st: &AppState, headers: &HeaderMap) -> Result<Found, ConsoleErr
                 .await?;
             let cookie = set_cookie(COOKIE, &id, SESSION_MS / 1000, https(st, headers));
             Ok(Found::Viewer(
-                Viewer {
+                Box::new(Viewer {
                     caller: Caller::Anonymous,
                     csrf,
                     id_hash,
                     open: true,
-                },
+                }),
                 cookie,
             ))
         }
@@ -175,12 +175,12 @@ async fn resolve(st: &AppState, headers: &HeaderMap) -> Result<Found, ConsoleErr
                 Some(t) => {
                     st.auth.touch(&t, now).await;
                     Ok(Found::Viewer(
-                        Viewer {
+                        Box::new(Viewer {
                             caller: Caller::Token(t),
                             csrf: s.csrf,
                             id_hash: s.id_hash,
                             open: false,
-                        },
+                        }),
                         None,
                     ))
                 }
@@ -285,7 +285,7 @@ async fn gate_inner(st: &AppState, req: Request, next: Next) -> Result<Response,
         req = Request::from_parts(parts, Body::empty());
         req.extensions_mut().insert(form);
     }
-    req.extensions_mut().insert(viewer);
+    req.extensions_mut().insert(*viewer);
     let mut resp = next.run(req).await;
     if let Some(c) = new_cookie {
         resp.headers_mut().append(header::SET_COOKIE, c);

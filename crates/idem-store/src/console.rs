@@ -113,3 +113,32 @@ pub struct NewConsoleSession {
 
 /// A live console session.
 pub type ConsoleSession = NewConsoleSession;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn review_cursors_round_trip_and_made_up_ones_are_refused() {
+        let c = ReviewCursor {
+            updated_at: 1_764_581_000_123,
+            namespace: "pay".into(),
+            key: "a%b/c?d#e\n".trim_end().into(),
+        };
+        assert_eq!(ReviewCursor::decode(&c.encode()), Some(c));
+        for bad in [
+            "",
+            "zz",
+            &hex::encode("r1\nbad ns\nk"),
+            &hex::encode("1\nns\nk"),
+        ] {
+            assert_eq!(ReviewCursor::decode(bad), None, "{bad}");
+        }
+        // A list cursor is not a review cursor.
+        let list = crate::Cursor {
+            updated_at: 5,
+            key: "k".into(),
+        };
+        assert_eq!(ReviewCursor::decode(&list.encode()), None);
+    }
+}

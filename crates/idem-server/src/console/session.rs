@@ -415,3 +415,54 @@ pub async fn logout(
     }
     Ok(resp)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sign_in_only_returns_to_console_pages() {
+        for ok in [
+            "/console",
+            "/console/review?state=needs_review",
+            "/console/ns/a",
+        ] {
+            assert_eq!(safe_next(Some(ok)), ok);
+        }
+        for bad in [
+            "//evil.example/console",
+            "https://evil.example/console",
+            "/consolex",
+            "/console//evil.example",
+            "/console/\\evil",
+            "/console/logout",
+            "/console/login?next=/x",
+            "",
+        ] {
+            assert_eq!(safe_next(Some(bad)), "/console", "{bad}");
+        }
+        assert_eq!(safe_next(None), "/console");
+    }
+
+    #[test]
+    fn cookies_are_found_by_exact_name() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::COOKIE,
+            HeaderValue::from_static("x_idem_session=no; idem_session=abc; other=1"),
+        );
+        assert_eq!(cookie(&h, COOKIE).as_deref(), Some("abc"));
+        assert_eq!(cookie(&h, LOGIN_COOKIE), None);
+        let c = set_cookie(COOKIE, "v", 60, true).expect("header");
+        let c = c.to_str().expect("ascii");
+        for attr in [
+            "HttpOnly",
+            "SameSite=Strict",
+            "Path=/console",
+            "Max-Age=60",
+            "Secure",
+        ] {
+            assert!(c.contains(attr), "{c}");
+        }
+    }
+}

@@ -243,6 +243,32 @@ CREATE TABLE console_sessions (
 CREATE INDEX console_sessions_expiry ON console_sessions (expires_at);
 CREATE INDEX records_review ON records (updated_at, namespace, key)
     WHERE state IN ('needs_review', 'awaiting_approval');
+-- Records per namespace and state, kept exact by triggers in the transaction of every write
+-- like `record_counts` (the writer is single: no contention), so a namespace's counts are a
+-- handful of rows to read instead of one index entry per record.
+CREATE TABLE namespace_counts (
+    namespace TEXT    NOT NULL,
+    state     TEXT    NOT NULL,
+    n         INTEGER NOT NULL,
+    PRIMARY KEY (namespace, state)
+) WITHOUT ROWID;
+INSERT INTO namespace_counts (namespace, state, n)
+    SELECT namespace, state, COUNT(*) FROM records GROUP BY namespace, state;
+CREATE TRIGGER namespace_count_insert AFTER INSERT ON records BEGIN
+    INSERT INTO namespace_counts (namespace, state, n) VALUES (NEW.namespace, NEW.state, 1)
+        ON CONFLICT (namespace, state) DO UPDATE SET n = n + 1;
+END;
+CREATE TRIGGER namespace_count_update AFTER UPDATE OF state ON records
+    WHEN OLD.state IS NOT NEW.state BEGIN
+    UPDATE namespace_counts SET n = n - 1
+        WHERE namespace = OLD.namespace AND state = OLD.state;
+    INSERT INTO namespace_counts (namespace, state, n) VALUES (NEW.namespace, NEW.state, 1)
+        ON CONFLICT (namespace, state) DO UPDATE SET n = n + 1;
+END;
+CREATE TRIGGER namespace_count_delete AFTER DELETE ON records BEGIN
+    UPDATE namespace_counts SET n = n - 1
+        WHERE namespace = OLD.namespace AND state = OLD.state;
+END;
 "#,
 ];
 

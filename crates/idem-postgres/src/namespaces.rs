@@ -22,7 +22,8 @@ impl PgStore {
             .await?;
         let counts_stmt = client
             .prepare_cached(
-                "SELECT state, count(*) FROM records WHERE namespace = $1 GROUP BY state",
+                "SELECT state, sum(n)::BIGINT FROM namespace_counts WHERE namespace = $1 \
+                 GROUP BY state HAVING sum(n) <> 0",
             )
             .await?;
         let ns_str = ns.as_str();

@@ -6,7 +6,8 @@
 # open, each request still reads its session) and times each page with curl: median and max
 # of 20 requests after one warm-up. Not a timed test: a measurement to read.
 #
-# Usage: bench/console-speed.sh [path/to/idem] [records]   (default: debug build, 1000000)
+# Usage: bench/console-speed.sh [path/to/idem] [records]   (default: release build, 1000000)
+# Env:   CONSOLE_SPEED_SKIP_SQLITE=1 measures PostgreSQL only
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/idem/target}"
@@ -85,12 +86,14 @@ print('%-10s %-58s %8.1f %8.1f' % ('$label', '${p:0:58}', statistics.median(t), 
   kill "$SERVER_PID"; wait "$SERVER_PID" 2>/dev/null || true; SERVER_PID=""
 }
 
+if [ -z "${CONSOLE_SPEED_SKIP_SQLITE:-}" ]; then
 echo "filling SQLite with $N records"
 SQ="$WORK/idem.db"
 "$IDEM" token create --db "sqlite://$SQ" --namespace '*' --role admin >/dev/null 2>&1 || true
 sqlite3 "$SQ" "DELETE FROM api_tokens;" # the fill only needed the migrations
 sqlite3 "$SQ" "INSERT INTO records ($COLS) WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < $N) SELECT $(select_rows 1 0) FROM s; ANALYZE;"
 measure sqlite "sqlite://$SQ"
+fi
 
 if [ -n "${IDEM_TEST_PG:-}" ]; then
   PG_DB="idem_console_speed_$$"

@@ -56,6 +56,9 @@ pub enum Command {
     Get(KeyTarget),
     /// List the records of a namespace (the review queue: `--state needs_review`).
     Ls(LsCmd),
+    /// Operator: the review queue across namespaces, oldest first — needs_review,
+    /// awaiting_approval, and processing past the namespace's stuck_after_ms.
+    Review(ReviewCmd),
     /// Operator: settle a record in review (or a failed one).
     Resolve(ResolveCmd),
     /// Operator: approve a prepared payload waiting for approval.
@@ -673,6 +676,36 @@ pub struct LsCmd {
     /// Continue after a previous page (its next_cursor).
     #[arg(long)]
     pub cursor: Option<String>,
+    /// Only records with this owner.
+    #[arg(long)]
+    pub owner: Option<String>,
+    /// Only records with this correlation id.
+    #[arg(long)]
+    pub correlation_id: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct ReviewCmd {
+    /// Only this namespace (default: every namespace the token may see).
+    #[arg(long)]
+    pub namespace: Option<String>,
+    /// needs_review, awaiting_approval or processing (stuck only); default: all three.
+    #[arg(long)]
+    pub state: Option<String>,
+    /// Only records with this owner.
+    #[arg(long)]
+    pub owner: Option<String>,
+    /// Only records with this correlation id.
+    #[arg(long)]
+    pub correlation_id: Option<String>,
+    /// Page size (1–1000).
+    #[arg(long)]
+    pub limit: Option<u32>,
+    /// Continue after a previous page (its next_cursor).
+    #[arg(long)]
+    pub cursor: Option<String>,
+    #[command(flatten)]
+    pub conn: Conn,
 }
 
 #[derive(Debug, Args)]

@@ -49,6 +49,7 @@ async fn dispatch(command: Command) -> Result<u8, CliError> {
         Command::Fail(c) => verbs::fail(c).await,
         Command::Get(c) => verbs::get(c).await,
         Command::Ls(c) => verbs::ls(c).await,
+        Command::Review(c) => verbs::review(c).await,
         Command::Resolve(c) => verbs::resolve(c).await,
         Command::Approve(c) => verbs::note_action(c, "approve").await,
         Command::Reject(c) => verbs::note_action(c, "reject").await,

@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 
 use crate::args::{
     ClaimCmd, CompleteCmd, EffectCmd, FailCmd, HeartbeatCmd, KeyTarget, LsCmd, NoteCmd, NsSetCmd,
-    NsTarget, PrepareCmd, ResolveCmd, Server,
+    NsTarget, PrepareCmd, ResolveCmd, ReviewCmd, Server,
 };
 use crate::client::{Answer, Client};
 use crate::exit::{self, CliError};
@@ -359,6 +359,12 @@ pub async fn ls(cmd: LsCmd) -> Result<u8, CliError> {
         if let Some(cur) = &cmd.cursor {
             q.append_pair("cursor", cur);
         }
+        if let Some(o) = &cmd.owner {
+            q.append_pair("owner", o);
+        }
+        if let Some(c) = &cmd.correlation_id {
+            q.append_pair("correlation_id", c);
+        }
     }
     if url.query() == Some("") {
         url.set_query(None);
@@ -388,6 +394,73 @@ pub async fn ls(cmd: LsCmd) -> Result<u8, CliError> {
         "{}",
         render(
             &["KEY", "STATE", "ATTEMPT", "UPDATED", "OWNER", "LAST ERROR"],
+            &rows
+        )
+    );
+    if let Some(next) = ans.body["next_cursor"].as_str() {
+        eprintln!("more: --cursor {next}");
+    }
+    Ok(exit::OK)
+}
+
+pub async fn review(cmd: ReviewCmd) -> Result<u8, CliError> {
+    let conn = &cmd.conn;
+    let c = client(&conn.server)?;
+    let mut url = c.url(&["v1", "review"]);
+    {
+        let mut q = url.query_pairs_mut();
+        for (name, v) in [
+            ("namespace", &cmd.namespace),
+            ("state", &cmd.state),
+            ("owner", &cmd.owner),
+            ("correlation_id", &cmd.correlation_id),
+            ("cursor", &cmd.cursor),
+        ] {
+            if let Some(v) = v {
+                q.append_pair(name, v);
+            }
+        }
+        if let Some(l) = cmd.limit {
+            q.append_pair("limit", &l.to_string());
+        }
+    }
+    if url.query() == Some("") {
+        url.set_query(None);
+    }
+    let ans = c.get(url).await?.ok()?;
+    if conn.json {
+        print_raw(&ans);
+        return Ok(exit::OK);
+    }
+    let items = ans.body["items"].as_array().cloned().unwrap_or_default();
+    let rows: Vec<Vec<String>> = items
+        .iter()
+        .map(|r| {
+            vec![
+                cell(&r["namespace"]),
+                cell(&r["key"]),
+                cell(&r["state"]),
+                cell(&r["attempt"]),
+                cell(&r["updated_at"]),
+                cell(&r["owner"]),
+                r["last_error"]["category"]
+                    .as_str()
+                    .map_or("-".into(), str::to_owned),
+            ]
+        })
+        .collect();
+    print!(
+        "{}",
+        render(
+            &[
+                "NAMESPACE",
+                "KEY",
+                "STATE",
+                "ATTEMPT",
+                "SINCE",
+                "OWNER",
+                "LAST ERROR"
+            ],
             &rows
         )
     );

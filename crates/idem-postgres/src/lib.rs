@@ -47,6 +47,7 @@
 mod analyze;
 mod cache;
 mod connect;
+mod console;
 mod error;
 mod execute;
 mod fast;
@@ -379,5 +380,43 @@ impl Store for PgStore {
     async fn secrets_remove(&self, owner: &idem_store::SecretOwner) -> Result<usize, StoreError> {
         self.bounded(self.with_retries("secrets_remove", || secrets::secrets_remove(self, owner)))
             .await
+    }
+
+    // ------------------------------------------------------------ the console
+
+    async fn namespace_names(&self) -> Result<Vec<String>, StoreError> {
+        self.console_namespace_names().await
+    }
+
+    async fn namespace_activity(
+        &self,
+        ns: &Namespace,
+        now: Timestamp,
+    ) -> Result<idem_store::NamespaceActivity, StoreError> {
+        self.console_namespace_activity(ns, now).await
+    }
+
+    async fn review_queue(
+        &self,
+        q: &idem_store::ReviewQuery,
+        now: Timestamp,
+    ) -> Result<idem_store::ReviewPage, StoreError> {
+        self.console_review_queue(q, now).await
+    }
+
+    async fn session_create(&self, s: idem_store::NewConsoleSession) -> Result<(), StoreError> {
+        self.console_session_create(&s).await
+    }
+
+    async fn session_find(
+        &self,
+        id_hash: &str,
+        now: Timestamp,
+    ) -> Result<Option<idem_store::ConsoleSession>, StoreError> {
+        self.console_session_find(id_hash, now).await
+    }
+
+    async fn session_delete(&self, id_hash: &str) -> Result<(), StoreError> {
+        self.console_session_delete(id_hash).await
     }
 }

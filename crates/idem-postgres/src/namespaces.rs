@@ -25,7 +25,8 @@ impl PgStore {
             .await?;
         let counts_stmt = client
             .prepare_cached(
-                "SELECT state, count(*) FROM records WHERE namespace = $1 GROUP BY state",
+                "SELECT state, sum(n)::BIGINT FROM namespace_counts WHERE namespace = $1 \
+                 GROUP BY state HAVING sum(n) <> 0",
             )
             .await?;
         let secret_stmt = client.prepare_cached(ALERT_SECRET).await?;

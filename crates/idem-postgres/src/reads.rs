@@ -1,5 +1,6 @@
 //! Reads served outside the engine: a record with its audit trail, and pages of a
-//! namespace's records (newest `updated_at` first, keyset-paged).
+//! namespace's records (newest `updated_at` first, keyset-paged, optionally of one state,
+//! owner or correlation id).
 //!
 //! Reads take no locks and never write; a page is one statement (one snapshot).
 
@@ -76,6 +77,14 @@ impl PgStore {
             if let Some(s) = &state {
                 params.push(s);
                 sql.push_str(&format!(" AND state = ${}", params.len()));
+            }
+            if let Some(o) = &query.owner {
+                params.push(o);
+                sql.push_str(&format!(" AND owner = ${}", params.len()));
+            }
+            if let Some(c) = &query.correlation_id {
+                params.push(c);
+                sql.push_str(&format!(" AND correlation_id = ${}", params.len()));
             }
             if cursor.is_some() {
                 params.push(&c_at);

@@ -28,6 +28,7 @@ pub(crate) const MIGRATIONS: &[(i32, &str)] = &[
     (7, V7),
     (8, V8),
     (9, V9),
+    (10, V10),
 ];
 
 /// Cost and recovery. Each record sums what its attempts reported spending (`retry_*` =
@@ -79,6 +80,75 @@ INSERT INTO secrets (kind, owner, value, created_at)
     FROM namespaces WHERE jsonb_typeof(policy::jsonb -> 'alert_secret') = 'string';
 UPDATE namespaces SET policy = (policy::jsonb - 'alert_secret')::text, revision = revision + 1
     WHERE policy::jsonb -> 'alert_secret' IS NOT NULL;
+"#;
+
+/// The operator console. Sessions live here so that every instance on one database knows
+/// them; only hashes are stored (of the cookie, and of the API token that signed in). The
+/// review queue reads `needs_review` and `awaiting_approval` oldest first across namespaces
+/// through a partial index: records in other states (the hot path) cost it nothing.
+const V10: &str = r#"
+CREATE TABLE console_sessions (
+    id_hash    TEXT   PRIMARY KEY,
+    token_hash TEXT,
+    csrf       TEXT   NOT NULL,
+    created_at BIGINT NOT NULL,
+    expires_at BIGINT NOT NULL
+);
+CREATE INDEX console_sessions_expiry ON console_sessions (expires_at);
+CREATE INDEX records_review_queue ON records (updated_at, namespace, key)
+    WHERE state IN ('needs_review', 'awaiting_approval');
+
+-- Records per namespace and state, kept like record_counts (V4): statement triggers, one row
+-- per (namespace, state, backend) so concurrent writers of one namespace never queue on one
+-- counter row; a read sums a namespace's few rows instead of counting its records.
+CREATE TABLE namespace_counts (
+    namespace TEXT COLLATE "C" NOT NULL,
+    state     TEXT NOT NULL,
+    slot      INTEGER NOT NULL,
+    n         BIGINT NOT NULL,
+    PRIMARY KEY (namespace, state, slot)
+);
+CREATE FUNCTION idem_ns_count_inserted() RETURNS trigger LANGUAGE plpgsql AS $fn$
+BEGIN
+    INSERT INTO namespace_counts (namespace, state, slot, n)
+        SELECT namespace, state, pg_backend_pid(), count(*) FROM new_rows
+        GROUP BY namespace, state
+        ON CONFLICT (namespace, state, slot) DO UPDATE SET n = namespace_counts.n + EXCLUDED.n;
+    RETURN NULL;
+END
+$fn$;
+CREATE FUNCTION idem_ns_count_deleted() RETURNS trigger LANGUAGE plpgsql AS $fn$
+BEGIN
+    INSERT INTO namespace_counts (namespace, state, slot, n)
+        SELECT namespace, state, pg_backend_pid(), -count(*) FROM old_rows
+        GROUP BY namespace, state
+        ON CONFLICT (namespace, state, slot) DO UPDATE SET n = namespace_counts.n + EXCLUDED.n;
+    RETURN NULL;
+END
+$fn$;
+CREATE FUNCTION idem_ns_count_updated() RETURNS trigger LANGUAGE plpgsql AS $fn$
+BEGIN
+    INSERT INTO namespace_counts (namespace, state, slot, n)
+        SELECT namespace, state, pg_backend_pid(), sum(d) FROM (
+            SELECT namespace, state, -1 AS d FROM old_rows
+            UNION ALL
+            SELECT namespace, state, 1 AS d FROM new_rows
+        ) moved GROUP BY namespace, state HAVING sum(d) <> 0
+        ON CONFLICT (namespace, state, slot) DO UPDATE SET n = namespace_counts.n + EXCLUDED.n;
+    RETURN NULL;
+END
+$fn$;
+CREATE TRIGGER records_ns_count_insert AFTER INSERT ON records
+    REFERENCING NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION idem_ns_count_inserted();
+CREATE TRIGGER records_ns_count_update AFTER UPDATE ON records
+    REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION idem_ns_count_updated();
+CREATE TRIGGER records_ns_count_delete AFTER DELETE ON records
+    REFERENCING OLD TABLE AS old_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION idem_ns_count_deleted();
+INSERT INTO namespace_counts (namespace, state, slot, n)
+    SELECT namespace, state, 0, count(*) FROM records GROUP BY namespace, state;
 "#;
 
 /// Tokens for people: an expiry, a revocation instant (the row stays, so the token count that
@@ -424,7 +494,7 @@ mod tests {
         let mut client = pool.get().await.expect("client");
         assert_eq!(
             migrate(&mut client, 0).await.expect("migrate"),
-            [5, 6, 7, 8, 9]
+            [5, 6, 7, 8, 9, 10]
         );
         let rows = client
             .query(
@@ -508,6 +578,10 @@ mod tests {
             ),
             format!("WHERE state IN ({});", sql::retained_states()),
             format!("WHERE state = {};", sql::state(State::Processing)),
+            format!(
+                "WHERE state IN ({});",
+                sql::states(&idem_store::REVIEW_STATES)
+            ),
         ] {
             assert!(all.contains(&fragment), "{fragment}");
         }

@@ -12,6 +12,7 @@ pub mod api;
 pub mod auth;
 pub mod background;
 pub mod config;
+pub mod console;
 pub mod error;
 pub mod fields;
 pub mod input;

@@ -318,7 +318,7 @@ fn errors_of(method: &str, path: &str, authed: bool, op: &Map<String, Value>) ->
             ApiError::InvalidTransition(s()),
         ]),
         ("get", "{key}") | ("delete", "{token_id}") => e.push(ApiError::NotFound(s())),
-        ("get", "keys") => e.push(invalid()),
+        ("get", "keys" | "review") => e.push(invalid()),
         ("patch", "{ns}") | ("post", "pause" | "resume" | "tokens") => e.push(invalid()),
         ("post", "derive") => e.extend([invalid(), ApiError::MissingIdentityField { field: s() }]),
         ("post", "audit") => e.push(invalid()),

@@ -90,6 +90,8 @@ pub fn router(state: AppState) -> Router {
         let not_allowed = move || method_not_allowed(allow);
         app = app.route(path, handler.fallback(not_allowed).layer(gate));
     }
+    // The operator console: HTML pages with their own session gate and headers.
+    app = app.merge(crate::console::router(state.clone()));
     let not_found = Gate::new(UNMATCHED, Vec::new(), state.clone())
         .layer(Handler::<_, AppState>::with_state(not_found, state.clone()));
     app.fallback_service(not_found).with_state(state)

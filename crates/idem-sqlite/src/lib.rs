@@ -22,6 +22,7 @@
 //! - The janitor touches only `processing` (sweep) and final states (retention).
 
 pub mod backup;
+mod console;
 mod durable;
 mod error;
 mod outbox;
@@ -448,6 +449,51 @@ impl Store for SqliteStore {
     async fn secrets_remove(&self, owner: &idem_store::SecretOwner) -> Result<usize, StoreError> {
         let owner = owner.clone();
         self.write(move |c| secrets::secrets_remove(c, &owner))
+            .await
+    }
+
+    // ------------------------------------------------------------ the console
+
+    async fn namespace_names(&self) -> Result<Vec<String>, StoreError> {
+        self.read(console::namespace_names).await
+    }
+
+    async fn namespace_activity(
+        &self,
+        ns: &Namespace,
+        now: Timestamp,
+    ) -> Result<idem_store::NamespaceActivity, StoreError> {
+        let ns = ns.clone();
+        self.read(move |c| console::namespace_activity(c, &ns, now))
+            .await
+    }
+
+    async fn review_queue(
+        &self,
+        q: &idem_store::ReviewQuery,
+        now: Timestamp,
+    ) -> Result<idem_store::ReviewPage, StoreError> {
+        let q = q.clone();
+        self.read(move |c| console::review_queue(c, &q, now)).await
+    }
+
+    async fn session_create(&self, s: idem_store::NewConsoleSession) -> Result<(), StoreError> {
+        self.write(move |c| console::session_create_step(c, &s))
+            .await
+    }
+
+    async fn session_find(
+        &self,
+        id_hash: &str,
+        now: Timestamp,
+    ) -> Result<Option<idem_store::ConsoleSession>, StoreError> {
+        let h = id_hash.to_owned();
+        self.read(move |c| console::session_find(c, &h, now)).await
+    }
+
+    async fn session_delete(&self, id_hash: &str) -> Result<(), StoreError> {
+        let h = id_hash.to_owned();
+        self.write(move |c| console::session_delete_step(c, &h))
             .await
     }
 }

@@ -63,6 +63,9 @@ pub(crate) fn list(
         Some(c) => Some(Cursor::decode(c).ok_or(StoreError::InvalidCursor)?),
     };
     let fetch = (limit + 1) as i64; // one more than asked tells whether a next page exists
+    if q.owner.is_some() || q.correlation_id.is_some() {
+        return list_filtered(conn, ns, q, cursor, fetch, limit);
+    }
     let state = q.state.map(State::as_str);
     let sql = &LIST_SQL[usize::from(q.state.is_some()) + 2 * usize::from(cursor.is_some())];
     let mut stmt = conn.prepare_cached(sql).db()?;
@@ -80,6 +83,56 @@ pub(crate) fn list(
     }
     .db()?;
     let mut items = Vec::with_capacity(limit.min(128));
+    while let Some(row) = rows.next().db()? {
+        items.push(record_from_row(row)?);
+    }
+    Ok(Page::from_fetched(items, limit))
+}
+
+/// A page filtered by owner and/or correlation id as well: the same order and index
+/// (namespace[, state], updated_at DESC, key DESC), the extra conditions checked on the rows
+/// it walks.
+fn list_filtered(
+    conn: &mut Connection,
+    ns: &Namespace,
+    q: &ListQuery,
+    cursor: Option<Cursor>,
+    fetch: i64,
+    limit: usize,
+) -> Result<Page, StoreError> {
+    use rusqlite::types::Value;
+    let mut sql = format!(
+        "SELECT {} FROM records WHERE namespace = ?1",
+        *RECORD_SELECT
+    );
+    let mut vals = vec![Value::Text(ns.as_str().to_owned())];
+    let mut text = |sql: &mut String, column: &str, v: &str| {
+        vals.push(Value::Text(v.to_owned()));
+        sql.push_str(&format!(" AND {column} = ?{}", vals.len()));
+    };
+    if let Some(s) = q.state {
+        text(&mut sql, "state", s.as_str());
+    }
+    if let Some(o) = &q.owner {
+        text(&mut sql, "owner", o);
+    }
+    if let Some(c) = &q.correlation_id {
+        text(&mut sql, "correlation_id", c);
+    }
+    if let Some(c) = cursor {
+        vals.push(Value::Integer(c.updated_at));
+        vals.push(Value::Text(c.key));
+        let n = vals.len();
+        sql.push_str(&format!(" AND (updated_at, key) < (?{}, ?{n})", n - 1));
+    }
+    vals.push(Value::Integer(fetch));
+    sql.push_str(&format!(
+        " ORDER BY updated_at DESC, key DESC LIMIT ?{}",
+        vals.len()
+    ));
+    let mut stmt = conn.prepare_cached(&sql).db()?;
+    let mut rows = stmt.query(rusqlite::params_from_iter(vals)).db()?;
+    let mut items = Vec::new();
     while let Some(row) = rows.next().db()? {
         items.push(record_from_row(row)?);
     }

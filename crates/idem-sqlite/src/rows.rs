@@ -419,10 +419,11 @@ pub(crate) fn save_namespace(
     Ok(())
 }
 
-/// Per-state record counts of one namespace, every state present.
+/// Per-state record counts of one namespace, every state present (from `namespace_counts`,
+/// which the triggers of migration 6 keep exact).
 pub(crate) fn count_states(conn: &Connection, ns: &str) -> Result<StateCounts, StoreError> {
     let mut stmt = conn
-        .prepare_cached("SELECT state, COUNT(*) FROM records WHERE namespace = ?1 GROUP BY state")
+        .prepare_cached("SELECT state, n FROM namespace_counts WHERE namespace = ?1 AND n > 0")
         .db()?;
     let rows = stmt.query(params![ns]).db()?;
     collect_counts(rows)

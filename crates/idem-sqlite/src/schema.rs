@@ -243,6 +243,49 @@ ALTER TABLE records ADD COLUMN request TEXT;
 "#,
     // 8: a namespace's alert signing secret moves out of the policy text into `secrets`.
     ALERT_SECRETS_OUT_OF_THE_POLICY,
+    // 9: the operator console. Sessions are kept here so that every instance on one ledger
+    // knows them; only hashes are stored (of the cookie, and of the API token that signed
+    // in). The review queue reads `needs_review` and `awaiting_approval` oldest first across
+    // namespaces through a partial index: records in other states (the hot path) cost it
+    // nothing.
+    r#"
+CREATE TABLE console_sessions (
+    id_hash    TEXT    PRIMARY KEY,
+    token_hash TEXT,
+    csrf       TEXT    NOT NULL,
+    created_at INTEGER NOT NULL,
+    expires_at INTEGER NOT NULL
+);
+CREATE INDEX console_sessions_expiry ON console_sessions (expires_at);
+CREATE INDEX records_review_queue ON records (updated_at, namespace, key)
+    WHERE state IN ('needs_review', 'awaiting_approval');
+-- Records per namespace and state, kept exact by triggers in the transaction of every write
+-- like `record_counts` (the writer is single: no contention), so a namespace's counts are a
+-- handful of rows to read instead of one index entry per record.
+CREATE TABLE namespace_counts (
+    namespace TEXT    NOT NULL,
+    state     TEXT    NOT NULL,
+    n         INTEGER NOT NULL,
+    PRIMARY KEY (namespace, state)
+) WITHOUT ROWID;
+INSERT INTO namespace_counts (namespace, state, n)
+    SELECT namespace, state, COUNT(*) FROM records GROUP BY namespace, state;
+CREATE TRIGGER namespace_count_insert AFTER INSERT ON records BEGIN
+    INSERT INTO namespace_counts (namespace, state, n) VALUES (NEW.namespace, NEW.state, 1)
+        ON CONFLICT (namespace, state) DO UPDATE SET n = n + 1;
+END;
+CREATE TRIGGER namespace_count_update AFTER UPDATE OF state ON records
+    WHEN OLD.state IS NOT NEW.state BEGIN
+    UPDATE namespace_counts SET n = n - 1
+        WHERE namespace = OLD.namespace AND state = OLD.state;
+    INSERT INTO namespace_counts (namespace, state, n) VALUES (NEW.namespace, NEW.state, 1)
+        ON CONFLICT (namespace, state) DO UPDATE SET n = n + 1;
+END;
+CREATE TRIGGER namespace_count_delete AFTER DELETE ON records BEGIN
+    UPDATE namespace_counts SET n = n - 1
+        WHERE namespace = OLD.namespace AND state = OLD.state;
+END;
+"#,
 ];
 
 /// A namespace's alert signing secret moves out of the policy text into `secrets` (kind
@@ -437,6 +480,11 @@ mod tests {
         assert!(all.contains(&final_index), "{final_index}");
         let processing = format!("WHERE state = {};", sql::state(State::Processing));
         assert!(all.contains(&processing), "{processing}");
+        let review = format!(
+            "WHERE state IN ({});",
+            sql::states(&idem_store::REVIEW_STATES)
+        );
+        assert!(all.contains(&review), "{review}");
         // The counters are seeded with exactly every state.
         for s in State::ALL {
             assert!(all.contains(&format!("SELECT {}", sql::state(s))), "{s:?}");

@@ -13,6 +13,7 @@
 //! [`Ledger`] is the in-process API on top of a store: it supplies the clock and the random
 //! inputs, and turns replies into typed results.
 
+pub mod console;
 pub mod engine;
 mod ledger;
 pub mod outbox;
@@ -20,6 +21,10 @@ pub mod secrets;
 pub mod sql;
 mod types;
 
+pub use console::{
+    ConsoleSession, NamespaceActivity, NewConsoleSession, ReviewCursor, ReviewPage, ReviewQuery,
+    REVIEW_STATES,
+};
 pub use ledger::{Ledger, LedgerError};
 pub use outbox::{
     AlertPayload, Jitter, NewOutboxItem, OutboxClaim, OutboxFinish, OutboxItem, OutboxKind,
@@ -173,4 +178,34 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
 
     /// Deletes every version of `owner`; returns how many there were.
     async fn secrets_remove(&self, owner: &SecretOwner) -> Result<usize, StoreError>;
+
+    // ------------------------------------------------------------ the console (see [`console`])
+
+    /// Every namespace that has records or a stored policy, in name order.
+    async fn namespace_names(&self) -> Result<Vec<String>, StoreError>;
+
+    /// Today's first-time acquisitions and the oldest `processing` record of `ns`.
+    async fn namespace_activity(
+        &self,
+        ns: &Namespace,
+        now: Timestamp,
+    ) -> Result<NamespaceActivity, StoreError>;
+
+    /// The review queue across namespaces: `needs_review`, `awaiting_approval` and
+    /// `processing` past its namespace's `stuck_after_ms` at `now`, oldest `updated_at` first.
+    async fn review_queue(&self, q: &ReviewQuery, now: Timestamp)
+        -> Result<ReviewPage, StoreError>;
+
+    /// Stores a console session; expired sessions are deleted on the way.
+    async fn session_create(&self, s: NewConsoleSession) -> Result<(), StoreError>;
+
+    /// The session whose cookie hashes to `id_hash`, if it is live at `now`.
+    async fn session_find(
+        &self,
+        id_hash: &str,
+        now: Timestamp,
+    ) -> Result<Option<ConsoleSession>, StoreError>;
+
+    /// Ends a session (sign-out); no error when it is gone already.
+    async fn session_delete(&self, id_hash: &str) -> Result<(), StoreError>;
 }

@@ -71,6 +71,10 @@ pub struct ListQuery {
     pub limit: usize,
     /// Opaque cursor from a previous page.
     pub cursor: Option<String>,
+    /// Only records with this owner.
+    pub owner: Option<String>,
+    /// Only records with this correlation id.
+    pub correlation_id: Option<String>,
 }
 
 #[derive(Debug, Clone)]

@@ -62,6 +62,10 @@ pub use idem_store::{
     OutboxKind, OutboxLease, OutboxOutcome, OutboxState, RetrySchedule, Secret, SecretKind,
     SecretOwner, StoredSecret,
 };
+pub use idem_store::{
+    ConsoleSession, NamespaceActivity, NewConsoleSession, ReviewCursor, ReviewPage, ReviewQuery,
+    REVIEW_STATES,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum OpenError {

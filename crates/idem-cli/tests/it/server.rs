@@ -82,6 +82,46 @@ fn claim_complete_replay_conflict_over_http() {
         "{lsh:?}"
     );
 
+    // The review queue across namespaces: a doubtful charge waits for a person.
+    let c = s.idem(&[
+        "claim",
+        "refunds",
+        "evt_9:refund",
+        "--owner",
+        "exec-9",
+        "--json",
+    ]);
+    assert_eq!(c.code, 0, "{c:?}");
+    let lease = token_of(&c);
+    let f = s.idem(&[
+        "fail",
+        "refunds",
+        "evt_9:refund",
+        "--lease-token",
+        &lease,
+        "--kind",
+        "ambiguous",
+        "--category",
+        "timeout",
+        "--message",
+        "no answer",
+    ]);
+    assert!(f.stdout.contains("needs_review"), "{f:?}");
+    let rv = s.idem(&["review"]);
+    assert_eq!(rv.code, 0, "{rv:?}");
+    assert!(
+        rv.stdout.contains("NAMESPACE")
+            && rv.stdout.contains("refunds")
+            && rv.stdout.contains("evt_9:refund")
+            && rv.stdout.contains("needs_review")
+            && !rv.stdout.contains(key),
+        "{rv:?}"
+    );
+    let rj = s.idem(&["review", "--owner", "exec-9", "--json"]);
+    assert_eq!(rj.json()["items"][0]["key"], "evt_9:refund", "{rj:?}");
+    let none = s.idem(&["review", "--namespace", "payments", "--json"]);
+    assert_eq!(none.json()["items"], serde_json::json!([]), "{none:?}");
+
     // A stale/made-up lease token is fenced.
     let stale = s.idem(&[
         "complete",

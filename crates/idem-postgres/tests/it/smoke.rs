@@ -339,6 +339,7 @@ async fn list_pages_newest_first_with_state_filter() {
                     state: Some(State::Processing),
                     limit: 3,
                     cursor: cursor.clone(),
+                    ..Default::default()
                 },
             )
             .await
@@ -357,6 +358,7 @@ async fn list_pages_newest_first_with_state_filter() {
                 state: Some(State::Completed),
                 limit: 10,
                 cursor: None,
+                ..Default::default()
             },
         )
         .await
@@ -369,6 +371,7 @@ async fn list_pages_newest_first_with_state_filter() {
                 state: None,
                 limit: 10,
                 cursor: Some("zz".into()),
+                ..Default::default()
             },
         )
         .await;

@@ -11,7 +11,7 @@ pub mod keys;
 pub mod namespaces;
 pub mod operations;
 pub mod review;
-mod shared;
+pub(crate) mod shared;
 pub mod tokens;
 
 use utoipa::OpenApi;

@@ -7,6 +7,7 @@ mod alerts;
 mod audit;
 mod auth;
 mod claim;
+mod console;
 mod cost;
 mod deploy;
 mod drills;

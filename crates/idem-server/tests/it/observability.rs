@@ -357,6 +357,36 @@ impl Store for CountingStats {
     async fn secrets_remove(&self, owner: &idem::SecretOwner) -> Result<usize, StoreError> {
         self.inner.secrets_remove(owner).await
     }
+    async fn namespace_names(&self) -> Result<Vec<String>, StoreError> {
+        self.inner.namespace_names().await
+    }
+    async fn namespace_activity(
+        &self,
+        ns: &Namespace,
+        now: Timestamp,
+    ) -> Result<idem::NamespaceActivity, StoreError> {
+        self.inner.namespace_activity(ns, now).await
+    }
+    async fn review_queue(
+        &self,
+        q: &idem::ReviewQuery,
+        now: Timestamp,
+    ) -> Result<idem::ReviewPage, StoreError> {
+        self.inner.review_queue(q, now).await
+    }
+    async fn session_create(&self, s: idem::NewConsoleSession) -> Result<(), StoreError> {
+        self.inner.session_create(s).await
+    }
+    async fn session_find(
+        &self,
+        id_hash: &str,
+        now: Timestamp,
+    ) -> Result<Option<idem::ConsoleSession>, StoreError> {
+        self.inner.session_find(id_hash, now).await
+    }
+    async fn session_delete(&self, id_hash: &str) -> Result<(), StoreError> {
+        self.inner.session_delete(id_hash).await
+    }
 }
 
 /// A janitor draining a backlog runs batch after batch: none of them may recount every

@@ -167,6 +167,8 @@ async fn openapi_lists_the_problem_statuses_each_operation_answers_with() {
             &[204, 401, 403, 404, 503],
         ),
         ("get", "/v1/whoami".into(), &[200, 401, 403, 503]),
+        ("get", "/v1/namespaces".into(), &[200, 401, 403, 503]),
+        ("get", "/v1/review".into(), &[200, 401, 403, 422, 503]),
         (
             "post",
             "/v1/audit".into(),

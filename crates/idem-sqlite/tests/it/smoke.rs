@@ -199,6 +199,7 @@ async fn list_pages_newest_first_with_state_filter_and_cursor() {
                     state: None,
                     limit: 10,
                     cursor: cursor.clone(),
+                    ..Default::default()
                 },
             )
             .await
@@ -222,6 +223,7 @@ async fn list_pages_newest_first_with_state_filter_and_cursor() {
                 state: Some(State::Processing),
                 limit: 1000,
                 cursor: None,
+                ..Default::default()
             },
         )
         .await
@@ -242,6 +244,7 @@ async fn list_pages_newest_first_with_state_filter_and_cursor() {
                 state: Some(State::Completed),
                 limit: 0,
                 cursor: None,
+                ..Default::default()
             },
         )
         .await
@@ -257,6 +260,7 @@ async fn list_pages_newest_first_with_state_filter_and_cursor() {
                 state: None,
                 limit: 10,
                 cursor: Some("not-a-cursor".into()),
+                ..Default::default()
             },
         )
         .await;
@@ -439,7 +443,7 @@ async fn reopen_keeps_records_events_namespaces_tokens_and_schema() {
     let version: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .expect("user_version");
-    assert_eq!(version, 8);
+    assert_eq!(version, 9);
     let mode: String = conn
         .query_row("PRAGMA journal_mode", [], |r| r.get(0))
         .expect("journal_mode");
@@ -525,5 +529,61 @@ async fn alert_secret_is_kept_in_the_secrets_table_not_in_the_policy_row() {
             .policy
             .alert_secret,
         None
+    );
+}
+
+/// The per-namespace counters the console reads stay equal to a real count through claims,
+/// state changes and deletes.
+#[tokio::test]
+async fn namespace_counts_follow_every_write() {
+    let t = TestLedger::new();
+    for (name, n) in [("a", 5), ("b", 3)] {
+        let n_s = ns(name);
+        for i in 0..n {
+            let k = key(&format!("k{i}"));
+            let c = t.claim(&n_s, &k).await;
+            if i % 2 == 0 {
+                t.ledger
+                    .complete(
+                        &n_s,
+                        &k,
+                        CompleteRequest {
+                            token: c.token.expect("token").secret(),
+                            result: None,
+                            external_ref: None,
+                            cost: None,
+                        },
+                    )
+                    .await
+                    .expect("complete");
+            }
+        }
+    }
+    let raw = rusqlite::Connection::open(t.path()).expect("open raw");
+    raw.execute(
+        "DELETE FROM records WHERE namespace = 'b' AND key = 'k0'",
+        [],
+    )
+    .expect("delete");
+    for name in ["a", "b"] {
+        let info = t.store.namespace(&ns(name)).await.expect("namespace");
+        for s in State::ALL {
+            let counted: i64 = raw
+                .query_row(
+                    "SELECT COUNT(*) FROM records WHERE namespace = ?1 AND state = ?2",
+                    rusqlite::params![name, s.as_str()],
+                    |r| r.get(0),
+                )
+                .expect("count");
+            assert_eq!(info.counts.get(s), counted as u64, "{name} {s:?}");
+        }
+    }
+    let a = t.store.namespace(&ns("a")).await.expect("namespace");
+    assert_eq!(
+        (
+            a.counts.get(State::Completed),
+            a.counts.get(State::Processing)
+        ),
+        (3, 2)
     );
 }

@@ -1352,6 +1352,7 @@ pub async fn list_pages_newest_first_with_cursor_and_state_filter<B: Backend>(b:
                     state: None,
                     limit: 2,
                     cursor: cursor.clone(),
+                    ..Default::default()
                 },
             )
             .await
@@ -1373,6 +1374,7 @@ pub async fn list_pages_newest_first_with_cursor_and_state_filter<B: Backend>(b:
                 state: None,
                 limit: 100,
                 cursor: None,
+                ..Default::default()
             },
         )
         .await
@@ -1388,6 +1390,7 @@ pub async fn list_pages_newest_first_with_cursor_and_state_filter<B: Backend>(b:
                 state: Some(State::Completed),
                 limit: 100,
                 cursor: None,
+                ..Default::default()
             },
         )
         .await
@@ -1402,6 +1405,7 @@ pub async fn list_pages_newest_first_with_cursor_and_state_filter<B: Backend>(b:
                 state: Some(State::NeedsReview),
                 limit: 10,
                 cursor: None,
+                ..Default::default()
             },
         )
         .await
@@ -1416,6 +1420,7 @@ pub async fn list_pages_newest_first_with_cursor_and_state_filter<B: Backend>(b:
                 state: None,
                 limit: 10,
                 cursor: Some("not a cursor".into()),
+                ..Default::default()
             },
         )
         .await;

@@ -632,7 +632,9 @@ pub struct ListResponse {
     params(("ns" = String, Path),
         ("state" = Option<String>, Query, description = "only records in this state (empty: all)"),
         ("limit" = Option<u32>, Query, description = "1 to 1000, default 100 (empty: the default)"),
-        ("cursor" = Option<String>, Query, description = "next_cursor of the previous page as is (empty: the first page)")),
+        ("cursor" = Option<String>, Query, description = "next_cursor of the previous page as is (empty: the first page)"),
+        ("owner" = Option<String>, Query, description = "only records with this owner (empty: any)"),
+        ("correlation_id" = Option<String>, Query, description = "only records with this correlation id (empty: any)")),
     responses((status = 200, description = "one page, newest updated_at first", body = ListResponse)))]
 pub async fn list(
     State(st): State<AppState>,
@@ -640,9 +642,8 @@ pub async fn list(
     RawQuery(q): RawQuery,
 ) -> ApiResult<Json<ListResponse>> {
     let mut query = ListQuery {
-        state: None,
         limit: 100,
-        cursor: None,
+        ..ListQuery::default()
     };
     for (k, v) in url::form_urlencoded::parse(q.unwrap_or_default().as_bytes()) {
         match k.as_ref() {
@@ -661,6 +662,10 @@ pub async fn list(
                     })?
             }
             "cursor" if !v.is_empty() => query.cursor = Some(v.into_owned()),
+            "owner" if !v.is_empty() => query.owner = Some(filter_text("owner", &v)?),
+            "correlation_id" if !v.is_empty() => {
+                query.correlation_id = Some(filter_text("correlation_id", &v)?)
+            }
             _ => {}
         }
     }
@@ -669,4 +674,16 @@ pub async fn list(
         items: page.items,
         next_cursor: page.next_cursor,
     }))
+}
+
+/// An `owner` or `correlation_id` filter: what a claim may have recorded (at most 255
+/// characters, no NUL), else 422 naming the parameter.
+pub(crate) fn filter_text(field: &str, v: &str) -> ApiResult<String> {
+    if v.chars().count() > 255 || v.contains('\0') {
+        return Err(ApiError::invalid_field(
+            field,
+            format!("`{field}` is at most 255 characters, without NUL"),
+        ));
+    }
+    Ok(v.to_owned())
 }

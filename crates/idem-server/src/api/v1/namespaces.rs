@@ -28,6 +28,12 @@ pub fn routes() -> Vec<Route> {
     vec![
         r(
             "get",
+            "/v1/namespaces",
+            Some(Operator),
+            get(list_namespaces),
+        ),
+        r(
+            "get",
             "/v1/namespaces/{ns}",
             Some(Worker),
             get(get_namespace),
@@ -56,8 +62,10 @@ pub fn routes() -> Vec<Route> {
 /// The OpenAPI of this file.
 #[derive(OpenApi)]
 #[openapi(
-    paths(get_namespace, patch_namespace, pause, resume),
+    paths(list_namespaces, get_namespace, patch_namespace, pause, resume),
     components(schemas(
+        NamespaceList,
+        NamespaceItem,
         PolicyDoc,
         RetryPolicyDoc,
         PolicyPatchBody,
@@ -261,6 +269,57 @@ async fn ns_response(st: &AppState, info: NamespaceInfo) -> ApiResult<Json<Names
         counts: info.counts.to_json(),
         stats,
     }))
+}
+
+/// One namespace of `GET /v1/namespaces`.
+#[derive(Serialize, ToSchema)]
+pub struct NamespaceItem {
+    pub namespace: String,
+    pub paused: bool,
+    /// Every state with its count, zeros included.
+    #[schema(value_type = Object)]
+    pub counts: Value,
+}
+
+/// `GET /v1/namespaces`.
+#[derive(Serialize, ToSchema)]
+pub struct NamespaceList {
+    pub items: Vec<NamespaceItem>,
+}
+
+/// The namespaces `caller` may see, in name order: every namespace with records or a stored
+/// policy (a token of one namespace: that one, used or not).
+pub async fn visible_namespaces(st: &AppState, caller: &Caller) -> ApiResult<Vec<NamespaceInfo>> {
+    let names = match caller {
+        Caller::Token(t) if t.scope != "*" => vec![t.scope.clone()],
+        _ => st.ledger.store().namespace_names().await?,
+    };
+    let mut out = Vec::with_capacity(names.len());
+    for name in names {
+        let ns = Namespace::try_from(name.as_str())
+            .map_err(|e| ApiError::internal(format!("stored namespace {name:?}: {e}")))?;
+        out.push(st.ledger.store().namespace(&ns).await?);
+    }
+    Ok(out)
+}
+
+/// The namespaces the token may see, with pause flag and counts (operator).
+#[utoipa::path(get, path = "/v1/namespaces", tag = "namespaces",
+    responses((status = 200, description = "the namespaces, in name order", body = NamespaceList)))]
+pub async fn list_namespaces(
+    State(st): State<AppState>,
+    Extension(caller): Extension<Caller>,
+) -> ApiResult<Json<NamespaceList>> {
+    let items = visible_namespaces(&st, &caller)
+        .await?
+        .into_iter()
+        .map(|i| NamespaceItem {
+            namespace: i.namespace,
+            paused: i.paused,
+            counts: i.counts.to_json(),
+        })
+        .collect();
+    Ok(Json(NamespaceList { items }))
 }
 
 /// Policy, pause flag and counts (defaults for a never-used namespace).

@@ -1,19 +1,24 @@
 //! The operator side of a key: resolve a record a person must decide, approve or reject a
 //! prepared payload. Each action is recorded with who did it (the token's label or role).
+//! And the review queue across namespaces (`GET /v1/review`), which the console's queue page
+//! reads through the same [`review_page`], so both show exactly the same records to the same
+//! token.
 //!
 //! Invariant: a request refused while reading its input never reaches the store.
 
-use axum::extract::State;
-use axum::routing::post;
+use axum::extract::{RawQuery, State};
+use axum::routing::{get, post};
 use axum::{Extension, Json};
-use idem::{Op, ResolveAction, ResolveRequest, Role};
+use idem::{Namespace, Op, Record, ResolveAction, ResolveRequest, ReviewQuery, Role};
+use serde::Serialize;
 use serde_json::Value;
 use utoipa::{OpenApi, ToSchema};
 
+use super::keys::filter_text;
 use super::shared::{state_write, Acting};
-use crate::api::{NoteBody, StateResponse};
+use crate::api::{NoteBody, RecordDoc, StateResponse};
 use crate::auth::Caller;
-use crate::error::ApiResult;
+use crate::error::{ApiError, ApiResult};
 use crate::fields::{ExternalRef, Note};
 use crate::input::{Body, NsKey};
 use crate::routes::{r, Route};
@@ -23,6 +28,7 @@ use crate::state::AppState;
 pub fn routes() -> Vec<Route> {
     use Role::Operator;
     vec![
+        r("get", "/v1/review", Some(Operator), get(review_queue)),
         r(
             "post",
             "/v1/namespaces/{ns}/keys/{key}/resolve",
@@ -47,8 +53,8 @@ pub fn routes() -> Vec<Route> {
 /// The OpenAPI of this file.
 #[derive(OpenApi)]
 #[openapi(
-    paths(resolve, approve, reject),
-    components(schemas(ResolveBody, ResolveActionDoc))
+    paths(review_queue, resolve, approve, reject),
+    components(schemas(ResolveBody, ResolveActionDoc, ReviewResponse))
 )]
 pub struct Doc;
 
@@ -122,4 +128,115 @@ async fn decide(
 ) -> ApiResult<Json<StateResponse>> {
     let op = op(req.body.into_note());
     state_write(&req.st, &req.path, name, op, req.caller.actor()).await
+}
+
+/// `GET /v1/review`.
+#[derive(Serialize, ToSchema)]
+pub struct ReviewResponse {
+    #[schema(value_type = Vec<RecordDoc>)]
+    pub items: Vec<Record>,
+    /// null at the end.
+    pub next_cursor: Option<String>,
+}
+
+/// The states the review queue can be filtered by.
+const QUEUE_STATES: [idem::State; 3] = [
+    idem::State::NeedsReview,
+    idem::State::AwaitingApproval,
+    idem::State::Processing,
+];
+
+/// Reads the review queue's query string (`namespace, state, owner, correlation_id, limit,
+/// cursor`; empty values count as absent) and applies the caller's scope: a token of one
+/// namespace asking for another is refused (403), and without a `namespace` it sees its own.
+pub fn review_query(caller: &Caller, raw: &str) -> ApiResult<ReviewQuery> {
+    let mut q = ReviewQuery {
+        limit: 100,
+        ..ReviewQuery::default()
+    };
+    for (k, v) in url::form_urlencoded::parse(raw.as_bytes()) {
+        if v.is_empty() {
+            continue;
+        }
+        match k.as_ref() {
+            "namespace" => {
+                q.namespace = Some(
+                    Namespace::try_from(v.as_ref())
+                        .map_err(|e| ApiError::invalid_field("namespace", e.to_string()))?,
+                )
+            }
+            "state" => {
+                q.state = Some(
+                    idem::State::parse(&v)
+                        .filter(|s| QUEUE_STATES.contains(s))
+                        .ok_or_else(|| {
+                            ApiError::invalid_field(
+                                "state",
+                                format!(
+                                    "{v:?} is not a review state \
+                                     (needs_review, awaiting_approval, processing)"
+                                ),
+                            )
+                        })?,
+                )
+            }
+            "owner" => q.owner = Some(filter_text("owner", &v)?),
+            "correlation_id" => q.correlation_id = Some(filter_text("correlation_id", &v)?),
+            "limit" => {
+                q.limit = v
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|n| (1..=1000).contains(n))
+                    .ok_or_else(|| {
+                        ApiError::invalid_field("limit", "must be an integer from 1 to 1000")
+                    })?
+            }
+            "cursor" => q.cursor = Some(v.into_owned()),
+            _ => {}
+        }
+    }
+    if let Caller::Token(t) = caller {
+        if t.scope != "*" {
+            match &q.namespace {
+                Some(ns) => caller.authorize(Role::Operator, Some(ns))?,
+                None => {
+                    q.namespace = Some(
+                        Namespace::try_from(t.scope.as_str())
+                            .map_err(|_| ApiError::internal("a token scope is not a namespace"))?,
+                    )
+                }
+            }
+        }
+    }
+    Ok(q)
+}
+
+/// One page of the review queue for `caller` (see [`review_query`]).
+pub async fn review_page(st: &AppState, q: &ReviewQuery) -> ApiResult<idem::ReviewPage> {
+    Ok(st.ledger.store().review_queue(q, st.ledger.now()).await?)
+}
+
+/// The review queue across namespaces, oldest `updated_at` first (operator): records in
+/// `needs_review` and `awaiting_approval`, and `processing` past its namespace's
+/// `stuck_after_ms`. A token scoped to one namespace sees that namespace only.
+#[utoipa::path(get, path = "/v1/review", tag = "operator",
+    params(
+        ("namespace" = Option<String>, Query, description = "only this namespace (empty: every namespace the token may see)"),
+        ("state" = Option<String>, Query, description = "needs_review, awaiting_approval or processing (stuck only); empty: all three"),
+        ("owner" = Option<String>, Query, description = "only records with this owner (empty: any)"),
+        ("correlation_id" = Option<String>, Query, description = "only records with this correlation id (empty: any)"),
+        ("limit" = Option<u32>, Query, description = "1 to 1000, default 100 (empty: the default)"),
+        ("cursor" = Option<String>, Query, description = "next_cursor of the previous page as is (empty: the first page)")),
+    responses((status = 200, description = "one page, oldest updated_at first", body = ReviewResponse)))]
+pub async fn review_queue(
+    State(st): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    RawQuery(raw): RawQuery,
+) -> ApiResult<Json<ReviewResponse>> {
+    let q = review_query(&caller, raw.as_deref().unwrap_or_default())?;
+    let page = review_page(&st, &q).await?;
+    Ok(Json(ReviewResponse {
+        items: page.items,
+        next_cursor: page.next_cursor,
+    }))
 }

@@ -1,0 +1,178 @@
+//! The operator console at `/console`: server-rendered pages for the decisions the ledger
+//! leaves to a person (the review queue, a record with its history and the resolve /
+//! approve / reject forms, a namespace with its pause switch), served by the same binary
+//! on SQLite and PostgreSQL alike.
+//!
+//! It owns: the console's routes, its sign-in sessions and CSRF check ([`session`]), its HTML
+//! ([`view`], [maud](https://maud.lambda.xyz) templates: compiled with the binary, every
+//! interpolation HTML-escaped) and the one asset it serves (a CSS file embedded with
+//! `include_str!`). It is a client of the same rules as the API: the same roles and scopes
+//! ([`crate::auth::Caller`]), the same request validation (the API's request bodies read
+//! the forms), and every change goes through the ledger ([`idem::Ledger`]) like an API call.
+//!
+//! What it must never do: bypass the ledger's rules (write to the store directly, or decide
+//! a transition itself), show anything a client sent without escaping it, answer a POST
+//! whose CSRF token is missing or wrong with anything but a 403 that changed nothing, show a
+//! record outside the session token's scope, load anything from another origin (every page
+//! carries `Content-Security-Policy: default-src 'self'`, and no page has inline script),
+//! or log a token or a session id.
+
+mod pages;
+pub mod session;
+mod view;
+
+use axum::extract::Request;
+use axum::http::{header, HeaderValue, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+
+use crate::error::ApiError;
+use crate::state::AppState;
+
+/// The console's routes (merged into the application router).
+pub fn router(state: AppState) -> Router<AppState> {
+    Router::new()
+        .route("/console", get(pages::overview))
+        .route("/console/", get(pages::overview))
+        .route(
+            "/console/login",
+            get(session::login_page).post(session::login),
+        )
+        .route("/console/logout", post(session::logout))
+        .route("/console/review", get(pages::review))
+        .route("/console/ns/{ns}", get(pages::namespace))
+        .route(
+            "/console/ns/{ns}/pause",
+            get(pages::confirm_pause).post(pages::pause),
+        )
+        .route(
+            "/console/ns/{ns}/resume",
+            get(pages::confirm_resume).post(pages::resume),
+        )
+        .route("/console/ns/{ns}/keys/{key}", get(pages::record))
+        .route("/console/ns/{ns}/keys/{key}/resolve", post(pages::resolve))
+        .route("/console/ns/{ns}/keys/{key}/approve", post(pages::approve))
+        .route("/console/ns/{ns}/keys/{key}/reject", post(pages::reject))
+        .route("/console/assets/console.css", get(stylesheet))
+        .route("/console/{*rest}", get(not_found).post(not_found))
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(axum::middleware::from_fn_with_state(state, session::gate))
+        .layer(axum::middleware::map_response(security_headers))
+}
+
+/// The stylesheet, compiled into the binary.
+const CSS: &str = include_str!("assets/console.css");
+
+async fn stylesheet() -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "text/css; charset=utf-8"),
+            (header::CACHE_CONTROL, "public, max-age=3600"),
+        ],
+        CSS,
+    )
+        .into_response()
+}
+
+async fn not_found() -> ConsoleError {
+    ConsoleError::NotFound("There is no such page.".into())
+}
+
+async fn method_not_allowed() -> ConsoleError {
+    ConsoleError::Status(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "This page does not accept that method.".into(),
+    )
+}
+
+/// The headers every console response carries, error pages included: no script or style
+/// from anywhere but this origin (and no inline script at all), never framed, never sniffed,
+/// never cached (pages show live ledger data and a CSRF token), no referrer sent elsewhere.
+async fn security_headers(mut resp: Response) -> Response {
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static("default-src 'self'; frame-ancestors 'none'; form-action 'self'"),
+    );
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("same-origin"),
+    );
+    if !h.contains_key(header::CACHE_CONTROL) {
+        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    }
+    resp
+}
+
+/// Whether `method` changes something (and so must carry the CSRF token).
+fn is_write(method: &Method) -> bool {
+    !matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS)
+}
+
+/// A console page that could not be shown: rendered as an HTML error page.
+#[derive(Debug)]
+pub enum ConsoleError {
+    NotFound(String),
+    Forbidden(String),
+    Status(StatusCode, String),
+    /// Anything the API would refuse with, shown with the API's status and message.
+    Api(ApiError),
+}
+
+impl From<ApiError> for ConsoleError {
+    #[track_caller]
+    fn from(e: ApiError) -> Self {
+        match e {
+            ApiError::Forbidden(m) => ConsoleError::Forbidden(m),
+            ApiError::NotFound(m) => ConsoleError::NotFound(m),
+            e => ConsoleError::Api(e),
+        }
+    }
+}
+
+impl From<idem::StoreError> for ConsoleError {
+    #[track_caller]
+    fn from(e: idem::StoreError) -> Self {
+        ConsoleError::Api(e.into())
+    }
+}
+
+impl IntoResponse for ConsoleError {
+    fn into_response(self) -> Response {
+        let (status, message) = match self {
+            ConsoleError::NotFound(m) => (StatusCode::NOT_FOUND, m),
+            ConsoleError::Forbidden(m) => (StatusCode::FORBIDDEN, m),
+            ConsoleError::Status(s, m) => (s, m),
+            ConsoleError::Api(e) => {
+                let status = e.status();
+                // 5xx details are logged (by the API error's own rendering), never shown.
+                if status.is_server_error() {
+                    let _ = e.into_response();
+                    (
+                        status,
+                        "The ledger could not answer; nothing was changed. Try again.".into(),
+                    )
+                } else {
+                    (status, e.to_string())
+                }
+            }
+        };
+        (status, view::error_page(status, &message)).into_response()
+    }
+}
+
+/// Handler results.
+pub type ConsoleResult<T> = Result<T, ConsoleError>;
+
+/// The request the console is answering (for the sign-in page's return address).
+pub(crate) fn path_and_query(req: &Request) -> String {
+    req.uri()
+        .path_and_query()
+        .map_or_else(|| "/console".to_owned(), |p| p.as_str().to_owned())
+}

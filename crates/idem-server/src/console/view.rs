@@ -1,0 +1,249 @@
+//! The console's HTML. Every page is a maud template: checked by the compiler, and every
+//! `(value)` interpolation is HTML-escaped, so a key, owner, note, payload or error message
+//! a client sent is always shown as text. Nothing here uses `PreEscaped` on client data, and
+//! no page has inline script or style (the CSP forbids both).
+
+use axum::http::StatusCode;
+use axum::response::Html;
+use idem::{Event, Record, State, Timestamp};
+use maud::{html, Markup, DOCTYPE};
+use serde_json::Value;
+
+use super::session::Viewer;
+
+/// Values longer than this are folded behind a "show all" (no script needed: `<details>`).
+pub const FOLD_BYTES: usize = 4096;
+
+/// The page frame: title, stylesheet, navigation and (when signed in) the sign-out button.
+pub fn layout(title: &str, viewer: Option<&Viewer>, body: Markup) -> Html<String> {
+    Html(
+        html! {
+            (DOCTYPE)
+            html lang="en" {
+                head {
+                    meta charset="utf-8";
+                    meta name="viewport" content="width=device-width, initial-scale=1";
+                    title { (title) " · idem console" }
+                    link rel="stylesheet" href="/console/assets/console.css";
+                }
+                body {
+                    header.top {
+                        nav aria-label="Console" {
+                            a.brand href="/console" { "idem" }
+                            a href="/console" { "Namespaces" }
+                            a href="/console/review" { "Review queue" }
+                        }
+                        @if let Some(v) = viewer {
+                            div.who {
+                                @match &v.caller {
+                                    crate::auth::Caller::Token(t) => {
+                                        span { (t.role.as_str()) " · " (t.scope) }
+                                    }
+                                    crate::auth::Caller::Anonymous => {
+                                        span { "open (no tokens configured)" }
+                                    }
+                                }
+                                @if !v.open {
+                                    form method="post" action="/console/logout" {
+                                        (csrf(v))
+                                        button type="submit" { "Sign out" }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    main { (body) }
+                }
+            }
+        }
+        .into_string(),
+    )
+}
+
+/// The hidden CSRF field every form carries.
+pub fn csrf(v: &Viewer) -> Markup {
+    html! { input type="hidden" name="csrf" value=(v.csrf); }
+}
+
+pub fn error_page(status: StatusCode, message: &str) -> Html<String> {
+    let title = status.canonical_reason().unwrap_or("Error");
+    layout(
+        title,
+        None,
+        html! {
+            h1 { (status.as_u16()) " " (title) }
+            p.error role="alert" { (message) }
+            p { a href="/console" { "Back to the console" } }
+        },
+    )
+}
+
+pub fn login_page(token: &str, message: Option<&str>, next: &str) -> Html<String> {
+    layout(
+        "Sign in",
+        None,
+        html! {
+            h1 { "Sign in" }
+            @if let Some(m) = message {
+                p.error role="alert" { (m) }
+            }
+            form.card method="post" action="/console/login" {
+                input type="hidden" name="csrf" value=(token);
+                input type="hidden" name="next" value=(next);
+                label for="token" { "Token" }
+                input #token type="password" name="token" autocomplete="off" autofocus;
+                button type="submit" { "Sign in" }
+            }
+            p.hint { "An operator or admin API token (idem token create --role operator)." }
+        },
+    )
+}
+
+/// A time for people: RFC 3339 UTC with milliseconds, as the API writes it.
+pub fn time(t: Timestamp) -> String {
+    t.to_rfc3339()
+}
+
+pub fn opt_time(t: Option<Timestamp>) -> String {
+    t.map_or_else(|| "—".to_owned(), time)
+}
+
+/// An age in words ("3 min", "2 h 5 min").
+pub fn age(ms: i64) -> String {
+    let s = ms.max(0) / 1000;
+    match s {
+        0..=59 => format!("{s} s"),
+        60..=3599 => format!("{} min", s / 60),
+        3600..=86_399 => format!("{} h {} min", s / 3600, (s % 3600) / 60),
+        _ => format!("{} d {} h", s / 86_400, (s % 86_400) / 3600),
+    }
+}
+
+/// The path of a record's page (key percent-encoded).
+pub fn record_href(ns: &str, key: &str) -> String {
+    format!("/console/ns/{}/keys/{}", enc(ns), enc(key))
+}
+
+pub fn ns_href(ns: &str) -> String {
+    format!("/console/ns/{}", enc(ns))
+}
+
+/// Percent-encodes everything but unreserved characters.
+pub fn enc(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// Pretty JSON; longer than [`FOLD_BYTES`] (and `fold`) it shows the start and the rest
+/// behind a "show all" that needs no script.
+pub fn json_block(v: &Value, fold: bool) -> Markup {
+    let text = serde_json::to_string_pretty(v).unwrap_or_default();
+    if !fold || text.len() <= FOLD_BYTES {
+        return html! { pre.json { (text) } };
+    }
+    let mut cut = 1024;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    html! {
+        pre.json { (&text[..cut]) "\n…" }
+        details {
+            summary { "show all (" (text.len()) " bytes)" }
+            pre.json { (text) }
+        }
+    }
+}
+
+/// A text value a client sent (may be long): folded like JSON.
+pub fn text_block(s: &str) -> Markup {
+    if s.len() <= FOLD_BYTES {
+        return html! { (s) };
+    }
+    let mut cut = 1024;
+    while !s.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    html! {
+        (&s[..cut]) "…"
+        details { summary { "show all (" (s.len()) " bytes)" } pre { (s) } }
+    }
+}
+
+pub fn state_badge(s: State) -> Markup {
+    html! { span class={ "state state-" (s.as_str()) } { (s.as_str()) } }
+}
+
+/// The table of records shared by the review queue and the namespace page.
+pub fn records_table(records: &[Record], now: Timestamp, show_ns: bool) -> Markup {
+    html! {
+        table.records {
+            thead { tr {
+                th scope="col" { "Key" }
+                @if show_ns { th scope="col" { "Namespace" } }
+                th scope="col" { "State" }
+                th scope="col" { "Attempt" }
+                th scope="col" { "Owner" }
+                th scope="col" { "Correlation id" }
+                th scope="col" { "Since" }
+            } }
+            tbody {
+                @for r in records {
+                    tr {
+                        td { a href=(record_href(r.namespace.as_str(), r.key.as_str())) { (r.key.as_str()) } }
+                        @if show_ns {
+                            td { a href=(ns_href(r.namespace.as_str())) { (r.namespace.as_str()) } }
+                        }
+                        td { (state_badge(r.state)) }
+                        td { (r.attempt) }
+                        td { (r.owner.as_deref().unwrap_or("—")) }
+                        td { (r.correlation_id.as_deref().unwrap_or("—")) }
+                        td title=(time(r.updated_at)) { (age(now.0 - r.updated_at.0)) " ago" }
+                    }
+                }
+                @if records.is_empty() {
+                    tr { td colspan="7" { "Nothing here." } }
+                }
+            }
+        }
+    }
+}
+
+/// A record's history, oldest first.
+pub fn history(events: &[Event]) -> Markup {
+    html! {
+        table.history {
+            thead { tr {
+                th scope="col" { "#" }
+                th scope="col" { "Type" }
+                th scope="col" { "Time" }
+                th scope="col" { "From → to" }
+                th scope="col" { "Attempt" }
+                th scope="col" { "Actor" }
+                th scope="col" { "Note" }
+            } }
+            tbody {
+                @for e in events {
+                    tr {
+                        td { (e.seq) }
+                        td.type { (e.kind.as_str()) }
+                        td { (time(e.at)) }
+                        td {
+                            (e.from_state.map_or("—", State::as_str)) " → "
+                            (e.to_state.map_or("—", State::as_str))
+                        }
+                        td { (e.attempt) }
+                        td { (e.actor.as_deref().or(e.owner.as_deref()).unwrap_or("—")) }
+                        td.note { (text_block(e.note.as_deref().unwrap_or(""))) }
+                    }
+                }
+            }
+        }
+    }
+}

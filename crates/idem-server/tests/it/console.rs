@@ -1,0 +1,740 @@
+//! The operator console through a real socket, without a browser: sign-in, sessions, CSRF,
+//! scope, escaping and headers, and each decision seen afterwards through the API — on
+//! SQLite and, when `IDEM_TEST_PG` is set, on PostgreSQL.
+
+use idem::Role;
+use reqwest::header::HeaderMap;
+use serde_json::{json, Value};
+
+use idem_testkit::app::*;
+
+/// A browser without a browser: one cookie jar for `idem_session`, no redirects followed.
+struct Console {
+    base: String,
+    http: reqwest::Client,
+    cookies: Vec<(String, String)>,
+}
+
+struct Page {
+    status: u16,
+    headers: HeaderMap,
+    text: String,
+}
+
+impl Page {
+    fn header(&self, name: &str) -> &str {
+        self.headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+    }
+    /// The value of the hidden `csrf` field of the first form.
+    fn csrf(&self) -> String {
+        let at = self
+            .text
+            .find("name=\"csrf\" value=\"")
+            .unwrap_or_else(|| panic!("no csrf field in {}", self.text));
+        let rest = &self.text[at + 19..];
+        rest[..rest.find('"').expect("end")].to_owned()
+    }
+    #[track_caller]
+    fn assert_secure_headers(&self) {
+        assert!(
+            self.header("content-security-policy")
+                .starts_with("default-src 'self'"),
+            "{:?}",
+            self.headers
+        );
+        assert_eq!(self.header("x-frame-options"), "DENY");
+        assert_eq!(self.header("x-content-type-options"), "nosniff");
+        assert_eq!(self.header("cache-control"), "no-store");
+        assert!(self.header("content-type").starts_with("text/html"));
+        assert!(!self.text.contains("<script"), "{}", self.text);
+    }
+}
+
+impl Console {
+    fn new(app: &TestApp) -> Console {
+        Console {
+            base: app.api.base.clone(),
+            http: reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .build()
+                .expect("client"),
+            cookies: vec![],
+        }
+    }
+
+    fn cookie_header(&self) -> String {
+        self.cookies
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+
+    async fn send(&mut self, req: reqwest::RequestBuilder) -> Page {
+        let req = if self.cookies.is_empty() {
+            req
+        } else {
+            req.header("cookie", self.cookie_header())
+        };
+        let resp = req.send().await.expect("request");
+        let status = resp.status().as_u16();
+        let headers = resp.headers().clone();
+        for c in headers.get_all("set-cookie") {
+            let c = c.to_str().expect("ascii");
+            let (kv, _) = c.split_once(';').unwrap_or((c, ""));
+            let (k, v) = kv.split_once('=').expect("cookie");
+            self.cookies.retain(|(n, _)| n != k);
+            if !v.is_empty() {
+                self.cookies.push((k.to_owned(), v.to_owned()));
+            }
+        }
+        let text = resp.text().await.expect("body");
+        Page {
+            status,
+            headers,
+            text,
+        }
+    }
+
+    async fn get(&mut self, path: &str) -> Page {
+        let req = self.http.get(format!("{}{path}", self.base));
+        self.send(req).await
+    }
+
+    async fn post(&mut self, path: &str, form: &[(&str, &str)]) -> Page {
+        let req = self.http.post(format!("{}{path}", self.base)).form(form);
+        self.send(req).await
+    }
+
+    /// Signs in with `token`; returns the answer to the sign-in POST.
+    async fn sign_in(&mut self, token: &str) -> Page {
+        let login = self.get("/console/login").await;
+        assert_eq!(login.status, 200, "{}", login.text);
+        let csrf = login.csrf();
+        self.post(
+            "/console/login",
+            &[("csrf", &csrf), ("token", token), ("next", "/console")],
+        )
+        .await
+    }
+
+    /// The CSRF token of a signed-in page.
+    async fn csrf(&mut self) -> String {
+        let p = self.get("/console/review").await;
+        assert_eq!(p.status, 200, "{}", p.text);
+        p.csrf()
+    }
+}
+
+fn rec(ns: &str, key: &str) -> String {
+    format!("/console/ns/{ns}/keys/{}", enc(key))
+}
+
+async fn to_review(app: &TestApp, api: &Api, ns: &str, key: &str, owner: &str) {
+    let t = Api::acquired(&api.claim(ns, key, json!({"owner": owner})).await);
+    let r = api
+        .fail(
+            ns,
+            key,
+            json!({"token": t, "kind": "ambiguous", "error": {"category": "timeout", "message": "gateway timed out"}}),
+        )
+        .await;
+    assert_eq!(r.body["state"], "needs_review", "{}", r.text);
+    app.advance(5);
+}
+
+/// Admin, operator, worker, operator of namespace "a" (in `tokens`, in that order).
+async fn app_with_tokens(backend: Backend) -> TestApp {
+    spawn_with(Options {
+        backend,
+        tokens: vec![
+            (Role::Admin, "*"),
+            (Role::Operator, "*"),
+            (Role::Worker, "*"),
+            (Role::Operator, "a"),
+        ],
+        ..Default::default()
+    })
+    .await
+}
+
+#[tokio::test]
+async fn operator_and_admin_tokens_sign_in_worker_and_wrong_ones_get_the_sign_in_page() {
+    for backend in backends() {
+        let app = app_with_tokens(backend).await;
+        to_review(&app, &app.api, "secretns", "k1", "w").await;
+
+        // No session: the sign-in page, never data.
+        let mut c = Console::new(&app);
+        let p = c.get("/console").await;
+        assert_eq!(p.status, 401, "{backend:?}");
+        assert!(p.text.contains(">Sign in<") && p.text.contains(">Token<"));
+        assert!(!p.text.contains("secretns"), "{}", p.text);
+        p.assert_secure_headers();
+        let p = c.get(&rec("secretns", "k1")).await;
+        assert_eq!(p.status, 401);
+        assert!(!p.text.contains("gateway timed out"));
+
+        for (secret, message) in [
+            (
+                app.tokens[2].as_str(),
+                "worker token cannot open the console",
+            ),
+            ("idem_not_a_real_token", "Unknown token"),
+            ("", "Enter a token"),
+        ] {
+            let mut c = Console::new(&app);
+            let p = c.sign_in(secret).await;
+            assert_eq!(p.status, 401, "{backend:?} {message}: {}", p.text);
+            assert!(p.text.contains(message), "{}", p.text);
+            assert!(!p.text.contains("secretns"));
+            assert!(c.cookies.iter().all(|(k, _)| k != "idem_session"));
+            assert_eq!(c.get("/console").await.status, 401);
+        }
+
+        for secret in [&app.tokens[0], &app.tokens[1]] {
+            let mut c = Console::new(&app);
+            let p = c.sign_in(secret).await;
+            assert_eq!(p.status, 303, "{backend:?}: {}", p.text);
+            assert_eq!(p.header("location"), "/console");
+            let set = p
+                .headers
+                .get_all("set-cookie")
+                .iter()
+                .map(|v| v.to_str().expect("ascii").to_owned())
+                .find(|v| v.starts_with("idem_session="))
+                .expect("session cookie");
+            for attr in [
+                "HttpOnly",
+                "SameSite=Strict",
+                "Path=/console",
+                "Max-Age=43200",
+            ] {
+                assert!(set.contains(attr), "{set}");
+            }
+            assert!(!set.contains("Secure"), "plain http: {set}");
+            let value = &set["idem_session=".len()..set.find(';').expect(";")];
+            assert_eq!(value.len(), 64, "{set}");
+            assert!(!value.contains(secret.as_str()));
+            let p = c.get("/console").await;
+            assert_eq!(p.status, 200, "{}", p.text);
+            assert!(p.text.contains("secretns"), "{}", p.text);
+            assert!(p.text.contains(">Sign out<"));
+        }
+    }
+}
+
+#[tokio::test]
+async fn sign_out_needs_the_csrf_token_and_ends_the_session() {
+    for backend in backends() {
+        let app = app_with_tokens(backend).await;
+        let mut c = Console::new(&app);
+        assert_eq!(c.sign_in(&app.tokens[1]).await.status, 303);
+        let csrf = c.csrf().await;
+        let p = c.post("/console/logout", &[]).await;
+        assert_eq!(p.status, 403, "{backend:?}");
+        p.assert_secure_headers();
+        assert_eq!(c.get("/console").await.status, 200, "still signed in");
+        let p = c.post("/console/logout", &[("csrf", &csrf)]).await;
+        assert_eq!(p.status, 303);
+        assert_eq!(p.header("location"), "/console/login");
+        assert_eq!(c.get("/console").await.status, 401);
+        // The old cookie value is dead on the server too, not just forgotten by the client.
+        let p = c.post("/console/login", &[("token", &app.tokens[1])]).await;
+        assert_eq!(p.status, 403, "sign-in without its form token");
+    }
+}
+
+#[tokio::test]
+async fn a_post_without_the_csrf_token_is_refused_and_changes_nothing() {
+    for backend in backends() {
+        let app = app_with_tokens(backend).await;
+        let api = app.as_token(Some(&app.tokens[1]));
+        to_review(&app, &api, "pay", "evt_1:charge", "w1").await;
+        let before = api.record("pay", "evt_1:charge").await.body;
+        let mut c = Console::new(&app);
+        assert_eq!(c.sign_in(&app.tokens[1]).await.status, 303);
+        let path = format!("{}/resolve", rec("pay", "evt_1:charge"));
+        let form = [("action", "completed"), ("note", "paid, checked in Stripe")];
+        let p = c.post(&path, &form).await;
+        assert_eq!(p.status, 403, "{backend:?}: {}", p.text);
+        p.assert_secure_headers();
+        let wrong = [
+            ("csrf", "0000"),
+            ("action", "completed"),
+            ("note", "paid, checked in Stripe"),
+        ];
+        assert_eq!(c.post(&path, &wrong).await.status, 403);
+        let p = c.post("/console/ns/pay/pause", &[("note", "stop")]).await;
+        assert_eq!(p.status, 403);
+        assert_eq!(api.record("pay", "evt_1:charge").await.body, before);
+        assert_eq!(api.namespace("pay").await.body["paused"], false);
+    }
+}
+
+#[tokio::test]
+async fn resolve_with_a_note_is_seen_through_the_api_and_without_one_is_refused() {
+    for backend in backends() {
+        let app = app_with_tokens(backend).await;
+        let api = app.as_token(Some(&app.tokens[1]));
+        to_review(&app, &api, "pay", "evt_2:charge", "w1").await;
+        let mut c = Console::new(&app);
+        assert_eq!(c.sign_in(&app.tokens[1]).await.status, 303);
+        let page = c.get(&rec("pay", "evt_2:charge")).await;
+        assert_eq!(page.status, 200, "{}", page.text);
+        for name in [
+            "<h1 class=\"key\">evt_2:charge</h1>",
+            "<dt>State</dt><dd><span class=\"state state-needs_review\">needs_review</span>",
+            "<dt>Attempt</dt><dd>1</dd>",
+            ">Resolve</button>",
+            ">Action</label>",
+            ">External ref</label>",
+            ">Result (JSON)</label>",
+            ">Note (required)</label>",
+            ">History</h2>",
+            ">acquired</td>",
+            ">failed</td>",
+        ] {
+            assert!(page.text.contains(name), "{name}: {}", page.text);
+        }
+        let csrf = page.csrf();
+        let path = format!("{}/resolve", rec("pay", "evt_2:charge"));
+        let before = api.record("pay", "evt_2:charge").await.body;
+
+        // Without a note: the API's message on the record page, nothing changed.
+        let p = c
+            .post(
+                &path,
+                &[("csrf", &csrf), ("action", "completed"), ("note", "")],
+            )
+            .await;
+        assert_eq!(p.status, 422, "{backend:?}: {}", p.text);
+        assert!(p.text.contains("Refused: "), "{}", p.text);
+        assert!(p.text.contains("`note`"), "{}", p.text);
+        assert!(p.text.contains("<h1 class=\"key\">evt_2:charge</h1>"));
+        assert_eq!(api.record("pay", "evt_2:charge").await.body, before);
+        // Invalid JSON in the result: refused the same way.
+        let p = c
+            .post(
+                &path,
+                &[
+                    ("csrf", &csrf),
+                    ("action", "completed"),
+                    ("result", "{not json"),
+                    ("note", "checked"),
+                ],
+            )
+            .await;
+        assert_eq!(p.status, 422, "{}", p.text);
+        assert!(p.text.contains("not valid JSON"), "{}", p.text);
+        assert_eq!(api.record("pay", "evt_2:charge").await.body, before);
+
+        let p = c
+            .post(
+                &path,
+                &[
+                    ("csrf", &csrf),
+                    ("action", "completed"),
+                    ("external_ref", "ch_42"),
+                    ("result", "{\"charge\": \"ch_42\"}"),
+                    ("note", "charged once, seen in Stripe"),
+                ],
+            )
+            .await;
+        assert_eq!(p.status, 303, "{}", p.text);
+        let after = api.record("pay", "evt_2:charge").await;
+        assert_eq!(after.body["record"]["state"], "completed", "{}", after.text);
+        assert_eq!(after.body["record"]["external_ref"], "ch_42");
+        assert_eq!(after.body["record"]["result"], json!({"charge": "ch_42"}));
+        let last = after.body["events"]
+            .as_array()
+            .and_then(|e| e.last())
+            .cloned()
+            .unwrap_or(Value::Null);
+        assert_eq!(last["type"], "resolved");
+        assert_eq!(last["note"], "charged once, seen in Stripe");
+        assert_eq!(last["actor"], "operator-*");
+        // Resolving again: wrong state by now, the API's message, nothing changed.
+        let p = c
+            .post(
+                &path,
+                &[("csrf", &csrf), ("action", "retry"), ("note", "again")],
+            )
+            .await;
+        assert_eq!(p.status, 409, "{}", p.text);
+        assert!(p.text.contains("Refused: "));
+        assert_eq!(api.record("pay", "evt_2:charge").await.body, after.body);
+    }
+}
+
+#[tokio::test]
+async fn a_draft_is_shown_in_full_and_approved() {
+    for backend in backends() {
+        let app = app_with_tokens(backend).await;
+        let api = app.as_token(Some(&app.tokens[1]));
+        let t = Api::acquired(&api.claim("mail", "order-847:draft", json!({})).await);
+        let long = "x".repeat(6000);
+        let r = api
+            .prepare(
+                "mail",
+                "order-847:draft",
+                json!({"token": t, "payload": {"subject": "Your order", "body": long}, "approval_required": true}),
+            )
+            .await;
+        assert_eq!(r.body["state"], "awaiting_approval", "{}", r.text);
+        let mut c = Console::new(&app);
+        assert_eq!(c.sign_in(&app.tokens[1]).await.status, 303);
+        let page = c.get(&rec("mail", "order-847:draft")).await;
+        assert_eq!(page.status, 200);
+        assert!(page.text.contains("Draft to approve"));
+        assert!(page.text.contains(&long), "the draft in full");
+        assert!(!page.text.contains("<details>"), "the draft is not folded");
+        assert!(page.text.contains(">Approve</button>") && page.text.contains(">Reject</button>"));
+        assert!(!page.text.contains(">Resolve</button>"));
+        let csrf = page.csrf();
+        let p = c
+            .post(
+                &format!("{}/approve", rec("mail", "order-847:draft")),
+                &[("csrf", &csrf), ("note", "wording is fine")],
+            )
+            .await;
+        assert_eq!(p.status, 303, "{backend:?}: {}", p.text);
+        let after = api.record("mail", "order-847:draft").await;
+        assert_eq!(after.body["record"]["state"], "prepared", "{}", after.text);
+        let last = after.body["events"]
+            .as_array()
+            .and_then(|e| e.last())
+            .cloned();
+        let last = last.unwrap_or(Value::Null);
+        assert_eq!(last["type"], "approved");
+        assert_eq!(last["note"], "wording is fine");
+        // The redirect target says so.
+        let shown = c.get(p.header("location")).await;
+        assert!(shown.text.contains("Done: approved"), "{}", shown.text);
+        // A long result elsewhere is folded behind a script-free "show all".
+        assert!(
+            shown.text.contains("<details><summary>show all"),
+            "{}",
+            shown.text
+        );
+    }
+}
+
+#[tokio::test]
+async fn pause_asks_to_confirm_then_claims_get_503() {
+    for backend in backends() {
+        let app = app_with_tokens(backend).await;
+        let api = app.as_token(Some(&app.tokens[1]));
+        Api::acquired(&api.claim("ops", "k0", json!({})).await);
+        let mut c = Console::new(&app);
+        assert_eq!(c.sign_in(&app.tokens[1]).await.status, 303);
+        let ns = c.get("/console/ns/ops").await;
+        assert_eq!(ns.status, 200);
+        assert!(ns.text.contains(">Pause</button>"), "{}", ns.text);
+        assert!(ns.text.contains(">Policy</h2>") && ns.text.contains("stuck_after_ms"));
+        // The first step only asks.
+        let confirm = c.get("/console/ns/ops/pause").await;
+        assert_eq!(confirm.status, 200);
+        assert!(confirm.text.contains(">Confirm</button>"));
+        confirm.assert_secure_headers();
+        assert_eq!(api.namespace("ops").await.body["paused"], false);
+        let p = c
+            .post(
+                "/console/ns/ops/pause",
+                &[("csrf", &confirm.csrf()), ("note", "incident 12")],
+            )
+            .await;
+        assert_eq!(p.status, 303, "{backend:?}: {}", p.text);
+        assert_eq!(api.namespace("ops").await.body["paused"], true);
+        let claim = api.claim("ops", "k1", json!({})).await;
+        assert_eq!(claim.status, 503, "{}", claim.text);
+        assert_eq!(claim.body["outcome"], "paused");
+        let ns = c.get("/console/ns/ops").await;
+        assert!(ns.text.contains(">Resume</button>"), "{}", ns.text);
+        let confirm = c.get("/console/ns/ops/resume").await;
+        let p = c
+            .post("/console/ns/ops/resume", &[("csrf", &confirm.csrf())])
+            .await;
+        assert_eq!(p.status, 303);
+        assert_eq!(api.claim("ops", "k1", json!({})).await.status, 201);
+    }
+}
+
+#[tokio::test]
+async fn a_scoped_session_neither_lists_nor_reaches_another_namespace() {
+    for backend in backends() {
+        let app = app_with_tokens(backend).await;
+        let api = app.as_token(Some(&app.tokens[1]));
+        to_review(&app, &api, "a", "mine", "w").await;
+        to_review(&app, &api, "b", "theirs", "w").await;
+        let mut c = Console::new(&app);
+        assert_eq!(c.sign_in(&app.tokens[3]).await.status, 303);
+        let overview = c.get("/console").await;
+        assert!(
+            overview.text.contains("/console/ns/a\""),
+            "{}",
+            overview.text
+        );
+        assert!(
+            !overview.text.contains("/console/ns/b\""),
+            "{}",
+            overview.text
+        );
+        let queue = c.get("/console/review").await;
+        assert!(queue.text.contains(">mine</a>"), "{}", queue.text);
+        assert!(!queue.text.contains("theirs"), "{}", queue.text);
+        for path in [
+            "/console/ns/b".to_owned(),
+            rec("b", "theirs"),
+            "/console/review?namespace=b".to_owned(),
+            "/console/ns/b/pause".to_owned(),
+        ] {
+            let p = c.get(&path).await;
+            assert_eq!(p.status, 403, "{backend:?} {path}: {}", p.text);
+            assert!(!p.text.contains("theirs"));
+            p.assert_secure_headers();
+        }
+        let csrf = c.csrf().await;
+        let p = c
+            .post(
+                &format!("{}/resolve", rec("b", "theirs")),
+                &[("csrf", &csrf), ("action", "completed"), ("note", "x")],
+            )
+            .await;
+        assert_eq!(p.status, 403);
+        assert_eq!(
+            api.record("b", "theirs").await.body["record"]["state"],
+            "needs_review"
+        );
+        // The same scope through the API.
+        let scoped = app.as_token(Some(&app.tokens[3]));
+        let r = scoped.get("/v1/review").await;
+        assert_eq!(r.status, 200);
+        let keys: Vec<&str> = r.body["items"]
+            .as_array()
+            .expect("items")
+            .iter()
+            .filter_map(|i| i["key"].as_str())
+            .collect();
+        assert_eq!(keys, ["mine"]);
+        scoped
+            .get("/v1/review?namespace=b")
+            .await
+            .problem(403, "forbidden");
+        let r = scoped.get("/v1/namespaces").await;
+        assert_eq!(
+            r.body["items"].as_array().map(Vec::len),
+            Some(1),
+            "{}",
+            r.text
+        );
+        assert_eq!(r.body["items"][0]["namespace"], "a");
+    }
+}
+
+#[tokio::test]
+async fn keys_owners_and_notes_from_clients_render_as_text() {
+    for backend in backends() {
+        let app = spawn_on(backend).await;
+        let key = "<script>alert(1)</script>";
+        let owner = "<img src=x onerror=alert(1)>";
+        to_review(&app, &app.api, "xss", key, owner).await;
+        let mut c = Console::new(&app);
+        let page = c.get(&rec("xss", key)).await;
+        assert_eq!(page.status, 200, "{}", page.text);
+        let csrf = page.csrf();
+        let p = c
+            .post(
+                &format!("{}/resolve", rec("xss", key)),
+                &[
+                    ("csrf", &csrf),
+                    ("action", "failed_permanent"),
+                    ("note", "\"><script>alert(2)</script><b onerror=alert(3)>"),
+                ],
+            )
+            .await;
+        assert_eq!(p.status, 303, "{}", p.text);
+        for path in [
+            "/console/review".to_owned(),
+            rec("xss", key),
+            "/console/ns/xss".into(),
+        ] {
+            let p = c.get(&path).await;
+            assert_eq!(p.status, 200);
+            p.assert_secure_headers(); // no `<script` anywhere
+            assert!(!p.text.contains("<img"), "{path}: {}", p.text);
+            assert!(!p.text.contains("<b onerror"), "{path}");
+        }
+        let page = c.get(&rec("xss", key)).await;
+        assert!(page.text.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
+        assert!(page.text.contains("&lt;img src=x onerror=alert(1)&gt;"));
+        assert!(
+            page.text.contains("&quot;&gt;&lt;script&gt;alert(2)"),
+            "{}",
+            page.text
+        );
+    }
+}
+
+#[tokio::test]
+async fn every_console_answer_carries_the_security_headers() {
+    let app = app_with_tokens(Backend::Sqlite).await;
+    let mut c = Console::new(&app);
+    for path in [
+        "/console",
+        "/console/login",
+        "/console/nope",
+        "/console/review",
+    ] {
+        c.get(path).await.assert_secure_headers();
+    }
+    assert_eq!(c.sign_in(&app.tokens[0]).await.status, 303);
+    to_review(&app, &app.api, "h", "k", "o").await;
+    for (path, status) in [
+        ("/console".to_owned(), 200),
+        ("/console/review".into(), 200),
+        ("/console/ns/h".into(), 200),
+        (rec("h", "k"), 200),
+        (rec("h", "unknown"), 404),
+        ("/console/no/such/page".into(), 404),
+        ("/console/ns/bad%20ns".into(), 400),
+    ] {
+        let p = c.get(&path).await;
+        assert_eq!(p.status, status, "{path}: {}", p.text);
+        p.assert_secure_headers();
+    }
+    let css = c.get("/console/assets/console.css").await;
+    assert_eq!(css.status, 200);
+    assert!(css.header("content-type").starts_with("text/css"));
+    assert_eq!(css.header("x-frame-options"), "DENY");
+}
+
+#[tokio::test]
+async fn an_open_server_opens_the_console_and_a_revoked_token_ends_its_session() {
+    for backend in backends() {
+        let app = spawn_on(backend).await;
+        let mut c = Console::new(&app);
+        let p = c.get("/console").await;
+        assert_eq!(p.status, 200, "no tokens: open, like the API");
+        assert!(!p.text.contains(">Sign out<"));
+
+        let app = app_with_tokens(backend).await;
+        let admin = app.as_token(Some(&app.tokens[0]));
+        let created = admin
+            .post("/v1/tokens", json!({"role": "operator", "namespace": "*"}))
+            .await;
+        assert_eq!(created.status, 201, "{}", created.text);
+        let mut c = Console::new(&app);
+        assert_eq!(c.sign_in(&created.token()).await.status, 303);
+        assert_eq!(c.get("/console").await.status, 200);
+        let id = created.body["token_id"].as_i64().expect("id");
+        let r = admin
+            .send(admin.http.delete(format!("{}/v1/tokens/{id}", admin.base)))
+            .await;
+        assert_eq!(r.status, 204, "{}", r.text);
+        let p = c.get("/console").await;
+        assert_eq!(p.status, 401, "{backend:?}");
+        assert!(p.text.contains("revoked"), "{}", p.text);
+    }
+}
+
+#[tokio::test]
+async fn the_review_queue_is_oldest_first_across_namespaces_and_filters() {
+    for backend in backends() {
+        let app = spawn_on(backend).await;
+        to_review(&app, &app.api, "n2", "first", "alice").await;
+        to_review(&app, &app.api, "n1", "second", "bob").await;
+        let t = Api::acquired(
+            &app.claim("n1", "draft", json!({"correlation_id": "corr-9"}))
+                .await,
+        );
+        app.prepare(
+            "n1",
+            "draft",
+            json!({"token": t, "payload": {"x": 1}, "approval_required": true}),
+        )
+        .await;
+        app.advance(5);
+        // Processing, but not stuck yet; then a stuck one.
+        Api::acquired(
+            &app.claim("n3", "stuck", json!({"lease_ms": 3_600_000}))
+                .await,
+        );
+        app.advance(16 * 60_000);
+        Api::acquired(&app.claim("n3", "fresh", json!({})).await);
+        let keys = |r: &Resp| -> Vec<String> {
+            r.body["items"]
+                .as_array()
+                .unwrap_or_else(|| panic!("{}", r.text))
+                .iter()
+                .filter_map(|i| i["key"].as_str().map(str::to_owned))
+                .collect()
+        };
+        let all = app.get("/v1/review").await;
+        assert_eq!(all.status, 200, "{}", all.text);
+        assert_eq!(
+            keys(&all),
+            ["first", "second", "draft", "stuck"],
+            "{backend:?}"
+        );
+        assert_eq!(
+            keys(&app.get("/v1/review?namespace=n1").await),
+            ["second", "draft"]
+        );
+        assert_eq!(
+            keys(&app.get("/v1/review?state=awaiting_approval").await),
+            ["draft"]
+        );
+        assert_eq!(
+            keys(&app.get("/v1/review?state=processing").await),
+            ["stuck"]
+        );
+        assert_eq!(keys(&app.get("/v1/review?owner=bob").await), ["second"]);
+        assert_eq!(
+            keys(&app.get("/v1/review?correlation_id=corr-9").await),
+            ["draft"]
+        );
+        app.get("/v1/review?state=completed")
+            .await
+            .problem(422, "invalid_field");
+        app.get("/v1/review?cursor=zz")
+            .await
+            .problem(422, "invalid_field");
+        // Keyset pages.
+        let mut seen = vec![];
+        let mut q = "limit=1".to_owned();
+        loop {
+            let page = app.get(&format!("/v1/review?{q}")).await;
+            seen.extend(keys(&page));
+            match page.body["next_cursor"].as_str() {
+                Some(c) => q = format!("limit=1&cursor={c}"),
+                None => break,
+            }
+        }
+        assert_eq!(seen, ["first", "second", "draft", "stuck"]);
+        // Key lists filter by owner and correlation id.
+        assert_eq!(keys(&app.list("n1", "owner=bob").await), ["second"]);
+        assert_eq!(
+            keys(&app.list("n1", "correlation_id=corr-9").await),
+            ["draft"]
+        );
+        assert_eq!(
+            keys(&app.list("n1", "owner=nobody").await),
+            Vec::<String>::new()
+        );
+        // The namespaces list.
+        let ns = app.get("/v1/namespaces").await;
+        let names: Vec<&str> = ns.body["items"]
+            .as_array()
+            .expect("items")
+            .iter()
+            .filter_map(|i| i["namespace"].as_str())
+            .collect();
+        assert_eq!(names, ["n1", "n2", "n3"]);
+        assert_eq!(ns.body["items"][0]["counts"]["awaiting_approval"], 1);
+        assert_eq!(ns.body["items"][0]["paused"], false);
+    }
+}

@@ -836,3 +836,38 @@ async fn an_effect_reports_its_cost_like_complete_and_fail_and_a_bad_cost_sends_
         assert_eq!(rec.status, 404, "nothing written");
     }
 }
+
+#[tokio::test]
+async fn twenty_concurrent_identical_effects_send_one_request() {
+    for backend in backends() {
+        let (d, port) = destination().await;
+        let app = app_for(backend, port).await;
+        let body = post(format!("http://127.0.0.1:{port}/slow"));
+        let calls = (0..20).map(|_| effect(&app, "pay", "evt_twenty:charge", body.clone()));
+        let answers = futures::future::join_all(calls).await;
+        let performed = answers
+            .iter()
+            .filter(|r| r.body["outcome"] == "performed")
+            .count();
+        assert_eq!(performed, 1, "{answers:?}");
+        for r in &answers {
+            let outcome = r.body["outcome"].as_str().unwrap_or("?");
+            assert!(
+                matches!(outcome, "performed" | "completed" | "in_flight"),
+                "{outcome}: {}",
+                r.text
+            );
+            if outcome == "in_flight" {
+                assert_eq!(r.status, 409, "{}", r.text);
+            }
+        }
+        assert_eq!(
+            d.count(),
+            1,
+            "one request reached the destination for 20 calls"
+        );
+        let later = effect(&app, "pay", "evt_twenty:charge", body).await;
+        assert_eq!(later.body["outcome"], "completed");
+        assert_eq!(d.count(), 1);
+    }
+}

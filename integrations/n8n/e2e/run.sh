@@ -390,6 +390,13 @@ effect_scenario() {
 		fail "$name: replay answered [$replay] (want 200:already_charged)"
 	fi
 	ledger "$ns" "order-$order:charge"
+	local auth
+	auth="$(curl -fsS --max-time 10 "$SINK_URL/auth?key=$(node -e 'console.log(encodeURIComponent(process.argv[1]))' "order-$order:charge")")"
+	if [[ "$auth" == *'Bearer sk_test_e2e_never_stored'* ]]; then
+		pass "$name: the Authorization header reached the destination"
+	else
+		fail "$name: the destination saw Authorization [$auth] (want the Stripe key)"
+	fi
 	if grep -q 'sk_test_e2e_never_stored' "$WORK/record.json" "$WORK/idem.log"; then
 		fail "$name: the Authorization header reached idem's record or log"
 	else

@@ -13,6 +13,9 @@ const args = process.argv.slice(2);
 const portFile = args[args.indexOf('--port-file') + 1];
 const delay = Number(process.env.SINK_DELAY_MS ?? 400);
 const counts = Object.create(null);
+// The Authorization header last seen per key (GET /auth?key=K), so a test can tell that a
+// credential reached the destination while it must reach nothing else.
+const auths = Object.create(null);
 let seq = 0;
 
 const server = http.createServer((req, res) => {
@@ -20,6 +23,11 @@ const server = http.createServer((req, res) => {
 	if (req.method === 'GET' && url.pathname === '/counts') {
 		res.writeHead(200, { 'content-type': 'application/json' });
 		res.end(JSON.stringify(counts));
+		return;
+	}
+	if (req.method === 'GET' && url.pathname === '/auth') {
+		res.writeHead(200, { 'content-type': 'application/json' });
+		res.end(JSON.stringify({ authorization: auths[url.searchParams.get('key')] ?? null }));
 		return;
 	}
 	const chunks = [];
@@ -31,6 +39,7 @@ const server = http.createServer((req, res) => {
 		}
 		const key = req.headers['idempotency-key'] || url.searchParams.get('key') || url.pathname;
 		counts[key] = (counts[key] || 0) + 1;
+		if (req.headers.authorization) auths[key] = req.headers.authorization;
 		const id = `eff_${++seq}`;
 		const forced = /@([1-5][0-9][0-9])(?![0-9])/.exec(String(key));
 		const status = forced ? Number(forced[1]) : 200;

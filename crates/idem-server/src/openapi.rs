@@ -202,6 +202,8 @@ fn escape(path: &str) -> String {
 /// The path parameters `{ns}` and `{key}`, and the list's query parameters, with the limits
 /// the server applies.
 fn describe_params(op: &mut Map<String, Value>) {
+    // The review queue is filtered by the states a person acts on; key lists by any state.
+    let review = op.get("operationId").and_then(Value::as_str) == Some("review_queue");
     let Some(params) = op.get_mut("parameters").and_then(Value::as_array_mut) else {
         return;
     };
@@ -209,8 +211,14 @@ fn describe_params(op: &mut Map<String, Value>) {
         if p["in"] == "query" {
             match p["name"].as_str() {
                 Some("state") => {
-                    let mut states: Vec<&str> =
-                        idem::State::ALL.iter().map(|s| s.as_str()).collect();
+                    let mut states: Vec<&str> = if review {
+                        crate::api::v1::review::QUEUE_STATES
+                            .iter()
+                            .map(|s| s.as_str())
+                            .collect()
+                    } else {
+                        idem::State::ALL.iter().map(|s| s.as_str()).collect()
+                    };
                     states.push("");
                     p["schema"] = json!({"type": "string", "enum": states});
                 }
@@ -219,6 +227,24 @@ fn describe_params(op: &mut Map<String, Value>) {
                         {"type": "integer", "minimum": 1, "maximum": 1000},
                         {"type": "string", "maxLength": 0},
                     ]});
+                }
+                Some("namespace") => {
+                    // A namespace filter: the namespace rule, or empty for every namespace.
+                    p["schema"] = json!({
+                        "type": "string",
+                        "pattern": "^([A-Za-z0-9._:-]{1,128})?$",
+                        "maxLength": 128,
+                    });
+                }
+                Some("cursor") if review => {
+                    // What the review queue hands out: hex of
+                    // "r<updated_at ms>\n<namespace>\n<key>".
+                    p["schema"] = json!({
+                        "type": "string",
+                        "pattern": "^(72(2[BbDd])?(3[0-9]){1,18}0[Aa]\
+                                    (3[0-9Aa]|4[1-9A-Fa-f]|5[0-9AaFf]|6[1-9A-Fa-f]|7[0-9Aa]|2[DEde]){1,128}\
+                                    0[Aa](2[1-9A-Fa-f]|[3-6][0-9A-Fa-f]|7[0-9A-Ea-e]){1,255})?$",
+                    });
                 }
                 Some("cursor") => {
                     // What the server hands out: hex of "<updated_at ms>\n<key>".

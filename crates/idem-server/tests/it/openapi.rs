@@ -512,3 +512,69 @@ async fn openapi_answers_require_what_the_server_always_writes() {
         assert_eq!(links[write]["parameters"]["key"], "$request.path.key");
     }
 }
+
+/// The cursors the server hands out match the patterns the document gives them (a generated
+/// schema-valid cursor is then one the server can read: schemathesis checks that side).
+#[tokio::test]
+async fn openapi_cursor_patterns_match_the_cursors_the_server_hands_out() {
+    let (app, doc) = document().await;
+    for key in ["k-1", "k%2", "k:3"] {
+        let c = app.claim("q.ns_1:a-b", key, json!({})).await;
+        let token = c.body["token"].as_str().expect("token").to_owned();
+        let f = app
+            .fail(
+                "q.ns_1:a-b",
+                key,
+                json!({"token": token, "kind": "ambiguous", "error": {"category": "timeout", "message": "t"}}),
+            )
+            .await;
+        assert_eq!(f.body["record"]["state"], "needs_review", "{}", f.text);
+        app.advance(1);
+    }
+    let pattern_of = |path: &str| {
+        let p = op(&doc, "get", path)["parameters"]
+            .as_array()
+            .expect("parameters")
+            .iter()
+            .find(|p| p["name"] == "cursor")
+            .expect("cursor parameter")["schema"]["pattern"]
+            .as_str()
+            .expect("pattern")
+            .to_owned();
+        regex::Regex::new(&p).expect("pattern compiles")
+    };
+    for (path, list) in [
+        ("/v1/review", "/v1/review?limit=1".to_owned()),
+        (
+            "/v1/namespaces/{ns}/keys",
+            "/v1/namespaces/q.ns_1:a-b/keys?limit=1".to_owned(),
+        ),
+    ] {
+        let re = pattern_of(path);
+        let page = app.get(&list).await;
+        let cursor = page.body["next_cursor"]
+            .as_str()
+            .expect("a next page")
+            .to_owned();
+        assert!(re.is_match(&cursor), "{path}: {cursor} does not match {re}");
+        let next = app.get(&format!("{list}&cursor={cursor}")).await;
+        assert_eq!(next.status, 200, "{}", next.text);
+        assert!(re.is_match(""), "{path}: empty means the first page");
+    }
+    // The review queue's state filter names only the states it can list.
+    let states: Vec<&str> = op(&doc, "get", "/v1/review")["parameters"]
+        .as_array()
+        .expect("parameters")
+        .iter()
+        .find(|p| p["name"] == "state")
+        .expect("state")["schema"]["enum"]
+        .as_array()
+        .expect("enum")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(
+        states,
+        ["needs_review", "awaiting_approval", "processing", ""]
+    );
+}

@@ -140,7 +140,7 @@ pub struct ReviewResponse {
 }
 
 /// The states the review queue can be filtered by.
-const QUEUE_STATES: [idem::State; 3] = [
+pub(crate) const QUEUE_STATES: [idem::State; 3] = [
     idem::State::NeedsReview,
     idem::State::AwaitingApproval,
     idem::State::Processing,

@@ -374,32 +374,10 @@ pub async fn ls(cmd: LsCmd) -> Result<u8, CliError> {
         print_raw(&ans);
         return Ok(exit::OK);
     }
-    let items = ans.body["items"].as_array().cloned().unwrap_or_default();
-    let rows: Vec<Vec<String>> = items
-        .iter()
-        .map(|r| {
-            vec![
-                cell(&r["key"]),
-                cell(&r["state"]),
-                cell(&r["attempt"]),
-                cell(&r["updated_at"]),
-                cell(&r["owner"]),
-                r["last_error"]["category"]
-                    .as_str()
-                    .map_or("-".into(), str::to_owned),
-            ]
-        })
-        .collect();
-    print!(
-        "{}",
-        render(
-            &["KEY", "STATE", "ATTEMPT", "UPDATED", "OWNER", "LAST ERROR"],
-            &rows
-        )
+    print_records(
+        &ans.body,
+        &["KEY", "STATE", "ATTEMPT", "UPDATED", "OWNER", "LAST ERROR"],
     );
-    if let Some(next) = ans.body["next_cursor"].as_str() {
-        eprintln!("more: --cursor {next}");
-    }
     Ok(exit::OK)
 }
 
@@ -432,12 +410,34 @@ pub async fn review(cmd: ReviewCmd) -> Result<u8, CliError> {
         print_raw(&ans);
         return Ok(exit::OK);
     }
-    let items = ans.body["items"].as_array().cloned().unwrap_or_default();
+    print_records(
+        &ans.body,
+        &[
+            "NAMESPACE",
+            "KEY",
+            "STATE",
+            "ATTEMPT",
+            "SINCE",
+            "OWNER",
+            "LAST ERROR",
+        ],
+    );
+    Ok(exit::OK)
+}
+
+/// A page of records as a table (with a namespace column first when `headers` starts with
+/// one), and the cursor of the next page on stderr.
+fn print_records(body: &Value, headers: &[&str]) {
+    let with_namespace = headers.first() == Some(&"NAMESPACE");
+    let items = body["items"].as_array().cloned().unwrap_or_default();
     let rows: Vec<Vec<String>> = items
         .iter()
         .map(|r| {
-            vec![
-                cell(&r["namespace"]),
+            let mut row = Vec::with_capacity(headers.len());
+            if with_namespace {
+                row.push(cell(&r["namespace"]));
+            }
+            row.extend([
                 cell(&r["key"]),
                 cell(&r["state"]),
                 cell(&r["attempt"]),
@@ -446,28 +446,14 @@ pub async fn review(cmd: ReviewCmd) -> Result<u8, CliError> {
                 r["last_error"]["category"]
                     .as_str()
                     .map_or("-".into(), str::to_owned),
-            ]
+            ]);
+            row
         })
         .collect();
-    print!(
-        "{}",
-        render(
-            &[
-                "NAMESPACE",
-                "KEY",
-                "STATE",
-                "ATTEMPT",
-                "SINCE",
-                "OWNER",
-                "LAST ERROR"
-            ],
-            &rows
-        )
-    );
-    if let Some(next) = ans.body["next_cursor"].as_str() {
+    print!("{}", render(headers, &rows));
+    if let Some(next) = body["next_cursor"].as_str() {
         eprintln!("more: --cursor {next}");
     }
-    Ok(exit::OK)
 }
 
 pub async fn resolve(cmd: ResolveCmd) -> Result<u8, CliError> {

@@ -157,3 +157,73 @@ fn into_response<R: IntoResponse>(r: Result<R, Infallible>) -> Response {
         Err(never) => match never {},
     }
 }
+
+/// A request body that notes when it has been read to its end.
+struct Tracked {
+    inner: axum::body::Body,
+    read: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl axum::body::HttpBody for Tracked {
+    type Data = bytes::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        let this = self.get_mut();
+        let polled = std::pin::Pin::new(&mut this.inner).poll_frame(cx);
+        let ended = match &polled {
+            std::task::Poll::Ready(None) => true,
+            std::task::Poll::Ready(Some(Ok(_))) => this.inner.is_end_stream(),
+            _ => false,
+        };
+        if ended {
+            this.read.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// Answers that leave part of the request body unread say `Connection: close`.
+///
+/// A refusal made before the body is read (a bad key in the path, a 401/403 from the auth
+/// gate, a 413) leaves the rest of the body on the connection; the server then closes it
+/// after the answer, and a keep-alive client that was not told would send its next request
+/// into a closed socket. With the header it opens a fresh connection instead. Bodies that were
+/// read to the end (every accepted request) keep the connection alive.
+pub async fn close_if_body_unread(
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::body::HttpBody as _;
+    let (parts, body) = req.into_parts();
+    if body.is_end_stream() {
+        return next
+            .run(axum::extract::Request::from_parts(parts, body))
+            .await;
+    }
+    let read = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let tracked = Tracked {
+        inner: body,
+        read: read.clone(),
+    };
+    let req = axum::extract::Request::from_parts(parts, axum::body::Body::new(tracked));
+    let mut resp = next.run(req).await;
+    if !read.load(std::sync::atomic::Ordering::Relaxed) {
+        resp.headers_mut().insert(
+            axum::http::header::CONNECTION,
+            axum::http::HeaderValue::from_static("close"),
+        );
+    }
+    resp
+}

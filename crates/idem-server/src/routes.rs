@@ -94,7 +94,11 @@ pub fn router(state: AppState) -> Router {
     app = app.merge(crate::console::router(state.clone()));
     let not_found = Gate::new(UNMATCHED, Vec::new(), state.clone())
         .layer(Handler::<_, AppState>::with_state(not_found, state.clone()));
-    app.fallback_service(not_found).with_state(state)
+    app.fallback_service(not_found)
+        .with_state(state)
+        .layer(axum::middleware::from_fn(
+            crate::middleware::close_if_body_unread,
+        ))
 }
 
 /// Unknown routes: 404 problem+json.

@@ -16,7 +16,7 @@ ROOT="$PWD"
 VENV="${IDEM_CLIENTS_VENV:-$HOME/.cache/idem/clients-venv}"
 NPM_CACHE="${IDEM_NPM_CACHE:-$HOME/.cache/idem/npm}"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/idem/target}"
-PY_PINS=(httpx==0.28.1 pytest==9.2.0 requests==2.34.2 hatchling==1.33.0)
+PY_PINS=(httpx==0.28.1 pytest==9.2.0 requests==2.34.2 hatchling==1.33.0 mypy==2.4.1)
 
 if [ $# -ge 1 ]; then
   IDEM="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"
@@ -49,7 +49,20 @@ fi
 # The package as a user gets it (a wheel built by hatchling), not the source tree.
 "$VENV/bin/pip" install --quiet --disable-pip-version-check --no-deps --no-build-isolation \
   --force-reinstall "$ROOT/clients/python"
-(cd "$ROOT/clients/python" && "$VENV/bin/python" -m pytest -p no:cacheprovider tests)
+export IDEM_TEST_LOG_DIR="$WORK/logs"
+if ! (cd "$ROOT/clients/python" && "$VENV/bin/python" -m pytest -p no:cacheprovider tests); then
+  for f in "$IDEM_TEST_LOG_DIR"/*.log; do
+    [ -f "$f" ] && { echo "--- $(basename "$f") (last 40 lines)"; tail -n 40 "$f"; } >&2
+  done
+  exit 1
+fi
+# The package is typed (py.typed): its own annotations must hold.
+if ! "$VENV/bin/python" -m mypy --strict --cache-dir "$WORK/mypy-cache" \
+  "$ROOT/clients/python/src/idem_ledger" >"$WORK/mypy.log" 2>&1; then
+  cat "$WORK/mypy.log" >&2
+  exit 1
+fi
+tail -n 1 "$WORK/mypy.log"
 
 # --- TypeScript ---------------------------------------------------------------------------
 echo "--- typescript: idem-ledger (tsc, node --test against idem serve)"

@@ -7,6 +7,7 @@ talk to a server has shown nothing.
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import time
@@ -87,6 +88,11 @@ def _start(tmp: Path, name: str) -> Iterator[Server]:
             proc.kill()
             proc.wait()
         log.close()
+        # CI keeps the server logs of a run (IDEM_TEST_LOG_DIR) to show them when it fails.
+        keep = os.environ.get("IDEM_TEST_LOG_DIR")
+        if keep:
+            Path(keep).mkdir(parents=True, exist_ok=True)
+            shutil.copy(tmp / f"{name}.log", Path(keep) / f"python-{name}.log")
 
 
 @pytest.fixture(scope="session")

@@ -287,10 +287,33 @@ class Client(_Base):
         return _read(call, resp)
 
     # Worker operations.
-    def claim(self, namespace: str, key: str, **opts: Any) -> ClaimAnswer:
-        """``POST …/claim``. Options: ``payload`` | ``fingerprint``, ``owner``, ``lease_ms``,
-        ``correlation_id``, ``lease_expiry``, ``wait_ms``. Every outcome is an answer."""
-        return cast(ClaimAnswer, self._send(_Ops.claim(namespace, key, **opts)))
+    def claim(
+        self,
+        namespace: str,
+        key: str,
+        *,
+        payload: Any = None,
+        fingerprint: str | None = None,
+        owner: str | None = None,
+        lease_ms: int | None = None,
+        correlation_id: str | None = None,
+        lease_expiry: LeaseExpiry | None = None,
+        wait_ms: int | None = None,
+    ) -> ClaimAnswer:
+        """``POST …/claim`` (``payload`` or ``fingerprint``, not both). Every outcome is an
+        answer, not an exception: only ``acquired`` means "run the side effect now"."""
+        call = _Ops.claim(
+            namespace,
+            key,
+            payload=payload,
+            fingerprint=fingerprint,
+            owner=owner,
+            lease_ms=lease_ms,
+            correlation_id=correlation_id,
+            lease_expiry=lease_expiry,
+            wait_ms=wait_ms,
+        )
+        return cast(ClaimAnswer, self._send(call))
 
     def heartbeat(
         self, namespace: str, key: str, token: str, lease_ms: int | None = None
@@ -480,8 +503,31 @@ class AsyncClient(_Base):
             raise IdemUnavailable(f"cannot reach idem at {self.url}: {type(e).__name__}") from e
         return _read(call, resp)
 
-    async def claim(self, namespace: str, key: str, **opts: Any) -> ClaimAnswer:
-        return cast(ClaimAnswer, await self._send(_Ops.claim(namespace, key, **opts)))
+    async def claim(
+        self,
+        namespace: str,
+        key: str,
+        *,
+        payload: Any = None,
+        fingerprint: str | None = None,
+        owner: str | None = None,
+        lease_ms: int | None = None,
+        correlation_id: str | None = None,
+        lease_expiry: LeaseExpiry | None = None,
+        wait_ms: int | None = None,
+    ) -> ClaimAnswer:
+        call = _Ops.claim(
+            namespace,
+            key,
+            payload=payload,
+            fingerprint=fingerprint,
+            owner=owner,
+            lease_ms=lease_ms,
+            correlation_id=correlation_id,
+            lease_expiry=lease_expiry,
+            wait_ms=wait_ms,
+        )
+        return cast(ClaimAnswer, await self._send(call))
 
     async def heartbeat(
         self, namespace: str, key: str, token: str, lease_ms: int | None = None

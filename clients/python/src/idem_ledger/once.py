@@ -50,7 +50,7 @@ def _lease_seconds(answer: ClaimAnswer, lease_ms: int | None) -> float:
     """The lease just granted, in seconds: the one asked for, else what the record shows."""
     if lease_ms:
         return lease_ms / 1000
-    rec = answer.get("record") or {}
+    rec: dict[str, Any] = dict(answer.get("record") or {})
     try:
         until = datetime.fromisoformat(str(rec.get("lease_expires_at")).replace("Z", "+00:00"))
         since = datetime.fromisoformat(str(rec.get("updated_at")).replace("Z", "+00:00"))
@@ -73,7 +73,7 @@ def _not_run(namespace: str, key: str, answer: ClaimAnswer) -> NotRun:
 
 
 def _replay(namespace: str, key: str, answer: ClaimAnswer) -> Any:
-    rec = answer.get("record") or {}
+    rec: dict[str, Any] = dict(answer.get("record") or {})
     if rec.get("result_expired"):
         raise ResultExpired(namespace, key, cast(dict[str, Any], answer))
     return rec.get("result")

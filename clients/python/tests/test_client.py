@@ -256,3 +256,15 @@ def test_unreachable_server_is_idem_unavailable() -> None:
     with Client(f"http://127.0.0.1:{port}", timeout=2) as c:
         with pytest.raises(IdemUnavailable):
             c.whoami()
+
+
+def test_a_refused_request_does_not_break_the_next_one_on_the_same_connection(
+    server: Any, ns: str
+) -> None:
+    """idem closes a keep-alive connection after refusing a request whose body it did not
+    read (a bad key): the next call on the pooled connection must still get its answer."""
+    with Client(server.url) as c:
+        for i in range(100):
+            with pytest.raises(BadRequest):
+                c.claim(ns, "has space", payload={"n": i})
+            assert c.claim(ns, f"ok-{i}")["outcome"] == "acquired"

@@ -153,3 +153,12 @@ test('an unreachable server is IdemUnavailableError', async () => {
 	const port = await freePort();
 	await assert.rejects(new Idem({ url: `http://127.0.0.1:${port}`, timeoutMs: 2000 }).whoami(), IdemUnavailableError);
 });
+
+test('a refused request does not break the next one on the same connection', async () => {
+	// idem closes a keep-alive connection after refusing a request whose body it did not read.
+	const ns = freshNs();
+	for (let i = 0; i < 100; i++) {
+		await assert.rejects(client.claim(ns, 'has space', { payload: { n: i } }), code(400, 'invalid_key'));
+		assert.equal((await client.claim(ns, `ok-${i}`)).outcome, 'acquired');
+	}
+});

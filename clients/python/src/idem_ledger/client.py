@@ -220,6 +220,15 @@ class _Ops:
         return _Call("GET", f"/v1/namespaces/{_seg(namespace)}/keys", params=params)
 
 
+def _stale_connection(e: httpx.TransportError) -> bool:
+    """A pooled keep-alive connection the server had already closed: not one byte of an
+    answer came back, so the request was not processed and is sent once more on a fresh
+    connection. (idem closes a connection after refusing a request whose body it did not
+    read, e.g. a bad key, without saying ``Connection: close``; the client may reuse it in
+    that instant.)"""
+    return isinstance(e, httpx.RemoteProtocolError) and "without sending a response" in str(e)
+
+
 class _Default:
     def __repr__(self) -> str:
         return "DEFAULT"
@@ -280,10 +289,16 @@ class Client(_Base):
         self._http.close()
 
     def _send(self, call: _Call) -> Any:
-        try:
-            resp = self._http.request(call.method, call.path, json=call.body, params=call.params)
-        except httpx.TransportError as e:
-            raise IdemUnavailable(f"cannot reach idem at {self.url}: {type(e).__name__}") from e
+        for attempt in (1, 2):
+            try:
+                resp = self._http.request(
+                    call.method, call.path, json=call.body, params=call.params
+                )
+                break
+            except httpx.TransportError as e:
+                if attempt == 1 and _stale_connection(e):
+                    continue
+                raise IdemUnavailable(f"cannot reach idem at {self.url}: {type(e).__name__}") from e
         return _read(call, resp)
 
     # Worker operations.
@@ -495,12 +510,16 @@ class AsyncClient(_Base):
         await self._http.aclose()
 
     async def _send(self, call: _Call) -> Any:
-        try:
-            resp = await self._http.request(
-                call.method, call.path, json=call.body, params=call.params
-            )
-        except httpx.TransportError as e:
-            raise IdemUnavailable(f"cannot reach idem at {self.url}: {type(e).__name__}") from e
+        for attempt in (1, 2):
+            try:
+                resp = await self._http.request(
+                    call.method, call.path, json=call.body, params=call.params
+                )
+                break
+            except httpx.TransportError as e:
+                if attempt == 1 and _stale_connection(e):
+                    continue
+                raise IdemUnavailable(f"cannot reach idem at {self.url}: {type(e).__name__}") from e
         return _read(call, resp)
 
     async def claim(

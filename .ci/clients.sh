@@ -72,7 +72,11 @@ if [[ ! -d node_modules || package-lock.json -nt node_modules/.package-lock.json
     --fetch-retries=5 --loglevel=error >/dev/null
 fi
 npm run --silent build
-node --test --test-reporter=dot test/
+if ! node --test --test-reporter=tap test/ >"$WORK/node-test.tap" 2>&1; then
+  grep -v '^ *\(duration_ms\|\.\.\.\|---\)' "$WORK/node-test.tap" | tail -n 80 >&2
+  exit 1
+fi
+grep -E '^# (tests|pass|fail) ' "$WORK/node-test.tap" | tr '\n' ' ' && echo
 # The published files: the ESM entry and its declarations, nothing else of the tree.
 npm pack --dry-run --json --cache "$NPM_CACHE" 2>/dev/null | node -e '
   const files = JSON.parse(require("fs").readFileSync(0, "utf8"))[0].files.map((f) => f.path);

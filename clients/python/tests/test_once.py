@@ -485,3 +485,35 @@ def test_non_json_result_completes_and_says_so(server: Any, ns: str) -> None:
 def test_exports_are_importable() -> None:
     for name in idem_ledger.__all__:
         assert getattr(idem_ledger, name) is not None
+
+
+def test_a_resumed_attempt_reuses_the_prepared_payload(server: Any, ns: str) -> None:
+    """The AI-draft pattern: attempt 1 saves its draft with prepare and fails before sending;
+    attempt 2 is resumed with the saved draft instead of writing a new one."""
+    client = Client(server.url)
+    client.patch_namespace(ns, {"retry": {"base_ms": 1, "max_ms": 1}})
+    drafts: list[str] = []
+    seen: list[tuple[int, bool, Any]] = []
+
+    @once(ns, key="followup-{lead}", client=client)
+    def follow_up(lead: int) -> str:
+        a = idem_ledger.current_attempt()
+        assert a is not None
+        seen.append((a.attempt, a.resumed, a.prepared_payload))
+        draft = a.prepared_payload
+        if draft is None:
+            draft = {"text": f"draft {len(drafts) + 1}"}
+            drafts.append(draft["text"])
+            client.prepare(ns, f"followup-{lead}", a.token, draft)
+            raise idem_ledger.RetryableFailure("mail server not reachable", category="connection",
+                                               sent=False)
+        return f"sent {draft['text']}"
+
+    with pytest.raises(idem_ledger.RetryableFailure):
+        follow_up(5)
+    time.sleep(0.05)
+    assert follow_up(5) == "sent draft 1"
+    assert drafts == ["draft 1"]
+    assert seen == [(1, False, None), (2, True, {"text": "draft 1"})]
+    assert idem_ledger.current_attempt() is None
+    client.close()

@@ -25,7 +25,7 @@ from .errors import (
     StoreUnavailable,
     Unauthorized,
 )
-from .once import once
+from .once import Attempt, current_attempt, once
 from .signals import AmbiguousFailure, Failure, PermanentFailure, RetryableFailure, fail_signals
 
 __version__ = "0.1.0"
@@ -33,6 +33,7 @@ __version__ = "0.1.0"
 __all__ = [
     "DEFAULT_URL",
     "AmbiguousFailure",
+    "Attempt",
     "ApiError",
     "AsyncClient",
     "BadRequest",
@@ -55,6 +56,7 @@ __all__ = [
     "RetryableFailure",
     "StoreUnavailable",
     "Unauthorized",
+    "current_attempt",
     "fail_signals",
     "once",
 ]

@@ -22,12 +22,14 @@ namespace policy turns into a reclaim or a review — the same as a crashed work
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import inspect
 import json
 import threading
 import weakref
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ParamSpec, TypeVar, cast
 
@@ -44,6 +46,51 @@ DEFAULT_LEASE_MS = 30_000
 MIN_BEAT_S = 0.05
 
 _BUSY = frozenset({"in_flight", "backoff", "awaiting_approval", "paused", "limited"})
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """The attempt a ``@once`` function is running in (see ``current_attempt``)."""
+
+    namespace: str
+    key: str
+    #: 1 for a fresh key, +1 for every resume.
+    attempt: int
+    resumed: bool
+    #: A payload an earlier attempt saved with ``prepare`` (reuse it), else None.
+    prepared_payload: Any
+    #: The fencing token, e.g. for ``client.prepare(namespace, key, token, payload)``.
+    token: str
+    #: Set when a heartbeat finds the lease lost: someone else holds the key now; stop early.
+    lease_lost: threading.Event = field(default_factory=threading.Event, repr=False)
+
+    def __repr__(self) -> str:
+        # Never the token.
+        return f"Attempt({self.namespace}/{self.key}, attempt={self.attempt}, resumed={self.resumed})"
+
+
+_CURRENT: contextvars.ContextVar[Attempt | None] = contextvars.ContextVar(
+    "idem_attempt", default=None
+)
+
+
+def current_attempt() -> Attempt | None:
+    """Inside a ``@once`` function: its attempt (number, resumed, prepared payload, token,
+    the lease-lost flag). Elsewhere: None."""
+    return _CURRENT.get()
+
+
+def _attempt(namespace: str, key: str, answer: ClaimAnswer, token: str) -> Attempt:
+    rec: dict[str, Any] = dict(answer.get("record") or {})
+    n = rec.get("attempt")
+    return Attempt(
+        namespace=namespace,
+        key=key,
+        attempt=n if isinstance(n, int) else 1,
+        resumed=answer.get("resumed") is True,
+        prepared_payload=rec.get("prepared_payload"),
+        token=token,
+    )
 
 
 def _lease_seconds(answer: ClaimAnswer, lease_ms: int | None) -> float:
@@ -195,18 +242,21 @@ def _run_sync(o: _Once, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: d
         raise IdemError("idem answered acquired without a token")
     interval = max(MIN_BEAT_S, _lease_seconds(answer, o.lease_ms) / 3)
     stop = threading.Event()
+    attempt = _attempt(o.namespace, key, answer, token)
 
     def beat() -> None:
         while not stop.wait(interval):
             try:
                 client.heartbeat(o.namespace, key, token, o.lease_ms)
             except LeaseLost:
+                attempt.lease_lost.set()
                 return  # fenced: the report at the end will say so
             except IdemError:
                 continue  # idem briefly out of reach: the next beat may land
 
     beater = threading.Thread(target=beat, name=f"idem-heartbeat:{o.namespace}", daemon=True)
     beater.start()
+    ctx_token = _CURRENT.set(attempt)
     try:
         value = fn(*args, **kwargs)
     except Exception as exc:
@@ -219,6 +269,7 @@ def _run_sync(o: _Once, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: d
         raise
     finally:
         stop.set()
+        _CURRENT.reset(ctx_token)
     beater.join()
     _complete_sync(client, o, key, token, value)
     return value
@@ -252,6 +303,7 @@ async def _run_async(
     if not isinstance(token, str):
         raise IdemError("idem answered acquired without a token")
     interval = max(MIN_BEAT_S, _lease_seconds(answer, o.lease_ms) / 3)
+    attempt = _attempt(o.namespace, key, answer, token)
 
     async def beat() -> None:
         while True:
@@ -259,6 +311,7 @@ async def _run_async(
             try:
                 await client.heartbeat(o.namespace, key, token, o.lease_ms)
             except LeaseLost:
+                attempt.lease_lost.set()
                 return
             except IdemError:
                 continue
@@ -272,6 +325,7 @@ async def _run_async(
         except asyncio.CancelledError:
             pass
 
+    ctx_token = _CURRENT.set(attempt)
     try:
         value = await fn(*args, **kwargs)
     except Exception as exc:
@@ -283,6 +337,7 @@ async def _run_async(
         raise
     finally:
         beater.cancel()
+        _CURRENT.reset(ctx_token)
     await stop_beating()
     try:
         stored = _json_checked(o.to_json(value))

@@ -227,3 +227,29 @@ test('a value that is not JSON still completes, and says so', async () => {
 	assert.equal(await call(), null);
 	assert.equal(runs, 1);
 });
+
+test('a resumed attempt reuses the prepared payload', async () => {
+	const namespace = freshNs();
+	await client.patchNamespace(namespace, { retry: { base_ms: 1, max_ms: 1 } });
+	const seen = [];
+	const followUp = () =>
+		withIdem(
+			'followup-5',
+			async (ctx) => {
+				seen.push([ctx.attempt, ctx.resumed, ctx.preparedPayload]);
+				if (ctx.preparedPayload === null) {
+					await ctx.client.prepare(ctx.namespace, ctx.key, { token: ctx.token, payload: { text: 'draft 1' } });
+					throw new FailureError('mail server not reachable', { category: 'connection', sent: false });
+				}
+				return `sent ${ctx.preparedPayload.text}`;
+			},
+			{ namespace, client },
+		);
+	await assert.rejects(followUp(), FailureError);
+	await sleep(50);
+	assert.equal(await followUp(), 'sent draft 1');
+	assert.deepEqual(seen, [
+		[1, false, null],
+		[2, true, { text: 'draft 1' }],
+	]);
+});

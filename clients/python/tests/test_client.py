@@ -268,3 +268,28 @@ def test_a_refused_request_does_not_break_the_next_one_on_the_same_connection(
             with pytest.raises(BadRequest):
                 c.claim(ns, "has space", payload={"n": i})
             assert c.claim(ns, f"ok-{i}")["outcome"] == "acquired"
+
+
+def test_every_claim_and_effect_option_is_accepted(
+    server: Any, ns: str, destination: tuple[str, list[dict[str, Any]]]
+) -> None:
+    host, got = destination
+    with Client(server.url) as c:
+        ans = c.claim(ns, "opts", fingerprint="ab" * 32, owner="o", lease_ms=5000,
+                      correlation_id="corr-1", lease_expiry="review", wait_ms=0)
+        assert ans["outcome"] == "acquired"
+        assert ans["record"] is not None
+        assert ans["record"]["correlation_id"] == "corr-1"
+        assert ans["record"]["fingerprint"] == "ab" * 32
+        token = str(ans["token"])
+        c.fail(ns, "opts", token, kind="retryable", http_status=503, retry_after="5", sent=False,
+               category="http", message="m", cost={"tokens": 10, "usd": 0.5})
+        assert c.get(ns, "opts")["record"]["cost"]["tokens"] == 10
+
+        c.patch_namespace(ns, {"egress": {"allow": [host]}})
+        eff = c.effect(ns, "eff-opts", {"method": "POST", "url": f"http://{host}/x", "body": [1]},
+                       idempotency_header=None, timeout_ms=5000, success=[201],
+                       destination_idempotent=False, owner="o", correlation_id="c",
+                       wait_ms=0, lease_ms=10_000, cost={"tokens": 1})
+        assert eff["outcome"] == "performed"
+    assert got == [{"body": [1], "key": None}]

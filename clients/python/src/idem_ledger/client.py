@@ -11,6 +11,7 @@ problem's ``code``. The token is sent as a bearer header and never appears in an
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 from urllib.parse import quote
@@ -20,17 +21,27 @@ import httpx
 from .errors import IdemUnavailable, ProtocolError, api_error
 from .types import (
     ClaimAnswer,
+    ClaimBody,
+    CompleteBody,
     Cost,
+    DeriveBody,
     DeriveAnswer,
     EffectAnswer,
+    EffectBody,
     EffectRequest,
     FailAnswer,
+    FailBody,
     FailClass,
+    FailError,
+    HeartbeatBody,
     LeaseExpiry,
+    NoteBody,
+    PrepareBody,
     Reconcile,
     RecordPage,
     RecordWithEvents,
     ResolveAction,
+    ResolveBody,
     StateAnswer,
     WhoAmI,
 )
@@ -51,6 +62,13 @@ def _key_path(ns: str, key: str, verb: str | None = None) -> str:
 def _put(body: dict[str, Any], name: str, value: Any) -> None:
     if value is not None:
         body[name] = value
+
+
+def _compact(body: Mapping[str, Any]) -> dict[str, Any]:
+    """A body without its ``None`` members (the API reads a null member as absent anyway).
+    Bodies are built as the TypedDicts of ``types`` first, so mypy checks every member name
+    against the models the tests check against ``/openapi.json``."""
+    return {k: v for k, v in body.items() if v is not None}
 
 
 @dataclass(frozen=True)
@@ -96,24 +114,22 @@ class _Ops:
         lease_expiry: LeaseExpiry | None = None,
         wait_ms: int | None = None,
     ) -> _Call:
-        body: dict[str, Any] = {}
-        for name, value in (
-            ("payload", payload),
-            ("fingerprint", fingerprint),
-            ("owner", owner),
-            ("lease_ms", lease_ms),
-            ("correlation_id", correlation_id),
-            ("lease_expiry", lease_expiry),
-            ("wait_ms", wait_ms),
-        ):
-            _put(body, name, value)
-        return _Call("POST", _key_path(namespace, key, "claim"), body, outcome_answer=True)
+        body = ClaimBody(
+            payload=payload,
+            fingerprint=fingerprint,
+            owner=owner,
+            lease_ms=lease_ms,
+            correlation_id=correlation_id,
+            lease_expiry=lease_expiry,
+            wait_ms=wait_ms,
+        )
+        path = _key_path(namespace, key, "claim")
+        return _Call("POST", path, _compact(body), outcome_answer=True)
 
     @staticmethod
     def heartbeat(namespace: str, key: str, token: str, lease_ms: int | None) -> _Call:
-        body: dict[str, Any] = {"token": token}
-        _put(body, "lease_ms", lease_ms)
-        return _Call("POST", _key_path(namespace, key, "heartbeat"), body)
+        body = HeartbeatBody(token=token, lease_ms=lease_ms)
+        return _Call("POST", _key_path(namespace, key, "heartbeat"), _compact(body))
 
     @staticmethod
     def complete(
@@ -124,11 +140,8 @@ class _Ops:
         external_ref: str | None,
         cost: Cost | None,
     ) -> _Call:
-        body: dict[str, Any] = {"token": token}
-        _put(body, "result", result)
-        _put(body, "external_ref", external_ref)
-        _put(body, "cost", cost)
-        return _Call("POST", _key_path(namespace, key, "complete"), body)
+        body = CompleteBody(token=token, result=result, external_ref=external_ref, cost=cost)
+        return _Call("POST", _key_path(namespace, key, "complete"), _compact(body))
 
     @staticmethod
     def fail(
@@ -144,38 +157,47 @@ class _Ops:
         message: str | None,
         cost: Cost | None,
     ) -> _Call:
-        body: dict[str, Any] = {"token": token}
-        _put(body, "kind", kind)
-        _put(body, "http_status", http_status)
-        _put(body, "retry_after", retry_after)
-        _put(body, "sent", sent)
+        error = None
         if category is not None:
-            err: dict[str, Any] = {"category": category}
-            _put(err, "message", message)
-            body["error"] = err
-        _put(body, "cost", cost)
-        return _Call("POST", _key_path(namespace, key, "fail"), body)
+            error = FailError(category=category, message=message)
+        body = FailBody(
+            token=token,
+            kind=kind,
+            http_status=http_status,
+            retry_after=retry_after,
+            sent=sent,
+            error=error,
+            cost=cost,
+        )
+        out = _compact(body)
+        if error is not None:
+            out["error"] = _compact(error)
+        return _Call("POST", _key_path(namespace, key, "fail"), out)
 
     @staticmethod
     def prepare(
         namespace: str, key: str, token: str, payload: Any, approval_required: bool
     ) -> _Call:
-        body: dict[str, Any] = {"token": token, "payload": payload}
+        body = PrepareBody(token=token, payload=payload)
         if approval_required:
             body["approval_required"] = True
-        return _Call("POST", _key_path(namespace, key, "prepare"), body)
+        return _Call("POST", _key_path(namespace, key, "prepare"), _compact(body))
 
     @staticmethod
-    def effect(namespace: str, key: str, request: EffectRequest, opts: dict[str, Any]) -> _Call:
-        body: dict[str, Any] = {"request": dict(request)}
-        for name, value in opts.items():
-            if name == "idempotency_header":
-                # None is meaningful here (send no header): only the sentinel means "default".
-                if value is not _DEFAULT:
-                    body[name] = value
-            else:
-                _put(body, name, value)
-        return _Call("POST", _key_path(namespace, key, "effect"), body, outcome_answer=True)
+    def effect(
+        namespace: str,
+        key: str,
+        request: EffectRequest,
+        body: EffectBody,
+        idempotency_header: str | None,
+    ) -> _Call:
+        out = _compact(body)
+        out["request"] = _compact(request)
+        # None is meaningful here (send no header): only the sentinel means "the default".
+        if idempotency_header is not _DEFAULT:
+            out["idempotency_header"] = idempotency_header
+        path = _key_path(namespace, key, "effect")
+        return _Call("POST", path, out, outcome_answer=True)
 
     @staticmethod
     def resolve(
@@ -186,16 +208,12 @@ class _Ops:
         result: Any,
         external_ref: str | None,
     ) -> _Call:
-        body: dict[str, Any] = {"action": action, "note": note}
-        _put(body, "result", result)
-        _put(body, "external_ref", external_ref)
-        return _Call("POST", _key_path(namespace, key, "resolve"), body)
+        body = ResolveBody(action=action, note=note, result=result, external_ref=external_ref)
+        return _Call("POST", _key_path(namespace, key, "resolve"), _compact(body))
 
     @staticmethod
     def note(path: str, note: str | None) -> _Call:
-        body: dict[str, Any] = {}
-        _put(body, "note", note)
-        return _Call("POST", path, body)
+        return _Call("POST", path, _compact(NoteBody(note=note)))
 
     @staticmethod
     def derive(
@@ -205,11 +223,8 @@ class _Ops:
         suffix: str | None,
         hash: bool | None,
     ) -> _Call:
-        body: dict[str, Any] = {"event": event, "fields": list(fields)}
-        _put(body, "prefix", prefix)
-        _put(body, "suffix", suffix)
-        _put(body, "hash", hash)
-        return _Call("POST", "/v1/keys/derive", body)
+        body = DeriveBody(event=event, fields=list(fields), prefix=prefix, suffix=suffix, hash=hash)
+        return _Call("POST", "/v1/keys/derive", _compact(body))
 
     @staticmethod
     def list(namespace: str, state: str | None, limit: int | None, cursor: str | None) -> _Call:
@@ -401,8 +416,7 @@ class Client(_Base):
     ) -> EffectAnswer:
         """``POST …/effect``: idem sends ``request`` under the key and stores the response.
         ``idempotency_header=None`` sends no idempotency header."""
-        opts = dict(
-            idempotency_header=idempotency_header,
+        body = EffectBody(
             timeout_ms=timeout_ms,
             success=success,
             destination_idempotent=destination_idempotent,
@@ -413,7 +427,8 @@ class Client(_Base):
             lease_ms=lease_ms,
             cost=cost,
         )
-        return cast(EffectAnswer, self._send(_Ops.effect(namespace, key, request, opts)))
+        call = _Ops.effect(namespace, key, request, body, idempotency_header)
+        return cast(EffectAnswer, self._send(call))
 
     def get(self, namespace: str, key: str) -> RecordWithEvents:
         """``GET …``: the record and its events (``NotFound`` when unknown)."""
@@ -617,8 +632,7 @@ class AsyncClient(_Base):
         lease_ms: int | None = None,
         cost: Cost | None = None,
     ) -> EffectAnswer:
-        opts = dict(
-            idempotency_header=idempotency_header,
+        body = EffectBody(
             timeout_ms=timeout_ms,
             success=success,
             destination_idempotent=destination_idempotent,
@@ -629,7 +643,8 @@ class AsyncClient(_Base):
             lease_ms=lease_ms,
             cost=cost,
         )
-        return cast(EffectAnswer, await self._send(_Ops.effect(namespace, key, request, opts)))
+        call = _Ops.effect(namespace, key, request, body, idempotency_header)
+        return cast(EffectAnswer, await self._send(call))
 
     async def get(self, namespace: str, key: str) -> RecordWithEvents:
         return cast(RecordWithEvents, await self._send(_Call("GET", _key_path(namespace, key))))

@@ -293,3 +293,21 @@ def test_every_claim_and_effect_option_is_accepted(
                        wait_ms=0, lease_ms=10_000, cost={"tokens": 1})
         assert eff["outcome"] == "performed"
     assert got == [{"body": [1], "key": None}]
+
+
+def test_both_clients_have_the_same_operations() -> None:
+    def ops(cls: type) -> set[str]:
+        return {n for n in vars(cls) if not n.startswith("_")}
+
+    assert ops(Client) - {"close"} == ops(AsyncClient) - {"aclose"}
+
+
+def test_paused_namespace_answers_paused_and_resume_lifts_it(server: Any, ns: str) -> None:
+    async def main() -> tuple[str, str]:
+        async with AsyncClient(server.url) as c:
+            await c.pause(ns, "maintenance")
+            paused = (await c.claim(ns, "k"))["outcome"]
+            await c.resume(ns)
+            return paused, (await c.claim(ns, "k"))["outcome"]
+
+    assert asyncio.run(main()) == ("paused", "acquired")

@@ -695,3 +695,19 @@ class AsyncClient(_Base):
     async def reject(self, namespace: str, key: str, note: str | None = None) -> StateAnswer:
         call = _Ops.note(_key_path(namespace, key, "reject"), note)
         return cast(StateAnswer, await self._send(call))
+
+    async def namespace(self, namespace: str) -> dict[str, Any]:
+        call = _Call("GET", f"/v1/namespaces/{_seg(namespace)}")
+        return cast(dict[str, Any], await self._send(call))
+
+    async def patch_namespace(self, namespace: str, policy: dict[str, Any]) -> dict[str, Any]:
+        call = _Call("PATCH", f"/v1/namespaces/{_seg(namespace)}", dict(policy))
+        return cast(dict[str, Any], await self._send(call))
+
+    async def pause(self, namespace: str, note: str | None = None) -> dict[str, Any]:
+        call = _Ops.note(f"/v1/namespaces/{_seg(namespace)}/pause", note)
+        return cast(dict[str, Any], await self._send(call))
+
+    async def resume(self, namespace: str, note: str | None = None) -> dict[str, Any]:
+        call = _Ops.note(f"/v1/namespaces/{_seg(namespace)}/resume", note)
+        return cast(dict[str, Any], await self._send(call))

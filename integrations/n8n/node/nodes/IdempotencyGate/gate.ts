@@ -19,6 +19,9 @@ export const OUTPUT = {
 
 export const CLAIM_OUTPUT_NAMES = ['Proceed', 'Duplicate', 'Busy', 'Needs Review', 'Blocked'];
 
+/** `idem.route` of a claim in single-output mode, in output order. */
+export const CLAIM_ROUTES = ['proceed', 'duplicate', 'busy', 'needs_review', 'blocked'];
+
 /**
  * Claim outcome → output.
  * - acquired (fresh or resumed): run the side effect.
@@ -61,6 +64,9 @@ export const EFFECT_OUTPUT = {
 } as const;
 
 export const EFFECT_OUTPUT_NAMES = ['Performed', 'Duplicate', 'Failed', 'Retry Later', 'Needs Review', 'Blocked'];
+
+/** `idem.route` of an effect in single-output mode, in output order. */
+export const EFFECT_ROUTES = ['performed', 'duplicate', 'failed', 'retry_later', 'needs_review', 'blocked'];
 
 /**
  * Effect outcome → output. idem made (or refused to make) the outbound call itself, so no
@@ -137,17 +143,23 @@ export function namespaceProblem(ns: unknown): string | undefined {
 	return undefined;
 }
 
+function parseJsonText(text: string): { ok: true; value: unknown } | { ok: false } {
+	try {
+		return { ok: true, value: JSON.parse(text) };
+	} catch {
+		return { ok: false };
+	}
+}
+
 /** A JSON parameter may arrive as an object or as JSON text; '' means "not given". */
 export function jsonParam(value: unknown, name: string): unknown {
 	if (value === undefined || value === null) return undefined;
 	if (typeof value === 'string') {
 		const t = value.trim();
 		if (t === '') return undefined;
-		try {
-			return JSON.parse(t);
-		} catch {
-			throw new Error(`${name} is not valid JSON`);
-		}
+		const parsed = parseJsonText(t);
+		if (!parsed.ok) throw new Error(`${name} is not valid JSON`);
+		return parsed.value;
 	}
 	return value;
 }
@@ -458,5 +470,102 @@ export function effectBody(p: EffectParams): IDataObject {
 	if (p.owner) body.owner = String(p.owner);
 	if (p.correlationId) body.correlation_id = String(p.correlationId);
 	if (p.waitMs) body.wait_ms = p.waitMs;
+	return body;
+}
+
+/**
+ * One sentence per route, for single-output mode: an AI agent reads the tool's answer as text,
+ * so it says what happened and what (not) to do next — above all "do not do it again".
+ */
+const CLAIM_SUMMARY: Record<string, string> = {
+	proceed:
+		'Acquired: this key is yours. Do the side effect now, then report it with Complete (or Fail) and idem.token.',
+	duplicate:
+		'Already done: an earlier attempt completed it. Do not do it again; its stored result is idem.record.result.',
+	busy: 'Not now: another attempt holds this key, or it waits for a retry time, an approval, a pause or a rate limit. Do not do it now; ask again later (idem.retry_after_ms when known).',
+	needs_review:
+		'Needs a person: it may already have happened. Do not do it again; a person decides in the review queue.',
+	blocked:
+		'Refused: this key was used with different data, or it failed for good. Do not retry it under this key.',
+};
+
+const EFFECT_SUMMARY: Record<string, string> = {
+	performed:
+		"Done now: the request was sent once; the destination's answer is idem.response. Do not send it again.",
+	duplicate:
+		'Already done earlier: nothing was sent again; the stored answer of the first call is idem.response.',
+	failed:
+		'Refused for good by the destination (e.g. card declined); its answer is idem.response. Do not retry.',
+	retry_later:
+		'Not done yet: call again later with the same arguments (idem.retry_after_ms when known). Nothing is ever sent twice under one key.',
+	needs_review:
+		'Unknown whether it happened (timeout or server error at the destination). Do not retry; a person decides in the review queue.',
+	blocked:
+		'Refused: this key was already used with a different request. Nothing was sent.',
+};
+
+export function routeSummary(operation: 'claim' | 'effect', route: string): string {
+	return (operation === 'claim' ? CLAIM_SUMMARY : EFFECT_SUMMARY)[route] ?? '';
+}
+
+/**
+ * What a failed request to idem says about why: the socket code and message of the error or of
+ * its cause (n8n wraps transport errors of authenticated requests in a NodeApiError whose
+ * message is a generic text).
+ */
+export function transportDetail(error: unknown): string {
+	const parts: string[] = [];
+	let e = error as { code?: unknown; message?: unknown; cause?: unknown } | undefined;
+	for (let depth = 0; e && typeof e === 'object' && depth < 4; depth++) {
+		for (const v of [e.code, e.message]) {
+			if (typeof v === 'string' && v !== '' && !parts.some((p) => p.includes(v))) parts.push(v);
+		}
+		e = e.cause as typeof e;
+	}
+	return parts.join(' ');
+}
+
+export interface DeriveParams {
+	event: unknown;
+	/** JSON pointers, one per line or comma-separated, in order. */
+	fields: string;
+	prefix?: string;
+	suffix?: string;
+	hash?: boolean;
+}
+
+const AFFIX = /^[\x21-\x7e]{1,255}$/;
+
+/**
+ * Body of `POST /v1/keys/derive`. The server derives (the same rule as `idem key derive`);
+ * this checks the shape so a typo fails on this node: at least one pointer, each starting with
+ * `/`, affixes of visible ASCII.
+ */
+export function deriveBody(p: DeriveParams): IDataObject {
+	const event = jsonParam(p.event, 'Event');
+	if (event === undefined) {
+		throw new Error('Event is empty: give the data the key is derived from (e.g. {{ $json.body }})');
+	}
+	const fields = String(p.fields ?? '')
+		.split(/[\n,]/)
+		.map((f) => f.trim())
+		.filter((f) => f !== '');
+	if (!fields.length) throw new Error('Identity Fields is empty: give at least one JSON pointer, e.g. /id');
+	for (const f of fields) {
+		if (!f.startsWith('/')) {
+			throw new Error(`Identity field ${JSON.stringify(f)} is not a JSON pointer (it must start with /, e.g. /data/object/id)`);
+		}
+	}
+	const body: IDataObject = { event: event as IDataObject, fields };
+	for (const [name, value] of [
+		['Prefix', p.prefix],
+		['Suffix', p.suffix],
+	] as const) {
+		const v = String(value ?? '').trim();
+		if (v === '') continue;
+		if (!AFFIX.test(v)) throw new Error(`${name} may only contain visible ASCII (no spaces), at most 255 characters`);
+		body[name.toLowerCase()] = v;
+	}
+	if (p.hash) body.hash = true;
 	return body;
 }

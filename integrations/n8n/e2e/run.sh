@@ -157,6 +157,12 @@ if [[ "$TOKEN" != no-token-configured ]]; then
 	ADMIN_TOKEN="$("$IDEM_BIN" token create --namespace '*' --role admin --db "$IDEM_DB" 2>>"$WORK/token.err" | tail -n 1 | tr -d '[:space:]')" ||
 		abort "idem token create --role admin failed: $(head -c 300 "$WORK/token.err")"
 fi
+# A worker token scoped to one namespace: the credential's Test must accept it too.
+SCOPED_TOKEN="no-token-configured"
+if [[ "$TOKEN" != no-token-configured ]]; then
+	SCOPED_TOKEN="$("$IDEM_BIN" token create --namespace refunds-node --role worker --db "$IDEM_DB" 2>>"$WORK/token.err" | tail -n 1 | tr -d '[:space:]')" ||
+		abort "idem token create --namespace refunds-node failed: $(head -c 300 "$WORK/token.err")"
+fi
 start IDEM "$WORK/idem.log" "$IDEM_BIN" serve --listen "127.0.0.1:$IDEM_PORT" --db "$IDEM_DB"
 wait_for 60 "idem on $IDEM_URL" curl -fsS "$IDEM_URL/healthz" || abort "idem did not become healthy within 60 s"
 
@@ -282,6 +288,36 @@ if curl -fsS --max-time 10 -o /dev/null \
 	pass "community node: its icon is served"
 else
 	fail "community node: icon not served"
+fi
+
+# The credential's Test button, run by n8n itself (its UI API, after the owner account is set
+# up): GET /v1/whoami through the credential's authentication.
+N8N_REST="http://127.0.0.1:$N8N_PORT/rest"
+rest() { curl -sS --max-time 30 -b "$WORK/cookies" -c "$WORK/cookies" -H 'browser-id: idem-e2e' -H 'Content-Type: application/json' "$@"; }
+if rest -o "$WORK/owner.json" -d '{"email":"e2e@example.com","firstName":"Idem","lastName":"Test","password":"Idem-e2e-Passw0rd"}' \
+	"$N8N_REST/owner/setup"; then
+	cred_test() { # TOKEN → n8n's status ("OK" or "Error") and message
+		local body
+		body="$(node -e 'console.log(JSON.stringify({ credentials: { name: "idem test", type: "idemApi", data: { baseUrl: process.argv[1], token: process.argv[2] } } }))' "$IDEM_URL" "$1")"
+		rest -d "$body" "$N8N_REST/credentials/test" >"$WORK/credtest.json" || true
+		json "$WORK/credtest.json" '(d.data ? d.data.status + ": " + d.data.message : JSON.stringify(d))'
+	}
+	got="$(cred_test "$SCOPED_TOKEN")"
+	if [[ "$got" == OK:* ]]; then
+		pass "credential test (GET /v1/whoami) passes with a worker token scoped to one namespace"
+	else
+		fail "credential test with the scoped worker token answered [$got]"
+	fi
+	if [[ "$TOKEN" != no-token-configured ]]; then
+		got="$(cred_test "idem_wrong_token")"
+		if [[ "$got" == Error:* ]]; then
+			pass "credential test fails with a wrong token ($got)"
+		else
+			fail "credential test with a wrong token answered [$got] (want Error)"
+		fi
+	fi
+else
+	fail "n8n owner setup for the credential test failed: $(head -c 300 "$WORK/owner.json")"
 fi
 
 # ---------------------------------------------------------------- 5. scenarios

@@ -7,8 +7,10 @@
 # 2. builds the community node (integrations/n8n/node) and installs it into a temp n8n user folder;
 # 3. starts idem (IDEM_BIN, default target/release/idem, then target/debug/idem) on a free
 #    loopback port with a temp SQLite file and a worker token, and a counting sink;
-# 4. imports + publishes two workflows (the stock-node Stripe template and the community-node
-#    example), starts n8n headless on loopback and waits until the production webhooks answer;
+# 4. imports + publishes the stock-node templates and the community-node examples, starts n8n
+#    headless on loopback and waits until the production webhooks answer; checks that n8n lists
+#    the node, its AI agent tool variant and its credential, and runs the credential's Test
+#    (GET /v1/whoami) through n8n with a namespace-scoped worker token and with a wrong one;
 # 5. per workflow: fires one event 5 times concurrently, then once more (a replay), and asserts
 #    exactly one side effect per key at the sink and the duplicate branch for the other 5.
 #

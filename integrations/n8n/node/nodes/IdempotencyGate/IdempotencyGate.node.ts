@@ -124,7 +124,8 @@ export class IdempotencyGate implements INodeType {
 					{
 						name: 'Claim',
 						value: 'claim',
-						description: 'Ask whether the side effect may run now; routes to Proceed, Duplicate, Busy, Needs Review or Blocked',
+						description:
+							'Ask whether the side effect may run now; routes to Proceed, Duplicate, Busy, Needs Review or Blocked',
 						action: 'Claim a key before a side effect',
 					},
 					{
@@ -143,13 +144,15 @@ export class IdempotencyGate implements INodeType {
 					{
 						name: 'Fail',
 						value: 'fail',
-						description: 'Record that the side effect failed; idem classifies it and says whether a retry is allowed',
+						description:
+							'Record that the side effect failed; idem classifies it and says whether a retry is allowed',
 						action: 'Fail a claimed key',
 					},
 					{
 						name: 'Prepare',
 						value: 'prepare',
-						description: 'Save the payload to deliver (e.g. an AI draft) so every later attempt reuses it',
+						description:
+							'Save the payload to deliver (e.g. an AI draft) so every later attempt reuses it',
 						action: 'Prepare the payload of a claimed key',
 					},
 				],
@@ -202,7 +205,8 @@ export class IdempotencyGate implements INodeType {
 					{
 						name: 'One Output per Outcome',
 						value: 'routes',
-						description: 'Each kind of answer leaves on its own output, so the canvas shows every path',
+						description:
+							'Each kind of answer leaves on its own output, so the canvas shows every path',
 					},
 					{
 						name: 'Single Output (for AI Agents)',
@@ -224,7 +228,8 @@ export class IdempotencyGate implements INodeType {
 					{
 						name: 'From Payload',
 						value: 'payload',
-						description: 'Idem fingerprints the payload; the same key with a different payload is a conflict (Blocked)',
+						description:
+							'Idem fingerprints the payload; the same key with a different payload is a conflict (Blocked)',
 					},
 					{
 						name: 'Precomputed',
@@ -274,7 +279,8 @@ export class IdempotencyGate implements INodeType {
 						type: 'number',
 						typeOptions: { minValue: 0 },
 						default: 0,
-						description: 'How long the claim is held before another attempt may take over. 0 = namespace default (30 s).',
+						description:
+							'How long the claim is held before another attempt may take over. 0 = namespace default (30 s).',
 					},
 					{
 						displayName: 'Lease Expiry',
@@ -300,7 +306,8 @@ export class IdempotencyGate implements INodeType {
 						type: 'number',
 						typeOptions: { minValue: 0, maxValue: 30000 },
 						default: 0,
-						description: 'Instead of an immediate Busy, wait up to this long for the holder to finish (max 30000)',
+						description:
+							'Instead of an immediate Busy, wait up to this long for the holder to finish (max 30000)',
 					},
 				],
 			},
@@ -415,7 +422,8 @@ export class IdempotencyGate implements INodeType {
 						name: 'idempotencyHeader',
 						type: 'string',
 						default: 'Idempotency-Key',
-						description: 'Header that carries the key to the destination, identical on every attempt',
+						description:
+							'Header that carries the key to the destination, identical on every attempt',
 					},
 					{
 						displayName: 'Owner',
@@ -436,7 +444,8 @@ export class IdempotencyGate implements INodeType {
 						name: 'reconcileNotFound',
 						type: 'string',
 						default: '404',
-						description: 'Comma-separated statuses of the lookup that mean it did not land (it is then retried)',
+						description:
+							'Comma-separated statuses of the lookup that mean it did not land (it is then retried)',
 					},
 					{
 						displayName: 'Reconcile URL',
@@ -452,7 +461,8 @@ export class IdempotencyGate implements INodeType {
 						name: 'sendIdempotencyHeader',
 						type: 'boolean',
 						default: true,
-						description: 'Whether to send the key in the idempotency header (turn off only for destinations that reject unknown headers)',
+						description:
+							'Whether to send the key in the idempotency header (turn off only for destinations that reject unknown headers)',
 					},
 					{
 						displayName: 'Success Statuses',
@@ -474,7 +484,8 @@ export class IdempotencyGate implements INodeType {
 						name: 'waitMs',
 						type: 'number',
 						default: 0,
-						description: 'How long a concurrent duplicate waits for the first call to finish and get its response',
+						description:
+							'How long a concurrent duplicate waits for the first call to finish and get its response',
 					},
 				],
 			},
@@ -506,7 +517,8 @@ export class IdempotencyGate implements INodeType {
 				type: 'json',
 				default: '={{ $json }}',
 				displayOptions: { show: { operation: ['prepare'] } },
-				description: 'What will be delivered. A resumed claim returns it as idem.record.prepared_payload.',
+				description:
+					'What will be delivered. A resumed claim returns it as idem.record.prepared_payload.',
 			},
 			{
 				displayName: 'Approval Required',
@@ -523,7 +535,8 @@ export class IdempotencyGate implements INodeType {
 				type: 'boolean',
 				default: true,
 				displayOptions: { show: { operation: ['complete'] } },
-				description: 'Whether to store a result that duplicates get back (keep it small; no secrets)',
+				description:
+					'Whether to store a result that duplicates get back (keep it small; no secrets)',
 			},
 			{
 				displayName: 'Result',
@@ -538,7 +551,8 @@ export class IdempotencyGate implements INodeType {
 				type: 'string',
 				default: '',
 				displayOptions: { show: { operation: ['complete'] } },
-				description: 'ID of what was created at the destination (charge ID, contact ID, message ID)',
+				description:
+					'ID of what was created at the destination (charge ID, contact ID, message ID)',
 			},
 			{
 				displayName: 'HTTP Status',
@@ -715,9 +729,13 @@ export class IdempotencyGate implements INodeType {
 				let key = '';
 				if (resource === 'event') {
 					if (operation !== 'deriveKey') {
-						throw new NodeOperationError(this.getNode(), `Unknown operation ${JSON.stringify(operation)}`, {
-							itemIndex: i,
-						});
+						throw new NodeOperationError(
+							this.getNode(),
+							`Unknown operation ${JSON.stringify(operation)}`,
+							{
+								itemIndex: i,
+							},
+						);
 					}
 					const opts = this.getNodeParameter('deriveOptions', i, {}) as IDataObject;
 					url = `${baseUrl.replace(/\/+$/, '')}/v1/keys/derive`;
@@ -733,14 +751,17 @@ export class IdempotencyGate implements INodeType {
 					const rawKey = this.getNodeParameter('key', i) as unknown;
 					const nsProblem = namespaceProblem(namespace);
 					if (nsProblem) {
-						throw new NodeOperationError(this.getNode(), `Invalid namespace: ${nsProblem}`, { itemIndex: i });
+						throw new NodeOperationError(this.getNode(), `Invalid namespace: ${nsProblem}`, {
+							itemIndex: i,
+						});
 					}
 					const kp = keyProblem(rawKey);
 					if (kp) {
 						throw new NodeOperationError(this.getNode(), `Invalid key: ${kp}`, {
 							itemIndex: i,
 							description:
-								'A missing key is never "skip the gate". Check the Key expression: ' + SIDE_EFFECT_KEY_HINT,
+								'A missing key is never "skip the gate". Check the Key expression: ' +
+								SIDE_EFFECT_KEY_HINT,
 						});
 					}
 					key = String(rawKey);
@@ -753,7 +774,8 @@ export class IdempotencyGate implements INodeType {
 							| 'none';
 						body = claimBody({
 							fingerprintMode,
-							payload: fingerprintMode === 'payload' ? this.getNodeParameter('payload', i) : undefined,
+							payload:
+								fingerprintMode === 'payload' ? this.getNodeParameter('payload', i) : undefined,
 							fingerprint:
 								fingerprintMode === 'fingerprint'
 									? (this.getNodeParameter('fingerprint', i) as string)
@@ -774,12 +796,16 @@ export class IdempotencyGate implements INodeType {
 							headers: (headers.header as EffectParams['headers']) ?? [],
 							bodyMode,
 							body: bodyMode === 'json' ? this.getNodeParameter('effectJson', i) : undefined,
-							bodyText: bodyMode === 'text' ? (this.getNodeParameter('effectText', i) as string) : undefined,
+							bodyText:
+								bodyMode === 'text'
+									? (this.getNodeParameter('effectText', i) as string)
+									: undefined,
 							idempotencyHeader: opts.idempotencyHeader as string,
 							sendIdempotencyHeader: opts.sendIdempotencyHeader as boolean | undefined,
 							timeoutMs: opts.timeoutMs as number,
 							success: opts.success as string,
-							destinationIdempotent: opts.destinationIdempotent as EffectParams['destinationIdempotent'],
+							destinationIdempotent:
+								opts.destinationIdempotent as EffectParams['destinationIdempotent'],
 							reconcileUrl: opts.reconcileUrl as string,
 							reconcileFound: opts.reconcileFound as string,
 							reconcileNotFound: opts.reconcileNotFound as string,
@@ -801,12 +827,17 @@ export class IdempotencyGate implements INodeType {
 								leaseToken,
 								sendResult ? this.getNodeParameter('result', i) : undefined,
 								this.getNodeParameter('externalRef', i, '') as string,
-								costMember(this.getNodeParameter('costUnits', i, ''), this.getNodeParameter('costUsd', i, '')),
+								costMember(
+									this.getNodeParameter('costUnits', i, ''),
+									this.getNodeParameter('costUsd', i, ''),
+								),
 							);
 						} else if (operation === 'fail') {
 							const json = items[i].json ?? {};
 							const error =
-								json.error && typeof json.error === 'object' ? (json.error as IDataObject) : undefined;
+								json.error && typeof json.error === 'object'
+									? (json.error as IDataObject)
+									: undefined;
 							const params: FailParams = {
 								kind: this.getNodeParameter('kind', i) as FailParams['kind'],
 								httpStatus: this.getNodeParameter('httpStatus', i, ''),
@@ -815,14 +846,22 @@ export class IdempotencyGate implements INodeType {
 								message: this.getNodeParameter('message', i, '') as string,
 								retryAfter: this.getNodeParameter('retryAfter', i, '') as string,
 								error:
-									error ?? (typeof json.error === 'string' ? { message: json.error as string } : undefined),
-								cost: costMember(this.getNodeParameter('costUnits', i, ''), this.getNodeParameter('costUsd', i, '')),
+									error ??
+									(typeof json.error === 'string' ? { message: json.error as string } : undefined),
+								cost: costMember(
+									this.getNodeParameter('costUnits', i, ''),
+									this.getNodeParameter('costUsd', i, ''),
+								),
 							};
 							body = failBody(leaseToken, params);
 						} else {
-							throw new NodeOperationError(this.getNode(), `Unknown operation ${JSON.stringify(operation)}`, {
-								itemIndex: i,
-							});
+							throw new NodeOperationError(
+								this.getNode(),
+								`Unknown operation ${JSON.stringify(operation)}`,
+								{
+									itemIndex: i,
+								},
+							);
 						}
 					}
 					url = keyUrl(target, operation);
@@ -871,7 +910,8 @@ export class IdempotencyGate implements INodeType {
 				const replayed = String(response.headers?.['idempotent-replayed'] ?? '') === 'true';
 
 				if (routed) {
-					const outcome = answer && typeof answer === 'object' ? (answer.outcome as string) : undefined;
+					const outcome =
+						answer && typeof answer === 'object' ? (answer.outcome as string) : undefined;
 					const out = outcome
 						? operation === 'claim'
 							? outputForOutcome(outcome)
@@ -898,7 +938,8 @@ export class IdempotencyGate implements INodeType {
 						if (answer.resumed !== undefined) idem.resumed = answer.resumed;
 					}
 					if (answer.retry_after_ms !== undefined) idem.retry_after_ms = answer.retry_after_ms;
-					if (operation === 'effect' && answer.reconciled !== undefined) idem.reconciled = answer.reconciled;
+					if (operation === 'effect' && answer.reconciled !== undefined)
+						idem.reconciled = answer.reconciled;
 					if (single) {
 						const route = (operation === 'claim' ? CLAIM_ROUTES : EFFECT_ROUTES)[out];
 						idem.route = route;
@@ -929,7 +970,9 @@ export class IdempotencyGate implements INodeType {
 					// unanswered effect goes to Retry Later: calling again with the same key is
 					// always safe (idem replays, resumes or refuses; it never resends blindly).
 					const e = error as Error & { description?: string };
-					const json: IDataObject = { error: e.description ? `${e.message}: ${e.description}` : e.message };
+					const json: IDataObject = {
+						error: e.description ? `${e.message}: ${e.description}` : e.message,
+					};
 					let out = 0;
 					if (routed) {
 						const route = operation === 'claim' ? 'busy' : 'retry_later';

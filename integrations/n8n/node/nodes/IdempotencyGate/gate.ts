@@ -63,10 +63,24 @@ export const EFFECT_OUTPUT = {
 	blocked: 5,
 } as const;
 
-export const EFFECT_OUTPUT_NAMES = ['Performed', 'Duplicate', 'Failed', 'Retry Later', 'Needs Review', 'Blocked'];
+export const EFFECT_OUTPUT_NAMES = [
+	'Performed',
+	'Duplicate',
+	'Failed',
+	'Retry Later',
+	'Needs Review',
+	'Blocked',
+];
 
 /** `idem.route` of an effect in single-output mode, in output order. */
-export const EFFECT_ROUTES = ['performed', 'duplicate', 'failed', 'retry_later', 'needs_review', 'blocked'];
+export const EFFECT_ROUTES = [
+	'performed',
+	'duplicate',
+	'failed',
+	'retry_later',
+	'needs_review',
+	'blocked',
+];
 
 /**
  * Effect outcome → output. idem made (or refused to make) the outbound call itself, so no
@@ -123,7 +137,8 @@ export function keyProblem(key: unknown): string | undefined {
 	}
 	const s = String(key);
 	if (s.length === 0) return 'the key is empty';
-	if (Buffer.byteLength(s, 'utf8') > 255) return `the key is ${Buffer.byteLength(s, 'utf8')} bytes long (at most 255)`;
+	if (Buffer.byteLength(s, 'utf8') > 255)
+		return `the key is ${Buffer.byteLength(s, 'utf8')} bytes long (at most 255)`;
 	for (let i = 0; i < s.length; i++) {
 		const c = s.charCodeAt(i);
 		if (c < 0x21 || c > 0x7e) {
@@ -139,7 +154,8 @@ export function namespaceProblem(ns: unknown): string | undefined {
 	if (typeof ns !== 'string' || ns.length === 0) return 'the namespace is empty';
 	if (ns.length > 128) return 'the namespace is longer than 128 characters';
 	const bad = [...ns].find((c) => !/[A-Za-z0-9._:-]/.test(c));
-	if (bad !== undefined) return `the namespace may only contain A-Z a-z 0-9 . _ - : (found ${JSON.stringify(bad)})`;
+	if (bad !== undefined)
+		return `the namespace may only contain A-Z a-z 0-9 . _ - : (found ${JSON.stringify(bad)})`;
 	return undefined;
 }
 
@@ -188,7 +204,9 @@ export function claimBody(p: ClaimParams): IDataObject {
 	} else if (p.fingerprintMode === 'fingerprint') {
 		const fp = (p.fingerprint ?? '').trim().toLowerCase();
 		if (!/^[0-9a-f]{64}$/.test(fp)) {
-			throw new Error('Fingerprint must be 64 hex digits (the SHA-256 of the JCS-canonical payload)');
+			throw new Error(
+				'Fingerprint must be 64 hex digits (the SHA-256 of the JCS-canonical payload)',
+			);
 		}
 		body.fingerprint = fp;
 	}
@@ -209,9 +227,14 @@ export function requireToken(token: unknown, operation: string): string {
 	return token.trim();
 }
 
-export function prepareBody(token: string, payload: unknown, approvalRequired: boolean): IDataObject {
+export function prepareBody(
+	token: string,
+	payload: unknown,
+	approvalRequired: boolean,
+): IDataObject {
 	const p = jsonParam(payload, 'Payload');
-	if (p === undefined) throw new Error('Payload is empty: prepare saves the payload a later attempt must reuse');
+	if (p === undefined)
+		throw new Error('Payload is empty: prepare saves the payload a later attempt must reuse');
 	const body: IDataObject = { token, payload: p as IDataObject };
 	if (approvalRequired) body.approval_required = true;
 	return body;
@@ -324,7 +347,10 @@ export function failBody(token: string, p: FailParams): IDataObject {
 		else category = 'unknown';
 	}
 	if (p.kind !== 'auto') body.kind = p.kind;
-	else if (status === undefined && !['timeout', 'connection', 'validation', 'auth', 'business'].includes(category)) {
+	else if (
+		status === undefined &&
+		!['timeout', 'connection', 'validation', 'auth', 'business'].includes(category)
+	) {
 		body.kind = 'ambiguous';
 	}
 	if (status !== undefined) body.http_status = status;
@@ -332,7 +358,11 @@ export function failBody(token: string, p: FailParams): IDataObject {
 	if (p.retryAfter !== undefined && p.retryAfter !== null && String(p.retryAfter) !== '') {
 		body.retry_after = String(p.retryAfter);
 	}
-	const message = (p.message || (p.error?.message as string) || (status ? `HTTP ${status}` : category)).slice(0, 500);
+	const message = (
+		p.message ||
+		(p.error?.message as string) ||
+		(status ? `HTTP ${status}` : category)
+	).slice(0, 500);
 	body.error = { category, message };
 	if (p.cost !== undefined) body.cost = p.cost;
 	return body;
@@ -342,10 +372,13 @@ export function failBody(token: string, p: FailParams): IDataObject {
 export function describeProblem(status: number, body: unknown): string {
 	if (body && typeof body === 'object') {
 		const b = body as IDataObject;
-		const parts = [b.code, b.detail ?? b.title].filter((x) => x !== undefined && x !== null && x !== '');
+		const parts = [b.code, b.detail ?? b.title].filter(
+			(x) => x !== undefined && x !== null && x !== '',
+		);
 		if (parts.length) return `idem answered ${status}: ${parts.join(': ')}`;
 	}
-	if (typeof body === 'string' && body.trim() !== '') return `idem answered ${status}: ${body.slice(0, 300)}`;
+	if (typeof body === 'string' && body.trim() !== '')
+		return `idem answered ${status}: ${body.slice(0, 300)}`;
 	return `idem answered ${status}`;
 }
 
@@ -407,9 +440,13 @@ function statusList(text: string, what: string): number[] {
  * policy, sizes) and refuses with a problem that names the field.
  */
 export function effectBody(p: EffectParams): IDataObject {
-	const method = String(p.method ?? '').trim().toUpperCase();
+	const method = String(p.method ?? '')
+		.trim()
+		.toUpperCase();
 	if (!EFFECT_METHODS.includes(method)) {
-		throw new Error(`Method ${JSON.stringify(p.method)} is not one of ${EFFECT_METHODS.join(', ')}`);
+		throw new Error(
+			`Method ${JSON.stringify(p.method)} is not one of ${EFFECT_METHODS.join(', ')}`,
+		);
 	}
 	const url = String(p.url ?? '').trim();
 	if (!/^https?:\/\/[^\s]+$/i.test(url)) {
@@ -421,8 +458,10 @@ export function effectBody(p: EffectParams): IDataObject {
 	for (const h of p.headers ?? []) {
 		const name = String(h?.name ?? '').trim();
 		if (name === '') continue;
-		if (!HEADER_NAME.test(name)) throw new Error(`Header name ${JSON.stringify(name)} is not a valid HTTP header name`);
-		if (seen.has(name.toLowerCase())) throw new Error(`Header ${JSON.stringify(name)} is given twice`);
+		if (!HEADER_NAME.test(name))
+			throw new Error(`Header name ${JSON.stringify(name)} is not a valid HTTP header name`);
+		if (seen.has(name.toLowerCase()))
+			throw new Error(`Header ${JSON.stringify(name)} is given twice`);
 		seen.add(name.toLowerCase());
 		headers[name] = String(h?.value ?? '');
 	}
@@ -440,7 +479,8 @@ export function effectBody(p: EffectParams): IDataObject {
 		body.idempotency_header = null;
 	} else if (p.idempotencyHeader && p.idempotencyHeader.trim() !== '') {
 		const name = p.idempotencyHeader.trim();
-		if (!HEADER_NAME.test(name)) throw new Error(`Idempotency header ${JSON.stringify(name)} is not a valid HTTP header name`);
+		if (!HEADER_NAME.test(name))
+			throw new Error(`Idempotency header ${JSON.stringify(name)} is not a valid HTTP header name`);
 		body.idempotency_header = name;
 	}
 	if (p.timeoutMs) body.timeout_ms = p.timeoutMs;
@@ -457,7 +497,8 @@ export function effectBody(p: EffectParams): IDataObject {
 	else if (p.destinationIdempotent === 'no') body.destination_idempotent = false;
 	const rurl = String(p.reconcileUrl ?? '').trim();
 	if (rurl !== '') {
-		if (!/^https?:\/\/[^\s]+$/i.test(rurl)) throw new Error(`Reconcile URL ${JSON.stringify(rurl)} is not an http(s) URL`);
+		if (!/^https?:\/\/[^\s]+$/i.test(rurl))
+			throw new Error(`Reconcile URL ${JSON.stringify(rurl)} is not an http(s) URL`);
 		const found = statusList(p.reconcileFound ?? '', 'Reconcile Found Statuses');
 		const notFound = statusList(p.reconcileNotFound ?? '', 'Reconcile Not Found Statuses');
 		body.reconcile = {
@@ -500,8 +541,7 @@ const EFFECT_SUMMARY: Record<string, string> = {
 		'Not done yet: call again later with the same arguments (idem.retry_after_ms when known). Nothing is ever sent twice under one key.',
 	needs_review:
 		'Unknown whether it happened (timeout or server error at the destination). Do not retry; a person decides in the review queue.',
-	blocked:
-		'Refused: this key was already used with a different request. Nothing was sent.',
+	blocked: 'Refused: this key was already used with a different request. Nothing was sent.',
 };
 
 export function routeSummary(operation: 'claim' | 'effect', route: string): string {
@@ -544,16 +584,21 @@ const AFFIX = /^[\x21-\x7e]{1,255}$/;
 export function deriveBody(p: DeriveParams): IDataObject {
 	const event = jsonParam(p.event, 'Event');
 	if (event === undefined) {
-		throw new Error('Event is empty: give the data the key is derived from (e.g. {{ $json.body }})');
+		throw new Error(
+			'Event is empty: give the data the key is derived from (e.g. {{ $json.body }})',
+		);
 	}
 	const fields = String(p.fields ?? '')
 		.split(/[\n,]/)
 		.map((f) => f.trim())
 		.filter((f) => f !== '');
-	if (!fields.length) throw new Error('Identity Fields is empty: give at least one JSON pointer, e.g. /id');
+	if (!fields.length)
+		throw new Error('Identity Fields is empty: give at least one JSON pointer, e.g. /id');
 	for (const f of fields) {
 		if (!f.startsWith('/')) {
-			throw new Error(`Identity field ${JSON.stringify(f)} is not a JSON pointer (it must start with /, e.g. /data/object/id)`);
+			throw new Error(
+				`Identity field ${JSON.stringify(f)} is not a JSON pointer (it must start with /, e.g. /data/object/id)`,
+			);
 		}
 	}
 	const body: IDataObject = { event: event as IDataObject, fields };
@@ -563,7 +608,8 @@ export function deriveBody(p: DeriveParams): IDataObject {
 	] as const) {
 		const v = String(value ?? '').trim();
 		if (v === '') continue;
-		if (!AFFIX.test(v)) throw new Error(`${name} may only contain visible ASCII (no spaces), at most 255 characters`);
+		if (!AFFIX.test(v))
+			throw new Error(`${name} may only contain visible ASCII (no spaces), at most 255 characters`);
 		body[name.toLowerCase()] = v;
 	}
 	if (p.hash) body.hash = true;

@@ -17,6 +17,7 @@ export npm_config_cache="${npm_config_cache:-$HOME/.cache/idem/npm}"
 	npm run lint --silent
 	# n8n-node lint fails on errors only; a warning fails here too.
 	npx --no-install eslint . --max-warnings=0
+	npx --no-install prettier --check nodes credentials
 )
 node --test "$HERE/tools/"
 exec bash "$HERE/e2e/run.sh"

@@ -13,8 +13,9 @@
 //!   body's `MessageSid`, else its `CallSid`. `hmac` has no default: without an explicit
 //!   rule every event is held.
 //! - **Keys.** The id itself when it is a valid idem key (1–255 bytes of visible ASCII),
-//!   else `sha256:{hex of the id's bytes}`; a held event's key is `body-sha256:{hex}` of the
-//!   bytes stored for it.
+//!   else `sha256:{hex of the id's bytes}` (also when the id itself starts with `sha256:` or
+//!   `body-sha256:`, so an id never collides with a derived key); a held event's key is
+//!   `body-sha256:{hex}` of the bytes stored for it.
 //! - **Split.** `split` is an RFC 6901 pointer; `""` and `"/"` both name the document. Each
 //!   element of the array found there is one event, stored as its compact JSON, its id read
 //!   relative to the element (a pointer rule) — with a header rule, element `i` of a batch
@@ -70,9 +71,12 @@ impl IncomingEvent {
 
 /// The key under which an event id is kept.
 pub fn key_for_event_id(id: &str) -> String {
+    // An id that itself looks like a derived key is hashed too, so a provider's id can never
+    // collide with the key of another (hashed or held) event.
+    let derived = id.starts_with("sha256:") || id.starts_with("body-sha256:");
     match idem_core::ids::Key::try_from(id) {
-        Ok(k) => k.as_str().to_owned(),
-        Err(_) => format!("sha256:{}", hex::encode(Sha256::digest(id.as_bytes()))),
+        Ok(k) if !derived => k.as_str().to_owned(),
+        _ => format!("sha256:{}", hex::encode(Sha256::digest(id.as_bytes()))),
     }
 }
 

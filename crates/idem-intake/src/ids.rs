@@ -8,8 +8,8 @@
 //!   becomes its decimal text. Anything else at the id's place (absent, empty string, a
 //!   fraction, `true`, `null`, an object, an array) is no id. A header id is its value as
 //!   UTF-8 (a header that is absent, empty, repeated, or not UTF-8 is no id). For
-//!   `standard_webhooks` the id header is `webhook-id`, else `svix-id` (the same one the
-//!   signature covered). For `twilio` the id is `I-Twilio-Idempotency-Token`, else the form
+//!   `standard_webhooks` the id header is `webhook-id` when present, else `svix-id` (always
+//!   the one the signature covered). For `twilio` the id is `I-Twilio-Idempotency-Token`, else the form
 //!   body's `MessageSid`, else its `CallSid`. `hmac` has no default: without an explicit
 //!   rule every event is held.
 //! - **Keys.** The id itself when it is a valid idem key (1–255 bytes of visible ASCII),
@@ -159,9 +159,12 @@ fn event_id(
     }
     match provider {
         Provider::Stripe => pointer("/id"),
-        Provider::StandardWebhooks => {
-            header_id(headers, "webhook-id").or_else(|| header_id(headers, "svix-id"))
+        // The header the signature covered: `webhook-id` whenever it is present (even empty,
+        // which is then no id), `svix-id` only in its absence; never an unsigned fallback.
+        Provider::StandardWebhooks if headers.contains_key("webhook-id") => {
+            header_id(headers, "webhook-id")
         }
+        Provider::StandardWebhooks => header_id(headers, "svix-id"),
         Provider::Github => header_id(headers, "x-github-delivery"),
         Provider::Shopify => header_id(headers, "x-shopify-webhook-id"),
         Provider::Slack | Provider::Typeform => pointer("/event_id"),

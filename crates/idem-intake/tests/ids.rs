@@ -103,6 +103,9 @@ fn provider_defaults() {
             .as_deref(),
         Some("msg_2")
     );
+    // An empty `webhook-id` was what got signed: the unsigned `svix-id` does not stand in.
+    let h = headers(&[("webhook-id", ""), ("svix-id", "msg_2")]);
+    assert!(one(Provider::StandardWebhooks, &h, b"{}").held());
     let h = headers(&[("X-GitHub-Delivery", "72d3162e-cc78-11e3-81ab-4c9367dc0958")]);
     assert_eq!(
         one(Provider::Github, &h, b"{}").event_id.as_deref(),
@@ -148,6 +151,11 @@ fn explicit_rules_override_the_default() {
         ids(&rule(EventIdRule::Header("x-event".into()))),
         [Some("ev-9")]
     );
+    assert_eq!(
+        ids(&rule(EventIdRule::Header("X-Event".into()))),
+        [Some("ev-9")]
+    );
+    assert_eq!(ids(&rule(EventIdRule::Header("not a name".into()))), [None]);
     assert_eq!(
         ids(&rule(EventIdRule::Pointer("/meta/uid".into()))),
         [Some("42")]

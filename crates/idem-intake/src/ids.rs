@@ -21,7 +21,8 @@
 //!   relative to the element (a pointer rule) — with a header rule, element `i` of a batch
 //!   whose header id is `H` gets the id `H/i` (a redelivery of the same batch repeats the
 //!   same ids). A body that is not JSON, or a pointer that does not resolve to an array,
-//!   yields one held event holding the raw body. An empty array yields no event.
+//!   yields one held event holding the raw body; so does an empty array (a signed request
+//!   always yields at least one event).
 //! - **Pointer rule on an unsplit body.** A body that is not JSON has no id (held).
 
 use serde_json::Value;
@@ -188,7 +189,7 @@ fn header_rule(provider: Provider, rule: Option<&EventIdRule>) -> bool {
 }
 
 /// Reads the events of a verified request: applies `split` (None = the body is one event)
-/// and the id rule (`rule` overrides the provider default).
+/// and the id rule (`rule` overrides the provider default). Never empty.
 pub fn read_events(
     provider: crate::Provider,
     rule: Option<&EventIdRule>,
@@ -201,8 +202,9 @@ pub fn read_events(
         let id = event_id(provider, rule, headers, doc.as_ref(), body);
         return vec![IncomingEvent::new(id, body.to_vec())];
     };
-    let Some(Value::Array(items)) = doc.as_ref().and_then(|d| split_target(d, split)) else {
-        return vec![IncomingEvent::new(None, body.to_vec())];
+    let items = match doc.as_ref().and_then(|d| split_target(d, split)) {
+        Some(Value::Array(items)) if !items.is_empty() => items,
+        _ => return vec![IncomingEvent::new(None, body.to_vec())],
     };
     let by_header = header_rule(provider, rule);
     items

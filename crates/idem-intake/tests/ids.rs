@@ -276,8 +276,14 @@ fn hubspot_batches_split_into_compact_elements() {
     // `"/"` is the document too.
     let slash = read_events(Provider::Hubspot, None, Some("/"), &HeaderMap::new(), body);
     assert_eq!(slash, v);
-    // An empty batch has no event.
-    assert!(read_events(Provider::Hubspot, None, Some(""), &HeaderMap::new(), b"[]").is_empty());
+    // An empty batch is held whole, like anything else that cannot be split.
+    let v = read_events(Provider::Hubspot, None, Some(""), &HeaderMap::new(), b"[]");
+    assert_eq!(v.len(), 1);
+    assert!(v[0].held());
+    assert_eq!(
+        (v[0].body.as_slice(), v[0].key.clone()),
+        (&b"[]"[..], held_key(b"[]"))
+    );
 }
 
 #[test]

@@ -39,8 +39,8 @@ pub enum EventIdRule {
     Pointer(String),
 }
 
-/// One event read from a verified request.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One event read from a verified request. Its `Debug` shows the body's length only.
+#[derive(Clone, PartialEq, Eq)]
 pub struct IncomingEvent {
     /// The provider's id as text (an integer id as its decimal text); `None` when the event
     /// carries none (then it is held).
@@ -50,6 +50,16 @@ pub struct IncomingEvent {
     pub key: String,
     /// The bytes stored and forwarded: the raw body, or the element's compact JSON.
     pub body: Vec<u8>,
+}
+
+impl std::fmt::Debug for IncomingEvent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IncomingEvent")
+            .field("event_id", &self.event_id)
+            .field("key", &self.key)
+            .field("body_bytes", &self.body.len())
+            .finish()
+    }
 }
 
 impl IncomingEvent {

@@ -369,3 +369,17 @@ fn pointers() {
         assert!(!valid_pointer(bad), "{bad:?}");
     }
 }
+
+#[test]
+fn debug_never_shows_the_body() {
+    let v = read_events(
+        Provider::Stripe,
+        None,
+        None,
+        &HeaderMap::new(),
+        br#"{"id":"e","card":"4242"}"#,
+    );
+    let dbg = format!("{v:?}");
+    assert!(!dbg.contains("4242"), "{dbg}");
+    assert!(dbg.contains("body_bytes: 24"), "{dbg}");
+}

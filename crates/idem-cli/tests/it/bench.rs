@@ -34,7 +34,8 @@ fn report(path: &std::path::Path) -> Value {
 }
 
 /// Every row of a side-by-side report: all modes and workloads, real operations, no errors,
-/// ordered latencies, ratios to the bare row, server figures on HTTP rows.
+/// ordered latencies, ratios to the bare row (effect rows: to the HTTP pair row), server
+/// figures on HTTP rows.
 fn check_side_by_side(out: &Out, json: &Value, backend: &str) {
     assert!(
         json["machine"]["cpus"].as_u64().is_some_and(|n| n > 0),
@@ -56,13 +57,22 @@ fn check_side_by_side(out: &Out, json: &Value, backend: &str) {
             r["mode"].as_str().expect("mode").to_owned(),
             r["workload"].as_str().expect("workload").to_owned(),
         );
-        match mode.as_str() {
-            "bare" => assert_eq!(f("ratio_to_bare"), 1.0, "{r}"),
-            "http" => {
+        let effect = workload.starts_with("effect");
+        match (mode.as_str(), effect) {
+            ("bare", false) => assert_eq!(f("ratio_to_bare"), 1.0, "{r}"),
+            ("library", false) => assert!(f("ratio_to_bare") > 0.0, "{r}"),
+            ("http", false) => {
                 assert!(f("ratio_to_bare") > 0.0, "{r}");
                 assert!(f("server_peak_rss_mib") > 1.0, "{r}");
             }
-            _ => assert!(f("ratio_to_bare") > 0.0, "{r}"),
+            // Effects are compared with the HTTP claim+complete pair, not with a bare row.
+            ("http", true) => {
+                assert!(f("ratio_to_pair") > 0.0, "{r}");
+                assert!(r.get("ratio_to_bare").is_none(), "{r}");
+                assert!(f("server_peak_rss_mib") > 1.0, "{r}");
+            }
+            ("direct", true) => assert!(f("ratio_to_pair") > 0.0, "{r}"),
+            other => panic!("no such row: {other:?} in {r}"),
         }
         // The printed table has the same row.
         let line = format!("{backend} {mode} {workload} 2 ");
@@ -77,16 +87,21 @@ fn check_side_by_side(out: &Out, json: &Value, backend: &str) {
         );
         seen.insert((mode, workload));
     }
-    let want: BTreeSet<(String, String)> = ["bare", "library", "http"]
-        .iter()
-        .flat_map(|m| {
-            ["first_time_pair", "duplicate"]
+    let pairs = |modes: &'static [&'static str], workloads: &'static [&'static str]| {
+        modes.iter().flat_map(move |m| {
+            workloads
                 .iter()
                 .map(move |w| ((*m).to_owned(), (*w).to_owned()))
         })
-        .collect();
+    };
+    let want: BTreeSet<(String, String)> = pairs(
+        &["bare", "library", "http"],
+        &["first_time_pair", "duplicate"],
+    )
+    .chain(pairs(&["http", "direct"], &["effect", "effect_256k"]))
+    .collect();
     assert_eq!(seen, want);
-    assert_eq!(rows.len(), 6);
+    assert_eq!(rows.len(), 10);
 }
 
 #[test]

@@ -263,6 +263,14 @@ pub struct BenchCmd {
     /// Directory for temporary SQLite files (default: the system temp dir).
     #[arg(long, value_name = "DIR")]
     pub tmp_dir: Option<PathBuf>,
+    /// Fault run instead of the table: this many rounds of load, `kill -9` of the server and
+    /// restart, then the history checker (docs/reliability.md). Clients: the largest
+    /// --concurrency value; one backend (--backend sqlite or postgres).
+    #[arg(long, value_name = "N", default_value = "0")]
+    pub kill9_rounds: u32,
+    /// Fault run: load time before each kill.
+    #[arg(long, value_name = "DURATION", default_value = "1s")]
+    pub round_time: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

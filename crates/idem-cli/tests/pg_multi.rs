@@ -894,3 +894,83 @@ async fn outage_under_keep_alive_load_answers_every_request() {
     drop(db);
     drop(cluster);
 }
+
+// ------------------------------------------------------------------ 5. history after an outage
+
+/// The history checker across a PostgreSQL stop/start: three instances on one private
+/// cluster, 64 workers (claims, heartbeats, completes, fails of every kind on shared keys),
+/// PostgreSQL stopped for `IDEM_OUTAGE_SECS` (default 10) and started again; then every
+/// acknowledged write is in the ledger, no attempt was acquired twice, no record is in a
+/// state the workload cannot produce, every acknowledged ambiguous fail is in review.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn history_holds_across_a_postgres_outage() {
+    use idem_bench::history;
+    if admin_url_or_skip("history_holds_across_a_postgres_outage").is_none() {
+        return;
+    }
+    let Some(cluster) = Cluster::create() else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must have the PostgreSQL server binaries for the outage test"
+        );
+        return;
+    };
+    let down_for: Duration = std::env::var("IDEM_OUTAGE_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .map_or(Duration::from_secs(10), Duration::from_secs);
+    let db = PgDb::create_on(&cluster.admin_url());
+    let servers = [
+        Serve::start("idem-a", db.url()).await,
+        Serve::start("idem-b", db.url()).await,
+        Serve::start("idem-c", db.url()).await,
+    ];
+    let addrs: Vec<String> = servers
+        .iter()
+        .map(|s| s.url.trim_start_matches("http://").to_owned())
+        .collect();
+    let ns = "histout";
+    history::prepare_namespace(&addrs[0], ns)
+        .await
+        .expect("namespace policy");
+    let loads: Vec<history::Load> = addrs
+        .iter()
+        .enumerate()
+        .map(|(i, a)| history::Load::start(a, ns, 22 - (i == 2) as usize * 2))
+        .collect();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(cluster.stop(), "stop the private cluster");
+    tokio::time::sleep(down_for).await;
+    assert!(cluster.start(), "start the private cluster again");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let mut all = history::History {
+        namespace: ns.to_owned(),
+        entries: Vec::new(),
+    };
+    for l in loads {
+        all.entries
+            .extend(l.finish().await.expect("history").entries);
+    }
+    let v = history::check(&addrs[1], &all).await.expect("check");
+    eprintln!(
+        "history across a {down_for:?} outage (3 instances, 64 workers): {} requests, {} \
+         acknowledged, {} without answer, answers {:?}; {} keys checked: lost {}, double \
+         acquisitions {}, bad states {}, ambiguous not in review {}",
+        v.requests,
+        v.acknowledged,
+        v.unknown,
+        v.answers,
+        v.keys_checked,
+        v.lost,
+        v.double_acquired,
+        v.bad_state,
+        v.ambiguous_not_in_review
+    );
+    assert!(v.ok(), "{:#?}", v.violations);
+    assert_eq!(v.unknown, 0, "every request got an answer: {v:?}");
+    assert!(v.answers.get(&503).copied().unwrap_or(0) > 0, "{v:?}");
+    assert!(v.acknowledged > 100, "{v:?}");
+    drop(servers);
+    drop(db);
+    drop(cluster);
+}

@@ -187,6 +187,7 @@ async fn worker(
     id: usize,
     stop: Arc<AtomicBool>,
     claims: Arc<AtomicU64>,
+    pause: Duration,
 ) -> Vec<Entry> {
     let mut conn = Conn { addr, s: None };
     let mut out = Vec::new();
@@ -195,6 +196,9 @@ async fn worker(
     let mut seq = 0u64;
     while !stop.load(Ordering::Relaxed) {
         seq += 1;
+        if !pause.is_zero() {
+            tokio::time::sleep(pause).await;
+        }
         match held.take() {
             None => {
                 let base = claims.fetch_add(1, Ordering::Relaxed) / 4;
@@ -296,6 +300,12 @@ pub struct Load {
 impl Load {
     /// `clients` workers against the server at `addr` (`127.0.0.1:PORT`) in `namespace`.
     pub fn start(addr: &str, namespace: &str, clients: usize) -> Load {
+        Load::start_paced(addr, namespace, clients, Duration::ZERO)
+    }
+
+    /// [`Load::start`] with a pause before every request of each worker (a rate below
+    /// capacity).
+    pub fn start_paced(addr: &str, namespace: &str, clients: usize, pause: Duration) -> Load {
         let stop = Arc::new(AtomicBool::new(false));
         let claims = Arc::new(AtomicU64::new(0));
         let tasks = (0..clients.max(1))
@@ -306,6 +316,7 @@ impl Load {
                     id,
                     stop.clone(),
                     claims.clone(),
+                    pause,
                 ))
             })
             .collect();
@@ -636,6 +647,117 @@ pub async fn run_kill9(opts: &Kill9Opts) -> anyhow::Result<Kill9Report> {
         clients: opts.clients,
         restart_ms_max: restarts.last().copied().unwrap_or(0),
         restart_ms_median: restarts.get(restarts.len() / 2).copied().unwrap_or(0),
+        verdict,
+    })
+}
+
+/// One window of a soak.
+#[derive(Debug, Clone, Serialize)]
+pub struct SoakWindow {
+    /// Seconds since the start at the end of the window.
+    pub at_s: u64,
+    pub rss_mib: f64,
+    pub open_files: u64,
+    /// The probe's claim + complete pairs in the window, and their p99.
+    pub pairs: u64,
+    pub p99_ms: f64,
+}
+
+/// The figures of a soak.
+#[derive(Debug, Serialize)]
+pub struct SoakReport {
+    pub duration_s: u64,
+    pub clients: usize,
+    pub pause_ms: u64,
+    pub windows: Vec<SoakWindow>,
+    pub verdict: Verdict,
+}
+
+fn rss_mib(pid: u32) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+        })
+        .map_or(0.0, |kib| (kib / 1024.0 * 10.0).round() / 10.0)
+}
+
+fn open_files(pid: u32) -> u64 {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count() as u64)
+}
+
+/// Serves a fresh ledger at `db_url` for `duration` under the paced history load of
+/// `clients` workers, plus one probe client doing claim + complete pairs; every `window`
+/// it samples the server's RSS, open files and the probe's p99; then checks the history.
+pub async fn run_soak(
+    bin: &std::path::Path,
+    db_url: &str,
+    duration: Duration,
+    window: Duration,
+    clients: usize,
+    pause: Duration,
+) -> anyhow::Result<SoakReport> {
+    let port = crate::free_port()?;
+    let addr = format!("127.0.0.1:{port}");
+    let ns = format!("soak-{:08x}", rand::random::<u32>());
+    let child = spawn_server(bin, &addr, db_url).await?;
+    let pid = child.0.id().context("server pid")?;
+    prepare_namespace(&addr, &ns).await?;
+    let load = Load::start_paced(&addr, &ns, clients, pause);
+    let mut probe = Conn {
+        addr: addr.clone(),
+        s: None,
+    };
+    let start = Instant::now();
+    let mut windows = Vec::new();
+    let mut n = 0u64;
+    while start.elapsed() < duration {
+        let end = Instant::now() + window;
+        let mut lat = Vec::new();
+        while Instant::now() < end {
+            n += 1;
+            let key = format!("/v1/namespaces/{ns}/keys/probe-{n}");
+            let t = Instant::now();
+            let Some((201, v)) = probe
+                .send("POST", &format!("{key}/claim"), Some("{}"))
+                .await
+            else {
+                anyhow::bail!("soak probe: claim {n} not acquired");
+            };
+            let token = v["token"].as_str().unwrap_or("").to_owned();
+            let body = json!({"token": token, "result": {"n": n}}).to_string();
+            let Some((200, _)) = probe
+                .send("POST", &format!("{key}/complete"), Some(&body))
+                .await
+            else {
+                anyhow::bail!("soak probe: complete {n} refused");
+            };
+            lat.push(t.elapsed());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        lat.sort_unstable();
+        let p99 = lat
+            .get((lat.len() * 99 / 100).min(lat.len().saturating_sub(1)))
+            .copied()
+            .unwrap_or_default();
+        windows.push(SoakWindow {
+            at_s: start.elapsed().as_secs(),
+            rss_mib: rss_mib(pid),
+            open_files: open_files(pid),
+            pairs: lat.len() as u64,
+            p99_ms: (p99.as_secs_f64() * 1e5).round() / 100.0,
+        });
+    }
+    let history = load.finish().await?;
+    let verdict = check(&addr, &history).await?;
+    drop(child);
+    Ok(SoakReport {
+        duration_s: duration.as_secs(),
+        clients,
+        pause_ms: pause.as_millis() as u64,
+        windows,
         verdict,
     })
 }

@@ -711,3 +711,16 @@ pub async fn run_kill9_on(
     }
     report
 }
+
+/// [`history::run_soak`] on a fresh SQLite ledger in a temp dir.
+pub async fn run_soak_sqlite(
+    bin: &std::path::Path,
+    duration: Duration,
+    window: Duration,
+    clients: usize,
+    pause: Duration,
+) -> anyhow::Result<history::SoakReport> {
+    let dir = tempfile::tempdir()?;
+    let db = format!("sqlite://{}", dir.path().join("soak.db").display());
+    history::run_soak(bin, &db, duration, window, clients, pause).await
+}

@@ -271,6 +271,14 @@ pub struct BenchCmd {
     /// Fault run: load time before each kill.
     #[arg(long, value_name = "DURATION", default_value = "1s")]
     pub round_time: String,
+    /// Soak instead of the table: serve a fresh SQLite ledger this long under a paced load
+    /// (the largest --concurrency value of workers, 5 ms between requests), sampling RSS,
+    /// open files and a probe's p99 every --soak-window; then the history checker.
+    #[arg(long, value_name = "DURATION")]
+    pub soak: Option<String>,
+    /// Soak: sampling window.
+    #[arg(long, value_name = "DURATION", default_value = "10s")]
+    pub soak_window: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -121,3 +121,47 @@ fn the_history_checker_finds_a_lost_write_and_a_double_acquisition() {
         assert_eq!(v.double_acquired, 1, "{v:?}");
     });
 }
+
+/// `idem bench --soak`: windows with the server's RSS, open files and the probe's p99, and a
+/// clean history check (the CI step runs 60 s and compares the windows, `.ci/soak.sh`).
+#[test]
+fn a_short_soak_reports_its_windows_and_a_clean_history() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let json = dir.path().join("soak.json");
+    let out = run_with(
+        &[
+            "bench",
+            "--soak",
+            "3s",
+            "--soak-window",
+            "1s",
+            "--concurrency",
+            "4",
+            "--json",
+            json.to_str().expect("utf-8 path"),
+        ],
+        "",
+        &[],
+    );
+    assert_eq!(out.code, 0, "{out:?}");
+    let r: Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("report")).expect("JSON");
+    let windows = r["windows"].as_array().expect("windows");
+    assert!(windows.len() >= 3, "{r}");
+    for w in windows {
+        assert!(w["rss_mib"].as_f64().is_some_and(|m| m > 1.0), "{w}");
+        assert!(w["open_files"].as_u64().is_some_and(|n| n > 3), "{w}");
+        assert!(w["pairs"].as_u64().is_some_and(|n| n > 0), "{w}");
+        assert!(w["p99_ms"].as_f64().is_some_and(|p| p > 0.0), "{w}");
+    }
+    let v = &r["verdict"];
+    assert!(v["acknowledged"].as_u64().unwrap_or(0) > 50, "{r}");
+    for k in [
+        "lost",
+        "double_acquired",
+        "bad_state",
+        "ambiguous_not_in_review",
+    ] {
+        assert_eq!(v[k], 0, "{k}: {r}");
+    }
+}

@@ -89,6 +89,9 @@ pub async fn run(
                         },
                     )
                 }
+                Workload::Effect | Workload::Effect256k => {
+                    anyhow::bail!("effect workloads run over HTTP only")
+                }
                 Workload::Duplicate => {
                     let mut conn = sqlite_conn(&path)?;
                     let keys: Arc<Vec<String>> =
@@ -143,6 +146,9 @@ pub async fn run(
                         }
                     })
                     .await
+                }
+                Workload::Effect | Workload::Effect256k => {
+                    anyhow::bail!("effect workloads run over HTTP only")
                 }
                 Workload::Duplicate => {
                     let keys: Arc<Vec<String>> = Arc::new(

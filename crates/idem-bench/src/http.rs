@@ -177,6 +177,52 @@ pub async fn pair(conn: &mut Conn, key: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The body of an effect call: a POST of a small JSON charge to `url`.
+pub fn effect_body(url: &str) -> anyhow::Result<Bytes> {
+    let v = serde_json::json!({
+        "request": {"method": "POST", "url": url, "body": {"amount": 1000, "currency": "eur"}}
+    });
+    Ok(Bytes::from(serde_json::to_vec(&v)?))
+}
+
+/// An effect of a fresh key: must answer 200 with outcome `performed` (the whole answer,
+/// stored response included, is read).
+pub async fn effect(conn: &mut Conn, key: &str, body: Bytes) -> anyhow::Result<()> {
+    const PERFORMED: &[u8] = b"\"outcome\":\"performed\"";
+    let r = conn.post(key_uri(key, "effect")?, body).await?;
+    let status = r.status();
+    let answer = body_bytes(r).await?;
+    anyhow::ensure!(status == StatusCode::OK, "effect answered {status}");
+    anyhow::ensure!(
+        answer.windows(PERFORMED.len()).any(|w| w == PERFORMED),
+        "effect not performed"
+    );
+    Ok(())
+}
+
+/// A direct POST to the destination (no idem): must answer 2xx; the body is read.
+pub async fn direct(conn: &mut Conn, uri: Uri, body: Bytes) -> anyhow::Result<()> {
+    let r = conn.post(uri, body).await?;
+    let status = r.status();
+    drain(r).await?;
+    anyhow::ensure!(status.is_success(), "destination answered {status}");
+    Ok(())
+}
+
+/// `PATCH path` with a JSON body on a fresh connection; must answer 2xx.
+pub async fn patch(target: &Target, path: &str, body: Bytes) -> anyhow::Result<()> {
+    let (mut conn, driver) = connect(target).await?;
+    let uri = Uri::try_from(path)?;
+    on_conn(driver, async {
+        let r = conn.send(Method::PATCH, uri, body).await?;
+        let status = r.status();
+        drain(r).await?;
+        anyhow::ensure!(status.is_success(), "PATCH {path} answered {status}");
+        Ok(())
+    })
+    .await
+}
+
 /// A claim of an already completed key (must be replayed: 200).
 pub async fn duplicate(conn: &mut Conn, claim_uri: Uri) -> anyhow::Result<()> {
     let r = conn.post(claim_uri, Bytes::from_static(CLAIM_BODY)).await?;

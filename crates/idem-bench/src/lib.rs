@@ -10,11 +10,19 @@
 //!    complete. These rows also give the CPU time per operation of the server process and of
 //!    the load generator, which share the machine's cores with each other.
 //!
-//! Workloads: `first_time_pair` (claim + complete of a fresh key; latency is the pair) and
-//! `duplicate` (claims of already completed keys: replays). Every figure is printed with its
-//! ratio to the bare row of the same backend, workload and concurrency.
+//! 4. `direct` — the effect rows' destination called straight, no idem: the floor an effect
+//!    through idem is compared with.
+//!
+//! Workloads: `first_time_pair` (claim + complete of a fresh key; latency is the pair),
+//! `duplicate` (claims of already completed keys: replays), and `effect` / `effect_256k`
+//! (one `POST …/effect` of a fresh key: idem claims, sends a POST to a loopback destination
+//! that answers 200 with a 64-byte / 256 KiB JSON body, stores the response and completes;
+//! `http` and `direct` modes only). Every figure is printed with its ratio to the bare row of
+//! the same backend, workload and concurrency; effect rows also with their ratio to the HTTP
+//! `first_time_pair` row (the two calls a caller makes without effects).
 
 mod bare;
+mod dest;
 pub mod history;
 mod http;
 mod load;
@@ -53,6 +61,7 @@ pub enum Mode {
     Bare,
     Library,
     Http,
+    Direct,
 }
 
 impl Mode {
@@ -61,6 +70,7 @@ impl Mode {
             Mode::Bare => "bare",
             Mode::Library => "library",
             Mode::Http => "http",
+            Mode::Direct => "direct",
         }
     }
 }
@@ -70,6 +80,9 @@ impl Mode {
 pub enum Workload {
     FirstTimePair,
     Duplicate,
+    Effect,
+    #[serde(rename = "effect_256k")]
+    Effect256k,
 }
 
 impl Workload {
@@ -77,6 +90,26 @@ impl Workload {
         match self {
             Workload::FirstTimePair => "first_time_pair",
             Workload::Duplicate => "duplicate",
+            Workload::Effect => "effect",
+            Workload::Effect256k => "effect_256k",
+        }
+    }
+
+    /// The destination's answer size for effect workloads.
+    pub fn response_bytes(self) -> Option<usize> {
+        match self {
+            Workload::Effect => Some(64),
+            Workload::Effect256k => Some(256 * 1024),
+            Workload::FirstTimePair | Workload::Duplicate => None,
+        }
+    }
+
+    /// Whether a row of this workload exists in `mode`: effects run through idem over HTTP
+    /// and straight to the destination; the ledger workloads in every mode but `direct`.
+    pub fn runs_in(self, mode: Mode) -> bool {
+        match self.response_bytes() {
+            Some(_) => matches!(mode, Mode::Http | Mode::Direct),
+            None => mode != Mode::Direct,
         }
     }
 }
@@ -112,6 +145,10 @@ pub struct Row {
     /// ops_per_s divided by the bare row's (same backend, workload, concurrency).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ratio_to_bare: Option<f64>,
+    /// Effect rows: ops_per_s divided by the HTTP `first_time_pair` row's (same backend and
+    /// concurrency).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ratio_to_pair: Option<f64>,
     /// Operations that failed (should be 0; shown so a broken run cannot look fast).
     pub errors: u64,
     /// Peak resident memory of the server process (HTTP rows), MiB.
@@ -170,13 +207,17 @@ pub fn machine_info() -> serde_json::Value {
 /// Runs every requested row and returns the report (ratios filled in).
 pub async fn run(opts: &BenchOpts) -> anyhow::Result<Report> {
     let mut rows = Vec::new();
-    let total =
-        opts.backends.len() * opts.modes.len() * opts.workloads.len() * opts.concurrency.len();
+    let combos = opts
+        .modes
+        .iter()
+        .flat_map(|&m| opts.workloads.iter().filter(move |w| w.runs_in(m)))
+        .count();
+    let total = opts.backends.len() * combos * opts.concurrency.len();
     let bar = progress_bar(opts.progress, total as u64);
     for &backend in &opts.backends {
         for &workload in &opts.workloads {
             for &c in &opts.concurrency {
-                for &mode in &opts.modes {
+                for &mode in opts.modes.iter().filter(|&&m| workload.runs_in(m)) {
                     bar.set_message(format!(
                         "{} {} {} c={c}",
                         backend.as_str(),
@@ -234,6 +275,21 @@ fn fill_ratios(rows: &mut [Row]) {
             .find(|(b, w, c, _)| *b == r.backend && *w == r.workload && *c == r.concurrency)
             .filter(|(_, _, _, ops)| *ops > 0.0)
             .map(|(_, _, _, ops)| (r.ops_per_s / ops * 100.0).round() / 100.0);
+    }
+    let pairs: Vec<(Backend, usize, f64)> = rows
+        .iter()
+        .filter(|r| r.mode == Mode::Http && r.workload == Workload::FirstTimePair)
+        .map(|r| (r.backend, r.concurrency, r.ops_per_s))
+        .collect();
+    for r in rows
+        .iter_mut()
+        .filter(|r| r.workload.response_bytes().is_some())
+    {
+        r.ratio_to_pair = pairs
+            .iter()
+            .find(|(b, c, _)| *b == r.backend && *c == r.concurrency)
+            .filter(|(_, _, ops)| *ops > 0.0)
+            .map(|(_, _, ops)| (r.ops_per_s / ops * 100.0).round() / 100.0);
     }
 }
 
@@ -307,6 +363,7 @@ async fn run_row(
         Mode::Http => run_http(&target.url, workload, c, opts)
             .await
             .map(|(m, extra)| (m, Some(extra))),
+        Mode::Direct => run_direct(workload, c, opts).await.map(|m| (m, None)),
     };
     let tb = target.backend;
     target.drop_db().await;
@@ -321,6 +378,7 @@ async fn run_row(
         p99_ms: m.quantile_ms(0.99),
         max_ms: m.max_ms(),
         ratio_to_bare: None,
+        ratio_to_pair: None,
         errors: m.errors,
         server_peak_rss_mib: extra.as_ref().map(|e| e.rss_mib),
         server_cpu_us_per_op: extra.as_ref().and_then(|e| e.server_cpu_us_per_op),
@@ -378,6 +436,9 @@ async fn run_library(
                 async move { ledger_pair(&ledger, &ns, &key_for(run_id, client, seq)).await }
             })
             .await
+        }
+        Workload::Effect | Workload::Effect256k => {
+            anyhow::bail!("effect workloads run over HTTP only")
         }
         Workload::Duplicate => {
             let keys = prepopulate(opts.duplicate_keys, run_id, |k| {
@@ -572,6 +633,86 @@ impl http::ClientOp for HttpDuplicates {
     }
 }
 
+/// Effects of fresh keys over HTTP, each a POST to the destination through idem.
+struct HttpEffects {
+    run_id: u64,
+    body: bytes::Bytes,
+}
+
+impl http::ClientOp for HttpEffects {
+    fn run(
+        &self,
+        conn: &mut http::Conn,
+        client: usize,
+        seq: u64,
+    ) -> impl std::future::Future<Output = anyhow::Result<()>> + Send {
+        let key = key_for(self.run_id, client, seq);
+        let body = self.body.clone();
+        async move { http::effect(conn, &key, body).await }
+    }
+}
+
+/// The effect's request sent straight to the destination.
+struct DirectPosts {
+    uri: hyper::Uri,
+    body: bytes::Bytes,
+}
+
+impl http::ClientOp for DirectPosts {
+    fn run(
+        &self,
+        conn: &mut http::Conn,
+        _client: usize,
+        _seq: u64,
+    ) -> impl std::future::Future<Output = anyhow::Result<()>> + Send {
+        http::direct(conn, self.uri.clone(), self.body.clone())
+    }
+}
+
+/// The destination's charge path.
+const CHARGE_PATH: &str = "/v1/charges";
+
+/// An effect row's destination: every request gets `response_bytes` of JSON.
+async fn destination(workload: Workload) -> anyhow::Result<dest::Destination> {
+    let n = workload
+        .response_bytes()
+        .context("not an effect workload")?;
+    dest::Destination::start(dest::json_of_size(n)).await
+}
+
+/// Every effect answered `performed` must have reached the destination exactly once.
+fn check_one_request_each(m: &Measurement, d: &dest::Destination) -> anyhow::Result<()> {
+    if m.errors == 0 {
+        anyhow::ensure!(
+            d.requests() == m.ops,
+            "{} effects performed, {} requests at the destination",
+            m.ops,
+            d.requests()
+        );
+    }
+    Ok(())
+}
+
+async fn run_direct(workload: Workload, c: usize, opts: &BenchOpts) -> anyhow::Result<Measurement> {
+    let d = destination(workload).await?;
+    let target = http::Target::new(d.addr)?;
+    let body = bytes::Bytes::from_static(br#"{"amount":1000,"currency":"eur"}"#);
+    let op = DirectPosts {
+        uri: hyper::Uri::from_static(CHARGE_PATH),
+        body,
+    };
+    let m = http::drive(c, opts.duration, &target, op).await?;
+    check_one_request_each(&m, &d)?;
+    Ok(m)
+}
+
+/// What one HTTP row's clients do.
+enum HttpOp {
+    Pairs(HttpPairs),
+    Duplicates(HttpDuplicates),
+    Effects(HttpEffects, dest::Destination),
+}
+
 async fn run_http(
     url: &str,
     workload: Workload,
@@ -582,7 +723,7 @@ async fn run_http(
     let run_id: u64 = rand::random();
     let result = async {
         let op = match workload {
-            Workload::FirstTimePair => None,
+            Workload::FirstTimePair => HttpOp::Pairs(HttpPairs { run_id }),
             Workload::Duplicate => {
                 let keys: Vec<String> = (0..opts.duplicate_keys.max(1))
                     .map(|i| format!("dup-{run_id:x}-{i}"))
@@ -593,14 +734,32 @@ async fn run_http(
                     .iter()
                     .map(|k| http::key_uri(k, "claim"))
                     .collect::<anyhow::Result<Vec<_>>>()?;
-                Some(HttpDuplicates { claims })
+                HttpOp::Duplicates(HttpDuplicates { claims })
+            }
+            Workload::Effect | Workload::Effect256k => {
+                let d = destination(workload).await?;
+                // The destination is on loopback: only an exact host:port entry opens it.
+                let allow = serde_json::json!({"egress": {"allow": [d.addr.to_string()]}});
+                http::patch(
+                    &server.target,
+                    "/v1/namespaces/bench",
+                    bytes::Bytes::from(serde_json::to_vec(&allow)?),
+                )
+                .await?;
+                let body = http::effect_body(&format!("http://{}{CHARGE_PATH}", d.addr))?;
+                HttpOp::Effects(HttpEffects { run_id, body }, d)
             }
         };
         let (srv0, gen0) = (server.cpu_time(), cpu_time("/proc/self/stat"));
         let threads0 = server.threads_cpu_time();
         let m = match op {
-            None => http::drive(c, opts.duration, &server.target, HttpPairs { run_id }).await?,
-            Some(op) => http::drive(c, opts.duration, &server.target, op).await?,
+            HttpOp::Pairs(p) => http::drive(c, opts.duration, &server.target, p).await?,
+            HttpOp::Duplicates(d) => http::drive(c, opts.duration, &server.target, d).await?,
+            HttpOp::Effects(e, d) => {
+                let m = http::drive(c, opts.duration, &server.target, e).await?;
+                check_one_request_each(&m, &d)?;
+                m
+            }
         };
         let (srv1, gen1) = (server.cpu_time(), cpu_time("/proc/self/stat"));
         let threads = server
@@ -632,7 +791,7 @@ async fn run_http(
 pub fn render_table(rows: &[Row]) -> String {
     let mut out = String::new();
     out.push_str(&format!(
-        "{:<9} {:<8} {:<16} {:>5} {:>12} {:>9} {:>9} {:>9} {:>8} {:>7} {:>9} {:>10} {:>10}\n",
+        "{:<9} {:<8} {:<16} {:>5} {:>12} {:>9} {:>9} {:>9} {:>8} {:>7} {:>7} {:>9} {:>10} {:>10}\n",
         "backend",
         "mode",
         "workload",
@@ -642,6 +801,7 @@ pub fn render_table(rows: &[Row]) -> String {
         "p99 ms",
         "max ms",
         "x bare",
+        "x pair",
         "errors",
         "rss MiB",
         "srv us/op",
@@ -649,7 +809,7 @@ pub fn render_table(rows: &[Row]) -> String {
     ));
     for r in rows {
         out.push_str(&format!(
-            "{:<9} {:<8} {:<16} {:>5} {:>12.0} {:>9.3} {:>9.3} {:>9.3} {:>8} {:>7} {:>9} {:>10} {:>10}\n",
+            "{:<9} {:<8} {:<16} {:>5} {:>12.0} {:>9.3} {:>9.3} {:>9.3} {:>8} {:>7} {:>7} {:>9} {:>10} {:>10}\n",
             r.backend.as_str(),
             r.mode.as_str(),
             r.workload.as_str(),
@@ -659,6 +819,7 @@ pub fn render_table(rows: &[Row]) -> String {
             r.p99_ms,
             r.max_ms,
             r.ratio_to_bare.map_or("-".into(), |x| format!("{x:.2}")),
+            r.ratio_to_pair.map_or("-".into(), |x| format!("{x:.2}")),
             r.errors,
             r.server_peak_rss_mib
                 .map_or("-".into(), |x| format!("{x:.1}")),

@@ -223,19 +223,21 @@ pub struct BenchCmd {
         value_delimiter = ','
     )]
     pub concurrency: Vec<usize>,
-    /// Modes to run, comma-separated: bare, library, http.
+    /// Modes to run, comma-separated: bare, library, http, direct (effect workloads only:
+    /// the destination called without idem).
     #[arg(
         long,
         value_name = "LIST",
-        default_value = "bare,library,http",
+        default_value = "bare,library,http,direct",
         value_delimiter = ','
     )]
     pub modes: Vec<String>,
-    /// Workloads, comma-separated: first_time_pair, duplicate.
+    /// Workloads, comma-separated: first_time_pair, duplicate, effect, effect_256k (effects
+    /// run in the http and direct modes only).
     #[arg(
         long,
         value_name = "LIST",
-        default_value = "first_time_pair,duplicate",
+        default_value = "first_time_pair,duplicate,effect,effect_256k",
         value_delimiter = ','
     )]
     pub workloads: Vec<String>,

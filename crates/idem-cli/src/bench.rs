@@ -25,8 +25,9 @@ fn parse_modes(v: &[String]) -> Result<Vec<Mode>, CliError> {
             "bare" => Ok(Mode::Bare),
             "library" => Ok(Mode::Library),
             "http" => Ok(Mode::Http),
+            "direct" => Ok(Mode::Direct),
             other => Err(CliError::input(format!(
-                "unknown mode {other:?} (bare, library, http)"
+                "unknown mode {other:?} (bare, library, http, direct)"
             ))),
         })
         .collect()
@@ -37,8 +38,10 @@ fn parse_workloads(v: &[String]) -> Result<Vec<Workload>, CliError> {
         .map(|w| match w.trim() {
             "first_time_pair" => Ok(Workload::FirstTimePair),
             "duplicate" => Ok(Workload::Duplicate),
+            "effect" => Ok(Workload::Effect),
+            "effect_256k" => Ok(Workload::Effect256k),
             other => Err(CliError::input(format!(
-                "unknown workload {other:?} (first_time_pair, duplicate)"
+                "unknown workload {other:?} (first_time_pair, duplicate, effect, effect_256k)"
             ))),
         })
         .collect()

@@ -227,6 +227,29 @@ fn expire_results(batch: usize) -> String {
     EXPIRE_RESULTS.replace("{limit}", &as_i64(batch).to_string())
 }
 
+/// Folds the counter rows of backends that no longer exist into slot 0, for the ledger's
+/// counts (`record_counts`) and a namespace's (`namespace_counts`). Each connection writes
+/// only its own slot (its backend pid), so without this the rows would pile up with every
+/// reconnection and a read would sum ever more of them. A slot whose pid belongs to a live
+/// backend is left alone; the DELETE and the INSERT are one statement, so the sums never
+/// change, and a writer that reuses a pid mid-fold only waits on the row lock.
+const FOLD_RECORD_COUNTS: &str = "WITH gone AS ( \
+       DELETE FROM record_counts c WHERE c.slot <> 0 \
+       AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = c.slot) \
+       RETURNING state, n) \
+     INSERT INTO record_counts (state, slot, n) \
+       SELECT state, 0, sum(n)::BIGINT FROM gone GROUP BY state \
+     ON CONFLICT (state, slot) DO UPDATE SET n = record_counts.n + EXCLUDED.n";
+
+/// [`FOLD_RECORD_COUNTS`] for the per-namespace counts.
+const FOLD_NAMESPACE_COUNTS: &str = "WITH gone AS ( \
+       DELETE FROM namespace_counts c WHERE c.slot <> 0 \
+       AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = c.slot) \
+       RETURNING namespace, state, n) \
+     INSERT INTO namespace_counts (namespace, state, slot, n) \
+       SELECT namespace, state, 0, sum(n)::BIGINT FROM gone GROUP BY namespace, state \
+     ON CONFLICT (namespace, state, slot) DO UPDATE SET n = namespace_counts.n + EXCLUDED.n";
+
 /// One retention step: one statement when no tombstone can be due (the usual case: the audit
 /// retention is long), two otherwise. Each is atomic on its own; several instances share the
 /// work through `SKIP LOCKED`, so no record is expired (and logged) or deleted twice.
@@ -255,6 +278,8 @@ pub(crate) async fn retention_once(
             &[&(NamespaceStats::first_hour(now) - NamespaceStats::HOURS)],
         )
         .await?;
+    client.execute(FOLD_RECORD_COUNTS, &[]).await?;
+    client.execute(FOLD_NAMESPACE_COUNTS, &[]).await?;
     let mut deleted = 0i64;
     if tombstones_due {
         let delete = client.prepare_cached(&DELETE_TOMBSTONES).await?;

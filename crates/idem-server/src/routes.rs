@@ -94,6 +94,8 @@ pub fn router(state: AppState) -> Router {
     app = app.merge(crate::console::router(state.clone()));
     let not_found = Gate::new(UNMATCHED, Vec::new(), state.clone())
         .layer(Handler::<_, AppState>::with_state(not_found, state.clone()));
+    // Request bodies are read in full before the router runs (`crate::conn`), so an early
+    // refusal leaves nothing unread on the connection and it stays usable.
     app.fallback_service(not_found).with_state(state)
 }
 

@@ -7,8 +7,10 @@
 # 2. builds the community node (integrations/n8n/node) and installs it into a temp n8n user folder;
 # 3. starts idem (IDEM_BIN, default target/release/idem, then target/debug/idem) on a free
 #    loopback port with a temp SQLite file and a worker token, and a counting sink;
-# 4. imports + publishes two workflows (the stock-node Stripe template and the community-node
-#    example), starts n8n headless on loopback and waits until the production webhooks answer;
+# 4. imports + publishes the stock-node templates and the community-node examples, starts n8n
+#    headless on loopback and waits until the production webhooks answer; checks that n8n lists
+#    the node, its AI agent tool variant and its credential, and runs the credential's Test
+#    (GET /v1/whoami) through n8n with a namespace-scoped worker token and with a wrong one;
 # 5. per workflow: fires one event 5 times concurrently, then once more (a replay), and asserts
 #    exactly one side effect per key at the sink and the duplicate branch for the other 5.
 #
@@ -157,6 +159,12 @@ if [[ "$TOKEN" != no-token-configured ]]; then
 	ADMIN_TOKEN="$("$IDEM_BIN" token create --namespace '*' --role admin --db "$IDEM_DB" 2>>"$WORK/token.err" | tail -n 1 | tr -d '[:space:]')" ||
 		abort "idem token create --role admin failed: $(head -c 300 "$WORK/token.err")"
 fi
+# A worker token scoped to one namespace: the credential's Test must accept it too.
+SCOPED_TOKEN="no-token-configured"
+if [[ "$TOKEN" != no-token-configured ]]; then
+	SCOPED_TOKEN="$("$IDEM_BIN" token create --namespace refunds-node --role worker --db "$IDEM_DB" 2>>"$WORK/token.err" | tail -n 1 | tr -d '[:space:]')" ||
+		abort "idem token create --namespace refunds-node failed: $(head -c 300 "$WORK/token.err")"
+fi
 start IDEM "$WORK/idem.log" "$IDEM_BIN" serve --listen "127.0.0.1:$IDEM_PORT" --db "$IDEM_DB"
 wait_for 60 "idem on $IDEM_URL" curl -fsS "$IDEM_URL/healthz" || abort "idem did not become healthy within 60 s"
 
@@ -207,6 +215,7 @@ CRON_WF="$N8N_INT/templates/cron-sweep-job-date.json" # imported only: its sched
 NODE_WF="$N8N_INT/node/examples/webhook-gate-node.json"
 EFF_WF="$N8N_INT/templates/stripe-charge-via-effect.json"
 NODE_EFF_WF="$N8N_INT/node/examples/stripe-charge-effect-node.json"
+NODE_DERIVE_WF="$N8N_INT/node/examples/derive-key-single-output-node.json"
 STOCK_ID="$(json "$STOCK_WF" d.id)"
 ERR_ID="$(json "$ERR_WF" d.id)"
 AI_ID="$(json "$AI_WF" d.id)"
@@ -214,16 +223,17 @@ FAN_ID="$(json "$FAN_WF" d.id)"
 NODE_ID="$(json "$NODE_WF" d.id)"
 EFF_ID="$(json "$EFF_WF" d.id)"
 NODE_EFF_ID="$(json "$NODE_EFF_WF" d.id)"
+NODE_DERIVE_ID="$(json "$NODE_DERIVE_WF" d.id)"
 
 log "n8n: importing credentials and workflows (n8n stopped)"
 "$N8N_BIN" import:credentials --input="$WORK/credentials.json" >>"$WORK/n8n-cli.log" 2>&1 ||
 	abort "n8n import:credentials failed (see $WORK/n8n-cli.log)"
-for wf in "$STOCK_WF" "$ERR_WF" "$AI_WF" "$FAN_WF" "$CRON_WF" "$NODE_WF" "$EFF_WF" "$NODE_EFF_WF"; do
+for wf in "$STOCK_WF" "$ERR_WF" "$AI_WF" "$FAN_WF" "$CRON_WF" "$NODE_WF" "$EFF_WF" "$NODE_EFF_WF" "$NODE_DERIVE_WF"; do
 	"$N8N_BIN" import:workflow --input="$wf" >>"$WORK/n8n-cli.log" 2>&1 ||
 		abort "n8n import:workflow $(basename "$wf") failed (see $WORK/n8n-cli.log)"
 done
-pass "workflows import without edits (all 6 stock templates + the 2 community-node examples)"
-for id in "$STOCK_ID" "$ERR_ID" "$AI_ID" "$FAN_ID" "$NODE_ID" "$EFF_ID" "$NODE_EFF_ID"; do
+pass "workflows import without edits (all 6 stock templates + the 3 community-node examples)"
+for id in "$STOCK_ID" "$ERR_ID" "$AI_ID" "$FAN_ID" "$NODE_ID" "$EFF_ID" "$NODE_EFF_ID" "$NODE_DERIVE_ID"; do
 	"$N8N_BIN" publish:workflow --id="$id" >>"$WORK/n8n-cli.log" 2>&1 ||
 		abort "n8n publish:workflow --id=$id failed (see $WORK/n8n-cli.log)"
 done
@@ -254,6 +264,8 @@ wait_for 60 "webhook idem-effect-charge" webhook_live idem-effect-charge ||
 	abort "n8n did not register the effect template's webhook within 60 s"
 wait_for 60 "webhook idem-node-effect-charge" webhook_live idem-node-effect-charge ||
 	abort "n8n did not register the Effect-operation example's webhook within 60 s"
+wait_for 60 "webhook idem-node-derive-refund" webhook_live idem-node-derive-refund ||
+	abort "n8n did not register the Derive Key example's webhook within 60 s"
 pass "n8n $N8N_VERSION started headless; the production webhooks are registered"
 
 if grep -q 'n8n-nodes-idem' "$WORK/n8n.log" && grep -qiE 'error.*n8n-nodes-idem|n8n-nodes-idem.*error' "$WORK/n8n.log"; then
@@ -267,11 +279,47 @@ if [[ -s "$TYPES" ]] && grep -q '"n8n-nodes-idem.idempotencyGate"' "$TYPES" &&
 else
 	fail "community node: n8n-nodes-idem.idempotencyGate missing from $TYPES"
 fi
+# usableAsTool: n8n derives an AI agent tool variant of the node (…Tool, output ai_tool).
+if [[ -s "$TYPES" ]] && grep -q '"n8n-nodes-idem.idempotencyGateTool"' "$TYPES"; then
+	pass "community node: n8n offers it as an AI agent tool (n8n-nodes-idem.idempotencyGateTool)"
+else
+	fail "community node: no AI agent tool variant n8n-nodes-idem.idempotencyGateTool in $TYPES"
+fi
 if curl -fsS --max-time 10 -o /dev/null \
 	"http://127.0.0.1:$N8N_PORT/icons/n8n-nodes-idem/dist/nodes/IdempotencyGate/idem.svg"; then
 	pass "community node: its icon is served"
 else
 	fail "community node: icon not served"
+fi
+
+# The credential's Test button, run by n8n itself (its UI API, after the owner account is set
+# up): GET /v1/whoami through the credential's authentication.
+N8N_REST="http://127.0.0.1:$N8N_PORT/rest"
+rest() { curl -sS --max-time 30 -b "$WORK/cookies" -c "$WORK/cookies" -H 'browser-id: idem-e2e' -H 'Content-Type: application/json' "$@"; }
+if rest -o "$WORK/owner.json" -d '{"email":"e2e@example.com","firstName":"Idem","lastName":"Test","password":"Idem-e2e-Passw0rd"}' \
+	"$N8N_REST/owner/setup"; then
+	cred_test() { # TOKEN → n8n's status ("OK" or "Error") and message
+		local body
+		body="$(node -e 'console.log(JSON.stringify({ credentials: { name: "idem test", type: "idemApi", data: { baseUrl: process.argv[1], token: process.argv[2] } } }))' "$IDEM_URL" "$1")"
+		rest -d "$body" "$N8N_REST/credentials/test" >"$WORK/credtest.json" || true
+		json "$WORK/credtest.json" '(d.data ? d.data.status + ": " + d.data.message : JSON.stringify(d))'
+	}
+	got="$(cred_test "$SCOPED_TOKEN")"
+	if [[ "$got" == OK:* ]]; then
+		pass "credential test (GET /v1/whoami) passes with a worker token scoped to one namespace"
+	else
+		fail "credential test with the scoped worker token answered [$got]"
+	fi
+	if [[ "$TOKEN" != no-token-configured ]]; then
+		got="$(cred_test "idem_wrong_token")"
+		if [[ "$got" == Error:* ]]; then
+			pass "credential test fails with a wrong token ($got)"
+		else
+			fail "credential test with a wrong token answered [$got] (want Error)"
+		fi
+	fi
+else
+	fail "n8n owner setup for the credential test failed: $(head -c 300 "$WORK/owner.json")"
 fi
 
 # ---------------------------------------------------------------- 5. scenarios
@@ -357,7 +405,7 @@ ledger n8n-node "$EVT:effect"
 # sink's address. 5 concurrent deliveries + 1 replay → one call at the sink; the stored answer
 # comes back to every duplicate; the secret header never reaches the ledger.
 SINK_HOSTPORT="${SINK_URL#http://}"
-for ns in charges charges-node; do
+for ns in charges charges-node refunds-node; do
 	code="$(curl -sS --max-time 10 -o "$WORK/policy.json" -w '%{http_code}' -X PATCH \
 		-H "Authorization: Bearer $ADMIN_TOKEN" -H 'Content-Type: application/json' \
 		-d "{\"egress\":{\"allow\":[\"$SINK_HOSTPORT\"]}}" "$IDEM_URL/v1/namespaces/$ns")"
@@ -405,6 +453,35 @@ effect_scenario() {
 }
 effect_scenario effect-template idem-effect-charge charges
 effect_scenario effect-node idem-node-effect-charge charges-node
+
+# Derive Key → Effect with a single output (what an AI agent tool answers): the key comes from
+# the order id, so 6 deliveries of one refund request make one call; the route says which.
+ORDER="ord_drv_$(date +%s)_$RANDOM"
+BODY="$(node -e 'console.log(JSON.stringify({ order_id: process.argv[1], amount: 1200 }))' "$ORDER")"
+node "$HERE/fire.js" "http://127.0.0.1:$N8N_PORT/webhook/idem-node-derive-refund" "$BODY" 5 120000 >"$WORK/derive.burst.json"
+sleep 1
+node "$HERE/fire.js" "http://127.0.0.1:$N8N_PORT/webhook/idem-node-derive-refund" "$BODY" 1 120000 >"$WORK/derive.replay.json"
+statuses="$(json "$WORK/derive.burst.json" 'd.map(r => r.status + ":" + (r.body && r.body.status) + ":" + (r.body && r.body.key)).sort().join(" ")')"
+replay="$(json "$WORK/derive.replay.json" 'd.map(r => r.status + ":" + (r.body && r.body.status)).join(" ")')"
+n="$(curl -fsS --max-time 10 "$SINK_URL/counts" | node -e 'let s="";process.stdin.on("data",c=>s+=c).on("end",()=>{const d=JSON.parse(s);console.log(d[process.argv[1]]||0)})' "refund:$ORDER")"
+log "derive-single: burst [$statuses]; replay [$replay]; calls at the stand-in: $n"
+if [[ "$n" == 1 ]]; then
+	pass "derive-single: the derived key refund:$ORDER made exactly one call for 6 deliveries"
+else
+	fail "derive-single: $n calls for refund:$ORDER (want 1)"
+fi
+want="200:duplicate:refund:$ORDER 200:duplicate:refund:$ORDER 200:duplicate:refund:$ORDER 200:duplicate:refund:$ORDER 200:performed:refund:$ORDER"
+if [[ "$statuses" == "$want" ]]; then
+	pass "derive-single: one output, idem.route performed once and duplicate for the 4 concurrent others"
+else
+	fail "derive-single: burst answers [$statuses] (want 1× performed, 4× duplicate, key refund:$ORDER)"
+fi
+if [[ "$replay" == "200:duplicate" ]]; then
+	pass "derive-single: the later replay is a duplicate"
+else
+	fail "derive-single: replay answered [$replay] (want 200:duplicate)"
+fi
+ledger refunds-node "refund:$ORDER"
 
 # The error branch (stock template): the payment stand-in answers 201, 503 or 500; the workflow
 # reports it with `fail` + the HTTP status and acts on idem's classification.

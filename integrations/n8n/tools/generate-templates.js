@@ -930,6 +930,68 @@ function nodeEffectExample() {
 	return w;
 }
 
+// Derive Key → Effect on a single output: the shape an AI agent tool sees (one answer, with
+// idem.route and a sentence), here behind a webhook so the end-to-end test can drive it.
+function nodeDeriveSingleExample() {
+	const w = new L.Workflow({ id: 'idemNodeDerive01', name: 'idem node · Derive Key → Effect, single output' });
+	const REQ = "$('Refund requested').item.json.body";
+	w.add(
+		L.sticky(
+			'About this example',
+			[
+				'## Idempotency Gate node · Derive Key + single output',
+				'**Derive Key** builds the key from identity fields of the event (`/order_id` → `refund:<order id>`): the same order always gives the same key, whoever retries — a provider, n8n, or an AI agent calling this as a tool.',
+				'**Effect** with *Output Mode: Single Output* answers on one output with `idem.route` (performed, duplicate, failed, retry_later, needs_review, blocked) and a one-sentence `idem.summary`; as an agent tool the node always answers this way.',
+			].join('\n'),
+			[-440, -60],
+			{ width: 420, height: 320 },
+		),
+	);
+	const hook = w.add(L.webhook('Refund requested', 'idem-node-derive-refund', [0, 300]));
+	const derive = w.add({
+		name: 'Derive key',
+		type: 'n8n-nodes-idem.idempotencyGate',
+		typeVersion: 1,
+		position: [220, 300],
+		parameters: {
+			resource: 'event',
+			operation: 'deriveKey',
+			deriveEvent: '={{ $json.body }}',
+			deriveFields: '/order_id',
+			deriveOptions: { prefix: 'refund' },
+		},
+		credentials: { idemApi: { id: 'idemNodeCredent1', name: 'idem' } },
+	});
+	w.link(hook, derive);
+	const eff = w.add({
+		name: 'Refund',
+		type: 'n8n-nodes-idem.idempotencyGate',
+		typeVersion: 1,
+		position: [440, 300],
+		parameters: {
+			operation: 'effect',
+			namespace: 'refunds-node',
+			key: '={{ $json.idem.key }}',
+			outputMode: 'single',
+			effectMethod: 'POST',
+			effectUrl: "={{ $vars.EFFECT_URL || 'https://api.example.invalid/refunds' }}",
+			effectBodyMode: 'json',
+			effectJson: `={{ { order_id: ${REQ}.order_id, amount: ${REQ}.amount } }}`,
+			effectOptions: { destinationIdempotent: 'yes', waitMs: 10000 },
+		},
+		credentials: { idemApi: { id: 'idemNodeCredent1', name: 'idem' } },
+	});
+	w.link(derive, eff);
+	const answer = w.add(
+		L.respond('Respond with the route', [680, 300], {
+			code: 200,
+			body: '{ status: $json.idem.route, key: $json.idem.key, summary: $json.idem.summary }',
+		}),
+	);
+	w.link(eff, answer);
+	return w;
+}
+
 // ------------------------------------------------------------------------------------------------
 
 const OUTPUTS = [
@@ -941,6 +1003,7 @@ const OUTPUTS = [
 	[path.join(TEMPLATES, 'stripe-charge-via-effect.json'), stripeChargeEffect],
 	[path.join(EXAMPLES, 'webhook-gate-node.json'), nodeWebhookExample],
 	[path.join(EXAMPLES, 'stripe-charge-effect-node.json'), nodeEffectExample],
+	[path.join(EXAMPLES, 'derive-key-single-output-node.json'), nodeDeriveSingleExample],
 ];
 
 function main() {

@@ -336,3 +336,107 @@ async fn two_instances_drain_one_backlog_with_one_event_per_record() {
         "the processing and review records are left"
     );
 }
+
+/// Counter rows of closed connections are folded into slot 0 by the retention step: the
+/// rows shrink to one per state (and per namespace and state), the sums stay exact, and a
+/// live connection's slot is left alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn retention_folds_counter_slots_of_closed_connections() {
+    let Some(db) = PgDb::create("retention_folds_counter_slots") else {
+        return;
+    };
+    let clock = TestClock::new(T0);
+    let n = ns("fold");
+    // Three pools, each writing from its own backends, then closed.
+    for round in 0..3 {
+        let s = db.store_with(2).await;
+        let l = ledger(s.clone(), &clock);
+        for i in 0..4 {
+            l.claim(&n, &key(&format!("r{round}k{i}")), ClaimRequest::default())
+                .await
+                .expect("claim");
+        }
+        completed(&l, &n, &format!("r{round}c"), 3).await;
+        drop(l);
+        drop(s);
+    }
+    let (raw, conn) = tokio_postgres::connect(db.url(), tokio_postgres::NoTls)
+        .await
+        .expect("connect");
+    let task = tokio::spawn(conn);
+    // The closed pools' backends leave pg_stat_activity shortly after their sockets close.
+    for _ in 0..100 {
+        let others: i64 = raw
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+                 AND pid <> pg_backend_pid()",
+                &[],
+            )
+            .await
+            .expect("activity")
+            .get(0);
+        if others == 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let slots = |table: &'static str| {
+        let raw = &raw;
+        async move {
+            let sql = format!("SELECT count(*) FROM {table} WHERE slot <> 0");
+            let n: i64 = raw.query_one(&sql, &[]).await.expect("count").get(0);
+            n
+        }
+    };
+    assert!(
+        slots("record_counts").await >= 3,
+        "every pool wrote its own slots"
+    );
+    assert!(slots("namespace_counts").await >= 3);
+
+    let live = db.store().await;
+    let before = live.namespace(&n).await.expect("ns").counts;
+    let stats_before = live.stats(clock.now()).await.expect("stats").records;
+    // A live connection writes a slot that must survive the fold.
+    ledger(live.clone(), &clock)
+        .claim(&n, &key("live"), ClaimRequest::default())
+        .await
+        .expect("claim");
+    live.retention_once(clock.now(), 100)
+        .await
+        .expect("retention");
+
+    let after = live.namespace(&n).await.expect("ns").counts;
+    assert_eq!(
+        after.get(idem_core::State::Processing),
+        before.get(idem_core::State::Processing) + 1
+    );
+    assert_eq!(
+        after.get(idem_core::State::Completed),
+        before.get(idem_core::State::Completed)
+    );
+    assert_eq!(after.get(idem_core::State::Completed), 9);
+    assert_eq!(after.get(idem_core::State::Processing), 13);
+    let stats_after = live.stats(clock.now()).await.expect("stats").records;
+    assert_eq!(
+        stats_after.get(idem_core::State::Completed),
+        stats_before.get(idem_core::State::Completed)
+    );
+    // What is left outside slot 0 belongs to connections that are still open.
+    let leftover: i64 = raw
+        .query_one(
+            "SELECT count(*) FROM namespace_counts c WHERE slot <> 0 AND NOT EXISTS \
+             (SELECT 1 FROM pg_stat_activity a WHERE a.pid = c.slot)",
+            &[],
+        )
+        .await
+        .expect("leftover")
+        .get(0);
+    assert_eq!(leftover, 0);
+    assert!(
+        slots("namespace_counts").await <= 2,
+        "only the live slots remain"
+    );
+    drop(raw);
+    let _ = task.await;
+}

@@ -1,22 +1,28 @@
 import type {
-	IAuthenticateGeneric,
+	ICredentialDataDecryptedObject,
 	ICredentialTestRequest,
 	ICredentialType,
+	IHttpRequestOptions,
 	INodeProperties,
 } from 'n8n-workflow';
 
 /**
- * Where idem listens and the token that lets this n8n instance claim keys.
+ * Where idem listens and the token n8n sends to it.
  *
- * A worker-role token is enough for the Idempotency Gate node (claim, prepare, complete, fail).
- * A server started without any token only listens on loopback; leave Token empty for it.
+ * A worker token is enough for every operation of the Idempotency Gate node, also one scoped to
+ * a single namespace (`idem token create --role worker --namespace NS`). A server started
+ * without any token listens on loopback only; leave Token empty for it and no Authorization
+ * header is sent at all.
  */
 export class IdemApi implements ICredentialType {
 	name = 'idemApi';
 
 	displayName = 'Idem API';
 
-	icon = 'file:idem.svg' as const;
+	icon = { light: 'file:idem.svg', dark: 'file:idem.dark.svg' } as const;
+
+	documentationUrl =
+		'https://github.com/idem-ledger/idem/blob/main/integrations/n8n/node/README.md#credentials';
 
 	properties: INodeProperties[] = [
 		{
@@ -39,19 +45,24 @@ export class IdemApi implements ICredentialType {
 		},
 	];
 
-	authenticate: IAuthenticateGeneric = {
-		type: 'generic',
-		properties: {
-			headers: {
-				Authorization: '={{$credentials.token ? "Bearer " + $credentials.token : ""}}',
-			},
-		},
-	};
+	/** `Authorization: Bearer <token>`; no header at all when Token is empty. */
+	async authenticate(
+		credentials: ICredentialDataDecryptedObject,
+		requestOptions: IHttpRequestOptions,
+	): Promise<IHttpRequestOptions> {
+		const token = String(credentials.token ?? '').trim();
+		if (token === '') return requestOptions;
+		return {
+			...requestOptions,
+			headers: { ...(requestOptions.headers ?? {}), Authorization: `Bearer ${token}` },
+		};
+	}
 
+	/** Any valid token may ask who it is, whatever its role or namespace. */
 	test: ICredentialTestRequest = {
 		request: {
 			baseURL: '={{$credentials.baseUrl.replace(/\\/+$/, "")}}',
-			url: '/v1/namespaces/n8n',
+			url: '/v1/whoami',
 			method: 'GET',
 		},
 	};

@@ -206,3 +206,39 @@ test('cost: optional tokens and dollars, checked like the server checks them', (
 	assert.deepEqual(f.cost, { usd: 0.5 });
 	assert.equal(gate.failBody('t', { kind: 'retryable', category: 'timeout', sent: 'no' }).cost, undefined);
 });
+
+test('derive body: event, ordered pointers, affixes; typos refused before anything is sent', () => {
+	assert.deepEqual(
+		gate.deriveBody({ event: '{"data":{"id":"pi_1"},"type":"x"}', fields: '/data/id,\n /type ', prefix: 'order', suffix: 'crm', hash: true }),
+		{ event: { data: { id: 'pi_1' }, type: 'x' }, fields: ['/data/id', '/type'], prefix: 'order', suffix: 'crm', hash: true },
+	);
+	assert.deepEqual(gate.deriveBody({ event: { id: 1 }, fields: '/id' }), { event: { id: 1 }, fields: ['/id'] });
+	assert.throws(() => gate.deriveBody({ event: '', fields: '/id' }), /Event is empty/);
+	assert.throws(() => gate.deriveBody({ event: '{bad', fields: '/id' }), /Event is not valid JSON/);
+	assert.throws(() => gate.deriveBody({ event: { id: 1 }, fields: ' , ' }), /Identity Fields is empty/);
+	assert.throws(() => gate.deriveBody({ event: { id: 1 }, fields: 'id' }), /"id" is not a JSON pointer/);
+	assert.throws(() => gate.deriveBody({ event: { id: 1 }, fields: '/id', prefix: 'a b' }), /Prefix may only contain visible ASCII/);
+});
+
+test('single-output routes: one per output, in output order, each with a sentence for an agent', () => {
+	assert.equal(gate.CLAIM_ROUTES.length, gate.CLAIM_OUTPUT_NAMES.length);
+	assert.equal(gate.EFFECT_ROUTES.length, gate.EFFECT_OUTPUT_NAMES.length);
+	assert.equal(gate.CLAIM_ROUTES[gate.OUTPUT.proceed], 'proceed');
+	assert.equal(gate.CLAIM_ROUTES[gate.OUTPUT.busy], 'busy');
+	assert.equal(gate.EFFECT_ROUTES[gate.EFFECT_OUTPUT.retryLater], 'retry_later');
+	for (const r of gate.CLAIM_ROUTES) assert.ok(gate.routeSummary('claim', r).length > 20, r);
+	for (const r of gate.EFFECT_ROUTES) assert.ok(gate.routeSummary('effect', r).length > 20, r);
+	// Only Proceed tells the agent to act; every other answer tells it not to.
+	for (const r of gate.CLAIM_ROUTES.filter((r) => r !== 'proceed')) {
+		assert.match(gate.routeSummary('claim', r), /Do not/, r);
+	}
+	assert.match(gate.routeSummary('effect', 'duplicate'), /nothing was sent again/);
+});
+
+test('transport detail finds the socket code also inside a wrapping error', () => {
+	const raw = Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:7780'), { code: 'ECONNREFUSED' });
+	assert.equal(gate.transportDetail(raw), 'ECONNREFUSED connect ECONNREFUSED 127.0.0.1:7780');
+	const wrapped = Object.assign(new Error('The service refused the connection - perhaps it is offline'), { cause: raw });
+	assert.match(gate.transportDetail(wrapped), /refused the connection.*ECONNREFUSED/);
+	assert.equal(gate.transportDetail(undefined), '');
+});

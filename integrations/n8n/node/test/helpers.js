@@ -1,5 +1,7 @@
 // A stubbed IExecuteFunctions: parameters per item, a recorded HTTP helper with canned answers.
+// Authenticated requests go through the credential's real `authenticate`, as n8n does.
 const { IdempotencyGate } = require('../dist/nodes/IdempotencyGate/IdempotencyGate.node.js');
+const { IdemApi } = require('../dist/credentials/IdemApi.credentials.js');
 
 /**
  * @param {object} o
@@ -15,6 +17,7 @@ function makeContext(o) {
 		const v = o.params[name];
 		return typeof v === 'function' ? v(i) : v;
 	};
+	const credentials = o.credentials ?? { baseUrl: 'http://127.0.0.1:7780/', token: 'tok_secret' };
 	const ctx = {
 		getInputData: () => o.items.map((json) => ({ json })),
 		getNodeParameter: (name, i, fallback) => {
@@ -23,15 +26,26 @@ function makeContext(o) {
 		},
 		getCredentials: async (name) => {
 			if (name !== 'idemApi') throw new Error(`unexpected credential ${name}`);
-			return o.credentials ?? { baseUrl: 'http://127.0.0.1:7780/', token: 'tok_secret' };
+			return credentials;
 		},
 		getExecutionId: () => '42',
-		getNode: () => ({ name: 'Claim', type: 'n8n-nodes-idem.idempotencyGate', typeVersion: 1, parameters: {} }),
+		getNode: () => ({
+			name: 'Claim',
+			type: o.nodeType ?? 'n8n-nodes-idem.idempotencyGate',
+			typeVersion: 1,
+			parameters: {},
+		}),
 		continueOnFail: () => Boolean(o.continueOnFail),
 		helpers: {
-			httpRequest: async (req) => {
-				requests.push(req);
-				return o.respond(req, requests.length - 1);
+			httpRequest: async () => {
+				throw new Error('unauthenticated httpRequest: every call to idem must go through the credential');
+			},
+			httpRequestWithAuthentication: async function (credentialType, req) {
+				if (credentialType !== 'idemApi') throw new Error(`unexpected credential ${credentialType}`);
+				if (this !== ctx) throw new Error('httpRequestWithAuthentication must be called with the node context');
+				const authed = await new IdemApi().authenticate(credentials, req);
+				requests.push(authed);
+				return o.respond(authed, requests.length - 1);
 			},
 		},
 	};

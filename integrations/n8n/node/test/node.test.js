@@ -217,7 +217,6 @@ test('description: claim has five named outputs, other operations one', () => {
 	assert.equal(d.name, 'idempotencyGate');
 	assert.equal(d.displayName, 'Idempotency Gate');
 	const fn = d.outputs.slice(3, -2); // strip "={{" and "}}"
-	// eslint-disable-next-line no-new-func
 	const evalOutputs = new Function('$parameter', `return ${fn};`);
 	assert.deepEqual(evalOutputs({ operation: 'claim' }).map((o) => o.displayName), ['Proceed', 'Duplicate', 'Busy', 'Needs Review', 'Blocked']);
 	assert.deepEqual(evalOutputs({}).length, 5, 'claim is the default operation');
@@ -384,4 +383,149 @@ test('a fenced completion explains what it means on the canvas', async () => {
 		}),
 		(e) => !/fenced completion/.test(e.description) && /Do not repeat/.test(e.description),
 	);
+});
+
+test('single output: every claim answer on one output with idem.route and idem.summary; only acquired is proceed', async () => {
+	const answers = [
+		[201, { outcome: 'acquired', token: 'T', resumed: false, record: record('processing') }],
+		[200, { outcome: 'completed', record: record('completed') }],
+		[409, { outcome: 'in_flight', retry_after_ms: 900, record: record('processing') }],
+		[409, { outcome: 'needs_review', record: record('needs_review') }],
+		[422, { outcome: 'conflict', record: record('processing') }],
+	];
+	const { out } = await run({
+		items: answers.map((_, i) => ({ body: { id: `evt_${i}` } })),
+		params: claimParams({ outputMode: 'single' }),
+		respond: (_req, n) => ({ statusCode: answers[n][0], body: answers[n][1] }),
+	});
+	assert.equal(out.length, 1);
+	assert.deepEqual(out[0].map((it) => it.json.idem.route), ['proceed', 'duplicate', 'busy', 'needs_review', 'blocked']);
+	assert.deepEqual(out[0].map((it) => it.pairedItem.item), [0, 1, 2, 3, 4]);
+	assert.equal(out[0][0].json.idem.token, 'T');
+	assert.match(out[0][1].json.idem.summary, /Do not do it again/);
+	assert.equal(out[0][2].json.idem.retry_after_ms, 900);
+});
+
+test('as an AI agent tool (the ...Tool node type) the node answers on one output whatever Output Mode says', async () => {
+	const { out, requests } = await run({
+		nodeType: 'n8n-nodes-idem.idempotencyGateTool',
+		items: [{ order_id: 'o_1' }],
+		params: effectParams({ key: 'refund:o_1', outputMode: 'routes' }),
+		respond: () => ({
+			statusCode: 200,
+			headers: { 'idempotent-replayed': 'true' },
+			body: { outcome: 'completed', response: { status: 201, headers: {}, body: { id: 're_1' }, truncated: false }, record: record('completed') },
+		}),
+	});
+	assert.equal(requests[0].url, 'http://127.0.0.1:7780/v1/namespaces/shop/keys/refund%3Ao_1/effect');
+	assert.equal(out.length, 1, 'n8n hands only the first output to the agent');
+	const idem = out[0][0].json.idem;
+	assert.equal(idem.route, 'duplicate');
+	assert.equal(idem.replayed, true);
+	assert.deepEqual(idem.response.body, { id: 're_1' });
+	assert.match(idem.summary, /nothing was sent again/);
+});
+
+test('single output with Continue On Fail: an unreachable idem is "busy", never "proceed"', async () => {
+	const { out } = await run({
+		items: [{}],
+		params: claimParams({ outputMode: 'single', key: 'k1' }),
+		continueOnFail: true,
+		respond: () => {
+			throw Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:7780'), { code: 'ECONNREFUSED' });
+		},
+	});
+	assert.equal(out.length, 1);
+	assert.equal(out[0][0].json.idem.route, 'busy');
+	assert.match(out[0][0].json.error, /Could not reach idem/);
+});
+
+test('an error wrapped by n8n (transport code in the cause) still names the socket code', async () => {
+	const cause = Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:7780'), { code: 'ECONNREFUSED' });
+	await assert.rejects(
+		run({
+			items: [{}],
+			params: claimParams({ key: 'k1' }),
+			respond: () => {
+				throw Object.assign(new Error('The service refused the connection - perhaps it is offline'), { cause });
+			},
+		}),
+		(e) => /Could not reach idem/.test(e.message) && /ECONNREFUSED/.test(e.description),
+	);
+});
+
+const deriveParams = (over = {}) => ({
+	resource: 'event',
+	operation: 'deriveKey',
+	deriveEvent: '={{ $json.body }}',
+	deriveFields: '/data/object/id',
+	deriveOptions: { suffix: 'crm' },
+	...over,
+});
+
+test('derive key: POST /v1/keys/derive with the event; the key comes back as idem.key on one output', async () => {
+	const { out, requests } = await run({
+		items: [{ body: { data: { object: { id: 'cs_1' } } } }],
+		params: deriveParams({ deriveEvent: (i) => ({ data: { object: { id: `cs_${i + 1}` } } }) }),
+		respond: () => ({ statusCode: 200, body: { key: 'cs_1:crm' } }),
+	});
+	assert.equal(requests[0].method, 'POST');
+	assert.equal(requests[0].url, 'http://127.0.0.1:7780/v1/keys/derive');
+	assert.deepEqual(requests[0].body, { event: { data: { object: { id: 'cs_1' } } }, fields: ['/data/object/id'], suffix: 'crm' });
+	assert.equal(requests[0].headers.Authorization, 'Bearer tok_secret');
+	assert.equal(out.length, 1);
+	assert.equal(out[0][0].json.idem.key, 'cs_1:crm');
+	assert.deepEqual(out[0][0].json.body, { data: { object: { id: 'cs_1' } } }, 'the input item is kept');
+});
+
+test('derive key: a missing identity field is an error, never an empty key', async () => {
+	await assert.rejects(
+		run({
+			items: [{}],
+			params: deriveParams({ deriveEvent: { data: {} } }),
+			respond: () => ({ statusCode: 422, body: { code: 'missing_identity_field', detail: '/data/object/id is missing' } }),
+		}),
+		/idem answered 422: missing_identity_field: \/data\/object\/id is missing/,
+	);
+	const { ctx, requests } = require('./helpers').makeContext({
+		items: [{}],
+		params: deriveParams({ deriveEvent: { id: 1 }, deriveFields: 'id' }),
+		respond: () => assert.fail('must not send'),
+	});
+	await assert.rejects(new IdempotencyGate().execute.call(ctx), /not a JSON pointer/);
+	assert.equal(requests.length, 0);
+});
+
+test('description: usable as a tool, resources Key (default) and Event, outputs follow Output Mode', () => {
+	const d = new IdempotencyGate().description;
+	assert.equal(d.usableAsTool, true);
+	const resource = d.properties.find((p) => p.name === 'resource');
+	assert.equal(resource.default, 'key');
+	const ops = d.properties.filter((p) => p.name === 'operation').flatMap((p) => p.options.map((o) => o.name));
+	assert.deepEqual(ops.sort(), ['Claim', 'Complete', 'Derive Key', 'Effect', 'Fail', 'Prepare']);
+	const evalOutputs = new Function('$parameter', `return ${d.outputs.slice(3, -2)};`);
+	assert.equal(evalOutputs({ operation: 'claim', outputMode: 'single' }).length, 1);
+	assert.equal(evalOutputs({ operation: 'effect', outputMode: 'single' }).length, 1);
+	assert.equal(evalOutputs({ resource: 'key', operation: 'claim', outputMode: 'routes' }).length, 5);
+	assert.deepEqual(evalOutputs({ resource: 'event', operation: 'deriveKey' }), [{ type: 'main' }]);
+});
+
+test('credential: tested with GET /v1/whoami (any valid token, whatever its scope); documented', () => {
+	const { IdemApi } = require('../dist/credentials/IdemApi.credentials.js');
+	const c = new IdemApi();
+	assert.equal(c.test.request.method, 'GET');
+	assert.equal(c.test.request.url, '/v1/whoami');
+	assert.match(c.documentationUrl, /^https:\/\//);
+	assert.ok(c.properties.find((p) => p.name === 'token').typeOptions.password);
+});
+
+test('codex file: names this node and links its documentation', () => {
+	const codex = require('../dist/nodes/IdempotencyGate/IdempotencyGate.node.json');
+	const pkg = require('../package.json');
+	assert.equal(codex.node, `${pkg.name}.${new IdempotencyGate().description.name}`);
+	assert.match(codex.resources.primaryDocumentation[0].url, /^https:\/\//);
+	assert.match(codex.resources.credentialDocumentation[0].url, /^https:\/\//);
+	for (const p of [...pkg.n8n.nodes, ...pkg.n8n.credentials]) {
+		assert.ok(require('node:fs').existsSync(require('node:path').join(__dirname, '..', p)), p);
+	}
 });

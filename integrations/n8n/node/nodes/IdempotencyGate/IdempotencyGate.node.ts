@@ -1,4 +1,5 @@
 import {
+	NodeConnectionTypes,
 	NodeOperationError,
 	type IDataObject,
 	type IExecuteFunctions,
@@ -11,12 +12,15 @@ import {
 
 import {
 	CLAIM_OUTPUT_NAMES,
+	CLAIM_ROUTES,
 	EFFECT_OUTPUT,
 	EFFECT_OUTPUT_NAMES,
+	EFFECT_ROUTES,
 	OUTPUT,
 	claimBody,
 	completeBody,
 	costMember,
+	deriveBody,
 	describeProblem,
 	effectBody,
 	effectOutputForOutcome,
@@ -28,16 +32,20 @@ import {
 	parseBody,
 	prepareBody,
 	requireToken,
+	routeSummary,
+	transportDetail,
 	type EffectParams,
 	type FailParams,
 } from './gate';
 
 /**
- * Outputs depend on the operation: Claim shows one output per kind of answer so the canvas
- * shows every path; the worker writes have one. Evaluated by n8n from its source text, so it
- * must not reference anything outside itself.
+ * Outputs depend on the operation: Claim and Effect show one output per kind of answer so the
+ * canvas shows every path (unless Output Mode is Single Output); everything else has one.
+ * Evaluated by n8n from its source text, so it must not reference anything outside itself.
  */
 const configuredOutputs = (parameters: INodeParameters) => {
+	const single = [{ type: 'main' }];
+	if ((parameters.resource ?? 'key') !== 'key' || parameters.outputMode === 'single') return single;
 	if ((parameters.operation ?? 'claim') === 'claim') {
 		return ['Proceed', 'Duplicate', 'Busy', 'Needs Review', 'Blocked'].map((displayName) => ({
 			type: 'main',
@@ -45,31 +53,40 @@ const configuredOutputs = (parameters: INodeParameters) => {
 		}));
 	}
 	if (parameters.operation === 'effect') {
-		return ['Performed', 'Duplicate', 'Failed', 'Retry Later', 'Needs Review', 'Blocked'].map((displayName) => ({
-			type: 'main',
-			displayName,
-		}));
+		return ['Performed', 'Duplicate', 'Failed', 'Retry Later', 'Needs Review', 'Blocked'].map(
+			(displayName) => ({
+				type: 'main',
+				displayName,
+			}),
+		);
 	}
-	return [{ type: 'main' }];
+	return single;
 };
 
 const SIDE_EFFECT_KEY_HINT =
 	'Identify the business operation, never the attempt: the provider event id plus the side effect, e.g. {{ $json.body.id }}:crm. Never $execution.id.';
 
+/** The name n8n gives the AI-agent-tool variant of a node ends with "Tool". */
+const TOOL_SUFFIX = 'Tool';
+
+/** Time for idem itself on top of what the request asks it to wait for. */
+const REQUEST_SLACK_MS = 10000;
+
 export class IdempotencyGate implements INodeType {
 	description: INodeTypeDescription = {
 		displayName: 'Idempotency Gate',
 		name: 'idempotencyGate',
-		icon: 'file:idem.svg',
+		icon: { light: 'file:idem.svg', dark: 'file:idem.dark.svg' },
 		group: ['transform'],
 		version: 1,
 		subtitle: '={{ $parameter["operation"] }}',
 		description:
-			'Ask idem before an irreversible side effect (claim) and tell it what happened (complete / fail)',
+			'Ask idem before an irreversible side effect (claim, or let it make the call: effect) and tell it what happened (complete / fail)',
 		defaults: {
 			name: 'Idempotency Gate',
 		},
-		inputs: ['main'],
+		usableAsTool: true,
+		inputs: [NodeConnectionTypes.Main],
 		outputs: `={{(${configuredOutputs})($parameter)}}`,
 		credentials: [
 			{
@@ -79,15 +96,36 @@ export class IdempotencyGate implements INodeType {
 		],
 		properties: [
 			{
-				displayName: 'Operation',
-				name: 'operation',
+				displayName: 'Resource',
+				name: 'resource',
 				type: 'options',
 				noDataExpression: true,
 				options: [
 					{
+						name: 'Event',
+						value: 'event',
+						description: 'Derive a stable key from the identity fields of an event',
+					},
+					{
+						name: 'Key',
+						value: 'key',
+						description: 'Claim, effect, prepare, complete or fail one idempotency key',
+					},
+				],
+				default: 'key',
+			},
+			{
+				displayName: 'Operation',
+				name: 'operation',
+				type: 'options',
+				noDataExpression: true,
+				displayOptions: { show: { resource: ['key'] } },
+				options: [
+					{
 						name: 'Claim',
 						value: 'claim',
-						description: 'Ask whether the side effect may run now; routes to Proceed, Duplicate, Busy, Needs Review or Blocked',
+						description:
+							'Ask whether the side effect may run now; routes to Proceed, Duplicate, Busy, Needs Review or Blocked',
 						action: 'Claim a key before a side effect',
 					},
 					{
@@ -106,17 +144,36 @@ export class IdempotencyGate implements INodeType {
 					{
 						name: 'Fail',
 						value: 'fail',
-						description: 'Record that the side effect failed; idem classifies it and says whether a retry is allowed',
+						description:
+							'Record that the side effect failed; idem classifies it and says whether a retry is allowed',
 						action: 'Fail a claimed key',
 					},
 					{
 						name: 'Prepare',
 						value: 'prepare',
-						description: 'Save the payload to deliver (e.g. an AI draft) so every later attempt reuses it',
+						description:
+							'Save the payload to deliver (e.g. an AI draft) so every later attempt reuses it',
 						action: 'Prepare the payload of a claimed key',
 					},
 				],
 				default: 'claim',
+			},
+			{
+				displayName: 'Operation',
+				name: 'operation',
+				type: 'options',
+				noDataExpression: true,
+				displayOptions: { show: { resource: ['event'] } },
+				options: [
+					{
+						name: 'Derive Key',
+						value: 'deriveKey',
+						description:
+							'Build the key from identity fields of the event (hashed when long or personal); a missing field is an error, never "no key"',
+						action: 'Derive a key from an event',
+					},
+				],
+				default: 'deriveKey',
 			},
 			{
 				displayName: 'Namespace',
@@ -124,6 +181,7 @@ export class IdempotencyGate implements INodeType {
 				type: 'string',
 				default: 'n8n',
 				required: true,
+				displayOptions: { show: { resource: ['key'] } },
 				description:
 					'Scope of the keys (e.g. one per workflow or tenant). Letters, digits and . _ - : only.',
 			},
@@ -134,8 +192,31 @@ export class IdempotencyGate implements INodeType {
 				type: 'string',
 				default: '={{ $json.body ? $json.body.id : $json.id }}',
 				required: true,
-				displayOptions: { show: { operation: ['claim', 'effect'] } },
+				displayOptions: { show: { resource: ['key'], operation: ['claim', 'effect'] } },
 				description: SIDE_EFFECT_KEY_HINT,
+			},
+			{
+				displayName: 'Output Mode',
+				name: 'outputMode',
+				type: 'options',
+				default: 'routes',
+				displayOptions: { show: { resource: ['key'], operation: ['claim', 'effect'] } },
+				options: [
+					{
+						name: 'One Output per Outcome',
+						value: 'routes',
+						description:
+							'Each kind of answer leaves on its own output, so the canvas shows every path',
+					},
+					{
+						name: 'Single Output (for AI Agents)',
+						value: 'single',
+						description:
+							'Every answer leaves on one output with idem.route and a one-sentence idem.summary; always used when the node runs as an AI agent tool',
+					},
+				],
+				description:
+					'As an agent tool, form the key from identity arguments that stay the same when the agent retries, e.g. {{ "refund:" + $fromAI("order_ID") }}; never let the agent invent the key',
 			},
 			{
 				displayName: 'Fingerprint',
@@ -147,7 +228,8 @@ export class IdempotencyGate implements INodeType {
 					{
 						name: 'From Payload',
 						value: 'payload',
-						description: 'Idem fingerprints the payload; the same key with a different payload is a conflict (Blocked)',
+						description:
+							'Idem fingerprints the payload; the same key with a different payload is a conflict (Blocked)',
 					},
 					{
 						name: 'Precomputed',
@@ -197,7 +279,8 @@ export class IdempotencyGate implements INodeType {
 						type: 'number',
 						typeOptions: { minValue: 0 },
 						default: 0,
-						description: 'How long the claim is held before another attempt may take over. 0 = namespace default (30 s).',
+						description:
+							'How long the claim is held before another attempt may take over. 0 = namespace default (30 s).',
 					},
 					{
 						displayName: 'Lease Expiry',
@@ -223,7 +306,8 @@ export class IdempotencyGate implements INodeType {
 						type: 'number',
 						typeOptions: { minValue: 0, maxValue: 30000 },
 						default: 0,
-						description: 'Instead of an immediate Busy, wait up to this long for the holder to finish (max 30000)',
+						description:
+							'Instead of an immediate Busy, wait up to this long for the holder to finish (max 30000)',
 					},
 				],
 			},
@@ -338,7 +422,8 @@ export class IdempotencyGate implements INodeType {
 						name: 'idempotencyHeader',
 						type: 'string',
 						default: 'Idempotency-Key',
-						description: 'Header that carries the key to the destination, identical on every attempt',
+						description:
+							'Header that carries the key to the destination, identical on every attempt',
 					},
 					{
 						displayName: 'Owner',
@@ -359,7 +444,8 @@ export class IdempotencyGate implements INodeType {
 						name: 'reconcileNotFound',
 						type: 'string',
 						default: '404',
-						description: 'Comma-separated statuses of the lookup that mean it did not land (it is then retried)',
+						description:
+							'Comma-separated statuses of the lookup that mean it did not land (it is then retried)',
 					},
 					{
 						displayName: 'Reconcile URL',
@@ -375,7 +461,8 @@ export class IdempotencyGate implements INodeType {
 						name: 'sendIdempotencyHeader',
 						type: 'boolean',
 						default: true,
-						description: 'Whether to send the key in the idempotency header (turn off only for destinations that reject unknown headers)',
+						description:
+							'Whether to send the key in the idempotency header (turn off only for destinations that reject unknown headers)',
 					},
 					{
 						displayName: 'Success Statuses',
@@ -397,7 +484,8 @@ export class IdempotencyGate implements INodeType {
 						name: 'waitMs',
 						type: 'number',
 						default: 0,
-						description: 'How long a concurrent duplicate waits for the first call to finish and get its response',
+						description:
+							'How long a concurrent duplicate waits for the first call to finish and get its response',
 					},
 				],
 			},
@@ -429,7 +517,8 @@ export class IdempotencyGate implements INodeType {
 				type: 'json',
 				default: '={{ $json }}',
 				displayOptions: { show: { operation: ['prepare'] } },
-				description: 'What will be delivered. A resumed claim returns it as idem.record.prepared_payload.',
+				description:
+					'What will be delivered. A resumed claim returns it as idem.record.prepared_payload.',
 			},
 			{
 				displayName: 'Approval Required',
@@ -446,7 +535,8 @@ export class IdempotencyGate implements INodeType {
 				type: 'boolean',
 				default: true,
 				displayOptions: { show: { operation: ['complete'] } },
-				description: 'Whether to store a result that duplicates get back (keep it small; no secrets)',
+				description:
+					'Whether to store a result that duplicates get back (keep it small; no secrets)',
 			},
 			{
 				displayName: 'Result',
@@ -461,7 +551,8 @@ export class IdempotencyGate implements INodeType {
 				type: 'string',
 				default: '',
 				displayOptions: { show: { operation: ['complete'] } },
-				description: 'ID of what was created at the destination (charge ID, contact ID, message ID)',
+				description:
+					'ID of what was created at the destination (charge ID, contact ID, message ID)',
 			},
 			{
 				displayName: 'HTTP Status',
@@ -548,12 +639,73 @@ export class IdempotencyGate implements INodeType {
 				placeholder: 'e.g. 0.0042',
 				description: 'US dollars this attempt spent. Empty: not reported.',
 			},
+			// ---- event: derive key
+			{
+				displayName: 'Event',
+				name: 'deriveEvent',
+				type: 'json',
+				default: '={{ $json.body !== undefined ? $json.body : $json }}',
+				displayOptions: { show: { resource: ['event'], operation: ['deriveKey'] } },
+				description: 'The data the key is derived from, e.g. the webhook body',
+			},
+			{
+				displayName: 'Identity Fields',
+				name: 'deriveFields',
+				type: 'string',
+				default: '/id',
+				required: true,
+				placeholder: '/data/object/payment_intent, /type',
+				displayOptions: { show: { resource: ['event'], operation: ['deriveKey'] } },
+				description:
+					'JSON pointers to the fields that identify the business operation, in order (comma-separated or one per line). Never a delivery ID or a timestamp.',
+			},
+			{
+				displayName: 'Options',
+				name: 'deriveOptions',
+				type: 'collection',
+				placeholder: 'Add option',
+				default: {},
+				displayOptions: { show: { resource: ['event'], operation: ['deriveKey'] } },
+				options: [
+					{
+						displayName: 'Always Hash',
+						name: 'hash',
+						type: 'boolean',
+						default: false,
+						description:
+							'Whether to hash the values even when they are short identifiers (they are always hashed when long or when they may hold personal data)',
+					},
+					{
+						displayName: 'Prefix',
+						name: 'prefix',
+						type: 'string',
+						default: '',
+						placeholder: 'order',
+						description: 'Put before the key, e.g. the kind of event',
+					},
+					{
+						displayName: 'Suffix',
+						name: 'suffix',
+						type: 'string',
+						default: '',
+						placeholder: 'crm',
+						description: 'Put after the key, e.g. the side effect (one key per side effect)',
+					},
+				],
+			},
 		],
 	};
 
 	async execute(this: IExecuteFunctions): Promise<INodeExecutionData[][]> {
 		const items = this.getInputData();
+		const resource = this.getNodeParameter('resource', 0, 'key') as string;
 		const operation = this.getNodeParameter('operation', 0) as string;
+		const routed = resource === 'key' && (operation === 'claim' || operation === 'effect');
+		// As an AI agent tool only the first output reaches the agent: every answer goes there.
+		const single =
+			!routed ||
+			this.getNode().type.endsWith(TOOL_SUFFIX) ||
+			this.getNodeParameter('outputMode', 0, 'routes') === 'single';
 		const credentials = await this.getCredentials('idemApi');
 		const baseUrl = String(credentials.baseUrl ?? '').trim();
 		if (!/^https?:\/\//.test(baseUrl)) {
@@ -562,209 +714,238 @@ export class IdempotencyGate implements INodeType {
 				`The Idem API credential's Base URL ${JSON.stringify(baseUrl)} is not an http(s) URL`,
 			);
 		}
-		const token = String(credentials.token ?? '').trim();
 
-		const outputs: INodeExecutionData[][] =
-			operation === 'claim'
+		const outputs: INodeExecutionData[][] = single
+			? [[]]
+			: operation === 'claim'
 				? CLAIM_OUTPUT_NAMES.map(() => [])
-				: operation === 'effect'
-					? EFFECT_OUTPUT_NAMES.map(() => [])
-					: [[]];
+				: EFFECT_OUTPUT_NAMES.map(() => []);
 
 		for (let i = 0; i < items.length; i++) {
 			try {
-				const namespace = String(this.getNodeParameter('namespace', i));
-				const rawKey = this.getNodeParameter('key', i) as unknown;
-				const nsProblem = namespaceProblem(namespace);
-				if (nsProblem) throw new NodeOperationError(this.getNode(), `Invalid namespace: ${nsProblem}`, { itemIndex: i });
-				const kp = keyProblem(rawKey);
-				if (kp) {
-					throw new NodeOperationError(this.getNode(), `Invalid key: ${kp}`, {
-						itemIndex: i,
-						description:
-							'A missing key is never "skip the gate". Check the Key expression: ' + SIDE_EFFECT_KEY_HINT,
-					});
-				}
-				const key = String(rawKey);
-				const target = { baseUrl, namespace, key };
-
-				let verb: string;
+				let url: string;
 				let body: IDataObject;
-				if (operation === 'claim') {
-					const opts = this.getNodeParameter('claimOptions', i, {}) as IDataObject;
-					const fingerprintMode = this.getNodeParameter('fingerprintMode', i) as
-						| 'payload'
-						| 'fingerprint'
-						| 'none';
-					verb = 'claim';
-					body = claimBody({
-						fingerprintMode,
-						payload: fingerprintMode === 'payload' ? this.getNodeParameter('payload', i) : undefined,
-						fingerprint:
-							fingerprintMode === 'fingerprint' ? (this.getNodeParameter('fingerprint', i) as string) : undefined,
-						owner: (opts.owner as string) || this.getExecutionId(),
-						leaseMs: opts.leaseMs as number,
-						waitMs: opts.waitMs as number,
-						correlationId: opts.correlationId as string,
-						leaseExpiry: opts.leaseExpiry as string,
-					});
-				} else if (operation === 'effect') {
-					const opts = this.getNodeParameter('effectOptions', i, {}) as IDataObject;
-					const bodyMode = this.getNodeParameter('effectBodyMode', i) as EffectParams['bodyMode'];
-					const headers = this.getNodeParameter('effectHeaders', i, {}) as IDataObject;
-					verb = 'effect';
-					body = effectBody({
-						method: this.getNodeParameter('effectMethod', i) as string,
-						url: this.getNodeParameter('effectUrl', i) as string,
-						headers: (headers.header as EffectParams['headers']) ?? [],
-						bodyMode,
-						body: bodyMode === 'json' ? this.getNodeParameter('effectJson', i) : undefined,
-						bodyText: bodyMode === 'text' ? (this.getNodeParameter('effectText', i) as string) : undefined,
-						idempotencyHeader: opts.idempotencyHeader as string,
-						sendIdempotencyHeader: opts.sendIdempotencyHeader as boolean | undefined,
-						timeoutMs: opts.timeoutMs as number,
-						success: opts.success as string,
-						destinationIdempotent: opts.destinationIdempotent as EffectParams['destinationIdempotent'],
-						reconcileUrl: opts.reconcileUrl as string,
-						reconcileFound: opts.reconcileFound as string,
-						reconcileNotFound: opts.reconcileNotFound as string,
-						owner: (opts.owner as string) || this.getExecutionId(),
-						correlationId: opts.correlationId as string,
-						waitMs: opts.waitMs as number,
+				let namespace = '';
+				let key = '';
+				if (resource === 'event') {
+					if (operation !== 'deriveKey') {
+						throw new NodeOperationError(
+							this.getNode(),
+							`Unknown operation ${JSON.stringify(operation)}`,
+							{
+								itemIndex: i,
+							},
+						);
+					}
+					const opts = this.getNodeParameter('deriveOptions', i, {}) as IDataObject;
+					url = `${baseUrl.replace(/\/+$/, '')}/v1/keys/derive`;
+					body = deriveBody({
+						event: this.getNodeParameter('deriveEvent', i),
+						fields: this.getNodeParameter('deriveFields', i) as string,
+						prefix: opts.prefix as string,
+						suffix: opts.suffix as string,
+						hash: opts.hash as boolean,
 					});
 				} else {
-					const leaseToken = requireToken(this.getNodeParameter('leaseToken', i), operation);
-					if (operation === 'prepare') {
-						verb = 'prepare';
-						body = prepareBody(
-							leaseToken,
-							this.getNodeParameter('preparedPayload', i),
-							this.getNodeParameter('approvalRequired', i, false) as boolean,
-						);
-					} else if (operation === 'complete') {
-						verb = 'complete';
-						const sendResult = this.getNodeParameter('sendResult', i, true) as boolean;
-						body = completeBody(
-							leaseToken,
-							sendResult ? this.getNodeParameter('result', i) : undefined,
-							this.getNodeParameter('externalRef', i, '') as string,
-							costMember(
-								this.getNodeParameter('costUnits', i, ''),
-								this.getNodeParameter('costUsd', i, ''),
-							),
-						);
-					} else if (operation === 'fail') {
-						verb = 'fail';
-						const json = items[i].json ?? {};
-						const error =
-							json.error && typeof json.error === 'object' ? (json.error as IDataObject) : undefined;
-						const params: FailParams = {
-							kind: this.getNodeParameter('kind', i) as FailParams['kind'],
-							httpStatus: this.getNodeParameter('httpStatus', i, ''),
-							category: this.getNodeParameter('category', i) as string,
-							sent: this.getNodeParameter('sent', i) as FailParams['sent'],
-							message: this.getNodeParameter('message', i, '') as string,
-							retryAfter: this.getNodeParameter('retryAfter', i, '') as string,
-							error:
-								error ??
-								(typeof json.error === 'string' ? { message: json.error as string } : undefined),
-							cost: costMember(
-								this.getNodeParameter('costUnits', i, ''),
-								this.getNodeParameter('costUsd', i, ''),
-							),
-						};
-						body = failBody(leaseToken, params);
-					} else {
-						throw new NodeOperationError(this.getNode(), `Unknown operation ${JSON.stringify(operation)}`);
+					namespace = String(this.getNodeParameter('namespace', i));
+					const rawKey = this.getNodeParameter('key', i) as unknown;
+					const nsProblem = namespaceProblem(namespace);
+					if (nsProblem) {
+						throw new NodeOperationError(this.getNode(), `Invalid namespace: ${nsProblem}`, {
+							itemIndex: i,
+						});
 					}
+					const kp = keyProblem(rawKey);
+					if (kp) {
+						throw new NodeOperationError(this.getNode(), `Invalid key: ${kp}`, {
+							itemIndex: i,
+							description:
+								'A missing key is never "skip the gate". Check the Key expression: ' +
+								SIDE_EFFECT_KEY_HINT,
+						});
+					}
+					key = String(rawKey);
+					const target = { baseUrl, namespace, key };
+					if (operation === 'claim') {
+						const opts = this.getNodeParameter('claimOptions', i, {}) as IDataObject;
+						const fingerprintMode = this.getNodeParameter('fingerprintMode', i) as
+							| 'payload'
+							| 'fingerprint'
+							| 'none';
+						body = claimBody({
+							fingerprintMode,
+							payload:
+								fingerprintMode === 'payload' ? this.getNodeParameter('payload', i) : undefined,
+							fingerprint:
+								fingerprintMode === 'fingerprint'
+									? (this.getNodeParameter('fingerprint', i) as string)
+									: undefined,
+							owner: (opts.owner as string) || this.getExecutionId(),
+							leaseMs: opts.leaseMs as number,
+							waitMs: opts.waitMs as number,
+							correlationId: opts.correlationId as string,
+							leaseExpiry: opts.leaseExpiry as string,
+						});
+					} else if (operation === 'effect') {
+						const opts = this.getNodeParameter('effectOptions', i, {}) as IDataObject;
+						const bodyMode = this.getNodeParameter('effectBodyMode', i) as EffectParams['bodyMode'];
+						const headers = this.getNodeParameter('effectHeaders', i, {}) as IDataObject;
+						body = effectBody({
+							method: this.getNodeParameter('effectMethod', i) as string,
+							url: this.getNodeParameter('effectUrl', i) as string,
+							headers: (headers.header as EffectParams['headers']) ?? [],
+							bodyMode,
+							body: bodyMode === 'json' ? this.getNodeParameter('effectJson', i) : undefined,
+							bodyText:
+								bodyMode === 'text'
+									? (this.getNodeParameter('effectText', i) as string)
+									: undefined,
+							idempotencyHeader: opts.idempotencyHeader as string,
+							sendIdempotencyHeader: opts.sendIdempotencyHeader as boolean | undefined,
+							timeoutMs: opts.timeoutMs as number,
+							success: opts.success as string,
+							destinationIdempotent:
+								opts.destinationIdempotent as EffectParams['destinationIdempotent'],
+							reconcileUrl: opts.reconcileUrl as string,
+							reconcileFound: opts.reconcileFound as string,
+							reconcileNotFound: opts.reconcileNotFound as string,
+							owner: (opts.owner as string) || this.getExecutionId(),
+							correlationId: opts.correlationId as string,
+							waitMs: opts.waitMs as number,
+						});
+					} else {
+						const leaseToken = requireToken(this.getNodeParameter('leaseToken', i), operation);
+						if (operation === 'prepare') {
+							body = prepareBody(
+								leaseToken,
+								this.getNodeParameter('preparedPayload', i),
+								this.getNodeParameter('approvalRequired', i, false) as boolean,
+							);
+						} else if (operation === 'complete') {
+							const sendResult = this.getNodeParameter('sendResult', i, true) as boolean;
+							body = completeBody(
+								leaseToken,
+								sendResult ? this.getNodeParameter('result', i) : undefined,
+								this.getNodeParameter('externalRef', i, '') as string,
+								costMember(
+									this.getNodeParameter('costUnits', i, ''),
+									this.getNodeParameter('costUsd', i, ''),
+								),
+							);
+						} else if (operation === 'fail') {
+							const json = items[i].json ?? {};
+							const error =
+								json.error && typeof json.error === 'object'
+									? (json.error as IDataObject)
+									: undefined;
+							const params: FailParams = {
+								kind: this.getNodeParameter('kind', i) as FailParams['kind'],
+								httpStatus: this.getNodeParameter('httpStatus', i, ''),
+								category: this.getNodeParameter('category', i) as string,
+								sent: this.getNodeParameter('sent', i) as FailParams['sent'],
+								message: this.getNodeParameter('message', i, '') as string,
+								retryAfter: this.getNodeParameter('retryAfter', i, '') as string,
+								error:
+									error ??
+									(typeof json.error === 'string' ? { message: json.error as string } : undefined),
+								cost: costMember(
+									this.getNodeParameter('costUnits', i, ''),
+									this.getNodeParameter('costUsd', i, ''),
+								),
+							};
+							body = failBody(leaseToken, params);
+						} else {
+							throw new NodeOperationError(
+								this.getNode(),
+								`Unknown operation ${JSON.stringify(operation)}`,
+								{
+									itemIndex: i,
+								},
+							);
+						}
+					}
+					url = keyUrl(target, operation);
 				}
 
 				const request: IHttpRequestOptions = {
 					method: 'POST',
-					url: keyUrl(target, verb),
+					url,
 					body,
 					json: true,
-					headers: {
-						Accept: 'application/json, application/problem+json',
-						...(token ? { Authorization: `Bearer ${token}` } : {}),
-					},
+					headers: { Accept: 'application/json, application/problem+json' },
 					returnFullResponse: true,
 					ignoreHttpStatusErrors: true,
 					// An effect holds the request open while idem calls the destination.
 					timeout:
-						10000 +
+						REQUEST_SLACK_MS +
 						(Number(body.wait_ms) || 0) +
 						(operation === 'effect' ? Number(body.timeout_ms) || 30000 : 0),
 				};
 
 				let response: { statusCode: number; body: unknown; headers?: IDataObject };
 				try {
-					response = (await this.helpers.httpRequest(request)) as typeof response;
+					// The credential adds `Authorization: Bearer <token>` (none without a token).
+					response = (await this.helpers.httpRequestWithAuthentication.call(
+						this,
+						'idemApi',
+						request,
+					)) as typeof response;
 				} catch (e) {
-					const cause = (e as { code?: string; message?: string }) ?? {};
 					// The raw code goes to the description: n8n rewrites messages that contain
 					// socket error codes into a generic text that would hide which service failed.
 					throw new NodeOperationError(this.getNode(), `Could not reach idem at ${baseUrl}`, {
 						itemIndex: i,
 						description:
-							`${cause.code ?? ''} ${cause.message ?? ''}`.trim() +
+							transportDetail(e) +
 							(operation === 'effect'
 								? '. Whether idem sent the request is unknown from here: run the node again with the same key (idem replays or resumes it; it never sends twice blindly).'
 								: operation === 'complete'
-								? '. The side effect already happened: turn on "Retry On Fail" for this node (repeating complete is safe) so the key does not stay in processing.'
-								: '. Check the Base URL of the Idem API credential and that idem is running.'),
+									? '. The side effect already happened: turn on "Retry On Fail" for this node (repeating complete is safe) so the key does not stay in processing.'
+									: '. Check the Base URL of the Idem API credential and that idem is running.'),
 					});
 				}
 				const status = response.statusCode;
 				const answer = parseBody(response.body) as IDataObject;
 				const base = items[i].json ?? {};
+				const replayed = String(response.headers?.['idempotent-replayed'] ?? '') === 'true';
 
-				if (operation === 'claim') {
-					const outcome = answer && typeof answer === 'object' ? (answer.outcome as string) : undefined;
-					const out = outcome ? outputForOutcome(outcome) : undefined;
+				if (routed) {
+					const outcome =
+						answer && typeof answer === 'object' ? (answer.outcome as string) : undefined;
+					const out = outcome
+						? operation === 'claim'
+							? outputForOutcome(outcome)
+							: effectOutputForOutcome(outcome)
+						: undefined;
 					if (out === undefined) {
 						throw new NodeOperationError(this.getNode(), describeProblem(status, answer), {
 							itemIndex: i,
-							description: outcome
-								? `Unknown claim outcome ${JSON.stringify(outcome)}: the side effect was not run`
-								: 'The claim was not answered with an outcome: the side effect was not run',
+							description:
+								operation === 'claim'
+									? outcome
+										? `Unknown claim outcome ${JSON.stringify(outcome)}: the side effect was not run`
+										: 'The claim was not answered with an outcome: the side effect was not run'
+									: outcome
+										? `Unknown effect outcome ${JSON.stringify(outcome)}`
+										: 'The effect was not answered with an outcome (nothing was claimed when idem refused the request)',
 						});
 					}
-					const idem: IDataObject = {
-						namespace,
-						key,
-						outcome,
-						status,
-						replayed: String(response.headers?.['idempotent-replayed'] ?? '') === 'true',
-						record: (answer.record as IDataObject) ?? null,
-					};
-					if (answer.token !== undefined) idem.token = answer.token;
-					if (answer.resumed !== undefined) idem.resumed = answer.resumed;
-					if (answer.retry_after_ms !== undefined) idem.retry_after_ms = answer.retry_after_ms;
-					outputs[out].push({ json: { ...base, idem }, pairedItem: { item: i } });
-				} else if (operation === 'effect') {
-					const outcome = answer && typeof answer === 'object' ? (answer.outcome as string) : undefined;
-					const out = outcome ? effectOutputForOutcome(outcome) : undefined;
-					if (out === undefined) {
-						throw new NodeOperationError(this.getNode(), describeProblem(status, answer), {
-							itemIndex: i,
-							description: outcome
-								? `Unknown effect outcome ${JSON.stringify(outcome)}`
-								: 'The effect was not answered with an outcome (nothing was claimed when idem refused the request)',
-						});
+					const idem: IDataObject = { namespace, key, outcome, status, replayed };
+					if (operation === 'effect') idem.response = (answer.response as IDataObject) ?? null;
+					idem.record = (answer.record as IDataObject) ?? null;
+					if (operation === 'claim') {
+						if (answer.token !== undefined) idem.token = answer.token;
+						if (answer.resumed !== undefined) idem.resumed = answer.resumed;
 					}
-					const idem: IDataObject = {
-						namespace,
-						key,
-						outcome,
-						status,
-						replayed: String(response.headers?.['idempotent-replayed'] ?? '') === 'true',
-						response: (answer.response as IDataObject) ?? null,
-						record: (answer.record as IDataObject) ?? null,
-					};
 					if (answer.retry_after_ms !== undefined) idem.retry_after_ms = answer.retry_after_ms;
-					if (answer.reconciled !== undefined) idem.reconciled = answer.reconciled;
-					outputs[out].push({ json: { ...base, idem }, pairedItem: { item: i } });
+					if (operation === 'effect' && answer.reconciled !== undefined)
+						idem.reconciled = answer.reconciled;
+					if (single) {
+						const route = (operation === 'claim' ? CLAIM_ROUTES : EFFECT_ROUTES)[out];
+						idem.route = route;
+						idem.summary = routeSummary(operation, route);
+					}
+					outputs[single ? 0 : out].push({ json: { ...base, idem }, pairedItem: { item: i } });
 				} else {
 					if (status < 200 || status >= 300) {
 						throw new NodeOperationError(this.getNode(), describeProblem(status, answer), {
@@ -777,7 +958,10 @@ export class IdempotencyGate implements INodeType {
 									: undefined,
 						});
 					}
-					const idem: IDataObject = { namespace, key, status, ...(answer as IDataObject) };
+					const idem: IDataObject =
+						resource === 'event'
+							? { status, ...(answer as IDataObject) }
+							: { namespace, key, status, ...(answer as IDataObject) };
 					outputs[0].push({ json: { ...base, idem }, pairedItem: { item: i } });
 				}
 			} catch (error) {
@@ -785,16 +969,27 @@ export class IdempotencyGate implements INodeType {
 					// Never onto Proceed: an unanswered claim must not run the side effect. An
 					// unanswered effect goes to Retry Later: calling again with the same key is
 					// always safe (idem replays, resumes or refuses; it never resends blindly).
-					const out =
-						operation === 'claim' ? OUTPUT.busy : operation === 'effect' ? EFFECT_OUTPUT.retryLater : 0;
 					const e = error as Error & { description?: string };
-					outputs[out].push({
-						json: { error: e.description ? `${e.message}: ${e.description}` : e.message },
-						pairedItem: { item: i },
-					});
+					const json: IDataObject = {
+						error: e.description ? `${e.message}: ${e.description}` : e.message,
+					};
+					let out = 0;
+					if (routed) {
+						const route = operation === 'claim' ? 'busy' : 'retry_later';
+						if (single) {
+							json.idem = {
+								route,
+								summary:
+									'idem could not be asked or refused the request: nothing was done. Do not do the side effect now.',
+							};
+						} else {
+							out = operation === 'claim' ? OUTPUT.busy : EFFECT_OUTPUT.retryLater;
+						}
+					}
+					outputs[out].push({ json, pairedItem: { item: i } });
 					continue;
 				}
-				if (error instanceof NodeOperationError) throw error;
+				// A NodeOperationError is passed through unchanged (with its item index).
 				throw new NodeOperationError(this.getNode(), error as Error, { itemIndex: i });
 			}
 		}

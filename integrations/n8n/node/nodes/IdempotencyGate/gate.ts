@@ -19,6 +19,9 @@ export const OUTPUT = {
 
 export const CLAIM_OUTPUT_NAMES = ['Proceed', 'Duplicate', 'Busy', 'Needs Review', 'Blocked'];
 
+/** `idem.route` of a claim in single-output mode, in output order. */
+export const CLAIM_ROUTES = ['proceed', 'duplicate', 'busy', 'needs_review', 'blocked'];
+
 /**
  * Claim outcome → output.
  * - acquired (fresh or resumed): run the side effect.
@@ -60,7 +63,24 @@ export const EFFECT_OUTPUT = {
 	blocked: 5,
 } as const;
 
-export const EFFECT_OUTPUT_NAMES = ['Performed', 'Duplicate', 'Failed', 'Retry Later', 'Needs Review', 'Blocked'];
+export const EFFECT_OUTPUT_NAMES = [
+	'Performed',
+	'Duplicate',
+	'Failed',
+	'Retry Later',
+	'Needs Review',
+	'Blocked',
+];
+
+/** `idem.route` of an effect in single-output mode, in output order. */
+export const EFFECT_ROUTES = [
+	'performed',
+	'duplicate',
+	'failed',
+	'retry_later',
+	'needs_review',
+	'blocked',
+];
 
 /**
  * Effect outcome → output. idem made (or refused to make) the outbound call itself, so no
@@ -117,7 +137,8 @@ export function keyProblem(key: unknown): string | undefined {
 	}
 	const s = String(key);
 	if (s.length === 0) return 'the key is empty';
-	if (Buffer.byteLength(s, 'utf8') > 255) return `the key is ${Buffer.byteLength(s, 'utf8')} bytes long (at most 255)`;
+	if (Buffer.byteLength(s, 'utf8') > 255)
+		return `the key is ${Buffer.byteLength(s, 'utf8')} bytes long (at most 255)`;
 	for (let i = 0; i < s.length; i++) {
 		const c = s.charCodeAt(i);
 		if (c < 0x21 || c > 0x7e) {
@@ -133,8 +154,17 @@ export function namespaceProblem(ns: unknown): string | undefined {
 	if (typeof ns !== 'string' || ns.length === 0) return 'the namespace is empty';
 	if (ns.length > 128) return 'the namespace is longer than 128 characters';
 	const bad = [...ns].find((c) => !/[A-Za-z0-9._:-]/.test(c));
-	if (bad !== undefined) return `the namespace may only contain A-Z a-z 0-9 . _ - : (found ${JSON.stringify(bad)})`;
+	if (bad !== undefined)
+		return `the namespace may only contain A-Z a-z 0-9 . _ - : (found ${JSON.stringify(bad)})`;
 	return undefined;
+}
+
+function parseJsonText(text: string): { ok: true; value: unknown } | { ok: false } {
+	try {
+		return { ok: true, value: JSON.parse(text) };
+	} catch {
+		return { ok: false };
+	}
 }
 
 /** A JSON parameter may arrive as an object or as JSON text; '' means "not given". */
@@ -143,11 +173,9 @@ export function jsonParam(value: unknown, name: string): unknown {
 	if (typeof value === 'string') {
 		const t = value.trim();
 		if (t === '') return undefined;
-		try {
-			return JSON.parse(t);
-		} catch {
-			throw new Error(`${name} is not valid JSON`);
-		}
+		const parsed = parseJsonText(t);
+		if (!parsed.ok) throw new Error(`${name} is not valid JSON`);
+		return parsed.value;
 	}
 	return value;
 }
@@ -176,7 +204,9 @@ export function claimBody(p: ClaimParams): IDataObject {
 	} else if (p.fingerprintMode === 'fingerprint') {
 		const fp = (p.fingerprint ?? '').trim().toLowerCase();
 		if (!/^[0-9a-f]{64}$/.test(fp)) {
-			throw new Error('Fingerprint must be 64 hex digits (the SHA-256 of the JCS-canonical payload)');
+			throw new Error(
+				'Fingerprint must be 64 hex digits (the SHA-256 of the JCS-canonical payload)',
+			);
 		}
 		body.fingerprint = fp;
 	}
@@ -197,9 +227,14 @@ export function requireToken(token: unknown, operation: string): string {
 	return token.trim();
 }
 
-export function prepareBody(token: string, payload: unknown, approvalRequired: boolean): IDataObject {
+export function prepareBody(
+	token: string,
+	payload: unknown,
+	approvalRequired: boolean,
+): IDataObject {
 	const p = jsonParam(payload, 'Payload');
-	if (p === undefined) throw new Error('Payload is empty: prepare saves the payload a later attempt must reuse');
+	if (p === undefined)
+		throw new Error('Payload is empty: prepare saves the payload a later attempt must reuse');
 	const body: IDataObject = { token, payload: p as IDataObject };
 	if (approvalRequired) body.approval_required = true;
 	return body;
@@ -312,7 +347,10 @@ export function failBody(token: string, p: FailParams): IDataObject {
 		else category = 'unknown';
 	}
 	if (p.kind !== 'auto') body.kind = p.kind;
-	else if (status === undefined && !['timeout', 'connection', 'validation', 'auth', 'business'].includes(category)) {
+	else if (
+		status === undefined &&
+		!['timeout', 'connection', 'validation', 'auth', 'business'].includes(category)
+	) {
 		body.kind = 'ambiguous';
 	}
 	if (status !== undefined) body.http_status = status;
@@ -320,7 +358,11 @@ export function failBody(token: string, p: FailParams): IDataObject {
 	if (p.retryAfter !== undefined && p.retryAfter !== null && String(p.retryAfter) !== '') {
 		body.retry_after = String(p.retryAfter);
 	}
-	const message = (p.message || (p.error?.message as string) || (status ? `HTTP ${status}` : category)).slice(0, 500);
+	const message = (
+		p.message ||
+		(p.error?.message as string) ||
+		(status ? `HTTP ${status}` : category)
+	).slice(0, 500);
 	body.error = { category, message };
 	if (p.cost !== undefined) body.cost = p.cost;
 	return body;
@@ -330,10 +372,13 @@ export function failBody(token: string, p: FailParams): IDataObject {
 export function describeProblem(status: number, body: unknown): string {
 	if (body && typeof body === 'object') {
 		const b = body as IDataObject;
-		const parts = [b.code, b.detail ?? b.title].filter((x) => x !== undefined && x !== null && x !== '');
+		const parts = [b.code, b.detail ?? b.title].filter(
+			(x) => x !== undefined && x !== null && x !== '',
+		);
 		if (parts.length) return `idem answered ${status}: ${parts.join(': ')}`;
 	}
-	if (typeof body === 'string' && body.trim() !== '') return `idem answered ${status}: ${body.slice(0, 300)}`;
+	if (typeof body === 'string' && body.trim() !== '')
+		return `idem answered ${status}: ${body.slice(0, 300)}`;
 	return `idem answered ${status}`;
 }
 
@@ -395,9 +440,13 @@ function statusList(text: string, what: string): number[] {
  * policy, sizes) and refuses with a problem that names the field.
  */
 export function effectBody(p: EffectParams): IDataObject {
-	const method = String(p.method ?? '').trim().toUpperCase();
+	const method = String(p.method ?? '')
+		.trim()
+		.toUpperCase();
 	if (!EFFECT_METHODS.includes(method)) {
-		throw new Error(`Method ${JSON.stringify(p.method)} is not one of ${EFFECT_METHODS.join(', ')}`);
+		throw new Error(
+			`Method ${JSON.stringify(p.method)} is not one of ${EFFECT_METHODS.join(', ')}`,
+		);
 	}
 	const url = String(p.url ?? '').trim();
 	if (!/^https?:\/\/[^\s]+$/i.test(url)) {
@@ -409,8 +458,10 @@ export function effectBody(p: EffectParams): IDataObject {
 	for (const h of p.headers ?? []) {
 		const name = String(h?.name ?? '').trim();
 		if (name === '') continue;
-		if (!HEADER_NAME.test(name)) throw new Error(`Header name ${JSON.stringify(name)} is not a valid HTTP header name`);
-		if (seen.has(name.toLowerCase())) throw new Error(`Header ${JSON.stringify(name)} is given twice`);
+		if (!HEADER_NAME.test(name))
+			throw new Error(`Header name ${JSON.stringify(name)} is not a valid HTTP header name`);
+		if (seen.has(name.toLowerCase()))
+			throw new Error(`Header ${JSON.stringify(name)} is given twice`);
 		seen.add(name.toLowerCase());
 		headers[name] = String(h?.value ?? '');
 	}
@@ -428,7 +479,8 @@ export function effectBody(p: EffectParams): IDataObject {
 		body.idempotency_header = null;
 	} else if (p.idempotencyHeader && p.idempotencyHeader.trim() !== '') {
 		const name = p.idempotencyHeader.trim();
-		if (!HEADER_NAME.test(name)) throw new Error(`Idempotency header ${JSON.stringify(name)} is not a valid HTTP header name`);
+		if (!HEADER_NAME.test(name))
+			throw new Error(`Idempotency header ${JSON.stringify(name)} is not a valid HTTP header name`);
 		body.idempotency_header = name;
 	}
 	if (p.timeoutMs) body.timeout_ms = p.timeoutMs;
@@ -445,7 +497,8 @@ export function effectBody(p: EffectParams): IDataObject {
 	else if (p.destinationIdempotent === 'no') body.destination_idempotent = false;
 	const rurl = String(p.reconcileUrl ?? '').trim();
 	if (rurl !== '') {
-		if (!/^https?:\/\/[^\s]+$/i.test(rurl)) throw new Error(`Reconcile URL ${JSON.stringify(rurl)} is not an http(s) URL`);
+		if (!/^https?:\/\/[^\s]+$/i.test(rurl))
+			throw new Error(`Reconcile URL ${JSON.stringify(rurl)} is not an http(s) URL`);
 		const found = statusList(p.reconcileFound ?? '', 'Reconcile Found Statuses');
 		const notFound = statusList(p.reconcileNotFound ?? '', 'Reconcile Not Found Statuses');
 		body.reconcile = {
@@ -458,5 +511,107 @@ export function effectBody(p: EffectParams): IDataObject {
 	if (p.owner) body.owner = String(p.owner);
 	if (p.correlationId) body.correlation_id = String(p.correlationId);
 	if (p.waitMs) body.wait_ms = p.waitMs;
+	return body;
+}
+
+/**
+ * One sentence per route, for single-output mode: an AI agent reads the tool's answer as text,
+ * so it says what happened and what (not) to do next — above all "do not do it again".
+ */
+const CLAIM_SUMMARY: Record<string, string> = {
+	proceed:
+		'Acquired: this key is yours. Do the side effect now, then report it with Complete (or Fail) and idem.token.',
+	duplicate:
+		'Already done: an earlier attempt completed it. Do not do it again; its stored result is idem.record.result.',
+	busy: 'Not now: another attempt holds this key, or it waits for a retry time, an approval, a pause or a rate limit. Do not do it now; ask again later (idem.retry_after_ms when known).',
+	needs_review:
+		'Needs a person: it may already have happened. Do not do it again; a person decides in the review queue.',
+	blocked:
+		'Refused: this key was used with different data, or it failed for good. Do not retry it under this key.',
+};
+
+const EFFECT_SUMMARY: Record<string, string> = {
+	performed:
+		"Done now: the request was sent once; the destination's answer is idem.response. Do not send it again.",
+	duplicate:
+		'Already done earlier: nothing was sent again; the stored answer of the first call is idem.response.',
+	failed:
+		'Refused for good by the destination (e.g. card declined); its answer is idem.response. Do not retry.',
+	retry_later:
+		'Not done yet: call again later with the same arguments (idem.retry_after_ms when known). Nothing is ever sent twice under one key.',
+	needs_review:
+		'Unknown whether it happened (timeout or server error at the destination). Do not retry; a person decides in the review queue.',
+	blocked: 'Refused: this key was already used with a different request. Nothing was sent.',
+};
+
+export function routeSummary(operation: 'claim' | 'effect', route: string): string {
+	return (operation === 'claim' ? CLAIM_SUMMARY : EFFECT_SUMMARY)[route] ?? '';
+}
+
+/**
+ * What a failed request to idem says about why: the socket code and message of the error or of
+ * its cause (n8n wraps transport errors of authenticated requests in a NodeApiError whose
+ * message is a generic text).
+ */
+export function transportDetail(error: unknown): string {
+	const parts: string[] = [];
+	let e = error as { code?: unknown; message?: unknown; cause?: unknown } | undefined;
+	for (let depth = 0; e && typeof e === 'object' && depth < 4; depth++) {
+		for (const v of [e.code, e.message]) {
+			if (typeof v === 'string' && v !== '' && !parts.some((p) => p.includes(v))) parts.push(v);
+		}
+		e = e.cause as typeof e;
+	}
+	return parts.join(' ');
+}
+
+export interface DeriveParams {
+	event: unknown;
+	/** JSON pointers, one per line or comma-separated, in order. */
+	fields: string;
+	prefix?: string;
+	suffix?: string;
+	hash?: boolean;
+}
+
+const AFFIX = /^[\x21-\x7e]{1,255}$/;
+
+/**
+ * Body of `POST /v1/keys/derive`. The server derives (the same rule as `idem key derive`);
+ * this checks the shape so a typo fails on this node: at least one pointer, each starting with
+ * `/`, affixes of visible ASCII.
+ */
+export function deriveBody(p: DeriveParams): IDataObject {
+	const event = jsonParam(p.event, 'Event');
+	if (event === undefined) {
+		throw new Error(
+			'Event is empty: give the data the key is derived from (e.g. {{ $json.body }})',
+		);
+	}
+	const fields = String(p.fields ?? '')
+		.split(/[\n,]/)
+		.map((f) => f.trim())
+		.filter((f) => f !== '');
+	if (!fields.length)
+		throw new Error('Identity Fields is empty: give at least one JSON pointer, e.g. /id');
+	for (const f of fields) {
+		if (!f.startsWith('/')) {
+			throw new Error(
+				`Identity field ${JSON.stringify(f)} is not a JSON pointer (it must start with /, e.g. /data/object/id)`,
+			);
+		}
+	}
+	const body: IDataObject = { event: event as IDataObject, fields };
+	for (const [name, value] of [
+		['Prefix', p.prefix],
+		['Suffix', p.suffix],
+	] as const) {
+		const v = String(value ?? '').trim();
+		if (v === '') continue;
+		if (!AFFIX.test(v))
+			throw new Error(`${name} may only contain visible ASCII (no spaces), at most 255 characters`);
+		body[name.toLowerCase()] = v;
+	}
+	if (p.hash) body.hash = true;
 	return body;
 }

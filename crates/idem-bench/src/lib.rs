@@ -23,6 +23,7 @@
 
 mod bare;
 mod dest;
+pub mod history;
 mod http;
 mod load;
 mod scale;
@@ -829,4 +830,58 @@ pub fn render_table(rows: &[Row]) -> String {
         ));
     }
     out
+}
+
+/// The `kill -9` fault run with the history checker ([`history::run_kill9`]) on a fresh
+/// ledger of `backend`: a SQLite file in a temp dir, or a database created on the
+/// PostgreSQL server of `pg_url` and dropped afterwards.
+pub async fn run_kill9_on(
+    backend: Backend,
+    pg_url: &str,
+    bin: PathBuf,
+    rounds: u32,
+    round_time: Duration,
+    clients: usize,
+) -> anyhow::Result<history::Kill9Report> {
+    let dir = tempfile::tempdir()?;
+    let (db_url, pg_db) = match backend {
+        Backend::Sqlite => (
+            format!("sqlite://{}", dir.path().join("kill9.db").display()),
+            None,
+        ),
+        Backend::Postgres => {
+            let name = format!("idem_kill9_{:016x}", rand::random::<u64>());
+            bare::pg_admin(pg_url, &format!("CREATE DATABASE {name}")).await?;
+            (bare::pg_url_with_db(pg_url, &name), Some(name))
+        }
+    };
+    let opts = history::Kill9Opts {
+        bin,
+        db_url,
+        rounds,
+        round_time,
+        clients,
+    };
+    let report = history::run_kill9(&opts).await;
+    if let Some(name) = pg_db {
+        let _ = bare::pg_admin(
+            pg_url,
+            &format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"),
+        )
+        .await;
+    }
+    report
+}
+
+/// [`history::run_soak`] on a fresh SQLite ledger in a temp dir.
+pub async fn run_soak_sqlite(
+    bin: &std::path::Path,
+    duration: Duration,
+    window: Duration,
+    clients: usize,
+    pause: Duration,
+) -> anyhow::Result<history::SoakReport> {
+    let dir = tempfile::tempdir()?;
+    let db = format!("sqlite://{}", dir.path().join("soak.db").display());
+    history::run_soak(bin, &db, duration, window, clients, pause).await
 }

@@ -265,6 +265,22 @@ pub struct BenchCmd {
     /// Directory for temporary SQLite files (default: the system temp dir).
     #[arg(long, value_name = "DIR")]
     pub tmp_dir: Option<PathBuf>,
+    /// Fault run instead of the table: this many rounds of load, `kill -9` of the server and
+    /// restart, then the history checker (docs/reliability.md). Clients: the largest
+    /// --concurrency value; one backend (--backend sqlite or postgres).
+    #[arg(long, value_name = "N", default_value = "0")]
+    pub kill9_rounds: u32,
+    /// Fault run: load time before each kill.
+    #[arg(long, value_name = "DURATION", default_value = "1s")]
+    pub round_time: String,
+    /// Soak instead of the table: serve a fresh SQLite ledger this long under a paced load
+    /// (the largest --concurrency value of workers, 5 ms between requests), sampling RSS,
+    /// open files and a probe's p99 every --soak-window; then the history checker.
+    #[arg(long, value_name = "DURATION")]
+    pub soak: Option<String>,
+    /// Soak: sampling window.
+    #[arg(long, value_name = "DURATION", default_value = "10s")]
+    pub soak_window: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -52,7 +52,94 @@ pub async fn run(c: BenchCmd) -> Result<u8, CliError> {
     if c.concurrency.iter().any(|&n| n == 0 || n > 4096) {
         return Err(CliError::input("--concurrency values must be 1..=4096"));
     }
-    let json = if c.scale {
+    let json = if let Some(soak) = &c.soak {
+        let total = humantime::parse_duration(soak)
+            .map_err(|e| CliError::input(format!("--soak {soak:?}: {e}")))?;
+        let window = humantime::parse_duration(&c.soak_window)
+            .map_err(|e| CliError::input(format!("--soak-window {:?}: {e}", c.soak_window)))?;
+        let clients = c.concurrency.iter().copied().max().unwrap_or(8);
+        let bin = std::env::current_exe().map_err(anyhow::Error::from)?;
+        let r = idem_bench::run_soak_sqlite(&bin, total, window, clients, Duration::from_millis(5))
+            .await?;
+        println!(
+            "{:>6} {:>9} {:>10} {:>7} {:>9}",
+            "at s", "RSS MiB", "open files", "pairs", "p99 ms"
+        );
+        for w in &r.windows {
+            println!(
+                "{:>6} {:>9.1} {:>10} {:>7} {:>9.2}",
+                w.at_s, w.rss_mib, w.open_files, w.pairs, w.p99_ms
+            );
+        }
+        let v = &r.verdict;
+        println!(
+            "soak {}s, {} workers: {} requests, {} acknowledged; lost {}, double acquisitions \
+             {}, bad states {}, ambiguous not in review {}",
+            r.duration_s,
+            r.clients,
+            v.requests,
+            v.acknowledged,
+            v.lost,
+            v.double_acquired,
+            v.bad_state,
+            v.ambiguous_not_in_review
+        );
+        let json = serde_json::to_string_pretty(&r).map_err(anyhow::Error::from)?;
+        if !v.ok() {
+            return Err(CliError::from(anyhow::anyhow!(
+                "the history check found violations"
+            )));
+        }
+        json
+    } else if c.kill9_rounds > 0 {
+        let backend = match c.backend {
+            BenchBackend::Sqlite => Backend::Sqlite,
+            BenchBackend::Postgres => Backend::Postgres,
+            BenchBackend::All => {
+                return Err(CliError::input(
+                    "--kill9-rounds needs one backend: --backend sqlite or postgres",
+                ))
+            }
+        };
+        let round_time = humantime::parse_duration(&c.round_time)
+            .map_err(|e| CliError::input(format!("--round-time {:?}: {e}", c.round_time)))?;
+        let clients = c.concurrency.iter().copied().max().unwrap_or(64);
+        let bin = std::env::current_exe().map_err(anyhow::Error::from)?;
+        let r = idem_bench::run_kill9_on(backend, &c.db, bin, c.kill9_rounds, round_time, clients)
+            .await?;
+        let v = &r.verdict;
+        println!(
+            "kill -9 on {}: {} rounds, {} clients; {} requests, {} acknowledged, {} without \
+             answer; {} keys checked: lost {}, double acquisitions {}, bad states {}, \
+             ambiguous not in review {}; restart to healthy median {} ms, max {} ms",
+            backend.as_str(),
+            r.rounds,
+            r.clients,
+            v.requests,
+            v.acknowledged,
+            v.unknown,
+            v.keys_checked,
+            v.lost,
+            v.double_acquired,
+            v.bad_state,
+            v.ambiguous_not_in_review,
+            r.restart_ms_median,
+            r.restart_ms_max
+        );
+        for line in &v.violations {
+            println!("  violation: {line}");
+        }
+        let json = serde_json::to_string_pretty(&r).map_err(anyhow::Error::from)?;
+        if !v.ok() {
+            if let Some(path) = &c.json {
+                std::fs::write(path, &json)?;
+            }
+            return Err(CliError::from(anyhow::anyhow!(
+                "the history check found violations"
+            )));
+        }
+        json
+    } else if c.scale {
         let opts = ScaleOpts {
             backends: backends(c.backend),
             pg_url: c.db.clone(),

@@ -600,3 +600,377 @@ async fn database_outage_answers_503_fast_and_recovers_without_restart() {
     drop(db);
     drop(cluster);
 }
+
+// ------------------------------------------------------------------ 4. outage under load
+
+/// What one keep-alive client saw during the outage-under-load test.
+#[derive(Debug, Default)]
+struct LoadTally {
+    /// Answers by status.
+    statuses: HashMap<u16, u64>,
+    /// 503 answers that were not problem+json `store_unavailable`.
+    wrong_503: u64,
+    /// Requests whose connection was closed or reset before a full answer.
+    dropped: u64,
+    /// Keys whose complete was acknowledged (2xx), with the result sent.
+    completed: Vec<(String, String)>,
+    /// Keys whose claim was acknowledged (201).
+    acquired: Vec<String>,
+    /// First 2xx after the restart of PostgreSQL, from this client.
+    first_ok_after_restart: Option<Instant>,
+}
+
+/// One raw HTTP/1.1 exchange on a keep-alive socket: `Ok((status, body))`, or `Err` when the
+/// server closed or reset the connection before a full answer.
+async fn raw_post(
+    s: &mut tokio::net::TcpStream,
+    path: &str,
+    body: &str,
+) -> Result<(u16, String, String), String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let req = format!(
+        "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n",
+        body.len()
+    );
+    // Head and body in two writes, as many clients send them.
+    s.write_all(req.as_bytes())
+        .await
+        .map_err(|e| format!("write: {e}"))?;
+    s.write_all(body.as_bytes())
+        .await
+        .map_err(|e| format!("write body: {e}"))?;
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        match s.read(&mut byte).await {
+            Ok(0) => return Err("closed before an answer".into()),
+            Ok(_) => head.push(byte[0]),
+            Err(e) => return Err(format!("read: {e}")),
+        }
+    }
+    let head = String::from_utf8_lossy(&head).into_owned();
+    let status: u16 = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or("bad status line")?;
+    let len: usize = head
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case("content-length")
+                .then(|| v.trim().parse().ok())?
+        })
+        .unwrap_or(0);
+    let mut body = vec![0u8; len];
+    s.read_exact(&mut body)
+        .await
+        .map_err(|e| format!("read body: {e}"))?;
+    Ok((status, head, String::from_utf8_lossy(&body).into_owned()))
+}
+
+/// One client: claim + complete of fresh keys on one keep-alive connection (a new one only
+/// when the server closed it) until `stop`.
+async fn load_client(
+    addr: String,
+    client: usize,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    restarted: Arc<std::sync::Mutex<Option<Instant>>>,
+) -> LoadTally {
+    use std::sync::atomic::Ordering;
+    let mut t = LoadTally::default();
+    let mut conn: Option<tokio::net::TcpStream> = None;
+    let mut seq = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        let s = match conn.as_mut() {
+            Some(s) => s,
+            None => match tokio::net::TcpStream::connect(&addr).await {
+                Ok(s) => {
+                    let _ = s.set_nodelay(true);
+                    conn.insert(s)
+                }
+                Err(_) => {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    continue;
+                }
+            },
+        };
+        seq += 1;
+        let key = format!("load-{client}-{seq}");
+        let path = format!("/v1/namespaces/outload/keys/{key}");
+        let note = |t: &mut LoadTally, r: &Result<(u16, String, String), String>| match r {
+            Ok((status, head, body)) => {
+                *t.statuses.entry(*status).or_default() += 1;
+                if *status == 503
+                    && !(head.contains("application/problem+json")
+                        && body.contains("\"code\":\"store_unavailable\""))
+                {
+                    t.wrong_503 += 1;
+                }
+                if (200..300).contains(status) && t.first_ok_after_restart.is_none() {
+                    if let Ok(g) = restarted.lock() {
+                        if g.is_some() {
+                            t.first_ok_after_restart = Some(Instant::now());
+                        }
+                    }
+                }
+            }
+            Err(_) => t.dropped += 1,
+        };
+        let claim =
+            tokio::time::timeout(REQUEST_TIMEOUT, raw_post(s, &format!("{path}/claim"), "{}"))
+                .await
+                .unwrap_or_else(|_| Err("no answer".into()));
+        note(&mut t, &claim);
+        let token = match &claim {
+            Ok((201, _, body)) => {
+                t.acquired.push(key.clone());
+                serde_json::from_str::<Value>(body)
+                    .ok()
+                    .and_then(|v| v["token"].as_str().map(str::to_owned))
+            }
+            Ok((503, _, _)) => {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                None
+            }
+            Ok(_) => None,
+            Err(_) => {
+                conn = None;
+                continue;
+            }
+        };
+        let Some(token) = token else { continue };
+        let result = format!("r-{client}-{seq}");
+        let body = json!({"token": token, "result": {"r": result}}).to_string();
+        let done = tokio::time::timeout(
+            REQUEST_TIMEOUT,
+            raw_post(s, &format!("{path}/complete"), &body),
+        )
+        .await
+        .unwrap_or_else(|_| Err("no answer".into()));
+        note(&mut t, &done);
+        match &done {
+            Ok((200, _, _)) => t.completed.push((key, result)),
+            Ok(_) => {}
+            Err(_) => conn = None,
+        }
+    }
+    t
+}
+
+/// Three instances on one private cluster, 16 keep-alive clients, PostgreSQL stopped for 10 s
+/// (`-m immediate`) and started again: every request gets an answer on a connection that
+/// stays usable (no drop), every 503 is `store_unavailable`, service comes back without a
+/// restart, and every acknowledged claim and complete is in the ledger afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outage_under_keep_alive_load_answers_every_request() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    if admin_url_or_skip("outage_under_keep_alive_load_answers_every_request").is_none() {
+        return;
+    }
+    let Some(cluster) = Cluster::create() else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must have the PostgreSQL server binaries for the outage test"
+        );
+        return;
+    };
+    let down_for: Duration = std::env::var("IDEM_OUTAGE_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .map_or(Duration::from_secs(10), Duration::from_secs);
+    let db = PgDb::create_on(&cluster.admin_url());
+    let a = Serve::start("idem-a", db.url()).await;
+    let b = Serve::start("idem-b", db.url()).await;
+    let c = Serve::start("idem-c", db.url()).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let restarted = Arc::new(std::sync::Mutex::new(None::<Instant>));
+    let mut tasks = tokio::task::JoinSet::new();
+    for client in 0..16 {
+        let addr = [&a, &b, &c][client % 3]
+            .url
+            .trim_start_matches("http://")
+            .to_owned();
+        tasks.spawn(load_client(addr, client, stop.clone(), restarted.clone()));
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(cluster.stop(), "stop the private cluster");
+    tokio::time::sleep(down_for).await;
+    assert!(cluster.start(), "start the private cluster again");
+    let back = Instant::now();
+    *restarted.lock().expect("lock") = Some(back);
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    stop.store(true, Ordering::Relaxed);
+
+    let mut total = LoadTally::default();
+    let mut recovered: Vec<Duration> = Vec::new();
+    while let Some(t) = tasks.join_next().await {
+        let t = t.expect("load client");
+        for (s, n) in t.statuses {
+            *total.statuses.entry(s).or_default() += n;
+        }
+        total.wrong_503 += t.wrong_503;
+        total.dropped += t.dropped;
+        total.completed.extend(t.completed);
+        total.acquired.extend(t.acquired);
+        if let Some(at) = t.first_ok_after_restart {
+            recovered.push(at.duration_since(back));
+        }
+    }
+    recovered.sort();
+    let answers: u64 = total.statuses.values().sum();
+    eprintln!(
+        "outage under load ({down_for:?} down, 3 instances, 16 keep-alive clients): {answers} \
+         answers {:?}, {} dropped connections, {} wrong 503s; {} acknowledged claims, {} \
+         acknowledged completes; first 2xx after the restart per client: fastest {:?}, \
+         slowest {:?}",
+        total.statuses,
+        total.dropped,
+        total.wrong_503,
+        total.acquired.len(),
+        total.completed.len(),
+        recovered.first(),
+        recovered.last()
+    );
+    assert_eq!(total.dropped, 0, "requests whose connection was dropped");
+    assert_eq!(total.wrong_503, 0, "503s that were not store_unavailable");
+    assert!(
+        total.statuses.get(&503).copied().unwrap_or(0) > 0,
+        "no request saw the outage"
+    );
+    assert_eq!(recovered.len(), 16, "every client was served again");
+    let (mut a, mut b, mut c) = (a, b, c);
+    assert!(
+        a.child_alive() && b.child_alive() && c.child_alive(),
+        "no instance restarted"
+    );
+
+    // Every acknowledged write is in the ledger.
+    let http = client();
+    for key in &total.acquired {
+        let r = get(&http, &a.key_url("outload", key, "")).await;
+        assert_eq!(r.status, StatusCode::OK, "acknowledged claim {key}: {r:?}");
+    }
+    for (key, result) in &total.completed {
+        let r = get(&http, &b.key_url("outload", key, "")).await;
+        assert_eq!(r.body["record"]["state"], "completed", "{key}: {r:?}");
+        assert_eq!(r.body["record"]["result"]["r"], result.as_str(), "{key}");
+    }
+    // One line per outage and a periodic count, not one per refused request (before: a
+    // WARN and an ERROR line for each of the thousands of 503s). The pool's own lines are
+    // bounded by its size; the background loops back off exponentially.
+    for s in [&a, &b, &c] {
+        let log = s.log_text();
+        let loud: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains(" WARN ") || l.contains(" ERROR "))
+            .collect();
+        let outage = log
+            .lines()
+            .filter(|l| l.contains("idem_server::outage"))
+            .count();
+        eprintln!(
+            "{}: {} WARN/ERROR lines, {outage} of them outage lines",
+            s.name,
+            loud.len()
+        );
+        assert!(
+            loud.len() < 200,
+            "{}: {} WARN/ERROR lines for the outage:\n{}",
+            s.name,
+            loud.len(),
+            loud.join("\n")
+        );
+        assert!(
+            !log.contains("response failed"),
+            "{}: a 503 was logged as a failure",
+            s.name
+        );
+        assert!(log.contains("store unavailable"), "{}: {log}", s.name);
+        assert!(log.contains("store answering again"), "{}: {log}", s.name);
+    }
+    drop((a, b, c));
+    drop(db);
+    drop(cluster);
+}
+
+// ------------------------------------------------------------------ 5. history after an outage
+
+/// The history checker across a PostgreSQL stop/start: three instances on one private
+/// cluster, 64 workers (claims, heartbeats, completes, fails of every kind on shared keys),
+/// PostgreSQL stopped for `IDEM_OUTAGE_SECS` (default 10) and started again; then every
+/// acknowledged write is in the ledger, no attempt was acquired twice, no record is in a
+/// state the workload cannot produce, every acknowledged ambiguous fail is in review.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn history_holds_across_a_postgres_outage() {
+    use idem_bench::history;
+    if admin_url_or_skip("history_holds_across_a_postgres_outage").is_none() {
+        return;
+    }
+    let Some(cluster) = Cluster::create() else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must have the PostgreSQL server binaries for the outage test"
+        );
+        return;
+    };
+    let down_for: Duration = std::env::var("IDEM_OUTAGE_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .map_or(Duration::from_secs(10), Duration::from_secs);
+    let db = PgDb::create_on(&cluster.admin_url());
+    let servers = [
+        Serve::start("idem-a", db.url()).await,
+        Serve::start("idem-b", db.url()).await,
+        Serve::start("idem-c", db.url()).await,
+    ];
+    let addrs: Vec<String> = servers
+        .iter()
+        .map(|s| s.url.trim_start_matches("http://").to_owned())
+        .collect();
+    let ns = "histout";
+    history::prepare_namespace(&addrs[0], ns)
+        .await
+        .expect("namespace policy");
+    let loads: Vec<history::Load> = addrs
+        .iter()
+        .enumerate()
+        .map(|(i, a)| history::Load::start(a, ns, 22 - (i == 2) as usize * 2))
+        .collect();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(cluster.stop(), "stop the private cluster");
+    tokio::time::sleep(down_for).await;
+    assert!(cluster.start(), "start the private cluster again");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let mut all = history::History {
+        namespace: ns.to_owned(),
+        entries: Vec::new(),
+    };
+    for l in loads {
+        all.entries
+            .extend(l.finish().await.expect("history").entries);
+    }
+    let v = history::check(&addrs[1], &all).await.expect("check");
+    eprintln!(
+        "history across a {down_for:?} outage (3 instances, 64 workers): {} requests, {} \
+         acknowledged, {} without answer, answers {:?}; {} keys checked: lost {}, double \
+         acquisitions {}, bad states {}, ambiguous not in review {}",
+        v.requests,
+        v.acknowledged,
+        v.unknown,
+        v.answers,
+        v.keys_checked,
+        v.lost,
+        v.double_acquired,
+        v.bad_state,
+        v.ambiguous_not_in_review
+    );
+    assert!(v.ok(), "{:#?}", v.violations);
+    assert_eq!(v.unknown, 0, "every request got an answer: {v:?}");
+    assert!(v.answers.get(&503).copied().unwrap_or(0) > 0, "{v:?}");
+    assert!(v.acknowledged > 100, "{v:?}");
+    drop(servers);
+    drop(db);
+    drop(cluster);
+}

@@ -75,6 +75,9 @@ pub struct Config {
     /// Effects: PEM file of CA certificates trusted for outbound HTTPS besides the web roots
     /// (`effects.extra_ca`, `--extra-ca`).
     pub extra_ca: Option<PathBuf>,
+    /// Connection limits: header and body read timeouts, head size, connections
+    /// (`[http]`, see [`crate::conn`]).
+    pub http: crate::conn::HttpLimits,
 }
 
 /// The `[namespaces.NAME]` policy patches by namespace. Its `Debug` shows `alert_secret` as
@@ -144,6 +147,7 @@ impl std::fmt::Debug for Config {
             otlp_endpoint,
             max_response_bytes,
             extra_ca,
+            http,
         } = self;
         f.debug_struct("Config")
             .field("listen", listen)
@@ -168,6 +172,7 @@ impl std::fmt::Debug for Config {
             )
             .field("max_response_bytes", max_response_bytes)
             .field("extra_ca", extra_ca)
+            .field("http", http)
             .finish()
     }
 }
@@ -193,6 +198,7 @@ impl Default for Config {
             otlp_endpoint: None,
             max_response_bytes: idem::effect::DEFAULT_MAX_RESPONSE_BYTES,
             extra_ca: None,
+            http: crate::conn::HttpLimits::default(),
         }
     }
 }
@@ -256,6 +262,10 @@ impl Config {
             ("IDEM_OTLP_ENDPOINT", "otlp_endpoint"),
             ("IDEM_MAX_RESPONSE_BYTES", "max_response_bytes"),
             ("IDEM_EXTRA_CA", "extra_ca"),
+            ("IDEM_HEADER_READ_TIMEOUT", "http.header_read_timeout"),
+            ("IDEM_BODY_READ_TIMEOUT", "http.body_read_timeout"),
+            ("IDEM_MAX_HEADER_BYTES", "http.max_header_bytes"),
+            ("IDEM_MAX_CONNECTIONS", "http.max_connections"),
         ];
         for (var, setting) in vars {
             if let Some(v) = env(var).filter(|v| !v.is_empty()) {
@@ -332,6 +342,15 @@ impl Config {
             "body_limit" => self.body_limit = parse_size(v)?,
             "max_response_bytes" => self.max_response_bytes = parse_size(v)?,
             "extra_ca" => self.extra_ca = Some(PathBuf::from(v)),
+            "http.header_read_timeout" => self.http.header_read_timeout = parse_duration(v)?,
+            "http.body_read_timeout" => self.http.body_read_timeout = parse_duration(v)?,
+            "http.max_header_bytes" => self.http.max_header_bytes = parse_size(v)?,
+            "http.max_connections" => {
+                self.http.max_connections = v
+                    .trim()
+                    .parse()
+                    .map_err(|_| format!("{v:?} is not a positive integer"))?
+            }
             "tls_cert" => self.tls_cert = Some(PathBuf::from(v)),
             "tls_key" => self.tls_key = Some(PathBuf::from(v)),
             "otlp_endpoint" => {
@@ -381,6 +400,19 @@ impl Config {
                 other => other.to_string(),
             }),
         )?;
+        if let Some(http) = file.http {
+            let text = |v: toml::Value| match v {
+                toml::Value::String(s) => s,
+                other => other.to_string(),
+            };
+            set("http.header_read_timeout", http.header_read_timeout)?;
+            set("http.body_read_timeout", http.body_read_timeout)?;
+            set("http.max_header_bytes", http.max_header_bytes.map(text))?;
+            set(
+                "http.max_connections",
+                http.max_connections.map(|n| n.to_string()),
+            )?;
+        }
         if let Some(effects) = file.effects {
             set("extra_ca", effects.extra_ca)?;
             set(
@@ -437,6 +469,7 @@ impl Config {
                 "must be from 1 byte to 64MiB",
             ));
         }
+        self.http.validate().map_err(|(s, m)| bad(s, m))?;
         match (&self.tls_cert, &self.tls_key) {
             (Some(_), None) => return Err(bad("tls_key", "tls_cert is set: set tls_key too")),
             (None, Some(_)) => return Err(bad("tls_cert", "tls_key is set: set tls_cert too")),
@@ -470,6 +503,7 @@ struct FileConfig {
     tls_key: Option<String>,
     otlp_endpoint: Option<String>,
     effects: Option<EffectsFile>,
+    http: Option<HttpFile>,
     #[serde(default)]
     namespaces: BTreeMap<String, toml::Table>,
 }
@@ -480,6 +514,16 @@ struct FileConfig {
 struct EffectsFile {
     max_response_bytes: Option<toml::Value>,
     extra_ca: Option<String>,
+}
+
+/// `[http]` of the config file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HttpFile {
+    header_read_timeout: Option<String>,
+    body_read_timeout: Option<String>,
+    max_header_bytes: Option<toml::Value>,
+    max_connections: Option<u64>,
 }
 
 /// Why the configuration was refused.
@@ -668,6 +712,18 @@ body_limit = "1MiB"
 # [effects]
 # max_response_bytes = "256KiB"
 # extra_ca = "/etc/idem/private-ca.pem"
+
+# Connection limits (docs/reliability.md). A request head must arrive within
+# header_read_timeout, which also closes a keep-alive connection idle that long
+# (IDEM_HEADER_READ_TIMEOUT); its body within body_read_timeout, else 408
+# (IDEM_BODY_READ_TIMEOUT); a head over max_header_bytes gets 431 (IDEM_MAX_HEADER_BYTES);
+# at most max_connections are served at once, the next ones wait in the listen backlog
+# (IDEM_MAX_CONNECTIONS; keep it under the process's open-files limit, `ulimit -n`).
+# [http]
+# header_read_timeout = "20s"
+# body_read_timeout = "30s"
+# max_header_bytes = "64KiB"
+# max_connections = 10000
 
 # Per-namespace policy applied at start (same fields as PATCH /v1/namespaces/{ns};
 # durations may be written "30s" or as integer milliseconds in the *_ms fields).

@@ -48,6 +48,9 @@ pub enum ApiError {
     /// An effect's destination is refused by the namespace's egress policy.
     #[error("{message}")]
     DestinationForbidden { field: String, message: String },
+    /// The request body did not arrive within the body read timeout.
+    #[error("the request body did not arrive within {0:?}")]
+    RequestTimeout(std::time::Duration),
     #[error("{0}")]
     Unauthorized(String),
     #[error("{0}")]
@@ -81,10 +84,11 @@ pub enum ErrorCode {
     StoreUnavailable,
     Internal,
     DestinationForbidden,
+    RequestTimeout,
 }
 
 impl ErrorCode {
-    pub const ALL: [ErrorCode; 17] = [
+    pub const ALL: [ErrorCode; 18] = [
         Self::InvalidJson,
         Self::UnknownField,
         Self::InvalidKey,
@@ -102,6 +106,7 @@ impl ErrorCode {
         Self::StoreUnavailable,
         Self::Internal,
         Self::DestinationForbidden,
+        Self::RequestTimeout,
     ];
 
     /// (code, status, title).
@@ -145,6 +150,7 @@ impl ErrorCode {
                 S::UNPROCESSABLE_ENTITY,
                 "Destination forbidden",
             ),
+            Self::RequestTimeout => ("request_timeout", S::REQUEST_TIMEOUT, "Request timeout"),
         }
     }
 
@@ -223,6 +229,7 @@ impl ApiError {
             ApiError::ResultMismatch => ErrorCode::ResultMismatch,
             ApiError::MethodNotAllowed => ErrorCode::MethodNotAllowed,
             ApiError::DestinationForbidden { .. } => ErrorCode::DestinationForbidden,
+            ApiError::RequestTimeout(_) => ErrorCode::RequestTimeout,
             ApiError::Unauthorized(_) => ErrorCode::Unauthorized,
             ApiError::Forbidden(_) => ErrorCode::Forbidden,
             ApiError::StoreUnavailable { .. } => ErrorCode::StoreUnavailable,
@@ -290,9 +297,8 @@ impl IntoResponse for ApiError {
             ApiError::Internal { cause, at } => {
                 tracing::error!(cause = %cause, at = %at, "internal error");
             }
-            ApiError::StoreUnavailable { cause, at } => {
-                tracing::warn!(cause = %cause, at = %at, "store unavailable");
-            }
+            // One line per outage and a periodic count, not one per request.
+            ApiError::StoreUnavailable { cause, at } => crate::outage::refused(cause, at),
             _ => {}
         }
         let problem = self.problem();

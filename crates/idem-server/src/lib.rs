@@ -12,6 +12,7 @@ pub mod api;
 pub mod auth;
 pub mod background;
 pub mod config;
+pub mod conn;
 pub mod console;
 pub mod error;
 pub mod fields;
@@ -20,6 +21,7 @@ pub mod logging;
 pub mod metrics;
 pub mod middleware;
 pub mod openapi;
+pub mod outage;
 pub mod routes;
 pub mod state;
 pub mod telemetry;
@@ -271,14 +273,15 @@ pub async fn run(
             let _ = stop_tx.send(true);
         }
     };
+    let (limits, body_limit) = (config.http, config.body_limit);
     let served = match https {
-        None => axum::serve(listener, app)
-            .with_graceful_shutdown(signal)
+        None => conn::serve(listener, app, None, limits, body_limit, signal)
             .await
             .context("server error"),
         Some((certs, server)) => {
             let reload = tokio::spawn(tls::reload_on_sighup(certs));
-            let served = tls::serve_tls(listener, app, server, signal)
+            let acceptor = tokio_rustls::TlsAcceptor::from(server);
+            let served = conn::serve(listener, app, Some(acceptor), limits, body_limit, signal)
                 .await
                 .context("server error");
             reload.abort();

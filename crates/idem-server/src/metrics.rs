@@ -196,6 +196,11 @@ pub fn register_all() {
         metrics::counter!("idem_cost_tokens_total", "attempt" => a).increment(0);
     }
     metrics::counter!("idem_fenced_completions_total").increment(0);
+    metrics::describe_counter!(
+        "idem_store_unavailable_total",
+        "Requests answered 503 store_unavailable (the store did not answer)."
+    );
+    metrics::counter!("idem_store_unavailable_total").increment(0);
     // Registered with no observation: the histogram shows its buckets at zero.
     let _ = metrics::histogram!("idem_recovery_seconds");
     for s in State::ALL {

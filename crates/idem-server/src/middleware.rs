@@ -14,12 +14,13 @@
 //!    a refusal answers at once, an accepted caller goes into the request extensions; a
 //!    method the path does not route gets no check (it answers 405 from the fallback);
 //! 3. `idem_http_request_duration_seconds` by route pattern and status;
-//! 4. the DEBUG "finished processing request" line and, for a 5xx, the ERROR "response
-//!    failed" line, written by tower-http's own default callbacks.
+//! 4. the DEBUG "finished processing request" line and, for a 5xx other than 503, the ERROR
+//!    "response failed" line, written by tower-http's own default callbacks (a 503 is logged
+//!    once per outage by [`crate::outage`], not once per request).
 //!
-//! Body size limits are enforced by the body extractors of `input` (`JsonBody`, `Body<T>`,
-//! `RawBody`: problem+json 413), which read the body themselves; no route uses axum's body
-//! extractors, so axum's default limit never applied.
+//! Request bodies arrive here already read in full by [`crate::conn`] (under the body limit
+//! and the body read timeout); the body extractors of `input` (`JsonBody`, `Body<T>`,
+//! `RawBody`: problem+json 413) check the limit again for routers served some other way.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -29,7 +30,7 @@ use std::task::{Context, Poll};
 use std::time::Instant;
 
 use axum::extract::Request;
-use axum::http::Method;
+use axum::http::{Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use idem::Role;
 use tower::{Layer, Service};
@@ -121,6 +122,7 @@ where
             crate::telemetry::link_request(&span, req.headers(), req.method().as_str(), route);
         span.in_scope(|| DefaultOnRequest::default().on_request(&req, &span));
         let role = self.gate.role_for(req.method());
+        let method = req.method().clone();
         let state = role.map(|_| self.gate.state.clone());
         // The service that was polled ready is the one to call; a clone takes its place.
         let ready = self.inner.clone();
@@ -138,7 +140,12 @@ where
             crate::metrics::request_done(route, status.as_u16(), latency.as_secs_f64());
             let span = tracing::Span::current();
             DefaultOnResponse::default().on_response(&resp, latency, &span);
-            if status.is_server_error() {
+            if role.is_some() && method == Method::POST && status.is_success() {
+                crate::outage::answered();
+            }
+            // A 503 (store unavailable, namespace paused) is an answer the caller acts on,
+            // not a failure of the server; store outages are logged by `outage`.
+            if status.is_server_error() && status != StatusCode::SERVICE_UNAVAILABLE {
                 DefaultOnFailure::default().on_failure(
                     ServerErrorsFailureClass::StatusCode(status),
                     latency,
@@ -156,74 +163,4 @@ fn into_response<R: IntoResponse>(r: Result<R, Infallible>) -> Response {
         Ok(r) => r.into_response(),
         Err(never) => match never {},
     }
-}
-
-/// A request body that notes when it has been read to its end.
-struct Tracked {
-    inner: axum::body::Body,
-    read: std::sync::Arc<std::sync::atomic::AtomicBool>,
-}
-
-impl axum::body::HttpBody for Tracked {
-    type Data = bytes::Bytes;
-    type Error = axum::Error;
-
-    fn poll_frame(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
-        let this = self.get_mut();
-        let polled = std::pin::Pin::new(&mut this.inner).poll_frame(cx);
-        let ended = match &polled {
-            std::task::Poll::Ready(None) => true,
-            std::task::Poll::Ready(Some(Ok(_))) => this.inner.is_end_stream(),
-            _ => false,
-        };
-        if ended {
-            this.read.store(true, std::sync::atomic::Ordering::Relaxed);
-        }
-        polled
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> http_body::SizeHint {
-        self.inner.size_hint()
-    }
-}
-
-/// Answers that leave part of the request body unread say `Connection: close`.
-///
-/// A refusal made before the body is read (a bad key in the path, a 401/403 from the auth
-/// gate, a 413) leaves the rest of the body on the connection; the server then closes it
-/// after the answer, and a keep-alive client that was not told would send its next request
-/// into a closed socket. With the header it opens a fresh connection instead. Bodies that were
-/// read to the end (every accepted request) keep the connection alive.
-pub async fn close_if_body_unread(
-    req: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> axum::response::Response {
-    use axum::body::HttpBody as _;
-    let (parts, body) = req.into_parts();
-    if body.is_end_stream() {
-        return next
-            .run(axum::extract::Request::from_parts(parts, body))
-            .await;
-    }
-    let read = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let tracked = Tracked {
-        inner: body,
-        read: read.clone(),
-    };
-    let req = axum::extract::Request::from_parts(parts, axum::body::Body::new(tracked));
-    let mut resp = next.run(req).await;
-    if !read.load(std::sync::atomic::Ordering::Relaxed) {
-        resp.headers_mut().insert(
-            axum::http::header::CONNECTION,
-            axum::http::HeaderValue::from_static("close"),
-        );
-    }
-    resp
 }

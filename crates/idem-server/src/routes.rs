@@ -94,11 +94,9 @@ pub fn router(state: AppState) -> Router {
     app = app.merge(crate::console::router(state.clone()));
     let not_found = Gate::new(UNMATCHED, Vec::new(), state.clone())
         .layer(Handler::<_, AppState>::with_state(not_found, state.clone()));
-    app.fallback_service(not_found)
-        .with_state(state)
-        .layer(axum::middleware::from_fn(
-            crate::middleware::close_if_body_unread,
-        ))
+    // Request bodies are read in full before the router runs (`crate::conn`), so an early
+    // refusal leaves nothing unread on the connection and it stays usable.
+    app.fallback_service(not_found).with_state(state)
 }
 
 /// Unknown routes: 404 problem+json.

@@ -1,31 +1,23 @@
 //! HTTPS for `idem serve`: rustls (ring provider) in front of the same axum router, with the
 //! certificate and key re-read on SIGHUP.
 //!
-//! This module owns the certificate in use ([`CertStore`]), the TLS accept loop
-//! ([`serve_tls`]) and the SIGHUP reload task ([`reload_on_sighup`]). A reload replaces the
+//! This module owns the certificate in use ([`CertStore`]) and the SIGHUP reload task
+//! ([`reload_on_sighup`]); connections are accepted and served by [`crate::conn`]. A reload replaces the
 //! certificate for handshakes that start after it; connections already open keep theirs. A
 //! reload that fails (missing file, bad PEM, a key that does not match the certificate)
 //! keeps the certificate in use and logs an error: a bad file must never take the service
 //! down or leave it without a certificate. It never logs key material, only paths.
 
-use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
-use axum::Router;
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
-use hyper_util::service::TowerToHyperService;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use rustls::ServerConfig;
-use tokio::net::TcpListener;
-use tokio_rustls::TlsAcceptor;
 
 /// A TLS handshake that has not finished by then is dropped (a client that connects and
 /// says nothing must not hold a task and a socket forever).
@@ -178,55 +170,4 @@ pub async fn reload_on_sighup(certs: Arc<CertStore>) {
         let _ = certs;
         std::future::pending::<()>().await;
     }
-}
-
-/// Serves `app` over TLS on `listener` until `shutdown` resolves, then lets open
-/// connections finish their requests (as `axum::serve`'s graceful shutdown does).
-pub async fn serve_tls(
-    listener: TcpListener,
-    app: Router,
-    config: Arc<ServerConfig>,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    let acceptor = TlsAcceptor::from(config);
-    let graceful = GracefulShutdown::new();
-    let builder = auto::Builder::new(TokioExecutor::new());
-    tokio::pin!(shutdown);
-    loop {
-        let (tcp, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(c) => c,
-                Err(e) => {
-                    // Out of file descriptors and the like: pause instead of spinning.
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-            _ = &mut shutdown => break,
-        };
-        let (acceptor, app, builder) = (acceptor.clone(), app.clone(), builder.clone());
-        let watcher = graceful.watcher();
-        tokio::spawn(async move {
-            let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                Ok(Ok(s)) => s,
-                Ok(Err(e)) => {
-                    tracing::debug!(%peer, error = %e, "TLS handshake failed");
-                    return;
-                }
-                Err(_) => {
-                    tracing::debug!(%peer, "TLS handshake timed out");
-                    return;
-                }
-            };
-            let service = TowerToHyperService::new(app);
-            let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
-            if let Err(e) = watcher.watch(conn.into_owned()).await {
-                tracing::debug!(%peer, error = %e, "connection ended with an error");
-            }
-        });
-    }
-    drop(listener);
-    graceful.shutdown().await;
-    Ok(())
 }

@@ -30,6 +30,8 @@ pub struct Options {
     pub db: Option<String>,
     /// Effects: the cap of a kept response body.
     pub max_response_bytes: usize,
+    /// Connection limits (timeouts, head size, connections).
+    pub http: idem_server::conn::HttpLimits,
 }
 
 /// Which store a test server runs on.
@@ -60,6 +62,7 @@ impl Default for Options {
             backend: Backend::Sqlite,
             db: None,
             max_response_bytes: 256 * 1024,
+            http: idem_server::conn::HttpLimits::default(),
         }
     }
 }
@@ -142,6 +145,7 @@ pub async fn spawn_with(opts: Options) -> TestApp {
         alert_interval: opts.alert_interval,
         body_limit: opts.body_limit,
         max_response_bytes: opts.max_response_bytes,
+        http: opts.http,
         namespaces: opts
             .namespaces
             .iter()

@@ -10,6 +10,7 @@ mod bench;
 mod db_secrets;
 mod derive;
 mod effect;
+mod faults;
 mod helpers;
 mod https;
 mod ops;

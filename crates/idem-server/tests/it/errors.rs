@@ -136,11 +136,12 @@ fn raw_post(path: &str, body: &str) -> String {
     )
 }
 
-/// A POST refused before its body was read (a bad key in the path) says `Connection: close`,
-/// so a keep-alive client does not send its next request into the closing socket; a POST
-/// whose body was read keeps the connection open for the next request.
+/// A POST refused before its handler read the body (a bad key in the path) keeps the
+/// keep-alive connection usable: the server has read the whole body before routing, so
+/// nothing is left on the socket; the next request on the same connection is answered. A
+/// POST whose body was read keeps the connection open too.
 #[tokio::test]
-async fn a_refusal_that_leaves_the_body_unread_says_connection_close() {
+async fn a_refusal_before_the_body_is_read_keeps_the_connection_usable() {
     let app = spawn_app().await;
     let good = raw_post("/v1/namespaces/ns/keys/k1/claim", "{}");
     let heads = keep_alive_heads(&app.base, &[good.clone(), good.clone()]).await;
@@ -156,8 +157,13 @@ async fn a_refusal_that_leaves_the_body_unread_says_connection_close() {
         "/v1/namespaces/ns/keys/k%20k/claim",
         "{\"owner\": \"someone\"}",
     );
-    let heads = keep_alive_heads(&app.base, &[bad]).await;
+    let next = raw_post("/v1/namespaces/ns/keys/k2/claim", "{}");
+    let heads = keep_alive_heads(&app.base, &[bad, next]).await;
     let h = heads[0].as_deref().expect("an answer");
     assert!(h.starts_with("http/1.1 400"), "{h}");
-    assert!(h.contains("connection: close"), "{h}");
+    assert!(!h.contains("connection: close"), "{h}");
+    let after = heads[1]
+        .as_deref()
+        .expect("the same connection answers after the refusal");
+    assert!(after.starts_with("http/1.1 201"), "{after}");
 }

@@ -41,7 +41,7 @@ fuzz_target!(|inp: Input<'_>| {
         .kind
         .map(|k| [Class::Retryable, Class::Permanent, Class::Ambiguous][usize::from(k % 3)]);
     let category = match inp.category {
-        Some(_) if inp.category_pick % 2 == 0 => {
+        Some(_) if inp.category_pick.is_multiple_of(2) => {
             Some(CATEGORIES[usize::from(inp.category_pick / 2) % CATEGORIES.len()])
         }
         c => c,

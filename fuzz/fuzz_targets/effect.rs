@@ -66,7 +66,7 @@ fuzz_target!(|inp: Input<'_>| {
         .iter()
         .take(16)
         .map(|(pick, name, value)| {
-            let name = if pick % 2 == 0 {
+            let name = if pick.is_multiple_of(2) {
                 NAMES[usize::from(pick / 2) % NAMES.len()]
             } else {
                 name

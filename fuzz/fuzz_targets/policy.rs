@@ -18,12 +18,12 @@ fn field_of(e: &PolicyError) -> &str {
 
 fuzz_target!(|data: &[u8]| {
     let Some(patch) = json(data) else { return };
-    for base in [Policy::default(), {
-        let mut p = Policy::default();
-        p.daily_limit = Some(5);
-        p.alert_url = Some("https://alerts.example/hook".into());
-        p
-    }] {
+    let with_alerts = Policy {
+        daily_limit: Some(5),
+        alert_url: Some("https://alerts.example/hook".into()),
+        ..Policy::default()
+    };
+    for base in [Policy::default(), with_alerts] {
         let got = base.patch(&patch);
         if safe_numbers(&patch) {
             let again: Value = serde_json::from_str(&respell(&patch)).expect("reads back");

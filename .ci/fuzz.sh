@@ -10,7 +10,7 @@
 # Settings (environment):
 #   IDEM_FUZZ_SECONDS    budget per target in seconds (default 15)
 #   IDEM_FUZZ_SANITIZER  cargo-fuzz sanitizer (default none: the workspace forbids unsafe
-#                        code; `address` also works, at about half the speed)
+#                        code; `address` is cargo-fuzz's own default)
 #   IDEM_FUZZ_TARGET_DIR build directory (default $HOME/.cache/idem/fuzz-target)
 #   IDEM_FUZZ_WORK       where the working corpus and crash artifacts go (default
 #                        $HOME/.cache/idem/fuzz-work); fuzz/corpus/ in the clone is only read
@@ -67,7 +67,7 @@ for t in "${targets[@]}"; do
   if ! cargo fuzz run --sanitizer "$sanitizer" --target-dir "$target_dir" "$t" "$corpus" "${seeds[@]}" -- "${args[@]}" >"$log" 2>&1; then
     tail -n 60 "$log"
     crash=$(ls -t "$artifacts" 2>/dev/null | head -n 1 || true)
-    echo "FAIL: fuzz target $t crashed" >&2
+    echo "FAIL: fuzz target $t failed (a crash, or see the output above)" >&2
     if [ -n "$crash" ]; then
       echo "reproducer: $artifacts$crash" >&2
       echo "rerun it:   (cd fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz run --sanitizer $sanitizer --target-dir $target_dir $t $artifacts$crash)" >&2

@@ -8,6 +8,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::policy::MAX_DURATION_MS;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Class {
@@ -109,25 +111,29 @@ pub fn backoff_ms(attempt_in_budget: u32, base_ms: i64, max_ms: i64, jitter: f64
     } else {
         0.0
     };
-    ((ceiling as f64) * j).floor() as i64
+    // `ceiling as f64` rounds above 2^53, and the product could land past the ceiling.
+    (((ceiling as f64) * j).floor() as i64).clamp(0, ceiling)
 }
 
 /// Parses a `Retry-After` value: delta seconds (integer or numeric string) or an HTTP-date in
 /// any of the three forms RFC 9110 requires a recipient to accept (IMF-fixdate
 /// `Sun, 06 Nov 1994 08:49:37 GMT`, RFC 850 `Sunday, 06-Nov-94 08:49:37 GMT`, asctime
 /// `Sun Nov  6 08:49:37 1994`). Returns milliseconds from `now_ms`, never negative (a date in
-/// the past means "now").
+/// the past means "now") and never more than [`MAX_DURATION_MS`] (ten years): seconds beyond
+/// it are refused, a date beyond it counts as ten years (it still means "not for longer than
+/// any retry window").
 pub fn parse_retry_after(v: &serde_json::Value, now_ms: i64) -> Result<i64, String> {
     const ERR: &str = "must be seconds (integer or string) or an HTTP-date";
+    const MAX_SECONDS: u64 = (MAX_DURATION_MS / 1000) as u64;
     match v {
         serde_json::Value::Number(n) => match n.as_u64() {
-            Some(s) if s <= 10 * 366 * 86_400 => Ok(s as i64 * 1000),
+            Some(s) if s <= MAX_SECONDS => Ok(s as i64 * 1000),
             _ => Err(ERR.into()),
         },
         serde_json::Value::String(s) => {
             let t = s.trim();
             if let Ok(secs) = t.parse::<u64>() {
-                if secs <= 10 * 366 * 86_400 {
+                if secs <= MAX_SECONDS {
                     return Ok(secs as i64 * 1000);
                 }
                 return Err(ERR.into());
@@ -137,7 +143,7 @@ pub fn parse_retry_after(v: &serde_json::Value, now_ms: i64) -> Result<i64, Stri
                 Ok(d) => i64::try_from(d.as_millis()).unwrap_or(i64::MAX),
                 Err(_) => 0,
             };
-            Ok(at_ms.saturating_sub(now_ms).max(0))
+            Ok(at_ms.saturating_sub(now_ms).clamp(0, MAX_DURATION_MS))
         }
         _ => Err(ERR.into()),
     }
@@ -245,6 +251,41 @@ mod tests {
         assert_eq!(backoff_ms(30, 1000, 300_000, 0.5), 150_000);
         assert_eq!(backoff_ms(200, 1000, 300_000, 1.0), 300_000);
         assert_eq!(backoff_ms(2, 1000, 300_000, f64::NAN), 0);
+    }
+
+    #[test]
+    fn backoff_never_exceeds_its_ceiling() {
+        // Found by the classify fuzz target: above 2^53 the float product rounded past the cap.
+        let (base, max) = (7_161_677_110_013_551_459, 7_161_677_110_013_551_459);
+        assert_eq!(backoff_ms(1, base, max, 1.0), max);
+        assert!(backoff_ms(1, base, max, 0.9) <= max);
+        assert_eq!(backoff_ms(1, i64::MAX, i64::MAX, 1.0), i64::MAX);
+        assert_eq!(backoff_ms(1, -5, 10, 0.5), 0);
+    }
+
+    #[test]
+    fn retry_after_dates_beyond_ten_years_count_as_ten_years() {
+        // Found by the retry_after fuzz target: a date in 4828 gave a delay of 2,858 years
+        // while the same delay in seconds is refused.
+        use serde_json::json;
+        let ten_years = crate::policy::MAX_DURATION_MS;
+        assert_eq!(
+            parse_retry_after(&json!("Tue, 22 Feb 4828 15:54:22 GMT"), 0),
+            Ok(ten_years)
+        );
+        assert_eq!(
+            parse_retry_after(&json!("Fri, 31 Dec 9999 23:59:59 GMT"), i64::MIN),
+            Ok(ten_years)
+        );
+        let secs = ten_years / 1000;
+        assert_eq!(parse_retry_after(&json!(secs), 0), Ok(ten_years));
+        assert!(parse_retry_after(&json!(secs + 1), 0).is_err());
+        // Just inside the bound, a date is the exact delay.
+        let now = NOV_6_1994 - (ten_years - 1000);
+        assert_eq!(
+            parse_retry_after(&json!("Sun, 06 Nov 1994 08:49:37 GMT"), now),
+            Ok(ten_years - 1000)
+        );
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! Stable keys from identity fields of an event.
 //!
 //! `key = prefix:v1:v2:…:suffix` when every value is a string or integer of at most 64
-//! characters from `[A-Za-z0-9_.-]`; otherwise (or when asked) the values are hashed:
+//! characters from `[A-Za-z0-9_.-]` (an integer written as a float, `3.0`, is that integer);
+//! otherwise (or when asked) the values are hashed:
 //! `prefix:<sha256 hex of the JCS array of the values>:suffix`. So e-mail addresses and free
 //! text never appear in a key, and the event's member order and formatting never matter.
 
@@ -25,6 +26,9 @@ fn plain(v: &Value) -> Option<String> {
     let s = match v {
         Value::String(s) => s.clone(),
         Value::Number(n) if n.is_i64() || n.is_u64() => n.to_string(),
+        // `3.0` and `1e2` are the integers 3 and 100 spelled another way (a JSON number has
+        // one value however it is written): the same key as `3` and `100`.
+        Value::Number(n) => integral(n.as_f64()?)?,
         _ => return None,
     };
     let ok = !s.is_empty()
@@ -32,6 +36,22 @@ fn plain(v: &Value) -> Option<String> {
         && s.bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
     ok.then_some(s)
+}
+
+/// The digits of an integral float within the range of i64/u64 (exact: every such float is
+/// an integer the cast represents without rounding); `None` for a fraction or a larger value.
+fn integral(f: f64) -> Option<String> {
+    const TWO_63: f64 = 9_223_372_036_854_775_808.0;
+    if f.fract() != 0.0 || !f.is_finite() {
+        return None;
+    }
+    if (-TWO_63..0.0).contains(&f) {
+        Some((f as i64).to_string())
+    } else if (0.0..2.0 * TWO_63).contains(&f) {
+        Some((f as u64).to_string())
+    } else {
+        None
+    }
 }
 
 /// The byte offset of the first `~` not followed by `0` or `1` (RFC 6901 allows only the
@@ -218,6 +238,49 @@ mod tests {
                 .len(),
             64
         );
+    }
+
+    #[test]
+    fn an_integer_spelled_as_a_float_derives_the_same_key() {
+        // Found by the derive fuzz target: `3.0` (as Python's json writes a float) gave a
+        // hashed key while `3` gave `order-847:3`, so two producers of one event disagreed.
+        let fields = f(&["/object/id", "/object/version"]);
+        let want = "crm-update:order-847:3";
+        for text in [
+            r#"{"object": {"id": "order-847", "version": 3}}"#,
+            r#"{"object": {"id": "order-847", "version": 3.0}}"#,
+            r#"{"object": {"id": "order-847", "version": 0.3e1}}"#,
+        ] {
+            let ev: Value = serde_json::from_str(text).expect("json");
+            assert_eq!(
+                derive_key(&ev, &fields, Some("crm-update"), None, false)
+                    .expect("k")
+                    .as_str(),
+                want,
+                "{text}"
+            );
+        }
+        for (text, digits) in [
+            ("-0.0", "0"),
+            ("-2.0", "-2"),
+            ("1e19", "10000000000000000000"),
+            ("-9.223372036854775808e18", "-9223372036854775808"),
+        ] {
+            let ev: Value = serde_json::from_str(&format!(r#"{{"n": {text}}}"#)).expect("json");
+            assert_eq!(
+                derive_key(&ev, &f(&["/n"]), None, None, false)
+                    .expect("k")
+                    .as_str(),
+                digits,
+                "{text}"
+            );
+        }
+        // A fraction, or a float beyond u64, is still hashed.
+        for text in ["1.5", "1e20", "-1e19"] {
+            let ev: Value = serde_json::from_str(&format!(r#"{{"n": {text}}}"#)).expect("json");
+            let k = derive_key(&ev, &f(&["/n"]), None, None, false).expect("k");
+            assert_eq!(k.as_str().len(), 64, "{text}");
+        }
     }
 
     #[test]

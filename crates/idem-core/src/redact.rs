@@ -80,9 +80,14 @@ fn is_secret_param(key: &str) -> bool {
 /// A bare path, or a libpq `key=value …` connection string.
 fn redact_without_scheme(s: &str) -> String {
     let lower = s.to_ascii_lowercase();
-    let has_secret = SECRET_PARAMS
-        .iter()
-        .any(|p| lower.contains(&format!("{p}=")) || lower.contains(&format!("{p} =")));
+    // libpq (and tokio-postgres) allow any whitespace between a keyword and its `=`.
+    let has_secret = SECRET_PARAMS.iter().any(|p| {
+        lower.match_indices(p).any(|(i, _)| {
+            lower[i + p.len()..]
+                .trim_start_matches(char::is_whitespace)
+                .starts_with('=')
+        })
+    });
     if has_secret {
         "<connection string with a password>".to_owned()
     } else {
@@ -227,6 +232,21 @@ mod tests {
         let r = hides("host=h user=u password=hunter2 dbname=x", "hunter2");
         assert!(!r.contains("host=h"), "{r}");
         hides("host=h PASSWORD = hunter2", "hunter2");
+        // Found by the redact_db_url fuzz target: more (or other) whitespace before `=`
+        // printed the password.
+        for url in [
+            "host=h password  =hunter2",
+            "host=h password\t=hunter2",
+            "host=h user=u PASSWORD\r\x0b\x0c= 'hunter2'",
+            "passwd\n=hunter2 host=h",
+            "host=h sslpassword \t = hunter2",
+        ] {
+            assert_eq!(
+                hides(url, "hunter2"),
+                "<connection string with a password>",
+                "{url:?}"
+            );
+        }
         assert_eq!(redact_db_url("host=h user=u"), "host=h user=u");
     }
 }

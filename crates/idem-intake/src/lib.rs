@@ -8,6 +8,7 @@
 
 pub mod ids;
 pub mod provider;
+pub mod source;
 pub mod verify;
 
 pub use ids::{

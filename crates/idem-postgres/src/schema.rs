@@ -522,7 +522,7 @@ mod tests {
         let mut client = pool.get().await.expect("client");
         assert_eq!(
             migrate(&mut client, 0).await.expect("migrate"),
-            [5, 6, 7, 8, 9, 10]
+            [5, 6, 7, 8, 9, 10, 11]
         );
         let rows = client
             .query(

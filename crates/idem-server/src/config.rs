@@ -53,6 +53,8 @@ pub struct Config {
     /// PostgreSQL connections per instance.
     pub pg_pool: usize,
     pub alert_interval: Duration,
+    /// How often the intake's delivery worker looks for due forwards when it found none.
+    pub forward_interval: Duration,
     /// Alert delivery attempts before giving up.
     pub alert_max_tries: u32,
     pub alert_timeout: Duration,
@@ -133,6 +135,7 @@ impl std::fmt::Debug for Config {
             stats_interval,
             pg_pool,
             alert_interval,
+            forward_interval,
             alert_max_tries,
             alert_timeout,
             log_format,
@@ -153,6 +156,7 @@ impl std::fmt::Debug for Config {
             .field("stats_interval", stats_interval)
             .field("pg_pool", pg_pool)
             .field("alert_interval", alert_interval)
+            .field("forward_interval", forward_interval)
             .field("alert_max_tries", alert_max_tries)
             .field("alert_timeout", alert_timeout)
             .field("log_format", log_format)
@@ -182,6 +186,7 @@ impl Default for Config {
             stats_interval: Duration::ZERO,
             pg_pool: 16,
             alert_interval: Duration::from_secs(2),
+            forward_interval: Duration::from_millis(200),
             alert_max_tries: 6,
             alert_timeout: Duration::from_secs(5),
             log_format: LogFormat::Text,

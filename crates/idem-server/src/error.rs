@@ -48,6 +48,13 @@ pub enum ApiError {
     /// An effect's destination is refused by the namespace's egress policy.
     #[error("{message}")]
     DestinationForbidden { field: String, message: String },
+    /// An intake request's signature is missing, malformed or matches no secret (never
+    /// which secret or which byte).
+    #[error("the request signature is missing or does not verify")]
+    InvalidSignature,
+    /// An intake request's signed timestamp is outside the source's tolerance.
+    #[error("the request signature's timestamp is outside the accepted tolerance")]
+    StaleSignature,
     #[error("{0}")]
     Unauthorized(String),
     #[error("{0}")]
@@ -81,10 +88,12 @@ pub enum ErrorCode {
     StoreUnavailable,
     Internal,
     DestinationForbidden,
+    InvalidSignature,
+    StaleSignature,
 }
 
 impl ErrorCode {
-    pub const ALL: [ErrorCode; 17] = [
+    pub const ALL: [ErrorCode; 19] = [
         Self::InvalidJson,
         Self::UnknownField,
         Self::InvalidKey,
@@ -102,6 +111,8 @@ impl ErrorCode {
         Self::StoreUnavailable,
         Self::Internal,
         Self::DestinationForbidden,
+        Self::InvalidSignature,
+        Self::StaleSignature,
     ];
 
     /// (code, status, title).
@@ -145,6 +156,8 @@ impl ErrorCode {
                 S::UNPROCESSABLE_ENTITY,
                 "Destination forbidden",
             ),
+            Self::InvalidSignature => ("invalid_signature", S::UNAUTHORIZED, "Invalid signature"),
+            Self::StaleSignature => ("stale_signature", S::UNAUTHORIZED, "Stale signature"),
         }
     }
 
@@ -223,6 +236,8 @@ impl ApiError {
             ApiError::ResultMismatch => ErrorCode::ResultMismatch,
             ApiError::MethodNotAllowed => ErrorCode::MethodNotAllowed,
             ApiError::DestinationForbidden { .. } => ErrorCode::DestinationForbidden,
+            ApiError::InvalidSignature => ErrorCode::InvalidSignature,
+            ApiError::StaleSignature => ErrorCode::StaleSignature,
             ApiError::Unauthorized(_) => ErrorCode::Unauthorized,
             ApiError::Forbidden(_) => ErrorCode::Forbidden,
             ApiError::StoreUnavailable { .. } => ErrorCode::StoreUnavailable,
@@ -336,6 +351,28 @@ impl From<StoreError> for ApiError {
             ),
             StoreError::Corrupt(m) => ApiError::internal(format!("corrupt stored data: {m}")),
             StoreError::Internal(m) => ApiError::internal(m),
+        }
+    }
+}
+
+impl From<idem_intake::source::SourceError> for ApiError {
+    fn from(e: idem_intake::source::SourceError) -> Self {
+        use idem_intake::source::SourceError;
+        match e {
+            SourceError::Unknown { field } => ApiError::UnknownField { field },
+            SourceError::Invalid { field, message } => {
+                let message = format!("invalid value for `{field}`: {message}");
+                ApiError::InvalidField { field, message }
+            }
+        }
+    }
+}
+
+impl From<idem_intake::Refusal> for ApiError {
+    fn from(r: idem_intake::Refusal) -> Self {
+        match r {
+            idem_intake::Refusal::InvalidSignature => ApiError::InvalidSignature,
+            idem_intake::Refusal::StaleSignature => ApiError::StaleSignature,
         }
     }
 }

@@ -16,6 +16,7 @@ pub mod console;
 pub mod error;
 pub mod fields;
 pub mod input;
+pub mod intake;
 pub mod logging;
 pub mod metrics;
 pub mod middleware;
@@ -261,6 +262,18 @@ pub async fn run(
         ))
     };
 
+    let forwards = {
+        let forwarder = intake::forward::Forwarder::new(ledger.clone(), state.egress.clone());
+        tokio::spawn(background::run_loop(
+            "forwards",
+            config.forward_interval,
+            stop_rx.clone(),
+            move || {
+                let f = forwarder.clone();
+                async move { f.step().await }
+            },
+        ))
+    };
     let app = routes::router(state);
     let scheme = if https.is_some() { "https" } else { "http" };
     tracing::info!(backend = store.backend(), "listening on {scheme}://{addr}");
@@ -288,6 +301,7 @@ pub async fn run(
     let _ = stop_tx.send(true);
     let _ = janitor.await;
     let _ = alerts.await;
+    let _ = forwards.await;
     drop(store);
     drop(ledger);
     tracing::info!("stopped");

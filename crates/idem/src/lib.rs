@@ -66,6 +66,11 @@ pub use idem_store::{
     OutboxKind, OutboxLease, OutboxOutcome, OutboxState, RetrySchedule, Secret, SecretKind,
     SecretOwner, StoredSecret,
 };
+pub use idem_store::intake::{forward_owner as intake_forward_owner, source_owner as intake_source_owner};
+pub use idem_store::{
+    Delivered, IntakeEventRow, IntakeQuery, IntakeUpdate, NewIntakeEvent, SourceDelete, SourceRow,
+    SourceWrite,
+};
 pub use idem_store::{
     ConsoleSession, NamespaceActivity, NewConsoleSession, ReviewCursor, ReviewPage, ReviewQuery,
     REVIEW_STATES,

@@ -8,11 +8,13 @@
 
 pub mod ids;
 pub mod provider;
+pub mod sign;
 pub mod source;
 pub mod verify;
 
 pub use ids::{
-    held_key, key_for_event_id, read_events, slack_challenge, EventIdRule, IncomingEvent,
+    held_key, key_for_event_id, read_events, slack_challenge, valid_pointer, EventIdRule,
+    IncomingEvent,
 };
 pub use provider::{HmacAlgorithm, HmacEncoding, HmacScheme, HmacSigned, Provider};
-pub use verify::{verify, Refusal, VerifyConfig};
+pub use verify::{secret_usable, verify, Refusal, VerifyConfig};

@@ -268,7 +268,7 @@ impl Source {
         merge(&mut doc, &Value::Object(p));
         let mut input = parse_doc(&self.name, &doc, false)?;
         if let Some(s) = secrets {
-            input.secrets.secrets = Some(read_secrets(&s)?);
+            input.secrets.secrets = Some(usable(input.source.provider, read_secrets(&s)?)?);
         }
         if let Some(fs) = forward_secret {
             input.secrets.forward_secret = Some(read_forward_secret(&fs)?);
@@ -475,6 +475,20 @@ fn read_secrets(v: &Value) -> Result<Vec<String>, SourceError> {
         .collect()
 }
 
+/// Secrets the provider's scheme can use (a Standard Webhooks secret must decode).
+fn usable(provider: Provider, secrets: Vec<String>) -> Result<Vec<String>, SourceError> {
+    match secrets
+        .iter()
+        .position(|s| !crate::verify::secret_usable(provider, s))
+    {
+        Some(i) => Err(SourceError::invalid(
+            format!("secrets[{i}]"),
+            "is not a secret this provider signs with (standard_webhooks: whsec_ + base64)",
+        )),
+        None => Ok(secrets),
+    }
+}
+
 fn read_forward_secret(v: &Value) -> Result<Option<String>, SourceError> {
     match v {
         Value::Null => Ok(None),
@@ -522,7 +536,7 @@ fn parse_doc(name: &str, doc: &Value, need_secrets: bool) -> Result<SourceInput,
         Some(_) => return Err(o.bad("provider", "must be a string")),
     };
     let secrets = match o.map.get("secrets") {
-        Some(v) => Some(read_secrets(v)?),
+        Some(v) => Some(usable(provider, read_secrets(v)?)?),
         None if need_secrets => {
             return Err(o.bad(
                 "secrets",

@@ -4,7 +4,8 @@
 //! `IDEM_TEST_PG` and dropped afterwards), a private throw-away PostgreSQL cluster that outage
 //! tests may stop and start ([`cluster::Cluster`]), clean `idem` processes on free ports
 //! ([`process`]), a real server on port 0 with typed HTTP helpers ([`app`], feature `server`),
-//! and the store contract suite run against every backend ([`contract`]).
+//! the store contract suite run against every backend ([`contract`]), and webhook signatures
+//! made by the providers' official libraries ([`signers`]).
 //!
 //! It is test code only: it never ships in a binary, and nothing in it may decide product
 //! behaviour. Helpers panic with a message on set-up failures (a test that cannot set up must
@@ -16,3 +17,4 @@ pub mod cluster;
 pub mod contract;
 pub mod pg;
 pub mod process;
+pub mod signers;

@@ -196,7 +196,9 @@ pub enum Op {
     /// The forward attempt's holder reports how it ended.
     ForwardReport(ForwardReportRequest),
     /// An operator schedules an inbound event's delivery again, with a fresh budget.
-    Redeliver { note: String },
+    Redeliver {
+        note: String,
+    },
 }
 
 impl Op {

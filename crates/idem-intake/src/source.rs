@@ -399,10 +399,7 @@ impl<'a> Obj<'a> {
             None => Ok(None),
             Some(v) => match v.as_i64() {
                 Some(n) if (min..=max).contains(&n) => Ok(Some(n)),
-                _ => Err(self.bad(
-                    member,
-                    &format!("must be an integer from {min} to {max}"),
-                )),
+                _ => Err(self.bad(member, &format!("must be an integer from {min} to {max}"))),
             },
         }
     }
@@ -563,12 +560,7 @@ fn parse_doc(name: &str, doc: &Value, need_secrets: bool) -> Result<SourceInput,
             match (e.string("header", 200)?, e.string("pointer", 1000)?) {
                 (Some(h), None) => Some(EventIdRule::Header(header_name("event_id.header", &h)?)),
                 (None, Some(p)) => Some(EventIdRule::Pointer(pointer("event_id.pointer", &p)?)),
-                _ => {
-                    return Err(o.bad(
-                        "event_id",
-                        "must have exactly one of header or pointer",
-                    ))
-                }
+                _ => return Err(o.bad("event_id", "must have exactly one of header or pointer")),
             }
         }
     };
@@ -579,9 +571,12 @@ fn parse_doc(name: &str, doc: &Value, need_secrets: bool) -> Result<SourceInput,
         None => None,
         Some(s) => Some(pointer("split", &s)?),
     };
-    let forward_doc = o
-        .get("forward")
-        .ok_or_else(|| o.bad("forward", "is required (forward.url: where events are delivered)"))?;
+    let forward_doc = o.get("forward").ok_or_else(|| {
+        o.bad(
+            "forward",
+            "is required (forward.url: where events are delivered)",
+        )
+    })?;
     let (forward, forward_secret) = parse_forward(forward_doc)?;
     let hmac = match o.get("hmac") {
         None if provider == Provider::Hmac => {
@@ -593,16 +588,15 @@ fn parse_doc(name: &str, doc: &Value, need_secrets: bool) -> Result<SourceInput,
         }
         Some(v) => Some(parse_hmac(v)?),
     };
-    let public_url = match o.string("public_url", MAX_URL)? {
-        None if provider.needs_public_url() => {
-            return Err(o.bad(
+    let public_url =
+        match o.string("public_url", MAX_URL)? {
+            None if provider.needs_public_url() => return Err(o.bad(
                 "public_url",
                 "is required for this provider: the full URL the provider calls, as it signs it",
-            ))
-        }
-        None => None,
-        Some(u) => Some(http_url("public_url", &u)?),
-    };
+            )),
+            None => None,
+            Some(u) => Some(http_url("public_url", &u)?),
+        };
     let max_body_bytes = o
         .int("max_body_bytes", 1, MAX_MAX_BODY_BYTES as i64)?
         .map_or(DEFAULT_MAX_BODY_BYTES, |n| n as usize);
@@ -630,13 +624,22 @@ fn parse_forward(v: &Value) -> Result<(Forward, Option<Option<String>>), SourceE
     let o = Obj::new(
         "forward",
         v,
-        &["url", "timeout_ms", "concurrency", "headers", "secret", "retry"],
+        &[
+            "url",
+            "timeout_ms",
+            "concurrency",
+            "headers",
+            "secret",
+            "retry",
+        ],
     )?;
     let url = o
         .string("url", MAX_URL)?
         .ok_or_else(|| o.bad("url", "is required"))?;
     let url = http_url("forward.url", &url)?;
-    let timeout_ms = o.int("timeout_ms", 1, 300_000)?.unwrap_or(DEFAULT_TIMEOUT_MS);
+    let timeout_ms = o
+        .int("timeout_ms", 1, 300_000)?
+        .unwrap_or(DEFAULT_TIMEOUT_MS);
     let concurrency = o
         .int("concurrency", 1, 256)?
         .map_or(DEFAULT_CONCURRENCY, |n| n as u32);
@@ -681,7 +684,9 @@ fn parse_forward(v: &Value) -> Result<(Forward, Option<Option<String>>), SourceE
                     .map_or(d.max_attempts, |n| n as u32),
                 base_ms: r.int("base_ms", 1, 86_400_000)?.unwrap_or(d.base_ms),
                 max_ms: r.int("max_ms", 1, 7 * 86_400_000)?.unwrap_or(d.max_ms),
-                window_ms: r.int("window_ms", 1, 30 * 86_400_000)?.unwrap_or(d.window_ms),
+                window_ms: r
+                    .int("window_ms", 1, 30 * 86_400_000)?
+                    .unwrap_or(d.window_ms),
             };
             if retry.max_ms < retry.base_ms {
                 return Err(r.bad("max_ms", "must be at least base_ms"));
@@ -806,7 +811,12 @@ mod tests {
     fn unknown_and_invalid_fields_are_named() {
         let mut d = stripe();
         d["nope"] = json!(1);
-        assert_eq!(err(d), SourceError::Unknown { field: "nope".into() });
+        assert_eq!(
+            err(d),
+            SourceError::Unknown {
+                field: "nope".into()
+            }
+        );
         let mut d = stripe();
         d["forward"]["retry"] = json!({"tries": 3});
         assert_eq!(err(d).field(), "forward.retry.tries");
@@ -871,7 +881,10 @@ mod tests {
         assert_eq!(err(d.clone()).field(), "hmac.timestamp_header");
         d["hmac"]["timestamp_header"] = json!("X-Ts");
         let i = SourceInput::parse("pay", &d).expect("valid");
-        assert_eq!(i.source.hmac.expect("hmac").signed, HmacSigned::TimestampBody);
+        assert_eq!(
+            i.source.hmac.expect("hmac").signed,
+            HmacSigned::TimestampBody
+        );
         d.as_object_mut().expect("obj").remove("event_id");
         assert_eq!(err(d).field(), "event_id");
     }
@@ -896,12 +909,16 @@ mod tests {
             .expect("patch");
         assert_eq!(p.secrets.secrets, Some(vec!["new-secret-1".to_owned()]));
         assert_eq!(p.secrets.forward_secret, Some(Some(FWD.into())));
-        let p = s.patch(&json!({"forward": {"secret": null}})).expect("patch");
+        let p = s
+            .patch(&json!({"forward": {"secret": null}}))
+            .expect("patch");
         assert_eq!(p.secrets.forward_secret, Some(None));
         let p = s.patch(&json!({"tolerance_ms": null})).expect("patch");
         assert_eq!(p.source.tolerance_ms, DEFAULT_TOLERANCE_MS);
         assert_eq!(
-            s.patch(&json!({"forward": {"bogus": 1}})).expect_err("unknown").field(),
+            s.patch(&json!({"forward": {"bogus": 1}}))
+                .expect_err("unknown")
+                .field(),
             "forward.bogus"
         );
         assert_eq!(

@@ -204,9 +204,11 @@ fn event_row(r: &Row) -> Result<IntakeEventRow, PgError> {
         delivered_at: get::<Option<i64>>(r, 9)?.map(Timestamp),
         state: match state {
             None => None,
-            Some(s) => Some(State::parse(&s).ok_or_else(|| {
-                PgError::from(StoreError::Corrupt(format!("record state {s}")))
-            })?),
+            Some(s) => {
+                Some(State::parse(&s).ok_or_else(|| {
+                    PgError::from(StoreError::Corrupt(format!("record state {s}")))
+                })?)
+            }
         },
     })
 }

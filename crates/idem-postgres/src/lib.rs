@@ -446,9 +446,9 @@ impl Store for PgStore {
         name: &str,
         force: bool,
     ) -> Result<idem_store::SourceDelete, StoreError> {
-        self.bounded(self.with_retries("source_delete", || {
-            intake::source_delete(self, name, force)
-        }))
+        self.bounded(
+            self.with_retries("source_delete", || intake::source_delete(self, name, force)),
+        )
         .await
     }
 

@@ -168,9 +168,9 @@ fn with_state(
 ) -> Result<IntakeEventRow, StoreError> {
     row.state = match state {
         None => None,
-        Some(s) => Some(
-            State::parse(&s).ok_or_else(|| StoreError::Corrupt(format!("record state {s}")))?,
-        ),
+        Some(s) => {
+            Some(State::parse(&s).ok_or_else(|| StoreError::Corrupt(format!("record state {s}")))?)
+        }
     };
     Ok(row)
 }
@@ -267,7 +267,9 @@ pub(crate) fn intake_backlog(conn: &Connection) -> Result<Vec<(String, u64)>, St
         )
         .db()?;
     let rows = stmt
-        .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)? as u64)))
+        .query_map([], |r| {
+            Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)? as u64))
+        })
         .db()?;
     rows.collect::<Result<_, _>>().db()
 }

@@ -238,11 +238,8 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
         now: Timestamp,
     ) -> Result<bool, StoreError>;
 
-    async fn intake_event(
-        &self,
-        ns: &str,
-        key: &str,
-    ) -> Result<Option<IntakeEventRow>, StoreError>;
+    async fn intake_event(&self, ns: &str, key: &str)
+        -> Result<Option<IntakeEventRow>, StoreError>;
 
     /// A source's events in the order of [`IntakeQuery`].
     async fn intake_list(&self, q: &IntakeQuery) -> Result<Vec<IntakeEventRow>, StoreError>;

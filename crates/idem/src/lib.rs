@@ -55,6 +55,9 @@ pub use idem_core::{
     ForwardOutcome, ForwardReportRequest, ForwardRetry, ForwardStartRequest, IntakeReceiveRequest,
     IntakeReply, FORWARD_OWNER, PAUSED_RECHECK_MS,
 };
+pub use idem_store::intake::{
+    forward_owner as intake_forward_owner, source_owner as intake_source_owner,
+};
 pub use idem_store::{
     generate_secret, hash_secret, AlertOutcome, ApiToken, Cursor, ExecCtx, Executed, Ledger,
     LedgerError, ListQuery, NamespaceChange, NamespaceInfo, NamespaceStats, NewApiToken, Page,
@@ -66,14 +69,13 @@ pub use idem_store::{
     OutboxKind, OutboxLease, OutboxOutcome, OutboxState, RetrySchedule, Secret, SecretKind,
     SecretOwner, StoredSecret,
 };
-pub use idem_store::intake::{forward_owner as intake_forward_owner, source_owner as intake_source_owner};
-pub use idem_store::{
-    Delivered, IntakeEventRow, IntakeQuery, IntakeUpdate, NewIntakeEvent, SourceDelete, SourceRow,
-    SourceWrite,
-};
 pub use idem_store::{
     ConsoleSession, NamespaceActivity, NewConsoleSession, ReviewCursor, ReviewPage, ReviewQuery,
     REVIEW_STATES,
+};
+pub use idem_store::{
+    Delivered, IntakeEventRow, IntakeQuery, IntakeUpdate, NewIntakeEvent, SourceDelete, SourceRow,
+    SourceWrite,
 };
 
 #[derive(Debug, thiserror::Error)]

@@ -96,7 +96,13 @@ pub(super) fn receive(
 ) -> Transition {
     let now = ctx.now;
     if let Some(rec) = existing {
-        let e = event(rec, EventType::DuplicateHit, Some(rec.state), Some(rec.state), now);
+        let e = event(
+            rec,
+            EventType::DuplicateHit,
+            Some(rec.state),
+            Some(rec.state),
+            now,
+        );
         return Transition {
             write: Write::None,
             events: vec![e],
@@ -149,7 +155,13 @@ pub(super) fn receive(
         stuck_alerted: false,
         version: 1,
     };
-    let mut events = vec![event(&rec, EventType::Prepared, None, Some(State::Prepared), now)];
+    let mut events = vec![event(
+        &rec,
+        EventType::Prepared,
+        None,
+        Some(State::Prepared),
+        now,
+    )];
     let mut alerts = vec![];
     if held {
         events.push(with_note(
@@ -264,7 +276,13 @@ pub(super) fn report(rec: &Record, r: &ForwardReportRequest, ctx: &Ctx<'_>) -> T
             next.last_error = None;
             next.final_at = Some(now);
             next.result_expired = false;
-            let e = event(&next, EventType::Completed, Some(rec.state), Some(State::Completed), now);
+            let e = event(
+                &next,
+                EventType::Completed,
+                Some(rec.state),
+                Some(State::Completed),
+                now,
+            );
             Transition::update_record(next, vec![e])
         }
         ForwardOutcome::Failed {
@@ -362,7 +380,13 @@ pub(super) fn redeliver(rec: &Record, note: &str, ctx: &Ctx<'_>) -> Transition {
     next.budget_base = rec.attempt;
     next.window_start = now;
     next.final_at = None;
-    let mut e = event(&next, EventType::Resolved, Some(rec.state), Some(State::Prepared), now);
+    let mut e = event(
+        &next,
+        EventType::Resolved,
+        Some(rec.state),
+        Some(State::Prepared),
+        now,
+    );
     e.note = Some(note.to_owned());
     e.actor = ctx.actor.clone();
     Transition::update_record(next, vec![e])

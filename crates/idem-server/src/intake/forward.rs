@@ -157,13 +157,24 @@ impl Forwarder {
         let lease_ms = src.source.forward.timeout_ms + LEASE_MARGIN_MS;
         let started = self
             .ledger
-            .execute(&ns, &key, Op::ForwardStart(ForwardStartRequest { lease_ms }), None)
+            .execute(
+                &ns,
+                &key,
+                Op::ForwardStart(ForwardStartRequest { lease_ms }),
+                None,
+            )
             .await?;
         let (token, attempt) = match started.reply {
             Ok(Reply::Intake(IntakeReply::Started { token, attempt, .. })) => (token, attempt),
             Ok(Reply::Intake(IntakeReply::Wait { until })) => {
                 return self
-                    .finish(&item, OutboxOutcome::Retry { at: until, error: None })
+                    .finish(
+                        &item,
+                        OutboxOutcome::Retry {
+                            at: until,
+                            error: None,
+                        },
+                    )
                     .await;
             }
             Err(OpError::NotFound) => {
@@ -245,13 +256,13 @@ impl Forwarder {
                 window_ms: r.window_ms,
             },
         });
-        let reported = self.ledger.execute(&ns, &key, report, None).await?;
-        let rec = match reported.reply {
-            Ok(Reply::Record(rec)) => Some(rec),
-            _ => None,
-        };
-        let delivered = match &rec {
-            Some(r) if r.state == State::Completed => idem::Delivered::At(self.ledger.now()),
+        // The attempt is on the event's row before the record moves on, so whoever sees the
+        // new state sees the attempt that led there (a crash in between leaves an attempt
+        // listed whose report never landed: the lease runs out and the next attempt follows).
+        let delivered = match &report {
+            Op::ForwardReport(r) if matches!(r.outcome, ForwardOutcome::Delivered { .. }) => {
+                idem::Delivered::At(self.ledger.now())
+            }
             _ => idem::Delivered::Keep,
         };
         self.store
@@ -262,6 +273,11 @@ impl Forwarder {
                 delivered,
             })
             .await?;
+        let reported = self.ledger.execute(&ns, &key, report, None).await?;
+        let rec = match reported.reply {
+            Ok(Reply::Record(rec)) => Some(rec),
+            _ => None,
+        };
         let (result, next) = match &rec {
             Some(r) if r.state == State::Completed => ("delivered", OutboxOutcome::Done),
             Some(r) if r.state == State::FailedRetryable => (
@@ -310,9 +326,7 @@ impl Forwarder {
                 return SendResult::Error("connection", "forward.url does not resolve".into())
             }
             Ok(t) => t,
-            Err(e) => {
-                return SendResult::Error("connection", format!("forward.url refused: {e}"))
-            }
+            Err(e) => return SendResult::Error("connection", format!("forward.url refused: {e}")),
         };
         let body = row.body.clone().unwrap_or_default();
         let mut headers = HeaderMap::new();
@@ -337,7 +351,9 @@ impl Forwarder {
         };
         set(
             "content-type",
-            row.content_type.as_deref().unwrap_or("application/octet-stream"),
+            row.content_type
+                .as_deref()
+                .unwrap_or("application/octet-stream"),
         );
         set("idem-source", &src.source.name);
         set("idem-key", key.as_str());
@@ -388,10 +404,9 @@ impl Forwarder {
                     src.source.forward.timeout_ms
                 ),
             ),
-            Outcome::Lost(idem::effect::Lost::Broken) => SendResult::Error(
-                "connection",
-                "the connection broke before an answer".into(),
-            ),
+            Outcome::Lost(idem::effect::Lost::Broken) => {
+                SendResult::Error("connection", "the connection broke before an answer".into())
+            }
         }
     }
 }

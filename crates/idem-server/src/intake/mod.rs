@@ -92,7 +92,9 @@ pub async fn load(
     {
         None => None,
         Some(s) => Some(AlertSecret::parse(s.value.expose()).map_err(|_| {
-            StoreError::Corrupt(format!("source {name}: stored forward secret is not whsec_"))
+            StoreError::Corrupt(format!(
+                "source {name}: stored forward secret is not whsec_"
+            ))
         })?),
     };
     Ok(Some(LoadedSource {

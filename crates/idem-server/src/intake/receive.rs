@@ -34,7 +34,13 @@ pub struct ForwardItem {
 }
 
 impl ForwardItem {
-    pub fn item(source: &str, ns: &str, key: &str, dedupe: String, due: idem::Timestamp) -> NewOutboxItem {
+    pub fn item(
+        source: &str,
+        ns: &str,
+        key: &str,
+        dedupe: String,
+        due: idem::Timestamp,
+    ) -> NewOutboxItem {
         NewOutboxItem {
             kind: OutboxKind::Forward,
             namespace: ns.to_owned(),
@@ -236,9 +242,8 @@ async fn store_event(
         body: ev.body,
         received_at: now,
     };
-    let item = (!held).then(|| {
-        ForwardItem::item(&src.name, ns.as_str(), key.as_str(), "0".into(), now)
-    });
+    let item =
+        (!held).then(|| ForwardItem::item(&src.name, ns.as_str(), key.as_str(), "0".into(), now));
     st.ledger.store().intake_store(row, item, now).await?;
     let ex = st
         .ledger

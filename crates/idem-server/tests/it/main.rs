@@ -13,6 +13,7 @@ mod deploy;
 mod drills;
 mod effects;
 mod errors;
+mod intake;
 mod namespace;
 mod observability;
 mod openapi;

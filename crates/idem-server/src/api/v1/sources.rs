@@ -11,7 +11,7 @@
 use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{any, get, post, put};
+use axum::routing::{get, on, post, put, MethodFilter};
 use axum::{Extension, Json};
 use base64::Engine;
 use idem::{
@@ -35,7 +35,14 @@ use crate::state::AppState;
 pub fn routes() -> Vec<Route> {
     use Role::{Admin, Operator};
     vec![
-        r("post", "/in/{source}", None, any(crate::intake::receive::receive)),
+        // Every method reaches the handler: an unknown source is 404 before a wrong method is
+        // 405 (the contract's order), so the method is checked after the source is found.
+        r(
+            "post",
+            "/in/{source}",
+            None,
+            on(every_method(), crate::intake::receive::receive),
+        ),
         r("get", "/v1/sources", Some(Operator), get(list_sources)),
         r("put", "/v1/sources/{source}", Some(Admin), put(put_source)),
         r(
@@ -44,7 +51,12 @@ pub fn routes() -> Vec<Route> {
             Some(Admin),
             axum::routing::patch(patch_source),
         ),
-        r("get", "/v1/sources/{source}", Some(Operator), get(get_source)),
+        r(
+            "get",
+            "/v1/sources/{source}",
+            Some(Operator),
+            get(get_source),
+        ),
         r(
             "delete",
             "/v1/sources/{source}",
@@ -195,6 +207,20 @@ pub struct Scheduled {
     pub scheduled: usize,
 }
 
+fn every_method() -> MethodFilter {
+    [
+        MethodFilter::GET,
+        MethodFilter::HEAD,
+        MethodFilter::PUT,
+        MethodFilter::PATCH,
+        MethodFilter::DELETE,
+        MethodFilter::OPTIONS,
+        MethodFilter::TRACE,
+    ]
+    .into_iter()
+    .fold(MethodFilter::POST, MethodFilter::or)
+}
+
 fn source_name(s: &str) -> ApiResult<String> {
     Namespace::try_from(s)
         .map(|_| s.to_owned())
@@ -213,7 +239,12 @@ async fn existing(st: &AppState, name: &str) -> ApiResult<LoadedSource> {
 }
 
 /// A source the caller may see (a scoped token sees sources of its namespace).
-async fn visible(st: &AppState, caller: &Caller, name: &str, role: Role) -> ApiResult<LoadedSource> {
+async fn visible(
+    st: &AppState,
+    caller: &Caller,
+    name: &str,
+    role: Role,
+) -> ApiResult<LoadedSource> {
     let l = existing(st, name).await?;
     caller.authorize(role, Some(&source_ns(&l.source)?))?;
     Ok(l)
@@ -516,7 +547,9 @@ pub async fn get_event(
 
 fn note_of(body: &Value) -> ApiResult<String> {
     match body.get("note") {
-        Some(Value::String(s)) if !s.is_empty() && s.chars().count() <= 2000 && !s.contains('\0') => {
+        Some(Value::String(s))
+            if !s.is_empty() && s.chars().count() <= 2000 && !s.contains('\0') =>
+        {
             Ok(s.clone())
         }
         Some(Value::String(_)) | None | Some(Value::Null) => Err(ApiError::invalid_field(
@@ -529,7 +562,10 @@ fn note_of(body: &Value) -> ApiResult<String> {
 
 fn members(body: &Value, known: &[&str]) -> ApiResult<()> {
     let Value::Object(m) = body else {
-        return Err(ApiError::invalid_field("", "the body must be a JSON object"));
+        return Err(ApiError::invalid_field(
+            "",
+            "the body must be a JSON object",
+        ));
     };
     let mut names: Vec<&String> = m.keys().collect();
     names.sort();
@@ -646,9 +682,9 @@ pub async fn redeliver_many(
     let state = match body.get("state") {
         None | Some(Value::Null) => RecState::NeedsReview,
         Some(Value::String(s)) => match RecState::parse(s) {
-            Some(
-                s @ (RecState::NeedsReview | RecState::FailedRetryable | RecState::Completed),
-            ) => s,
+            Some(s @ (RecState::NeedsReview | RecState::FailedRetryable | RecState::Completed)) => {
+                s
+            }
             _ => {
                 return Err(ApiError::invalid_field(
                     "state",

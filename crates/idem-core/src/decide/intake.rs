@@ -9,7 +9,8 @@
 //! - `forward_start`: the delivery worker takes the record's lease for one attempt
 //!   (`attempt` + 1, a fresh lease id) — only from `prepared` or `failed_retryable` past its
 //!   `not_before`, only when no lease is held and the namespace is not paused. Anything else
-//!   answers without writing (`Wait`, `Skip`), so a stale or duplicated outbox item can never
+//!   answers without writing (`Wait` until the lease, the retry or the pause may be over;
+//!   `Skip` when nothing is left to deliver), so a stale or duplicated outbox item can never
 //!   start a second delivery: the record lease is what keeps one delivery in flight.
 //! - `forward_report`: the holder reports how the attempt ended: 2xx → `completed` (result
 //!   `{status, attempt, duration_ms}`); 410 → `needs_review` at once (`delivery_gone`); any
@@ -214,8 +215,11 @@ pub(super) fn start(rec: &Record, r: &ForwardStartRequest, ctx: &Ctx<'_>) -> Tra
         _ => return skip(),
     }
     if rec.lease_valid(now) {
-        // Another attempt holds it: that attempt's own item carries the event on.
-        return skip();
+        // Another attempt holds it. Look again when its lease runs out: if that attempt
+        // reports, there is nothing more to do; if it died, this item carries the event on.
+        if let Some(until) = rec.lease_expires_at {
+            return wait(until);
+        }
     }
     if let Some(nb) = rec.not_before.filter(|t| *t > now) {
         return wait(nb);
@@ -391,3 +395,7 @@ pub(super) fn redeliver(rec: &Record, note: &str, ctx: &Ctx<'_>) -> Transition {
     e.actor = ctx.actor.clone();
     Transition::update_record(next, vec![e])
 }
+
+#[cfg(test)]
+#[path = "intake_tests.rs"]
+mod tests;

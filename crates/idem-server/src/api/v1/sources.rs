@@ -421,7 +421,7 @@ fn hex_encode(b: &[u8]) -> String {
 }
 
 fn parse_cursor(s: &str) -> Option<(i64, String)> {
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         return None;
     }
     let bytes: Option<Vec<u8>> = (0..s.len())

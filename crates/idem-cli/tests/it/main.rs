@@ -12,6 +12,7 @@ mod derive;
 mod effect;
 mod helpers;
 mod https;
+mod intake;
 mod ops;
 mod postgres;
 mod run_local;

@@ -80,7 +80,22 @@ pub async fn janitor_once(
 pub async fn gauges_once(store: &Arc<dyn Store>, now: Timestamp) -> Result<Stats, StoreError> {
     let stats = store.stats(now).await?;
     crate::metrics::set_stats(&stats);
+    intake_backlog_once(store).await?;
     Ok(stats)
+}
+
+/// Sets `idem_intake_backlog{source}` (events not yet delivered) for every source, from the
+/// store's partial index of undelivered events (so it has no lag behind the writes).
+pub async fn intake_backlog_once(store: &Arc<dyn Store>) -> Result<(), StoreError> {
+    let backlog = store.intake_backlog().await?;
+    for row in store.source_list().await? {
+        let n = backlog
+            .iter()
+            .find(|(s, _)| *s == row.name)
+            .map_or(0, |(_, n)| *n);
+        metrics::gauge!("idem_intake_backlog", "source" => row.name).set(n as f64);
+    }
+    Ok(())
 }
 
 /// The alert body posted to a namespace `alert_url`.

@@ -422,7 +422,11 @@ async fn a_signed_event_is_stored_answered_and_forwarded_verbatim() {
             m.contains(r#"idem_deliveries_total{source="verbatim",result="delivered"}"#),
             "{m}"
         );
-        assert!(m.contains("idem_delivery_duration_seconds"), "{m}");
+        assert!(m.contains("idem_delivery_duration_seconds_bucket"), "{m}");
+        assert!(
+            m.contains(r#"idem_intake_backlog{source="verbatim"} 0"#),
+            "{m}"
+        );
     }
 }
 
@@ -675,16 +679,18 @@ async fn a_paused_namespace_accepts_events_and_holds_their_delivery() {
     for backend in backends() {
         let app = spawn_on(backend).await;
         let sink = Sink::start(vec![]).await;
-        put_source(&app, "pay", &stripe_source(&sink.url)).await;
-        app.pause("pay").await;
-        let r = post_stripe(&app, "pay", SECRET, &evt("evt_1")).await;
+        put_source(&app, "held", &stripe_source(&sink.url)).await;
+        app.pause("held").await;
+        let r = post_stripe(&app, "held", SECRET, &evt("evt_1")).await;
         assert_eq!(r.body["events"][0]["status"], "accepted", "{}", r.text);
         tokio::time::sleep(Duration::from_millis(700)).await;
         assert_eq!(sink.count(), 0);
-        assert_eq!(state_of(&app, "pay", "evt_1").await, "prepared");
-        app.resume("pay").await;
+        assert_eq!(state_of(&app, "held", "evt_1").await, "prepared");
+        let m = app.get("/metrics").await.text;
+        assert!(m.contains(r#"idem_intake_backlog{source="held"} 1"#), "{m}");
+        app.resume("held").await;
         app.advance(2000);
-        assert!(until_state(&app, "pay", "evt_1", "completed").await);
+        assert!(until_state(&app, "held", "evt_1", "completed").await);
         assert_eq!(sink.count(), 1);
     }
 }

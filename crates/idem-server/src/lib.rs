@@ -209,6 +209,31 @@ pub async fn run(
         tracing::info!(namespace = %ns, "policy applied from config");
     }
 
+    for (name, doc) in &config.sources.0 {
+        let input = idem_intake::source::SourceInput::parse(name, doc)
+            .map_err(|e| anyhow::anyhow!("config sources.{name}: {e}"))?;
+        let w = idem::SourceWrite {
+            name: name.clone(),
+            config: input.source.to_stored().to_string(),
+            secrets: input
+                .secrets
+                .secrets
+                .map(|v| v.into_iter().map(idem::Secret::new).collect()),
+            forward_secret: Some(
+                input
+                    .secrets
+                    .forward_secret
+                    .flatten()
+                    .map(idem::Secret::new),
+            ),
+        };
+        let created = store
+            .source_put(w, ledger.now())
+            .await
+            .map_err(|e| anyhow::anyhow!("config sources.{name}: {e}"))?;
+        tracing::info!(source = %name, created, "source applied from config");
+    }
+
     let egress = idem_egress::Egress::new(&idem_egress::EgressOptions {
         max_response_bytes: config.max_response_bytes,
         extra_ca: config.extra_ca.clone(),

@@ -174,3 +174,115 @@ fn an_acknowledged_event_is_forwarded_after_a_kill_9() {
     let waiting = got.iter().filter(|(k, _)| k == "evt_waiting").count();
     assert_eq!(waiting, 1, "{got:?}");
 }
+
+/// `idem serve --config` applies `[sources.NAME]` at start (secrets from the environment),
+/// and `idem source put|get|list|delete` drive the sources API.
+#[test]
+fn config_sources_and_the_source_verbs() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("idem.db");
+    let config = dir.path().join("idem.toml");
+    std::fs::write(
+        &config,
+        "[sources.pay]\nprovider = \"stripe\"\nsecrets_env = [\"PAY_SECRET\"]\n\
+         tolerance_ms = 60000\n\
+         [sources.pay.forward]\nurl = \"http://127.0.0.1:9/hook\"\n\
+         secret_env = \"PAY_FORWARD_SECRET\"\n",
+    )
+    .expect("config");
+    let port = crate::helpers::free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let log = std::fs::File::create(dir.path().join("log")).expect("log");
+    let mut child = crate::helpers::idem()
+        .args(["serve", "--listen", &addr, "--db"])
+        .arg(format!("sqlite://{}", db.display()))
+        .arg("--config")
+        .arg(&config)
+        .env("PAY_SECRET", "whsec_from_the_environment")
+        .env(
+            "PAY_FORWARD_SECRET",
+            "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+        )
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("spawn");
+    let url = format!("http://{addr}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while crate::helpers::http_status(&addr, "/healthz") != Some(200) {
+        assert!(Instant::now() < deadline, "server did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let run = |args: &[&str], env: &[(&str, &str)]| {
+        let mut all: Vec<&str> = args.to_vec();
+        all.extend(["--url", url.as_str()]);
+        crate::helpers::run_with(&all, "", env)
+    };
+    let got = run(&["source", "get", "pay", "--json"], &[]);
+    assert_eq!(got.code, 0, "{got:?}");
+    let v = got.json();
+    assert_eq!(v["tolerance_ms"], 60000);
+    assert_eq!(v["secret_hints"], json!(["ment"]));
+    assert_eq!(v["forward"]["secret_hint"], "LaSw");
+    assert!(!got.stdout.contains("from_the_environment"), "{got:?}");
+    // put with the secret from the environment, then list and delete.
+    let put = run(
+        &[
+            "source",
+            "put",
+            "gh",
+            "--json",
+            r#"{"provider": "github", "forward": {"url": "http://127.0.0.1:9/gh"}}"#,
+            "--secret-env",
+            "GH_SECRET",
+        ],
+        &[("GH_SECRET", "github-webhook-secret")],
+    );
+    assert_eq!(put.code, 0, "{put:?}");
+    assert_eq!(put.json()["secret_hints"], json!(["cret"]));
+    assert!(!put.stdout.contains("github-webhook-secret"), "{put:?}");
+    let patched = run(
+        &[
+            "source",
+            "put",
+            "gh",
+            "--patch",
+            "--json",
+            r#"{"tolerance_ms": 1000}"#,
+        ],
+        &[],
+    );
+    assert_eq!(patched.code, 0, "{patched:?}");
+    assert_eq!(patched.json()["tolerance_ms"], 1000);
+    let list = run(&["source", "list"], &[]);
+    assert!(
+        list.stdout.contains("gh") && list.stdout.contains("github"),
+        "{list:?}"
+    );
+    assert!(
+        list.stdout.contains("pay") && list.stdout.contains("stripe"),
+        "{list:?}"
+    );
+    let bad = run(
+        &["source", "put", "x", "--json", r#"{"provider": "nope"}"#],
+        &[],
+    );
+    assert_ne!(bad.code, 0, "{bad:?}");
+    assert!(
+        bad.stderr.contains("invalid_field") || bad.stderr.contains("provider"),
+        "{bad:?}"
+    );
+    let refused = run(&["source", "delete", "gh"], &[]);
+    assert_ne!(refused.code, 0, "needs --yes");
+    let del = run(&["source", "delete", "gh", "--yes"], &[]);
+    assert_eq!(del.code, 0, "{del:?}");
+    let gone = run(&["source", "get", "gh"], &[]);
+    assert_ne!(gone.code, 0, "{gone:?}");
+    let _ = child.kill();
+    let _ = child.wait();
+    let log = std::fs::read_to_string(dir.path().join("log")).unwrap_or_default();
+    assert!(
+        !log.contains("from_the_environment") && !log.contains("MfKQ"),
+        "{log}"
+    );
+}

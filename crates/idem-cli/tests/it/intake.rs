@@ -18,10 +18,13 @@ const SECRET: &str = "whsec_stripe_crash_secret";
 
 /// A receiver on 127.0.0.1 that records `(idem-key, idem-attempt)` of every request and
 /// holds the first `hang` requests without answering; the others get 200.
-fn receiver(hang: usize) -> (u16, Arc<Mutex<Vec<(String, String)>>>) {
+/// `(idem-key, idem-attempt)` of each request, in arrival order.
+type Seen = Arc<Mutex<Vec<(String, String)>>>;
+
+fn receiver(hang: usize) -> (u16, Seen) {
     let l = TcpListener::bind("127.0.0.1:0").expect("bind");
     let port = l.local_addr().expect("addr").port();
-    let got: Arc<Mutex<Vec<(String, String)>>> = Arc::default();
+    let got: Seen = Arc::default();
     let seen = got.clone();
     std::thread::spawn(move || {
         for conn in l.incoming() {

@@ -18,13 +18,15 @@ NPM_PINS=(
 )
 STAMP="${PY_PINS[*]} ${NPM_PINS[*]}"
 mkdir -p "$DIR"
-if [ "$(cat "$DIR/.stamp" 2>/dev/null || true)" != "$STAMP" ]; then
+if [ "$(cat "$DIR/.stamp" 2>/dev/null || true)" != "$STAMP" ] || [ ! -x "$DIR/venv/bin/python" ] ||
+  [ ! -d "$DIR/node_modules/@octokit/webhooks-methods" ] || [ ! -d "$DIR/node_modules/stripe" ]; then
   {
     [ -x "$DIR/venv/bin/python" ] || python3 -m venv "$DIR/venv"
     "$DIR/venv/bin/pip" install --quiet --disable-pip-version-check "${PY_PINS[@]}"
     [ -f "$DIR/package.json" ] || printf '{"name":"idem-signers","private":true}\n' >"$DIR/package.json"
     (cd "$DIR" && npm install --silent --no-audit --no-fund --save-exact "${NPM_PINS[@]}")
   } 1>&2
+  "$DIR/venv/bin/python" -c 'import stripe, standardwebhooks, slack_sdk, twilio, hubspot' 1>&2
   printf '%s' "$STAMP" >"$DIR/.stamp"
 fi
 printf '%s\n' "$DIR"

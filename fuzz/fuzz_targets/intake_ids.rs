@@ -20,7 +20,9 @@ fn split_request(data: &[u8]) -> (HeaderMap, &[u8]) {
         let Some(colon) = line.iter().position(|b| *b == b':') else {
             continue;
         };
-        let value = line[colon + 1..].strip_prefix(b" ").unwrap_or(&line[colon + 1..]);
+        let value = line[colon + 1..]
+            .strip_prefix(b" ")
+            .unwrap_or(&line[colon + 1..]);
         if let (Ok(n), Ok(v)) = (
             HeaderName::from_bytes(&line[..colon]),
             HeaderValue::from_bytes(value),
@@ -50,6 +52,7 @@ fuzz_target!(|data: &[u8]| {
     };
     let (headers, body) = split_request(rest);
     let events = read_events(provider, rule.as_ref(), split, &headers, body);
+    assert!(!events.is_empty());
     if split.is_none() {
         assert_eq!(events.len(), 1);
         assert_eq!(events[0].body, body);

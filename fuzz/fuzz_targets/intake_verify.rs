@@ -23,7 +23,9 @@ fn split_request(data: &[u8]) -> (HeaderMap, &[u8]) {
         let Some(colon) = line.iter().position(|b| *b == b':') else {
             continue;
         };
-        let value = line[colon + 1..].strip_prefix(b" ").unwrap_or(&line[colon + 1..]);
+        let value = line[colon + 1..]
+            .strip_prefix(b" ")
+            .unwrap_or(&line[colon + 1..]);
         if let (Ok(n), Ok(v)) = (
             HeaderName::from_bytes(&line[..colon]),
             HeaderValue::from_bytes(value),
@@ -41,12 +43,23 @@ fuzz_target!(|data: &[u8]| {
     let provider = Provider::ALL[usize::from(*p) % Provider::ALL.len()];
     let scheme = HmacScheme {
         header: "x-signature".into(),
-        algorithm: [HmacAlgorithm::Sha1, HmacAlgorithm::Sha256, HmacAlgorithm::Sha512]
-            [usize::from(cfg & 3) % 3],
-        encoding: if cfg & 4 == 0 { HmacEncoding::Hex } else { HmacEncoding::Base64 },
+        algorithm: [
+            HmacAlgorithm::Sha1,
+            HmacAlgorithm::Sha256,
+            HmacAlgorithm::Sha512,
+        ][usize::from(cfg & 3) % 3],
+        encoding: if cfg & 4 == 0 {
+            HmacEncoding::Hex
+        } else {
+            HmacEncoding::Base64
+        },
         prefix: (cfg & 8 != 0).then(|| "sha256=".into()),
         timestamp_header: (cfg & 16 != 0).then(|| "x-timestamp".into()),
-        signed: if cfg & 32 == 0 { HmacSigned::Body } else { HmacSigned::TimestampBody },
+        signed: if cfg & 32 == 0 {
+            HmacSigned::Body
+        } else {
+            HmacSigned::TimestampBody
+        },
     };
     let secrets: Vec<String> = [
         "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",

@@ -8,8 +8,8 @@
 //!   becomes its decimal text. Anything else at the id's place (absent, empty string, a
 //!   fraction, `true`, `null`, an object, an array) is no id. A header id is its value as
 //!   UTF-8 (a header that is absent, empty, repeated, or not UTF-8 is no id). For
-//!   `standard_webhooks` the id header is `webhook-id`, else `svix-id` (the same one the
-//!   signature covered). For `twilio` the id is `I-Twilio-Idempotency-Token`, else the form
+//!   `standard_webhooks` the id header is `webhook-id` when present, else `svix-id` (always
+//!   the one the signature covered). For `twilio` the id is `I-Twilio-Idempotency-Token`, else the form
 //!   body's `MessageSid`, else its `CallSid`. `hmac` has no default: without an explicit
 //!   rule every event is held.
 //! - **Keys.** The id itself when it is a valid idem key (1–255 bytes of visible ASCII),
@@ -21,7 +21,8 @@
 //!   relative to the element (a pointer rule) — with a header rule, element `i` of a batch
 //!   whose header id is `H` gets the id `H/i` (a redelivery of the same batch repeats the
 //!   same ids). A body that is not JSON, or a pointer that does not resolve to an array,
-//!   yields one held event holding the raw body. An empty array yields no event.
+//!   yields one held event holding the raw body; so does an empty array (a signed request
+//!   always yields at least one event).
 //! - **Pointer rule on an unsplit body.** A body that is not JSON has no id (held).
 
 use serde_json::Value;
@@ -38,8 +39,8 @@ pub enum EventIdRule {
     Pointer(String),
 }
 
-/// One event read from a verified request.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One event read from a verified request. Its `Debug` shows the body's length only.
+#[derive(Clone, PartialEq, Eq)]
 pub struct IncomingEvent {
     /// The provider's id as text (an integer id as its decimal text); `None` when the event
     /// carries none (then it is held).
@@ -49,6 +50,16 @@ pub struct IncomingEvent {
     pub key: String,
     /// The bytes stored and forwarded: the raw body, or the element's compact JSON.
     pub body: Vec<u8>,
+}
+
+impl std::fmt::Debug for IncomingEvent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IncomingEvent")
+            .field("event_id", &self.event_id)
+            .field("key", &self.key)
+            .field("body_bytes", &self.body.len())
+            .finish()
+    }
 }
 
 impl IncomingEvent {
@@ -159,9 +170,12 @@ fn event_id(
     }
     match provider {
         Provider::Stripe => pointer("/id"),
-        Provider::StandardWebhooks => {
-            header_id(headers, "webhook-id").or_else(|| header_id(headers, "svix-id"))
+        // The header the signature covered: `webhook-id` whenever it is present (even empty,
+        // which is then no id), `svix-id` only in its absence; never an unsigned fallback.
+        Provider::StandardWebhooks if headers.contains_key("webhook-id") => {
+            header_id(headers, "webhook-id")
         }
+        Provider::StandardWebhooks => header_id(headers, "svix-id"),
         Provider::Github => header_id(headers, "x-github-delivery"),
         Provider::Shopify => header_id(headers, "x-shopify-webhook-id"),
         Provider::Slack | Provider::Typeform => pointer("/event_id"),
@@ -185,7 +199,7 @@ fn header_rule(provider: Provider, rule: Option<&EventIdRule>) -> bool {
 }
 
 /// Reads the events of a verified request: applies `split` (None = the body is one event)
-/// and the id rule (`rule` overrides the provider default).
+/// and the id rule (`rule` overrides the provider default). Never empty.
 pub fn read_events(
     provider: crate::Provider,
     rule: Option<&EventIdRule>,
@@ -198,8 +212,9 @@ pub fn read_events(
         let id = event_id(provider, rule, headers, doc.as_ref(), body);
         return vec![IncomingEvent::new(id, body.to_vec())];
     };
-    let Some(Value::Array(items)) = doc.as_ref().and_then(|d| split_target(d, split)) else {
-        return vec![IncomingEvent::new(None, body.to_vec())];
+    let items = match doc.as_ref().and_then(|d| split_target(d, split)) {
+        Some(Value::Array(items)) if !items.is_empty() => items,
+        _ => return vec![IncomingEvent::new(None, body.to_vec())],
     };
     let by_header = header_rule(provider, rule);
     items

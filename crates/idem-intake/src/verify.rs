@@ -32,7 +32,9 @@
 //!   sorted, `name+value` appended (the official Python library's order); any other body is
 //!   signed as Twilio signs JSON bodies: the URL with `bodySHA256=<hex sha256 of the body>`
 //!   appended to its query, and no parameters. Like the official libraries, the URL is tried
-//!   as configured, without its port, and with the scheme's default port.
+//!   as configured, without its port, and with the scheme's default port. A form body is
+//!   signed over its *decoded* parameters, so encodings of the same parameters (`%2b` and
+//!   `%2B`, another order) verify alike, by Twilio's design.
 //! - `hmac`: `prefix` must match exactly; hex digits of either case; when a
 //!   `timestamp_header` is configured it is required and checked against the tolerance
 //!   (signed into the MAC only with `signed: "timestamp.body"`, which requires it).

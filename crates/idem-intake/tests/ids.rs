@@ -103,6 +103,9 @@ fn provider_defaults() {
             .as_deref(),
         Some("msg_2")
     );
+    // An empty `webhook-id` was what got signed: the unsigned `svix-id` does not stand in.
+    let h = headers(&[("webhook-id", ""), ("svix-id", "msg_2")]);
+    assert!(one(Provider::StandardWebhooks, &h, b"{}").held());
     let h = headers(&[("X-GitHub-Delivery", "72d3162e-cc78-11e3-81ab-4c9367dc0958")]);
     assert_eq!(
         one(Provider::Github, &h, b"{}").event_id.as_deref(),
@@ -148,6 +151,11 @@ fn explicit_rules_override_the_default() {
         ids(&rule(EventIdRule::Header("x-event".into()))),
         [Some("ev-9")]
     );
+    assert_eq!(
+        ids(&rule(EventIdRule::Header("X-Event".into()))),
+        [Some("ev-9")]
+    );
+    assert_eq!(ids(&rule(EventIdRule::Header("not a name".into()))), [None]);
     assert_eq!(
         ids(&rule(EventIdRule::Pointer("/meta/uid".into()))),
         [Some("42")]
@@ -268,8 +276,14 @@ fn hubspot_batches_split_into_compact_elements() {
     // `"/"` is the document too.
     let slash = read_events(Provider::Hubspot, None, Some("/"), &HeaderMap::new(), body);
     assert_eq!(slash, v);
-    // An empty batch has no event.
-    assert!(read_events(Provider::Hubspot, None, Some(""), &HeaderMap::new(), b"[]").is_empty());
+    // An empty batch is held whole, like anything else that cannot be split.
+    let v = read_events(Provider::Hubspot, None, Some(""), &HeaderMap::new(), b"[]");
+    assert_eq!(v.len(), 1);
+    assert!(v[0].held());
+    assert_eq!(
+        (v[0].body.as_slice(), v[0].key.clone()),
+        (&b"[]"[..], held_key(b"[]"))
+    );
 }
 
 #[test]
@@ -354,4 +368,18 @@ fn pointers() {
     for bad in ["a", "a/b", "/~", "/~2", "/a~"] {
         assert!(!valid_pointer(bad), "{bad:?}");
     }
+}
+
+#[test]
+fn debug_never_shows_the_body() {
+    let v = read_events(
+        Provider::Stripe,
+        None,
+        None,
+        &HeaderMap::new(),
+        br#"{"id":"e","card":"4242"}"#,
+    );
+    let dbg = format!("{v:?}");
+    assert!(!dbg.contains("4242"), "{dbg}");
+    assert!(dbg.contains("body_bytes: 24"), "{dbg}");
 }

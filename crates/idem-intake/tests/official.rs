@@ -230,6 +230,51 @@ fn verify_agrees_with_the_official_libraries() {
             c.check(&[c.secret, c.other], &newer, c.body, now),
             Ok(()),
         );
+        if c.provider == Provider::Stripe {
+            // While a secret rolls, Stripe sends one v1 per secret in one header.
+            let both = format!(
+                "{},{}",
+                h["stripe-signature"].to_str().expect("ascii"),
+                newer["stripe-signature"]
+                    .to_str()
+                    .expect("ascii")
+                    .split(',')
+                    .filter(|i| i.starts_with("v1="))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            );
+            let mut m = h.clone();
+            m.insert(
+                "stripe-signature",
+                HeaderValue::from_str(&both).expect("value"),
+            );
+            expect(
+                format!("{name}: two v1, new secret"),
+                c.check(&[c.other], &m, c.body, now),
+                Ok(()),
+            );
+            expect(
+                format!("{name}: two v1, old secret"),
+                c.check(&[c.secret], &m, c.body, now),
+                Ok(()),
+            );
+        }
+        if c.provider == Provider::StandardWebhooks {
+            // Svix sends the same scheme under `svix-*` names.
+            let mut svix = HeaderMap::new();
+            for (k, v) in h.iter() {
+                let name = k.as_str().replacen("webhook-", "svix-", 1);
+                svix.insert(
+                    HeaderName::from_bytes(name.as_bytes()).expect("name"),
+                    v.clone(),
+                );
+            }
+            expect(
+                format!("{name}: svix names"),
+                c.check(&[c.secret], &svix, c.body, now),
+                Ok(()),
+            );
+        }
         for (header, _) in h.iter().filter(|(n, _)| *n != http::header::CONTENT_TYPE) {
             let mut less = h.clone();
             less.remove(header);

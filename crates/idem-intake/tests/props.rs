@@ -228,6 +228,7 @@ proptest! {
             }
         }
         let events = read_events(p, rule.as_ref(), split.as_deref(), &h, &body);
+        prop_assert!(!events.is_empty());
         if split.is_none() {
             prop_assert_eq!(events.len(), 1);
             prop_assert_eq!(&events[0].body, &body);

@@ -343,6 +343,22 @@ fn tolerance_edges_to_the_millisecond() {
         assert_eq!(src.check("POST", &h, b"{}", at - TOL), Ok(()), "{p}");
         assert_eq!(src.check("POST", &h, b"{}", at - TOL - 1), STALE, "{p}");
     }
+    // A negative tolerance accepts no time at all; a huge one never overflows.
+    let src = Src::new(Provider::Slack, &["s"]);
+    let h = signed(&src, "s", b"{}", NOW_MS);
+    let cfg = |tol| VerifyConfig {
+        provider: Provider::Slack,
+        secrets: &src.secrets,
+        tolerance_ms: tol,
+        hmac: None,
+        public_url: None,
+    };
+    assert_eq!(verify(&cfg(-1), "POST", &h, b"{}", NOW_MS), STALE);
+    assert_eq!(verify(&cfg(0), "POST", &h, b"{}", NOW_MS), Ok(()));
+    assert_eq!(verify(&cfg(i64::MAX), "POST", &h, b"{}", 0), Ok(()));
+    assert_eq!(verify(&cfg(i64::MAX), "POST", &h, b"{}", i64::MAX), Ok(()));
+    // A skew beyond i64 (now = i64::MIN) is computed exactly: stale, not wrapped around.
+    assert_eq!(verify(&cfg(i64::MAX), "POST", &h, b"{}", i64::MIN), STALE);
     // HubSpot signs milliseconds: its edges are at the millisecond of the signing time.
     let src = Src::new(Provider::Hubspot, &["s"]).url("https://h.example/in");
     let at = NOW_MS + 123;

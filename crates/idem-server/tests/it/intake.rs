@@ -68,6 +68,9 @@ struct Sink {
     script: Arc<Mutex<VecDeque<Answer>>>,
     in_flight: Arc<Mutex<std::collections::HashMap<String, usize>>>,
     max_in_flight: Arc<AtomicUsize>,
+    /// Requests in flight now, and the most there ever were (all keys together).
+    total: Arc<AtomicUsize>,
+    max_total: Arc<AtomicUsize>,
 }
 
 impl Sink {
@@ -78,6 +81,8 @@ impl Sink {
             script: Arc::new(Mutex::new(script.into())),
             in_flight: Arc::default(),
             max_in_flight: Arc::default(),
+            total: Arc::default(),
+            max_total: Arc::default(),
         };
         let s = sink.clone();
         let app =
@@ -95,6 +100,8 @@ impl Sink {
                         *n += 1;
                         s.max_in_flight.fetch_max(*n, Ordering::SeqCst);
                     }
+                    let now = s.total.fetch_add(1, Ordering::SeqCst) + 1;
+                    s.max_total.fetch_max(now, Ordering::SeqCst);
                     s.got.lock().expect("lock").push(Got { headers, body });
                     let a = s
                         .script
@@ -108,6 +115,7 @@ impl Sink {
                     if let Some(n) = s.in_flight.lock().expect("lock").get_mut(&key) {
                         *n -= 1;
                     }
+                    s.total.fetch_sub(1, Ordering::SeqCst);
                     let mut resp = axum::response::Response::new(axum::body::Body::from("ok"));
                     *resp.status_mut() =
                         axum::http::StatusCode::from_u16(a.status).expect("status");
@@ -989,4 +997,32 @@ async fn two_instances_on_one_postgres_forward_every_event_once() {
         "each event forwarded exactly once"
     );
     assert_eq!(sink.max_in_flight.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn forward_concurrency_bounds_the_deliveries_of_a_source() {
+    let app = spawn_on(Backend::Sqlite).await;
+    let slow = |_| Answer {
+        status: 200,
+        retry_after: None,
+        delay_ms: 150,
+    };
+    for (name, concurrency, want) in [("one", 1, 1), ("three", 3, 3)] {
+        let sink = Sink::start((0..6).map(slow).collect()).await;
+        let mut doc = stripe_source(&sink.url);
+        doc["forward"]["concurrency"] = json!(concurrency);
+        put_source(&app, name, &doc).await;
+        for i in 0..6 {
+            post_stripe(&app, name, SECRET, &evt(&format!("evt_{i}"))).await;
+        }
+        let all = eventually(Duration::from_secs(20), || async {
+            let l = app
+                .get(&format!("/v1/sources/{name}/events?state=completed"))
+                .await;
+            l.body["items"].as_array().map(Vec::len) == Some(6)
+        })
+        .await;
+        assert!(all, "{name}: every event delivered");
+        assert_eq!(sink.max_total.load(Ordering::SeqCst), want, "{name}");
+    }
 }

@@ -490,4 +490,11 @@ impl Store for PgStore {
         self.bounded(self.with_retries("intake_backlog", || intake::intake_backlog(self)))
             .await
     }
+
+    async fn intake_retention_once(&self, batch: usize) -> Result<usize, StoreError> {
+        self.bounded(
+            self.with_retries("intake_retention", || intake::intake_retention(self, batch)),
+        )
+        .await
+    }
 }

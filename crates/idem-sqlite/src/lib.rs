@@ -560,4 +560,9 @@ impl Store for SqliteStore {
     async fn intake_backlog(&self) -> Result<Vec<(String, u64)>, StoreError> {
         self.read(|c| intake::intake_backlog(c)).await
     }
+
+    async fn intake_retention_once(&self, batch: usize) -> Result<usize, StoreError> {
+        self.write(move |c| intake::intake_retention(c, batch))
+            .await
+    }
 }

@@ -249,4 +249,11 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
 
     /// Events not yet delivered, per source (sources with none are left out).
     async fn intake_backlog(&self) -> Result<Vec<(String, u64)>, StoreError>;
+
+    /// One retention step of the intake, following its records: drops the stored body of at
+    /// most `batch` delivered events whose record's result was expired (`retention_ms`; the
+    /// record's tombstone still answers `duplicate`), and deletes at most `batch` rows of
+    /// delivered events whose record is gone (`audit_retention_ms`). Never touches an
+    /// undelivered event. Returns how many rows it changed.
+    async fn intake_retention_once(&self, batch: usize) -> Result<usize, StoreError>;
 }

@@ -21,8 +21,12 @@
 //!   and connects only to the addresses it checked, never follows a redirect and never
 //!   reaches a multicast or unspecified address. The namespace `egress` policy (meant for
 //!   effects, whose URLs workers send) does not apply to forwards.
-//! - Retention: bodies stay until the record is gone (the namespace janitor keeps records by
-//!   its own rules); undelivered events are never deleted.
+//! - Retention follows the records: the janitor drops a delivered event's body when its
+//!   record's result expires (`retention_ms`; the tombstone still answers `duplicate`) and
+//!   the row when the tombstone goes (`audit_retention_ms`); undelivered and `needs_review`
+//!   events are never touched.
+//! - A source's namespace should hold only its events: a claim on one of their keys there
+//!   would meet the intake's record (a `prepared` record whose lease ran out resumes).
 //!
 //! What this module must never do: write anything for a request that was refused, acknowledge
 //! an event before it is durable, log or answer a body, a signature or a secret, or start a

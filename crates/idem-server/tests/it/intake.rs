@@ -1026,3 +1026,52 @@ async fn forward_concurrency_bounds_the_deliveries_of_a_source() {
         assert_eq!(sink.max_total.load(Ordering::SeqCst), want, "{name}");
     }
 }
+
+#[tokio::test]
+async fn a_delivered_body_goes_with_its_records_result_and_the_tombstone_still_dedupes() {
+    for backend in backends() {
+        let app = spawn_on(backend).await;
+        let sink = Sink::start(vec![]).await;
+        app.patch_namespace(
+            "kept",
+            json!({"retention_ms": 1000, "audit_retention_ms": 5000}),
+        )
+        .await;
+        put_source(&app, "kept", &stripe_source(&sink.url)).await;
+        post_stripe(&app, "kept", SECRET, &evt("evt_1")).await;
+        assert!(until_state(&app, "kept", "evt_1", "completed").await);
+        // Not delivered: kept whatever its age.
+        app.pause("kept").await;
+        post_stripe(&app, "kept", SECRET, &evt("evt_undelivered")).await;
+        app.advance(2000);
+        idem_server::background::janitor_once(&app.store, app.now(), 100)
+            .await
+            .expect("janitor");
+        let e = event(&app, "kept", "evt_1").await;
+        assert_eq!(e.body["event"]["body"], Value::Null, "{}", e.text);
+        assert!(
+            e.body["record"]["result_expired"] == json!(true),
+            "{}",
+            e.text
+        );
+        let u = event(&app, "kept", "evt_undelivered").await;
+        assert!(u.body["event"]["body"].is_string(), "{}", u.text);
+        // The tombstone answers duplicate.
+        app.advance(-1000);
+        let again = post_stripe(&app, "kept", SECRET, &evt("evt_1")).await;
+        assert_eq!(
+            again.body["events"][0]["status"], "duplicate",
+            "{}",
+            again.text
+        );
+        // After audit_retention_ms the tombstone and the row go; the undelivered row stays.
+        app.advance(10_000);
+        for _ in 0..3 {
+            idem_server::background::janitor_once(&app.store, app.now(), 100)
+                .await
+                .expect("janitor");
+        }
+        event(&app, "kept", "evt_1").await.problem(404, "not_found");
+        assert!(event(&app, "kept", "evt_undelivered").await.body["event"]["body"].is_string());
+    }
+}

@@ -251,8 +251,9 @@ pub(super) fn start(rec: &Record, r: &ForwardStartRequest, ctx: &Ctx<'_>) -> Tra
     Transition::update(next, vec![e], vec![], Reply::Intake(reply))
 }
 
-/// How long a paused namespace's delivery waits before it looks again.
-pub const PAUSED_RECHECK_MS: i64 = 1000;
+/// How long a paused namespace's delivery waits before it looks again (so a resume is
+/// followed within this time; each waiting event costs one outbox write per period).
+pub const PAUSED_RECHECK_MS: i64 = 5000;
 
 pub(super) fn report(rec: &Record, r: &ForwardReportRequest, ctx: &Ctx<'_>) -> Transition {
     let now = ctx.now;

@@ -697,7 +697,8 @@ async fn a_paused_namespace_accepts_events_and_holds_their_delivery() {
         let m = app.get("/metrics").await.text;
         assert!(m.contains(r#"idem_intake_backlog{source="held"} 1"#), "{m}");
         app.resume("held").await;
-        app.advance(2000);
+        // A paused namespace's items look again every PAUSED_RECHECK_MS.
+        app.advance(idem::PAUSED_RECHECK_MS + 1);
         assert!(until_state(&app, "held", "evt_1", "completed").await);
         assert_eq!(sink.count(), 1);
     }

@@ -72,6 +72,10 @@ pub enum Command {
     /// Show or change a namespace's policy.
     #[command(subcommand)]
     Ns(NsCmd),
+    /// Webhook intake sources (where provider webhooks come in, how they are verified, where
+    /// they are forwarded): admin writes, operator reads.
+    #[command(subcommand)]
+    Source(SourceCmd),
     /// Run a command exactly once per key (cron, scripts, queue consumers).
     ///
     /// Claims the key; runs COMMAND only when the claim is acquired, with IDEM_KEY,
@@ -774,6 +778,79 @@ pub struct NsSetCmd {
     pub raw: bool,
     #[command(flatten)]
     pub server: Server,
+}
+
+// ------------------------------------------------------------------ source
+
+#[derive(Debug, Subcommand)]
+pub enum SourceCmd {
+    /// Create or replace a source from a JSON document (the fields of PUT /v1/sources/NAME),
+    /// e.g. idem source put stripe --json '{"provider": "stripe", "forward": {"url":
+    /// "http://127.0.0.1:5678/webhook/stripe"}}' --secret-env STRIPE_WEBHOOK_SECRET.
+    /// With --patch the document is merged into the existing source instead.
+    Put(SourcePutCmd),
+    /// Show a source (secrets only as their last 4 characters).
+    Get(SourceTarget),
+    /// List the sources.
+    List(SourceList),
+    /// Delete a source; refused while some of its events are not delivered, unless --force
+    /// (their records stay; nothing more is forwarded).
+    Delete(SourceDeleteCmd),
+}
+
+#[derive(Debug, Args)]
+pub struct SourcePutCmd {
+    /// Source name (the namespace syntax).
+    pub name: String,
+    /// The source document (JSON object) inline.
+    #[arg(long = "json", value_name = "JSON", conflicts_with = "file")]
+    pub doc: Option<String>,
+    /// The source document from a file.
+    #[arg(long, value_name = "FILE")]
+    pub file: Option<PathBuf>,
+    /// Read a signing secret from this environment variable (repeat for rotation, oldest
+    /// first); replaces `secrets` of the document. Keeps secrets off the command line.
+    #[arg(long = "secret-env", value_name = "VAR")]
+    pub secret_env: Vec<String>,
+    /// Read forward.secret (whsec_…) from this environment variable.
+    #[arg(long = "forward-secret-env", value_name = "VAR")]
+    pub forward_secret_env: Option<String>,
+    /// Merge into the existing source (PATCH) instead of replacing it.
+    #[arg(long)]
+    pub patch: bool,
+    /// Print the server's raw JSON answer (one line) instead of indented JSON.
+    #[arg(long)]
+    pub raw: bool,
+    #[command(flatten)]
+    pub server: Server,
+}
+
+#[derive(Debug, Args)]
+pub struct SourceTarget {
+    /// Source name.
+    pub name: String,
+    #[command(flatten)]
+    pub conn: Conn,
+}
+
+#[derive(Debug, Args)]
+pub struct SourceList {
+    #[command(flatten)]
+    pub conn: Conn,
+}
+
+#[derive(Debug, Args)]
+pub struct SourceDeleteCmd {
+    /// Source name.
+    pub name: String,
+    /// Delete even while events are not delivered.
+    #[arg(long)]
+    pub force: bool,
+    /// Confirm the deletion.
+    #[arg(long)]
+    pub yes: bool,
+    #[command(flatten)]
+    pub conn: Conn,
 }
 
 // ------------------------------------------------------------------ run

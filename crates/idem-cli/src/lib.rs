@@ -15,11 +15,12 @@ pub mod gate;
 pub mod offline;
 pub mod ops;
 pub mod runner;
+pub mod source;
 pub mod table;
 pub mod util;
 pub mod verbs;
 
-use args::{Cli, Command, KeyCmd, NsCmd, TokenCmd};
+use args::{Cli, Command, KeyCmd, NsCmd, SourceCmd, TokenCmd};
 use exit::CliError;
 
 /// Runs one parsed command line; answers the process exit code.
@@ -57,6 +58,10 @@ async fn dispatch(command: Command) -> Result<u8, CliError> {
         Command::Resume(c) => verbs::pause_resume(c, "resume").await,
         Command::Ns(NsCmd::Get(c)) => verbs::ns_get(c).await,
         Command::Ns(NsCmd::Set(c)) => verbs::ns_set(c).await,
+        Command::Source(SourceCmd::Put(c)) => source::put(c).await,
+        Command::Source(SourceCmd::Get(c)) => source::get(c).await,
+        Command::Source(SourceCmd::List(c)) => source::list(c).await,
+        Command::Source(SourceCmd::Delete(c)) => source::delete(c).await,
         Command::Run(c) => runner::run(c).await,
         Command::Drill(c) => drill::run(c).await,
         Command::Bench(c) => bench::run(c).await,

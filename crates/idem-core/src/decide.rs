@@ -35,11 +35,16 @@ mod claim;
 mod complete;
 mod effect;
 mod heartbeat;
+mod intake;
 mod operator;
 mod prepare;
 mod sweep;
 mod worker;
 
+pub use intake::{
+    ForwardOutcome, ForwardReportRequest, ForwardRetry, ForwardStartRequest, IntakeReceiveRequest,
+    FORWARD_OWNER, PAUSED_RECHECK_MS,
+};
 pub use worker::{reports_effect, FENCED_COMPLETION_NOTE};
 
 /// What the namespace and the moment contribute to a decision. Random inputs (the next lease
@@ -184,6 +189,16 @@ pub enum Op {
     },
     /// The janitor's look at one record: eager lease expiry and stuck detection.
     Sweep,
+    /// A verified inbound webhook event arrives (`intake`).
+    IntakeReceive(IntakeReceiveRequest),
+    /// The delivery worker starts a forward attempt (takes the record's lease).
+    ForwardStart(ForwardStartRequest),
+    /// The forward attempt's holder reports how it ended.
+    ForwardReport(ForwardReportRequest),
+    /// An operator schedules an inbound event's delivery again, with a fresh budget.
+    Redeliver {
+        note: String,
+    },
 }
 
 impl Op {
@@ -200,6 +215,10 @@ impl Op {
             Op::Approve { .. } => "approve",
             Op::Reject { .. } => "reject",
             Op::Sweep => "sweep",
+            Op::IntakeReceive(_) => "intake",
+            Op::ForwardStart(_) => "forward_start",
+            Op::ForwardReport(_) => "forward_report",
+            Op::Redeliver { .. } => "redeliver",
         }
     }
 }
@@ -291,6 +310,29 @@ pub enum Reply {
     Swept {
         changed: bool,
     },
+    /// The intake's receive and forward-start answers.
+    Intake(IntakeReply),
+}
+
+/// What the intake's record rules answer (see `intake`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum IntakeReply {
+    /// A new event, waiting for its first delivery.
+    Accepted { record: Box<Record> },
+    /// The key was seen before (any state).
+    Duplicate { record: Box<Record> },
+    /// A new event without an id, kept in `needs_review`.
+    Held { record: Box<Record> },
+    /// A forward attempt holds the lease with this token.
+    Started {
+        token: String,
+        attempt: u32,
+        record: Box<Record>,
+    },
+    /// Not yet: look again at `until` (backoff, or a paused namespace).
+    Wait { until: Timestamp },
+    /// Nothing to deliver now (delivered, in review, or another attempt holds the lease).
+    Skip { state: State },
 }
 
 /// Why an operation was refused. Refusals other than `LeaseLost` write nothing.
@@ -595,6 +637,7 @@ fn dispatch(
 ) -> Transition {
     match op {
         Op::Claim(req) => claim::claim(ns, key, existing, req, ctx),
+        Op::IntakeReceive(r) => intake::receive(ns, key, existing, r, ctx),
         Op::Sweep => match existing {
             Some(rec) => sweep::sweep(rec, ctx),
             None => Transition::reply(Reply::Swept { changed: false }),
@@ -613,7 +656,12 @@ fn dispatch(
                 Op::Resolve(r) => operator::resolve(rec, r, ctx),
                 Op::Approve { note } => operator::approve(rec, note.as_deref(), ctx),
                 Op::Reject { note } => operator::reject(rec, note.as_deref(), ctx),
-                Op::Claim(_) | Op::Sweep => Transition::refuse(OpError::NotFound),
+                Op::ForwardStart(r) => intake::start(rec, r, ctx),
+                Op::ForwardReport(r) => intake::report(rec, r, ctx),
+                Op::Redeliver { note } => intake::redeliver(rec, note, ctx),
+                Op::Claim(_) | Op::Sweep | Op::IntakeReceive(_) => {
+                    Transition::refuse(OpError::NotFound)
+                }
             }
         }
     }

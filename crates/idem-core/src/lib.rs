@@ -30,6 +30,10 @@ pub use decide::{
     HeartbeatRequest, Op, OpError, PrepareRequest, Reply, ResolveAction, ResolveRequest,
     RetryDecision, Tally, Transition, Write, FENCED_COMPLETION_NOTE,
 };
+pub use decide::{
+    ForwardOutcome, ForwardReportRequest, ForwardRetry, ForwardStartRequest, IntakeReceiveRequest,
+    IntakeReply, FORWARD_OWNER, PAUSED_RECHECK_MS,
+};
 pub use effect::{Reconciled, RequestSummary, Verdict};
 pub use egress::{AllowEntry, EgressPolicy};
 pub use fingerprint::Fingerprint;

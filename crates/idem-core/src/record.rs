@@ -344,6 +344,12 @@ pub enum AlertReason {
     /// that was fenced out: the ledger stayed right, the outside world may have seen the
     /// effect twice.
     FencedCompletion,
+    /// A correctly signed inbound event without its id was held (`INTAKE.md`).
+    MissingIdentity,
+    /// A forward's receiver answered 410 Gone: the event went to review at once.
+    DeliveryGone,
+    /// A forward's retries (attempts or window) are spent: the event went to review.
+    DeliveryExhausted,
 }
 
 impl AlertReason {
@@ -352,6 +358,9 @@ impl AlertReason {
             AlertReason::NeedsReview => "needs_review",
             AlertReason::Stuck => "stuck",
             AlertReason::FencedCompletion => "fenced_completion",
+            AlertReason::MissingIdentity => "missing_identity",
+            AlertReason::DeliveryGone => "delivery_gone",
+            AlertReason::DeliveryExhausted => "delivery_exhausted",
         }
     }
 }

@@ -10,6 +10,7 @@
 pub mod ids;
 pub mod provider;
 pub mod sign;
+pub mod source;
 pub mod verify;
 
 pub use ids::{

@@ -51,6 +51,7 @@ mod console;
 mod error;
 mod execute;
 mod fast;
+mod intake;
 mod janitor;
 mod namespaces;
 mod outbox;
@@ -418,5 +419,82 @@ impl Store for PgStore {
 
     async fn session_delete(&self, id_hash: &str) -> Result<(), StoreError> {
         self.console_session_delete(id_hash).await
+    }
+    // ------------------------------------------------------------ the intake
+
+    async fn source_put(
+        &self,
+        w: idem_store::SourceWrite,
+        now: Timestamp,
+    ) -> Result<bool, StoreError> {
+        self.bounded(self.with_retries("source_put", || intake::source_put(self, &w, now)))
+            .await
+    }
+
+    async fn source_get(&self, name: &str) -> Result<Option<idem_store::SourceRow>, StoreError> {
+        self.bounded(self.with_retries("source_get", || intake::source_get(self, name)))
+            .await
+    }
+
+    async fn source_list(&self) -> Result<Vec<idem_store::SourceRow>, StoreError> {
+        self.bounded(self.with_retries("source_list", || intake::source_list(self)))
+            .await
+    }
+
+    async fn source_delete(
+        &self,
+        name: &str,
+        force: bool,
+    ) -> Result<idem_store::SourceDelete, StoreError> {
+        self.bounded(
+            self.with_retries("source_delete", || intake::source_delete(self, name, force)),
+        )
+        .await
+    }
+
+    async fn intake_store(
+        &self,
+        ev: idem_store::NewIntakeEvent,
+        forward: Option<idem_store::NewOutboxItem>,
+        now: Timestamp,
+    ) -> Result<bool, StoreError> {
+        self.bounded(self.with_retries("intake_store", || {
+            intake::intake_store(self, &ev, forward.as_ref(), now)
+        }))
+        .await
+    }
+
+    async fn intake_event(
+        &self,
+        ns: &str,
+        key: &str,
+    ) -> Result<Option<idem_store::IntakeEventRow>, StoreError> {
+        self.bounded(self.with_retries("intake_event", || intake::intake_event(self, ns, key)))
+            .await
+    }
+
+    async fn intake_list(
+        &self,
+        q: &idem_store::IntakeQuery,
+    ) -> Result<Vec<idem_store::IntakeEventRow>, StoreError> {
+        self.bounded(self.with_retries("intake_list", || intake::intake_list(self, q)))
+            .await
+    }
+
+    async fn intake_update(&self, u: idem_store::IntakeUpdate) -> Result<(), StoreError> {
+        self.bounded(self.with_retries("intake_update", || intake::intake_update(self, &u)))
+            .await
+    }
+
+    async fn intake_backlog(&self) -> Result<Vec<(String, u64)>, StoreError> {
+        self.bounded(self.with_retries("intake_backlog", || intake::intake_backlog(self)))
+            .await
+    }
+
+    async fn intake_retention_once(&self, batch: usize) -> Result<usize, StoreError> {
+        self.bounded(
+            self.with_retries("intake_retention", || intake::intake_retention(self, batch)),
+        )
+        .await
     }
 }

@@ -29,6 +29,7 @@ pub(crate) const MIGRATIONS: &[(i32, &str)] = &[
     (8, V8),
     (9, V9),
     (10, V10),
+    (11, V11),
 ];
 
 /// Cost and recovery. Each record sums what its attempts reported spending (`retry_*` =
@@ -80,6 +81,33 @@ INSERT INTO secrets (kind, owner, value, created_at)
     FROM namespaces WHERE jsonb_typeof(policy::jsonb -> 'alert_secret') = 'string';
 UPDATE namespaces SET policy = (policy::jsonb - 'alert_secret')::text, revision = revision + 1
     WHERE policy::jsonb -> 'alert_secret' IS NOT NULL;
+"#;
+
+/// The webhook intake: sources (configuration without secrets: those are rows of
+/// `secrets`, kinds `source` and `forward`) and one row per inbound event beside its record
+/// (body, content type, forwarded headers, attempts, delivery time).
+const V11: &str = r#"
+CREATE TABLE sources (
+    name       TEXT   PRIMARY KEY,
+    config     TEXT   NOT NULL,
+    created_at BIGINT NOT NULL,
+    updated_at BIGINT NOT NULL
+);
+CREATE TABLE intake_events (
+    namespace    TEXT   NOT NULL,
+    key          TEXT   NOT NULL,
+    source       TEXT   NOT NULL,
+    event_id     TEXT,
+    content_type TEXT,
+    headers      TEXT   NOT NULL,
+    body         BYTEA,
+    received_at  BIGINT NOT NULL,
+    attempts     TEXT   NOT NULL DEFAULT '[]',
+    delivered_at BIGINT,
+    PRIMARY KEY (namespace, key)
+);
+CREATE INDEX intake_events_by_source ON intake_events (source, received_at, key);
+CREATE INDEX intake_events_undelivered ON intake_events (source) WHERE delivered_at IS NULL;
 "#;
 
 /// The operator console. Sessions live here so that every instance on one database knows
@@ -494,7 +522,7 @@ mod tests {
         let mut client = pool.get().await.expect("client");
         assert_eq!(
             migrate(&mut client, 0).await.expect("migrate"),
-            [5, 6, 7, 8, 9, 10]
+            [5, 6, 7, 8, 9, 10, 11]
         );
         let rows = client
             .query(

@@ -1,4 +1,5 @@
-//! Background loops: the janitor (lease expiry, stuck detection, retention), the store
+//! Background loops: the janitor (lease expiry, stuck detection, retention — of records, and
+//! of the intake's stored bodies following their records), the store
 //! gauges and the alert sender.
 //!
 //! Each is one public `*_once()` step that tests drive deterministically, plus a thin loop
@@ -48,6 +49,8 @@ pub async fn janitor_once(
 ) -> Result<JanitorReport, StoreError> {
     let sweep = store.sweep_once(now, batch).await?;
     let ret = store.retention_once(now, batch).await?;
+    // After the records' retention, so a body goes in the same pass as its record's result.
+    let intake = store.intake_retention_once(batch).await?;
     let expired = ret.results_expired + ret.tombstones_deleted;
     if expired > 0 {
         metrics::counter!("idem_janitor_expired_total").increment(expired as u64);
@@ -59,6 +62,7 @@ pub async fn janitor_once(
         results_expired: ret.results_expired,
         tombstones_deleted: ret.tombstones_deleted,
         full_batch: sweep.examined >= batch
+            || intake >= batch
             || ret.results_expired >= batch
             || ret.tombstones_deleted >= batch,
     };
@@ -80,7 +84,22 @@ pub async fn janitor_once(
 pub async fn gauges_once(store: &Arc<dyn Store>, now: Timestamp) -> Result<Stats, StoreError> {
     let stats = store.stats(now).await?;
     crate::metrics::set_stats(&stats);
+    intake_backlog_once(store).await?;
     Ok(stats)
+}
+
+/// Sets `idem_intake_backlog{source}` (events not yet delivered) for every source, from the
+/// store's partial index of undelivered events (so it has no lag behind the writes).
+pub async fn intake_backlog_once(store: &Arc<dyn Store>) -> Result<(), StoreError> {
+    let backlog = store.intake_backlog().await?;
+    for row in store.source_list().await? {
+        let n = backlog
+            .iter()
+            .find(|(s, _)| *s == row.name)
+            .map_or(0, |(_, n)| *n);
+        metrics::gauge!("idem_intake_backlog", "source" => row.name).set(n as f64);
+    }
+    Ok(())
 }
 
 /// The alert body posted to a namespace `alert_url`.

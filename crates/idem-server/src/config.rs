@@ -53,6 +53,8 @@ pub struct Config {
     /// PostgreSQL connections per instance.
     pub pg_pool: usize,
     pub alert_interval: Duration,
+    /// How often the intake's delivery worker looks for due forwards when it found none.
+    pub forward_interval: Duration,
     /// Alert delivery attempts before giving up.
     pub alert_max_tries: u32,
     pub alert_timeout: Duration,
@@ -63,6 +65,9 @@ pub struct Config {
     pub body_limit: usize,
     /// Policy patches applied at start, by namespace (JSON merge patches with `*_ms` integers).
     pub namespaces: NamespacePolicies,
+    /// Intake sources created or replaced at start (`[sources.NAME]`: the fields of
+    /// `PUT /v1/sources/NAME`, secrets already read from `secrets_env` / `forward.secret_env`).
+    pub sources: SourceDocs,
     /// PEM certificate chain for HTTPS (with [`Config::tls_key`]); unset: plain HTTP.
     pub tls_cert: Option<PathBuf>,
     /// PEM private key of [`Config::tls_cert`].
@@ -78,6 +83,17 @@ pub struct Config {
     /// Connection limits: header and body read timeouts, head size, connections
     /// (`[http]`, see [`crate::conn`]).
     pub http: crate::conn::HttpLimits,
+}
+
+/// The `[sources.NAME]` documents by source name. Its `Debug` shows only the names: the
+/// documents hold signing secrets.
+#[derive(Clone, Default, PartialEq)]
+pub struct SourceDocs(pub BTreeMap<String, Value>);
+
+impl std::fmt::Debug for SourceDocs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.0.keys()).finish()
+    }
 }
 
 /// The `[namespaces.NAME]` policy patches by namespace. Its `Debug` shows `alert_secret` as
@@ -136,12 +152,14 @@ impl std::fmt::Debug for Config {
             stats_interval,
             pg_pool,
             alert_interval,
+            forward_interval,
             alert_max_tries,
             alert_timeout,
             log_format,
             log_level,
             body_limit,
             namespaces,
+            sources,
             tls_cert,
             tls_key,
             otlp_endpoint,
@@ -157,12 +175,14 @@ impl std::fmt::Debug for Config {
             .field("stats_interval", stats_interval)
             .field("pg_pool", pg_pool)
             .field("alert_interval", alert_interval)
+            .field("forward_interval", forward_interval)
             .field("alert_max_tries", alert_max_tries)
             .field("alert_timeout", alert_timeout)
             .field("log_format", log_format)
             .field("log_level", log_level)
             .field("body_limit", body_limit)
             .field("namespaces", namespaces)
+            .field("sources", sources)
             .field("tls_cert", tls_cert)
             .field("tls_key", tls_key)
             // A collector URL may carry credentials in its userinfo.
@@ -187,12 +207,14 @@ impl Default for Config {
             stats_interval: Duration::ZERO,
             pg_pool: 16,
             alert_interval: Duration::from_secs(2),
+            forward_interval: Duration::from_millis(200),
             alert_max_tries: 6,
             alert_timeout: Duration::from_secs(5),
             log_format: LogFormat::Text,
             log_level: "info".into(),
             body_limit: 1024 * 1024,
             namespaces: NamespacePolicies::default(),
+            sources: SourceDocs::default(),
             tls_cert: None,
             tls_key: None,
             otlp_endpoint: None,
@@ -430,6 +452,10 @@ impl Config {
             })?;
             self.namespaces.insert(name, patch);
         }
+        for (name, table) in file.sources {
+            let doc = source_from_toml(&name, &table)?;
+            self.sources.0.insert(name, doc);
+        }
         Ok(())
     }
 
@@ -475,6 +501,12 @@ impl Config {
             (None, Some(_)) => return Err(bad("tls_cert", "tls_key is set: set tls_cert too")),
             _ => {}
         }
+        for (name, doc) in &self.sources.0 {
+            idem::Namespace::try_from(name.as_str())
+                .map_err(|e| bad(&format!("sources.{name}"), &e.to_string()))?;
+            idem_intake::source::SourceInput::parse(name, doc)
+                .map_err(|e| bad(&format!("sources.{name}.{}", e.field()), &e.to_string()))?;
+        }
         for (name, patch) in &self.namespaces {
             idem::Namespace::try_from(name.as_str())
                 .map_err(|e| bad(&format!("namespaces.{name}"), &e.to_string()))?;
@@ -506,6 +538,8 @@ struct FileConfig {
     http: Option<HttpFile>,
     #[serde(default)]
     namespaces: BTreeMap<String, toml::Table>,
+    #[serde(default)]
+    sources: BTreeMap<String, toml::Table>,
 }
 
 /// `[effects]` of the config file.
@@ -596,6 +630,60 @@ const DURATION_FIELDS: [&str; 7] = [
     "max",
     "window",
 ];
+
+/// Turns a `[sources.NAME]` table into the JSON document of `PUT /v1/sources/NAME`:
+/// `secrets_env = ["VAR", …]` becomes `secrets` and `forward.secret_env` becomes
+/// `forward.secret`, read from the environment (an unset variable names the setting, never
+/// a value).
+fn source_from_toml(name: &str, table: &toml::Table) -> Result<Value, ConfigError> {
+    let setting = |s: &str| format!("sources.{name}.{s}");
+    let bad = |s: &str, m: String| ConfigError::Setting {
+        setting: setting(s),
+        message: m,
+    };
+    let env = |s: &str, var: &str| -> Result<String, ConfigError> {
+        std::env::var(var)
+            .ok()
+            .filter(|v| !v.is_empty())
+            .ok_or_else(|| bad(s, format!("environment variable {var} is not set")))
+    };
+    let mut doc = serde_json::to_value(table)
+        .map_err(|e| bad("", format!("not representable as JSON: {e}")))?;
+    let Some(obj) = doc.as_object_mut() else {
+        return Err(bad("", "must be a table".into()));
+    };
+    if let Some(vars) = obj.remove("secrets_env") {
+        if obj.contains_key("secrets") {
+            return Err(bad(
+                "secrets_env",
+                "give secrets or secrets_env, not both".into(),
+            ));
+        }
+        let vars = vars
+            .as_array()
+            .ok_or_else(|| bad("secrets_env", "must be a list of variable names".into()))?;
+        let mut secrets = vec![];
+        for v in vars {
+            let var = v
+                .as_str()
+                .ok_or_else(|| bad("secrets_env", "must be a list of variable names".into()))?;
+            secrets.push(Value::String(env("secrets_env", var)?));
+        }
+        obj.insert("secrets".into(), Value::Array(secrets));
+    }
+    if let Some(Value::Object(fwd)) = obj.get_mut("forward") {
+        if let Some(var) = fwd.remove("secret_env") {
+            let var = var
+                .as_str()
+                .ok_or_else(|| bad("forward.secret_env", "must be a variable name".into()))?;
+            fwd.insert(
+                "secret".into(),
+                Value::String(env("forward.secret_env", var)?),
+            );
+        }
+    }
+    Ok(doc)
+}
 
 /// Turns a `[namespaces.NAME]` table into a JSON policy patch (`*_ms` integers).
 /// A TOML error as line, column and message, without the excerpt of the file that

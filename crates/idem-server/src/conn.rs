@@ -142,6 +142,14 @@ async fn handle(
     body_limit: usize,
 ) -> Response {
     let (parts, body) = req.into_parts();
+    // The intake's sources set their own body limit (up to the largest a source may have),
+    // checked by the intake after the source is found: an unknown source is a 404 and a
+    // wrong method a 405 before any size is judged.
+    let body_limit = if parts.uri.path().starts_with("/in/") {
+        body_limit.max(idem_intake::source::MAX_MAX_BODY_BYTES)
+    } else {
+        body_limit
+    };
     let declared = parts
         .headers
         .get(header::CONTENT_LENGTH)

@@ -51,6 +51,13 @@ pub enum ApiError {
     /// The request body did not arrive within the body read timeout.
     #[error("the request body did not arrive within {0:?}")]
     RequestTimeout(std::time::Duration),
+    /// An intake request's signature is missing, malformed or matches no secret (never
+    /// which secret or which byte).
+    #[error("the request signature is missing or does not verify")]
+    InvalidSignature,
+    /// An intake request's signed timestamp is outside the source's tolerance.
+    #[error("the request signature's timestamp is outside the accepted tolerance")]
+    StaleSignature,
     #[error("{0}")]
     Unauthorized(String),
     #[error("{0}")]
@@ -85,10 +92,12 @@ pub enum ErrorCode {
     Internal,
     DestinationForbidden,
     RequestTimeout,
+    InvalidSignature,
+    StaleSignature,
 }
 
 impl ErrorCode {
-    pub const ALL: [ErrorCode; 18] = [
+    pub const ALL: [ErrorCode; 20] = [
         Self::InvalidJson,
         Self::UnknownField,
         Self::InvalidKey,
@@ -107,6 +116,8 @@ impl ErrorCode {
         Self::Internal,
         Self::DestinationForbidden,
         Self::RequestTimeout,
+        Self::InvalidSignature,
+        Self::StaleSignature,
     ];
 
     /// (code, status, title).
@@ -151,6 +162,8 @@ impl ErrorCode {
                 "Destination forbidden",
             ),
             Self::RequestTimeout => ("request_timeout", S::REQUEST_TIMEOUT, "Request timeout"),
+            Self::InvalidSignature => ("invalid_signature", S::UNAUTHORIZED, "Invalid signature"),
+            Self::StaleSignature => ("stale_signature", S::UNAUTHORIZED, "Stale signature"),
         }
     }
 
@@ -230,6 +243,8 @@ impl ApiError {
             ApiError::MethodNotAllowed => ErrorCode::MethodNotAllowed,
             ApiError::DestinationForbidden { .. } => ErrorCode::DestinationForbidden,
             ApiError::RequestTimeout(_) => ErrorCode::RequestTimeout,
+            ApiError::InvalidSignature => ErrorCode::InvalidSignature,
+            ApiError::StaleSignature => ErrorCode::StaleSignature,
             ApiError::Unauthorized(_) => ErrorCode::Unauthorized,
             ApiError::Forbidden(_) => ErrorCode::Forbidden,
             ApiError::StoreUnavailable { .. } => ErrorCode::StoreUnavailable,
@@ -342,6 +357,28 @@ impl From<StoreError> for ApiError {
             ),
             StoreError::Corrupt(m) => ApiError::internal(format!("corrupt stored data: {m}")),
             StoreError::Internal(m) => ApiError::internal(m),
+        }
+    }
+}
+
+impl From<idem_intake::source::SourceError> for ApiError {
+    fn from(e: idem_intake::source::SourceError) -> Self {
+        use idem_intake::source::SourceError;
+        match e {
+            SourceError::Unknown { field } => ApiError::UnknownField { field },
+            SourceError::Invalid { field, message } => {
+                let message = format!("invalid value for `{field}`: {message}");
+                ApiError::InvalidField { field, message }
+            }
+        }
+    }
+}
+
+impl From<idem_intake::Refusal> for ApiError {
+    fn from(r: idem_intake::Refusal) -> Self {
+        match r {
+            idem_intake::Refusal::InvalidSignature => ApiError::InvalidSignature,
+            idem_intake::Refusal::StaleSignature => ApiError::StaleSignature,
         }
     }
 }

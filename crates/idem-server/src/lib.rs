@@ -17,6 +17,7 @@ pub mod console;
 pub mod error;
 pub mod fields;
 pub mod input;
+pub mod intake;
 pub mod logging;
 pub mod metrics;
 pub mod middleware;
@@ -210,6 +211,31 @@ pub async fn run(
         tracing::info!(namespace = %ns, "policy applied from config");
     }
 
+    for (name, doc) in &config.sources.0 {
+        let input = idem_intake::source::SourceInput::parse(name, doc)
+            .map_err(|e| anyhow::anyhow!("config sources.{name}: {e}"))?;
+        let w = idem::SourceWrite {
+            name: name.clone(),
+            config: input.source.to_stored().to_string(),
+            secrets: input
+                .secrets
+                .secrets
+                .map(|v| v.into_iter().map(idem::Secret::new).collect()),
+            forward_secret: Some(
+                input
+                    .secrets
+                    .forward_secret
+                    .flatten()
+                    .map(idem::Secret::new),
+            ),
+        };
+        let created = store
+            .source_put(w, ledger.now())
+            .await
+            .map_err(|e| anyhow::anyhow!("config sources.{name}: {e}"))?;
+        tracing::info!(source = %name, created, "source applied from config");
+    }
+
     let egress = idem_egress::Egress::new(&idem_egress::EgressOptions {
         max_response_bytes: config.max_response_bytes,
         extra_ca: config.extra_ca.clone(),
@@ -263,6 +289,18 @@ pub async fn run(
         ))
     };
 
+    let forwards = {
+        let forwarder = intake::forward::Forwarder::new(ledger.clone(), state.egress.clone());
+        tokio::spawn(background::run_loop(
+            "forwards",
+            config.forward_interval,
+            stop_rx.clone(),
+            move || {
+                let f = forwarder.clone();
+                async move { f.step().await }
+            },
+        ))
+    };
     let app = routes::router(state);
     let scheme = if https.is_some() { "https" } else { "http" };
     tracing::info!(backend = store.backend(), "listening on {scheme}://{addr}");
@@ -291,6 +329,7 @@ pub async fn run(
     let _ = stop_tx.send(true);
     let _ = janitor.await;
     let _ = alerts.await;
+    let _ = forwards.await;
     drop(store);
     drop(ledger);
     tracing::info!("stopped");

@@ -93,6 +93,11 @@ pub fn handle() -> Option<&'static PrometheusHandle> {
                     Matcher::Full("idem_effect_duration_seconds".into()),
                     EFFECT_BUCKETS,
                 )
+                .ok()?
+                .set_buckets_for_metric(
+                    Matcher::Full("idem_delivery_duration_seconds".into()),
+                    EFFECT_BUCKETS,
+                )
                 .ok()?;
             match builder.install_recorder() {
                 Ok(h) => Some(h),
@@ -159,6 +164,22 @@ pub fn register_all() {
     }
     // effects
     metrics::describe_counter!("idem_effects_total", "Effect calls by outcome.");
+    metrics::describe_counter!(
+        "idem_intake_requests_total",
+        "Webhook intake answers by source and result."
+    );
+    metrics::describe_counter!(
+        "idem_deliveries_total",
+        "Forward attempts of inbound events by source and result (delivered, retry, dead)."
+    );
+    metrics::describe_histogram!(
+        "idem_delivery_duration_seconds",
+        "Duration of one forward attempt, by source."
+    );
+    metrics::describe_gauge!(
+        "idem_intake_backlog",
+        "Inbound events not yet delivered, by source."
+    );
     metrics::describe_histogram!(
         "idem_effect_duration_seconds",
         metrics::Unit::Seconds,

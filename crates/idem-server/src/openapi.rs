@@ -269,6 +269,16 @@ fn describe_params(op: &mut Map<String, Value>) {
                     "pattern": NAMESPACE_PATTERN,
                 });
             }
+            Some("source") => {
+                p["description"] = json!(
+                    "The source name: 1 to 128 characters of A-Z a-z 0-9 . _ - : (the \
+                     namespace syntax)."
+                );
+                p["schema"] = json!({
+                    "type": "string", "minLength": 1, "maxLength": 128,
+                    "pattern": NAMESPACE_PATTERN,
+                });
+            }
             Some("key") => {
                 p["description"] = json!(
                     "The key: 1 to 255 bytes of visible ASCII (0x21-0x7E), percent-encoded in \
@@ -295,6 +305,23 @@ fn body_optional(method: &str, path: &str) -> bool {
 fn errors_of(method: &str, path: &str, authed: bool, op: &Map<String, Value>) -> Vec<ApiError> {
     let s = String::new;
     let mut e = Vec::new();
+    if path.starts_with("/in/") {
+        // The provider-facing intake: no token, no JSON rules, the contract's refusals.
+        return vec![
+            ApiError::NotFound(s()),
+            ApiError::MethodNotAllowed,
+            ApiError::BodyTooLarge { limit: 0 },
+            ApiError::InvalidSignature,
+            ApiError::StaleSignature,
+            ApiError::store_unavailable(s()),
+        ];
+    }
+    if path.contains("{source}") {
+        e.push(ApiError::InvalidNamespace(s()));
+        if method != "put" {
+            e.push(ApiError::NotFound(s()));
+        }
+    }
     if path.contains("{ns}") {
         e.push(ApiError::InvalidNamespace(s()));
     }
@@ -349,6 +376,12 @@ fn errors_of(method: &str, path: &str, authed: bool, op: &Map<String, Value>) ->
         ("post", "derive") => e.extend([invalid(), ApiError::MissingIdentityField { field: s() }]),
         ("post", "audit") => e.push(invalid()),
         ("get", "readyz") => e.push(ApiError::store_unavailable(s())),
+        ("put" | "patch", "{source}") | ("get", "events") => e.push(invalid()),
+        ("delete", "{source}") => e.extend([invalid(), ApiError::InvalidTransition(s())]),
+        ("post", "redeliver") if path.contains("/events/") => {
+            e.extend([invalid(), ApiError::InvalidTransition(s())])
+        }
+        ("post", "redeliver") => e.push(invalid()),
         _ => {}
     }
     e

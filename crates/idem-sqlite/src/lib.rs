@@ -25,6 +25,7 @@ pub mod backup;
 mod console;
 mod durable;
 mod error;
+mod intake;
 mod outbox;
 mod read_ops;
 mod readers;
@@ -494,6 +495,74 @@ impl Store for SqliteStore {
     async fn session_delete(&self, id_hash: &str) -> Result<(), StoreError> {
         let h = id_hash.to_owned();
         self.write(move |c| console::session_delete_step(c, &h))
+            .await
+    }
+    // ------------------------------------------------------------ the intake
+
+    async fn source_put(
+        &self,
+        w: idem_store::SourceWrite,
+        now: Timestamp,
+    ) -> Result<bool, StoreError> {
+        self.write(move |c| intake::source_put(c, &w, now)).await
+    }
+
+    async fn source_get(&self, name: &str) -> Result<Option<idem_store::SourceRow>, StoreError> {
+        let name = name.to_owned();
+        self.read(move |c| intake::source_get(c, &name)).await
+    }
+
+    async fn source_list(&self) -> Result<Vec<idem_store::SourceRow>, StoreError> {
+        self.read(|c| intake::source_list(c)).await
+    }
+
+    async fn source_delete(
+        &self,
+        name: &str,
+        force: bool,
+    ) -> Result<idem_store::SourceDelete, StoreError> {
+        let name = name.to_owned();
+        self.write(move |c| intake::source_delete(c, &name, force))
+            .await
+    }
+
+    async fn intake_store(
+        &self,
+        ev: idem_store::NewIntakeEvent,
+        forward: Option<idem_store::NewOutboxItem>,
+        now: Timestamp,
+    ) -> Result<bool, StoreError> {
+        self.write(move |c| intake::intake_store(c, &ev, forward.as_ref(), now))
+            .await
+    }
+
+    async fn intake_event(
+        &self,
+        ns: &str,
+        key: &str,
+    ) -> Result<Option<idem_store::IntakeEventRow>, StoreError> {
+        let (ns, key) = (ns.to_owned(), key.to_owned());
+        self.read(move |c| intake::intake_event(c, &ns, &key)).await
+    }
+
+    async fn intake_list(
+        &self,
+        q: &idem_store::IntakeQuery,
+    ) -> Result<Vec<idem_store::IntakeEventRow>, StoreError> {
+        let q = q.clone();
+        self.read(move |c| intake::intake_list(c, &q)).await
+    }
+
+    async fn intake_update(&self, u: idem_store::IntakeUpdate) -> Result<(), StoreError> {
+        self.write(move |c| intake::intake_update(c, &u)).await
+    }
+
+    async fn intake_backlog(&self) -> Result<Vec<(String, u64)>, StoreError> {
+        self.read(|c| intake::intake_backlog(c)).await
+    }
+
+    async fn intake_retention_once(&self, batch: usize) -> Result<usize, StoreError> {
+        self.write(move |c| intake::intake_retention(c, batch))
             .await
     }
 }

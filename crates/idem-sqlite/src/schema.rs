@@ -286,6 +286,32 @@ CREATE TRIGGER namespace_count_delete AFTER DELETE ON records BEGIN
         WHERE namespace = OLD.namespace AND state = OLD.state;
 END;
 "#,
+    // 10: the webhook intake: sources (configuration without secrets: those are rows of
+    // `secrets`, kinds `source` and `forward`) and one row per inbound event beside its
+    // record (body, content type, forwarded headers, attempts, delivery time).
+    r#"
+CREATE TABLE sources (
+    name       TEXT    PRIMARY KEY,
+    config     TEXT    NOT NULL,
+    created_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL
+);
+CREATE TABLE intake_events (
+    namespace    TEXT    NOT NULL,
+    key          TEXT    NOT NULL,
+    source       TEXT    NOT NULL,
+    event_id     TEXT,
+    content_type TEXT,
+    headers      TEXT    NOT NULL,
+    body         BLOB,
+    received_at  INTEGER NOT NULL,
+    attempts     TEXT    NOT NULL DEFAULT '[]',
+    delivered_at INTEGER,
+    PRIMARY KEY (namespace, key)
+);
+CREATE INDEX intake_events_by_source ON intake_events (source, received_at, key);
+CREATE INDEX intake_events_undelivered ON intake_events (source) WHERE delivered_at IS NULL;
+"#,
 ];
 
 /// A namespace's alert signing secret moves out of the policy text into `secrets` (kind

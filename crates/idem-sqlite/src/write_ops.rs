@@ -598,6 +598,7 @@ pub(crate) fn reply_kind(r: &Result<Reply, idem_core::OpError>) -> &'static str 
         Ok(Reply::Record(_)) => "ok",
         Ok(Reply::Fail(_)) => "failed",
         Ok(Reply::Swept { .. }) => "swept",
+        Ok(Reply::Intake(_)) => "intake",
         Err(_) => "refused",
     }
 }

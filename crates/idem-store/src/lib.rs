@@ -15,6 +15,7 @@
 
 pub mod console;
 pub mod engine;
+pub mod intake;
 mod ledger;
 pub mod outbox;
 pub mod secrets;
@@ -24,6 +25,10 @@ mod types;
 pub use console::{
     ConsoleSession, NamespaceActivity, NewConsoleSession, ReviewCursor, ReviewPage, ReviewQuery,
     REVIEW_STATES,
+};
+pub use intake::{
+    Delivered, IntakeEventRow, IntakeQuery, IntakeUpdate, NewIntakeEvent, SourceDelete, SourceRow,
+    SourceWrite,
 };
 pub use ledger::{Ledger, LedgerError};
 pub use outbox::{
@@ -208,4 +213,47 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
 
     /// Ends a session (sign-out); no error when it is gone already.
     async fn session_delete(&self, id_hash: &str) -> Result<(), StoreError>;
+
+    // ------------------------------------------------------------ the intake (see [`intake`])
+
+    /// Creates or replaces a source and its secrets in one transaction; `true` when created.
+    async fn source_put(&self, w: SourceWrite, now: Timestamp) -> Result<bool, StoreError>;
+
+    async fn source_get(&self, name: &str) -> Result<Option<SourceRow>, StoreError>;
+
+    /// Every source, in name order.
+    async fn source_list(&self) -> Result<Vec<SourceRow>, StoreError>;
+
+    /// Deletes a source and its secrets, refused while some of its events are not
+    /// `completed` unless `force` (their records and rows stay).
+    async fn source_delete(&self, name: &str, force: bool) -> Result<SourceDelete, StoreError>;
+
+    /// Stores an inbound event's row, and `forward` (its first forward item) in the same
+    /// transaction — only when neither the row nor a record of that key exists. `true` when
+    /// it stored them.
+    async fn intake_store(
+        &self,
+        ev: NewIntakeEvent,
+        forward: Option<NewOutboxItem>,
+        now: Timestamp,
+    ) -> Result<bool, StoreError>;
+
+    async fn intake_event(&self, ns: &str, key: &str)
+        -> Result<Option<IntakeEventRow>, StoreError>;
+
+    /// A source's events in the order of [`IntakeQuery`].
+    async fn intake_list(&self, q: &IntakeQuery) -> Result<Vec<IntakeEventRow>, StoreError>;
+
+    /// Appends an attempt and/or changes `delivered_at`; nothing when the row is gone.
+    async fn intake_update(&self, u: IntakeUpdate) -> Result<(), StoreError>;
+
+    /// Events not yet delivered, per source (sources with none are left out).
+    async fn intake_backlog(&self) -> Result<Vec<(String, u64)>, StoreError>;
+
+    /// One retention step of the intake, following its records: drops the stored body of at
+    /// most `batch` delivered events whose record's result was expired (`retention_ms`; the
+    /// record's tombstone still answers `duplicate`), and deletes at most `batch` rows of
+    /// delivered events whose record is gone (`audit_retention_ms`). Never touches an
+    /// undelivered event. Returns how many rows it changed.
+    async fn intake_retention_once(&self, batch: usize) -> Result<usize, StoreError>;
 }

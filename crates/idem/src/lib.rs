@@ -51,6 +51,13 @@ pub use idem_core::{
     ValidationError, Verdict, Write,
 };
 pub use idem_core::{CostError, CostTotals, FENCED_COMPLETION_NOTE, MAX_COST_TOKENS, MAX_COST_USD};
+pub use idem_core::{
+    ForwardOutcome, ForwardReportRequest, ForwardRetry, ForwardStartRequest, IntakeReceiveRequest,
+    IntakeReply, FORWARD_OWNER, PAUSED_RECHECK_MS,
+};
+pub use idem_store::intake::{
+    forward_owner as intake_forward_owner, source_owner as intake_source_owner,
+};
 pub use idem_store::{
     generate_secret, hash_secret, AlertOutcome, ApiToken, Cursor, ExecCtx, Executed, Ledger,
     LedgerError, ListQuery, NamespaceChange, NamespaceInfo, NamespaceStats, NewApiToken, Page,
@@ -65,6 +72,10 @@ pub use idem_store::{
 pub use idem_store::{
     ConsoleSession, NamespaceActivity, NewConsoleSession, ReviewCursor, ReviewPage, ReviewQuery,
     REVIEW_STATES,
+};
+pub use idem_store::{
+    Delivered, IntakeEventRow, IntakeQuery, IntakeUpdate, NewIntakeEvent, SourceDelete, SourceRow,
+    SourceWrite,
 };
 
 #[derive(Debug, thiserror::Error)]

@@ -13,6 +13,7 @@ mod effect;
 mod faults;
 mod helpers;
 mod https;
+mod intake;
 mod ops;
 mod postgres;
 mod run_local;

@@ -12,6 +12,7 @@ pub mod namespaces;
 pub mod operations;
 pub mod review;
 pub(crate) mod shared;
+pub mod sources;
 pub mod tokens;
 
 use utoipa::OpenApi;
@@ -29,6 +30,7 @@ pub fn routes() -> Vec<Route> {
         audit::routes(),
         tokens::routes(),
         operations::routes(),
+        sources::routes(),
     ]
     .into_iter()
     .flatten()
@@ -46,5 +48,6 @@ pub fn docs() -> Vec<utoipa::openapi::OpenApi> {
         audit::Doc::openapi(),
         tokens::Doc::openapi(),
         operations::Doc::openapi(),
+        sources::Doc::openapi(),
     ]
 }

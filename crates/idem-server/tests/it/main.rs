@@ -14,6 +14,7 @@ mod drills;
 mod effects;
 mod errors;
 mod hostile;
+mod intake;
 mod namespace;
 mod observability;
 mod openapi;

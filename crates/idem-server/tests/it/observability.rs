@@ -387,6 +387,52 @@ impl Store for CountingStats {
     async fn session_delete(&self, id_hash: &str) -> Result<(), StoreError> {
         self.inner.session_delete(id_hash).await
     }
+    async fn source_put(&self, w: idem::SourceWrite, now: Timestamp) -> Result<bool, StoreError> {
+        self.inner.source_put(w, now).await
+    }
+    async fn source_get(&self, name: &str) -> Result<Option<idem::SourceRow>, StoreError> {
+        self.inner.source_get(name).await
+    }
+    async fn source_list(&self) -> Result<Vec<idem::SourceRow>, StoreError> {
+        self.inner.source_list().await
+    }
+    async fn source_delete(
+        &self,
+        name: &str,
+        force: bool,
+    ) -> Result<idem::SourceDelete, StoreError> {
+        self.inner.source_delete(name, force).await
+    }
+    async fn intake_store(
+        &self,
+        ev: idem::NewIntakeEvent,
+        forward: Option<idem::NewOutboxItem>,
+        now: Timestamp,
+    ) -> Result<bool, StoreError> {
+        self.inner.intake_store(ev, forward, now).await
+    }
+    async fn intake_event(
+        &self,
+        ns: &str,
+        key: &str,
+    ) -> Result<Option<idem::IntakeEventRow>, StoreError> {
+        self.inner.intake_event(ns, key).await
+    }
+    async fn intake_list(
+        &self,
+        q: &idem::IntakeQuery,
+    ) -> Result<Vec<idem::IntakeEventRow>, StoreError> {
+        self.inner.intake_list(q).await
+    }
+    async fn intake_update(&self, u: idem::IntakeUpdate) -> Result<(), StoreError> {
+        self.inner.intake_update(u).await
+    }
+    async fn intake_backlog(&self) -> Result<Vec<(String, u64)>, StoreError> {
+        self.inner.intake_backlog().await
+    }
+    async fn intake_retention_once(&self, batch: usize) -> Result<usize, StoreError> {
+        self.inner.intake_retention_once(batch).await
+    }
 }
 
 /// A janitor draining a backlog runs batch after batch: none of them may recount every

@@ -174,6 +174,52 @@ async fn openapi_lists_the_problem_statuses_each_operation_answers_with() {
             "/v1/audit".into(),
             &[200, 400, 401, 403, 413, 422, 503],
         ),
+        (
+            "post",
+            "/in/{source}".into(),
+            &[200, 401, 404, 405, 413, 503],
+        ),
+        ("get", "/v1/sources".into(), &[200, 401, 403, 503]),
+        (
+            "put",
+            "/v1/sources/{source}".into(),
+            &[200, 201, 400, 401, 403, 413, 422, 503],
+        ),
+        (
+            "patch",
+            "/v1/sources/{source}".into(),
+            &[200, 400, 401, 403, 404, 413, 422, 503],
+        ),
+        (
+            "get",
+            "/v1/sources/{source}".into(),
+            &[200, 400, 401, 403, 404, 503],
+        ),
+        (
+            "delete",
+            "/v1/sources/{source}".into(),
+            &[204, 400, 401, 403, 404, 409, 422, 503],
+        ),
+        (
+            "get",
+            "/v1/sources/{source}/events".into(),
+            &[200, 400, 401, 403, 404, 422, 503],
+        ),
+        (
+            "get",
+            "/v1/sources/{source}/events/{key}".into(),
+            &[200, 400, 401, 403, 404, 503],
+        ),
+        (
+            "post",
+            "/v1/sources/{source}/events/{key}/redeliver".into(),
+            &[202, 400, 401, 403, 404, 409, 413, 422, 503],
+        ),
+        (
+            "post",
+            "/v1/sources/{source}/redeliver".into(),
+            &[200, 400, 401, 403, 404, 413, 422, 503],
+        ),
         ("get", "/healthz".into(), &[200]),
         ("get", "/readyz".into(), &[200, 503]),
         ("get", "/metrics".into(), &[200]),
@@ -312,7 +358,7 @@ async fn openapi_key_and_namespace_parameters_have_the_real_limits() {
                         assert_eq!(schema["maxLength"], 255, "{path}");
                         seen += 1;
                     }
-                    Some("ns") => {
+                    Some("ns" | "source") => {
                         assert_eq!(schema["pattern"], r"^[A-Za-z0-9._:-]{1,128}$", "{path}");
                         assert_eq!(schema["maxLength"], 128, "{path}");
                     }
@@ -325,7 +371,7 @@ async fn openapi_key_and_namespace_parameters_have_the_real_limits() {
             }
         }
     }
-    assert_eq!(seen, 10, "every key route has the key parameter");
+    assert_eq!(seen, 12, "every key route has the key parameter");
     // The namespace pattern is the server's rule: `;` is refused, `:` is not.
     let app = spawn_app().await;
     app.namespace("a;b").await.problem(400, "invalid_namespace");

@@ -99,6 +99,13 @@ fn record_of(reply: &Reply) -> Record {
         Reply::Fail(f) => f.record.clone(),
         Reply::Claim(c) => c.record.clone().expect("claim reply with a record"),
         Reply::Swept { .. } => panic!("sweep reply has no record"),
+        Reply::Intake(i) => match i {
+            idem_core::IntakeReply::Accepted { record }
+            | idem_core::IntakeReply::Duplicate { record }
+            | idem_core::IntakeReply::Held { record }
+            | idem_core::IntakeReply::Started { record, .. } => (**record).clone(),
+            other => panic!("intake reply without a record: {other:?}"),
+        },
     }
 }
 

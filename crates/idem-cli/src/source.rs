@@ -1,0 +1,140 @@
+//! `idem source put|get|list|delete`: the sources API (`/v1/sources`) from the command line.
+//! Secrets can come from the environment (`--secret-env`, `--forward-secret-env`) so they
+//! never sit in shell history; answers show only their hints.
+
+use reqwest::Method;
+use serde_json::{json, Value};
+
+use crate::args::{SourceDeleteCmd, SourceList, SourcePutCmd, SourceTarget};
+use crate::client::{Answer, Client};
+use crate::exit::{self, CliError};
+use crate::table::render;
+use crate::util::json_arg;
+
+fn client(c: &crate::args::Conn) -> Result<Client, CliError> {
+    server_client(&c.server)
+}
+
+fn server_client(s: &crate::args::Server) -> Result<Client, CliError> {
+    Ok(Client::new(&s.url, s.token.clone())?)
+}
+
+fn env_secret(var: &str) -> Result<String, CliError> {
+    std::env::var(var)
+        .ok()
+        .filter(|v| !v.is_empty())
+        .ok_or_else(|| CliError::input(format!("environment variable {var} is not set")))
+}
+
+fn show(ans: &Answer, raw: bool) {
+    if raw {
+        println!("{}", ans.text.trim_end());
+    } else {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&ans.body).unwrap_or_else(|_| ans.text.clone())
+        );
+    }
+}
+
+pub async fn put(cmd: SourcePutCmd) -> Result<u8, CliError> {
+    let mut doc = match (&cmd.doc, &cmd.file) {
+        (Some(j), _) => json_arg("--json", j)?,
+        (None, Some(f)) => {
+            let text = std::fs::read_to_string(f)
+                .map_err(|e| CliError::input(format!("--file {}: {e}", f.display())))?;
+            json_arg("--file", &text)?
+        }
+        (None, None) if cmd.patch => json!({}),
+        (None, None) => return Err(CliError::input("give the source as --json or --file")),
+    };
+    let Some(obj) = doc.as_object_mut() else {
+        return Err(CliError::input("the source document must be a JSON object"));
+    };
+    if !cmd.secret_env.is_empty() {
+        let secrets = cmd
+            .secret_env
+            .iter()
+            .map(|v| env_secret(v))
+            .collect::<Result<Vec<_>, _>>()?;
+        obj.insert("secrets".into(), json!(secrets));
+    }
+    if let Some(var) = &cmd.forward_secret_env {
+        let s = env_secret(var)?;
+        let fwd = obj.entry("forward").or_insert_with(|| json!({}));
+        match fwd.as_object_mut() {
+            Some(f) => {
+                f.insert("secret".into(), Value::String(s));
+            }
+            None => return Err(CliError::input("forward must be a JSON object")),
+        }
+    }
+    let c = server_client(&cmd.server)?;
+    let url = c.url(&["v1", "sources", &cmd.name]);
+    let method = if cmd.patch {
+        Method::PATCH
+    } else {
+        Method::PUT
+    };
+    let ans = c.send(method, url, Some(&doc)).await?.ok()?;
+    if ans.status == 201 {
+        eprintln!("created source {}", cmd.name);
+    }
+    show(&ans, cmd.raw);
+    Ok(exit::OK)
+}
+
+pub async fn get(t: SourceTarget) -> Result<u8, CliError> {
+    let c = client(&t.conn)?;
+    let ans = c.get(c.url(&["v1", "sources", &t.name])).await?.ok()?;
+    show(&ans, t.conn.json);
+    Ok(exit::OK)
+}
+
+pub async fn list(t: SourceList) -> Result<u8, CliError> {
+    let c = client(&t.conn)?;
+    let ans = c.get(c.url(&["v1", "sources"])).await?.ok()?;
+    if t.conn.json {
+        show(&ans, true);
+        return Ok(exit::OK);
+    }
+    let text = |v: &Value| v.as_str().unwrap_or("").to_owned();
+    let rows: Vec<Vec<String>> = ans.body["items"]
+        .as_array()
+        .map(|items| {
+            items
+                .iter()
+                .map(|s| {
+                    vec![
+                        text(&s["source"]),
+                        text(&s["provider"]),
+                        text(&s["namespace"]),
+                        text(&s["forward"]["url"]),
+                    ]
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    print!(
+        "{}",
+        render(&["SOURCE", "PROVIDER", "NAMESPACE", "FORWARD"], &rows)
+    );
+    Ok(exit::OK)
+}
+
+pub async fn delete(cmd: SourceDeleteCmd) -> Result<u8, CliError> {
+    if !cmd.yes {
+        return Err(CliError::input(format!(
+            "deleting source {} needs --yes",
+            cmd.name
+        )));
+    }
+    let c = client(&cmd.conn)?;
+    let mut url = c.url(&["v1", "sources", &cmd.name]);
+    if cmd.force {
+        url.set_query(Some("force=true"));
+    }
+    c.send(Method::DELETE, url, None).await?.ok()?;
+    eprintln!("deleted source {}", cmd.name);
+    Ok(exit::OK)
+}

@@ -1,0 +1,402 @@
+//! The webhook intake's record rules (`INTAKE.md`): an inbound event becomes a record, each
+//! forward attempt holds the record's lease, its outcome moves the record on, and an operator
+//! redelivers.
+//!
+//! - `intake_receive`: unseen key → a new record in `prepared` (unleased: waiting for its
+//!   first delivery), or in `needs_review` with a `missing_identity` alert when the event had
+//!   no id (`held`); a seen key, in any state → `duplicate`, recorded as a `duplicate_hit`
+//!   event, the record otherwise untouched.
+//! - `forward_start`: the delivery worker takes the record's lease for one attempt
+//!   (`attempt` + 1, a fresh lease id) — only from `prepared` or `failed_retryable` past its
+//!   `not_before`, only when no lease is held and the namespace is not paused. Anything else
+//!   answers without writing (`Wait` until the lease, the retry or the pause may be over;
+//!   `Skip` when nothing is left to deliver), so a stale or duplicated outbox item can never
+//!   start a second delivery: the record lease is what keeps one delivery in flight.
+//! - `forward_report`: the holder reports how the attempt ended: 2xx → `completed` (result
+//!   `{status, attempt, duration_ms}`); 410 → `needs_review` at once (`delivery_gone`); any
+//!   other failure → `failed_retryable` after a full-jitter backoff from the source's
+//!   `forward.retry`, never before `Retry-After`, or `needs_review` (`delivery_exhausted`)
+//!   when the attempts or the window of the budget are spent.
+//! - `redeliver`: an operator schedules the event again now with a fresh budget, from
+//!   `needs_review`, `failed_retryable` or `completed` (or `prepared` whose lease is not
+//!   held); refused while a delivery holds the lease. Attempt numbers keep counting.
+//!
+//! No rule here reads a clock or draws randomness: both arrive in [`Ctx`].
+
+use serde_json::json;
+
+use super::{
+    event, sanitize_message, successor, with_note, Ctx, IntakeReply, OpError, Reply, Transition,
+    Write,
+};
+use crate::classify::backoff_ms;
+use crate::ids::{Key, LeaseId, Namespace, Token};
+use crate::record::{
+    AlertDraft, AlertReason, CostTotals, EventType, LastError, Record, ReviewReason, State,
+};
+
+/// A verified inbound event arrives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IntakeReceiveRequest {
+    /// The source it came in through.
+    pub source: String,
+    /// The provider's id (`None`: held, kept under its body hash).
+    pub event_id: Option<String>,
+}
+
+/// The delivery worker starts an attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ForwardStartRequest {
+    /// The attempt's lease: the forward timeout plus a margin.
+    pub lease_ms: i64,
+}
+
+/// A source's `forward.retry`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ForwardRetry {
+    pub max_attempts: u32,
+    pub base_ms: i64,
+    pub max_ms: i64,
+    pub window_ms: i64,
+}
+
+/// How one forward attempt ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ForwardOutcome {
+    /// A 2xx answer.
+    Delivered { status: u16, duration_ms: i64 },
+    /// Anything else: a non-2xx status (410 included), a timeout, a connection error.
+    Failed {
+        status: Option<u16>,
+        /// `http`, `timeout` or `connection`.
+        category: String,
+        message: String,
+        /// The answer's `Retry-After`, in milliseconds from now.
+        retry_after_ms: Option<i64>,
+        duration_ms: i64,
+    },
+}
+
+/// The holder of a forward attempt reports its outcome.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ForwardReportRequest {
+    pub token: String,
+    pub outcome: ForwardOutcome,
+    pub retry: ForwardRetry,
+}
+
+/// Owner recorded on the events of the delivery worker.
+pub const FORWARD_OWNER: &str = "idem-forward";
+
+pub(super) fn receive(
+    ns: &Namespace,
+    key: &Key,
+    existing: Option<&Record>,
+    r: &IntakeReceiveRequest,
+    ctx: &Ctx<'_>,
+) -> Transition {
+    let now = ctx.now;
+    if let Some(rec) = existing {
+        let e = event(
+            rec,
+            EventType::DuplicateHit,
+            Some(rec.state),
+            Some(rec.state),
+            now,
+        );
+        return Transition {
+            write: Write::None,
+            events: vec![e],
+            first_acquisition: false,
+            alerts: vec![],
+            reply: Ok(Reply::Intake(IntakeReply::Duplicate {
+                record: Box::new(rec.clone()),
+            })),
+            tally: Default::default(),
+        };
+    }
+    let held = r.event_id.is_none();
+    let state = if held {
+        State::NeedsReview
+    } else {
+        State::Prepared
+    };
+    let rec = Record {
+        namespace: ns.clone(),
+        key: key.clone(),
+        state,
+        attempt: 0,
+        fingerprint: None,
+        owner: None,
+        correlation_id: None,
+        lease_expires_at: None,
+        not_before: None,
+        prepared_payload: Some(json!({"source": r.source, "event_id": r.event_id})),
+        result: None,
+        result_expired: false,
+        external_ref: None,
+        last_error: held.then(|| LastError {
+            category: "missing_identity".into(),
+            message: "the signed event carries no event id".into(),
+            http_status: None,
+        }),
+        created_at: now,
+        updated_at: now,
+        cost: CostTotals::default(),
+        request: None,
+        lease_id: None,
+        lease_expiry: ctx.policy.lease_expiry,
+        reported: false,
+        budget_base: 0,
+        window_start: now,
+        final_at: None,
+        active_at: now,
+        review_reason: None,
+        review_since: None,
+        stuck_alerted: false,
+        version: 1,
+    };
+    let mut events = vec![event(
+        &rec,
+        EventType::Prepared,
+        None,
+        Some(State::Prepared),
+        now,
+    )];
+    let mut alerts = vec![];
+    if held {
+        events.push(with_note(
+            event(
+                &rec,
+                EventType::MovedToReview,
+                Some(State::Prepared),
+                Some(State::NeedsReview),
+                now,
+            ),
+            "held: the signed event carries no event id (missing_identity)",
+        ));
+        alerts.push(alert(&rec, AlertReason::MissingIdentity, now));
+    }
+    let reply = if held {
+        IntakeReply::Held {
+            record: Box::new(rec.clone()),
+        }
+    } else {
+        IntakeReply::Accepted {
+            record: Box::new(rec.clone()),
+        }
+    };
+    Transition {
+        write: Write::Insert(Box::new(rec)),
+        events,
+        first_acquisition: false,
+        alerts,
+        reply: Ok(Reply::Intake(reply)),
+        tally: Default::default(),
+    }
+}
+
+fn alert(rec: &Record, reason: AlertReason, now: crate::time::Timestamp) -> AlertDraft {
+    AlertDraft {
+        reason,
+        state: State::NeedsReview,
+        error_category: rec.last_error.as_ref().map(|e| e.category.clone()),
+        attempt: rec.attempt,
+        at: now,
+    }
+}
+
+pub(super) fn start(rec: &Record, r: &ForwardStartRequest, ctx: &Ctx<'_>) -> Transition {
+    let now = ctx.now;
+    let wait = |until| Transition::reply(Reply::Intake(IntakeReply::Wait { until }));
+    let skip = || Transition::reply(Reply::Intake(IntakeReply::Skip { state: rec.state }));
+    match rec.state {
+        State::Prepared | State::FailedRetryable => {}
+        _ => return skip(),
+    }
+    if rec.lease_valid(now) {
+        // Another attempt holds it. Look again when its lease runs out: if that attempt
+        // reports, there is nothing more to do; if it died, this item carries the event on.
+        if let Some(until) = rec.lease_expires_at {
+            return wait(until);
+        }
+    }
+    if let Some(nb) = rec.not_before.filter(|t| *t > now) {
+        return wait(nb);
+    }
+    if ctx.paused {
+        return wait(now.plus_ms(PAUSED_RECHECK_MS));
+    }
+    let mut next = successor(rec, now);
+    next.state = State::Prepared;
+    next.attempt = rec.attempt + 1;
+    next.lease_id = Some(ctx.new_lease_id.clone());
+    next.lease_expires_at = Some(now.plus_ms(r.lease_ms.max(1)));
+    next.owner = Some(FORWARD_OWNER.into());
+    next.reported = false;
+    next.active_at = now;
+    next.not_before = None;
+    let kind = if rec.attempt == 0 {
+        EventType::Acquired
+    } else {
+        EventType::Resumed
+    };
+    let e = event(&next, kind, Some(rec.state), Some(State::Prepared), now);
+    let token = Token::new(next.attempt, ctx.new_lease_id.clone());
+    let reply = IntakeReply::Started {
+        token: token.secret(),
+        attempt: next.attempt,
+        record: Box::new(next.clone()),
+    };
+    Transition::update(next, vec![e], vec![], Reply::Intake(reply))
+}
+
+/// How long a paused namespace's delivery waits before it looks again (so a resume is
+/// followed within this time; each waiting event costs one outbox write per period).
+pub const PAUSED_RECHECK_MS: i64 = 5000;
+
+pub(super) fn report(rec: &Record, r: &ForwardReportRequest, ctx: &Ctx<'_>) -> Transition {
+    let now = ctx.now;
+    let current = match (Token::parse(&r.token), &rec.lease_id) {
+        (Some(t), Some(lease)) => t.attempt == rec.attempt && &t.lease_id == lease,
+        _ => false,
+    };
+    if !current || rec.reported || rec.state != State::Prepared {
+        return Transition::refuse(OpError::LeaseLost);
+    }
+    let mut next = successor(rec, now);
+    next.lease_expires_at = None;
+    next.reported = true;
+    match &r.outcome {
+        ForwardOutcome::Delivered {
+            status,
+            duration_ms,
+        } => {
+            next.state = State::Completed;
+            next.result = Some(json!({
+                "status": status,
+                "attempt": rec.attempt,
+                "duration_ms": duration_ms,
+            }));
+            next.last_error = None;
+            next.final_at = Some(now);
+            next.result_expired = false;
+            let e = event(
+                &next,
+                EventType::Completed,
+                Some(rec.state),
+                Some(State::Completed),
+                now,
+            );
+            Transition::update_record(next, vec![e])
+        }
+        ForwardOutcome::Failed {
+            status,
+            category,
+            message,
+            retry_after_ms,
+            ..
+        } => {
+            next.last_error = Some(LastError {
+                category: category.clone(),
+                message: sanitize_message(message),
+                http_status: *status,
+            });
+            let failed = |next: &Record, to| {
+                with_note(
+                    event(next, EventType::Failed, Some(rec.state), Some(to), now),
+                    sanitize_message(message),
+                )
+            };
+            let gone = *status == Some(410);
+            let in_budget = rec.attempt.saturating_sub(rec.budget_base);
+            let delay = backoff_ms(in_budget, r.retry.base_ms, r.retry.max_ms, ctx.jitter)
+                .max(retry_after_ms.unwrap_or(0).max(0));
+            let retry_at = now.plus_ms(delay);
+            let exhausted = in_budget >= r.retry.max_attempts
+                || retry_at.0 > rec.window_start.0.saturating_add(r.retry.window_ms);
+            if gone || exhausted {
+                next.state = State::NeedsReview;
+                next.review_reason = Some(ReviewReason::BudgetExhausted);
+                let (reason, note) = if gone {
+                    (
+                        AlertReason::DeliveryGone,
+                        "the receiver answered 410 Gone: not retried (delivery_gone)",
+                    )
+                } else {
+                    (
+                        AlertReason::DeliveryExhausted,
+                        "forward retries exhausted (delivery_exhausted)",
+                    )
+                };
+                let events = vec![
+                    failed(&next, State::NeedsReview),
+                    with_note(
+                        event(
+                            &next,
+                            EventType::MovedToReview,
+                            Some(rec.state),
+                            Some(State::NeedsReview),
+                            now,
+                        ),
+                        note,
+                    ),
+                ];
+                let alerts = vec![alert(&next, reason, now)];
+                Transition::update(next.clone(), events, alerts, Reply::Record(next))
+            } else {
+                next.state = State::FailedRetryable;
+                next.not_before = Some(retry_at);
+                let e = failed(&next, State::FailedRetryable);
+                Transition::update_record(next, vec![e])
+            }
+        }
+    }
+}
+
+pub(super) fn redeliver(rec: &Record, note: &str, ctx: &Ctx<'_>) -> Transition {
+    let now = ctx.now;
+    let allowed = match rec.state {
+        State::NeedsReview | State::FailedRetryable | State::Completed => true,
+        State::Prepared => !rec.lease_valid(now),
+        _ => false,
+    };
+    if !allowed || rec.lease_valid(now) {
+        let why = if rec.lease_valid(now) {
+            "a delivery is in flight"
+        } else {
+            "redeliver works from needs_review, failed_retryable or completed"
+        };
+        return Transition::refuse(OpError::InvalidTransition {
+            from: rec.state,
+            message: format!(
+                "cannot redeliver an event in state {}: {why}",
+                rec.state.as_str()
+            ),
+        });
+    }
+    let mut next = successor(rec, now);
+    next.state = State::Prepared;
+    next.lease_id = None::<LeaseId>;
+    next.lease_expires_at = None;
+    next.not_before = None;
+    next.review_reason = None;
+    next.reported = false;
+    next.budget_base = rec.attempt;
+    next.window_start = now;
+    next.final_at = None;
+    let mut e = event(
+        &next,
+        EventType::Resolved,
+        Some(rec.state),
+        Some(State::Prepared),
+        now,
+    );
+    e.note = Some(note.to_owned());
+    e.actor = ctx.actor.clone();
+    Transition::update_record(next, vec![e])
+}
+
+#[cfg(test)]
+#[path = "intake_tests.rs"]
+mod tests;

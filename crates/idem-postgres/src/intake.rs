@@ -1,0 +1,338 @@
+//! The intake's tables in PostgreSQL: `sources` (configuration JSON, no secrets) and
+//! `intake_events` (one row per inbound event beside its record). A source and its secrets,
+//! an event row and its forward item, are each written in one transaction. This module must
+//! never log a body, a header value or a secret (driver errors name no parameter values).
+
+use idem_core::{State, Timestamp};
+use idem_store::intake::{append_attempt, forward_owner, source_owner};
+use idem_store::{
+    Delivered, IntakeEventRow, IntakeQuery, IntakeUpdate, NewIntakeEvent, NewOutboxItem,
+    SourceDelete, SourceRow, SourceWrite, StoreError,
+};
+use tokio_postgres::Row;
+
+use crate::corrupt;
+use crate::error::PgError;
+use crate::PgStore;
+
+fn get<'a, T: tokio_postgres::types::FromSql<'a>>(r: &'a Row, i: usize) -> Result<T, PgError> {
+    r.try_get(i).map_err(|e| corrupt(&e))
+}
+
+pub(crate) async fn source_put(
+    store: &PgStore,
+    w: &SourceWrite,
+    now: Timestamp,
+) -> Result<bool, PgError> {
+    let mut client = store.client().await?;
+    let tx = client.transaction().await?;
+    // `xmax = 0` only for a freshly inserted row.
+    let row = tx
+        .query_one(
+            "INSERT INTO sources (name, config, created_at, updated_at) VALUES ($1, $2, $3, $3) \
+             ON CONFLICT (name) DO UPDATE SET config = excluded.config, \
+             updated_at = excluded.updated_at RETURNING (xmax = 0)",
+            &[&w.name, &w.config, &now.0],
+        )
+        .await?;
+    let created: bool = get(&row, 0)?;
+    let mut writes: Vec<(idem_store::SecretOwner, Vec<String>)> = vec![];
+    if let Some(list) = &w.secrets {
+        writes.push((
+            source_owner(&w.name),
+            list.iter().map(|s| s.expose().to_owned()).collect(),
+        ));
+    }
+    if let Some(fs) = &w.forward_secret {
+        writes.push((
+            forward_owner(&w.name),
+            fs.iter().map(|s| s.expose().to_owned()).collect(),
+        ));
+    }
+    for (owner, values) in writes {
+        tx.execute(
+            "DELETE FROM secrets WHERE kind = $1 AND owner = $2",
+            &[&owner.kind.as_str(), &owner.name],
+        )
+        .await?;
+        for v in values {
+            tx.execute(
+                "INSERT INTO secrets (kind, owner, value, created_at) VALUES ($1, $2, $3, $4)",
+                &[&owner.kind.as_str(), &owner.name, &v, &now.0],
+            )
+            .await?;
+        }
+    }
+    tx.commit().await?;
+    Ok(created)
+}
+
+fn source_row(r: &Row) -> Result<SourceRow, PgError> {
+    Ok(SourceRow {
+        name: get(r, 0)?,
+        config: get(r, 1)?,
+        created_at: Timestamp(get(r, 2)?),
+        updated_at: Timestamp(get(r, 3)?),
+    })
+}
+
+pub(crate) async fn source_get(store: &PgStore, name: &str) -> Result<Option<SourceRow>, PgError> {
+    let client = store.client().await?;
+    let rows = client
+        .query(
+            "SELECT name, config, created_at, updated_at FROM sources WHERE name = $1",
+            &[&name],
+        )
+        .await?;
+    rows.first().map(source_row).transpose()
+}
+
+pub(crate) async fn source_list(store: &PgStore) -> Result<Vec<SourceRow>, PgError> {
+    let client = store.client().await?;
+    let rows = client
+        .query(
+            "SELECT name, config, created_at, updated_at FROM sources ORDER BY name",
+            &[],
+        )
+        .await?;
+    rows.iter().map(source_row).collect()
+}
+
+pub(crate) async fn source_delete(
+    store: &PgStore,
+    name: &str,
+    force: bool,
+) -> Result<SourceDelete, PgError> {
+    let mut client = store.client().await?;
+    let tx = client.transaction().await?;
+    let found = tx
+        .query("SELECT 1 FROM sources WHERE name = $1 FOR UPDATE", &[&name])
+        .await?;
+    if found.is_empty() {
+        return Ok(SourceDelete::NotFound);
+    }
+    if !force {
+        let row = tx
+            .query_one(
+                "SELECT COUNT(*) FROM intake_events e LEFT JOIN records r \
+                 ON r.namespace = e.namespace AND r.key = e.key \
+                 WHERE e.source = $1 AND (r.state IS NULL OR r.state <> 'completed')",
+                &[&name],
+            )
+            .await?;
+        let n: i64 = get(&row, 0)?;
+        if n > 0 {
+            return Ok(SourceDelete::Undelivered(n as u64));
+        }
+    }
+    tx.execute("DELETE FROM sources WHERE name = $1", &[&name])
+        .await?;
+    for owner in [source_owner(name), forward_owner(name)] {
+        tx.execute(
+            "DELETE FROM secrets WHERE kind = $1 AND owner = $2",
+            &[&owner.kind.as_str(), &owner.name],
+        )
+        .await?;
+    }
+    tx.commit().await?;
+    Ok(SourceDelete::Deleted)
+}
+
+pub(crate) async fn intake_store(
+    store: &PgStore,
+    ev: &NewIntakeEvent,
+    forward: Option<&NewOutboxItem>,
+    now: Timestamp,
+) -> Result<bool, PgError> {
+    let mut client = store.client().await?;
+    let tx = client.transaction().await?;
+    let n = tx
+        .execute(
+            "INSERT INTO intake_events (namespace, key, source, event_id, content_type, headers, \
+             body, received_at) \
+             SELECT $1, $2, $3, $4, $5, $6, $7, $8 \
+             WHERE NOT EXISTS (SELECT 1 FROM records WHERE namespace = $1 AND key = $2) \
+             ON CONFLICT (namespace, key) DO NOTHING",
+            &[
+                &ev.namespace,
+                &ev.key,
+                &ev.source,
+                &ev.event_id,
+                &ev.content_type,
+                &ev.headers,
+                &ev.body,
+                &ev.received_at.0,
+            ],
+        )
+        .await?;
+    if n == 1 {
+        if let Some(item) = forward {
+            tx.execute(
+                crate::outbox::ENQUEUE,
+                &[
+                    &item.kind.as_str(),
+                    &item.namespace,
+                    &item.key,
+                    &item.dedupe,
+                    &item.payload,
+                    &now.0,
+                    &item.due_at.0,
+                ],
+            )
+            .await?;
+        }
+    }
+    tx.commit().await?;
+    Ok(n == 1)
+}
+
+const EVENT_COLS: &str = "e.namespace, e.key, e.source, e.event_id, e.content_type, e.headers, \
+     e.body, e.received_at, e.attempts, e.delivered_at, r.state";
+
+fn event_row(r: &Row) -> Result<IntakeEventRow, PgError> {
+    let state: Option<String> = get(r, 10)?;
+    Ok(IntakeEventRow {
+        namespace: get(r, 0)?,
+        key: get(r, 1)?,
+        source: get(r, 2)?,
+        event_id: get(r, 3)?,
+        content_type: get(r, 4)?,
+        headers: get(r, 5)?,
+        body: get(r, 6)?,
+        received_at: Timestamp(get(r, 7)?),
+        attempts: get(r, 8)?,
+        delivered_at: get::<Option<i64>>(r, 9)?.map(Timestamp),
+        state: match state {
+            None => None,
+            Some(s) => {
+                Some(State::parse(&s).ok_or_else(|| {
+                    PgError::from(StoreError::Corrupt(format!("record state {s}")))
+                })?)
+            }
+        },
+    })
+}
+
+pub(crate) async fn intake_event(
+    store: &PgStore,
+    ns: &str,
+    key: &str,
+) -> Result<Option<IntakeEventRow>, PgError> {
+    let client = store.client().await?;
+    let sql = format!(
+        "SELECT {EVENT_COLS} FROM intake_events e LEFT JOIN records r \
+         ON r.namespace = e.namespace AND r.key = e.key WHERE e.namespace = $1 AND e.key = $2"
+    );
+    let rows = client.query(&sql, &[&ns, &key]).await?;
+    rows.first().map(event_row).transpose()
+}
+
+pub(crate) async fn intake_list(
+    store: &PgStore,
+    q: &IntakeQuery,
+) -> Result<Vec<IntakeEventRow>, PgError> {
+    let client = store.client().await?;
+    let sql = format!(
+        "SELECT {EVENT_COLS} FROM intake_events e LEFT JOIN records r \
+         ON r.namespace = e.namespace AND r.key = e.key \
+         WHERE e.source = $1 \
+         AND ($2::text IS NULL OR r.state = $2) \
+         AND ($3::bigint IS NULL OR e.received_at < $3 OR (e.received_at = $3 AND e.key < $4)) \
+         AND ($5::bigint IS NULL OR e.received_at >= $5) \
+         AND ($6::bigint IS NULL OR e.received_at <= $6) \
+         ORDER BY e.received_at DESC, e.key DESC LIMIT $7"
+    );
+    let (at, key) = match &q.after {
+        Some((t, k)) => (Some(*t), k.clone()),
+        None => (None, String::new()),
+    };
+    let rows = client
+        .query(
+            &sql,
+            &[
+                &q.source,
+                &q.state.map(State::as_str),
+                &at,
+                &key,
+                &q.since.map(|t| t.0),
+                &q.until.map(|t| t.0),
+                &(q.limit as i64),
+            ],
+        )
+        .await?;
+    rows.iter().map(event_row).collect()
+}
+
+pub(crate) async fn intake_update(store: &PgStore, u: &IntakeUpdate) -> Result<(), PgError> {
+    let mut client = store.client().await?;
+    let tx = client.transaction().await?;
+    if let Some(a) = &u.attempt {
+        let rows = tx
+            .query(
+                "SELECT attempts FROM intake_events WHERE namespace = $1 AND key = $2 FOR UPDATE",
+                &[&u.namespace, &u.key],
+            )
+            .await?;
+        if let Some(r) = rows.first() {
+            let cur: String = get(r, 0)?;
+            tx.execute(
+                "UPDATE intake_events SET attempts = $3 WHERE namespace = $1 AND key = $2",
+                &[&u.namespace, &u.key, &append_attempt(&cur, a)],
+            )
+            .await?;
+        }
+    }
+    let delivered = match u.delivered {
+        Delivered::Keep => None,
+        Delivered::At(t) => Some(Some(t.0)),
+        Delivered::Clear => Some(None),
+    };
+    if let Some(d) = delivered {
+        tx.execute(
+            "UPDATE intake_events SET delivered_at = $3 WHERE namespace = $1 AND key = $2",
+            &[&u.namespace, &u.key, &d],
+        )
+        .await?;
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+pub(crate) async fn intake_backlog(store: &PgStore) -> Result<Vec<(String, u64)>, PgError> {
+    let client = store.client().await?;
+    let rows = client
+        .query(
+            "SELECT source, COUNT(*) FROM intake_events WHERE delivered_at IS NULL \
+             GROUP BY source ORDER BY source",
+            &[],
+        )
+        .await?;
+    rows.iter()
+        .map(|r| Ok((get::<String>(r, 0)?, get::<i64>(r, 1)? as u64)))
+        .collect()
+}
+
+pub(crate) async fn intake_retention(store: &PgStore, batch: usize) -> Result<usize, PgError> {
+    let client = store.client().await?;
+    let limit = batch as i64;
+    let bodies = client
+        .execute(
+            "UPDATE intake_events SET body = NULL WHERE (namespace, key) IN ( \
+             SELECT e.namespace, e.key FROM intake_events e JOIN records r \
+             ON r.namespace = e.namespace AND r.key = e.key \
+             WHERE e.body IS NOT NULL AND e.delivered_at IS NOT NULL \
+             AND r.state = 'completed' AND r.result_expired LIMIT $1)",
+            &[&limit],
+        )
+        .await?;
+    let rows = client
+        .execute(
+            "DELETE FROM intake_events WHERE (namespace, key) IN ( \
+             SELECT e.namespace, e.key FROM intake_events e WHERE e.delivered_at IS NOT NULL \
+             AND NOT EXISTS (SELECT 1 FROM records r \
+                             WHERE r.namespace = e.namespace AND r.key = e.key) LIMIT $1)",
+            &[&limit],
+        )
+        .await?;
+    Ok((bodies + rows) as usize)
+}

@@ -1,0 +1,729 @@
+//! Intake sources (`INTAKE.md`): `PUT/PATCH/GET/DELETE /v1/sources/{source}`,
+//! `GET /v1/sources` (admin writes, operator reads), and the operator's view of a source's
+//! events: list, one event with its attempts, redeliver one, redeliver many. Also the route
+//! of the provider-facing `POST /in/{source}` (its handler is `crate::intake::receive`).
+//!
+//! The rules of a source document are `idem_intake::source`'s; the rules of a redeliver are
+//! the core's (`Op::Redeliver`). What this file must never do: answer, log or store in the
+//! configuration a secret (reads show `secret_hints`), or write anything for a refused
+//! request.
+
+use axum::extract::{Path, RawQuery, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, on, post, put, MethodFilter};
+use axum::{Extension, Json};
+use base64::Engine;
+use idem::{
+    Delivered, IntakeQuery, IntakeUpdate, Key, Namespace, Op, Reply, Role, Secret, SourceDelete,
+    SourceWrite, State as RecState, Timestamp,
+};
+use idem_intake::source::{Source, SourceInput};
+use serde::Serialize;
+use serde_json::{json, Value};
+use utoipa::{OpenApi, ToSchema};
+
+use crate::auth::Caller;
+use crate::error::{ApiError, ApiResult};
+use crate::input::JsonBody;
+use crate::intake::receive::ForwardItem;
+use crate::intake::{load, LoadedSource};
+use crate::routes::{r, Route};
+use crate::state::AppState;
+
+/// The routes of this file.
+pub fn routes() -> Vec<Route> {
+    use Role::{Admin, Operator};
+    vec![
+        // Every method reaches the handler: an unknown source is 404 before a wrong method is
+        // 405 (the contract's order), so the method is checked after the source is found.
+        r(
+            "post",
+            "/in/{source}",
+            None,
+            on(every_method(), crate::intake::receive::receive),
+        ),
+        r("get", "/v1/sources", Some(Operator), get(list_sources)),
+        r("put", "/v1/sources/{source}", Some(Admin), put(put_source)),
+        r(
+            "patch",
+            "/v1/sources/{source}",
+            Some(Admin),
+            axum::routing::patch(patch_source),
+        ),
+        r(
+            "get",
+            "/v1/sources/{source}",
+            Some(Operator),
+            get(get_source),
+        ),
+        r(
+            "delete",
+            "/v1/sources/{source}",
+            Some(Admin),
+            axum::routing::delete(delete_source),
+        ),
+        r(
+            "get",
+            "/v1/sources/{source}/events",
+            Some(Operator),
+            get(list_events),
+        ),
+        r(
+            "get",
+            "/v1/sources/{source}/events/{key}",
+            Some(Operator),
+            get(get_event),
+        ),
+        r(
+            "post",
+            "/v1/sources/{source}/events/{key}/redeliver",
+            Some(Operator),
+            post(redeliver_one),
+        ),
+        r(
+            "post",
+            "/v1/sources/{source}/redeliver",
+            Some(Operator),
+            post(redeliver_many),
+        ),
+    ]
+}
+
+/// The OpenAPI of this file.
+#[derive(OpenApi)]
+#[openapi(
+    paths(
+        crate::intake::receive::receive,
+        list_sources,
+        put_source,
+        patch_source,
+        get_source,
+        delete_source,
+        list_events,
+        get_event,
+        redeliver_one,
+        redeliver_many
+    ),
+    components(schemas(
+        SourceDoc,
+        SourceList,
+        EventSummaryDoc,
+        EventList,
+        RedeliverBody,
+        BulkRedeliverBody,
+        RedeliverResponse,
+        Scheduled,
+        crate::intake::receive::IntakeResponse,
+        crate::intake::receive::IntakeEventStatus
+    ))
+)]
+pub struct Doc;
+
+/// A source as reads show it (defaults filled in; secrets only as `secret_hints`).
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct SourceDoc {
+    source: String,
+    /// stripe | standard_webhooks | github | shopify | slack | hubspot | typeform | twilio | hmac
+    provider: String,
+    namespace: String,
+    tolerance_ms: i64,
+    /// `{header}` or `{pointer}`; null when the provider's rule has no such form (twilio).
+    event_id: Option<Object>,
+    split: Option<String>,
+    /// `{url, timeout_ms, concurrency, headers, retry: {max_attempts, base_ms, max_ms,
+    /// window_ms}, secret_hint}`.
+    forward: Object,
+    hmac: Option<Object>,
+    public_url: Option<String>,
+    max_body_bytes: u64,
+    /// The last 4 characters of each signing secret (empty for secrets of 8 characters or
+    /// fewer).
+    secret_hints: Vec<String>,
+    created_at: String,
+    updated_at: String,
+}
+
+/// A free-form JSON object.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct Object {}
+
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct SourceList {
+    items: Vec<SourceDoc>,
+}
+
+/// One event of a source, as the list shows it.
+#[derive(Serialize, ToSchema)]
+pub struct EventSummaryDoc {
+    pub key: String,
+    pub event_id: Option<String>,
+    pub state: Option<String>,
+    pub attempts: usize,
+    pub received_at: String,
+    pub delivered_at: Option<String>,
+    #[schema(value_type = Option<Object>)]
+    pub last_error: Option<Value>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct EventList {
+    pub items: Vec<EventSummaryDoc>,
+    pub next_cursor: Option<String>,
+}
+
+/// `POST …/events/{key}/redeliver`.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct RedeliverBody {
+    /// Why (required, 1 to 2000 characters, no NUL; recorded with who).
+    note: String,
+}
+
+/// `POST /v1/sources/{source}/redeliver`.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct BulkRedeliverBody {
+    /// needs_review (default), failed_retryable or completed.
+    state: Option<String>,
+    /// RFC 3339 lower bound on `received_at`.
+    since: Option<String>,
+    /// RFC 3339 upper bound on `received_at`.
+    until: Option<String>,
+    note: String,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct RedeliverResponse {
+    pub key: String,
+    pub state: String,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct Scheduled {
+    pub scheduled: usize,
+}
+
+fn every_method() -> MethodFilter {
+    [
+        MethodFilter::GET,
+        MethodFilter::HEAD,
+        MethodFilter::PUT,
+        MethodFilter::PATCH,
+        MethodFilter::DELETE,
+        MethodFilter::OPTIONS,
+        MethodFilter::TRACE,
+    ]
+    .into_iter()
+    .fold(MethodFilter::POST, MethodFilter::or)
+}
+
+fn source_name(s: &str) -> ApiResult<String> {
+    Namespace::try_from(s)
+        .map(|_| s.to_owned())
+        .map_err(|e| ApiError::InvalidNamespace(format!("source name: {e}")))
+}
+
+fn source_ns(src: &Source) -> ApiResult<Namespace> {
+    Namespace::try_from(src.namespace())
+        .map_err(|e| ApiError::internal(format!("source namespace: {e}")))
+}
+
+async fn existing(st: &AppState, name: &str) -> ApiResult<LoadedSource> {
+    load(st.ledger.store(), name, st.ledger.now())
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("no source named {name:?}")))
+}
+
+/// A source the caller may see (a scoped token sees sources of its namespace).
+async fn visible(
+    st: &AppState,
+    caller: &Caller,
+    name: &str,
+    role: Role,
+) -> ApiResult<LoadedSource> {
+    let l = existing(st, name).await?;
+    caller.authorize(role, Some(&source_ns(&l.source)?))?;
+    Ok(l)
+}
+
+async fn write(
+    st: &AppState,
+    caller: &Caller,
+    input: SourceInput,
+    replace_forward: bool,
+) -> ApiResult<(bool, LoadedSource)> {
+    let src = &input.source;
+    caller.authorize(Role::Admin, Some(&source_ns(src)?))?;
+    let w = SourceWrite {
+        name: src.name.clone(),
+        config: src.to_stored().to_string(),
+        secrets: input
+            .secrets
+            .secrets
+            .map(|v| v.into_iter().map(Secret::new).collect()),
+        forward_secret: match input.secrets.forward_secret {
+            Some(fs) => Some(fs.map(Secret::new)),
+            None if replace_forward => Some(None),
+            None => None,
+        },
+    };
+    let created = st.ledger.store().source_put(w, st.ledger.now()).await?;
+    tracing::info!(source = %src.name, created, "source written");
+    Ok((created, existing(st, &src.name).await?))
+}
+
+/// List sources (operator).
+#[utoipa::path(get, path = "/v1/sources", tag = "intake",
+    responses((status = 200, description = "every source the token may see, by name", body = SourceList)))]
+pub async fn list_sources(
+    State(st): State<AppState>,
+    Extension(caller): Extension<Caller>,
+) -> ApiResult<Json<Value>> {
+    let mut items = vec![];
+    for row in st.ledger.store().source_list().await? {
+        if let Some(l) = load(st.ledger.store(), &row.name, st.ledger.now()).await? {
+            if caller
+                .authorize(Role::Operator, Some(&source_ns(&l.source)?))
+                .is_ok()
+            {
+                items.push(l.read_shape());
+            }
+        }
+    }
+    Ok(Json(json!({ "items": items })))
+}
+
+/// Create or replace a source (admin): 201 when created, 200 when replaced.
+#[utoipa::path(put, path = "/v1/sources/{source}", tag = "intake",
+    params(("source" = String, Path)), request_body = Object,
+    responses(
+        (status = 201, description = "created", body = SourceDoc),
+        (status = 200, description = "replaced", body = SourceDoc)))]
+pub async fn put_source(
+    State(st): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(name): Path<String>,
+    JsonBody(body): JsonBody,
+) -> ApiResult<Response> {
+    let name = source_name(&name)?;
+    let input = SourceInput::parse(&name, &body)?;
+    let (created, l) = write(&st, &caller, input, true).await?;
+    let status = if created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, Json(l.read_shape())).into_response())
+}
+
+/// Change a source (admin): the body merges into it recursively.
+#[utoipa::path(patch, path = "/v1/sources/{source}", tag = "intake",
+    params(("source" = String, Path)), request_body = Object,
+    responses((status = 200, description = "the source after the change", body = SourceDoc)))]
+pub async fn patch_source(
+    State(st): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(name): Path<String>,
+    JsonBody(body): JsonBody,
+) -> ApiResult<Json<Value>> {
+    let name = source_name(&name)?;
+    let l = visible(&st, &caller, &name, Role::Admin).await?;
+    let input = l.source.patch(&body)?;
+    let (_, l) = write(&st, &caller, input, false).await?;
+    Ok(Json(l.read_shape()))
+}
+
+/// Read a source (operator).
+#[utoipa::path(get, path = "/v1/sources/{source}", tag = "intake",
+    params(("source" = String, Path)),
+    responses((status = 200, description = "the source", body = SourceDoc)))]
+pub async fn get_source(
+    State(st): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(name): Path<String>,
+) -> ApiResult<Json<Value>> {
+    let name = source_name(&name)?;
+    Ok(Json(
+        visible(&st, &caller, &name, Role::Operator)
+            .await?
+            .read_shape(),
+    ))
+}
+
+/// Delete a source (admin); refused (409) while some of its events are not delivered,
+/// unless `?force=true` (their records stay in the namespace; nothing more is forwarded).
+#[utoipa::path(delete, path = "/v1/sources/{source}", tag = "intake",
+    params(("source" = String, Path), ("force" = Option<bool>, Query, description = "delete even with undelivered events")),
+    responses((status = 204, description = "deleted")))]
+pub async fn delete_source(
+    State(st): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(name): Path<String>,
+    RawQuery(q): RawQuery,
+) -> ApiResult<Response> {
+    let name = source_name(&name)?;
+    let mut force = false;
+    for (k, v) in url::form_urlencoded::parse(q.unwrap_or_default().as_bytes()) {
+        if k == "force" {
+            force = match v.as_ref() {
+                "true" | "1" => true,
+                "false" | "0" | "" => false,
+                _ => return Err(ApiError::invalid_field("force", "must be true or false")),
+            };
+        }
+    }
+    visible(&st, &caller, &name, Role::Admin).await?;
+    match st.ledger.store().source_delete(&name, force).await? {
+        SourceDelete::NotFound => Err(ApiError::NotFound(format!("no source named {name:?}"))),
+        SourceDelete::Undelivered(n) => Err(ApiError::InvalidTransition(format!(
+            "{n} events of this source are not delivered yet; delete with ?force=true to \
+             keep their records and forward nothing more"
+        ))),
+        SourceDelete::Deleted => {
+            tracing::info!(source = %name, force, "source deleted");
+            Ok(StatusCode::NO_CONTENT.into_response())
+        }
+    }
+}
+
+fn ts(t: Timestamp) -> String {
+    t.to_rfc3339()
+}
+
+fn summary(row: &idem::IntakeEventRow) -> EventSummaryDoc {
+    let attempts: Vec<Value> = serde_json::from_str(&row.attempts).unwrap_or_default();
+    let last_error = attempts
+        .last()
+        .and_then(|a| a.get("error"))
+        .filter(|e| !e.is_null())
+        .cloned();
+    EventSummaryDoc {
+        key: row.key.clone(),
+        event_id: row.event_id.clone(),
+        state: row.state.map(|s| s.as_str().to_owned()),
+        attempts: attempts.len(),
+        received_at: ts(row.received_at),
+        delivered_at: row.delivered_at.map(ts),
+        last_error,
+    }
+}
+
+fn cursor_of(row: &idem::IntakeEventRow) -> String {
+    hex_encode(format!("{}\n{}", row.received_at.0, row.key).as_bytes())
+}
+
+fn hex_encode(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn parse_cursor(s: &str) -> Option<(i64, String)> {
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    let bytes: Option<Vec<u8>> = (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect();
+    let text = String::from_utf8(bytes?).ok()?;
+    let (t, k) = text.split_once('\n')?;
+    Key::try_from(k).ok()?;
+    Some((t.parse().ok()?, k.to_owned()))
+}
+
+/// A source's events, newest first (operator).
+#[utoipa::path(get, path = "/v1/sources/{source}/events", tag = "intake",
+    params(("source" = String, Path),
+        ("state" = Option<String>, Query, description = "only events whose record is in this state (empty: all)"),
+        ("limit" = Option<u32>, Query, description = "1 to 1000, default 100"),
+        ("cursor" = Option<String>, Query, description = "next_cursor of the previous page")),
+    responses((status = 200, description = "one page, newest received_at first", body = EventList)))]
+pub async fn list_events(
+    State(st): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(name): Path<String>,
+    RawQuery(q): RawQuery,
+) -> ApiResult<Json<EventList>> {
+    let name = source_name(&name)?;
+    visible(&st, &caller, &name, Role::Operator).await?;
+    let mut query = IntakeQuery {
+        source: name,
+        limit: 100,
+        ..IntakeQuery::default()
+    };
+    for (k, v) in url::form_urlencoded::parse(q.unwrap_or_default().as_bytes()) {
+        match k.as_ref() {
+            "state" if !v.is_empty() => {
+                query.state = Some(RecState::parse(&v).ok_or_else(|| {
+                    ApiError::invalid_field("state", format!("{v:?} is not a state"))
+                })?)
+            }
+            "limit" if !v.is_empty() => {
+                query.limit = v
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|n| (1..=1000).contains(n))
+                    .ok_or_else(|| {
+                        ApiError::invalid_field("limit", "must be an integer from 1 to 1000")
+                    })?
+            }
+            "cursor" if !v.is_empty() => {
+                query.after = Some(parse_cursor(&v).ok_or_else(|| {
+                    ApiError::invalid_field("cursor", "not a cursor this server returned")
+                })?)
+            }
+            _ => {}
+        }
+    }
+    let limit = query.limit;
+    query.limit = limit + 1;
+    let mut rows = st.ledger.store().intake_list(&query).await?;
+    let next_cursor = if rows.len() > limit {
+        rows.truncate(limit);
+        rows.last().map(cursor_of)
+    } else {
+        None
+    };
+    Ok(Json(EventList {
+        items: rows.iter().map(summary).collect(),
+        next_cursor,
+    }))
+}
+
+fn event_key(s: &str) -> ApiResult<Key> {
+    Key::try_from(s).map_err(|e| ApiError::InvalidKey(e.to_string()))
+}
+
+/// One event with its stored body, its record and its attempts (operator).
+#[utoipa::path(get, path = "/v1/sources/{source}/events/{key}", tag = "intake",
+    params(("source" = String, Path), ("key" = String, Path)),
+    responses((status = 200, description = "`{event: {key, event_id, received_at, content_type, headers, body | body_base64}, record, attempts}`", body = Object)))]
+pub async fn get_event(
+    State(st): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path((name, key)): Path<(String, String)>,
+) -> ApiResult<Json<Value>> {
+    let name = source_name(&name)?;
+    let l = visible(&st, &caller, &name, Role::Operator).await?;
+    let key = event_key(&key)?;
+    let ns = source_ns(&l.source)?;
+    let row = st
+        .ledger
+        .store()
+        .intake_event(ns.as_str(), key.as_str())
+        .await?
+        .filter(|r| r.source == name)
+        .ok_or_else(|| ApiError::NotFound("no such event for this source".into()))?;
+    let record = st.ledger.store().get(&ns, &key).await?;
+    let headers: Value = serde_json::from_str(&row.headers).unwrap_or_else(|_| json!({}));
+    let mut event = json!({
+        "key": row.key,
+        "event_id": row.event_id,
+        "received_at": ts(row.received_at),
+        "content_type": row.content_type,
+        "headers": headers,
+    });
+    match &row.body {
+        None => event["body"] = Value::Null,
+        Some(b) => match std::str::from_utf8(b) {
+            Ok(s) => event["body"] = Value::String(s.to_owned()),
+            Err(_) => {
+                event["body_base64"] =
+                    Value::String(base64::engine::general_purpose::STANDARD.encode(b))
+            }
+        },
+    }
+    let attempts: Value = serde_json::from_str(&row.attempts).unwrap_or_else(|_| json!([]));
+    Ok(Json(json!({
+        "event": event,
+        "record": record.as_ref().map(|r| &r.record),
+        "events": record.as_ref().map(|r| &r.events),
+        "attempts": attempts,
+    })))
+}
+
+fn note_of(body: &Value) -> ApiResult<String> {
+    match body.get("note") {
+        Some(Value::String(s))
+            if !s.is_empty() && s.chars().count() <= 2000 && !s.contains('\0') =>
+        {
+            Ok(s.clone())
+        }
+        Some(Value::String(_)) | None | Some(Value::Null) => Err(ApiError::invalid_field(
+            "note",
+            "is required: 1 to 2000 characters, no NUL",
+        )),
+        Some(_) => Err(ApiError::invalid_field("note", "must be a string")),
+    }
+}
+
+fn members(body: &Value, known: &[&str]) -> ApiResult<()> {
+    let Value::Object(m) = body else {
+        return Err(ApiError::invalid_field(
+            "",
+            "the body must be a JSON object",
+        ));
+    };
+    let mut names: Vec<&String> = m.keys().collect();
+    names.sort();
+    match names.into_iter().find(|k| !known.contains(&k.as_str())) {
+        Some(k) => Err(ApiError::UnknownField { field: k.clone() }),
+        None => Ok(()),
+    }
+}
+
+/// Redelivers one event: `Op::Redeliver` on its record, then a new forward item.
+async fn redeliver(
+    st: &AppState,
+    l: &LoadedSource,
+    key: &Key,
+    note: &str,
+    actor: Option<String>,
+) -> ApiResult<idem::Record> {
+    let ns = source_ns(&l.source)?;
+    let ex = st
+        .ledger
+        .execute(
+            &ns,
+            key,
+            Op::Redeliver {
+                note: note.to_owned(),
+            },
+            actor,
+        )
+        .await?;
+    let rec = match ex.reply {
+        Ok(Reply::Record(r)) => r,
+        Ok(_) => return Err(ApiError::internal("redeliver: unexpected reply")),
+        Err(e) => return Err(e.into()),
+    };
+    let store = st.ledger.store();
+    store
+        .intake_update(IntakeUpdate {
+            namespace: ns.as_str().to_owned(),
+            key: key.as_str().to_owned(),
+            attempt: None,
+            delivered: Delivered::Clear,
+        })
+        .await?;
+    let now = st.ledger.now();
+    let item = ForwardItem::item(
+        &l.source.name,
+        ns.as_str(),
+        key.as_str(),
+        format!("r{}", rec.version),
+        now,
+    );
+    store.outbox_enqueue(item, now).await?;
+    tracing::info!(source = %l.source.name, key = %idem::mask_key(key.as_str()), "redeliver scheduled");
+    Ok(rec)
+}
+
+/// Schedules one event's delivery again now, with a fresh budget (operator).
+#[utoipa::path(post, path = "/v1/sources/{source}/events/{key}/redeliver", tag = "intake",
+    params(("source" = String, Path), ("key" = String, Path)), request_body = RedeliverBody,
+    responses((status = 202, description = "scheduled", body = RedeliverResponse)))]
+pub async fn redeliver_one(
+    State(st): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path((name, key)): Path<(String, String)>,
+    JsonBody(body): JsonBody,
+) -> ApiResult<Response> {
+    let name = source_name(&name)?;
+    let l = visible(&st, &caller, &name, Role::Operator).await?;
+    let key = event_key(&key)?;
+    members(&body, &["note"])?;
+    let note = note_of(&body)?;
+    let ns = source_ns(&l.source)?;
+    st.ledger
+        .store()
+        .intake_event(ns.as_str(), key.as_str())
+        .await?
+        .filter(|r| r.source == name)
+        .ok_or_else(|| ApiError::NotFound("no such event for this source".into()))?;
+    let rec = redeliver(&st, &l, &key, &note, caller.actor()).await?;
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(RedeliverResponse {
+            key: key.as_str().to_owned(),
+            state: rec.state.as_str().to_owned(),
+        }),
+    )
+        .into_response())
+}
+
+fn rfc3339(field: &str, v: &Value) -> ApiResult<Option<Timestamp>> {
+    match v {
+        Value::Null => Ok(None),
+        Value::String(s) => chrono::DateTime::parse_from_rfc3339(s)
+            .map(|t| Some(Timestamp(t.timestamp_millis())))
+            .map_err(|_| ApiError::invalid_field(field, "must be an RFC 3339 time")),
+        _ => Err(ApiError::invalid_field(field, "must be an RFC 3339 time")),
+    }
+}
+
+/// Schedules many events again (operator): by state (default `needs_review`) and
+/// `received_at` bounds.
+#[utoipa::path(post, path = "/v1/sources/{source}/redeliver", tag = "intake",
+    params(("source" = String, Path)), request_body = BulkRedeliverBody,
+    responses((status = 200, description = "how many were scheduled", body = Scheduled)))]
+pub async fn redeliver_many(
+    State(st): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(name): Path<String>,
+    JsonBody(body): JsonBody,
+) -> ApiResult<Json<Scheduled>> {
+    let name = source_name(&name)?;
+    let l = visible(&st, &caller, &name, Role::Operator).await?;
+    members(&body, &["state", "since", "until", "note"])?;
+    let state = match body.get("state") {
+        None | Some(Value::Null) => RecState::NeedsReview,
+        Some(Value::String(s)) => match RecState::parse(s) {
+            Some(s @ (RecState::NeedsReview | RecState::FailedRetryable | RecState::Completed)) => {
+                s
+            }
+            _ => {
+                return Err(ApiError::invalid_field(
+                    "state",
+                    "must be needs_review, failed_retryable or completed",
+                ))
+            }
+        },
+        Some(_) => return Err(ApiError::invalid_field("state", "must be a string")),
+    };
+    let since = rfc3339("since", body.get("since").unwrap_or(&Value::Null))?;
+    let until = rfc3339("until", body.get("until").unwrap_or(&Value::Null))?;
+    let note = note_of(&body)?;
+    let mut query = IntakeQuery {
+        source: name,
+        state: Some(state),
+        limit: 500,
+        since,
+        until,
+        ..IntakeQuery::default()
+    };
+    let mut scheduled = 0;
+    loop {
+        let rows = st.ledger.store().intake_list(&query).await?;
+        let last = rows.last().map(|r| (r.received_at.0, r.key.clone()));
+        for row in &rows {
+            let Ok(key) = Key::try_from(row.key.as_str()) else {
+                continue;
+            };
+            match redeliver(&st, &l, &key, &note, caller.actor()).await {
+                Ok(_) => scheduled += 1,
+                // Moved on since it was listed (in flight, delivered): left as it is.
+                Err(ApiError::InvalidTransition(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        match last {
+            Some(after) if rows.len() >= query.limit => query.after = Some(after),
+            _ => break,
+        }
+    }
+    Ok(Json(Scheduled { scheduled }))
+}

@@ -1,0 +1,434 @@
+//! The delivery worker: forwards stored inbound events to their source's `forward.url`, on
+//! the store's outbox (kind `forward`).
+//!
+//! One [`Forwarder::step`] claims due items (leased for the longest source timeout plus a
+//! margin), and runs each delivery in its own task under two bounds: a global cap per
+//! instance and `forward.concurrency` per source. A delivery takes the record's lease first
+//! (`ForwardStart`: refused while another attempt holds it, the namespace is paused or the
+//! retry is not due — then the item waits), sends the stored body verbatim with its
+//! `Content-Type`, the forwarded headers, `Idem-Source`, `Idem-Key`, `Idem-Event-Id`,
+//! `Idem-Attempt`, `Idem-Received-At` and, with `forward.secret`, the Standard Webhooks
+//! `webhook-id` / `webhook-timestamp` / `webhook-signature` (which replace inbound ones),
+//! then reports the outcome (`ForwardReport`: completed, failed_retryable with its
+//! not-before, or needs_review with an alert), appends the attempt to the event's row and
+//! finishes the item (done, retry at the record's not-before, or dead).
+//!
+//! Never here: following a redirect, reading more of an answer than its status and
+//! `Retry-After`, keeping a response body, or logging a body, a header value or a secret.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use idem::{
+    AllowEntry, EgressPolicy, ForwardOutcome, ForwardReportRequest, ForwardRetry,
+    ForwardStartRequest, IntakeReceiveRequest, IntakeReply, IntakeUpdate, Key, Ledger, Namespace,
+    Op, OpError, OutboxClaim, OutboxFinish, OutboxItem, OutboxKind, OutboxOutcome, Reply, State,
+    Store, StoreError, Timestamp,
+};
+use idem_egress::{Egress, HeaderMap, HeaderName, HeaderValue, Method, Outbound, Outcome};
+use serde_json::json;
+use tokio::sync::Semaphore;
+
+use super::receive::ForwardItem;
+use super::{load, LoadedSource};
+
+/// Added to `forward.timeout_ms` for the record's lease of one attempt.
+pub const LEASE_MARGIN_MS: i64 = 5000;
+/// Deliveries in flight per instance, all sources together.
+pub const MAX_IN_FLIGHT: usize = 64;
+
+/// The worker's shared state.
+pub struct Forwarder {
+    store: Arc<dyn Store>,
+    ledger: Ledger,
+    egress: Egress,
+    global: Arc<Semaphore>,
+    /// One semaphore per source, sized by its `forward.concurrency` (remade when it changes).
+    per_source: Mutex<HashMap<String, (u32, Arc<Semaphore>)>>,
+}
+
+impl Forwarder {
+    pub fn new(ledger: Ledger, egress: Egress) -> Arc<Forwarder> {
+        Arc::new(Forwarder {
+            store: ledger.store().clone(),
+            ledger,
+            egress,
+            global: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
+            per_source: Mutex::new(HashMap::new()),
+        })
+    }
+
+    fn source_gate(&self, name: &str, concurrency: u32) -> Arc<Semaphore> {
+        let mut m = self
+            .per_source
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match m.get(name) {
+            Some((n, s)) if *n == concurrency => s.clone(),
+            _ => {
+                let s = Arc::new(Semaphore::new(concurrency.max(1) as usize));
+                m.insert(name.to_owned(), (concurrency, s.clone()));
+                s
+            }
+        }
+    }
+
+    /// Claims due items and starts their deliveries; `true` when it claimed a full batch.
+    pub async fn step(self: &Arc<Self>) -> Result<bool, StoreError> {
+        let free = self.global.available_permits();
+        if free == 0 {
+            return Ok(false);
+        }
+        let now = self.ledger.now();
+        let longest = self
+            .store
+            .source_list()
+            .await?
+            .iter()
+            .filter_map(|r| serde_json::from_str::<serde_json::Value>(&r.config).ok())
+            .filter_map(|v| v.pointer("/forward/timeout_ms").and_then(|t| t.as_i64()))
+            .max()
+            .unwrap_or(idem_intake::source::DEFAULT_TIMEOUT_MS);
+        let items = self
+            .store
+            .outbox_claim(OutboxClaim {
+                kind: OutboxKind::Forward,
+                now,
+                limit: free,
+                lease_ms: longest + LEASE_MARGIN_MS,
+            })
+            .await?;
+        let full = items.len() >= free;
+        for item in items {
+            let Ok(permit) = self.global.clone().acquire_owned().await else {
+                break;
+            };
+            let me = self.clone();
+            tokio::spawn(async move {
+                let _permit = permit;
+                if let Err(e) = me.deliver(item).await {
+                    tracing::warn!(error = %e, "forward: store error; the item is retried after its lease");
+                }
+            });
+        }
+        Ok(full)
+    }
+
+    async fn finish(&self, item: &OutboxItem, outcome: OutboxOutcome) -> Result<(), StoreError> {
+        let Some(lease) = item.lease.clone() else {
+            return Ok(());
+        };
+        self.store
+            .outbox_finish(OutboxFinish {
+                id: item.id,
+                lease,
+                outcome,
+                now: self.ledger.now(),
+            })
+            .await?;
+        Ok(())
+    }
+
+    async fn deliver(&self, item: OutboxItem) -> Result<(), StoreError> {
+        let src_name = match serde_json::from_slice::<ForwardItem>(&item.payload) {
+            Ok(p) => p.source,
+            Err(_) => {
+                let error = Some("unreadable forward item".to_owned());
+                return self.finish(&item, OutboxOutcome::Dead { error }).await;
+            }
+        };
+        let (Ok(ns), Ok(key)) = (
+            Namespace::try_from(item.namespace.as_str()),
+            Key::try_from(item.key.as_str()),
+        ) else {
+            let error = Some("bad namespace or key".to_owned());
+            return self.finish(&item, OutboxOutcome::Dead { error }).await;
+        };
+        let Some(src) = load(&self.store, &src_name, self.ledger.now()).await? else {
+            // A deleted source forwards nothing more (its records stay).
+            let error = Some("source deleted".to_owned());
+            return self.finish(&item, OutboxOutcome::Dead { error }).await;
+        };
+        let gate = self.source_gate(&src_name, src.source.forward.concurrency);
+        let Ok(_slot) = gate.acquire_owned().await else {
+            return Ok(());
+        };
+        let lease_ms = src.source.forward.timeout_ms + LEASE_MARGIN_MS;
+        let started = self
+            .ledger
+            .execute(
+                &ns,
+                &key,
+                Op::ForwardStart(ForwardStartRequest { lease_ms }),
+                None,
+            )
+            .await?;
+        let (token, attempt) = match started.reply {
+            Ok(Reply::Intake(IntakeReply::Started { token, attempt, .. })) => (token, attempt),
+            Ok(Reply::Intake(IntakeReply::Wait { until })) => {
+                return self
+                    .finish(
+                        &item,
+                        OutboxOutcome::Retry {
+                            at: until,
+                            error: None,
+                        },
+                    )
+                    .await;
+            }
+            Err(OpError::NotFound) => {
+                // The body was stored but the record not (the receive did not finish): make
+                // the record now, then deliver on the next pass.
+                if let Some(row) = self.store.intake_event(ns.as_str(), key.as_str()).await? {
+                    let op = Op::IntakeReceive(IntakeReceiveRequest {
+                        source: src_name.clone(),
+                        event_id: row.event_id,
+                    });
+                    self.ledger.execute(&ns, &key, op, None).await?;
+                    let at = self.ledger.now();
+                    return self
+                        .finish(&item, OutboxOutcome::Retry { at, error: None })
+                        .await;
+                }
+                let error = Some("no stored event".to_owned());
+                return self.finish(&item, OutboxOutcome::Dead { error }).await;
+            }
+            // Delivered, in review, or not an intake record: nothing to send for this item.
+            _ => return self.finish(&item, OutboxOutcome::Done).await,
+        };
+        let Some(row) = self.store.intake_event(ns.as_str(), key.as_str()).await? else {
+            let error = Some("no stored event".to_owned());
+            return self.finish(&item, OutboxOutcome::Dead { error }).await;
+        };
+        let at = self.ledger.now();
+        let began = Instant::now();
+        let outcome = self.send(&src, &key, &row, attempt, at).await;
+        let duration_ms = began.elapsed().as_millis() as i64;
+        let outcome = match outcome {
+            SendResult::Status(status, _) if (200..300).contains(&status) => {
+                ForwardOutcome::Delivered {
+                    status,
+                    duration_ms,
+                }
+            }
+            SendResult::Status(status, retry_after_ms) => ForwardOutcome::Failed {
+                status: Some(status),
+                category: "http".into(),
+                message: format!("the receiver answered HTTP {status}"),
+                retry_after_ms,
+                duration_ms,
+            },
+            SendResult::Error(category, message) => ForwardOutcome::Failed {
+                status: None,
+                category: category.into(),
+                message,
+                retry_after_ms: None,
+                duration_ms,
+            },
+        };
+        metrics::histogram!("idem_delivery_duration_seconds", "source" => src_name.clone())
+            .record(duration_ms as f64 / 1000.0);
+        let attempt_json = match &outcome {
+            ForwardOutcome::Delivered { status, .. } => json!({
+                "attempt": attempt, "at": at.to_rfc3339(), "status": status,
+                "duration_ms": duration_ms, "error": null,
+            }),
+            ForwardOutcome::Failed {
+                status,
+                category,
+                message,
+                ..
+            } => json!({
+                "attempt": attempt, "at": at.to_rfc3339(), "status": status,
+                "duration_ms": duration_ms,
+                "error": {"category": category, "message": message},
+            }),
+        };
+        let r = src.source.forward.retry;
+        let report = Op::ForwardReport(ForwardReportRequest {
+            token,
+            outcome,
+            retry: ForwardRetry {
+                max_attempts: r.max_attempts,
+                base_ms: r.base_ms,
+                max_ms: r.max_ms,
+                window_ms: r.window_ms,
+            },
+        });
+        // The attempt is on the event's row before the record moves on, so whoever sees the
+        // new state sees the attempt that led there (a crash in between leaves an attempt
+        // listed whose report never landed: the lease runs out and the next attempt follows).
+        let delivered = match &report {
+            Op::ForwardReport(r) if matches!(r.outcome, ForwardOutcome::Delivered { .. }) => {
+                idem::Delivered::At(self.ledger.now())
+            }
+            _ => idem::Delivered::Keep,
+        };
+        self.store
+            .intake_update(IntakeUpdate {
+                namespace: ns.as_str().to_owned(),
+                key: key.as_str().to_owned(),
+                attempt: Some(attempt_json.to_string()),
+                delivered,
+            })
+            .await?;
+        let reported = self.ledger.execute(&ns, &key, report, None).await?;
+        let rec = match reported.reply {
+            Ok(Reply::Record(rec)) => Some(rec),
+            _ => None,
+        };
+        let (result, next) = match &rec {
+            Some(r) if r.state == State::Completed => ("delivered", OutboxOutcome::Done),
+            Some(r) if r.state == State::FailedRetryable => (
+                "retry",
+                OutboxOutcome::Retry {
+                    at: r.not_before.unwrap_or_else(|| self.ledger.now()),
+                    error: r.last_error.as_ref().map(|e| e.category.clone()),
+                },
+            ),
+            Some(r) => (
+                "dead",
+                OutboxOutcome::Dead {
+                    error: r.last_error.as_ref().map(|e| e.category.clone()),
+                },
+            ),
+            // The lease was lost (another attempt took over): that attempt's item goes on.
+            None => (
+                "retry",
+                OutboxOutcome::Retry {
+                    at: self.ledger.now(),
+                    error: None,
+                },
+            ),
+        };
+        metrics::counter!("idem_deliveries_total", "source" => src_name.clone(), "result" => result)
+            .increment(1);
+        tracing::info!(source = %src_name, key = %idem::mask_key(key.as_str()), attempt, result, "forward");
+        self.finish(&item, next).await
+    }
+
+    async fn send(
+        &self,
+        src: &LoadedSource,
+        key: &Key,
+        row: &idem::IntakeEventRow,
+        attempt: u32,
+        at: Timestamp,
+    ) -> SendResult {
+        let url = &src.source.forward.url;
+        let policy = match forward_policy(url) {
+            Some(p) => p,
+            None => return SendResult::Error("connection", "forward.url has no host".into()),
+        };
+        let target = match self.egress.check(&policy, url).await {
+            Ok(t) if t.unresolvable() => {
+                return SendResult::Error("connection", "forward.url does not resolve".into())
+            }
+            Ok(t) => t,
+            Err(e) => return SendResult::Error("connection", format!("forward.url refused: {e}")),
+        };
+        let body = row.body.clone().unwrap_or_default();
+        let mut headers = HeaderMap::new();
+        let secret = src.forward_secret.as_ref();
+        if let Ok(serde_json::Value::Object(m)) = serde_json::from_str(&row.headers) {
+            for (name, v) in m {
+                if secret.is_some() && name.starts_with("webhook-") {
+                    continue;
+                }
+                if let (Ok(n), Some(Ok(v))) = (
+                    HeaderName::from_bytes(name.as_bytes()),
+                    v.as_str().map(HeaderValue::from_str),
+                ) {
+                    headers.insert(n, v);
+                }
+            }
+        }
+        let mut set = |name: &'static str, value: &str| {
+            if let Ok(v) = HeaderValue::from_str(value) {
+                headers.insert(HeaderName::from_static(name), v);
+            }
+        };
+        set(
+            "content-type",
+            row.content_type
+                .as_deref()
+                .unwrap_or("application/octet-stream"),
+        );
+        set("idem-source", &src.source.name);
+        set("idem-key", key.as_str());
+        if let Some(id) = &row.event_id {
+            set("idem-event-id", id);
+        }
+        set("idem-attempt", &attempt.to_string());
+        set("idem-received-at", &row.received_at.to_rfc3339());
+        if let Some(s) = secret {
+            let ts = at.0.div_euclid(1000);
+            set("webhook-id", key.as_str());
+            set("webhook-timestamp", &ts.to_string());
+            set("webhook-signature", &s.sign(key.as_str(), ts, &body));
+        }
+        let out = Outbound {
+            method: Method::POST,
+            headers,
+            body: Some(body),
+            timeout: Duration::from_millis(src.source.forward.timeout_ms.max(1) as u64),
+        };
+        match self.egress.send(&target, out).await {
+            Outcome::Answered(a) => {
+                let retry_after = a
+                    .headers
+                    .iter()
+                    .find(|(n, _)| n == "retry-after")
+                    .and_then(|(_, v)| std::str::from_utf8(v).ok())
+                    .and_then(|v| {
+                        idem::classify::parse_retry_after(
+                            &serde_json::Value::String(v.trim().to_owned()),
+                            at.0,
+                        )
+                        .ok()
+                    });
+                SendResult::Status(a.status, retry_after)
+            }
+            Outcome::NotSent(n) => SendResult::Error(
+                "connection",
+                match n {
+                    idem::effect::NotSent::Dns => "the name did not resolve".into(),
+                    idem::effect::NotSent::Connect => "could not connect".into(),
+                },
+            ),
+            Outcome::Lost(idem::effect::Lost::Timeout) => SendResult::Error(
+                "timeout",
+                format!(
+                    "no answer within forward.timeout_ms ({} ms)",
+                    src.source.forward.timeout_ms
+                ),
+            ),
+            Outcome::Lost(idem::effect::Lost::Broken) => {
+                SendResult::Error("connection", "the connection broke before an answer".into())
+            }
+        }
+    }
+}
+
+enum SendResult {
+    Status(u16, Option<i64>),
+    Error(&'static str, String),
+}
+
+/// The egress policy of a forward: exactly the URL's own host and port (see the module doc
+/// of [`crate::intake`]).
+pub fn forward_policy(url: &str) -> Option<EgressPolicy> {
+    let u = url::Url::parse(url).ok()?;
+    let host = u.host_str()?;
+    let port = u.port_or_known_default()?;
+    let entry = if host.contains(':') {
+        format!("[{}]:{port}", host.trim_matches(|c| c == '[' || c == ']'))
+    } else {
+        format!("{host}:{port}")
+    };
+    Some(EgressPolicy {
+        allow: vec![AllowEntry::parse(&entry).ok()?],
+        allow_private: false,
+    })
+}

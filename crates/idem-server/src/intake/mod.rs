@@ -1,0 +1,111 @@
+//! The webhook intake (`INTAKE.md`) in the server: `POST /in/{source}` ([`receive`]), the
+//! delivery worker that forwards stored events to their source's `forward.url`
+//! ([`forward`]), and the loading of a source with its secrets ([`load`]). The sources API
+//! and the event reads live in `api::v1::sources`.
+//!
+//! Design (where the contract leaves it open):
+//! - An event is a ledger record in the source's namespace under its key (the pure rules are
+//!   `idem_core`'s intake ops), plus a row of the store's `intake_events` table (raw body or
+//!   split element, content type, forwarded headers with lowercase names, `received_at`, the
+//!   attempt list, `delivered_at`). The row and the event's first outbox item (kind
+//!   `forward`) are written in one transaction, then the record: a crash between the two is
+//!   completed by the provider's retry or by the worker, never acknowledged half-written. The
+//!   200 goes out only after both are durable.
+//! - Each delivery attempt holds the record's lease (`forward.timeout_ms` + a margin): that
+//!   lease, not the outbox item, is what keeps at most one delivery of an event in flight
+//!   across instances; a stale or duplicated outbox item only ever waits or finishes.
+//! - Forward URLs are written by admins (a source is admin-only), and n8n usually sits on a
+//!   loopback or private address, so a forward is checked by the egress guard against a
+//!   policy that lists exactly the forward URL's own host and port (an exact entry, which
+//!   opens a private or loopback address for that host only). The guard still resolves once
+//!   and connects only to the addresses it checked, never follows a redirect and never
+//!   reaches a multicast or unspecified address. The namespace `egress` policy (meant for
+//!   effects, whose URLs workers send) does not apply to forwards.
+//! - Retention follows the records: the janitor drops a delivered event's body when its
+//!   record's result expires (`retention_ms`; the tombstone still answers `duplicate`) and
+//!   the row when the tombstone goes (`audit_retention_ms`); undelivered and `needs_review`
+//!   events are never touched.
+//! - A source's namespace should hold only its events: a claim on one of their keys there
+//!   would meet the intake's record (a `prepared` record whose lease ran out resumes).
+//!
+//! What this module must never do: write anything for a request that was refused, acknowledge
+//! an event before it is durable, log or answer a body, a signature or a secret, or start a
+//! delivery the record's lease does not cover.
+
+pub mod forward;
+pub mod receive;
+
+use std::sync::Arc;
+
+use idem::{AlertSecret, Secret, Store, StoreError, Timestamp};
+use idem_intake::source::Source;
+use serde_json::Value;
+
+/// A source as the intake uses it: the configuration and its secrets.
+pub struct LoadedSource {
+    pub source: Source,
+    /// The signing secrets, oldest first.
+    pub secrets: Vec<Secret>,
+    pub forward_secret: Option<AlertSecret>,
+    pub created_at: Timestamp,
+    pub updated_at: Timestamp,
+}
+
+impl LoadedSource {
+    /// The contract's read shape (hints only, never a secret).
+    pub fn read_shape(&self) -> Value {
+        let hints: Vec<String> = self.secrets.iter().map(Secret::hint).collect();
+        let fwd = self
+            .forward_secret
+            .as_ref()
+            .map(|s| Secret::new(s.expose()).hint());
+        self.source.read_shape(
+            &hints,
+            fwd.as_deref(),
+            Value::String(self.created_at.to_rfc3339()),
+            Value::String(self.updated_at.to_rfc3339()),
+        )
+    }
+}
+
+/// Loads a source with its secrets; `None` when it does not exist.
+pub async fn load(
+    store: &Arc<dyn Store>,
+    name: &str,
+    now: Timestamp,
+) -> Result<Option<LoadedSource>, StoreError> {
+    let Some(row) = store.source_get(name).await? else {
+        return Ok(None);
+    };
+    let stored: Value = serde_json::from_str(&row.config)
+        .map_err(|e| StoreError::Corrupt(format!("source {name} configuration: {e}")))?;
+    let source = Source::load(name, &stored)
+        .map_err(|e| StoreError::Corrupt(format!("source {name} configuration: {e}")))?;
+    let mut secrets: Vec<Secret> = store
+        .secrets(&idem::intake_source_owner(name), now)
+        .await?
+        .into_iter()
+        .map(|s| s.value)
+        .collect();
+    secrets.reverse();
+    let forward_secret = match store
+        .secrets(&idem::intake_forward_owner(name), now)
+        .await?
+        .into_iter()
+        .next()
+    {
+        None => None,
+        Some(s) => Some(AlertSecret::parse(s.value.expose()).map_err(|_| {
+            StoreError::Corrupt(format!(
+                "source {name}: stored forward secret is not whsec_"
+            ))
+        })?),
+    };
+    Ok(Some(LoadedSource {
+        source,
+        secrets,
+        forward_secret,
+        created_at: row.created_at,
+        updated_at: row.updated_at,
+    }))
+}

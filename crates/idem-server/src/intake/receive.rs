@@ -1,0 +1,263 @@
+//! `POST /in/{source}`: the provider-facing endpoint, the only write path without a bearer
+//! token (the signature is the credential).
+//!
+//! Order of refusals, each with nothing written: unknown source 404 → method 405 → size 413
+//! → signature 401 `invalid_signature` → timestamp 401 `stale_signature`; a store that does
+//! not answer is 503 `store_unavailable` (the provider retries; nothing was acknowledged).
+//! Then each event (one, or one per `split` element) is stored durably — its row and forward
+//! item, then its record — and only then is the 200 `{source, events: [{key, status}]}`
+//! sent. Every answer is counted in `idem_intake_requests_total{source,result}`; the log
+//! line names the source, the masked keys and the result, never a body or a signature.
+
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use idem::{
+    IntakeReceiveRequest, IntakeReply, Key, Namespace, NewIntakeEvent, NewOutboxItem, Op,
+    OutboxKind, Reply,
+};
+use idem_intake::{IncomingEvent, Provider, VerifyConfig};
+use serde::Serialize;
+use serde_json::{json, Map, Value};
+use utoipa::ToSchema;
+
+use super::{load, LoadedSource};
+use crate::error::{ApiError, ApiResult};
+use crate::input::{path_params, RawBody};
+use crate::state::AppState;
+
+/// The payload of a forward outbox item: which source delivers it.
+#[derive(Debug, Serialize, serde::Deserialize)]
+pub struct ForwardItem {
+    pub source: String,
+}
+
+impl ForwardItem {
+    pub fn item(
+        source: &str,
+        ns: &str,
+        key: &str,
+        dedupe: String,
+        due: idem::Timestamp,
+    ) -> NewOutboxItem {
+        NewOutboxItem {
+            kind: OutboxKind::Forward,
+            namespace: ns.to_owned(),
+            key: key.to_owned(),
+            dedupe,
+            payload: serde_json::to_vec(&ForwardItem {
+                source: source.to_owned(),
+            })
+            .unwrap_or_default(),
+            due_at: due,
+        }
+    }
+}
+
+/// `{source, events: [{key, status}]}`.
+#[derive(Serialize, ToSchema)]
+pub struct IntakeResponse {
+    pub source: String,
+    pub events: Vec<IntakeEventStatus>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct IntakeEventStatus {
+    pub key: String,
+    /// accepted | duplicate | held
+    pub status: &'static str,
+}
+
+fn count(source: &str, result: &'static str) {
+    metrics::counter!("idem_intake_requests_total", "source" => source.to_owned(), "result" => result)
+        .increment(1);
+}
+
+/// Receive a provider's webhook (no token: the provider's signature is the credential).
+///
+/// Answers 200 once every event of the request is stored durably; a duplicate (the key was
+/// seen, in any state) is answered 200 too, so the provider stops retrying, with
+/// `Idempotent-Replayed: true` when every event is one. Slack's `url_verification` answers
+/// `{"challenge": …}` and stores nothing.
+#[utoipa::path(post, path = "/in/{source}", tag = "intake",
+    params(("source" = String, Path, description = "The source name")),
+    request_body(content = Vec<u8>, description = "The provider's webhook, exactly as sent", content_type = "*/*"),
+    responses((status = 200, description = "stored (or already known)", body = IntakeResponse)))]
+pub async fn receive(State(st): State<AppState>, req: Request) -> Response {
+    match run(&st, req).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn run(st: &AppState, req: Request) -> ApiResult<Response> {
+    let (mut parts, body) = req.into_parts();
+    let name = path_params(&mut parts)
+        .await
+        .ok()
+        .and_then(|p| p.into_iter().find(|(k, _)| k == "source").map(|(_, v)| v))
+        .filter(|n| Namespace::try_from(n.as_str()).is_ok())
+        .ok_or_else(|| ApiError::NotFound("no such source".into()))?;
+    let now = st.ledger.now();
+    let loaded = match load(st.ledger.store(), &name, now).await {
+        Ok(Some(l)) => l,
+        Ok(None) => return Err(ApiError::NotFound("no such source".into())),
+        Err(e) => {
+            count(&name, "unavailable");
+            return Err(e.into());
+        }
+    };
+    if parts.method != Method::POST {
+        let mut resp = ApiError::MethodNotAllowed.into_response();
+        resp.headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static("POST"));
+        return Ok(resp);
+    }
+    let limit = loaded.source.max_body_bytes;
+    let raw = match RawBody::read(Request::from_parts(parts, body), limit).await {
+        Ok(r) => r,
+        Err(e) => {
+            count(&name, "too_large");
+            return Err(e);
+        }
+    };
+    let secrets: Vec<String> = loaded
+        .secrets
+        .iter()
+        .map(|s| s.expose().to_owned())
+        .collect();
+    let cfg = VerifyConfig {
+        provider: loaded.source.provider,
+        secrets: &secrets,
+        tolerance_ms: loaded.source.tolerance_ms,
+        hmac: loaded.source.hmac.as_ref(),
+        public_url: loaded.source.public_url.as_deref(),
+    };
+    if let Err(refusal) = idem_intake::verify(&cfg, "POST", &raw.headers, &raw.bytes, now.0) {
+        let result = match refusal {
+            idem_intake::Refusal::InvalidSignature => "invalid_signature",
+            idem_intake::Refusal::StaleSignature => "stale_signature",
+        };
+        count(&name, result);
+        tracing::info!(source = %name, result, "intake refused");
+        return Err(refusal.into());
+    }
+    if loaded.source.provider == Provider::Slack {
+        if let Some(challenge) = idem_intake::slack_challenge(&raw.bytes) {
+            count(&name, "accepted");
+            return Ok(Json(json!({ "challenge": challenge })).into_response());
+        }
+    }
+    let mut events = idem_intake::read_events(
+        loaded.source.provider,
+        loaded.source.event_id.as_ref(),
+        loaded.source.split(),
+        &raw.headers,
+        &raw.bytes,
+    );
+    if events.is_empty() {
+        // Nothing the id rules could read (an empty batch, a split target that is not an
+        // array): the signed request is kept whole and held, never dropped.
+        events.push(IncomingEvent {
+            event_id: None,
+            key: idem_intake::held_key(&raw.bytes),
+            body: raw.bytes.to_vec(),
+        });
+    }
+    let mut out = Vec::with_capacity(events.len());
+    for ev in events {
+        let status = match store_event(st, &loaded, &raw.headers, ev.clone(), now).await {
+            Ok(s) => s,
+            Err(e) => {
+                count(&name, "unavailable");
+                return Err(e);
+            }
+        };
+        count(&name, status);
+        tracing::info!(source = %name, key = %idem::mask_key(&ev.key), result = status, "intake");
+        out.push(IntakeEventStatus {
+            key: ev.key,
+            status,
+        });
+    }
+    let all_duplicate = out.iter().all(|e| e.status == "duplicate");
+    let mut resp = (
+        StatusCode::OK,
+        Json(IntakeResponse {
+            source: name,
+            events: out,
+        }),
+    )
+        .into_response();
+    if all_duplicate {
+        resp.headers_mut()
+            .insert("idempotent-replayed", HeaderValue::from_static("true"));
+    }
+    Ok(resp)
+}
+
+/// The forwarded headers of a request: the source's names, lowercase, with their values.
+pub fn forwarded_headers(names: &[String], headers: &HeaderMap) -> String {
+    let mut m = Map::new();
+    for n in names {
+        if let Some(v) = headers.get(n.as_str()).and_then(|v| v.to_str().ok()) {
+            m.insert(n.to_ascii_lowercase(), Value::String(v.to_owned()));
+        }
+    }
+    Value::Object(m).to_string()
+}
+
+/// Stores one event (row + forward item, then the record) and says how it was taken.
+async fn store_event(
+    st: &AppState,
+    loaded: &LoadedSource,
+    headers: &HeaderMap,
+    ev: IncomingEvent,
+    now: idem::Timestamp,
+) -> ApiResult<&'static str> {
+    let src = &loaded.source;
+    let ns = Namespace::try_from(src.namespace())
+        .map_err(|e| ApiError::internal(format!("source namespace: {e}")))?;
+    let key = Key::try_from(ev.key.as_str())
+        .map_err(|e| ApiError::internal(format!("intake key: {e}")))?;
+    let held = ev.held();
+    let row = NewIntakeEvent {
+        namespace: ns.as_str().to_owned(),
+        key: key.as_str().to_owned(),
+        source: src.name.clone(),
+        event_id: ev.event_id.clone(),
+        content_type: headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned),
+        headers: forwarded_headers(&src.forward_headers(), headers),
+        body: ev.body,
+        received_at: now,
+    };
+    let item =
+        (!held).then(|| ForwardItem::item(&src.name, ns.as_str(), key.as_str(), "0".into(), now));
+    st.ledger.store().intake_store(row, item, now).await?;
+    let ex = st
+        .ledger
+        .execute(
+            &ns,
+            &key,
+            Op::IntakeReceive(IntakeReceiveRequest {
+                source: src.name.clone(),
+                event_id: ev.event_id,
+            }),
+            None,
+        )
+        .await?;
+    match ex.reply {
+        Ok(Reply::Intake(IntakeReply::Accepted { .. })) => Ok("accepted"),
+        Ok(Reply::Intake(IntakeReply::Held { .. })) => Ok("held"),
+        Ok(Reply::Intake(IntakeReply::Duplicate { .. })) => {
+            metrics::counter!("idem_duplicate_hits_total").increment(1);
+            Ok("duplicate")
+        }
+        Ok(_) => Err(ApiError::internal("intake: unexpected reply")),
+        Err(e) => Err(e.into()),
+    }
+}

@@ -756,12 +756,12 @@ const INTAKE_NOTE = [
 ].join('\n');
 
 /** Claim → outcome switch → the effect → complete / fail, for one effect of the intake template. */
-function intakeEffect(w, { label, key, x, y, url, body, notes }) {
+function intakeEffect(w, { label, effectName, key, x, y, url, body, notes }) {
 	const claimName = `Claim ${label}`;
 	const c = w.add(L.claim(claimName, [x, y], key, { fingerprint: "$('Verify idem signature').item.json.body_sha256" }));
 	const s = w.add(L.outcomeSwitch(`${label}: outcome?`, [x + 220, y - 20]));
 	w.link(c, s, 0);
-	const act = w.add(L.sideEffect(`${label} (replace me)`, [x + 480, y - 240], { url, body, idempotencyKey: key, notes }));
+	const act = w.add(L.sideEffect(effectName, [x + 480, y - 240], { url, body, idempotencyKey: key, notes }));
 	w.link(s, act, OUT.proceed);
 	const ok = w.add(L.ifOk(`${label} ok?`, [x + 700, y - 260]));
 	w.link(act, ok, 0);
@@ -798,6 +798,7 @@ function intakeForward() {
 
 	const crm = intakeEffect(w, {
 		label: 'crm',
+		effectName: 'CRM upsert (replace me)',
 		key: KEY_CRM,
 		x: 780,
 		y: 300,
@@ -808,6 +809,7 @@ function intakeForward() {
 	w.link(verify, crm.claim);
 	const notify = intakeEffect(w, {
 		label: 'notify',
+		effectName: 'Notify the team (replace me)',
 		key: KEY_NOTIFY,
 		x: 1960,
 		y: 300,

@@ -682,6 +682,208 @@ function errorBranch() {
 	return w;
 }
 
+// (g) Fed by idem's intake: verify the forward signature → gate each effect on Idem-Key --------
+
+/**
+ * The Code node that checks the Standard Webhooks signature idem puts on every forward of a
+ * source with `forward.secret`, over the raw body (the Webhook node's Raw Body option), and
+ * hands on the signed key. It throws (the execution fails, no effect runs) on anything else.
+ * Needs `require('crypto')`: NODE_FUNCTION_ALLOW_BUILTIN=crypto on the n8n instance.
+ */
+const VERIFY_FORWARD_JS = [
+	"// Verifies idem's forward signature (Standard Webhooks: HMAC-SHA256 over",
+	'// "{webhook-id}.{webhook-timestamp}.{raw body}") and passes on the signed key.',
+	'// Needs NODE_FUNCTION_ALLOW_BUILTIN=crypto on the n8n instance (see idem docs/intake.md).',
+	'let crypto;',
+	'try {',
+	"  crypto = require('crypto');",
+	'} catch (e) {',
+	"  throw new Error('The Code node may not load crypto: set NODE_FUNCTION_ALLOW_BUILTIN=crypto on the n8n instance (' + e.message + ')');",
+	'}',
+	"const secret = String($vars.IDEM_FORWARD_SECRET || '');",
+	"if (!secret.startsWith('whsec_')) {",
+	"  throw new Error('Set the n8n Variable IDEM_FORWARD_SECRET to the forward.secret of the idem source (whsec_...): no verified forward, no effect');",
+	'}',
+	"const hmacKey = Buffer.from(secret.slice('whsec_'.length), 'base64');",
+	'const TOLERANCE_S = 300; // as the Standard Webhooks libraries',
+	'const items = $input.all();',
+	'const out = [];',
+	'for (let i = 0; i < items.length; i++) {',
+	'  const h = items[i].json.headers || {};',
+	"  const id = h['webhook-id'];",
+	"  const ts = h['webhook-timestamp'];",
+	"  const sig = h['webhook-signature'];",
+	"  if (!id || !ts || !sig) throw new Error('not a signed forward from idem (webhook-id, webhook-timestamp or webhook-signature missing)');",
+	"  if (!/^[0-9]+$/.test(ts) || Math.abs(Date.now() / 1000 - Number(ts)) > TOLERANCE_S) throw new Error('webhook-timestamp malformed or more than 5 minutes off');",
+	"  if (!items[i].binary || !items[i].binary.data) throw new Error('no raw body: turn on the Webhook node option Raw Body');",
+	"  const raw = await this.helpers.getBinaryDataBuffer(i, 'data');",
+	"  const expected = crypto.createHmac('sha256', hmacKey).update(Buffer.concat([Buffer.from(id + '.' + ts + '.'), raw])).digest();",
+	"  const ok = String(sig).split(' ').some((part) => {",
+	"    const comma = part.indexOf(',');",
+	"    if (comma < 0 || part.slice(0, comma) !== 'v1') return false;",
+	"    const got = Buffer.from(part.slice(comma + 1), 'base64');",
+	'    return got.length === expected.length && crypto.timingSafeEqual(got, expected);',
+	'  });',
+	"  if (!ok) throw new Error('invalid idem forward signature');",
+	"  if (h['idem-key'] !== id) throw new Error('Idem-Key differs from the signed webhook-id');",
+	'  out.push({',
+	'    json: {',
+	'      key: id,',
+	"      source: h['idem-source'] || null,",
+	"      event_id: h['idem-event-id'] || null,",
+	"      attempt: Number(h['idem-attempt']) || null,",
+	"      received_at: h['idem-received-at'] || null,",
+	"      body_sha256: crypto.createHash('sha256').update(raw).digest('hex'),",
+	'      event: items[i].json.body,',
+	'    },',
+	'    pairedItem: { item: i },',
+	'  });',
+	'}',
+	'return out;',
+].join('\n');
+
+const INTAKE_NOTE = [
+	'## Fed by idem: verify, gate every effect, answer at once',
+	'idem verifies the provider, keeps the event and forwards it here with `Idem-Key` (its key) and a Standard Webhooks signature (`forward.secret` of the source).',
+	'',
+	'1. **Respond: Immediately**: idem gets its 2xx at once; the work runs after the ack.',
+	'2. **Verify idem signature** (Code node, Raw Body on): a forged or stale call fails the execution before any effect. Needs `NODE_FUNCTION_ALLOW_BUILTIN=crypto`.',
+	'3. One key per effect from the signed key: `{Idem-Key}:crm`, `{Idem-Key}:notify`. idem may deliver an event again (a timeout, a crash, an operator redeliver): same key, so the gate replays instead of redoing.',
+	'',
+	'A retryable failure waits in idem (`failed_retryable`): redeliver the event from idem and only the missing effects run. *needs_review* / *conflict*: a person.',
+	'',
+	'Setup: credential **idem worker token**, Variables `IDEM_URL` and `IDEM_FORWARD_SECRET` (Variables are readable by everyone who edits workflows), replace the *(replace me)* nodes. Source `forward.url` = this Webhook\'s **production** URL.',
+].join('\n');
+
+/** Claim → outcome switch → the effect → complete / fail, for one effect of the intake template. */
+function intakeEffect(w, { label, effectName, key, x, y, url, body, notes }) {
+	const claimName = `Claim ${label}`;
+	const c = w.add(L.claim(claimName, [x, y], key, { fingerprint: "$('Verify idem signature').item.json.body_sha256" }));
+	const s = w.add(L.outcomeSwitch(`${label}: outcome?`, [x + 220, y - 20]));
+	w.link(c, s, 0);
+	const act = w.add(L.sideEffect(effectName, [x + 480, y - 240], { url, body, idempotencyKey: key, notes }));
+	w.link(s, act, OUT.proceed);
+	const ok = w.add(L.ifOk(`${label} ok?`, [x + 700, y - 260]));
+	w.link(act, ok, 0);
+	const done = w.add(L.complete(`Complete ${label}`, [x + 920, y - 280], key, claimName, { result: '{ answer: $json.body }' }));
+	w.link(ok, done, 0);
+	const fHttp = w.add(L.failHttp(`Fail ${label} (HTTP status)`, [x + 920, y - 120], key, claimName, label));
+	w.link(ok, fHttp, 1);
+	const fNet = w.add(L.failTransport(`Fail ${label} (no answer)`, [x + 700, y - 80], key, claimName));
+	w.link(act, fNet, 1);
+	return { claim: c, sw: s, done, fails: [fHttp, fNet] };
+}
+
+function intakeForward() {
+	const w = new L.Workflow({ id: 'idemTplIntakeFwd', name: 'idem · fed by the intake: verify the forward, gate each effect' });
+	const V = "$('Verify idem signature').item.json";
+	const KEY_CRM = `${V}.key + ':crm'`;
+	const KEY_NOTIFY = `${V}.key + ':notify'`;
+	w.add(L.sticky('About this template', INTAKE_NOTE, [-460, -100], { width: 560, height: 600 }));
+
+	const hook = w.add(
+		L.webhook('Event from idem', 'idem-intake-events', [120, 300], { responseMode: 'onReceived', options: { rawBody: true } }),
+	);
+	const set = w.add(
+		L.settings([340, 300], 'intake-effects', [
+			['crm_url', "={{ $vars.CRM_URL || 'https://crm.example.invalid/contacts/upsert' }}"],
+			['notify_url', "={{ $vars.NOTIFY_URL || 'https://chat.example.invalid/messages' }}"],
+		]),
+	);
+	w.link(hook, set);
+	const verify = w.add(
+		L.code('Verify idem signature', [560, 300], VERIFY_FORWARD_JS, 'Standard Webhooks signature of the forward; needs NODE_FUNCTION_ALLOW_BUILTIN=crypto'),
+	);
+	w.link(set, verify);
+
+	const crm = intakeEffect(w, {
+		label: 'crm',
+		effectName: 'CRM upsert (replace me)',
+		key: KEY_CRM,
+		x: 780,
+		y: 300,
+		url: `={{ ${S}.crm_url }}`,
+		body: `{ key: ${V}.key, source: ${V}.source, event: ${V}.event }`,
+		notes: 'Stand-in for your CRM node. Pass the key on as the idempotency key where the API has one.',
+	});
+	w.link(verify, crm.claim);
+	const notify = intakeEffect(w, {
+		label: 'notify',
+		effectName: 'Notify the team (replace me)',
+		key: KEY_NOTIFY,
+		x: 1960,
+		y: 300,
+		url: `={{ ${S}.notify_url }}`,
+		body: `{ key: ${V}.key, text: 'New event ' + ${V}.event_id + ' from ' + ${V}.source }`,
+		notes: 'Stand-in for your Slack / mail node.',
+	});
+	// The second effect runs after the first was done now or before (a redelivery after a
+	// partial failure redoes only what is missing).
+	w.link(crm.done, notify.claim);
+	w.link(crm.sw, notify.claim, OUT.duplicate);
+	w.link(notify.sw, w.add(L.noop('Already done', [2440, 300])), OUT.duplicate);
+
+	const busy = w.add(
+		L.noop('Not now (another execution has it, or backing off)', [2440, 460], 'in_flight: the other execution of this event does the work. backoff: redeliver the event from idem after not_before.'),
+	);
+	const alert = w.add(
+		L.noop('Alert a person (replace me)', [2440, 620], 'needs_review / conflict / failed_permanent: send key + state to on-call. No event bodies.'),
+	);
+	for (const sw of [crm.sw, notify.sw]) {
+		w.link(sw, busy, OUT.busy);
+		w.link(sw, alert, OUT.review);
+		w.link(sw, alert, OUT.blocked);
+	}
+
+	const decide = w.add({
+		name: 'What did idem decide?',
+		type: 'n8n-nodes-base.switch',
+		typeVersion: 3.2,
+		position: [3140, 160],
+		parameters: {
+			rules: {
+				values: [
+					['Retry later', 'failed_retryable'],
+					['Needs review', 'needs_review'],
+					['Permanent', 'failed_permanent'],
+				].map(([label, state]) => ({
+					conditions: {
+						options: { caseSensitive: true, leftValue: '', typeValidation: 'loose', version: 2 },
+						conditions: [
+							{ id: L.uuidFrom(`intake-decide/${state}`), leftValue: '={{ $json.state }}', rightValue: state, operator: { type: 'string', operation: 'equals' } },
+						],
+						combinator: 'and',
+					},
+					renameOutput: true,
+					outputKey: label,
+				})),
+			},
+			looseTypeValidation: true,
+			options: {},
+		},
+	});
+	for (const f of [...crm.fails, ...notify.fails]) w.link(f, decide);
+	const later = w.add(
+		L.noop('Retry: redeliver the event from idem', [3380, 60], 'POST /v1/sources/{source}/events/{key}/redeliver (after retry.not_before): same Idem-Key, the gate runs only what is missing.'),
+	);
+	w.link(decide, later, 0);
+	w.link(decide, alert, 1);
+	w.link(decide, alert, 2);
+
+	const stop = w.add({
+		name: 'Stop: gate unavailable',
+		type: 'n8n-nodes-base.stopAndError',
+		typeVersion: 1,
+		position: [2440, 780],
+		parameters: { errorMessage: '=idem did not answer the claim: {{ $json.error ? ($json.error.message || $json.error) : ($json.body && $json.body.code) }}' },
+	});
+	for (const { claim: c, sw } of [crm, notify]) {
+		w.link(c, stop, 1);
+		w.link(sw, stop, OUT.error);
+	}
+	return w;
+}
+
 // Community-node example (also what the e2e test runs) ---------------------------------------------
 
 function nodeWebhookExample() {
@@ -1001,6 +1203,7 @@ const OUTPUTS = [
 	[path.join(TEMPLATES, 'fan-out-one-key-per-effect.json'), fanOut],
 	[path.join(TEMPLATES, 'error-branch-fail-classify.json'), errorBranch],
 	[path.join(TEMPLATES, 'stripe-charge-via-effect.json'), stripeChargeEffect],
+	[path.join(TEMPLATES, 'intake-forward-gate-effects.json'), intakeForward],
 	[path.join(EXAMPLES, 'webhook-gate-node.json'), nodeWebhookExample],
 	[path.join(EXAMPLES, 'stripe-charge-effect-node.json'), nodeEffectExample],
 	[path.join(EXAMPLES, 'derive-key-single-output-node.json'), nodeDeriveSingleExample],
@@ -1027,4 +1230,4 @@ function main() {
 }
 
 if (require.main === module) main();
-module.exports = { OUTPUTS };
+module.exports = { OUTPUTS, VERIFY_FORWARD_JS };

@@ -82,14 +82,15 @@ function sticky(name, content, [x, y], { width = 420, height = 300, color = 7 } 
 	};
 }
 
-function webhook(name, path, pos, { method = 'POST', responseMode = 'responseNode' } = {}) {
+/** `options`: the Webhook node's options, e.g. `{ rawBody: true }` (the bytes as binary `data`). */
+function webhook(name, path, pos, { method = 'POST', responseMode = 'responseNode', options = {} } = {}) {
 	return {
 		name,
 		type: 'n8n-nodes-base.webhook',
 		typeVersion: 2,
 		position: pos,
 		webhookId: uuidFrom(`webhook/${path}`),
-		parameters: { httpMethod: method, path, responseMode, options: {} },
+		parameters: { httpMethod: method, path, responseMode, options },
 	};
 }
 
@@ -145,9 +146,12 @@ function idemRequest(name, pos, { url, body, credential = IDEM_CREDENTIAL, full 
  * NEVER "Retry On Fail" here: a retried claim whose first answer was lost sees its own lease
  * (in_flight) and the work would wait for the lease to expire.
  */
-function claim(name, pos, keyExpr, { payload, waitMs = 10000, leaseMs, leaseExpiry, correlation } = {}) {
+function claim(name, pos, keyExpr, { payload, fingerprint, waitMs = 10000, leaseMs, leaseExpiry, correlation } = {}) {
+	if (payload && fingerprint) throw new Error(`${name}: payload or fingerprint, not both`);
 	const fields = [];
 	if (payload) fields.push(`payload: ${payload}`);
+	// A precomputed fingerprint (SHA-256 hex), e.g. of the raw bytes of a forwarded event.
+	if (fingerprint) fields.push(`fingerprint: ${fingerprint}`);
 	fields.push('owner: $execution.id');
 	if (waitMs) fields.push(`wait_ms: ${waitMs}`);
 	if (leaseMs) fields.push(`lease_ms: ${leaseMs}`);

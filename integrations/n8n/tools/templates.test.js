@@ -75,3 +75,151 @@ for (const [file] of OUTPUTS) {
 		}
 	});
 }
+
+// The intake template: what only it must keep ----------------------------------------------------
+
+const vm = require('node:vm');
+const crypto = require('node:crypto');
+
+const INTAKE = path.join(__dirname, '..', 'templates', 'intake-forward-gate-effects.json');
+const intake = JSON.parse(fs.readFileSync(INTAKE, 'utf8'));
+const byName = (n) => intake.nodes.find((x) => x.name === n);
+const VERIFY = 'Verify idem signature';
+
+/**
+ * Runs the template's own Code node the way n8n's task runner does (an async function body with
+ * `this.helpers`, `$input`, `$vars`, `require` limited to the allowed built-ins, `Buffer`).
+ */
+async function runVerify(items, { vars = {}, nowMs = Date.now(), allowCrypto = true } = {}) {
+	class FixedDate extends Date {
+		static now() {
+			return nowMs;
+		}
+	}
+	const context = vm.createContext({
+		Buffer,
+		Date: FixedDate,
+		$vars: vars,
+		$input: { all: () => items },
+		require: (m) => {
+			if (m === 'crypto' && allowCrypto) return crypto;
+			throw new Error(`Module '${m}' is disallowed`); // n8n's task runner, outside the allow list
+		},
+	});
+	const fn = vm.runInContext(`(async function () {\n${byName(VERIFY).parameters.jsCode}\n})`, context);
+	const helpers = {
+		async getBinaryDataBuffer(i, prop) {
+			return Buffer.from(items[i].binary[prop].data, 'base64');
+		},
+	};
+	return fn.call({ helpers });
+}
+
+/** A forward as idem signs it (Standard Webhooks), computed here independently of the template. */
+function forward({ secret, id = 'evt_1Nq:x', ts = Math.floor(Date.now() / 1000), body = '{"id":"evt_1Nq","amount":4200}', sig, headers = {} }) {
+	const key = Buffer.from(secret.slice('whsec_'.length), 'base64');
+	const mac = crypto.createHmac('sha256', key).update(`${id}.${ts}.${body}`).digest('base64');
+	return {
+		json: {
+			headers: {
+				'idem-key': id,
+				'idem-source': 'stripe',
+				'idem-event-id': 'evt_1Nq',
+				'idem-attempt': '2',
+				'idem-received-at': '2026-06-22T10:00:00.000Z',
+				'webhook-id': id,
+				'webhook-timestamp': String(ts),
+				'webhook-signature': sig ?? `v1,${mac}`,
+				...headers,
+			},
+			body: JSON.parse(body),
+		},
+		binary: { data: { data: Buffer.from(body).toString('base64'), mimeType: 'application/json' } },
+	};
+}
+
+const SECRET = `whsec_${crypto.randomBytes(32).toString('base64')}`;
+
+test('intake template: answered at once (no Respond to Webhook node) and the raw body kept', () => {
+	const hooks = intake.nodes.filter((n) => n.type === 'n8n-nodes-base.webhook');
+	assert.equal(hooks.length, 1);
+	assert.equal(hooks[0].parameters.responseMode, 'onReceived');
+	assert.equal(hooks[0].parameters.options.rawBody, true, 'the signature covers the raw bytes');
+	// n8n refuses a Respond to Webhook node next to "Respond: Immediately".
+	assert.ok(!intake.nodes.some((n) => n.type === 'n8n-nodes-base.respondToWebhook'));
+});
+
+test('intake template: every claim is keyed on the verified key and comes after the verification', () => {
+	const claims = intake.nodes.filter((n) => n.type === 'n8n-nodes-base.httpRequest' && /\/claim$/.test(n.parameters.url));
+	assert.equal(claims.length, 2);
+	for (const n of claims) {
+		assert.match(n.parameters.url, /encodeURIComponent\(\$\('Verify idem signature'\)\.item\.json\.key \+ ':(crm|notify)'\)/, n.name);
+		assert.match(n.parameters.jsonBody, /fingerprint: \$\('Verify idem signature'\)\.item\.json\.body_sha256/, n.name);
+		assert.doesNotMatch(n.parameters.jsonBody, /payload:/, n.name);
+	}
+	// The only way from the webhook to the first claim runs through the Code node.
+	const next = (from) => (intake.connections[from]?.main ?? []).flat().map((l) => l.node);
+	assert.deepEqual(next('Event from idem'), ['idem settings']);
+	assert.deepEqual(next('idem settings'), [VERIFY]);
+	assert.deepEqual(next(VERIFY), ['Claim crm']);
+	// Every idem call's key comes from the verified key, never from an unsigned header or the body.
+	for (const n of intake.nodes.filter((x) => x.type === 'n8n-nodes-base.httpRequest' && /\/v1\/namespaces\//.test(x.parameters.url))) {
+		assert.doesNotMatch(n.parameters.url, /headers|\.body\./, n.name);
+	}
+});
+
+test('intake template: the Code node accepts the Standard Webhooks test vector', async () => {
+	// The example of the Standard Webhooks specification (and Svix's documentation).
+	const item = forward({
+		secret: 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw',
+		id: 'msg_p5jXN8AQM9LWM0D4loKWxJek',
+		ts: 1614265330,
+		body: '{"test": 2432232314}',
+		sig: 'v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=',
+	});
+	const out = await runVerify([item], { vars: { IDEM_FORWARD_SECRET: 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw' }, nowMs: 1614265330 * 1000 + 10000 });
+	assert.equal(out.length, 1);
+	assert.equal(out[0].json.key, 'msg_p5jXN8AQM9LWM0D4loKWxJek');
+	assert.equal(out[0].json.body_sha256, crypto.createHash('sha256').update('{"test": 2432232314}').digest('hex'));
+});
+
+test('intake template: the Code node passes a signed forward on with its key and metadata', async () => {
+	const out = await runVerify([forward({ secret: SECRET })], { vars: { IDEM_FORWARD_SECRET: SECRET } });
+	assert.deepEqual(
+		{ ...out[0].json, body_sha256: undefined },
+		{
+			key: 'evt_1Nq:x',
+			source: 'stripe',
+			event_id: 'evt_1Nq',
+			attempt: 2,
+			received_at: '2026-06-22T10:00:00.000Z',
+			body_sha256: undefined,
+			event: { id: 'evt_1Nq', amount: 4200 },
+		},
+	);
+	assert.deepEqual(JSON.parse(JSON.stringify(out[0].pairedItem)), { item: 0 });
+	// Several signatures (e.g. during a rotation): any valid v1 entry passes.
+	const good = forward({ secret: SECRET }).json.headers['webhook-signature'];
+	const two = forward({ secret: SECRET, sig: `v1,${Buffer.alloc(32).toString('base64')} v2,abc ${good}` });
+	assert.equal((await runVerify([two], { vars: { IDEM_FORWARD_SECRET: SECRET } })).length, 1);
+});
+
+test('intake template: the Code node refuses what idem did not sign, so no effect runs', async () => {
+	const vars = { IDEM_FORWARD_SECRET: SECRET };
+	const refuse = (items, opts, re) => assert.rejects(runVerify(items, { vars, ...opts }), re);
+
+	const tampered = forward({ secret: SECRET });
+	tampered.binary.data.data = Buffer.from('{"id":"evt_1Nq","amount":9900}').toString('base64');
+	await refuse([tampered], {}, /invalid idem forward signature/);
+	await refuse([forward({ secret: `whsec_${crypto.randomBytes(32).toString('base64')}` })], {}, /invalid idem forward signature/);
+	await refuse([forward({ secret: SECRET, sig: 'v2,' + forward({ secret: SECRET }).json.headers['webhook-signature'].slice(3) })], {}, /invalid idem forward signature/);
+	await refuse([forward({ secret: SECRET, ts: Math.floor(Date.now() / 1000) - 301 })], {}, /more than 5 minutes off/);
+	await refuse([forward({ secret: SECRET, ts: Math.floor(Date.now() / 1000) + 301 })], {}, /more than 5 minutes off/);
+	await refuse([forward({ secret: SECRET, headers: { 'webhook-signature': undefined } })], {}, /not a signed forward/);
+	await refuse([forward({ secret: SECRET, headers: { 'idem-key': 'evt_other' } })], {}, /Idem-Key differs/);
+	const noRaw = forward({ secret: SECRET });
+	delete noRaw.binary;
+	await refuse([noRaw], {}, /Raw Body/);
+	await refuse([forward({ secret: SECRET })], { vars: {} }, /IDEM_FORWARD_SECRET/);
+	await refuse([forward({ secret: SECRET })], { allowCrypto: false }, /set NODE_FUNCTION_ALLOW_BUILTIN=crypto .*Module 'crypto' is disallowed/);
+});

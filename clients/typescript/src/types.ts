@@ -84,7 +84,10 @@ export type ErrorCode =
 	| 'forbidden'
 	| 'store_unavailable'
 	| 'internal'
-	| 'destination_forbidden';
+	| 'destination_forbidden'
+	| 'request_timeout'
+	| 'invalid_signature'
+	| 'stale_signature';
 
 // --- answers -----------------------------------------------------------------------------
 

@@ -89,8 +89,11 @@ pub async fn run(
                         },
                     )
                 }
-                Workload::Effect | Workload::Effect256k => {
-                    anyhow::bail!("effect workloads run over HTTP only")
+                Workload::Effect
+                | Workload::Effect256k
+                | Workload::Intake
+                | Workload::IntakeDuplicate => {
+                    anyhow::bail!("effect and intake workloads run over HTTP only")
                 }
                 Workload::Duplicate => {
                     let mut conn = sqlite_conn(&path)?;
@@ -147,8 +150,11 @@ pub async fn run(
                     })
                     .await
                 }
-                Workload::Effect | Workload::Effect256k => {
-                    anyhow::bail!("effect workloads run over HTTP only")
+                Workload::Effect
+                | Workload::Effect256k
+                | Workload::Intake
+                | Workload::IntakeDuplicate => {
+                    anyhow::bail!("effect and intake workloads run over HTTP only")
                 }
                 Workload::Duplicate => {
                     let keys: Arc<Vec<String>> = Arc::new(

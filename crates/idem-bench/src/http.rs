@@ -211,16 +211,63 @@ pub async fn direct(conn: &mut Conn, uri: Uri, body: Bytes) -> anyhow::Result<()
 
 /// `PATCH path` with a JSON body on a fresh connection; must answer 2xx.
 pub async fn patch(target: &Target, path: &str, body: Bytes) -> anyhow::Result<()> {
+    once(target, Method::PATCH, path, body).await
+}
+
+/// `PUT path` with a JSON body on a fresh connection; must answer 2xx.
+pub async fn put(target: &Target, path: &str, body: Bytes) -> anyhow::Result<()> {
+    once(target, Method::PUT, path, body).await
+}
+
+async fn once(target: &Target, method: Method, path: &str, body: Bytes) -> anyhow::Result<()> {
     let (mut conn, driver) = connect(target).await?;
     let uri = Uri::try_from(path)?;
     on_conn(driver, async {
-        let r = conn.send(Method::PATCH, uri, body).await?;
+        let r = conn.send(method.clone(), uri, body).await?;
         let status = r.status();
         drain(r).await?;
-        anyhow::ensure!(status.is_success(), "PATCH {path} answered {status}");
+        anyhow::ensure!(status.is_success(), "{method} {path} answered {status}");
         Ok(())
     })
     .await
+}
+
+/// One webhook delivery to the intake: `POST uri` with the provider's signature headers;
+/// must answer 200 with the event's `status` equal to `want` (`accepted`, `duplicate`).
+pub async fn intake(
+    conn: &mut Conn,
+    uri: Uri,
+    body: Bytes,
+    headers: &[(String, String)],
+    want: &str,
+) -> anyhow::Result<()> {
+    conn.sender.ready().await?;
+    let mut req = Request::new(Full::new(body));
+    *req.method_mut() = Method::POST;
+    *req.uri_mut() = uri;
+    let h = req.headers_mut();
+    h.insert(HOST, conn.host.clone());
+    h.insert(CONTENT_TYPE, JSON);
+    for (name, value) in headers {
+        h.insert(
+            hyper::header::HeaderName::from_bytes(name.as_bytes())?,
+            HeaderValue::from_str(value)?,
+        );
+    }
+    let r = conn.sender.send_request(req).await?;
+    let status = r.status();
+    let answer = body_bytes(r).await?;
+    anyhow::ensure!(status == StatusCode::OK, "intake answered {status}");
+    let mut pattern = b"\"status\":\"".to_vec();
+    pattern.extend_from_slice(want.as_bytes());
+    pattern.push(b'"');
+    anyhow::ensure!(
+        answer
+            .windows(pattern.len())
+            .any(|w| w == pattern.as_slice()),
+        "intake event not {want}"
+    );
+    Ok(())
 }
 
 /// A claim of an already completed key (must be replayed: 200).

@@ -17,9 +17,12 @@
 //! `duplicate` (claims of already completed keys: replays), and `effect` / `effect_256k`
 //! (one `POST …/effect` of a fresh key: idem claims, sends a POST to a loopback destination
 //! that answers 200 with a 64-byte / 256 KiB JSON body, stores the response and completes;
-//! `http` and `direct` modes only). Every figure is printed with its ratio to the bare row of
-//! the same backend, workload and concurrency; effect rows also with their ratio to the HTTP
-//! `first_time_pair` row (the two calls a caller makes without effects).
+//! `http` and `direct` modes only), `intake` / `intake_duplicate` (Stripe-signed 1 KiB events
+//! posted to `/in/{source}`: fresh event ids, or redeliveries of accepted ones; the source
+//! forwards to a loopback sink meanwhile; `http` only). Every figure is printed with its
+//! ratio to the bare row of the same backend, workload and concurrency; effect and intake
+//! rows also with their ratio to the HTTP claim row they stand in for (`x claims`: the
+//! claim+complete pair, or duplicate claims for duplicate events).
 
 mod bare;
 mod dest;
@@ -83,6 +86,8 @@ pub enum Workload {
     Effect,
     #[serde(rename = "effect_256k")]
     Effect256k,
+    Intake,
+    IntakeDuplicate,
 }
 
 impl Workload {
@@ -92,6 +97,20 @@ impl Workload {
             Workload::Duplicate => "duplicate",
             Workload::Effect => "effect",
             Workload::Effect256k => "effect_256k",
+            Workload::Intake => "intake",
+            Workload::IntakeDuplicate => "intake_duplicate",
+        }
+    }
+
+    /// The HTTP claim workload a row is compared with (`ratio_to_claims`): the pair for
+    /// effects and first-time intake events, duplicate claims for duplicate events.
+    pub fn claims_row(self) -> Option<Workload> {
+        match self {
+            Workload::Effect | Workload::Effect256k | Workload::Intake => {
+                Some(Workload::FirstTimePair)
+            }
+            Workload::IntakeDuplicate => Some(Workload::Duplicate),
+            Workload::FirstTimePair | Workload::Duplicate => None,
         }
     }
 
@@ -100,16 +119,21 @@ impl Workload {
         match self {
             Workload::Effect => Some(64),
             Workload::Effect256k => Some(256 * 1024),
-            Workload::FirstTimePair | Workload::Duplicate => None,
+            Workload::FirstTimePair
+            | Workload::Duplicate
+            | Workload::Intake
+            | Workload::IntakeDuplicate => None,
         }
     }
 
     /// Whether a row of this workload exists in `mode`: effects run through idem over HTTP
-    /// and straight to the destination; the ledger workloads in every mode but `direct`.
+    /// and straight to the destination, intake only over HTTP, the ledger workloads in every
+    /// mode but `direct`.
     pub fn runs_in(self, mode: Mode) -> bool {
-        match self.response_bytes() {
-            Some(_) => matches!(mode, Mode::Http | Mode::Direct),
-            None => mode != Mode::Direct,
+        match self {
+            Workload::Effect | Workload::Effect256k => matches!(mode, Mode::Http | Mode::Direct),
+            Workload::Intake | Workload::IntakeDuplicate => mode == Mode::Http,
+            Workload::FirstTimePair | Workload::Duplicate => mode != Mode::Direct,
         }
     }
 }
@@ -145,10 +169,10 @@ pub struct Row {
     /// ops_per_s divided by the bare row's (same backend, workload, concurrency).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ratio_to_bare: Option<f64>,
-    /// Effect rows: ops_per_s divided by the HTTP `first_time_pair` row's (same backend and
-    /// concurrency).
+    /// Effect and intake rows: ops_per_s divided by that of the HTTP claim row they stand
+    /// in for ([`Workload::claims_row`]; same backend and concurrency).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub ratio_to_pair: Option<f64>,
+    pub ratio_to_claims: Option<f64>,
     /// Operations that failed (should be 0; shown so a broken run cannot look fast).
     pub errors: u64,
     /// Peak resident memory of the server process (HTTP rows), MiB.
@@ -276,20 +300,20 @@ fn fill_ratios(rows: &mut [Row]) {
             .filter(|(_, _, _, ops)| *ops > 0.0)
             .map(|(_, _, _, ops)| (r.ops_per_s / ops * 100.0).round() / 100.0);
     }
-    let pairs: Vec<(Backend, usize, f64)> = rows
+    let claims: Vec<(Backend, Workload, usize, f64)> = rows
         .iter()
-        .filter(|r| r.mode == Mode::Http && r.workload == Workload::FirstTimePair)
-        .map(|r| (r.backend, r.concurrency, r.ops_per_s))
+        .filter(|r| r.mode == Mode::Http && r.workload.claims_row().is_none())
+        .map(|r| (r.backend, r.workload, r.concurrency, r.ops_per_s))
         .collect();
-    for r in rows
-        .iter_mut()
-        .filter(|r| r.workload.response_bytes().is_some())
-    {
-        r.ratio_to_pair = pairs
+    for r in rows.iter_mut() {
+        let Some(want) = r.workload.claims_row() else {
+            continue;
+        };
+        r.ratio_to_claims = claims
             .iter()
-            .find(|(b, c, _)| *b == r.backend && *c == r.concurrency)
-            .filter(|(_, _, ops)| *ops > 0.0)
-            .map(|(_, _, ops)| (r.ops_per_s / ops * 100.0).round() / 100.0);
+            .find(|(b, w, c, _)| *b == r.backend && *w == want && *c == r.concurrency)
+            .filter(|(_, _, _, ops)| *ops > 0.0)
+            .map(|(_, _, _, ops)| (r.ops_per_s / ops * 100.0).round() / 100.0);
     }
 }
 
@@ -378,7 +402,7 @@ async fn run_row(
         p99_ms: m.quantile_ms(0.99),
         max_ms: m.max_ms(),
         ratio_to_bare: None,
-        ratio_to_pair: None,
+        ratio_to_claims: None,
         errors: m.errors,
         server_peak_rss_mib: extra.as_ref().map(|e| e.rss_mib),
         server_cpu_us_per_op: extra.as_ref().and_then(|e| e.server_cpu_us_per_op),
@@ -437,8 +461,8 @@ async fn run_library(
             })
             .await
         }
-        Workload::Effect | Workload::Effect256k => {
-            anyhow::bail!("effect workloads run over HTTP only")
+        Workload::Effect | Workload::Effect256k | Workload::Intake | Workload::IntakeDuplicate => {
+            anyhow::bail!("effect and intake workloads run over HTTP only")
         }
         Workload::Duplicate => {
             let keys = prepopulate(opts.duplicate_keys, run_id, |k| {
@@ -669,6 +693,109 @@ impl http::ClientOp for DirectPosts {
     }
 }
 
+/// The intake rows' source: Stripe-signed events, forwarded to a loopback sink.
+const INTAKE_SOURCE: &str = "bench-in";
+/// The source's signing secret (Stripe keys its HMAC with the whole `whsec_…` text).
+const INTAKE_SECRET: &str = "whsec_bench_intake_signing_secret_0123456789";
+
+/// A Stripe-like event of 1 KiB with id `id`.
+fn intake_body(id: &str) -> bytes::Bytes {
+    const HEAD: &str = "{\"id\":\"";
+    const MID: &str = "\",\"object\":\"event\",\"type\":\"charge.succeeded\",\"data\":{\"pad\":\"";
+    const TAIL: &str = "\"}}";
+    let fixed = HEAD.len() + id.len() + MID.len() + TAIL.len();
+    let pad = 1024usize.saturating_sub(fixed);
+    let mut s = String::with_capacity(fixed + pad);
+    s.push_str(HEAD);
+    s.push_str(id);
+    s.push_str(MID);
+    s.extend(std::iter::repeat_n('x', pad));
+    s.push_str(TAIL);
+    bytes::Bytes::from(s)
+}
+
+/// Stripe's signature headers for `body`, signed now.
+fn stripe_headers(body: &[u8]) -> anyhow::Result<Vec<(String, String)>> {
+    let at_ms = i64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)?
+            .as_millis(),
+    )?;
+    idem_intake::sign::sign(&idem_intake::sign::Delivery {
+        provider: idem_intake::Provider::Stripe,
+        secret: INTAKE_SECRET,
+        body,
+        at_ms,
+        method: "POST",
+        public_url: None,
+        content_type: Some("application/json"),
+        hmac: None,
+        id: "",
+    })
+    .context("signing a Stripe event")
+}
+
+/// First-time events: each client posts fresh event ids.
+struct IntakeEvents {
+    run_id: u64,
+    uri: hyper::Uri,
+}
+
+impl http::ClientOp for IntakeEvents {
+    fn run(
+        &self,
+        conn: &mut http::Conn,
+        client: usize,
+        seq: u64,
+    ) -> impl std::future::Future<Output = anyhow::Result<()>> + Send {
+        let body = intake_body(&format!("evt_{:x}_{client}_{seq}", self.run_id));
+        let uri = self.uri.clone();
+        async move {
+            let headers = stripe_headers(&body)?;
+            http::intake(conn, uri, body, &headers, "accepted").await
+        }
+    }
+}
+
+/// Redeliveries of events already accepted (answered `duplicate`), re-signed each time as a
+/// provider's retry is.
+struct IntakeDuplicates {
+    bodies: Vec<bytes::Bytes>,
+    uri: hyper::Uri,
+}
+
+impl http::ClientOp for IntakeDuplicates {
+    fn run(
+        &self,
+        conn: &mut http::Conn,
+        client: usize,
+        seq: u64,
+    ) -> impl std::future::Future<Output = anyhow::Result<()>> + Send {
+        let n = self.bodies.len();
+        let body = self.bodies[(seq as usize).wrapping_mul(7919).wrapping_add(client) % n].clone();
+        let uri = self.uri.clone();
+        async move {
+            let headers = stripe_headers(&body)?;
+            http::intake(conn, uri, body, &headers, "duplicate").await
+        }
+    }
+}
+
+/// Creates the intake source on `server`, forwarding to `sink`.
+async fn intake_source(server: &ServerProcess, sink: &dest::Destination) -> anyhow::Result<()> {
+    let source = serde_json::json!({
+        "provider": "stripe",
+        "secrets": [INTAKE_SECRET],
+        "forward": {"url": format!("http://{}/webhook", sink.addr)},
+    });
+    http::put(
+        &server.target,
+        &format!("/v1/sources/{INTAKE_SOURCE}"),
+        bytes::Bytes::from(serde_json::to_vec(&source)?),
+    )
+    .await
+}
+
 /// The destination's charge path.
 const CHARGE_PATH: &str = "/v1/charges";
 
@@ -706,11 +833,13 @@ async fn run_direct(workload: Workload, c: usize, opts: &BenchOpts) -> anyhow::R
     Ok(m)
 }
 
-/// What one HTTP row's clients do.
+/// What one HTTP row's clients do (a destination or sink lives as long as the row).
 enum HttpOp {
     Pairs(HttpPairs),
     Duplicates(HttpDuplicates),
     Effects(HttpEffects, dest::Destination),
+    Intake(IntakeEvents, dest::Destination),
+    IntakeDuplicates(IntakeDuplicates, dest::Destination),
 }
 
 async fn run_http(
@@ -749,6 +878,29 @@ async fn run_http(
                 let body = http::effect_body(&format!("http://{}{CHARGE_PATH}", d.addr))?;
                 HttpOp::Effects(HttpEffects { run_id, body }, d)
             }
+            Workload::Intake | Workload::IntakeDuplicate => {
+                let sink = dest::Destination::start(dest::json_of_size(24)).await?;
+                intake_source(&server, &sink).await?;
+                let uri = hyper::Uri::try_from(format!("/in/{INTAKE_SOURCE}"))?;
+                if workload == Workload::Intake {
+                    HttpOp::Intake(IntakeEvents { run_id, uri }, sink)
+                } else {
+                    let bodies: Vec<bytes::Bytes> = (0..opts.duplicate_keys.max(1))
+                        .map(|i| intake_body(&format!("evt_dup_{run_id:x}_{i}")))
+                        .collect();
+                    let (mut conn, driver) = http::connect(&server.target).await?;
+                    http::on_conn(driver, async {
+                        for b in &bodies {
+                            let headers = stripe_headers(b)?;
+                            http::intake(&mut conn, uri.clone(), b.clone(), &headers, "accepted")
+                                .await?;
+                        }
+                        anyhow::Ok(())
+                    })
+                    .await?;
+                    HttpOp::IntakeDuplicates(IntakeDuplicates { bodies, uri }, sink)
+                }
+            }
         };
         let (srv0, gen0) = (server.cpu_time(), cpu_time("/proc/self/stat"));
         let threads0 = server.threads_cpu_time();
@@ -759,6 +911,12 @@ async fn run_http(
                 let m = http::drive(c, opts.duration, &server.target, e).await?;
                 check_one_request_each(&m, &d)?;
                 m
+            }
+            // The sink keeps receiving forwards during the row: the forwarder shares the
+            // server's cores with the intake, as in production.
+            HttpOp::Intake(op, _sink) => http::drive(c, opts.duration, &server.target, op).await?,
+            HttpOp::IntakeDuplicates(op, _sink) => {
+                http::drive(c, opts.duration, &server.target, op).await?
             }
         };
         let (srv1, gen1) = (server.cpu_time(), cpu_time("/proc/self/stat"));
@@ -791,7 +949,7 @@ async fn run_http(
 pub fn render_table(rows: &[Row]) -> String {
     let mut out = String::new();
     out.push_str(&format!(
-        "{:<9} {:<8} {:<16} {:>5} {:>12} {:>9} {:>9} {:>9} {:>8} {:>7} {:>7} {:>9} {:>10} {:>10}\n",
+        "{:<9} {:<8} {:<16} {:>5} {:>12} {:>9} {:>9} {:>9} {:>8} {:>8} {:>7} {:>9} {:>10} {:>10}\n",
         "backend",
         "mode",
         "workload",
@@ -801,7 +959,7 @@ pub fn render_table(rows: &[Row]) -> String {
         "p99 ms",
         "max ms",
         "x bare",
-        "x pair",
+        "x claims",
         "errors",
         "rss MiB",
         "srv us/op",
@@ -809,7 +967,7 @@ pub fn render_table(rows: &[Row]) -> String {
     ));
     for r in rows {
         out.push_str(&format!(
-            "{:<9} {:<8} {:<16} {:>5} {:>12.0} {:>9.3} {:>9.3} {:>9.3} {:>8} {:>7} {:>7} {:>9} {:>10} {:>10}\n",
+            "{:<9} {:<8} {:<16} {:>5} {:>12.0} {:>9.3} {:>9.3} {:>9.3} {:>8} {:>8} {:>7} {:>9} {:>10} {:>10}\n",
             r.backend.as_str(),
             r.mode.as_str(),
             r.workload.as_str(),
@@ -819,7 +977,7 @@ pub fn render_table(rows: &[Row]) -> String {
             r.p99_ms,
             r.max_ms,
             r.ratio_to_bare.map_or("-".into(), |x| format!("{x:.2}")),
-            r.ratio_to_pair.map_or("-".into(), |x| format!("{x:.2}")),
+            r.ratio_to_claims.map_or("-".into(), |x| format!("{x:.2}")),
             r.errors,
             r.server_peak_rss_mib
                 .map_or("-".into(), |x| format!("{x:.1}")),

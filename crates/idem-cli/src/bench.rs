@@ -40,8 +40,11 @@ fn parse_workloads(v: &[String]) -> Result<Vec<Workload>, CliError> {
             "duplicate" => Ok(Workload::Duplicate),
             "effect" => Ok(Workload::Effect),
             "effect_256k" => Ok(Workload::Effect256k),
+            "intake" => Ok(Workload::Intake),
+            "intake_duplicate" => Ok(Workload::IntakeDuplicate),
             other => Err(CliError::input(format!(
-                "unknown workload {other:?} (first_time_pair, duplicate, effect, effect_256k)"
+                "unknown workload {other:?} (first_time_pair, duplicate, effect, effect_256k, \
+                 intake, intake_duplicate)"
             ))),
         })
         .collect()

@@ -90,6 +90,9 @@ ErrorCode = Literal[
     "store_unavailable",
     "internal",
     "destination_forbidden",
+    "request_timeout",
+    "invalid_signature",
+    "stale_signature",
 ]
 """The problem+json ``code`` values the server answers with."""
 

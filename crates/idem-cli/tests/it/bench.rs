@@ -34,7 +34,7 @@ fn report(path: &std::path::Path) -> Value {
 }
 
 /// Every row of a side-by-side report: all modes and workloads, real operations, no errors,
-/// ordered latencies, ratios to the bare row (effect rows: to the HTTP pair row), server
+/// ordered latencies, ratios to the bare row (effect and intake rows: to the HTTP claim rows), server
 /// figures on HTTP rows.
 fn check_side_by_side(out: &Out, json: &Value, backend: &str) {
     assert!(
@@ -57,7 +57,7 @@ fn check_side_by_side(out: &Out, json: &Value, backend: &str) {
             r["mode"].as_str().expect("mode").to_owned(),
             r["workload"].as_str().expect("workload").to_owned(),
         );
-        let effect = workload.starts_with("effect");
+        let effect = workload.starts_with("effect") || workload.starts_with("intake");
         match (mode.as_str(), effect) {
             ("bare", false) => assert_eq!(f("ratio_to_bare"), 1.0, "{r}"),
             ("library", false) => assert!(f("ratio_to_bare") > 0.0, "{r}"),
@@ -65,13 +65,13 @@ fn check_side_by_side(out: &Out, json: &Value, backend: &str) {
                 assert!(f("ratio_to_bare") > 0.0, "{r}");
                 assert!(f("server_peak_rss_mib") > 1.0, "{r}");
             }
-            // Effects are compared with the HTTP claim+complete pair, not with a bare row.
+            // Effects and intake are compared with the HTTP claim rows, not with a bare row.
             ("http", true) => {
-                assert!(f("ratio_to_pair") > 0.0, "{r}");
+                assert!(f("ratio_to_claims") > 0.0, "{r}");
                 assert!(r.get("ratio_to_bare").is_none(), "{r}");
                 assert!(f("server_peak_rss_mib") > 1.0, "{r}");
             }
-            ("direct", true) => assert!(f("ratio_to_pair") > 0.0, "{r}"),
+            ("direct", true) => assert!(f("ratio_to_claims") > 0.0, "{r}"),
             other => panic!("no such row: {other:?} in {r}"),
         }
         // The printed table has the same row.
@@ -99,9 +99,10 @@ fn check_side_by_side(out: &Out, json: &Value, backend: &str) {
         &["first_time_pair", "duplicate"],
     )
     .chain(pairs(&["http", "direct"], &["effect", "effect_256k"]))
+    .chain(pairs(&["http"], &["intake", "intake_duplicate"]))
     .collect();
     assert_eq!(seen, want);
-    assert_eq!(rows.len(), 10);
+    assert_eq!(rows.len(), 12);
 }
 
 #[test]

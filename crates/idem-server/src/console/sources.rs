@@ -318,9 +318,19 @@ pub async fn redeliver_dead(
             )
         }
         Err(e) if refusal(&e) => {
-            source_page(&st, &viewer, &name, "", e.status(), Some(e.to_string())).await
+            source_page(&st, &viewer, &name, "", e.status(), Some(refusal_text(&e))).await
         }
         Err(e) => Err(e.into()),
+    }
+}
+
+/// The API's message of a refusal, naming its field when it has one.
+fn refusal_text(e: &ApiError) -> String {
+    match e {
+        ApiError::InvalidField { field, message } if !field.is_empty() => {
+            format!("`{field}` {message}")
+        }
+        e => e.to_string(),
     }
 }
 
@@ -480,9 +490,12 @@ pub async fn redeliver(
         ),
         Err(e) if refusal(&e) => {
             let message = if e.status() == StatusCode::CONFLICT {
-                format!("a delivery of this event is in flight or it cannot be redelivered from its state now ({e})")
+                format!(
+                    "a delivery of this event is in flight, or its state cannot be redelivered \
+                     now; try again once it has settled ({e})"
+                )
             } else {
-                e.to_string()
+                refusal_text(&e)
             };
             event_page(&st, &viewer, &name, &key, e.status(), Some(message), None).await
         }

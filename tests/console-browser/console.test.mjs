@@ -10,6 +10,7 @@
 import { test, before, after, afterEach } from 'node:test';
 import assert from 'node:assert/strict';
 import path from 'node:path';
+import { createHmac } from 'node:crypto';
 import { chromium } from 'playwright-core';
 
 const BASE = process.env.IDEM_BASE;
@@ -267,4 +268,51 @@ test('scope: another namespace is neither listed nor reachable', async () => {
     assert.equal(await page.getByText('evt_9:refund').count(), 0);
   }
   await shot(page, 'scope-forbidden');
+});
+
+test('a held webhook is redelivered with a note from its event page, seen through the API', async () => {
+  const secret = 'whsec_console_browser_secret_1';
+  const put = await api('PUT', '/v1/sources/shop-hooks', {
+    provider: 'stripe', namespace: 'shop', secrets: [secret],
+    forward: { url: 'http://127.0.0.1:9/hook', timeout_ms: 1000, retry: { base_ms: 1, max_ms: 1 } },
+  });
+  assert.equal(put.status, 201, put.text);
+  // A real signed POST /in/ without an event id: held in needs_review, nothing forwarded.
+  const body = '{"type":"order.paid","note":"<img src=x onerror=alert(1)>"}';
+  const t = Math.floor(Date.now() / 1000);
+  const sig = createHmac('sha256', secret).update(`${t}.${body}`).digest('hex');
+  const r = await fetch(BASE + '/in/shop-hooks', {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', 'stripe-signature': `t=${t},v1=${sig}` },
+    body,
+  });
+  const got = await r.json();
+  assert.equal(r.status, 200, JSON.stringify(got));
+  assert.equal(got.events[0].status, 'held');
+  const key = got.events[0].key;
+
+  const { page } = await newPage();
+  await signIn(page, T.operator);
+  await page.getByRole('link', { name: 'Sources', exact: true }).click();
+  await page.getByRole('heading', { name: 'Sources' }).waitFor();
+  await page.getByRole('link', { name: 'shop-hooks', exact: true }).click();
+  await page.getByRole('heading', { name: 'Events' }).waitFor();
+  await shot(page, 'source');
+  await page.getByRole('link', { name: key }).click();
+  await page.getByRole('heading', { name: key }).waitFor();
+  await page.getByRole('heading', { name: 'Body', exact: true }).waitFor();
+  await page.getByText('<img src=x onerror=alert(1)>').first().waitFor();
+  assert.equal(await page.locator('main img').count(), 0, 'the body is text');
+  const form = page.getByRole('form', { name: 'Redeliver', exact: true });
+  await form.getByRole('button', { name: 'Redeliver', exact: true }).click();
+  await page.getByRole('alert').filter({ hasText: 'note' }).waitFor();
+  assert.equal(await state('shop', key), 'needs_review', 'nothing changed without a note');
+  await form.getByLabel('Note').fill('Order checked by hand; forward it again.');
+  await form.getByRole('button', { name: 'Redeliver', exact: true }).click();
+  await page.getByRole('status').filter({ hasText: 'Done: redelivered' }).waitFor();
+  await shot(page, 'source-event');
+  const rec = await api('GET', keyPath('shop', key), undefined, T.operator);
+  const resolved = rec.json.events.find((e) => e.type === 'resolved');
+  assert.ok(resolved, rec.text);
+  assert.equal(resolved.note, 'Order checked by hand; forward it again.');
 });

@@ -1,6 +1,7 @@
 //! The operator console at `/console`: server-rendered pages for the decisions the ledger
 //! leaves to a person (the review queue, a record with its history and the resolve /
-//! approve / reject forms, a namespace with its pause switch), served by the same binary
+//! approve / reject forms, a namespace with its pause switch, the intake's sources with
+//! their events and the redeliver forms ([`sources`])), served by the same binary
 //! on SQLite and PostgreSQL alike.
 //!
 //! It owns: the console's routes, its sign-in sessions and CSRF check ([`session`]), its HTML
@@ -19,6 +20,7 @@
 
 mod pages;
 pub mod session;
+mod sources;
 mod view;
 
 use axum::extract::Request;
@@ -54,6 +56,20 @@ pub fn router(state: AppState) -> Router<AppState> {
         .route("/console/ns/{ns}/keys/{key}/resolve", post(pages::resolve))
         .route("/console/ns/{ns}/keys/{key}/approve", post(pages::approve))
         .route("/console/ns/{ns}/keys/{key}/reject", post(pages::reject))
+        .route("/console/sources", get(sources::list))
+        .route("/console/sources/{source}", get(sources::source))
+        .route(
+            "/console/sources/{source}/redeliver",
+            post(sources::redeliver_dead),
+        )
+        .route(
+            "/console/sources/{source}/events/{key}",
+            get(sources::event),
+        )
+        .route(
+            "/console/sources/{source}/events/{key}/redeliver",
+            post(sources::redeliver),
+        )
         .route("/console/assets/console.css", get(stylesheet))
         .route("/console/{*rest}", get(not_found).post(not_found))
         .method_not_allowed_fallback(method_not_allowed)

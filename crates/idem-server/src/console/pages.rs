@@ -54,6 +54,7 @@ pub async fn overview(
         let activity = st.ledger.store().namespace_activity(&ns, now).await?;
         rows.push((info, activity));
     }
+    let sources = super::sources::sources_rows(&st, &viewer).await?;
     Ok(layout(
         "Namespaces",
         Some(&viewer),
@@ -90,7 +91,12 @@ pub async fn overview(
                     }
                 }
             }
-            p.hint { "Sources appear here once intake sources exist." }
+            @if !sources.is_empty() {
+                section aria-labelledby="sources-h" {
+                    h2 #sources-h { "Sources" }
+                    (super::sources::sources_table(&sources))
+                }
+            }
         },
     ))
 }

@@ -32,6 +32,7 @@ pub fn layout(title: &str, viewer: Option<&Viewer>, body: Markup) -> Html<String
                             a.brand href="/console" { "idem" }
                             a href="/console" { "Namespaces" }
                             a href="/console/review" { "Review queue" }
+                            a href="/console/sources" { "Sources" }
                         }
                         @if let Some(v) = viewer {
                             div.who {

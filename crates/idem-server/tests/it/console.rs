@@ -738,3 +738,338 @@ async fn the_review_queue_is_oldest_first_across_namespaces_and_filters() {
         assert_eq!(ns.body["items"][0]["paused"], false);
     }
 }
+
+// ------------------------------------------------------------------ intake sources
+
+const STRIPE_SECRET: &str = "whsec_console_source_secret_9";
+
+/// A Stripe source forwarding to `url`, in namespace `ns`.
+fn stripe_doc(ns: &str, url: &str, timeout_ms: u64) -> Value {
+    json!({
+        "provider": "stripe", "namespace": ns, "secrets": [STRIPE_SECRET],
+        "forward": {"url": url, "timeout_ms": timeout_ms, "retry": {"base_ms": 1, "max_ms": 1}},
+    })
+}
+
+/// A real signed `POST /in/{source}` (Stripe's scheme, signed here with HMAC directly);
+/// returns the key of its one event.
+async fn post_signed(app: &TestApp, source: &str, body: &[u8]) -> String {
+    use hmac::{Hmac, Mac};
+    let t = app.now().0 / 1000;
+    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(STRIPE_SECRET.as_bytes()).expect("key");
+    mac.update(format!("{t}.").as_bytes());
+    mac.update(body);
+    let sig = format!("t={t},v1={}", hex::encode(mac.finalize().into_bytes()));
+    let r = app
+        .as_token(None)
+        .send(
+            app.http
+                .post(format!("{}/in/{source}", app.base))
+                .header("content-type", "application/json")
+                .header("stripe-signature", sig)
+                .body(body.to_vec()),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    r.body["events"][0]["key"].as_str().expect("key").to_owned()
+}
+
+fn event_page(source: &str, key: &str) -> String {
+    format!("/console/sources/{source}/events/{}", enc(key))
+}
+
+/// Admin creates source "pay" (namespace pay) and "mine" (namespace a); one held event in
+/// each (no id → `needs_review` at once, nothing forwarded). Returns the two keys.
+async fn two_sources(app: &TestApp) -> (String, String) {
+    let admin = app.as_token(Some(&app.tokens[0]));
+    for (name, ns) in [("pay", "pay"), ("mine", "a")] {
+        let r = admin
+            .send(
+                admin
+                    .http
+                    .put(format!("{}/v1/sources/{name}", admin.base))
+                    .json(&stripe_doc(ns, "http://127.0.0.1:9/x", 1000)),
+            )
+            .await;
+        assert_eq!(r.status, 201, "{}", r.text);
+    }
+    let pay = post_signed(
+        app,
+        "pay",
+        br#"{"type":"<script>alert(1)</script>","note":"<img src=x onerror=alert(2)>"}"#,
+    )
+    .await;
+    let mine = post_signed(app, "mine", br#"{"type":"mine.created"}"#).await;
+    for (ns, key) in [("pay", &pay), ("a", &mine)] {
+        assert_eq!(
+            admin.record(ns, key).await.body["record"]["state"],
+            "needs_review"
+        );
+    }
+    (pay, mine)
+}
+
+#[tokio::test]
+async fn sources_are_listed_and_an_event_shows_its_body_as_text() {
+    for backend in backends() {
+        let app = app_with_tokens(backend).await;
+        let (key, _) = two_sources(&app).await;
+        let mut c = Console::new(&app);
+        assert_eq!(c.sign_in(&app.tokens[1]).await.status, 303);
+
+        let p = c.get("/console/sources").await;
+        assert_eq!(p.status, 200, "{backend:?}: {}", p.text);
+        p.assert_secure_headers();
+        for want in [
+            "<h1>Sources</h1>",
+            "href=\"/console/sources/pay\"",
+            "href=\"/console/sources/mine\"",
+            ">stripe</td>",
+            ">Sources</a>",
+        ] {
+            assert!(p.text.contains(want), "{want}: {}", p.text);
+        }
+        let overview = c.get("/console").await;
+        assert!(
+            overview.text.contains("href=\"/console/sources/pay\""),
+            "{}",
+            overview.text
+        );
+
+        let p = c.get("/console/sources/pay").await;
+        assert_eq!(p.status, 200, "{}", p.text);
+        p.assert_secure_headers();
+        for want in [
+            "<h1>pay</h1>".to_owned(),
+            ">Events</h2>".to_owned(),
+            format!("href=\"{}\"", event_page("pay", &key)),
+            "hints: …et_9".to_owned(),
+            ">Redeliver dead letters</button>".to_owned(),
+        ] {
+            assert!(p.text.contains(&want), "{want}: {}", p.text);
+        }
+        assert!(!p.text.contains(STRIPE_SECRET), "no secret: {}", p.text);
+        // The state filter: nothing is completed yet.
+        let p = c.get("/console/sources/pay?state=completed").await;
+        assert_eq!(p.status, 200);
+        assert!(!p.text.contains(&event_page("pay", &key)), "{}", p.text);
+        assert!(p.text.contains("Nothing here."));
+        let p = c.get("/console/sources/pay?state=nope").await;
+        assert_eq!(p.status, 422, "{}", p.text);
+
+        let p = c.get(&event_page("pay", &key)).await;
+        assert_eq!(p.status, 200, "{}", p.text);
+        p.assert_secure_headers();
+        for want in [
+            format!("<h1 class=\"key\">{key}</h1>"),
+            "<dt>State</dt><dd><span class=\"state state-needs_review\">needs_review</span>"
+                .to_owned(),
+            ">Body</h2>".to_owned(),
+            ">Headers</h2>".to_owned(),
+            ">Attempts</h2>".to_owned(),
+            "&lt;script&gt;alert(1)&lt;/script&gt;".to_owned(),
+            "&lt;img src=x onerror=alert(2)&gt;".to_owned(),
+            "application/json".to_owned(),
+            format!("href=\"{}\"", rec("pay", &key)),
+            ">Note (required)</label>".to_owned(),
+            ">Redeliver</button>".to_owned(),
+        ] {
+            assert!(p.text.contains(&want), "{want}: {}", p.text);
+        }
+        assert!(!p.text.contains("<img"), "{}", p.text);
+        assert_eq!(c.get(&event_page("pay", "nope")).await.status, 404);
+        assert_eq!(c.get("/console/sources/nope").await.status, 404);
+    }
+}
+
+#[tokio::test]
+async fn redeliver_needs_a_note_and_the_csrf_token_and_is_seen_through_the_api() {
+    for backend in backends() {
+        let app = app_with_tokens(backend).await;
+        let (key, _) = two_sources(&app).await;
+        let api = app.as_token(Some(&app.tokens[1]));
+        let before = api.record("pay", &key).await.body;
+        let mut c = Console::new(&app);
+        assert_eq!(c.sign_in(&app.tokens[1]).await.status, 303);
+        let page = c.get(&event_page("pay", &key)).await;
+        let csrf = page.csrf();
+        let path = format!("{}/redeliver", event_page("pay", &key));
+
+        // Without the CSRF token, with a wrong one: 403, nothing changed.
+        let p = c.post(&path, &[("note", "receiver fixed")]).await;
+        assert_eq!(p.status, 403, "{backend:?}: {}", p.text);
+        p.assert_secure_headers();
+        let p = c
+            .post(&path, &[("csrf", "0000"), ("note", "receiver fixed")])
+            .await;
+        assert_eq!(p.status, 403);
+        // Without a note: the API's message on the event page, nothing changed.
+        let p = c.post(&path, &[("csrf", &csrf), ("note", "")]).await;
+        assert_eq!(p.status, 422, "{}", p.text);
+        assert!(p.text.contains("Refused: "), "{}", p.text);
+        assert!(p.text.contains("`note`"), "{}", p.text);
+        assert!(p.text.contains(&format!("<h1 class=\"key\">{key}</h1>")));
+        let p = c.post(&path, &[("csrf", &csrf)]).await;
+        assert_eq!(p.status, 422, "{}", p.text);
+        // A worker cannot hold a session, so cannot redeliver either.
+        let mut w = Console::new(&app);
+        assert_eq!(w.sign_in(&app.tokens[2]).await.status, 401);
+        let p = w.post(&path, &[("csrf", &csrf), ("note", "x")]).await;
+        assert!(p.status == 401 || p.status == 403, "{}", p.status);
+        assert_eq!(api.record("pay", &key).await.body, before);
+
+        // With a note: scheduled again, recorded with who and why.
+        let p = c
+            .post(&path, &[("csrf", &csrf), ("note", "checked by hand")])
+            .await;
+        assert_eq!(p.status, 303, "{}", p.text);
+        let to = p.header("location").to_owned();
+        assert_eq!(to, format!("{}?done=redelivered", event_page("pay", &key)));
+        let r = api.record("pay", &key).await;
+        let events = r.body["events"].as_array().expect("events");
+        let resolved = events
+            .iter()
+            .find(|e| e["type"] == "resolved")
+            .unwrap_or_else(|| panic!("a resolved event: {}", r.text));
+        assert_eq!(resolved["note"], "checked by hand");
+        assert_eq!(resolved["to_state"], "prepared", "{}", r.text);
+        let p = c.get(&to).await;
+        assert_eq!(p.status, 200);
+        assert!(p.text.contains("Done: redelivered."), "{}", p.text);
+    }
+}
+
+#[tokio::test]
+async fn redeliver_is_refused_while_a_delivery_is_in_flight() {
+    for backend in backends() {
+        let app = app_with_tokens(backend).await;
+        // A receiver that accepts and never answers: the delivery stays in flight.
+        let hang = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let url = format!("http://{}/hook", hang.local_addr().expect("addr"));
+        let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let seen = accepted.clone();
+        let holder = tokio::spawn(async move {
+            let mut held = vec![];
+            while let Ok((s, _)) = hang.accept().await {
+                held.push(s);
+                seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+        });
+        let admin = app.as_token(Some(&app.tokens[0]));
+        let r = admin
+            .send(
+                admin
+                    .http
+                    .put(format!("{}/v1/sources/slow", admin.base))
+                    .json(&stripe_doc("slow", &url, 20_000)),
+            )
+            .await;
+        assert_eq!(r.status, 201, "{}", r.text);
+        let key = post_signed(&app, "slow", br#"{"id":"evt_slow","type":"x"}"#).await;
+        let api = app.as_token(Some(&app.tokens[1]));
+        let in_flight = eventually(std::time::Duration::from_secs(10), || async {
+            accepted.load(std::sync::atomic::Ordering::SeqCst) > 0
+        })
+        .await;
+        assert!(in_flight, "{backend:?}");
+        let before = api.record("slow", &key).await.body;
+        let mut c = Console::new(&app);
+        assert_eq!(c.sign_in(&app.tokens[1]).await.status, 303);
+        let csrf = c.get(&event_page("slow", &key)).await.csrf();
+        let p = c
+            .post(
+                &format!("{}/redeliver", event_page("slow", &key)),
+                &[("csrf", &csrf), ("note", "again")],
+            )
+            .await;
+        assert_eq!(p.status, 409, "{}", p.text);
+        assert!(p.text.contains("Refused: "), "{}", p.text);
+        assert!(p.text.contains("in flight"), "{}", p.text);
+        assert_eq!(api.record("slow", &key).await.body, before);
+        holder.abort();
+    }
+}
+
+#[tokio::test]
+async fn redeliver_dead_letters_schedules_every_one_with_a_note() {
+    for backend in backends() {
+        let app = app_with_tokens(backend).await;
+        let (key, _) = two_sources(&app).await;
+        let api = app.as_token(Some(&app.tokens[1]));
+        let before = api.record("pay", &key).await.body;
+        let mut c = Console::new(&app);
+        assert_eq!(c.sign_in(&app.tokens[1]).await.status, 303);
+        let csrf = c.get("/console/sources/pay").await.csrf();
+        let p = c
+            .post(
+                "/console/sources/pay/redeliver",
+                &[("csrf", &csrf), ("note", "")],
+            )
+            .await;
+        assert_eq!(p.status, 422, "{backend:?}: {}", p.text);
+        assert!(p.text.contains("Refused: "), "{}", p.text);
+        let p = c
+            .post("/console/sources/pay/redeliver", &[("note", "all")])
+            .await;
+        assert_eq!(p.status, 403);
+        assert_eq!(api.record("pay", &key).await.body, before);
+        let p = c
+            .post(
+                "/console/sources/pay/redeliver",
+                &[("csrf", &csrf), ("note", "all of them")],
+            )
+            .await;
+        assert_eq!(p.status, 303, "{}", p.text);
+        assert_eq!(p.header("location"), "/console/sources/pay?scheduled=1");
+        let types = api.event_types("pay", &key).await;
+        assert!(types.contains(&"resolved".to_owned()), "{types:?}");
+        let p = c.get("/console/sources/pay?scheduled=1").await;
+        assert!(p.text.contains("Done: 1 dead letters"), "{}", p.text);
+    }
+}
+
+#[tokio::test]
+async fn a_scoped_session_neither_lists_nor_reaches_another_namespaces_source() {
+    for backend in backends() {
+        let app = app_with_tokens(backend).await;
+        let (key, mine) = two_sources(&app).await;
+        let api = app.as_token(Some(&app.tokens[1]));
+        let before = api.record("pay", &key).await.body;
+        let mut c = Console::new(&app);
+        assert_eq!(c.sign_in(&app.tokens[3]).await.status, 303);
+        let p = c.get("/console/sources").await;
+        assert_eq!(p.status, 200);
+        assert!(p.text.contains("/console/sources/mine\""), "{}", p.text);
+        assert!(!p.text.contains("/console/sources/pay"), "{}", p.text);
+        assert!(!c
+            .get("/console")
+            .await
+            .text
+            .contains("/console/sources/pay"));
+        assert_eq!(c.get(&event_page("mine", &mine)).await.status, 200);
+        for path in ["/console/sources/pay".to_owned(), event_page("pay", &key)] {
+            let p = c.get(&path).await;
+            assert_eq!(p.status, 404, "{backend:?} {path}: {}", p.text);
+            assert!(!p.text.contains("script"), "{}", p.text);
+            p.assert_secure_headers();
+        }
+        let csrf = c.csrf().await;
+        let p = c
+            .post(
+                &format!("{}/redeliver", event_page("pay", &key)),
+                &[("csrf", &csrf), ("note", "x")],
+            )
+            .await;
+        assert_eq!(p.status, 404);
+        let p = c
+            .post(
+                "/console/sources/pay/redeliver",
+                &[("csrf", &csrf), ("note", "x")],
+            )
+            .await;
+        assert_eq!(p.status, 404);
+        assert_eq!(api.record("pay", &key).await.body, before);
+    }
+}

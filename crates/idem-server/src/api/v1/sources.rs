@@ -221,18 +221,18 @@ fn every_method() -> MethodFilter {
     .fold(MethodFilter::POST, MethodFilter::or)
 }
 
-fn source_name(s: &str) -> ApiResult<String> {
+pub(crate) fn source_name(s: &str) -> ApiResult<String> {
     Namespace::try_from(s)
         .map(|_| s.to_owned())
         .map_err(|e| ApiError::InvalidNamespace(format!("source name: {e}")))
 }
 
-fn source_ns(src: &Source) -> ApiResult<Namespace> {
+pub(crate) fn source_ns(src: &Source) -> ApiResult<Namespace> {
     Namespace::try_from(src.namespace())
         .map_err(|e| ApiError::internal(format!("source namespace: {e}")))
 }
 
-async fn existing(st: &AppState, name: &str) -> ApiResult<LoadedSource> {
+pub(crate) async fn existing(st: &AppState, name: &str) -> ApiResult<LoadedSource> {
     load(st.ledger.store(), name, st.ledger.now())
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("no source named {name:?}")))

@@ -32,6 +32,29 @@ pub struct EgressPolicy {
     pub allow_private: bool,
 }
 
+impl EgressPolicy {
+    /// The policy that lets exactly `url`'s own host and port through (for destinations an
+    /// admin configured one by one: an intake source's `forward.url`, a namespace's
+    /// `alert_url`). An exact host entry opens what that host resolves to, loopback and
+    /// private addresses included; the guard still pins the checked address, refuses
+    /// unspecified and multicast addresses, and nothing follows a redirect. `None` when the
+    /// URL has no host.
+    pub fn exactly(url: &str) -> Option<EgressPolicy> {
+        let u = url::Url::parse(url).ok()?;
+        let host = u.host_str()?;
+        let port = u.port_or_known_default()?;
+        let entry = if host.contains(':') {
+            format!("[{}]:{port}", host.trim_matches(|c| c == '[' || c == ']'))
+        } else {
+            format!("{host}:{port}")
+        };
+        Some(EgressPolicy {
+            allow: vec![AllowEntry::parse(&entry).ok()?],
+            allow_private: false,
+        })
+    }
+}
+
 /// What an entry matches.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HostPattern {

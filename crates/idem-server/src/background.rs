@@ -157,24 +157,32 @@ pub fn alert_schedule(max_tries: u32) -> RetrySchedule {
     }
 }
 
-/// The HTTP client alerts are sent with: never follows a redirect (a 3xx would otherwise
-/// carry a signed alert to an address nobody configured), bounded by `timeout`.
-pub fn alert_client(timeout: Duration) -> reqwest::Result<reqwest::Client> {
-    reqwest::Client::builder()
-        .timeout(timeout)
-        .redirect(reqwest::redirect::Policy::none())
-        .user_agent(concat!("idem/", env!("CARGO_PKG_VERSION")))
-        .build()
+/// How alerts leave the process: through the egress client every outbound request of idem
+/// uses (resolve once, connect to exactly the checked address, no proxy from the
+/// environment, no redirects — a 3xx would otherwise carry a signed alert to an address
+/// nobody configured), each delivery bounded by `timeout`.
+#[derive(Clone)]
+pub struct AlertSender {
+    egress: idem_egress::Egress,
+    timeout: Duration,
 }
 
-/// The request for one delivery of `alert`: the JSON body as bytes (exactly what is signed),
-/// `webhook-id` and `webhook-timestamp` always, `webhook-signature` with a secret.
-pub fn alert_request(
-    client: &reqwest::Client,
-    url: &str,
-    alert: &PendingAlert,
-    now: Timestamp,
-) -> reqwest::RequestBuilder {
+impl AlertSender {
+    pub fn new(egress: idem_egress::Egress, timeout: Duration) -> AlertSender {
+        AlertSender { egress, timeout }
+    }
+}
+
+/// An [`AlertSender`] with an egress client of its own (default settings).
+pub fn alert_client(timeout: Duration) -> Result<AlertSender, idem_egress::EgressError> {
+    let egress = idem_egress::Egress::new(&idem_egress::EgressOptions::default())?;
+    Ok(AlertSender::new(egress, timeout))
+}
+
+/// The headers and body of one delivery of `alert`: the JSON body as bytes (exactly what is
+/// signed), `webhook-id` and `webhook-timestamp` always, `webhook-signature` with a secret.
+pub fn alert_request(alert: &PendingAlert, now: Timestamp) -> (idem_egress::HeaderMap, Vec<u8>) {
+    use idem_egress::{HeaderName, HeaderValue};
     let body = match serde_json::to_vec(&AlertBody::of(alert)) {
         Ok(b) => b,
         // A struct of strings always serializes; an empty object would still be signed right.
@@ -182,21 +190,56 @@ pub fn alert_request(
     };
     let id = idem::webhook::alert_message_id(alert.id, alert.created_at.0);
     let timestamp = now.0.div_euclid(1000);
-    let mut req = client
-        .post(url)
-        .header(reqwest::header::CONTENT_TYPE, "application/json")
-        .header("webhook-id", &id)
-        .header("webhook-timestamp", timestamp.to_string());
+    let mut headers = idem_egress::HeaderMap::new();
+    let mut set = |name: &'static str, value: &str| {
+        if let Ok(v) = HeaderValue::from_str(value) {
+            headers.insert(HeaderName::from_static(name), v);
+        }
+    };
+    set("content-type", "application/json");
+    set("user-agent", concat!("idem/", env!("CARGO_PKG_VERSION")));
+    set("webhook-id", &id);
+    set("webhook-timestamp", &timestamp.to_string());
     if let Some(secret) = &alert.alert_secret {
-        req = req.header("webhook-signature", secret.sign(&id, timestamp, &body));
+        set("webhook-signature", &secret.sign(&id, timestamp, &body));
     }
-    req.body(body)
+    (headers, body)
+}
+
+/// Sends one delivery; `Ok(status)` when the receiver answered, else why not (no response
+/// body is ever read into a message).
+async fn send_alert(
+    sender: &AlertSender,
+    url: &str,
+    headers: idem_egress::HeaderMap,
+    body: Vec<u8>,
+) -> Result<u16, String> {
+    let Some(policy) = idem::egress::EgressPolicy::exactly(url) else {
+        return Err("alert_url has no host".into());
+    };
+    let target = sender
+        .egress
+        .check(&policy, url)
+        .await
+        .map_err(|e| format!("alert_url refused: {e}"))?;
+    let out = idem_egress::Outbound {
+        method: idem_egress::Method::POST,
+        headers,
+        body: Some(body),
+        timeout: sender.timeout,
+    };
+    match sender.egress.send(&target, out).await {
+        idem_egress::Outcome::Answered(a) => Ok(a.status),
+        idem_egress::Outcome::NotSent(_) => Err("connection failed".into()),
+        idem_egress::Outcome::Lost(idem::effect::Lost::Timeout) => Err("timeout".into()),
+        idem_egress::Outcome::Lost(idem::effect::Lost::Broken) => Err("request failed".into()),
+    }
 }
 
 /// One alert step: delivers due alerts, each at most once per step.
 pub async fn alerts_once(
     store: &Arc<dyn Store>,
-    client: &reqwest::Client,
+    client: &AlertSender,
     now: Timestamp,
     max_tries: u32,
 ) -> Result<AlertsReport, StoreError> {
@@ -223,29 +266,26 @@ pub async fn alerts_once(
         if let Some(tp) = alert.traceparent.as_deref() {
             crate::telemetry::continue_trace(&span, tp);
         }
-        let mut req = alert_request(client, &url, &alert, now);
+        let (mut headers, body) = alert_request(&alert, now);
         if let Some(tp) = crate::telemetry::traceparent(&span).or_else(|| alert.traceparent.clone())
         {
-            req = req.header("traceparent", tp);
+            if let Ok(v) = idem_egress::HeaderValue::from_str(&tp) {
+                headers.insert(idem_egress::HeaderName::from_static("traceparent"), v);
+            }
         }
-        let sent = tracing::Instrument::instrument(req.send(), span.clone()).await;
-        if let Ok(resp) = &sent {
-            span.record("http.response.status_code", resp.status().as_u16());
+        let sent =
+            tracing::Instrument::instrument(send_alert(client, &url, headers, body), span.clone())
+                .await;
+        if let Ok(status) = &sent {
+            span.record("http.response.status_code", *status);
         }
         let outcome = match sent {
-            Ok(resp) if resp.status().is_success() => Ok(()),
-            Ok(resp) if resp.status().is_redirection() => Err(format!(
-                "HTTP {} (redirects are not followed: set alert_url to the final address)",
-                resp.status().as_u16()
+            Ok(status) if (200..300).contains(&status) => Ok(()),
+            Ok(status) if (300..400).contains(&status) => Err(format!(
+                "HTTP {status} (redirects are not followed: set alert_url to the final address)"
             )),
-            Ok(resp) => Err(format!("HTTP {}", resp.status().as_u16())),
-            Err(e) => Err(if e.is_timeout() {
-                "timeout".to_string()
-            } else if e.is_connect() {
-                "connection failed".to_string()
-            } else {
-                "request failed".to_string()
-            }),
+            Ok(status) => Err(format!("HTTP {status}")),
+            Err(why) => Err(why),
         };
         let tries = alert.tries.saturating_add(1);
         let failed = outcome.map_err(|why| {

@@ -271,8 +271,7 @@ pub async fn run(
         ))
     };
     let alerts = {
-        let client = background::alert_client(config.alert_timeout)
-            .context("cannot build the HTTP client for alerts")?;
+        let client = background::AlertSender::new(state.egress.clone(), config.alert_timeout);
         let (store, ledger, tries) = (store.clone(), ledger.clone(), config.alert_max_tries);
         tokio::spawn(background::run_loop(
             "alerts",

@@ -21,10 +21,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use idem::{
-    AllowEntry, EgressPolicy, ForwardOutcome, ForwardReportRequest, ForwardRetry,
-    ForwardStartRequest, IntakeReceiveRequest, IntakeReply, IntakeUpdate, Key, Ledger, Namespace,
-    Op, OpError, OutboxClaim, OutboxFinish, OutboxItem, OutboxKind, OutboxOutcome, Reply, State,
-    Store, StoreError, Timestamp,
+    EgressPolicy, ForwardOutcome, ForwardReportRequest, ForwardRetry, ForwardStartRequest,
+    IntakeReceiveRequest, IntakeReply, IntakeUpdate, Key, Ledger, Namespace, Op, OpError,
+    OutboxClaim, OutboxFinish, OutboxItem, OutboxKind, OutboxOutcome, Reply, State, Store,
+    StoreError, Timestamp,
 };
 use idem_egress::{Egress, HeaderMap, HeaderName, HeaderValue, Method, Outbound, Outcome};
 use serde_json::json;
@@ -419,16 +419,5 @@ enum SendResult {
 /// The egress policy of a forward: exactly the URL's own host and port (see the module doc
 /// of [`crate::intake`]).
 pub fn forward_policy(url: &str) -> Option<EgressPolicy> {
-    let u = url::Url::parse(url).ok()?;
-    let host = u.host_str()?;
-    let port = u.port_or_known_default()?;
-    let entry = if host.contains(':') {
-        format!("[{}]:{port}", host.trim_matches(|c| c == '[' || c == ']'))
-    } else {
-        format!("{host}:{port}")
-    };
-    Some(EgressPolicy {
-        allow: vec![AllowEntry::parse(&entry).ok()?],
-        allow_private: false,
-    })
+    EgressPolicy::exactly(url)
 }

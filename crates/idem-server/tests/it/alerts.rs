@@ -128,7 +128,7 @@ async fn failed_deliveries_are_retried_with_a_bounded_budget() {
     let t = Api::acquired(&app.claim("pay", "k", json!({})).await);
     app.fail("pay", "k", json!({"token": t, "kind": "ambiguous"}))
         .await;
-    let client = reqwest::Client::new();
+    let client = client();
     let first = idem_server::background::alerts_once(&app.store, &client, app.now(), 6)
         .await
         .expect("step");
@@ -157,7 +157,7 @@ async fn an_unreachable_receiver_is_given_up_after_the_budget() {
     let t = Api::acquired(&app.claim("pay", "k", json!({})).await);
     app.fail("pay", "k", json!({"token": t, "kind": "ambiguous"}))
         .await;
-    let client = reqwest::Client::new();
+    let client = client();
     let mut gave_up = 0;
     for _ in 0..10 {
         let r = idem_server::background::alerts_once(&app.store, &client, app.now(), 3)
@@ -225,7 +225,7 @@ async fn into_review(app: &TestApp, ns: &str, k: &str) {
     assert_eq!(r.body["state"], "needs_review", "{}", r.text);
 }
 
-fn client() -> reqwest::Client {
+fn client() -> idem_server::background::AlertSender {
     idem_server::background::alert_client(Duration::from_secs(5)).expect("client")
 }
 

@@ -312,6 +312,20 @@ pub(crate) async fn intake_backlog(store: &PgStore) -> Result<Vec<(String, u64)>
         .collect()
 }
 
+pub(crate) async fn intake_dead_letters(store: &PgStore) -> Result<Vec<(String, u64)>, PgError> {
+    let client = store.client().await?;
+    let sql = format!(
+        "SELECT e.source, COUNT(*) FROM intake_events e JOIN records r \
+         ON r.namespace = e.namespace AND r.key = e.key \
+         WHERE e.delivered_at IS NULL AND r.state = {} GROUP BY e.source ORDER BY e.source",
+        idem_store::sql::state(State::NeedsReview)
+    );
+    let rows = client.query(&sql, &[]).await?;
+    rows.iter()
+        .map(|r| Ok((get::<String>(r, 0)?, get::<i64>(r, 1)? as u64)))
+        .collect()
+}
+
 pub(crate) async fn intake_retention(store: &PgStore, batch: usize) -> Result<usize, PgError> {
     let client = store.client().await?;
     let limit = batch as i64;

@@ -491,6 +491,11 @@ impl Store for PgStore {
             .await
     }
 
+    async fn intake_dead_letters(&self) -> Result<Vec<(String, u64)>, StoreError> {
+        self.bounded(self.with_retries("intake_dead_letters", || intake::intake_dead_letters(self)))
+            .await
+    }
+
     async fn intake_retention_once(&self, batch: usize) -> Result<usize, StoreError> {
         self.bounded(
             self.with_retries("intake_retention", || intake::intake_retention(self, batch)),

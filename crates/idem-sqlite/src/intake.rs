@@ -274,6 +274,22 @@ pub(crate) fn intake_backlog(conn: &Connection) -> Result<Vec<(String, u64)>, St
     rows.collect::<Result<_, _>>().db()
 }
 
+pub(crate) fn intake_dead_letters(conn: &Connection) -> Result<Vec<(String, u64)>, StoreError> {
+    let sql = format!(
+        "SELECT e.source, COUNT(*) FROM intake_events e JOIN records r \
+         ON r.namespace = e.namespace AND r.key = e.key \
+         WHERE e.delivered_at IS NULL AND r.state = {} GROUP BY e.source ORDER BY e.source",
+        idem_store::sql::state(State::NeedsReview)
+    );
+    let mut stmt = conn.prepare_cached(&sql).db()?;
+    let rows = stmt
+        .query_map([], |r| {
+            Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)? as u64))
+        })
+        .db()?;
+    rows.collect::<Result<_, _>>().db()
+}
+
 pub(crate) fn intake_retention(conn: &Connection, batch: usize) -> Result<usize, StoreError> {
     let bodies = conn
         .prepare_cached(

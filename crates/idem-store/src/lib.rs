@@ -250,6 +250,12 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// Events not yet delivered, per source (sources with none are left out).
     async fn intake_backlog(&self) -> Result<Vec<(String, u64)>, StoreError>;
 
+    /// Dead letters per source: undelivered events whose record is in `needs_review` (held
+    /// events, exhausted or gone deliveries). Read through the undelivered events only, so it
+    /// costs what the backlog costs, never a scan of every event. Sources with none are left
+    /// out.
+    async fn intake_dead_letters(&self) -> Result<Vec<(String, u64)>, StoreError>;
+
     /// One retention step of the intake, following its records: drops the stored body of at
     /// most `batch` delivered events whose record's result was expired (`retention_ms`; the
     /// record's tombstone still answers `duplicate`), and deletes at most `batch` rows of

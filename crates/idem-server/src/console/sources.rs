@@ -107,13 +107,14 @@ pub async fn list(
     ))
 }
 
-/// The sources the viewer may see (read shape) with their undelivered counts.
+/// The sources the viewer may see (read shape) with their undelivered and dead-letter counts.
 pub(crate) async fn sources_rows(
     st: &AppState,
     viewer: &Viewer,
-) -> ConsoleResult<Vec<(Value, u64)>> {
+) -> ConsoleResult<Vec<(Value, u64, u64)>> {
     let Json(list) = api::list_sources(State(st.clone()), Extension(viewer.caller.clone())).await?;
     let backlog = st.ledger.store().intake_backlog().await?;
+    let dead = st.ledger.store().intake_dead_letters().await?;
     let items = list
         .get("items")
         .and_then(Value::as_array)
@@ -122,17 +123,20 @@ pub(crate) async fn sources_rows(
     Ok(items
         .into_iter()
         .map(|item| {
-            let n = backlog
-                .iter()
-                .find(|(name, _)| name == s(&item, "/source"))
-                .map_or(0, |(_, n)| *n);
-            (item, n)
+            let of = |counts: &[(String, u64)]| {
+                counts
+                    .iter()
+                    .find(|(name, _)| name == s(&item, "/source"))
+                    .map_or(0, |(_, n)| *n)
+            };
+            let (n, d) = (of(&backlog), of(&dead));
+            (item, n, d)
         })
         .collect())
 }
 
 /// The table of sources (the sources page and the overview).
-pub(crate) fn sources_table(rows: &[(Value, u64)]) -> Markup {
+pub(crate) fn sources_table(rows: &[(Value, u64, u64)]) -> Markup {
     html! {
         table.sources {
             thead { tr {
@@ -140,18 +144,20 @@ pub(crate) fn sources_table(rows: &[(Value, u64)]) -> Markup {
                 th scope="col" { "Provider" }
                 th scope="col" { "Namespace" }
                 th scope="col" { "Backlog (not delivered)" }
+                th scope="col" { "Dead letters" }
             } }
             tbody {
-                @for (item, backlog) in rows {
+                @for (item, backlog, dead) in rows {
                     tr {
                         td { a href=(source_href(s(item, "/source"))) { (s(item, "/source")) } }
                         td { (s(item, "/provider")) }
                         td { a href=(view::ns_href(s(item, "/namespace"))) { (s(item, "/namespace")) } }
                         td.num { (backlog) }
+                        td.num { (dead) }
                     }
                 }
                 @if rows.is_empty() {
-                    tr { td colspan="4" { "No source yet." } }
+                    tr { td colspan="5" { "No source yet." } }
                 }
             }
         }

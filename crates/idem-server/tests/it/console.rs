@@ -835,6 +835,16 @@ async fn sources_are_listed_and_an_event_shows_its_body_as_text() {
             "{}",
             overview.text
         );
+        // Each source has one held event: backlog 1, dead letters 1, on both pages.
+        for page in [&p, &overview] {
+            assert!(page.text.contains(">Dead letters</th>"), "{}", page.text);
+            let row = page
+                .text
+                .split("<tr>")
+                .find(|r| r.contains("href=\"/console/sources/pay\""))
+                .expect("the pay row");
+            assert_eq!(row.matches("<td class=\"num\">1</td>").count(), 2, "{row}");
+        }
 
         let p = c.get("/console/sources/pay").await;
         assert_eq!(p.status, 200, "{}", p.text);

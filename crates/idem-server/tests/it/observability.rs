@@ -430,6 +430,10 @@ impl Store for CountingStats {
     async fn intake_backlog(&self) -> Result<Vec<(String, u64)>, StoreError> {
         self.inner.intake_backlog().await
     }
+
+    async fn intake_dead_letters(&self) -> Result<Vec<(String, u64)>, StoreError> {
+        self.inner.intake_dead_letters().await
+    }
     async fn intake_retention_once(&self, batch: usize) -> Result<usize, StoreError> {
         self.inner.intake_retention_once(batch).await
     }

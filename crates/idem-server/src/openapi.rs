@@ -109,6 +109,17 @@ fn build() -> Value {
                 ]});
             }
         }
+        if route.path == "/v1/sources/{source}" && matches!(route.method, "put" | "patch") {
+            if let Some(body) = op.get_mut("requestBody") {
+                let name = if route.method == "put" {
+                    "SourceWrite"
+                } else {
+                    "SourcePatch"
+                };
+                body["content"]["application/json"]["schema"] =
+                    json!({"$ref": format!("#/components/schemas/{name}")});
+            }
+        }
         if route.path == "/v1/tokens" {
             if let Some(resp) = op.get_mut("responses").and_then(|r| r.get_mut("403")) {
                 resp["description"] = json!(
@@ -431,6 +442,15 @@ fn add_problems(op: &mut Map<String, Value>, errors: &[ApiError]) {
 /// The rules of request bodies that are alternatives of whole members, and the `code` list
 /// of the problem document.
 fn refine_schemas(schemas: &mut Map<String, Value>) {
+    let (write, patch) = source_write_schemas();
+    schemas.insert("SourceWrite".into(), write);
+    schemas.insert("SourcePatch".into(), patch);
+    // The redeliver bodies take their members and no others (400 `unknown_field`).
+    for name in ["RedeliverBody", "BulkRedeliverBody"] {
+        if let Some(body) = schemas.get_mut(name) {
+            body["additionalProperties"] = json!(false);
+        }
+    }
     let not_null = json!({"not": {"type": "null"}});
     if let Some(claim) = schemas.get_mut("ClaimBody") {
         // `payload` and `fingerprint` together are 422 (a `null` counts as absent).
@@ -599,4 +619,103 @@ fn refine_schemas(schemas: &mut Map<String, Value>) {
 /// Every `code` the server can answer with.
 pub fn all_codes() -> Vec<&'static str> {
     ErrorCode::ALL.iter().map(|c| c.as_str()).collect()
+}
+
+/// The body of `PUT /v1/sources/{source}` (`SourceWrite`) and of its `PATCH` (`SourcePatch`:
+/// every member optional, nested objects merged, `null` removes one): the members, their
+/// types, ranges and lengths, and no others, as the server checks them. What no schema
+/// relates is checked by the server too (422 `invalid_field`): the members a provider needs
+/// (`public_url` for hubspot and twilio, `hmac` and `event_id` for hmac), a secret's form for
+/// standard_webhooks, a URL's scheme and host, a header name's syntax, `source` equal to the
+/// path's name, and after a PATCH the merged source as a whole.
+fn source_write_schemas() -> (Value, Value) {
+    let int = |min: i64, max: i64| json!({"type": "integer", "minimum": min, "maximum": max});
+    // An optional member may also be `null`: the server reads it as absent.
+    let opt = |v: Value| json!({"anyOf": [v, {"type": "null"}]});
+    let text = |max: usize| json!({"type": "string", "maxLength": max});
+    let pointer = json!({"type": "string", "maxLength": 1000, "pattern": "^(/[\\s\\S]*)?$"});
+    let url = text(idem_intake::source::MAX_URL);
+    let object = |required: &[&str], properties: Value| {
+        let mut o = json!({"type": "object", "additionalProperties": false,
+            "properties": properties});
+        if !required.is_empty() {
+            o["required"] = json!(required);
+        }
+        o
+    };
+    let build = |patch: bool| {
+        let req = |names: &'static [&'static str]| -> &'static [&'static str] {
+            if patch {
+                &[]
+            } else {
+                names
+            }
+        };
+        let retry = object(
+            &[],
+            json!({
+                "max_attempts": opt(int(1, 1000)),
+                "base_ms": opt(int(1, 86_400_000)),
+                "max_ms": opt(int(1, 7 * 86_400_000)),
+                "window_ms": opt(int(1, 30 * 86_400_000)),
+            }),
+        );
+        let forward = object(
+            req(&["url"]),
+            json!({
+                "url": url.clone(),
+                "timeout_ms": opt(int(1, 300_000)),
+                "concurrency": opt(int(1, 256)),
+                "headers": opt(json!({"type": "array",
+                    "maxItems": idem_intake::source::MAX_FORWARD_HEADERS,
+                    "items": {"type": "string"}})),
+                "secret": opt(json!({"type": "string", "pattern": idem::webhook::SECRET_PATTERN})),
+                "retry": opt(retry),
+            }),
+        );
+        let hmac = object(
+            req(&["header", "algorithm", "encoding"]),
+            json!({
+                "header": text(200),
+                "algorithm": {"enum": ["sha1", "sha256", "sha512"]},
+                "encoding": {"enum": ["hex", "base64"]},
+                "prefix": opt(text(100)),
+                "timestamp_header": opt(text(200)),
+                "signed": opt(json!({"enum": ["body", "timestamp.body"]})),
+            }),
+        );
+        let event_id = if patch {
+            object(
+                &[],
+                json!({"header": opt(text(200)), "pointer": opt(pointer.clone())}),
+            )
+        } else {
+            json!({"oneOf": [
+                object(&["header"], json!({"header": text(200)})),
+                object(&["pointer"], json!({"pointer": pointer.clone()})),
+            ]})
+        };
+        let providers: Vec<&str> = idem_intake::Provider::ALL
+            .iter()
+            .map(|p| p.as_str())
+            .collect();
+        object(
+            req(&["provider", "secrets", "forward"]),
+            json!({
+                "provider": {"enum": providers},
+                "secrets": {"type": "array", "minItems": 1, "maxItems": 4,
+                    "items": {"type": "string"}},
+                "namespace": opt(json!({"type": "string", "pattern": NAMESPACE_PATTERN})),
+                "tolerance_ms": opt(int(0, 7 * 86_400_000)),
+                "event_id": opt(event_id),
+                "split": opt(pointer.clone()),
+                "forward": forward,
+                "hmac": opt(hmac),
+                "public_url": opt(url.clone()),
+                "max_body_bytes": opt(int(1, idem_intake::source::MAX_MAX_BODY_BYTES as i64)),
+                "source": opt(json!({"type": "string"})),
+            }),
+        )
+    };
+    (build(false), build(true))
 }

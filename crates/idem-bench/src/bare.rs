@@ -108,8 +108,7 @@ pub async fn run(
                         dur,
                         move |_| sqlite_conn(&p),
                         move |conn, client, seq| {
-                            let k = &keys[(seq as usize).wrapping_mul(7919).wrapping_add(client)
-                                % keys.len()];
+                            let k = crate::load::pick(&keys, client, seq);
                             sqlite_dup(conn, k)
                         },
                     )
@@ -168,9 +167,7 @@ pub async fn run(
                     }
                     drive_async(c, opts.duration, move |client, seq| {
                         let conn = conns[client % conns.len()].clone();
-                        let k = keys
-                            [(seq as usize).wrapping_mul(7919).wrapping_add(client) % keys.len()]
-                        .clone();
+                        let k = crate::load::pick(&keys, client, seq).clone();
                         async move {
                             let row = conn.query_opt(insert, &[&k, &"x"]).await?;
                             anyhow::ensure!(row.is_none(), "duplicate key was inserted");

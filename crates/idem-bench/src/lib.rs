@@ -471,11 +471,10 @@ async fn run_library(
                 async move { ledger_pair(&ledger, &ns, &k).await }
             })
             .await?;
-            load::drive_async(c, opts.duration, move |_client, seq| {
+            load::drive_async(c, opts.duration, move |client, seq| {
                 let ledger = ledger.clone();
                 let ns = ns.clone();
-                let k = keys[(seq as usize).wrapping_mul(7919).wrapping_add(_client) % keys.len()]
-                    .clone();
+                let k = load::pick(&keys, client, seq).clone();
                 async move {
                     let key = Key::try_from(k.as_str())?;
                     let r = ledger.claim(&ns, &key, ClaimRequest::default()).await?;
@@ -651,8 +650,7 @@ impl http::ClientOp for HttpDuplicates {
         client: usize,
         seq: u64,
     ) -> impl std::future::Future<Output = anyhow::Result<()>> + Send {
-        let n = self.claims.len();
-        let uri = self.claims[(seq as usize).wrapping_mul(7919).wrapping_add(client) % n].clone();
+        let uri = load::pick(&self.claims, client, seq).clone();
         http::duplicate(conn, uri)
     }
 }
@@ -771,8 +769,7 @@ impl http::ClientOp for IntakeDuplicates {
         client: usize,
         seq: u64,
     ) -> impl std::future::Future<Output = anyhow::Result<()>> + Send {
-        let n = self.bodies.len();
-        let body = self.bodies[(seq as usize).wrapping_mul(7919).wrapping_add(client) % n].clone();
+        let body = load::pick(&self.bodies, client, seq).clone();
         let uri = self.uri.clone();
         async move {
             let headers = stripe_headers(&body)?;

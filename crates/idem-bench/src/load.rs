@@ -195,3 +195,24 @@ where
     total.elapsed = start.elapsed();
     Ok(total)
 }
+
+/// The prepared item a duplicate-style operation uses next: operation `seq` of `client`
+/// strides through `items` by a prime, so clients spread over the set instead of marching in
+/// step on the same rows.
+pub(crate) fn pick<T>(items: &[T], client: usize, seq: u64) -> &T {
+    &items[(seq as usize).wrapping_mul(7919).wrapping_add(client) % items.len()]
+}
+
+#[cfg(test)]
+mod pick_tests {
+    #[test]
+    fn pick_stays_in_range_and_spreads_clients() {
+        let items: Vec<u32> = (0..10).collect();
+        for client in 0..5 {
+            for seq in 0..100 {
+                assert!(*super::pick(&items, client, seq) < 10);
+            }
+        }
+        assert_ne!(super::pick(&items, 0, 0), super::pick(&items, 1, 0));
+    }
+}

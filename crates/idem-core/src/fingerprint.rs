@@ -83,6 +83,27 @@ mod tests {
     }
 
     #[test]
+    fn a_long_double_reads_exactly_whatever_its_spelling() {
+        // serde_json's default number parser misreads this one by one unit in the last
+        // place (...825e-75); the exact parser (`float_roundtrip`) keeps it, so both
+        // spellings are one value, one canonical text and one fingerprint.
+        let v: serde_json::Value =
+            serde_json::from_str(r#"{"x":1.0715660391465826e-75}"#).expect("json");
+        assert_eq!(
+            canonical_json(&v).expect("jcs"),
+            r#"{"x":1.0715660391465826e-75}"#
+        );
+        assert_eq!(
+            fp(r#"{"x":1.0715660391465826e-75}"#),
+            fp(r#"{"x":0.10715660391465826e-74}"#)
+        );
+        assert_eq!(
+            fp(r#"{"x":-1.81996730402717e-179}"#),
+            fp(r#"{"x":-181996730402717e-193}"#)
+        );
+    }
+
+    #[test]
     fn different_data_differs() {
         assert_ne!(fp(r#"{"amount":100}"#), fp(r#"{"amount":101}"#));
         assert_ne!(fp(r#"{"a":"1"}"#), fp(r#"{"a":1}"#));

@@ -1,12 +1,15 @@
 //! The effect rows' destination: a loopback HTTP/1.1 server in the bench process that answers
 //! every request `200` with a JSON body of a fixed size, like a payment API acknowledging a
 //! charge. It counts the requests it received, so a row can check that every performed
-//! effect reached it exactly once. It must only ever bind 127.0.0.1.
+//! effect reached it exactly once; a recording one also keeps each request's `Idem-Key`
+//! (the intake's forwards carry one per event), so a run can tell lost events from doubled
+//! ones. It must only ever bind 127.0.0.1.
 
+use std::collections::HashSet;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -19,6 +22,8 @@ use hyper_util::rt::TokioIo;
 pub struct Destination {
     pub addr: SocketAddr,
     requests: Arc<AtomicU64>,
+    /// The distinct `Idem-Key` values received, when recording.
+    keys: Option<Arc<Mutex<HashSet<String>>>>,
     accept: tokio::task::JoinHandle<()>,
 }
 
@@ -37,18 +42,42 @@ pub fn json_of_size(n: usize) -> Bytes {
 impl Destination {
     /// Starts on a free loopback port; every answer carries `body`.
     pub async fn start(body: Bytes) -> anyhow::Result<Destination> {
+        Self::start_with(body, None).await
+    }
+
+    /// [`Destination::start`], also keeping every request's `Idem-Key`.
+    pub async fn start_recording(body: Bytes) -> anyhow::Result<Destination> {
+        Self::start_with(body, Some(Arc::default())).await
+    }
+
+    async fn start_with(
+        body: Bytes,
+        keys: Option<Arc<Mutex<HashSet<String>>>>,
+    ) -> anyhow::Result<Destination> {
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
         let addr = listener.local_addr()?;
         let requests = Arc::new(AtomicU64::new(0));
         let count = requests.clone();
+        let seen = keys.clone();
         let accept = tokio::spawn(async move {
             while let Ok((tcp, _)) = listener.accept().await {
                 let _ = tcp.set_nodelay(true);
-                let (body, count) = (body.clone(), count.clone());
+                let (body, count, seen) = (body.clone(), count.clone(), seen.clone());
                 tokio::spawn(async move {
                     let service = hyper::service::service_fn(move |req: Request<Incoming>| {
-                        let (body, count) = (body.clone(), count.clone());
+                        let (body, count, seen) = (body.clone(), count.clone(), seen.clone());
                         async move {
+                            if let Some(seen) = &seen {
+                                let key = req
+                                    .headers()
+                                    .get("idem-key")
+                                    .and_then(|v| v.to_str().ok())
+                                    .unwrap_or_default()
+                                    .to_owned();
+                                if let Ok(mut set) = seen.lock() {
+                                    set.insert(key);
+                                }
+                            }
                             // Read the whole request, as a real API would, before answering.
                             let _ = req.into_body().collect().await;
                             count.fetch_add(1, Ordering::Relaxed);
@@ -68,6 +97,7 @@ impl Destination {
         Ok(Destination {
             addr,
             requests,
+            keys,
             accept,
         })
     }
@@ -75,6 +105,14 @@ impl Destination {
     /// Requests received so far.
     pub fn requests(&self) -> u64 {
         self.requests.load(Ordering::Relaxed)
+    }
+
+    /// Distinct `Idem-Key` values received so far (0 unless recording).
+    pub fn distinct(&self) -> u64 {
+        self.keys
+            .as_ref()
+            .and_then(|k| k.lock().ok().map(|set| set.len() as u64))
+            .unwrap_or(0)
     }
 }
 

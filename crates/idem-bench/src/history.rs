@@ -661,6 +661,28 @@ pub struct SoakWindow {
     /// The probe's claim + complete pairs in the window, and their p99.
     pub pairs: u64,
     pub p99_ms: f64,
+    /// Janitor lag: from the expiry of a lease claimed at the window's start (1 s,
+    /// `lease_expiry: review`) to the janitor's `moved_to_review` of it; `None` when the
+    /// janitor had not moved it by the window's end.
+    pub janitor_lag_ms: Option<i64>,
+}
+
+/// The lease of a janitor-lag probe: it expires within any window of 2 s or more.
+const LAG_LEASE_MS: i64 = 1000;
+
+/// Milliseconds from `lease_expires_at` (of the claim's answer) to the `at` of the
+/// `moved_to_review` event in a `GET` record answer.
+fn janitor_lag_ms(lease_expires_at: &Value, answer: &Value) -> Option<i64> {
+    let time = |v: &Value| {
+        chrono::DateTime::parse_from_rfc3339(v.as_str()?)
+            .ok()
+            .map(|t| t.timestamp_millis())
+    };
+    let moved = answer["events"]
+        .as_array()?
+        .iter()
+        .find(|e| e["type"] == "moved_to_review")?;
+    Some(time(&moved["at"])? - time(lease_expires_at)?)
 }
 
 /// The figures of a soak.
@@ -713,8 +735,17 @@ pub async fn run_soak(
     let start = Instant::now();
     let mut windows = Vec::new();
     let mut n = 0u64;
+    let lag_ns = format!("{ns}-lag");
     while start.elapsed() < duration {
         let end = Instant::now() + window;
+        let lag_key = format!("/v1/namespaces/{lag_ns}/keys/w{}", windows.len());
+        let lag_claim = json!({"lease_ms": LAG_LEASE_MS, "lease_expiry": "review"}).to_string();
+        let Some((201, claimed)) = probe
+            .send("POST", &format!("{lag_key}/claim"), Some(&lag_claim))
+            .await
+        else {
+            anyhow::bail!("soak probe: janitor-lag claim not acquired");
+        };
         let mut lat = Vec::new();
         while Instant::now() < end {
             n += 1;
@@ -737,6 +768,10 @@ pub async fn run_soak(
             lat.push(t.elapsed());
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+        let janitor_lag_ms = match probe.send("GET", &lag_key, None).await {
+            Some((200, got)) => janitor_lag_ms(&claimed["record"]["lease_expires_at"], &got),
+            _ => None,
+        };
         lat.sort_unstable();
         let p99 = lat
             .get((lat.len() * 99 / 100).min(lat.len().saturating_sub(1)))
@@ -748,6 +783,7 @@ pub async fn run_soak(
             open_files: open_files(pid),
             pairs: lat.len() as u64,
             p99_ms: (p99.as_secs_f64() * 1e5).round() / 100.0,
+            janitor_lag_ms,
         });
     }
     let history = load.finish().await?;

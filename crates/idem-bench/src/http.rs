@@ -214,6 +214,11 @@ pub async fn patch(target: &Target, path: &str, body: Bytes) -> anyhow::Result<(
     once(target, Method::PATCH, path, body).await
 }
 
+/// `POST path` with a JSON body on a fresh connection; must answer 2xx.
+pub async fn post_path(target: &Target, path: &str, body: Bytes) -> anyhow::Result<()> {
+    once(target, Method::POST, path, body).await
+}
+
 /// `PUT path` with a JSON body on a fresh connection; must answer 2xx.
 pub async fn put(target: &Target, path: &str, body: Bytes) -> anyhow::Result<()> {
     once(target, Method::PUT, path, body).await

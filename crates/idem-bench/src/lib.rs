@@ -24,6 +24,7 @@
 //! rows also with their ratio to the HTTP claim row they stand in for (`x claims`: the
 //! claim+complete pair, or duplicate claims for duplicate events).
 
+mod backlog;
 mod bare;
 mod dest;
 pub mod history;
@@ -39,6 +40,7 @@ use anyhow::Context;
 use idem::{ClaimOutcome, ClaimRequest, CompleteRequest, Key, Ledger, Namespace};
 use serde::Serialize;
 
+pub use backlog::{render as render_backlog, BacklogReport};
 pub use load::Measurement;
 pub use scale::{run_scale, JanitorRow, ScaleOpts, ScaleReport, ScaleRow};
 
@@ -998,33 +1000,73 @@ pub async fn run_kill9_on(
     round_time: Duration,
     clients: usize,
 ) -> anyhow::Result<history::Kill9Report> {
-    let dir = tempfile::tempdir()?;
-    let (db_url, pg_db) = match backend {
-        Backend::Sqlite => (
-            format!("sqlite://{}", dir.path().join("kill9.db").display()),
-            None,
-        ),
-        Backend::Postgres => {
-            let name = format!("idem_kill9_{:016x}", rand::random::<u64>());
-            bare::pg_admin(pg_url, &format!("CREATE DATABASE {name}")).await?;
-            (bare::pg_url_with_db(pg_url, &name), Some(name))
-        }
-    };
+    let ledger = FreshLedger::create(backend, pg_url, "kill9").await?;
     let opts = history::Kill9Opts {
         bin,
-        db_url,
+        db_url: ledger.url.clone(),
         rounds,
         round_time,
         clients,
     };
     let report = history::run_kill9(&opts).await;
-    if let Some(name) = pg_db {
-        let _ = bare::pg_admin(
-            pg_url,
-            &format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"),
-        )
-        .await;
+    ledger.drop_db(pg_url).await;
+    report
+}
+
+/// A ledger for one fault or backlog run: a SQLite file in a temp dir, or a database created
+/// on the PostgreSQL server of `pg_url` (dropped by [`FreshLedger::drop_db`]).
+struct FreshLedger {
+    url: String,
+    pg_db: Option<String>,
+    _dir: tempfile::TempDir,
+}
+
+impl FreshLedger {
+    async fn create(backend: Backend, pg_url: &str, what: &str) -> anyhow::Result<FreshLedger> {
+        let dir = tempfile::tempdir()?;
+        let (url, pg_db) = match backend {
+            Backend::Sqlite => (
+                format!(
+                    "sqlite://{}",
+                    dir.path().join(format!("{what}.db")).display()
+                ),
+                None,
+            ),
+            Backend::Postgres => {
+                let name = format!("idem_{what}_{:016x}", rand::random::<u64>());
+                bare::pg_admin(pg_url, &format!("CREATE DATABASE {name}")).await?;
+                (bare::pg_url_with_db(pg_url, &name), Some(name))
+            }
+        };
+        Ok(FreshLedger {
+            url,
+            pg_db,
+            _dir: dir,
+        })
     }
+
+    async fn drop_db(self, pg_url: &str) {
+        if let Some(name) = &self.pg_db {
+            let _ = bare::pg_admin(
+                pg_url,
+                &format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"),
+            )
+            .await;
+        }
+    }
+}
+
+/// The backlog run ([`backlog`]) on a fresh ledger of `backend`.
+pub async fn run_backlog_on(
+    backend: Backend,
+    pg_url: &str,
+    bin: &std::path::Path,
+    events: u64,
+    clients: usize,
+) -> anyhow::Result<BacklogReport> {
+    let ledger = FreshLedger::create(backend, pg_url, "backlog").await?;
+    let report = backlog::run(backend, bin, &ledger.url, events, clients).await;
+    ledger.drop_db(pg_url).await;
     report
 }
 

@@ -282,6 +282,12 @@ pub struct BenchCmd {
     /// open files and a probe's p99 every --soak-window; then the history checker.
     #[arg(long, value_name = "DURATION")]
     pub soak: Option<String>,
+    /// Backlog run instead of the table: hold deliveries (namespace paused) while this many
+    /// Stripe-signed events are posted, then resume and measure the drain into a loopback
+    /// sink while intake goes on (the largest --concurrency value of clients), the server's
+    /// RSS with the backlog stored, and that nothing was lost or delivered twice.
+    #[arg(long, value_name = "N")]
+    pub backlog: Option<u64>,
     /// Soak: sampling window.
     #[arg(long, value_name = "DURATION", default_value = "10s")]
     pub soak_window: String,

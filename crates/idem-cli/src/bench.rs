@@ -65,13 +65,18 @@ pub async fn run(c: BenchCmd) -> Result<u8, CliError> {
         let r = idem_bench::run_soak_sqlite(&bin, total, window, clients, Duration::from_millis(5))
             .await?;
         println!(
-            "{:>6} {:>9} {:>10} {:>7} {:>9}",
-            "at s", "RSS MiB", "open files", "pairs", "p99 ms"
+            "{:>6} {:>9} {:>10} {:>7} {:>9} {:>15}",
+            "at s", "RSS MiB", "open files", "pairs", "p99 ms", "janitor lag ms"
         );
         for w in &r.windows {
             println!(
-                "{:>6} {:>9.1} {:>10} {:>7} {:>9.2}",
-                w.at_s, w.rss_mib, w.open_files, w.pairs, w.p99_ms
+                "{:>6} {:>9.1} {:>10} {:>7} {:>9.2} {:>15}",
+                w.at_s,
+                w.rss_mib,
+                w.open_files,
+                w.pairs,
+                w.p99_ms,
+                w.janitor_lag_ms.map_or("-".into(), |l| l.to_string())
             );
         }
         let v = &r.verdict;
@@ -91,6 +96,31 @@ pub async fn run(c: BenchCmd) -> Result<u8, CliError> {
         if !v.ok() {
             return Err(CliError::from(anyhow::anyhow!(
                 "the history check found violations"
+            )));
+        }
+        json
+    } else if let Some(events) = c.backlog {
+        if events == 0 {
+            return Err(CliError::input("--backlog must be at least 1"));
+        }
+        let clients = c.concurrency.iter().copied().max().unwrap_or(16);
+        let bin = std::env::current_exe().map_err(anyhow::Error::from)?;
+        let mut rows = Vec::new();
+        for backend in backends(c.backend) {
+            let r = idem_bench::run_backlog_on(backend, &c.db, &bin, events, clients).await?;
+            rows.push(r);
+        }
+        print!("{}", idem_bench::render_backlog(&rows));
+        let json = serde_json::to_string_pretty(&rows).map_err(anyhow::Error::from)?;
+        if let Some(bad) = rows.iter().find(|r| r.lost > 0 || r.doubled > 0) {
+            if let Some(path) = &c.json {
+                std::fs::write(path, &json)?;
+            }
+            return Err(CliError::from(anyhow::anyhow!(
+                "backlog run on {}: {} events lost, {} delivered twice",
+                bad.backend.as_str(),
+                bad.lost,
+                bad.doubled
             )));
         }
         json

@@ -3,7 +3,9 @@
 //! 1. three instances, one database: 200 concurrent claims of 20 keys → one `acquired` each;
 //! 2. fencing across instances: a reclaim on one instance fences the old token on another;
 //! 3. outage: a private cluster stopped under a running instance → fast 503
-//!    `store_unavailable`, `/readyz` red, recovery without restarting idem.
+//!    `store_unavailable` (the gate's verbs and the webhook intake's `POST /in/{source}`
+//!    alike: nothing acknowledged, so the provider retries), `/readyz` red, recovery without
+//!    restarting idem.
 //!
 //! Every test is skipped (with a note on stderr) unless `IDEM_TEST_PG` is set to an admin URL
 //! such as `postgres://postgres@127.0.0.1:5432/postgres`. Each test works in a fresh database
@@ -16,6 +18,8 @@ use std::process::{Child, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use idem_intake::sign::{sign, Delivery};
+use idem_intake::Provider;
 use idem_testkit::cluster::Cluster;
 use idem_testkit::pg::{admin_url_or_skip, PgDb};
 use idem_testkit::process::{clean_command, free_port};
@@ -477,6 +481,46 @@ async fn expect_unavailable(what: &str, req: reqwest::RequestBuilder) {
     eprintln!("{what} during the outage: 503 store_unavailable in {took:?}");
 }
 
+const STRIPE_SECRET: &str = "whsec_outage_stripe_secret";
+
+/// `POST /in/{source}` of a Stripe event signed now (the provider's own scheme), unsent.
+fn stripe_event(
+    http: &reqwest::Client,
+    s: &Serve,
+    source: &str,
+    id: &str,
+) -> reqwest::RequestBuilder {
+    let body = format!(r#"{{"id":"{id}","type":"charge.succeeded","data":{{"amount":100}}}}"#);
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    let headers = sign(&Delivery {
+        provider: Provider::Stripe,
+        secret: STRIPE_SECRET,
+        body: body.as_bytes(),
+        at_ms: now_ms,
+        method: "POST",
+        public_url: None,
+        content_type: Some("application/json"),
+        hmac: None,
+        id,
+    })
+    .expect("a Stripe delivery signs");
+    let mut req = http
+        .post(format!("{}/in/{source}", s.url))
+        .header("content-type", "application/json")
+        .body(body);
+    for (k, v) in headers {
+        req = req.header(k, v);
+    }
+    req
+}
+
+/// The `status` of the single event an intake answer lists.
+fn intake_status(a: &Answer) -> &str {
+    a.body["events"][0]["status"].as_str().unwrap_or("none")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn database_outage_answers_503_fast_and_recovers_without_restart() {
     if admin_url_or_skip("database_outage_answers_503_fast_and_recovers_without_restart").is_none()
@@ -505,6 +549,30 @@ async fn database_outage_answers_503_fast_and_recovers_without_restart() {
     let ready = get(&http, &format!("{}/readyz", s.url)).await;
     assert_eq!(ready.status, StatusCode::OK, "{ready:?}");
 
+    // A webhook source (forwarding nowhere reachable: only the intake's answers matter
+    // here) and one event accepted before the outage.
+    let put = http
+        .put(format!("{}/v1/sources/pay", s.url))
+        .json(&json!({
+            "provider": "stripe",
+            "secrets": [STRIPE_SECRET],
+            "forward": {"url": format!("http://127.0.0.1:{}/webhook/pay", free_port())},
+        }))
+        .send()
+        .await
+        .expect("PUT source");
+    let put = read(put).await;
+    assert_eq!(put.status, StatusCode::CREATED, "{put:?}");
+    let first = read(
+        stripe_event(&http, &s, "pay", "evt_before")
+            .send()
+            .await
+            .expect("POST /in"),
+    )
+    .await;
+    assert_eq!(first.status, StatusCode::OK, "{first:?}");
+    assert_eq!(intake_status(&first), "accepted", "{first:?}");
+
     assert!(cluster.stop(), "stop the private cluster");
     let stopped_at = Instant::now();
 
@@ -523,6 +591,18 @@ async fn database_outage_answers_503_fast_and_recovers_without_restart() {
     )
     .await;
     expect_unavailable("GET record", http.get(s.key_url(ns, "before", ""))).await;
+    // The intake acknowledges nothing it could not write: a new event and a duplicate of the
+    // accepted one both get 503 (a provider retries both later).
+    expect_unavailable(
+        "intake of a new event",
+        stripe_event(&http, &s, "pay", "evt_during"),
+    )
+    .await;
+    expect_unavailable(
+        "intake of a duplicate event",
+        stripe_event(&http, &s, "pay", "evt_before"),
+    )
+    .await;
     expect_unavailable(
         "heartbeat",
         http.post(s.key_url(ns, "before", "heartbeat"))
@@ -595,6 +675,28 @@ async fn database_outage_answers_503_fast_and_recovers_without_restart() {
     assert_eq!(replay.status, StatusCode::OK, "{replay:?}");
     assert_eq!(replay.body["outcome"], "completed", "{replay:?}");
     assert_eq!(replay.replayed.as_deref(), Some("true"), "{replay:?}");
+
+    // The event refused during the outage was never written: its retry is a new event;
+    // the one accepted before is still a duplicate.
+    let retried = read(
+        stripe_event(&http, &s, "pay", "evt_during")
+            .send()
+            .await
+            .expect("POST /in"),
+    )
+    .await;
+    assert_eq!(retried.status, StatusCode::OK, "{retried:?}");
+    assert_eq!(intake_status(&retried), "accepted", "{retried:?}");
+    let dup = read(
+        stripe_event(&http, &s, "pay", "evt_before")
+            .send()
+            .await
+            .expect("POST /in"),
+    )
+    .await;
+    assert_eq!(dup.status, StatusCode::OK, "{dup:?}");
+    assert_eq!(intake_status(&dup), "duplicate", "{dup:?}");
+    assert_eq!(dup.replayed.as_deref(), Some("true"), "{dup:?}");
 
     drop(s);
     drop(db);

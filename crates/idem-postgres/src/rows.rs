@@ -492,22 +492,14 @@ impl EventParams {
         ]
     }
 
+    /// Every parameter: `(namespace, key)`, then [`EventParams::tail_params`].
     pub(crate) fn params(&self) -> [&(dyn ToSql + Sync); EVENT_TAIL_LEN + 2] {
-        [
-            &self.namespace,
-            &self.key,
-            &self.at,
-            &self.kind,
-            &self.from_state,
-            &self.to_state,
-            &self.attempt,
-            &self.owner,
-            &self.correlation_id,
-            &self.note,
-            &self.actor,
-            &self.cost_tokens,
-            &self.cost_usd_nanos,
-        ]
+        let tail = self.tail_params();
+        std::array::from_fn(|i| match i {
+            0 => &self.namespace as &(dyn ToSql + Sync),
+            1 => &self.key,
+            _ => tail[i - 2],
+        })
     }
 }
 

@@ -41,6 +41,22 @@ pub fn event_type(e: EventType) -> String {
     quote(e.as_str())
 }
 
+/// When the oldest `processing` record was last active (the `records_processing` index).
+pub fn oldest_processing() -> String {
+    format!(
+        "SELECT MIN(active_at) FROM records WHERE state = {}",
+        state(State::Processing)
+    )
+}
+
+/// When the oldest `needs_review` record entered review (the `records_review` index).
+pub fn oldest_review() -> String {
+    format!(
+        "SELECT MIN(review_since) FROM records WHERE state = {}",
+        state(State::NeedsReview)
+    )
+}
+
 /// The columns of a stored record, in the order every backend binds and reads them.
 pub const RECORD_COLUMNS: [&str; 34] = [
     "namespace",

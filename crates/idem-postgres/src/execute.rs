@@ -10,14 +10,14 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use deadpool_postgres::Client;
 use futures_util::future::try_join_all;
 use idem_core::{Key, Namespace, Op};
 use idem_store::engine::{Backend, Loaded, Persisted, Plan, PlanWrite, Seqs, Shortcut, TxError};
-use idem_store::ExecCtx;
+use idem_store::{sql, ExecCtx};
 
 use crate::cache::{Counters, NsSettings, NO_ROW};
 use crate::error::PgError;
@@ -258,16 +258,15 @@ pub(crate) fn fits_one_statement(plan: &Plan<'_>) -> bool {
 
 /// Adds a step's counts to the namespace's hourly bucket of this connection's slot (its
 /// backend pid: no two transactions ever bump the same row, see schema V7).
-const BUMP_NS_STATS: &str = "INSERT INTO ns_stats (namespace, hour, slot, acquired_first, \
-    acquired_retry, tokens, usd_nanos, retry_tokens, retry_usd_nanos) \
-    VALUES ($1, $2, pg_backend_pid(), $3, $4, $5, $6, $7, $8) \
-    ON CONFLICT (namespace, hour, slot) DO UPDATE SET \
-    acquired_first = ns_stats.acquired_first + EXCLUDED.acquired_first, \
-    acquired_retry = ns_stats.acquired_retry + EXCLUDED.acquired_retry, \
-    tokens = ns_stats.tokens + EXCLUDED.tokens, \
-    usd_nanos = ns_stats.usd_nanos + EXCLUDED.usd_nanos, \
-    retry_tokens = ns_stats.retry_tokens + EXCLUDED.retry_tokens, \
-    retry_usd_nanos = ns_stats.retry_usd_nanos + EXCLUDED.retry_usd_nanos";
+static BUMP_NS_STATS: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "INSERT INTO ns_stats (namespace, hour, slot, {}) \
+         VALUES ($1, $2, pg_backend_pid(), $3, $4, $5, $6, $7, $8) \
+         ON CONFLICT (namespace, hour, slot) DO UPDATE SET {}",
+        sql::BUMP_NS_STATS_COLUMNS,
+        sql::ns_stats_additions()
+    )
+});
 
 /// Persists a plan: one autocommit statement when it can, else one transaction.
 async fn persist(
@@ -321,7 +320,7 @@ async fn persist(
         None
     };
     let stats_stmt = match plan.stats {
-        Some(_) => Some(client.prepare_cached(BUMP_NS_STATS).await?),
+        Some(_) => Some(client.prepare_cached(&BUMP_NS_STATS).await?),
         None => None,
     };
     let stats = plan.stats.unwrap_or_default();
@@ -387,20 +386,9 @@ async fn persist(
         let tx = &tx;
         let b = &stats;
         steps.push(Box::pin(async move {
-            tx.execute(
-                stmt,
-                &[
-                    &ns_str,
-                    &b.hour,
-                    &b.acquired_first,
-                    &b.acquired_retry,
-                    &b.tokens,
-                    &b.usd_nanos,
-                    &b.retry_tokens,
-                    &b.retry_usd_nanos,
-                ],
-            )
-            .await?;
+            let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = vec![&ns_str];
+            params.extend(stats_params(b));
+            tx.execute(stmt, &params).await?;
             Ok(Step::Stats)
         }));
     }

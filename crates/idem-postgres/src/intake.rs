@@ -167,19 +167,9 @@ pub(crate) async fn intake_store(
         .await?;
     if n == 1 {
         if let Some(item) = forward {
-            tx.execute(
-                crate::outbox::ENQUEUE,
-                &[
-                    &item.kind.as_str(),
-                    &item.namespace,
-                    &item.key,
-                    &item.dedupe,
-                    &item.payload,
-                    &now.0,
-                    &item.due_at.0,
-                ],
-            )
-            .await?;
+            let enqueue = crate::outbox::Enqueue::new(item, now);
+            tx.execute(crate::outbox::ENQUEUE, &enqueue.params())
+                .await?;
         }
     }
     tx.commit().await?;

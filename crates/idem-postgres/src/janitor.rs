@@ -295,21 +295,9 @@ pub(crate) async fn retention_once(
     })
 }
 
-/// When the oldest `processing` record was last active (the `records_processing` index).
-static OLDEST_PROCESSING: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        "SELECT min(active_at) FROM records WHERE state = {}",
-        idem_store::sql::state(State::Processing)
-    )
-});
+static OLDEST_PROCESSING: LazyLock<String> = LazyLock::new(idem_store::sql::oldest_processing);
 
-/// When the oldest `needs_review` record entered review (the `records_review` index).
-static OLDEST_REVIEW: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        "SELECT min(review_since) FROM records WHERE state = {}",
-        idem_store::sql::state(State::NeedsReview)
-    )
-});
+static OLDEST_REVIEW: LazyLock<String> = LazyLock::new(idem_store::sql::oldest_review);
 
 pub(crate) async fn stats(store: &PgStore, now: Timestamp) -> Result<Stats, PgError> {
     let client = store.client().await?;

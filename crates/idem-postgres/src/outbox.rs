@@ -14,6 +14,7 @@ use idem_core::Timestamp;
 use idem_store::{
     NewOutboxItem, OutboxClaim, OutboxItem, OutboxKind, OutboxLease, OutboxOutcome, OutboxState,
 };
+use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
 
 use crate::corrupt;
@@ -29,6 +30,37 @@ pub(crate) const ENQUEUE: &str = "INSERT INTO outbox \
     (kind, namespace, key, dedupe, payload, created_at, due_at) \
     VALUES ($1, $2, $3, $4, $5, $6, $7) \
     ON CONFLICT (namespace, key, kind, dedupe) DO NOTHING RETURNING id";
+
+/// The values of [`ENQUEUE`] for one item, bound wherever an item is enqueued (on its own,
+/// or in the transaction of the write that caused it).
+pub(crate) struct Enqueue<'a> {
+    kind: &'static str,
+    item: &'a NewOutboxItem,
+    now: i64,
+}
+
+impl<'a> Enqueue<'a> {
+    pub(crate) fn new(item: &'a NewOutboxItem, now: Timestamp) -> Self {
+        Enqueue {
+            kind: item.kind.as_str(),
+            item,
+            now: now.0,
+        }
+    }
+
+    pub(crate) fn params(&self) -> [&(dyn ToSql + Sync); 7] {
+        let i = self.item;
+        [
+            &self.kind,
+            &i.namespace,
+            &i.key,
+            &i.dedupe,
+            &i.payload,
+            &self.now,
+            &i.due_at.0,
+        ]
+    }
+}
 
 fn item_from_row(r: &Row) -> Result<OutboxItem, PgError> {
     let kind: String = r.try_get(1).map_err(|e| corrupt(&e))?;
@@ -71,18 +103,7 @@ pub(crate) async fn enqueue(
     let client = store.client().await?;
     let stmt = client.prepare_cached(ENQUEUE).await?;
     let rows = client
-        .query(
-            &stmt,
-            &[
-                &item.kind.as_str(),
-                &item.namespace,
-                &item.key,
-                &item.dedupe,
-                &item.payload,
-                &now.0,
-                &item.due_at.0,
-            ],
-        )
+        .query(&stmt, &Enqueue::new(item, now).params())
         .await?;
     rows.first()
         .map(|r| r.try_get(0).map_err(|e| corrupt(&e)))

@@ -377,23 +377,18 @@ pub(crate) const STATS_LEN: usize = 7;
 pub(crate) fn stats_cte(src: &str, first: usize) -> String {
     let p = |i: usize| format!("${}::BIGINT", first + i);
     format!(
-        ", st AS (INSERT INTO ns_stats (namespace, hour, slot, acquired_first, acquired_retry, \
-         tokens, usd_nanos, retry_tokens, retry_usd_nanos) \
+        ", st AS (INSERT INTO ns_stats (namespace, hour, slot, {}) \
          SELECT $1::TEXT, {}, pg_backend_pid(), {}, {}, {}, {}, {}, {} FROM {src} \
-         ON CONFLICT (namespace, hour, slot) DO UPDATE SET \
-         acquired_first = ns_stats.acquired_first + EXCLUDED.acquired_first, \
-         acquired_retry = ns_stats.acquired_retry + EXCLUDED.acquired_retry, \
-         tokens = ns_stats.tokens + EXCLUDED.tokens, \
-         usd_nanos = ns_stats.usd_nanos + EXCLUDED.usd_nanos, \
-         retry_tokens = ns_stats.retry_tokens + EXCLUDED.retry_tokens, \
-         retry_usd_nanos = ns_stats.retry_usd_nanos + EXCLUDED.retry_usd_nanos)",
+         ON CONFLICT (namespace, hour, slot) DO UPDATE SET {})",
+        idem_store::sql::BUMP_NS_STATS_COLUMNS,
         p(0),
         p(1),
         p(2),
         p(3),
         p(4),
         p(5),
-        p(6)
+        p(6),
+        idem_store::sql::ns_stats_additions()
     )
 }
 
@@ -497,22 +492,14 @@ impl EventParams {
         ]
     }
 
+    /// Every parameter: `(namespace, key)`, then [`EventParams::tail_params`].
     pub(crate) fn params(&self) -> [&(dyn ToSql + Sync); EVENT_TAIL_LEN + 2] {
-        [
-            &self.namespace,
-            &self.key,
-            &self.at,
-            &self.kind,
-            &self.from_state,
-            &self.to_state,
-            &self.attempt,
-            &self.owner,
-            &self.correlation_id,
-            &self.note,
-            &self.actor,
-            &self.cost_tokens,
-            &self.cost_usd_nanos,
-        ]
+        let tail = self.tail_params();
+        std::array::from_fn(|i| match i {
+            0 => &self.namespace as &(dyn ToSql + Sync),
+            1 => &self.key,
+            _ => tail[i - 2],
+        })
     }
 }
 

@@ -40,29 +40,14 @@ pub(crate) const MIGRATIONS: &[(i32, &str)] = &[
 /// counts; like `record_counts`, each connection writes only the rows of its own `slot` (its
 /// backend pid), so bumping a namespace's bucket never waits on another transaction. The
 /// 24-hour stats are the sum of the rows of 24 hours.
-const V7: &str = r#"
-ALTER TABLE records ADD COLUMN cost_tokens BIGINT NOT NULL DEFAULT 0;
-ALTER TABLE records ADD COLUMN cost_usd_nanos BIGINT NOT NULL DEFAULT 0;
-ALTER TABLE records ADD COLUMN retry_tokens BIGINT NOT NULL DEFAULT 0;
-ALTER TABLE records ADD COLUMN retry_usd_nanos BIGINT NOT NULL DEFAULT 0;
-ALTER TABLE records ADD COLUMN review_since BIGINT;
-UPDATE records SET review_since = updated_at WHERE state = 'needs_review';
-CREATE INDEX records_review ON records (review_since) WHERE state = 'needs_review';
-ALTER TABLE events ADD COLUMN cost_tokens BIGINT;
-ALTER TABLE events ADD COLUMN cost_usd_nanos BIGINT;
-CREATE TABLE ns_stats (
-    namespace       TEXT COLLATE "C" NOT NULL,
+const V7: &str = idem_store::cost_and_recovery_columns!(
+    int: "BIGINT",
+    key_columns: "    namespace       TEXT COLLATE \"C\" NOT NULL,
     hour            BIGINT NOT NULL,
-    slot            INTEGER NOT NULL,
-    acquired_first  BIGINT NOT NULL,
-    acquired_retry  BIGINT NOT NULL,
-    tokens          BIGINT NOT NULL,
-    usd_nanos       BIGINT NOT NULL,
-    retry_tokens    BIGINT NOT NULL,
-    retry_usd_nanos BIGINT NOT NULL,
-    PRIMARY KEY (namespace, hour, slot)
+    slot            INTEGER NOT NULL,",
+    table_end: "    PRIMARY KEY (namespace, hour, slot)
+);"
 );
-"#;
 
 /// Effects: what an effect sent, shown on the record (method, URL without query, idempotency
 /// header name) as JSON text; NULL for keys driven by claim/complete.
@@ -86,46 +71,15 @@ UPDATE namespaces SET policy = (policy::jsonb - 'alert_secret')::text, revision 
 /// The webhook intake: sources (configuration without secrets: those are rows of
 /// `secrets`, kinds `source` and `forward`) and one row per inbound event beside its record
 /// (body, content type, forwarded headers, attempts, delivery time).
-const V11: &str = r#"
-CREATE TABLE sources (
-    name       TEXT   PRIMARY KEY,
-    config     TEXT   NOT NULL,
-    created_at BIGINT NOT NULL,
-    updated_at BIGINT NOT NULL
-);
-CREATE TABLE intake_events (
-    namespace    TEXT   NOT NULL,
-    key          TEXT   NOT NULL,
-    source       TEXT   NOT NULL,
-    event_id     TEXT,
-    content_type TEXT,
-    headers      TEXT   NOT NULL,
-    body         BYTEA,
-    received_at  BIGINT NOT NULL,
-    attempts     TEXT   NOT NULL DEFAULT '[]',
-    delivered_at BIGINT,
-    PRIMARY KEY (namespace, key)
-);
-CREATE INDEX intake_events_by_source ON intake_events (source, received_at, key);
-CREATE INDEX intake_events_undelivered ON intake_events (source) WHERE delivered_at IS NULL;
-"#;
+const V11: &str = idem_store::intake_tables!(int: "BIGINT", bytes: "BYTEA");
 
 /// The operator console. Sessions live here so that every instance on one database knows
 /// them; only hashes are stored (of the cookie, and of the API token that signed in). The
 /// review queue reads `needs_review` and `awaiting_approval` oldest first across namespaces
 /// through a partial index: records in other states (the hot path) cost it nothing.
-const V10: &str = r#"
-CREATE TABLE console_sessions (
-    id_hash    TEXT   PRIMARY KEY,
-    token_hash TEXT,
-    csrf       TEXT   NOT NULL,
-    created_at BIGINT NOT NULL,
-    expires_at BIGINT NOT NULL
-);
-CREATE INDEX console_sessions_expiry ON console_sessions (expires_at);
-CREATE INDEX records_review_queue ON records (updated_at, namespace, key)
-    WHERE state IN ('needs_review', 'awaiting_approval');
-
+const V10: &str = idem_store::console_sessions_table!(
+    int: "BIGINT",
+    then: r#"
 -- Records per namespace and state, kept like record_counts (V4): statement triggers, one row
 -- per (namespace, state, backend) so concurrent writers of one namespace never queue on one
 -- counter row; a read sums a namespace's few rows instead of counting its records.
@@ -177,7 +131,8 @@ CREATE TRIGGER records_ns_count_delete AFTER DELETE ON records
     FOR EACH STATEMENT EXECUTE FUNCTION idem_ns_count_deleted();
 INSERT INTO namespace_counts (namespace, state, slot, n)
     SELECT namespace, state, 0, count(*) FROM records GROUP BY namespace, state;
-"#;
+"#
+);
 
 /// Tokens for people: an expiry, a revocation instant (the row stays, so the token count that
 /// switches auth on never drops back to 0) and the last use.

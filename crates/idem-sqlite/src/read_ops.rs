@@ -182,21 +182,9 @@ pub(crate) fn namespace_stats(
     Ok(out)
 }
 
-/// When the oldest `needs_review` record entered review (the `records_review` index).
-static OLDEST_REVIEW: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        "SELECT MIN(review_since) FROM records WHERE state = {}",
-        idem_store::sql::state(State::NeedsReview)
-    )
-});
+static OLDEST_REVIEW: LazyLock<String> = LazyLock::new(idem_store::sql::oldest_review);
 
-/// When the oldest `processing` record was last active (the `records_processing` index).
-static OLDEST_PROCESSING: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        "SELECT MIN(active_at) FROM records WHERE state = {}",
-        idem_store::sql::state(State::Processing)
-    )
-});
+static OLDEST_PROCESSING: LazyLock<String> = LazyLock::new(idem_store::sql::oldest_processing);
 
 pub(crate) fn stats(conn: &mut Connection, now: Timestamp) -> Result<Stats, StoreError> {
     let tx = conn.transaction().db()?;

@@ -214,28 +214,13 @@ ALTER TABLE api_tokens ADD COLUMN last_used_at INTEGER;
     // (both NULL: none). `ns_stats` holds per-namespace hourly counters, bumped in the
     // transaction of each step that counts, so the namespace's 24-hour stats are a sum of at
     // most 24 rows.
-    r#"
-ALTER TABLE records ADD COLUMN cost_tokens INTEGER NOT NULL DEFAULT 0;
-ALTER TABLE records ADD COLUMN cost_usd_nanos INTEGER NOT NULL DEFAULT 0;
-ALTER TABLE records ADD COLUMN retry_tokens INTEGER NOT NULL DEFAULT 0;
-ALTER TABLE records ADD COLUMN retry_usd_nanos INTEGER NOT NULL DEFAULT 0;
-ALTER TABLE records ADD COLUMN review_since INTEGER;
-UPDATE records SET review_since = updated_at WHERE state = 'needs_review';
-CREATE INDEX records_review ON records (review_since) WHERE state = 'needs_review';
-ALTER TABLE events ADD COLUMN cost_tokens INTEGER;
-ALTER TABLE events ADD COLUMN cost_usd_nanos INTEGER;
-CREATE TABLE ns_stats (
-    namespace       TEXT    NOT NULL,
-    hour            INTEGER NOT NULL,   -- ms since the epoch / 3600000
-    acquired_first  INTEGER NOT NULL,
-    acquired_retry  INTEGER NOT NULL,
-    tokens          INTEGER NOT NULL,
-    usd_nanos       INTEGER NOT NULL,
-    retry_tokens    INTEGER NOT NULL,
-    retry_usd_nanos INTEGER NOT NULL,
-    PRIMARY KEY (namespace, hour)
-) WITHOUT ROWID;
-"#,
+    idem_store::cost_and_recovery_columns!(
+        int: "INTEGER",
+        key_columns: "    namespace       TEXT    NOT NULL,
+    hour            INTEGER NOT NULL,   -- ms since the epoch / 3600000",
+        table_end: "    PRIMARY KEY (namespace, hour)
+    ) WITHOUT ROWID;"
+    ),
     // 7 (effects): what an effect sent, shown on the record (method, URL without query,
     // idempotency header name) as JSON text; NULL for keys driven by claim/complete.
     r#"
@@ -248,18 +233,9 @@ ALTER TABLE records ADD COLUMN request TEXT;
     // in). The review queue reads `needs_review` and `awaiting_approval` oldest first across
     // namespaces through a partial index: records in other states (the hot path) cost it
     // nothing.
-    r#"
-CREATE TABLE console_sessions (
-    id_hash    TEXT    PRIMARY KEY,
-    token_hash TEXT,
-    csrf       TEXT    NOT NULL,
-    created_at INTEGER NOT NULL,
-    expires_at INTEGER NOT NULL
-);
-CREATE INDEX console_sessions_expiry ON console_sessions (expires_at);
-CREATE INDEX records_review_queue ON records (updated_at, namespace, key)
-    WHERE state IN ('needs_review', 'awaiting_approval');
--- Records per namespace and state, kept exact by triggers in the transaction of every write
+    idem_store::console_sessions_table!(
+        int: "INTEGER",
+        then: r#"-- Records per namespace and state, kept exact by triggers in the transaction of every write
 -- like `record_counts` (the writer is single: no contention), so a namespace's counts are a
 -- handful of rows to read instead of one index entry per record.
 CREATE TABLE namespace_counts (
@@ -285,33 +261,12 @@ CREATE TRIGGER namespace_count_delete AFTER DELETE ON records BEGIN
     UPDATE namespace_counts SET n = n - 1
         WHERE namespace = OLD.namespace AND state = OLD.state;
 END;
-"#,
+"#
+    ),
     // 10: the webhook intake: sources (configuration without secrets: those are rows of
     // `secrets`, kinds `source` and `forward`) and one row per inbound event beside its
     // record (body, content type, forwarded headers, attempts, delivery time).
-    r#"
-CREATE TABLE sources (
-    name       TEXT    PRIMARY KEY,
-    config     TEXT    NOT NULL,
-    created_at INTEGER NOT NULL,
-    updated_at INTEGER NOT NULL
-);
-CREATE TABLE intake_events (
-    namespace    TEXT    NOT NULL,
-    key          TEXT    NOT NULL,
-    source       TEXT    NOT NULL,
-    event_id     TEXT,
-    content_type TEXT,
-    headers      TEXT    NOT NULL,
-    body         BLOB,
-    received_at  INTEGER NOT NULL,
-    attempts     TEXT    NOT NULL DEFAULT '[]',
-    delivered_at INTEGER,
-    PRIMARY KEY (namespace, key)
-);
-CREATE INDEX intake_events_by_source ON intake_events (source, received_at, key);
-CREATE INDEX intake_events_undelivered ON intake_events (source) WHERE delivered_at IS NULL;
-"#,
+    idem_store::intake_tables!(int: "INTEGER", bytes: "BLOB"),
 ];
 
 /// A namespace's alert signing secret moves out of the policy text into `secrets` (kind

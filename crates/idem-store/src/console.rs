@@ -1,13 +1,15 @@
 //! What the store keeps for the operator console: the review queue across namespaces (its
-//! query and keyset cursor), the activity figures of a namespace overview, and sign-in
-//! sessions.
+//! query, keyset cursor and the statements every backend runs for it), the activity figures
+//! of a namespace overview, and sign-in sessions.
 //!
 //! Invariants: a session is stored only by the SHA-256 of its cookie value and names its API
 //! token only by the token's stored hash, so neither the cookie nor a token secret ever
 //! reaches the database; the review queue is keyset-paged (`updated_at`, namespace, key
 //! ascending) so a page costs the same on the millionth record as on the first.
 
-use idem_core::{Namespace, Record, State, Timestamp};
+use idem_core::{Namespace, Policy, Record, State, Timestamp};
+
+use crate::{sql, StoreError};
 
 /// The states a person must look at (besides `processing` past `stuck_after_ms`).
 pub const REVIEW_STATES: [State; 2] = [State::NeedsReview, State::AwaitingApproval];
@@ -88,6 +90,172 @@ impl ReviewPage {
     }
 }
 
+/// Every namespace that has records or a stored policy, in name order: the distinct
+/// namespaces of the ledger by a loose index scan (one index probe per namespace, not one row
+/// per record), plus those with only a stored policy. The same text on every backend.
+pub const NAMESPACE_NAMES: &str = "WITH RECURSIVE n(ns) AS ( \
+       SELECT (SELECT MIN(namespace) FROM records) \
+       UNION ALL \
+       SELECT (SELECT MIN(namespace) FROM records WHERE namespace > n.ns) FROM n \
+       WHERE n.ns IS NOT NULL) \
+     SELECT ns FROM n WHERE ns IS NOT NULL \
+     UNION SELECT namespace FROM namespaces ORDER BY 1";
+
+/// When the oldest `processing` record of a namespace (parameter 1) was last active, in a
+/// dialect's placeholder style (`?` or `$`).
+pub fn oldest_processing_of(placeholder: char) -> String {
+    format!(
+        "SELECT MIN(active_at) FROM records WHERE namespace = {placeholder}1 AND state = {}",
+        sql::state(State::Processing)
+    )
+}
+
+/// The smallest `stuck_after_ms` of any namespace ([`ReviewPlan::stuck`] needs it).
+pub const SMALLEST_STUCK_AFTER: &str = "SELECT MIN(stuck_after_ms) FROM namespaces";
+
+/// A value a review statement binds: times and the page size are integers, names and cursor
+/// parts text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SqlArg {
+    Int(i64),
+    Text(String),
+}
+
+/// One statement and the values of its placeholders, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Statement {
+    pub sql: String,
+    pub args: Vec<SqlArg>,
+}
+
+/// The review queue as statements, written once for every backend: the waiting half
+/// (`needs_review`, `awaiting_approval`, through the `records_review_queue` partial index,
+/// whose predicate it spells exactly) and the stuck half (`processing` past its namespace's
+/// `stuck_after_ms`, a range on `active_at` through `records_processing`). Each half is cut
+/// to `limit + 1` in review order; [`ReviewPlan::page`] merges them. A backend runs the
+/// statements and reads the records; it decides nothing here.
+#[derive(Debug)]
+pub struct ReviewPlan<'q> {
+    q: &'q ReviewQuery,
+    cursor: Option<ReviewCursor>,
+    limit: usize,
+    placeholder: char,
+    columns: &'q str,
+}
+
+impl<'q> ReviewPlan<'q> {
+    /// The plan of `q` in a dialect's placeholder style (`?` or `$`), selecting `columns` (the
+    /// backend's record columns); [`StoreError::InvalidCursor`] for a cursor this store did
+    /// not make.
+    pub fn new(
+        q: &'q ReviewQuery,
+        placeholder: char,
+        columns: &'q str,
+    ) -> Result<ReviewPlan<'q>, StoreError> {
+        let cursor = match &q.cursor {
+            None => None,
+            Some(c) => Some(ReviewCursor::decode(c).ok_or(StoreError::InvalidCursor)?),
+        };
+        Ok(ReviewPlan {
+            q,
+            cursor,
+            limit: q.limit.clamp(1, 1000),
+            placeholder,
+            columns,
+        })
+    }
+
+    /// The waiting half; `None` when the state filter leaves it out.
+    pub fn waiting(&self) -> Option<Statement> {
+        let waiting: Vec<State> = match self.q.state {
+            None => REVIEW_STATES.to_vec(),
+            Some(s) if REVIEW_STATES.contains(&s) => vec![s],
+            Some(_) => vec![],
+        };
+        if waiting.is_empty() {
+            return None;
+        }
+        // The predicate spells the partial index's exactly, so the planner may use it.
+        let mut sql = format!(
+            "SELECT {} FROM records WHERE state IN ({})",
+            self.columns,
+            sql::states(&REVIEW_STATES)
+        );
+        if waiting.len() == 1 {
+            sql.push_str(&format!(" AND state = {}", sql::state(waiting[0])));
+        }
+        Some(self.finish(sql, Vec::new()))
+    }
+
+    /// Whether the stuck half runs (no state filter, or `processing`).
+    pub fn wants_stuck(&self) -> bool {
+        matches!(self.q.state, None | Some(State::Processing))
+    }
+
+    /// The stuck half at `now`, given the smallest `stuck_after_ms` of any namespace
+    /// ([`SMALLEST_STUCK_AFTER`]): the range on `active_at` uses the smallest threshold (or
+    /// the default, when smaller), and each row is then held to its own namespace's.
+    pub fn stuck(&self, smallest: Option<i64>, now: Timestamp) -> Statement {
+        let default_stuck = Policy::default().stuck_after_ms;
+        let bound = now.0 - smallest.map_or(default_stuck, |s| s.min(default_stuck));
+        let p = self.placeholder;
+        let sql = format!(
+            "SELECT {} FROM records WHERE state = {} AND active_at <= {p}1 \
+             AND active_at <= {p}2 - COALESCE((SELECT n.stuck_after_ms FROM namespaces n \
+             WHERE n.namespace = records.namespace), {p}3)",
+            self.columns,
+            sql::state(State::Processing)
+        );
+        let args = vec![
+            SqlArg::Int(bound),
+            SqlArg::Int(now.0),
+            SqlArg::Int(default_stuck),
+        ];
+        self.finish(sql, args)
+    }
+
+    /// The page of the candidates both halves returned.
+    pub fn page(&self, items: Vec<Record>) -> ReviewPage {
+        ReviewPage::from_candidates(items, self.limit)
+    }
+
+    /// Appends the filters both halves share (numbered after `args`), the review order and
+    /// the `limit + 1` cut.
+    fn finish(&self, mut sql: String, mut args: Vec<SqlArg>) -> Statement {
+        let p = self.placeholder;
+        let mut filter = |sql: &mut String, column: &str, v: &str| {
+            args.push(SqlArg::Text(v.to_owned()));
+            sql.push_str(&format!(" AND {column} = {p}{}", args.len()));
+        };
+        if let Some(ns) = &self.q.namespace {
+            filter(&mut sql, "namespace", ns.as_str());
+        }
+        if let Some(o) = &self.q.owner {
+            filter(&mut sql, "owner", o);
+        }
+        if let Some(c) = &self.q.correlation_id {
+            filter(&mut sql, "correlation_id", c);
+        }
+        if let Some(c) = &self.cursor {
+            args.push(SqlArg::Int(c.updated_at));
+            args.push(SqlArg::Text(c.namespace.clone()));
+            args.push(SqlArg::Text(c.key.clone()));
+            let n = args.len();
+            sql.push_str(&format!(
+                " AND (updated_at, namespace, key) > ({p}{}, {p}{}, {p}{n})",
+                n - 2,
+                n - 1
+            ));
+        }
+        args.push(SqlArg::Int((self.limit + 1) as i64));
+        sql.push_str(&format!(
+            " ORDER BY updated_at, namespace, key LIMIT {p}{}",
+            args.len()
+        ));
+        Statement { sql, args }
+    }
+}
+
 /// The activity figures of a namespace the overview shows besides its counts.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NamespaceActivity {
@@ -117,6 +285,92 @@ pub type ConsoleSession = NewConsoleSession;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_review_plan_numbers_its_filters_after_the_halves_own_values() {
+        let q = ReviewQuery {
+            namespace: Some(Namespace::try_from("pay").expect("ns")),
+            owner: Some("w1".into()),
+            limit: 5000,
+            cursor: Some(
+                ReviewCursor {
+                    updated_at: 7,
+                    namespace: "pay".into(),
+                    key: "k".into(),
+                }
+                .encode(),
+            ),
+            ..ReviewQuery::default()
+        };
+        let plan = ReviewPlan::new(&q, '$', "*").expect("plan");
+        let waiting = plan.waiting().expect("both waiting states");
+        assert_eq!(
+            waiting.sql,
+            "SELECT * FROM records WHERE state IN ('needs_review', 'awaiting_approval') \
+             AND namespace = $1 AND owner = $2 AND (updated_at, namespace, key) > ($3, $4, $5) \
+             ORDER BY updated_at, namespace, key LIMIT $6"
+        );
+        let text = |s: &str| SqlArg::Text(s.into());
+        assert_eq!(
+            waiting.args,
+            [
+                text("pay"),
+                text("w1"),
+                SqlArg::Int(7),
+                text("pay"),
+                text("k"),
+                SqlArg::Int(1001)
+            ]
+        );
+        assert!(plan.wants_stuck());
+        let stuck = plan.stuck(Some(10), Timestamp(100));
+        assert!(stuck
+            .sql
+            .contains("active_at <= $1 AND active_at <= $2 - COALESCE"));
+        assert!(stuck.sql.ends_with(
+            "AND namespace = $4 AND owner = $5 \
+             AND (updated_at, namespace, key) > ($6, $7, $8) \
+             ORDER BY updated_at, namespace, key LIMIT $9"
+        ));
+        assert_eq!(
+            stuck.args[..3],
+            [
+                SqlArg::Int(90),
+                SqlArg::Int(100),
+                SqlArg::Int(Policy::default().stuck_after_ms)
+            ]
+        );
+    }
+
+    #[test]
+    fn a_state_filter_leaves_out_the_other_half() {
+        let only = |s: State| ReviewQuery {
+            state: Some(s),
+            limit: 10,
+            ..ReviewQuery::default()
+        };
+        let q = only(State::Processing);
+        let plan = ReviewPlan::new(&q, '?', "*").expect("plan");
+        assert!(plan.waiting().is_none() && plan.wants_stuck());
+        let q = only(State::AwaitingApproval);
+        let plan = ReviewPlan::new(&q, '?', "*").expect("plan");
+        assert!(!plan.wants_stuck());
+        let w = plan.waiting().expect("waiting");
+        assert!(
+            w.sql.contains(" AND state = 'awaiting_approval' ORDER BY"),
+            "{}",
+            w.sql
+        );
+        assert_eq!(w.args, [SqlArg::Int(11)]);
+        let q = ReviewQuery {
+            cursor: Some("zz".into()),
+            ..ReviewQuery::default()
+        };
+        assert!(matches!(
+            ReviewPlan::new(&q, '?', "*"),
+            Err(StoreError::InvalidCursor)
+        ));
+    }
 
     #[test]
     fn review_cursors_round_trip_and_made_up_ones_are_refused() {

@@ -41,6 +41,22 @@ pub fn event_type(e: EventType) -> String {
     quote(e.as_str())
 }
 
+/// When the oldest `processing` record was last active (the `records_processing` index).
+pub fn oldest_processing() -> String {
+    format!(
+        "SELECT MIN(active_at) FROM records WHERE state = {}",
+        state(State::Processing)
+    )
+}
+
+/// When the oldest `needs_review` record entered review (the `records_review` index).
+pub fn oldest_review() -> String {
+    format!(
+        "SELECT MIN(review_since) FROM records WHERE state = {}",
+        state(State::NeedsReview)
+    )
+}
+
 /// The columns of a stored record, in the order every backend binds and reads them.
 pub const RECORD_COLUMNS: [&str; 34] = [
     "namespace",
@@ -81,10 +97,21 @@ pub const RECORD_COLUMNS: [&str; 34] = [
     "request",
 ];
 
-/// The hourly stats bucket upsert, the same text on both stores (`$n` placeholders work in
-/// SQLite too): namespace, hour, then the six counters.
+/// The six counters of an hourly stats bucket (`ns_stats`), in the order every backend binds
+/// them (after namespace and hour).
 pub const BUMP_NS_STATS_COLUMNS: &str =
     "acquired_first, acquired_retry, tokens, usd_nanos, retry_tokens, retry_usd_nanos";
+
+/// The `DO UPDATE SET` list of the stats bucket upsert: every counter of
+/// [`BUMP_NS_STATS_COLUMNS`] adds the new row's (`EXCLUDED`) to the stored one.
+pub fn ns_stats_additions() -> String {
+    BUMP_NS_STATS_COLUMNS
+        .split(", ")
+        .map(|c| format!("{c} = ns_stats.{c} + EXCLUDED.{c}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// The guarded record update in a dialect's placeholder style (`?` or `$`): parameters 1 and
 /// 2 (namespace, key) find the row, the next ones are the new values of the other
 /// [`RECORD_COLUMNS`] in their order, and the last one (`RECORD_COLUMNS.len() + 1`) is the
@@ -180,6 +207,145 @@ CREATE INDEX secrets_by_owner ON secrets (kind, owner, id);
     };
 }
 
+/// Cost and recovery: what each record's attempts reported spending (`retry_*` = attempts
+/// after the first; dollars in nano-dollars so sums are exact) and when it entered
+/// `needs_review` (records already in review count from their last change), the cost an
+/// event carried, and the `ns_stats` hourly counters per namespace. Each backend names its
+/// integer type and the columns that key a counter row (`key_columns`, each line ending in a
+/// comma) and closes the table (`table_end`). A macro for the same reason as
+/// [`outbox_and_secrets_tables!`].
+#[macro_export]
+macro_rules! cost_and_recovery_columns {
+    (int: $int:literal, key_columns: $key:literal, table_end: $end:literal) => {
+        concat!(
+            "
+ALTER TABLE records ADD COLUMN cost_tokens ",
+            $int,
+            " NOT NULL DEFAULT 0;
+ALTER TABLE records ADD COLUMN cost_usd_nanos ",
+            $int,
+            " NOT NULL DEFAULT 0;
+ALTER TABLE records ADD COLUMN retry_tokens ",
+            $int,
+            " NOT NULL DEFAULT 0;
+ALTER TABLE records ADD COLUMN retry_usd_nanos ",
+            $int,
+            " NOT NULL DEFAULT 0;
+ALTER TABLE records ADD COLUMN review_since ",
+            $int,
+            ";
+UPDATE records SET review_since = updated_at WHERE state = 'needs_review';
+CREATE INDEX records_review ON records (review_since) WHERE state = 'needs_review';
+ALTER TABLE events ADD COLUMN cost_tokens ",
+            $int,
+            ";
+ALTER TABLE events ADD COLUMN cost_usd_nanos ",
+            $int,
+            ";
+CREATE TABLE ns_stats (
+",
+            $key,
+            "
+    acquired_first  ",
+            $int,
+            " NOT NULL,
+    acquired_retry  ",
+            $int,
+            " NOT NULL,
+    tokens          ",
+            $int,
+            " NOT NULL,
+    usd_nanos       ",
+            $int,
+            " NOT NULL,
+    retry_tokens    ",
+            $int,
+            " NOT NULL,
+    retry_usd_nanos ",
+            $int,
+            " NOT NULL,
+",
+            $end,
+            "
+"
+        )
+    };
+}
+
+/// The operator console's sessions (stored by hashes only) and the partial index the review
+/// queue reads `needs_review` and `awaiting_approval` through, oldest first across
+/// namespaces; `then` is what the backend's migration does next. A macro for the same reason
+/// as [`outbox_and_secrets_tables!`].
+#[macro_export]
+macro_rules! console_sessions_table {
+    (int: $int:literal, then: $then:literal) => {
+        concat!(
+            "
+CREATE TABLE console_sessions (
+    id_hash    TEXT    PRIMARY KEY,
+    token_hash TEXT,
+    csrf       TEXT    NOT NULL,
+    created_at ",
+            $int,
+            " NOT NULL,
+    expires_at ",
+            $int,
+            " NOT NULL
+);
+CREATE INDEX console_sessions_expiry ON console_sessions (expires_at);
+CREATE INDEX records_review_queue ON records (updated_at, namespace, key)
+    WHERE state IN ('needs_review', 'awaiting_approval');
+",
+            $then
+        )
+    };
+}
+
+/// The webhook intake's tables: sources (configuration without secrets: those are rows of
+/// `secrets`, kinds `source` and `forward`) and one row per inbound event beside its record
+/// (body, content type, forwarded headers, attempts, delivery time). A macro for the same
+/// reason as [`outbox_and_secrets_tables!`].
+#[macro_export]
+macro_rules! intake_tables {
+    (int: $int:literal, bytes: $bytes:literal) => {
+        concat!(
+            "
+CREATE TABLE sources (
+    name       TEXT    PRIMARY KEY,
+    config     TEXT    NOT NULL,
+    created_at ",
+            $int,
+            " NOT NULL,
+    updated_at ",
+            $int,
+            " NOT NULL
+);
+CREATE TABLE intake_events (
+    namespace    TEXT    NOT NULL,
+    key          TEXT    NOT NULL,
+    source       TEXT    NOT NULL,
+    event_id     TEXT,
+    content_type TEXT,
+    headers      TEXT    NOT NULL,
+    body         ",
+            $bytes,
+            ",
+    received_at  ",
+            $int,
+            " NOT NULL,
+    attempts     TEXT    NOT NULL DEFAULT '[]',
+    delivered_at ",
+            $int,
+            ",
+    PRIMARY KEY (namespace, key)
+);
+CREATE INDEX intake_events_by_source ON intake_events (source, received_at, key);
+CREATE INDEX intake_events_undelivered ON intake_events (source) WHERE delivered_at IS NULL;
+"
+        )
+    };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -205,6 +371,19 @@ mod tests {
             "{q}"
         );
         assert_eq!(update_record('?'), q.replace('$', "?"));
+    }
+
+    #[test]
+    fn every_stats_counter_adds_the_new_rows_value() {
+        assert_eq!(
+            ns_stats_additions(),
+            "acquired_first = ns_stats.acquired_first + EXCLUDED.acquired_first, \
+             acquired_retry = ns_stats.acquired_retry + EXCLUDED.acquired_retry, \
+             tokens = ns_stats.tokens + EXCLUDED.tokens, \
+             usd_nanos = ns_stats.usd_nanos + EXCLUDED.usd_nanos, \
+             retry_tokens = ns_stats.retry_tokens + EXCLUDED.retry_tokens, \
+             retry_usd_nanos = ns_stats.retry_usd_nanos + EXCLUDED.retry_usd_nanos"
+        );
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //! session token as actor. After a POST the answer is a redirect (post/redirect/get); a
 //! refused action shows the API's message on the page it came from and changed nothing.
 
-use axum::extract::{Path, RawQuery, State};
+use axum::extract::{FromRequestParts, Path, RawQuery, State};
+use axum::http::request::Parts;
 use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::Extension;
@@ -17,6 +18,7 @@ use super::view::{self, csrf, enc, layout, ns_href, record_href};
 use super::{ConsoleError, ConsoleResult};
 use crate::api::v1::namespaces::visible_namespaces;
 use crate::api::v1::review::{review_page, review_query};
+use crate::api::v1::shared::{query_pairs, query_state};
 use crate::api::{NoteBody, ResolveBody};
 use crate::error::ApiError;
 use crate::fields::ExternalRef;
@@ -55,42 +57,40 @@ pub async fn overview(
         rows.push((info, activity));
     }
     let sources = super::sources::sources_rows(&st, &viewer).await?;
+    let mut columns = vec!["Namespace"];
+    columns.extend(idem::State::ALL.map(idem::State::as_str));
+    columns.extend([
+        "paused",
+        "review depth",
+        "oldest processing",
+        "first-time acquisitions today",
+    ]);
     Ok(layout(
         "Namespaces",
         Some(&viewer),
         html! {
             h1 { "Namespaces" }
-            table.namespaces {
-                thead { tr {
-                    th scope="col" { "Namespace" }
-                    @for s in idem::State::ALL { th scope="col" { (s.as_str()) } }
-                    th scope="col" { "paused" }
-                    th scope="col" { "review depth" }
-                    th scope="col" { "oldest processing" }
-                    th scope="col" { "first-time acquisitions today" }
-                } }
-                tbody {
-                    @for (info, act) in &rows {
-                        tr {
-                            td { a href=(ns_href(&info.namespace)) { (info.namespace) } }
-                            @for s in idem::State::ALL { td.num { (info.counts.get(s)) } }
-                            td { @if info.paused { strong.paused { "paused" } } @else { "no" } }
-                            td.num {
-                                (info.counts.get(idem::State::NeedsReview)
-                                    + info.counts.get(idem::State::AwaitingApproval))
-                            }
-                            td { (act.oldest_processing_at.map_or_else(|| "—".to_owned(), |t| view::age(now.0 - t.0))) }
-                            td.num {
-                                (act.acquired_today) " / "
-                                (info.policy.daily_limit.map_or_else(|| "no limit".to_owned(), |l| l.to_string()))
-                            }
+            (view::table("namespaces", &columns, html! {
+                @for (info, act) in &rows {
+                    tr {
+                        td { a href=(ns_href(&info.namespace)) { (info.namespace) } }
+                        @for s in idem::State::ALL { td.num { (info.counts.get(s)) } }
+                        td { @if info.paused { strong.paused { "paused" } } @else { "no" } }
+                        td.num {
+                            (info.counts.get(idem::State::NeedsReview)
+                                + info.counts.get(idem::State::AwaitingApproval))
+                        }
+                        td { (act.oldest_processing_at.map_or_else(|| "—".to_owned(), |t| view::age(now.0 - t.0))) }
+                        td.num {
+                            (act.acquired_today) " / "
+                            (info.policy.daily_limit.map_or_else(|| "no limit".to_owned(), |l| l.to_string()))
                         }
                     }
-                    @if rows.is_empty() {
-                        tr { td colspan="12" { "No namespace has records yet." } }
-                    }
                 }
-            }
+                @if rows.is_empty() {
+                    (view::empty_row(columns.len(), "No namespace has records yet."))
+                }
+            }))
             @if !sources.is_empty() {
                 section aria-labelledby="sources-h" {
                     h2 #sources-h { "Sources" }
@@ -306,16 +306,11 @@ async fn record_page(
 }
 
 /// Runs one operator action; a refusal re-renders the record page with the API's message.
-async fn act(
-    st: &AppState,
-    viewer: &Viewer,
-    nk: NsKey,
-    op: Result<Op, ApiError>,
-    done: &str,
-) -> ConsoleResult<Response> {
+async fn act(a: RecordAction, op: Result<Op, ApiError>, done: &str) -> ConsoleResult<Response> {
+    let RecordAction { st, viewer, nk, .. } = a;
     let outcome = match op {
         Ok(op) => {
-            crate::api::v1::shared::state_write(st, &nk, done, op, viewer.caller.actor()).await
+            crate::api::v1::shared::state_write(&st, &nk, done, op, viewer.caller.actor()).await
         }
         Err(e) => Err(e),
     };
@@ -333,7 +328,7 @@ async fn act(
                 error: Some(e.to_string()),
                 done: None,
             };
-            record_page(st, viewer, &nk, notice).await
+            record_page(&st, &viewer, &nk, notice).await
         }
         Err(e) => Err(e.into()),
     }
@@ -375,36 +370,52 @@ fn note_of(form: &FormData) -> Result<Option<String>, ApiError> {
     Ok(b.into_note())
 }
 
-pub async fn resolve(
-    State(st): State<AppState>,
-    Extension(viewer): Extension<Viewer>,
-    Extension(form): Extension<FormData>,
-    Path((ns, key)): Path<(String, String)>,
-) -> ConsoleResult<Response> {
-    let nk = scoped_key(&viewer, &ns, &key)?;
-    act(&st, &viewer, nk, resolve_op(&form), "resolved").await
+/// An operator's action on a record from its page: who acts, the submitted form, and the
+/// record's namespace and key, read in the order the action handlers always read them (a key
+/// outside the viewer's scope is the 403 page before anything runs).
+pub struct RecordAction {
+    st: AppState,
+    viewer: Viewer,
+    form: FormData,
+    nk: NsKey,
 }
 
-pub async fn approve(
-    State(st): State<AppState>,
-    Extension(viewer): Extension<Viewer>,
-    Extension(form): Extension<FormData>,
-    Path((ns, key)): Path<(String, String)>,
-) -> ConsoleResult<Response> {
-    let nk = scoped_key(&viewer, &ns, &key)?;
-    let op = note_of(&form).map(|note| Op::Approve { note });
-    act(&st, &viewer, nk, op, "approved").await
+impl FromRequestParts<AppState> for RecordAction {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, st: &AppState) -> Result<Self, Response> {
+        let Extension(viewer) = Extension::<Viewer>::from_request_parts(parts, st)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let Extension(form) = Extension::<FormData>::from_request_parts(parts, st)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let Path((ns, key)) = Path::<(String, String)>::from_request_parts(parts, st)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let nk = scoped_key(&viewer, &ns, &key).map_err(IntoResponse::into_response)?;
+        Ok(RecordAction {
+            st: st.clone(),
+            viewer,
+            form,
+            nk,
+        })
+    }
 }
 
-pub async fn reject(
-    State(st): State<AppState>,
-    Extension(viewer): Extension<Viewer>,
-    Extension(form): Extension<FormData>,
-    Path((ns, key)): Path<(String, String)>,
-) -> ConsoleResult<Response> {
-    let nk = scoped_key(&viewer, &ns, &key)?;
-    let op = note_of(&form).map(|note| Op::Reject { note });
-    act(&st, &viewer, nk, op, "rejected").await
+pub async fn resolve(a: RecordAction) -> ConsoleResult<Response> {
+    let op = resolve_op(&a.form);
+    act(a, op, "resolved").await
+}
+
+pub async fn approve(a: RecordAction) -> ConsoleResult<Response> {
+    let op = note_of(&a.form).map(|note| Op::Approve { note });
+    act(a, op, "approved").await
+}
+
+pub async fn reject(a: RecordAction) -> ConsoleResult<Response> {
+    let op = note_of(&a.form).map(|note| Op::Reject { note });
+    act(a, op, "rejected").await
 }
 
 // ------------------------------------------------------------------ namespace
@@ -417,19 +428,14 @@ pub async fn namespace(
     RawQuery(raw): RawQuery,
 ) -> ConsoleResult<Html<String>> {
     let ns = scoped_ns(&viewer, &ns)?;
-    let raw = raw.unwrap_or_default();
     let mut query = ListQuery {
         limit: PAGE,
         ..ListQuery::default()
     };
-    for (k, v) in url::form_urlencoded::parse(raw.as_bytes()) {
+    for (k, v) in query_pairs(raw.as_deref()) {
         match k.as_ref() {
-            "state" if !v.is_empty() => {
-                query.state = Some(idem::State::parse(&v).ok_or_else(|| {
-                    ApiError::invalid_field("state", format!("{v:?} is not a state"))
-                })?)
-            }
-            "cursor" if !v.is_empty() => query.cursor = Some(v.into_owned()),
+            "state" => query.state = Some(query_state(&v)?),
+            "cursor" => query.cursor = Some(v.into_owned()),
             _ => {}
         }
     }
@@ -481,13 +487,7 @@ pub async fn namespace(
             }
             section aria-labelledby="records-h" {
                 h2 #records-h { "Records" }
-                nav.tabs aria-label="Records by state" {
-                    a href=(href) aria-current=[state_q.is_empty().then_some("page")] { "all" }
-                    @for s in idem::State::ALL {
-                        a href={ (href) "?state=" (s.as_str()) }
-                          aria-current=[(state_q == s.as_str()).then_some("page")] { (s.as_str()) }
-                    }
-                }
+                (view::state_tabs("Records by state", &href, state_q))
                 (view::records_table(&page.items, now, false))
                 @if let Some(c) = &page.next_cursor {
                     p { a rel="next" href={ (href) "?state=" (state_q) "&cursor=" (enc(c)) } { "Next page" } }

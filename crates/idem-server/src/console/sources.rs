@@ -19,6 +19,7 @@ use serde_json::{json, Value};
 use super::session::{FormData, Viewer};
 use super::view::{self, csrf, enc, layout, record_href};
 use super::{ConsoleError, ConsoleResult};
+use crate::api::v1::shared::Authed;
 use crate::api::v1::sources as api;
 use crate::error::ApiError;
 use crate::input::JsonBody;
@@ -27,6 +28,20 @@ use crate::state::AppState;
 
 /// Events per page on a source's page.
 const PAGE: usize = 50;
+
+/// The columns of a source's events table.
+const EVENT_COLUMNS: [&str; 7] = [
+    "Key",
+    "Event id",
+    "State",
+    "Attempts",
+    "Received",
+    "Delivered",
+    "Last error",
+];
+
+/// The columns of an event's delivery attempts.
+const ATTEMPT_COLUMNS: [&str; 5] = ["Attempt", "At", "Status", "Duration (ms)", "Error"];
 
 /// The path of a source's page.
 pub fn source_href(name: &str) -> String {
@@ -107,12 +122,21 @@ pub async fn list(
     ))
 }
 
+/// The request the API's handlers take, made of the console's viewer: the console shows what
+/// the API answers this caller, with the same scope checks and refusals.
+fn authed(st: &AppState, viewer: &Viewer) -> Authed {
+    Authed {
+        st: st.clone(),
+        caller: viewer.caller.clone(),
+    }
+}
+
 /// The sources the viewer may see (read shape) with their undelivered and dead-letter counts.
 pub(crate) async fn sources_rows(
     st: &AppState,
     viewer: &Viewer,
 ) -> ConsoleResult<Vec<(Value, u64, u64)>> {
-    let Json(list) = api::list_sources(State(st.clone()), Extension(viewer.caller.clone())).await?;
+    let Json(list) = api::list_sources(authed(st, viewer)).await?;
     let backlog = st.ledger.store().intake_backlog().await?;
     let dead = st.ledger.store().intake_dead_letters().await?;
     let items = list
@@ -137,31 +161,26 @@ pub(crate) async fn sources_rows(
 
 /// The table of sources (the sources page and the overview).
 pub(crate) fn sources_table(rows: &[(Value, u64, u64)]) -> Markup {
-    html! {
-        table.sources {
-            thead { tr {
-                th scope="col" { "Source" }
-                th scope="col" { "Provider" }
-                th scope="col" { "Namespace" }
-                th scope="col" { "Backlog (not delivered)" }
-                th scope="col" { "Dead letters" }
-            } }
-            tbody {
-                @for (item, backlog, dead) in rows {
-                    tr {
-                        td { a href=(source_href(s(item, "/source"))) { (s(item, "/source")) } }
-                        td { (s(item, "/provider")) }
-                        td { a href=(view::ns_href(s(item, "/namespace"))) { (s(item, "/namespace")) } }
-                        td.num { (backlog) }
-                        td.num { (dead) }
-                    }
-                }
-                @if rows.is_empty() {
-                    tr { td colspan="5" { "No source yet." } }
-                }
+    let columns = [
+        "Source",
+        "Provider",
+        "Namespace",
+        "Backlog (not delivered)",
+        "Dead letters",
+    ];
+    let body = html! {
+        @for (item, backlog, dead) in rows {
+            tr {
+                td { a href=(source_href(s(item, "/source"))) { (s(item, "/source")) } }
+                td { (s(item, "/provider")) }
+                td { a href=(view::ns_href(s(item, "/namespace"))) { (s(item, "/namespace")) } }
+                td.num { (backlog) }
+                td.num { (dead) }
             }
         }
-    }
+        @if rows.is_empty() { (view::empty_row(columns.len(), "No source yet.")) }
+    };
+    view::table("sources", &columns, body)
 }
 
 // ------------------------------------------------------------------ one source
@@ -195,8 +214,7 @@ async fn source_page(
         .append_pair("limit", &PAGE.to_string())
         .finish();
     let Json(page) = api::list_events(
-        State(st.clone()),
-        Extension(viewer.caller.clone()),
+        authed(st, viewer),
         Path(name.clone()),
         RawQuery(Some(query)),
     )
@@ -247,40 +265,21 @@ async fn source_page(
         }
         section aria-labelledby="events-h" {
             h2 #events-h { "Events" }
-            nav.tabs aria-label="Events by state" {
-                a href=(href) aria-current=[state.is_empty().then_some("page")] { "all" }
-                @for st in idem::State::ALL {
-                    a href={ (href) "?state=" (st.as_str()) }
-                      aria-current=[(state == st.as_str()).then_some("page")] { (st.as_str()) }
-                }
-            }
-            table.events {
-                thead { tr {
-                    th scope="col" { "Key" }
-                    th scope="col" { "Event id" }
-                    th scope="col" { "State" }
-                    th scope="col" { "Attempts" }
-                    th scope="col" { "Received" }
-                    th scope="col" { "Delivered" }
-                    th scope="col" { "Last error" }
-                } }
-                tbody {
-                    @for e in &page.items {
-                        tr {
-                            td { a href=(event_href(&name, &e.key)) { (e.key) } }
-                            td { (e.event_id.as_deref().unwrap_or("—")) }
-                            td { (state_cell(e.state.as_deref())) }
-                            td.num { (e.attempts) }
-                            td { (e.received_at) }
-                            td { (e.delivered_at.as_deref().unwrap_or("—")) }
-                            td { (e.last_error.as_ref().map_or_else(|| "—".to_owned(), error_text)) }
-                        }
-                    }
-                    @if page.items.is_empty() {
-                        tr { td colspan="7" { "Nothing here." } }
+            (view::state_tabs("Events by state", &href, &state))
+            (view::table("events", &EVENT_COLUMNS, html! {
+                @for e in &page.items {
+                    tr {
+                        td { a href=(event_href(&name, &e.key)) { (e.key) } }
+                        td { (e.event_id.as_deref().unwrap_or("—")) }
+                        td { (state_cell(e.state.as_deref())) }
+                        td.num { (e.attempts) }
+                        td { (e.received_at) }
+                        td { (e.delivered_at.as_deref().unwrap_or("—")) }
+                        td { (e.last_error.as_ref().map_or_else(|| "—".to_owned(), error_text)) }
                     }
                 }
-            }
+                @if page.items.is_empty() { (view::empty_row(EVENT_COLUMNS.len(), "Nothing here.")) }
+            }))
             @if let Some(c) = &page.next_cursor {
                 p { a rel="next" href={ (href) "?state=" (enc(&state)) "&cursor=" (enc(c)) } { "Next page" } }
             }
@@ -309,14 +308,7 @@ pub async fn redeliver_dead(
     let l = scoped_source(&st, &viewer, &name).await?;
     let name = l.source.name.clone();
     let body = json!({ "note": form.get("note").unwrap_or_default() });
-    match api::redeliver_many(
-        State(st.clone()),
-        Extension(viewer.caller.clone()),
-        Path(name.clone()),
-        JsonBody(body),
-    )
-    .await
-    {
+    match api::redeliver_many(authed(&st, &viewer), Path(name.clone()), JsonBody(body)).await {
         Ok(Json(n)) => {
             Ok(
                 Redirect::to(&format!("{}?scheduled={}", source_href(&name), n.scheduled))
@@ -370,12 +362,8 @@ async fn event_page(
 ) -> ConsoleResult<Response> {
     let l = scoped_source(st, viewer, name).await?;
     let name = l.source.name.clone();
-    let Json(doc) = api::get_event(
-        State(st.clone()),
-        Extension(viewer.caller.clone()),
-        Path((name.clone(), key.to_owned())),
-    )
-    .await?;
+    let Json(doc) =
+        api::get_event(authed(st, viewer), Path((name.clone(), key.to_owned()))).await?;
     let ev = &doc["event"];
     let rec = &doc["record"];
     let ns = s(&doc, "/record/namespace");
@@ -416,13 +404,10 @@ async fn event_page(
         }
         section aria-labelledby="headers-h" {
             h2 #headers-h { "Headers" }
-            table.headers {
-                thead { tr { th scope="col" { "Name" } th scope="col" { "Value" } } }
-                tbody {
-                    @for (k, v) in &headers { tr { td.mono { (k) } td.mono { (view::text_block(v)) } } }
-                    @if headers.is_empty() { tr { td colspan="2" { "—" } } }
-                }
-            }
+            (view::table("headers", &["Name", "Value"], html! {
+                @for (k, v) in &headers { tr { td.mono { (k) } td.mono { (view::text_block(v)) } } }
+                @if headers.is_empty() { (view::empty_row(2, "—")) }
+            }))
         }
         section aria-labelledby="body-h" {
             h2 #body-h { "Body" }
@@ -437,27 +422,20 @@ async fn event_page(
         }
         section aria-labelledby="attempts-h" {
             h2 #attempts-h { "Attempts" }
-            table.attempts {
-                thead { tr {
-                    th scope="col" { "Attempt" }
-                    th scope="col" { "At" }
-                    th scope="col" { "Status" }
-                    th scope="col" { "Duration (ms)" }
-                    th scope="col" { "Error" }
-                } }
-                tbody {
-                    @for a in &attempts {
-                        tr {
-                            td.num { (short(a.get("attempt"))) }
-                            td { (short(a.get("at"))) }
-                            td.num { (short(a.get("status"))) }
-                            td.num { (short(a.get("duration_ms"))) }
-                            td { (a.get("error").filter(|e| !e.is_null()).map_or_else(|| "—".to_owned(), error_text)) }
-                        }
+            (view::table("attempts", &ATTEMPT_COLUMNS, html! {
+                @for a in &attempts {
+                    tr {
+                        td.num { (short(a.get("attempt"))) }
+                        td { (short(a.get("at"))) }
+                        td.num { (short(a.get("status"))) }
+                        td.num { (short(a.get("duration_ms"))) }
+                        td { (a.get("error").filter(|e| !e.is_null()).map_or_else(|| "—".to_owned(), error_text)) }
                     }
-                    @if attempts.is_empty() { tr { td colspan="5" { "No delivery attempt yet." } } }
                 }
-            }
+                @if attempts.is_empty() {
+                    (view::empty_row(ATTEMPT_COLUMNS.len(), "No delivery attempt yet."))
+                }
+            }))
         }
         section aria-labelledby="redeliver-h" {
             h2 #redeliver-h { "Redeliver" }
@@ -484,8 +462,7 @@ pub async fn redeliver(
     let name = l.source.name.clone();
     let body = json!({ "note": form.get("note").unwrap_or_default() });
     match api::redeliver_one(
-        State(st.clone()),
-        Extension(viewer.caller.clone()),
+        authed(&st, &viewer),
         Path((name.clone(), key.clone())),
         JsonBody(body),
     )

@@ -183,67 +183,76 @@ pub fn state_badge(s: State) -> Markup {
 
 /// The table of records shared by the review queue and the namespace page.
 pub fn records_table(records: &[Record], now: Timestamp, show_ns: bool) -> Markup {
-    html! {
-        table.records {
-            thead { tr {
-                th scope="col" { "Key" }
-                @if show_ns { th scope="col" { "Namespace" } }
-                th scope="col" { "State" }
-                th scope="col" { "Attempt" }
-                th scope="col" { "Owner" }
-                th scope="col" { "Correlation id" }
-                th scope="col" { "Since" }
-            } }
-            tbody {
-                @for r in records {
-                    tr {
-                        td { a href=(record_href(r.namespace.as_str(), r.key.as_str())) { (r.key.as_str()) } }
-                        @if show_ns {
-                            td { a href=(ns_href(r.namespace.as_str())) { (r.namespace.as_str()) } }
-                        }
-                        td { (state_badge(r.state)) }
-                        td { (r.attempt) }
-                        td { (r.owner.as_deref().unwrap_or("—")) }
-                        td { (r.correlation_id.as_deref().unwrap_or("—")) }
-                        td title=(time(r.updated_at)) { (age(now.0 - r.updated_at.0)) " ago" }
-                    }
+    let mut columns = vec!["Key"];
+    if show_ns {
+        columns.push("Namespace");
+    }
+    columns.extend(["State", "Attempt", "Owner", "Correlation id", "Since"]);
+    let rows = html! {
+        @for r in records {
+            tr {
+                td { a href=(record_href(r.namespace.as_str(), r.key.as_str())) { (r.key.as_str()) } }
+                @if show_ns {
+                    td { a href=(ns_href(r.namespace.as_str())) { (r.namespace.as_str()) } }
                 }
-                @if records.is_empty() {
-                    tr { td colspan="7" { "Nothing here." } }
-                }
+                td { (state_badge(r.state)) }
+                td { (r.attempt) }
+                td { (r.owner.as_deref().unwrap_or("—")) }
+                td { (r.correlation_id.as_deref().unwrap_or("—")) }
+                td title=(time(r.updated_at)) { (age(now.0 - r.updated_at.0)) " ago" }
             }
         }
-    }
+        @if records.is_empty() { (empty_row(7, "Nothing here.")) }
+    };
+    table("records", &columns, rows)
 }
 
 /// A record's history, oldest first.
 pub fn history(events: &[Event]) -> Markup {
-    html! {
-        table.history {
-            thead { tr {
-                th scope="col" { "#" }
-                th scope="col" { "Type" }
-                th scope="col" { "Time" }
-                th scope="col" { "From → to" }
-                th scope="col" { "Attempt" }
-                th scope="col" { "Actor" }
-                th scope="col" { "Note" }
-            } }
-            tbody {
-                @for e in events {
-                    tr {
-                        td { (e.seq) }
-                        td.type { (e.kind.as_str()) }
-                        td { (time(e.at)) }
-                        td {
-                            (e.from_state.map_or("—", State::as_str)) " → "
-                            (e.to_state.map_or("—", State::as_str))
-                        }
-                        td { (e.attempt) }
-                        td { (e.actor.as_deref().or(e.owner.as_deref()).unwrap_or("—")) }
-                        td.note { (text_block(e.note.as_deref().unwrap_or(""))) }
-                    }
+    let columns = ["#", "Type", "Time", "From → to", "Attempt", "Actor", "Note"];
+    let rows = html! {
+        @for e in events {
+            tr {
+                td { (e.seq) }
+                td.type { (e.kind.as_str()) }
+                td { (time(e.at)) }
+                td {
+                    (e.from_state.map_or("—", State::as_str)) " → "
+                    (e.to_state.map_or("—", State::as_str))
                 }
+                td { (e.attempt) }
+                td { (e.actor.as_deref().or(e.owner.as_deref()).unwrap_or("—")) }
+                td.note { (text_block(e.note.as_deref().unwrap_or(""))) }
+            }
+        }
+    };
+    table("history", &columns, rows)
+}
+
+/// A table of the console: its class, one header per column, then the body's rows.
+pub fn table(class: &str, columns: &[&str], rows: Markup) -> Markup {
+    html! {
+        table class=(class) {
+            thead { tr { @for c in columns { th scope="col" { (c) } } } }
+            tbody { (rows) }
+        }
+    }
+}
+
+/// The one row a table shows instead of rows it does not have, across `colspan` columns.
+pub fn empty_row(colspan: usize, text: &str) -> Markup {
+    html! { tr { td colspan=(colspan) { (text) } } }
+}
+
+/// The tabs above a list filtered by state: "all", then every state; `current` is the state
+/// shown (empty: all), `href` the unfiltered list.
+pub fn state_tabs(label: &str, href: &str, current: &str) -> Markup {
+    html! {
+        nav.tabs aria-label=(label) {
+            a href=(href) aria-current=[current.is_empty().then_some("page")] { "all" }
+            @for s in State::ALL {
+                a href={ (href) "?state=" (s.as_str()) }
+                  aria-current=[(current == s.as_str()).then_some("page")] { (s.as_str()) }
             }
         }
     }

@@ -25,8 +25,8 @@ use idem::effect::{
     Method as EffMethod, Reconciled, RequestSummary, Success, Transport, Verdict,
 };
 use idem::{
-    ClaimOutcome, ClaimReply, ClaimRequest, EffectReportRequest, EffectSentRequest, Executed,
-    LeaseExpiry, Op, Record, Reply, Role, State as RecState,
+    ClaimOutcome, ClaimReply, ClaimRequest, EffectReportRequest, EffectSentRequest, LeaseExpiry,
+    Op, Record, Reply, Role, State as RecState,
 };
 use idem_egress::{Forbidden, Outbound, Outcome, Target};
 use serde::Serialize;
@@ -34,7 +34,7 @@ use serde_json::Value;
 use utoipa::{OpenApi, ToSchema};
 
 use super::keys::{wait_for_holder, CostBody, WaitEnd};
-use super::shared::{exec, log_op, refused};
+use super::shared::{answer_headers, claim_of, exec, log_op, refused};
 use crate::api::RecordDoc;
 use crate::error::{outcome_status, ApiError, ApiResult};
 use crate::fields::{CorrelationId, LeaseMs, Member, Owner, WaitMs};
@@ -541,19 +541,7 @@ struct Answer {
 
 impl IntoResponse for Answer {
     fn into_response(self) -> Response {
-        let mut headers = HeaderMap::new();
-        if self.replayed {
-            headers.insert(
-                HeaderName::from_static("idempotent-replayed"),
-                HeaderValue::from_static("true"),
-            );
-        }
-        if let Some(ms) = self.retry_after_ms {
-            let secs = (ms.max(0) + 999) / 1000;
-            if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
-                headers.insert(axum::http::header::RETRY_AFTER, v);
-            }
-        }
+        let headers = answer_headers(self.replayed, self.retry_after_ms);
         let body = EffectResponse {
             outcome: self.outcome,
             response: self.response,
@@ -617,15 +605,6 @@ fn forbidden(field: &str, e: Forbidden) -> ApiError {
     ApiError::DestinationForbidden {
         field: field.to_owned(),
         message: format!("`{field}` is not an allowed destination: {e}"),
-    }
-}
-
-fn claim_of(mut ex: Executed) -> ApiResult<(ClaimReply, Executed)> {
-    let reply = std::mem::replace(&mut ex.reply, Ok(Reply::Swept { changed: false }));
-    match reply {
-        Ok(Reply::Claim(c)) => Ok((c, ex)),
-        Ok(other) => Err(ApiError::internal(format!("unexpected reply {other:?}"))),
-        Err(e) => Err(e.into()),
     }
 }
 

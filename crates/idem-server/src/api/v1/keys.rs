@@ -8,21 +8,23 @@
 use std::time::{Duration, Instant};
 
 use axum::extract::{RawQuery, State};
-use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Json;
 use idem::classify::parse_retry_after;
 use idem::{
     AttemptCost, ClaimOutcome, ClaimReply, ClaimRequest, Class, CompleteRequest, EventType,
-    Executed, FailErrorInput, FailRequest, Fingerprint, HeartbeatRequest, LeaseExpiry, ListQuery,
-    Op, PrepareRequest, Record, Reply, Role, State as RecState,
+    FailErrorInput, FailRequest, Fingerprint, HeartbeatRequest, LeaseExpiry, ListQuery, Op,
+    PrepareRequest, Record, Reply, Role,
 };
 use serde::Serialize;
 use serde_json::Value;
 use utoipa::{OpenApi, ToSchema};
 
-use super::shared::{exec, log_op, refused, state_write};
+use super::shared::{
+    answer_headers, claim_of, exec, log_op, query_limit, query_pairs, query_state, refused,
+    state_write,
+};
 use crate::api::{json_schema, LeaseExpiryDoc, RecordDoc, RecordWithEventsDoc, StateResponse};
 use crate::error::{outcome_status, ApiError, ApiResult};
 use crate::fields::{
@@ -235,17 +237,6 @@ pub async fn claim(
     Ok(claim_response(reply))
 }
 
-/// The claim answer, taken out of what the store did (the rest is kept for the log line and
-/// the metrics).
-fn claim_of(mut ex: Executed) -> ApiResult<(ClaimReply, Executed)> {
-    let reply = std::mem::replace(&mut ex.reply, Ok(Reply::Swept { changed: false }));
-    match reply {
-        Ok(Reply::Claim(c)) => Ok((c, ex)),
-        Ok(other) => Err(ApiError::internal(format!("unexpected reply {other:?}"))),
-        Err(e) => Err(e.into()),
-    }
-}
-
 pub(super) enum WaitEnd {
     /// The holder finished or the lease expired: claim again.
     Changed,
@@ -281,19 +272,7 @@ pub(super) async fn wait_for_holder(
 
 fn claim_response(reply: ClaimReply) -> Response {
     let status = outcome_status(reply.outcome);
-    let mut headers = HeaderMap::new();
-    if reply.outcome.is_replay() {
-        headers.insert(
-            HeaderName::from_static("idempotent-replayed"),
-            HeaderValue::from_static("true"),
-        );
-    }
-    if let Some(ms) = reply.retry_after_ms {
-        let secs = (ms.max(0) + 999) / 1000;
-        if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
-            headers.insert(axum::http::header::RETRY_AFTER, v);
-        }
-    }
+    let headers = answer_headers(reply.outcome.is_replay(), reply.retry_after_ms);
     let body = ClaimResponse {
         outcome: reply.outcome.as_str(),
         record: reply.record,
@@ -645,27 +624,13 @@ pub async fn list(
         limit: 100,
         ..ListQuery::default()
     };
-    for (k, v) in url::form_urlencoded::parse(q.unwrap_or_default().as_bytes()) {
+    for (k, v) in query_pairs(q.as_deref()) {
         match k.as_ref() {
-            "state" if !v.is_empty() => {
-                query.state = Some(RecState::parse(&v).ok_or_else(|| {
-                    ApiError::invalid_field("state", format!("{v:?} is not a state"))
-                })?)
-            }
-            "limit" if !v.is_empty() => {
-                query.limit = v
-                    .parse::<usize>()
-                    .ok()
-                    .filter(|n| (1..=1000).contains(n))
-                    .ok_or_else(|| {
-                        ApiError::invalid_field("limit", "must be an integer from 1 to 1000")
-                    })?
-            }
-            "cursor" if !v.is_empty() => query.cursor = Some(v.into_owned()),
-            "owner" if !v.is_empty() => query.owner = Some(filter_text("owner", &v)?),
-            "correlation_id" if !v.is_empty() => {
-                query.correlation_id = Some(filter_text("correlation_id", &v)?)
-            }
+            "state" => query.state = Some(query_state(&v)?),
+            "limit" => query.limit = query_limit(&v)?,
+            "cursor" => query.cursor = Some(v.into_owned()),
+            "owner" => query.owner = Some(filter_text("owner", &v)?),
+            "correlation_id" => query.correlation_id = Some(filter_text("correlation_id", &v)?),
             _ => {}
         }
     }

@@ -8,13 +8,13 @@
 
 use axum::extract::State;
 use axum::routing::{get, patch, post};
-use axum::{Extension, Json};
+use axum::Json;
 use idem::{Namespace, NamespaceChange, NamespaceInfo, NamespaceStats, Role};
 use serde::Serialize;
 use serde_json::Value;
 use utoipa::{OpenApi, ToSchema};
 
-use super::shared::Acting;
+use super::shared::{Acting, Authed};
 use crate::api::{LeaseExpiryDoc, NoteBody};
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult};
@@ -306,10 +306,7 @@ pub async fn visible_namespaces(st: &AppState, caller: &Caller) -> ApiResult<Vec
 /// The namespaces the token may see, with pause flag and counts (operator).
 #[utoipa::path(get, path = "/v1/namespaces", tag = "namespaces",
     responses((status = 200, description = "the namespaces, in name order", body = NamespaceList)))]
-pub async fn list_namespaces(
-    State(st): State<AppState>,
-    Extension(caller): Extension<Caller>,
-) -> ApiResult<Json<NamespaceList>> {
+pub async fn list_namespaces(Authed { st, caller }: Authed) -> ApiResult<Json<NamespaceList>> {
     let items = visible_namespaces(&st, &caller)
         .await?
         .into_iter()
@@ -339,8 +336,7 @@ pub async fn get_namespace(
     params(("ns" = String, Path)), request_body = PolicyPatchBody,
     responses((status = 200, description = "the namespace after the change", body = NamespaceResponse)))]
 pub async fn patch_namespace(
-    State(st): State<AppState>,
-    Extension(caller): Extension<Caller>,
+    Authed { st, caller }: Authed,
     NsPath(ns): NsPath,
     JsonBody(body): JsonBody,
 ) -> ApiResult<Json<NamespaceResponse>> {

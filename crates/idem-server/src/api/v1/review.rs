@@ -6,16 +6,16 @@
 //!
 //! Invariant: a request refused while reading its input never reaches the store.
 
-use axum::extract::{RawQuery, State};
+use axum::extract::RawQuery;
 use axum::routing::{get, post};
-use axum::{Extension, Json};
+use axum::Json;
 use idem::{Namespace, Op, Record, ResolveAction, ResolveRequest, ReviewQuery, Role};
 use serde::Serialize;
 use serde_json::Value;
 use utoipa::{OpenApi, ToSchema};
 
 use super::keys::filter_text;
-use super::shared::{state_write, Acting};
+use super::shared::{query_limit, query_pairs, state_write, Acting, Authed};
 use crate::api::{NoteBody, RecordDoc, StateResponse};
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult};
@@ -90,8 +90,7 @@ pub enum ResolveActionDoc {
     params(("ns" = String, Path), ("key" = String, Path)), request_body = ResolveBody,
     responses((status = 200, description = "the decision is recorded", body = StateResponse)))]
 pub async fn resolve(
-    State(st): State<AppState>,
-    Extension(caller): Extension<Caller>,
+    Authed { st, caller }: Authed,
     nk: NsKey,
     Body(body): Body<ResolveBody>,
 ) -> ApiResult<Json<StateResponse>> {
@@ -154,10 +153,7 @@ pub fn review_query(caller: &Caller, raw: &str) -> ApiResult<ReviewQuery> {
         limit: 100,
         ..ReviewQuery::default()
     };
-    for (k, v) in url::form_urlencoded::parse(raw.as_bytes()) {
-        if v.is_empty() {
-            continue;
-        }
+    for (k, v) in query_pairs(Some(raw)) {
         match k.as_ref() {
             "namespace" => {
                 q.namespace = Some(
@@ -182,15 +178,7 @@ pub fn review_query(caller: &Caller, raw: &str) -> ApiResult<ReviewQuery> {
             }
             "owner" => q.owner = Some(filter_text("owner", &v)?),
             "correlation_id" => q.correlation_id = Some(filter_text("correlation_id", &v)?),
-            "limit" => {
-                q.limit = v
-                    .parse::<usize>()
-                    .ok()
-                    .filter(|n| (1..=1000).contains(n))
-                    .ok_or_else(|| {
-                        ApiError::invalid_field("limit", "must be an integer from 1 to 1000")
-                    })?
-            }
+            "limit" => q.limit = query_limit(&v)?,
             "cursor" => q.cursor = Some(v.into_owned()),
             _ => {}
         }
@@ -229,8 +217,7 @@ pub async fn review_page(st: &AppState, q: &ReviewQuery) -> ApiResult<idem::Revi
         ("cursor" = Option<String>, Query, description = "next_cursor of the previous page as is (empty: the first page)")),
     responses((status = 200, description = "one page, oldest updated_at first", body = ReviewResponse)))]
 pub async fn review_queue(
-    State(st): State<AppState>,
-    Extension(caller): Extension<Caller>,
+    Authed { st, caller }: Authed,
     RawQuery(raw): RawQuery,
 ) -> ApiResult<Json<ReviewResponse>> {
     let q = review_query(&caller, raw.as_deref().unwrap_or_default())?;

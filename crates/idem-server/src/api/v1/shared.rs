@@ -1,12 +1,17 @@
 //! What the endpoints share: running one ledger operation, the request log line, the
-//! `{state, record}` answer of a write, and [`Acting`], the request of an operator action.
+//! `{state, record}` answer of a write, the headers of a claim's answer, the query parameters
+//! several lists take, and [`Acting`], the request of an operator action.
 //!
 //! Invariant: the log line never carries payloads, results, tokens or secrets; a key is
 //! written masked.
 
+use std::borrow::Cow;
+
 use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::request::Parts;
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue};
 use axum::Json;
-use idem::{Executed, Op, Record, Reply, State as RecState};
+use idem::{ClaimReply, Executed, Op, Record, Reply, State as RecState};
 
 use crate::api::StateResponse;
 use crate::auth::Caller;
@@ -33,11 +38,7 @@ where
 
     async fn from_request(req: Request, st: &AppState) -> Result<Self, ApiError> {
         let (mut parts, body) = req.into_parts();
-        let caller = parts
-            .extensions
-            .get::<Caller>()
-            .cloned()
-            .ok_or_else(|| ApiError::internal("no caller on an authenticated route"))?;
+        let caller = caller_of(&parts)?;
         let path = P::from_request_parts(&mut parts, st).await?;
         let Body(body) = Body::<B>::from_request(Request::from_parts(parts, body), st).await?;
         Ok(Acting {
@@ -47,6 +48,33 @@ where
             body,
         })
     }
+}
+
+/// Who asks, with the server's state: the request of a handler that needs nothing else (the
+/// lists). The caller is the one the authentication layer put on the request.
+pub struct Authed {
+    pub st: AppState,
+    pub caller: Caller,
+}
+
+impl FromRequestParts<AppState> for Authed {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, st: &AppState) -> Result<Self, ApiError> {
+        Ok(Authed {
+            st: st.clone(),
+            caller: caller_of(parts)?,
+        })
+    }
+}
+
+/// The caller the authentication layer put on the request.
+fn caller_of(parts: &Parts) -> Result<Caller, ApiError> {
+    parts
+        .extensions
+        .get::<Caller>()
+        .cloned()
+        .ok_or_else(|| ApiError::internal("no caller on an authenticated route"))
 }
 
 /// Runs one operation and returns what the store did (the refusal stays inside).
@@ -126,6 +154,56 @@ fn record_reply(reply: Result<Reply, idem::OpError>) -> ApiResult<Record> {
 pub fn refused(op: &str, nk: &NsKey, from_state: Option<RecState>, e: ApiError) -> ApiError {
     log_op(op, nk, from_state, None, e.code());
     e
+}
+
+/// The claim answer, taken out of what the store did (the rest is kept for the log line and
+/// the metrics).
+pub fn claim_of(mut ex: Executed) -> ApiResult<(ClaimReply, Executed)> {
+    let reply = std::mem::replace(&mut ex.reply, Ok(Reply::Swept { changed: false }));
+    match reply {
+        Ok(Reply::Claim(c)) => Ok((c, ex)),
+        Ok(other) => Err(ApiError::internal(format!("unexpected reply {other:?}"))),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The headers of a claim-like answer: `Idempotent-Replayed: true` on a replay, and
+/// `Retry-After` in whole seconds (rounded up) when the answer says when to come back.
+pub fn answer_headers(replayed: bool, retry_after_ms: Option<i64>) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    if replayed {
+        headers.insert(
+            HeaderName::from_static("idempotent-replayed"),
+            HeaderValue::from_static("true"),
+        );
+    }
+    if let Some(ms) = retry_after_ms {
+        let secs = (ms.max(0) + 999) / 1000;
+        if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
+            headers.insert(header::RETRY_AFTER, v);
+        }
+    }
+    headers
+}
+
+/// The `name=value` pairs of a list's query string that have a value: an empty value counts
+/// as absent (`?state=` is every state), so no list refuses one.
+pub fn query_pairs(raw: Option<&str>) -> impl Iterator<Item = (Cow<'_, str>, Cow<'_, str>)> {
+    url::form_urlencoded::parse(raw.unwrap_or_default().as_bytes()).filter(|(_, v)| !v.is_empty())
+}
+
+/// A list's `limit`: an integer from 1 to 1000, else 422 naming it.
+pub fn query_limit(v: &str) -> ApiResult<usize> {
+    v.parse::<usize>()
+        .ok()
+        .filter(|n| (1..=1000).contains(n))
+        .ok_or_else(|| ApiError::invalid_field("limit", "must be an integer from 1 to 1000"))
+}
+
+/// A list's `state`: a state name, else 422 naming it.
+pub fn query_state(v: &str) -> ApiResult<RecState> {
+    RecState::parse(v)
+        .ok_or_else(|| ApiError::invalid_field("state", format!("{v:?} is not a state")))
 }
 
 /// Runs a worker or operator write that answers `{state, record}`.

@@ -8,11 +8,11 @@
 //! configuration a secret (reads show `secret_hints`), or write anything for a refused
 //! request.
 
-use axum::extract::{Path, RawQuery, State};
+use axum::extract::{Path, RawQuery};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, on, post, put, MethodFilter};
-use axum::{Extension, Json};
+use axum::Json;
 use base64::Engine;
 use idem::{
     Delivered, IntakeQuery, IntakeUpdate, Key, Namespace, Op, Reply, Role, Secret, SourceDelete,
@@ -23,6 +23,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 use utoipa::{OpenApi, ToSchema};
 
+use super::shared::{query_limit, query_pairs, query_state, Authed};
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult};
 use crate::input::JsonBody;
@@ -279,10 +280,7 @@ async fn write(
 /// List sources (operator).
 #[utoipa::path(get, path = "/v1/sources", tag = "intake",
     responses((status = 200, description = "every source the token may see, by name", body = SourceList)))]
-pub async fn list_sources(
-    State(st): State<AppState>,
-    Extension(caller): Extension<Caller>,
-) -> ApiResult<Json<Value>> {
+pub async fn list_sources(Authed { st, caller }: Authed) -> ApiResult<Json<Value>> {
     let mut items = vec![];
     for row in st.ledger.store().source_list().await? {
         if let Some(l) = load(st.ledger.store(), &row.name, st.ledger.now()).await? {
@@ -304,8 +302,7 @@ pub async fn list_sources(
         (status = 201, description = "created", body = SourceDoc),
         (status = 200, description = "replaced", body = SourceDoc)))]
 pub async fn put_source(
-    State(st): State<AppState>,
-    Extension(caller): Extension<Caller>,
+    Authed { st, caller }: Authed,
     Path(name): Path<String>,
     JsonBody(body): JsonBody,
 ) -> ApiResult<Response> {
@@ -325,8 +322,7 @@ pub async fn put_source(
     params(("source" = String, Path)), request_body = Object,
     responses((status = 200, description = "the source after the change", body = SourceDoc)))]
 pub async fn patch_source(
-    State(st): State<AppState>,
-    Extension(caller): Extension<Caller>,
+    Authed { st, caller }: Authed,
     Path(name): Path<String>,
     JsonBody(body): JsonBody,
 ) -> ApiResult<Json<Value>> {
@@ -342,8 +338,7 @@ pub async fn patch_source(
     params(("source" = String, Path)),
     responses((status = 200, description = "the source", body = SourceDoc)))]
 pub async fn get_source(
-    State(st): State<AppState>,
-    Extension(caller): Extension<Caller>,
+    Authed { st, caller }: Authed,
     Path(name): Path<String>,
 ) -> ApiResult<Json<Value>> {
     let name = source_name(&name)?;
@@ -360,8 +355,7 @@ pub async fn get_source(
     params(("source" = String, Path), ("force" = Option<bool>, Query, description = "delete even with undelivered events")),
     responses((status = 204, description = "deleted")))]
 pub async fn delete_source(
-    State(st): State<AppState>,
-    Extension(caller): Extension<Caller>,
+    Authed { st, caller }: Authed,
     Path(name): Path<String>,
     RawQuery(q): RawQuery,
 ) -> ApiResult<Response> {
@@ -442,8 +436,7 @@ fn parse_cursor(s: &str) -> Option<(i64, String)> {
         ("cursor" = Option<String>, Query, description = "next_cursor of the previous page")),
     responses((status = 200, description = "one page, newest received_at first", body = EventList)))]
 pub async fn list_events(
-    State(st): State<AppState>,
-    Extension(caller): Extension<Caller>,
+    Authed { st, caller }: Authed,
     Path(name): Path<String>,
     RawQuery(q): RawQuery,
 ) -> ApiResult<Json<EventList>> {
@@ -454,23 +447,11 @@ pub async fn list_events(
         limit: 100,
         ..IntakeQuery::default()
     };
-    for (k, v) in url::form_urlencoded::parse(q.unwrap_or_default().as_bytes()) {
+    for (k, v) in query_pairs(q.as_deref()) {
         match k.as_ref() {
-            "state" if !v.is_empty() => {
-                query.state = Some(RecState::parse(&v).ok_or_else(|| {
-                    ApiError::invalid_field("state", format!("{v:?} is not a state"))
-                })?)
-            }
-            "limit" if !v.is_empty() => {
-                query.limit = v
-                    .parse::<usize>()
-                    .ok()
-                    .filter(|n| (1..=1000).contains(n))
-                    .ok_or_else(|| {
-                        ApiError::invalid_field("limit", "must be an integer from 1 to 1000")
-                    })?
-            }
-            "cursor" if !v.is_empty() => {
+            "state" => query.state = Some(query_state(&v)?),
+            "limit" => query.limit = query_limit(&v)?,
+            "cursor" => {
                 query.after = Some(parse_cursor(&v).ok_or_else(|| {
                     ApiError::invalid_field("cursor", "not a cursor this server returned")
                 })?)
@@ -502,8 +483,7 @@ fn event_key(s: &str) -> ApiResult<Key> {
     params(("source" = String, Path), ("key" = String, Path)),
     responses((status = 200, description = "`{event: {key, event_id, received_at, content_type, headers, body | body_base64}, record, attempts}`", body = Object)))]
 pub async fn get_event(
-    State(st): State<AppState>,
-    Extension(caller): Extension<Caller>,
+    Authed { st, caller }: Authed,
     Path((name, key)): Path<(String, String)>,
 ) -> ApiResult<Json<Value>> {
     let name = source_name(&name)?;
@@ -627,8 +607,7 @@ async fn redeliver(
     params(("source" = String, Path), ("key" = String, Path)), request_body = RedeliverBody,
     responses((status = 202, description = "scheduled", body = RedeliverResponse)))]
 pub async fn redeliver_one(
-    State(st): State<AppState>,
-    Extension(caller): Extension<Caller>,
+    Authed { st, caller }: Authed,
     Path((name, key)): Path<(String, String)>,
     JsonBody(body): JsonBody,
 ) -> ApiResult<Response> {
@@ -671,8 +650,7 @@ fn rfc3339(field: &str, v: &Value) -> ApiResult<Option<Timestamp>> {
     params(("source" = String, Path)), request_body = BulkRedeliverBody,
     responses((status = 200, description = "how many were scheduled", body = Scheduled)))]
 pub async fn redeliver_many(
-    State(st): State<AppState>,
-    Extension(caller): Extension<Caller>,
+    Authed { st, caller }: Authed,
     Path(name): Path<String>,
     JsonBody(body): JsonBody,
 ) -> ApiResult<Json<Scheduled>> {

@@ -8,7 +8,7 @@
 //! token wider than the creating token's scope, or revoke the last live admin token (nobody
 //! could manage tokens over the API any more).
 
-use axum::extract::{FromRequestParts, State};
+use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -18,6 +18,7 @@ use idem::{ApiToken, Namespace, NewApiToken, Role};
 use serde::Serialize;
 use utoipa::{OpenApi, ToSchema};
 
+use super::shared::Authed;
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult};
 use crate::fields::{ExpiresInMs, Label, ScopeText};
@@ -99,8 +100,7 @@ pub struct TokenResponse {
 #[utoipa::path(post, path = "/v1/tokens", tag = "admin", request_body = TokenBody,
     responses((status = 201, description = "the new token (its secret is never shown again)", body = TokenResponse)))]
 pub async fn create_token(
-    State(st): State<AppState>,
-    Extension(caller): Extension<Caller>,
+    Authed { st, caller }: Authed,
     JsonBody(body): JsonBody,
 ) -> ApiResult<Response> {
     if matches!(caller, Caller::Anonymous) {
@@ -213,10 +213,7 @@ pub struct TokenList {
 /// List the live API tokens within the caller's scope, never their secrets (admin).
 #[utoipa::path(get, path = "/v1/tokens", tag = "admin",
     responses((status = 200, description = "the live tokens, oldest first", body = TokenList)))]
-pub async fn list_tokens(
-    State(st): State<AppState>,
-    Extension(caller): Extension<Caller>,
-) -> ApiResult<Json<TokenList>> {
+pub async fn list_tokens(Authed { st, caller }: Authed) -> ApiResult<Json<TokenList>> {
     let tokens = st.ledger.store().list_tokens().await?;
     // An admin scoped to one namespace sees only the tokens of that namespace.
     Ok(Json(TokenList {
@@ -258,8 +255,7 @@ fn unknown_token() -> ApiError {
     params(("token_id" = i64, Path, description = "the token's id, from GET /v1/tokens")),
     responses((status = 204, description = "revoked: refused from the next call on")))]
 pub async fn revoke_token(
-    State(st): State<AppState>,
-    Extension(caller): Extension<Caller>,
+    Authed { st, caller }: Authed,
     TokenIdPath(id): TokenIdPath,
 ) -> ApiResult<Response> {
     let store = st.ledger.store();

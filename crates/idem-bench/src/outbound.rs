@@ -13,7 +13,8 @@
 //! The invariants ([`check`]):
 //! - intake: every event answered `accepted` or `duplicate` is in the ledger; once the sink
 //!   is healthy again each ends `completed` (and then the sink answered `200` to one of its
-//!   forwards) or in the dead letter (`needs_review`); never two forwards of one event at the
+//!   forwards) or in the dead letter (`needs_review`, and then it never answered one `200`:
+//!   the source's retry budget of 3 attempts ran out); never two forwards of one event at the
 //!   sink at the same time; never a forward after the sink answered one of the event `200`
 //!   (no crash here, so nothing allows a second delivery);
 //! - effects (destination not idempotent): each key reaches the destination at most once,
@@ -297,7 +298,7 @@ pub async fn prepare(addr: &str, effects_ns: &str, sink: &FaultSink) -> anyhow::
             "url": format!("http://{}/webhook", sink.addr),
             "timeout_ms": FORWARD_TIMEOUT_MS,
             "concurrency": 8,
-            "retry": {"max_attempts": 40, "base_ms": 20, "max_ms": 200, "window_ms": 600000}
+            "retry": {"max_attempts": 3, "base_ms": 20, "max_ms": 200, "window_ms": 600000}
         }
     })
     .to_string();
@@ -522,6 +523,7 @@ pub struct OutboundVerdict {
     pub intake_lost: u64,
     pub intake_unsettled: u64,
     pub delivered_without_ok: u64,
+    pub dead_lettered_though_delivered: u64,
     pub forward_overlap: u64,
     pub forward_after_delivered: u64,
     pub effect_sent_twice: u64,
@@ -538,6 +540,7 @@ impl OutboundVerdict {
         self.intake_lost == 0
             && self.intake_unsettled == 0
             && self.delivered_without_ok == 0
+            && self.dead_lettered_though_delivered == 0
             && self.forward_overlap == 0
             && self.forward_after_delivered == 0
             && self.effect_sent_twice == 0
@@ -645,7 +648,15 @@ pub async fn check(
                     ));
                 }
             }
-            "needs_review" => v.dead_lettered += 1,
+            "needs_review" => {
+                v.dead_lettered += 1;
+                if hits.iter().any(|h| h.answered_ok) {
+                    v.dead_lettered_though_delivered += 1;
+                    v.violation(format!(
+                        "event {id}: dead-lettered, the sink answered it 200"
+                    ));
+                }
+            }
             "prepared" | "failed_retryable" => {
                 v.intake_unsettled += 1;
                 v.violation(format!("event {id}: still {state} after the sink healed"));

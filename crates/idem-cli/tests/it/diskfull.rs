@@ -297,7 +297,7 @@ fn disk_full(kind: &str) {
             .join("\n")
     );
     assert!(
-        lines.len() <= 20,
+        lines.len() <= 40,
         "{} WARN/ERROR lines for one full disk:\n{}",
         lines.len(),
         lines.join("\n")

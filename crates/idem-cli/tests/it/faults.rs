@@ -171,7 +171,8 @@ fn a_short_soak_reports_its_windows_and_a_clean_history() {
 /// was read, reset before, refused 503 or failed 500 (`idem_bench::outbound::FaultSink`).
 /// After `IDEM_SINK_FAULT_SECS` (default 6) the load stops and the sink heals; once every
 /// forward settled, the outbound checker reads every event and effect back: nothing
-/// acknowledged lost, every event delivered or dead-lettered, no two forwards of one event
+/// acknowledged lost, every event delivered or dead-lettered (after its 3 attempts, never
+/// once answered 200), no two forwards of one event
 /// in flight, no forward after a delivery, no effect sent twice (a 503 refusal aside), every
 /// ambiguous effect in `needs_review`.
 #[test]
@@ -231,6 +232,10 @@ fn sink_faults_while_intake_and_effects_run_break_no_invariant() {
         }
         assert!(sink.resets_at_accept() > 0, "{v:?}");
         assert!(v.intake_events > 50 && v.delivered > 50, "{v:?}");
+        assert!(
+            v.dead_lettered > 0,
+            "a 3-attempt budget runs out for some: {v:?}"
+        );
         assert!(
             v.forwards_at_sink > v.delivered,
             "forwards were retried: {v:?}"

@@ -152,6 +152,15 @@ async fn probe_claim(addr: &str, ns: &str, n: u64) -> (u16, String, String) {
     }
 }
 
+async fn get_status(addr: &str, path: &str) -> u16 {
+    reqwest::Client::new()
+        .get(format!("http://{addr}{path}"))
+        .timeout(Duration::from_secs(10))
+        .send()
+        .await
+        .map_or(0, |r| r.status().as_u16())
+}
+
 fn integrity(db: &Path) -> String {
     let c = rusqlite::Connection::open(db).expect("open the ledger");
     c.query_row("PRAGMA integrity_check", [], |r| r.get::<_, String>(0))
@@ -184,6 +193,11 @@ fn disk_full(kind: &str) {
         history::prepare_namespace(&addr, ns).await.expect("policy");
         let load = history::Load::start(&addr, ns, 16);
         tokio::time::sleep(Duration::from_millis(1500)).await;
+        assert_eq!(
+            probe_claim(&addr, ns, 0).await.0,
+            201,
+            "a record to read while full"
+        );
         let before = load.tally().acknowledged();
         assert!(before > 50, "the load runs before the disk fills: {before}");
         let t = Instant::now();
@@ -210,6 +224,7 @@ fn disk_full(kind: &str) {
         let acked_at_full = load.tally().acknowledged();
         let full_since = Instant::now();
         let mut probe = None;
+        let mut reads = None;
         let mut n = 0;
         while full_since.elapsed() < FULL_FOR {
             let f = filler.clone();
@@ -219,6 +234,11 @@ fn disk_full(kind: &str) {
                 let p = probe_claim(&addr, ns, n).await;
                 if p.0 == 503 {
                     probe = Some(p);
+                    // Reads go on while writes are refused.
+                    reads = Some((
+                        get_status(&addr, &format!("/v1/namespaces/{ns}/keys/probe-0")).await,
+                        get_status(&addr, "/readyz").await,
+                    ));
                 }
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
@@ -252,6 +272,12 @@ fn disk_full(kind: &str) {
             back.as_millis()
         );
         assert!(acked_after > 50, "the load is served again: {acked_after}");
+        let (read, ready) = reads.unwrap_or_default();
+        eprintln!("{test}: while full: GET of a record {read}, /readyz {ready}");
+        assert!(
+            read == 200 || read == 404,
+            "a read while full answered {read}"
+        );
         (h, probe, back)
     });
     let (status, ct, code) = refused_probe.expect("a fresh claim was refused while full");

@@ -64,6 +64,8 @@ pub struct Entry {
     pub status: Option<u16>,
     /// The record state the answer reported, when it did.
     pub state: Option<String>,
+    /// The problem `code` of a non-2xx answer (e.g. `store_unavailable`), when it had one.
+    pub code: Option<String>,
 }
 
 /// Every entry of a run.
@@ -78,14 +80,20 @@ async fn exchange(
     s: &mut TcpStream,
     method: &str,
     path: &str,
+    headers: &[(String, String)],
     body: Option<&str>,
 ) -> anyhow::Result<(u16, Value)> {
     let body = body.unwrap_or("");
-    let head = format!(
+    let mut head = format!(
         "{method} {path} HTTP/1.1\r\nHost: idem\r\nContent-Type: application/json\r\n\
-         Content-Length: {}\r\n\r\n{body}",
+         Content-Length: {}\r\n",
         body.len()
     );
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    head.push_str(body);
     s.write_all(head.as_bytes()).await?;
     let mut buf = Vec::with_capacity(512);
     let mut byte = [0u8; 1];
@@ -114,13 +122,13 @@ async fn exchange(
 }
 
 /// A connection that reconnects when broken.
-struct Conn {
-    addr: String,
+pub(crate) struct Conn {
+    pub(crate) addr: String,
     s: Option<TcpStream>,
 }
 
 /// What became of one request.
-enum Sent {
+pub(crate) enum Sent {
     /// No connection could be made: nothing was sent.
     NotConnected,
     /// Sent, and no answer came: it may or may not have been applied.
@@ -129,14 +137,32 @@ enum Sent {
 }
 
 impl Conn {
-    async fn send(&mut self, method: &str, path: &str, body: Option<&str>) -> Option<(u16, Value)> {
-        match self.try_send(method, path, body).await {
+    pub(crate) fn new(addr: &str) -> Conn {
+        Conn {
+            addr: addr.to_owned(),
+            s: None,
+        }
+    }
+
+    pub(crate) async fn send(
+        &mut self,
+        method: &str,
+        path: &str,
+        body: Option<&str>,
+    ) -> Option<(u16, Value)> {
+        match self.try_send(method, path, &[], body).await {
             Sent::Answer(s, v) => Some((s, v)),
             Sent::NotConnected | Sent::Lost => None,
         }
     }
 
-    async fn try_send(&mut self, method: &str, path: &str, body: Option<&str>) -> Sent {
+    pub(crate) async fn try_send(
+        &mut self,
+        method: &str,
+        path: &str,
+        headers: &[(String, String)],
+        body: Option<&str>,
+    ) -> Sent {
         if self.s.is_none() {
             let Ok(s) = TcpStream::connect(&self.addr).await else {
                 return Sent::NotConnected;
@@ -147,7 +173,8 @@ impl Conn {
         let Some(s) = self.s.as_mut() else {
             return Sent::NotConnected;
         };
-        match tokio::time::timeout(REQUEST_TIMEOUT, exchange(s, method, path, body)).await {
+        match tokio::time::timeout(REQUEST_TIMEOUT, exchange(s, method, path, headers, body)).await
+        {
             Ok(Ok((status, v))) => Sent::Answer(status, v),
             _ => {
                 self.s = None;
@@ -166,13 +193,53 @@ impl Conn {
         stop: &AtomicBool,
     ) -> Option<(u16, Value)> {
         loop {
-            match self.try_send(method, path, Some(body)).await {
+            match self.try_send(method, path, &[], Some(body)).await {
                 Sent::Answer(s, v) => return Some((s, v)),
                 Sent::Lost => return None,
                 Sent::NotConnected if stop.load(Ordering::Relaxed) => return None,
                 Sent::NotConnected => tokio::time::sleep(Duration::from_millis(20)).await,
             }
         }
+    }
+}
+
+/// Answers so far, readable while a load runs (to see when a fault starts to show and when
+/// the service is back).
+#[derive(Debug, Default)]
+pub struct Tally {
+    /// 2xx answers.
+    pub acknowledged: AtomicU64,
+    /// 503 answers.
+    pub unavailable: AtomicU64,
+    /// Requests sent and not answered.
+    pub unknown: AtomicU64,
+}
+
+impl Tally {
+    fn count(&self, status: Option<u16>) {
+        let c = match status {
+            Some(s) if (200..300).contains(&s) => &self.acknowledged,
+            Some(503) => &self.unavailable,
+            Some(_) => return,
+            None => &self.unknown,
+        };
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn acknowledged(&self) -> u64 {
+        self.acknowledged.load(Ordering::Relaxed)
+    }
+
+    pub fn unavailable(&self) -> u64 {
+        self.unavailable.load(Ordering::Relaxed)
+    }
+}
+
+/// The problem `code` of an answer that is not a 2xx.
+fn problem_code(status: Option<u16>, v: Option<&Value>) -> Option<String> {
+    match (status, v) {
+        (Some(s), Some(v)) if !(200..300).contains(&s) => v["code"].as_str().map(str::to_owned),
+        _ => None,
     }
 }
 
@@ -188,6 +255,7 @@ async fn worker(
     stop: Arc<AtomicBool>,
     claims: Arc<AtomicU64>,
     pause: Duration,
+    tally: Arc<Tally>,
 ) -> Vec<Entry> {
     let mut conn = Conn { addr, s: None };
     let mut out = Vec::new();
@@ -213,7 +281,9 @@ async fn worker(
                     result: None,
                     status: a.as_ref().map(|a| a.0),
                     state: None,
+                    code: problem_code(a.as_ref().map(|a| a.0), a.as_ref().map(|a| &a.1)),
                 };
+                tally.count(e.status);
                 match a {
                     Some((201, v)) => {
                         let attempt = v["record"]["attempt"].as_u64();
@@ -273,6 +343,7 @@ async fn worker(
                     .as_ref()
                     .and_then(|(_, v)| v["record"]["state"].as_str().or(v["state"].as_str()))
                     .map(str::to_owned);
+                tally.count(status);
                 out.push(Entry {
                     key,
                     verb,
@@ -280,6 +351,7 @@ async fn worker(
                     result: (verb == Verb::Complete).then_some(result),
                     status,
                     state,
+                    code: problem_code(status, a.as_ref().map(|a| &a.1)),
                 });
                 if verb == Verb::Heartbeat && status == Some(200) {
                     held = Some((key, token, attempt));
@@ -295,6 +367,7 @@ pub struct Load {
     stop: Arc<AtomicBool>,
     tasks: Vec<tokio::task::JoinHandle<Vec<Entry>>>,
     namespace: String,
+    tally: Arc<Tally>,
 }
 
 impl Load {
@@ -308,6 +381,7 @@ impl Load {
     pub fn start_paced(addr: &str, namespace: &str, clients: usize, pause: Duration) -> Load {
         let stop = Arc::new(AtomicBool::new(false));
         let claims = Arc::new(AtomicU64::new(0));
+        let tally = Arc::new(Tally::default());
         let tasks = (0..clients.max(1))
             .map(|id| {
                 tokio::spawn(worker(
@@ -317,6 +391,7 @@ impl Load {
                     stop.clone(),
                     claims.clone(),
                     pause,
+                    tally.clone(),
                 ))
             })
             .collect();
@@ -324,7 +399,13 @@ impl Load {
             stop,
             tasks,
             namespace: namespace.to_owned(),
+            tally,
         }
+    }
+
+    /// The answers so far.
+    pub fn tally(&self) -> &Tally {
+        &self.tally
     }
 
     pub async fn finish(self) -> anyhow::Result<History> {

@@ -30,6 +30,7 @@ mod dest;
 pub mod history;
 mod http;
 mod load;
+pub mod outbound;
 mod scale;
 
 use std::path::PathBuf;

@@ -111,6 +111,7 @@ pub(crate) fn run(
 ) {
     let _guard = SettleOnPanic(durability.clone());
     let max_batch = max_batch.max(1);
+    let mut failures = FailureLog::default();
     while let Ok(first) = rx.recv() {
         let mut batch = Vec::with_capacity(max_batch.min(64));
         batch.push(first);
@@ -122,10 +123,12 @@ pub(crate) fn run(
         }
         let seq = durability.start_batch();
         // After a failed fsync nothing more is written (see `crate::durable`).
+        let changes = conn.total_changes();
         let commit = match durability.check() {
             Ok(()) => commit_batch(&conn, &mut batch),
             Err(e) => Err(e),
         };
+        failures.record(&commit, batch.len(), conn.total_changes() > changes);
         let settle = Settle {
             seq,
             jobs: batch,
@@ -218,10 +221,41 @@ fn commit_batch(conn: &Connection, batch: &mut [BoxJob]) -> Result<(), StoreErro
     if commit.is_err() && !conn.is_autocommit() {
         let _ = conn.execute_batch("ROLLBACK");
     }
-    if let Err(e) = &commit {
-        tracing::warn!(error = %e, jobs = batch.len(), "sqlite: write batch not committed");
-    }
     commit
+}
+
+/// The writer's log of batches that did not commit: one WARN when batches start failing (with
+/// the cause), one INFO when one that wrote something commits again (with how many failed
+/// meanwhile). Not a line per batch: a full disk made that hundreds of lines a second. A batch
+/// that wrote nothing (a janitor pass with nothing to do) commits on a full disk too, so it
+/// does not end the run of failures.
+#[derive(Default)]
+struct FailureLog {
+    failed: u64,
+}
+
+impl FailureLog {
+    fn record(&mut self, commit: &Result<(), StoreError>, jobs: usize, wrote: bool) {
+        match commit {
+            Err(e) if self.failed == 0 => {
+                self.failed = 1;
+                tracing::warn!(error = %e, jobs, "sqlite: write batch not committed; \
+                    further failed batches are counted until one commits");
+            }
+            Err(e) => {
+                self.failed += 1;
+                tracing::debug!(error = %e, jobs, "sqlite: write batch not committed");
+            }
+            Ok(()) if self.failed > 0 && wrote => {
+                tracing::info!(
+                    failed_batches = self.failed,
+                    "sqlite: write batches commit again"
+                );
+                self.failed = 0;
+            }
+            Ok(()) => {}
+        }
+    }
 }
 
 /// How a pass over the batch ended (the transaction is open unless `Broken`… or rolled back
@@ -238,7 +272,8 @@ enum Pass {
 /// Opens the batch transaction and runs every job in it, in order.
 fn run_jobs(conn: &Connection, batch: &mut [BoxJob], savepoints: bool) -> Pass {
     if let Err(e) = exec(conn, "BEGIN IMMEDIATE") {
-        tracing::warn!(error = %e, jobs = batch.len(), "sqlite: cannot begin write batch");
+        // Logged with the batch's failure (`FailureLog`), once per run of failures.
+        tracing::debug!(error = %e, jobs = batch.len(), "sqlite: cannot begin write batch");
         return Pass::Broken(e);
     }
     for job in batch.iter_mut() {

@@ -165,3 +165,112 @@ fn a_short_soak_reports_its_windows_and_a_clean_history() {
         assert_eq!(v[k], 0, "{k}: {r}");
     }
 }
+
+/// The destination misbehaves while intake posts and effects run: each request it gets is
+/// answered at once, answered slowly, left hanging until the caller gives up, reset after it
+/// was read, reset before, refused 503 or failed 500 (`idem_bench::outbound::FaultSink`).
+/// After `IDEM_SINK_FAULT_SECS` (default 6) the load stops and the sink heals; once every
+/// forward settled, the outbound checker reads every event and effect back: nothing
+/// acknowledged lost, every event delivered or dead-lettered (after its 3 attempts, never
+/// once answered 200), no two forwards of one event
+/// in flight, no forward after a delivery, no effect sent twice (a 503 refusal aside), every
+/// ambiguous effect in `needs_review`.
+#[test]
+fn sink_faults_while_intake_and_effects_run_break_no_invariant() {
+    use idem_bench::outbound::{self, Recorded};
+    let secs: u64 = std::env::var("IDEM_SINK_FAULT_SECS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(6);
+    let server = Server::start();
+    let addr = server.url.trim_start_matches("http://").to_owned();
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    rt.block_on(async {
+        let ns = "fx-faults";
+        let sink = outbound::FaultSink::start().await.expect("sink");
+        outbound::prepare(&addr, ns, &sink).await.expect("prepare");
+        let load = outbound::OutboundLoad::start(&addr, ns, &sink, 2, 6);
+        tokio::time::sleep(Duration::from_secs(secs)).await;
+        let (intake, effects) = load.finish().await.expect("load");
+        sink.heal();
+        let healed = std::time::Instant::now();
+        let settled = outbound::wait_settled(&addr, Duration::from_secs(30))
+            .await
+            .expect("settle");
+        let settle_ms = healed.elapsed().as_millis();
+        let rec = Recorded {
+            intake,
+            effects,
+            hits: sink.hits(),
+        };
+        let v = outbound::check(&addr, ns, &rec).await.expect("check");
+        eprintln!(
+            "sink faults for {secs} s: every forward settled {settle_ms} ms after the sink \
+             healed; {} resets before reading; {}",
+            sink.resets_at_accept(),
+            serde_json::to_string_pretty(&v).unwrap_or_default()
+        );
+        assert!(
+            settled,
+            "forwards still pending 30 s after the sink healed: {v:?}"
+        );
+        assert!(v.ok(), "{v:?}");
+        assert_eq!(v.unanswered, 0, "{v:?}");
+        // The faults did happen, and so did the work.
+        for t in [
+            "ok",
+            "slow",
+            "hang",
+            "reset_after_read",
+            "refuse503",
+            "error500",
+        ] {
+            assert!(
+                v.treatments.get(t).copied().unwrap_or(0) > 0,
+                "no {t}: {v:?}"
+            );
+        }
+        assert!(sink.resets_at_accept() > 0, "{v:?}");
+        assert!(v.intake_events > 50 && v.delivered > 50, "{v:?}");
+        assert!(
+            v.dead_lettered > 0,
+            "a 3-attempt budget runs out for some: {v:?}"
+        );
+        assert!(
+            v.forwards_at_sink > v.delivered,
+            "forwards were retried: {v:?}"
+        );
+        assert!(v.effects_completed > 10 && v.effects_in_review > 5, "{v:?}");
+
+        // The checker is not vacuous: one acknowledged event the ledger does not have, one
+        // effect key sent a second time, and one forward repeated while it was in flight.
+        let mut bad = rec.clone();
+        bad.intake.push(outbound::IntakeEntry {
+            event_id: "evt_never_sent".into(),
+            status: Some(200),
+            result: Some("accepted".into()),
+            code: None,
+        });
+        let done = rec
+            .hits
+            .iter()
+            .find(|h| !h.forward && h.answered_ok)
+            .cloned()
+            .expect("an effect answered 200");
+        let mut again = done.clone();
+        again.start = done.end + Duration::from_millis(1);
+        again.end = again.start;
+        bad.hits.push(again);
+        let fwd = rec
+            .hits
+            .iter()
+            .find(|h| h.forward)
+            .cloned()
+            .expect("a forward");
+        bad.hits.push(fwd);
+        let b = outbound::check(&addr, ns, &bad).await.expect("check");
+        assert_eq!(b.intake_lost, 1, "{b:?}");
+        assert!(b.effect_sent_twice >= 1, "{b:?}");
+        assert!(b.forward_overlap >= 1, "{b:?}");
+    });
+}

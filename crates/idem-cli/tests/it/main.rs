@@ -9,6 +9,7 @@ mod audit;
 mod bench;
 mod db_secrets;
 mod derive;
+mod diskfull;
 mod effect;
 mod faults;
 mod helpers;

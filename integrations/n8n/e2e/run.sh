@@ -12,7 +12,12 @@
 #    the node, its AI agent tool variant and its credential, and runs the credential's Test
 #    (GET /v1/whoami) through n8n with a namespace-scoped worker token and with a wrong one;
 # 5. per workflow: fires one event 5 times concurrently, then once more (a replay), and asserts
-#    exactly one side effect per key at the sink and the duplicate branch for the other 5.
+#    exactly one side effect per key at the sink and the duplicate branch for the other 5;
+# 6. the intake in front of n8n: a Stripe source forwards to the intake template's webhook.
+#    An event signed with Stripe's official library, posted 5 times concurrently to /in → five
+#    200s, one n8n execution, each effect once; a bad signature → 401, nothing forwarded; n8n
+#    stopped while events come in → all acked, the forwards back off, and after n8n is started
+#    again every event arrives, each effect exactly once.
 #
 # Prints `N passed, M failed` and exits non-zero on any failure. Every wait is bounded; every
 # process it starts is stopped on exit. Only loopback traffic.
@@ -123,6 +128,18 @@ fi
 	abort "idem binary not found: build it (cargo build --release -p idem-cli) or set IDEM_BIN"
 log "idem binary: $IDEM_BIN"
 
+# The intake's Stripe events are signed with Stripe's official library, the one the intake's
+# cross tests use (.ci/signers.sh installs it outside the clone once; IDEM_TEST_SIGNERS names
+# an existing install).
+SIGNERS="${IDEM_TEST_SIGNERS:-}"
+if [[ -z "$SIGNERS" ]]; then
+	SIGNERS="$(bash "$REPO/.ci/signers.sh")" || abort "could not install the official webhook signers (.ci/signers.sh)"
+fi
+SIGN_PY="$REPO/crates/idem-intake/tests/official/sign.py"
+"$SIGNERS/venv/bin/python" -c 'import stripe' 2>/dev/null ||
+	abort "Stripe's official Python library is not in $SIGNERS/venv (run .ci/signers.sh)"
+log "official signers: $SIGNERS"
+
 # ---------------------------------------------------------------- 2. community node
 log "building the community node"
 (
@@ -186,6 +203,8 @@ export N8N_HIRING_BANNER_ENABLED=false N8N_COMMUNITY_PACKAGES_ENABLED=true
 export N8N_PUBLIC_API_DISABLED=true N8N_SECURE_COOKIE=false N8N_LOG_LEVEL=info
 export N8N_DIAGNOSTICS_CONFIG_FRONTEND="" N8N_DIAGNOSTICS_CONFIG_BACKEND=""
 export EXECUTIONS_DATA_SAVE_ON_SUCCESS=all
+# The intake template's Code node checks idem's forward signature with require('crypto').
+export NODE_FUNCTION_ALLOW_BUILTIN=crypto
 unset N8N_CONFIG_FILES || true
 
 # The community node, installed the way n8n finds community packages: ~/.n8n/nodes/node_modules.
@@ -216,6 +235,7 @@ NODE_WF="$N8N_INT/node/examples/webhook-gate-node.json"
 EFF_WF="$N8N_INT/templates/stripe-charge-via-effect.json"
 NODE_EFF_WF="$N8N_INT/node/examples/stripe-charge-effect-node.json"
 NODE_DERIVE_WF="$N8N_INT/node/examples/derive-key-single-output-node.json"
+INTAKE_WF="$N8N_INT/templates/intake-forward-gate-effects.json"
 STOCK_ID="$(json "$STOCK_WF" d.id)"
 ERR_ID="$(json "$ERR_WF" d.id)"
 AI_ID="$(json "$AI_WF" d.id)"
@@ -224,22 +244,28 @@ NODE_ID="$(json "$NODE_WF" d.id)"
 EFF_ID="$(json "$EFF_WF" d.id)"
 NODE_EFF_ID="$(json "$NODE_EFF_WF" d.id)"
 NODE_DERIVE_ID="$(json "$NODE_DERIVE_WF" d.id)"
+INTAKE_ID="$(json "$INTAKE_WF" d.id)"
+# The intake source's secrets: the provider's (Stripe's form) and the forward's (Standard
+# Webhooks: whsec_ + base64 of 32 random bytes), which the template checks.
+STRIPE_WHSEC="whsec_$(od -An -N18 -tx1 /dev/urandom | tr -d ' \n')"
+FORWARD_SECRET="whsec_$(node -e 'process.stdout.write(require("crypto").randomBytes(32).toString("base64"))')"
 
 log "n8n: importing credentials and workflows (n8n stopped)"
 "$N8N_BIN" import:credentials --input="$WORK/credentials.json" >>"$WORK/n8n-cli.log" 2>&1 ||
 	abort "n8n import:credentials failed (see $WORK/n8n-cli.log)"
-for wf in "$STOCK_WF" "$ERR_WF" "$AI_WF" "$FAN_WF" "$CRON_WF" "$NODE_WF" "$EFF_WF" "$NODE_EFF_WF" "$NODE_DERIVE_WF"; do
+for wf in "$STOCK_WF" "$ERR_WF" "$AI_WF" "$FAN_WF" "$CRON_WF" "$NODE_WF" "$EFF_WF" "$NODE_EFF_WF" "$NODE_DERIVE_WF" "$INTAKE_WF"; do
 	"$N8N_BIN" import:workflow --input="$wf" >>"$WORK/n8n-cli.log" 2>&1 ||
 		abort "n8n import:workflow $(basename "$wf") failed (see $WORK/n8n-cli.log)"
 done
-pass "workflows import without edits (all 6 stock templates + the 3 community-node examples)"
-for id in "$STOCK_ID" "$ERR_ID" "$AI_ID" "$FAN_ID" "$NODE_ID" "$EFF_ID" "$NODE_EFF_ID" "$NODE_DERIVE_ID"; do
+pass "workflows import without edits (all 7 stock templates + the 3 community-node examples)"
+for id in "$STOCK_ID" "$ERR_ID" "$AI_ID" "$FAN_ID" "$NODE_ID" "$EFF_ID" "$NODE_EFF_ID" "$NODE_DERIVE_ID" "$INTAKE_ID"; do
 	"$N8N_BIN" publish:workflow --id="$id" >>"$WORK/n8n-cli.log" 2>&1 ||
 		abort "n8n publish:workflow --id=$id failed (see $WORK/n8n-cli.log)"
 done
 node "$HERE/n8n-vars.js" "$N8N_HOME" "$N8N_USER_FOLDER/.n8n/database.sqlite" \
 	"IDEM_URL=$IDEM_URL" "CRM_URL=$SINK_URL/crm" "MAIL_URL=$SINK_URL/mail" "EFFECT_URL=$SINK_URL/effect" "PAYMENT_URL=$SINK_URL/charges" \
-	"APPROVAL_URL=$SINK_URL/approvals" "STRIPE_API_URL=$SINK_URL/stripe" "STRIPE_SECRET_KEY=sk_test_e2e_never_stored" "APPROVE_LINK=http://127.0.0.1:$N8N_PORT/webhook/idem-ai-draft-approve" ||
+	"APPROVAL_URL=$SINK_URL/approvals" "STRIPE_API_URL=$SINK_URL/stripe" "STRIPE_SECRET_KEY=sk_test_e2e_never_stored" "APPROVE_LINK=http://127.0.0.1:$N8N_PORT/webhook/idem-ai-draft-approve" \
+	"NOTIFY_URL=$SINK_URL/notify" "IDEM_FORWARD_SECRET=$FORWARD_SECRET" ||
 	abort "could not set the n8n variables"
 
 log "n8n: starting on 127.0.0.1:$N8N_PORT"
@@ -266,6 +292,8 @@ wait_for 60 "webhook idem-node-effect-charge" webhook_live idem-node-effect-char
 	abort "n8n did not register the Effect-operation example's webhook within 60 s"
 wait_for 60 "webhook idem-node-derive-refund" webhook_live idem-node-derive-refund ||
 	abort "n8n did not register the Derive Key example's webhook within 60 s"
+wait_for 60 "webhook idem-intake-events" webhook_live idem-intake-events ||
+	abort "n8n did not register the intake template's webhook within 60 s"
 pass "n8n $N8N_VERSION started headless; the production webhooks are registered"
 
 if grep -q 'n8n-nodes-idem' "$WORK/n8n.log" && grep -qiE 'error.*n8n-nodes-idem|n8n-nodes-idem.*error' "$WORK/n8n.log"; then
@@ -574,6 +602,218 @@ if wait_for 60 "fan-out effects" fan_done; then
 else
 	fail "fan-out: effects after the first delivery [$(fan_counts)] (want 1,1,1,1)"
 fi
+
+# ---------------------------------------------------------------- 6. the intake in front of n8n
+# A Stripe source in idem forwards each event, signed the Standard Webhooks way, to the intake
+# template's webhook (Respond: Immediately → verify idem's signature → gate each effect).
+# The events are signed with Stripe's official library. The forward retries are kept short
+# (forward.retry: 250 ms base, 2 s cap) so the outage below stays brief.
+T_INTAKE=$(date +%s)
+INTAKE_SRC=stripe-intake
+INTAKE_IN="$IDEM_URL/in/$INTAKE_SRC"
+INTAKE_FWD="http://127.0.0.1:$N8N_PORT/webhook/idem-intake-events"
+SRC_DOC="$(node -e 'console.log(JSON.stringify({ provider: "stripe", namespace: process.argv[1],
+  forward: { url: process.argv[2], timeout_ms: 5000, retry: { max_attempts: 200, base_ms: 250, max_ms: 2000 } } }))' \
+	"$INTAKE_SRC" "$INTAKE_FWD")"
+if STRIPE_WHSEC="$STRIPE_WHSEC" IDEM_FORWARD_SECRET="$FORWARD_SECRET" "$IDEM_BIN" source put "$INTAKE_SRC" \
+	--url "$IDEM_URL" --token "$ADMIN_TOKEN" --json "$SRC_DOC" \
+	--secret-env STRIPE_WHSEC --forward-secret-env IDEM_FORWARD_SECRET --raw >"$WORK/source.json" 2>"$WORK/source.err" &&
+	[[ "$(json "$WORK/source.json" 'd.provider + " " + d.forward.url + " " + (d.forward.secret_hint ? "signed" : "unsigned")')" == "stripe $INTAKE_FWD signed" ]]; then
+	pass "intake: idem source put $INTAKE_SRC (stripe, forward to the template's production webhook, signed)"
+else
+	fail "intake: idem source put $INTAKE_SRC failed: $(head -c 300 "$WORK/source.err") $(head -c 300 "$WORK/source.json")"
+fi
+if grep -qF -e "$STRIPE_WHSEC" -e "$FORWARD_SECRET" "$WORK/source.json" "$WORK/source.err"; then
+	fail "intake: the source's answer contains a secret"
+fi
+
+# stripe_event ID: a Stripe-shaped event body. stripe_headers SECRET BODY: the Stripe-Signature
+# header that Stripe's official Python library makes for BODY now ([[name, value]]).
+stripe_event() {
+	node -e 'const id = process.argv[1];
+console.log(JSON.stringify({ id, object: "event", type: "checkout.session.completed", created: Math.floor(Date.now() / 1000),
+  livemode: false, data: { object: { id: "cs_" + id, object: "checkout.session", amount_total: 4200, currency: "eur",
+    customer_details: { email: "ada@example.com", name: "Ada Lovelace" } } } }));' "$1"
+}
+stripe_headers() {
+	printf '%s' "$2" | "$SIGNERS/venv/bin/python" "$SIGN_PY" \
+		"$(node -e 'console.log(JSON.stringify({ provider: "stripe", secret: process.argv[1], timestamp_ms: Date.now() }))' "$1")"
+}
+# executions STATUS: how many executions of the intake template n8n holds (STATUS: all, success,
+# error), read through n8n's UI API with the owner's session; -999 when it cannot be read.
+executions() {
+	rest -G --data-urlencode "filter={\"workflowId\":\"$INTAKE_ID\"}" --data-urlencode limit=250 \
+		"$N8N_REST/executions" >"$WORK/executions.json" 2>/dev/null || {
+		echo -999
+		return
+	}
+	json "$WORK/executions.json" '(d.data && Array.isArray(d.data.results)) ? d.data.results.filter(e => "'"$1"'" === "all" || e.status === "'"$1"'").length : -999' 2>/dev/null || echo -999
+}
+# effect_counts EVT: "<crm>,<notify>" POSTs at the sink for the event's two effect keys.
+effect_counts() {
+	curl -fsS --max-time 10 "$SINK_URL/counts" | node -e '
+let s="";process.stdin.on("data",c=>s+=c).on("end",()=>{const d=JSON.parse(s);const k=process.argv[1];
+console.log((d[k+":crm"]||0)+","+(d[k+":notify"]||0))})' "$1"
+}
+# source_event KEY EXPR: EXPR over idem's read of the event (operator), bound to `d`.
+source_event() {
+	curl -sS --max-time 10 -H "Authorization: Bearer $OPERATOR_TOKEN" \
+		"$IDEM_URL/v1/sources/$INTAKE_SRC/events/$(node -e 'console.log(encodeURIComponent(process.argv[1]))' "$1")" \
+		-o "$WORK/event.json" -w '%{http_code}' >"$WORK/event.code" 2>/dev/null || echo 000 >"$WORK/event.code"
+	if [[ "$(cat "$WORK/event.code")" == 200 ]]; then
+		json "$WORK/event.json" "$2" 2>/dev/null || echo "unexpected: $(head -c 300 "$WORK/event.json")"
+	else
+		echo "http $(cat "$WORK/event.code")"
+	fi
+}
+
+# 6a. one event, 5 concurrent deliveries to idem → five 200s (one accepted), one forward, one
+#     n8n execution, each effect once.
+EXEC0="$(executions all)"
+EVT="evt_e2e_intake_$(date +%s)_$RANDOM"
+BODY="$(stripe_event "$EVT")"
+HDRS="$(stripe_headers "$STRIPE_WHSEC" "$BODY")" || HDRS='[]'
+node "$HERE/fire.js" "$INTAKE_IN" "$BODY" 5 30000 "$HDRS" >"$WORK/intake.burst.json"
+statuses="$(json "$WORK/intake.burst.json" 'd.map(r => r.status + ":" + (r.body && r.body.events ? r.body.events.map(e => e.status).join("+") : r.body && r.body.code)).sort().join(" ")')"
+slowest="$(json "$WORK/intake.burst.json" 'Math.max(...d.map(r => r.ms || 0))')"
+log "intake burst: answers [$statuses] (slowest $slowest ms)"
+if [[ "$statuses" == "200:accepted 200:duplicate 200:duplicate 200:duplicate 200:duplicate" ]]; then
+	pass "intake: 5 concurrent deliveries of one Stripe-signed event → 5× 200 (1 accepted, 4 duplicate)"
+else
+	fail "intake: 5 concurrent deliveries answered [$statuses] (want 1× 200:accepted, 4× 200:duplicate)"
+fi
+one_event_done() { [[ "$(effect_counts "$EVT")" == "1,1" ]]; }
+if wait_for 60 "intake effects of $EVT" one_event_done; then
+	sleep 3 # a second forward or execution would show by now
+	n="$(effect_counts "$EVT")"
+	if [[ "$n" == "1,1" ]]; then
+		pass "intake: each effect of the event happened once ($EVT:crm, $EVT:notify)"
+	else
+		fail "intake: effects crm,notify = [$n] (want 1,1)"
+	fi
+else
+	fail "intake: effects crm,notify after 60 s = [$(effect_counts "$EVT")] (want 1,1); $(tail -n 5 "$WORK/idem.log" | tr '\n' ' ' | head -c 600)"
+fi
+got="$(source_event "$EVT" 'd.record.state + " " + d.attempts.map(a => a.attempt + ":" + a.status).join(",")')"
+if [[ "$got" == "completed 1:200" ]]; then
+	pass "intake: idem forwarded the event once and n8n answered it 2xx ($(source_event "$EVT" 'd.attempts[0].duration_ms') ms)"
+else
+	fail "intake: idem's event is [$got] (want completed, one attempt answered 200)"
+fi
+exec1="$(executions all)"
+ok1="$(executions success)"
+err1="$(executions error)"
+if [[ "$EXEC0" -ge 0 && "$exec1" == "$((EXEC0 + 1))" && "$ok1" == "$exec1" ]]; then
+	pass "intake: n8n ran the workflow exactly once for the 5 deliveries (and it succeeded)"
+else
+	fail "intake: n8n executions of the intake template went $EXEC0 → $exec1 ($ok1 successful; want one more, all successful)"
+fi
+ledger intake-effects "$EVT:crm"
+ledger intake-effects "$EVT:notify"
+
+# 6b. a bad signature (signed with another secret by the same official library) → 401
+#     invalid_signature; nothing is stored, nothing forwarded, no execution.
+EVT_BAD="evt_e2e_forged_$(date +%s)_$RANDOM"
+BODY="$(stripe_event "$EVT_BAD")"
+HDRS="$(stripe_headers "whsec_not_the_source_secret_$RANDOM" "$BODY")" || HDRS='[]'
+node "$HERE/fire.js" "$INTAKE_IN" "$BODY" 1 30000 "$HDRS" >"$WORK/intake.bad.json"
+got="$(json "$WORK/intake.bad.json" 'd.map(r => r.status + ":" + (r.body && r.body.code)).join(" ")')"
+if [[ "$got" == "401:invalid_signature" ]]; then
+	pass "intake: a bad Stripe signature is refused 401 invalid_signature"
+else
+	fail "intake: a bad Stripe signature answered [$got] (want 401:invalid_signature)"
+fi
+# A forward that idem did not sign, sent straight to n8n: the template's Code node stops it.
+FORGED="$(stripe_event "evt_e2e_direct_$RANDOM")"
+FORGED_HDRS="$(node -e 'const c = require("crypto"); const id = process.argv[1], ts = Math.floor(Date.now() / 1000);
+const mac = c.createHmac("sha256", c.randomBytes(32)).update(id + "." + ts + "." + process.argv[2]).digest("base64");
+console.log(JSON.stringify([["webhook-id", id], ["webhook-timestamp", String(ts)], ["webhook-signature", "v1," + mac],
+  ["idem-key", id], ["idem-source", "stripe-intake"]]))' "evt_e2e_direct" "$FORGED")"
+node "$HERE/fire.js" "$INTAKE_FWD" "$FORGED" 1 30000 "$FORGED_HDRS" >"$WORK/intake.forged.json"
+sleep 3
+got="$(json "$WORK/intake.forged.json" 'd.map(r => r.status).join(" ")')"
+bad="$(source_event "$EVT_BAD" 'd.record.state')"
+exec2="$(executions all)"
+err2="$(executions error)"
+n="$(effect_counts "$EVT_BAD"),$(effect_counts evt_e2e_direct)"
+# Why the newest failed execution failed: the Code node's own refusal.
+why="none"
+last_err="$(json "$WORK/executions.json" '((d.data && d.data.results) || []).filter(e => e.status === "error").map(e => Number(e.id)).sort((a, b) => b - a)[0] || ""' 2>/dev/null || true)"
+if [[ -n "$last_err" ]] && rest "$N8N_REST/executions/$last_err" 2>/dev/null | grep -q 'invalid idem forward signature'; then
+	why="invalid idem forward signature"
+fi
+if [[ "$bad" == "http 404" && "$n" == "0,0,0,0" && "$exec2" == "$((exec1 + 1))" && "$err2" == "$((err1 + 1))" && "$why" != none ]]; then
+	pass "intake: nothing kept or forwarded for the bad signature; a forward idem did not sign, sent to n8n directly ($got), failed in the Code node ($why) before any claim"
+else
+	fail "intake: after the bad signature idem holds [$bad] (want http 404), effects [$n] (want 0,0,0,0), executions $exec1 → $exec2, failed $err1 → $err2 (want one more of each: the direct forgery, refused for an invalid idem forward signature: [$why])"
+fi
+
+# 6c. n8n down: events keep being acked and kept; the forwards fail and back off; once n8n is
+#     back every event arrives, each effect exactly once.
+stop_pid "$N8N_PID"
+log "intake outage: n8n stopped"
+OUT_EVTS=()
+got=""
+for i in 1 2 3; do
+	e="evt_e2e_outage_$(date +%s)_${RANDOM}_$i"
+	OUT_EVTS+=("$e")
+	BODY="$(stripe_event "$e")"
+	HDRS="$(stripe_headers "$STRIPE_WHSEC" "$BODY")" || HDRS='[]'
+	# Stripe's own retry of the first one while n8n is down: a duplicate, no second forward.
+	reps=1
+	[[ $i == 1 ]] && reps=2
+	node "$HERE/fire.js" "$INTAKE_IN" "$BODY" "$reps" 30000 "$HDRS" >"$WORK/intake.outage.json"
+	got+="$(json "$WORK/intake.outage.json" 'd.map(r => r.status + ":" + (r.body && r.body.events ? r.body.events.map(e => e.status).join("+") : r.body && r.body.code)).sort().join(" ")') "
+done
+if [[ "$got" == "200:accepted 200:duplicate 200:accepted 200:accepted " ]]; then
+	pass "intake outage: 3 events (one sent twice) acked 200 while n8n is down"
+else
+	fail "intake outage: answers while n8n is down [$got] (want 200:accepted 200:duplicate, 200:accepted, 200:accepted)"
+fi
+backing_off() {
+	local e
+	for e in "${OUT_EVTS[@]}"; do
+		[[ "$(source_event "$e" 'd.record.state !== "completed" && d.attempts.length >= 2 && d.attempts.every(a => a.status === null && a.error.category === "connection")')" == true ]] || return 1
+	done
+}
+if wait_for 30 "intake outage: forwards failing" backing_off; then
+	pass "intake outage: every forward fails (connection) and is retried after a backoff ($(source_event "${OUT_EVTS[0]}" 'd.attempts.length + " attempts of the first so far, state " + d.record.state'))"
+else
+	fail "intake outage: forwards while n8n is down: $(source_event "${OUT_EVTS[0]}" 'd.record.state + " " + JSON.stringify(d.attempts.slice(-2))')"
+fi
+sleep 2
+start N8N "$WORK/n8n-restart.log" "$N8N_BIN" start
+T_DOWN=$(date +%s)
+if wait_for 240 "n8n restarted: webhook idem-intake-events" webhook_live idem-intake-events; then
+	all_arrived() {
+		local e
+		for e in "${OUT_EVTS[@]}"; do [[ "$(effect_counts "$e")" == "1,1" ]] || return 1; done
+	}
+	if wait_for 60 "intake outage: every event delivered" all_arrived; then
+		log "intake outage: all delivered $(($(date +%s) - T_DOWN)) s after n8n was started again"
+	fi
+	sleep 3
+	for e in "${OUT_EVTS[@]}"; do
+		n="$(effect_counts "$e")"
+		st="$(source_event "$e" 'd.record.state + " " + d.attempts.filter(a => a.status !== null && a.status >= 200 && a.status < 300).length')"
+		if [[ "$n" == "1,1" && "$st" == "completed 1" ]]; then
+			pass "intake outage: $e arrived after n8n was back, each effect once (delivered by attempt $(source_event "$e" 'd.attempts.length'))"
+		else
+			fail "intake outage: $e effects crm,notify [$n] (want 1,1), idem [$st] (want completed, one 2xx attempt)"
+		fi
+	done
+	exec3="$(executions all)"
+	ok3="$(executions success)"
+	if [[ "$exec3" == "$((exec2 + 3))" && "$ok3" == "$((ok1 + 3))" ]]; then
+		pass "intake outage: n8n ran the workflow once per event (3 more executions, all successful)"
+	else
+		fail "intake outage: executions $exec2 → $exec3, successful $ok1 → $ok3 (want 3 more of each)"
+	fi
+else
+	fail "intake outage: n8n did not register the intake webhook within 240 s of its restart"
+	tail -n 40 "$WORK/n8n-restart.log"
+fi
+log "intake part took $(($(date +%s) - T_INTAKE)) s"
 
 log "done in $(($(date +%s) - T0)) s"
 summary

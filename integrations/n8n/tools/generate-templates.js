@@ -784,17 +784,19 @@ function intakeForward() {
 	const hook = w.add(
 		L.webhook('Event from idem', 'idem-intake-events', [120, 300], { responseMode: 'onReceived', options: { rawBody: true } }),
 	);
+	// The Code node reads the Webhook's own items (headers, the raw body as binary `data`), so
+	// it comes first: a Set node in between would hand it only the settings.
+	const verify = w.add(
+		L.code('Verify idem signature', [340, 300], VERIFY_FORWARD_JS, 'Standard Webhooks signature of the forward; needs NODE_FUNCTION_ALLOW_BUILTIN=crypto'),
+	);
+	w.link(hook, verify);
 	const set = w.add(
-		L.settings([340, 300], 'intake-effects', [
+		L.settings([560, 300], 'intake-effects', [
 			['crm_url', "={{ $vars.CRM_URL || 'https://crm.example.invalid/contacts/upsert' }}"],
 			['notify_url', "={{ $vars.NOTIFY_URL || 'https://chat.example.invalid/messages' }}"],
 		]),
 	);
-	w.link(hook, set);
-	const verify = w.add(
-		L.code('Verify idem signature', [560, 300], VERIFY_FORWARD_JS, 'Standard Webhooks signature of the forward; needs NODE_FUNCTION_ALLOW_BUILTIN=crypto'),
-	);
-	w.link(set, verify);
+	w.link(verify, set);
 
 	const crm = intakeEffect(w, {
 		label: 'crm',
@@ -806,7 +808,7 @@ function intakeForward() {
 		body: `{ key: ${V}.key, source: ${V}.source, event: ${V}.event }`,
 		notes: 'Stand-in for your CRM node. Pass the key on as the idempotency key where the API has one.',
 	});
-	w.link(verify, crm.claim);
+	w.link(set, crm.claim);
 	const notify = intakeEffect(w, {
 		label: 'notify',
 		effectName: 'Notify the team (replace me)',

@@ -157,11 +157,13 @@ test('intake template: every claim is keyed on the verified key and comes after 
 		assert.match(n.parameters.jsonBody, /fingerprint: \$\('Verify idem signature'\)\.item\.json\.body_sha256/, n.name);
 		assert.doesNotMatch(n.parameters.jsonBody, /payload:/, n.name);
 	}
-	// The only way from the webhook to the first claim runs through the Code node.
+	// The only way from the webhook to the first claim runs through the Code node, and the Code
+	// node gets the Webhook's own items (headers and raw body): a Set node before it would
+	// replace them with its fields.
 	const next = (from) => (intake.connections[from]?.main ?? []).flat().map((l) => l.node);
-	assert.deepEqual(next('Event from idem'), ['idem settings']);
-	assert.deepEqual(next('idem settings'), [VERIFY]);
-	assert.deepEqual(next(VERIFY), ['Claim crm']);
+	assert.deepEqual(next('Event from idem'), [VERIFY]);
+	assert.deepEqual(next(VERIFY), ['idem settings']);
+	assert.deepEqual(next('idem settings'), ['Claim crm']);
 	// Every idem call's key comes from the verified key, never from an unsigned header or the body.
 	for (const n of intake.nodes.filter((x) => x.type === 'n8n-nodes-base.httpRequest' && /\/v1\/namespaces\//.test(x.parameters.url))) {
 		assert.doesNotMatch(n.parameters.url, /headers|\.body\./, n.name);

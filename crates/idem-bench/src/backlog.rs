@@ -5,8 +5,9 @@
 //! One run on a fresh ledger: a Stripe source forwarding to a loopback sink; the source's
 //! namespace is paused (deliveries held, events still accepted) while `N` signed 1 KiB
 //! events are posted; the server's RSS is read with the whole backlog stored; then the
-//! namespace is resumed and the backlog drains while `clients` connections go on posting
-//! fresh events; the run ends when every accepted event reached the sink. The sink records
+//! namespace is resumed and the backlog drains while one connection goes on posting fresh
+//! events, paced at about 100 per second (new traffic next to the drain, not a second
+//! saturating load); the run ends when every accepted event reached the sink. The sink records
 //! each forward's `Idem-Key`, so the run also checks that no accepted event was lost and
 //! none was delivered twice. It only ever binds and calls 127.0.0.1.
 
@@ -28,6 +29,7 @@ pub struct BacklogReport {
     pub backend: Backend,
     /// Events in the backlog when deliveries resumed.
     pub backlog: u64,
+    /// Connections that filled the backlog.
     pub clients: usize,
     /// Filling the backlog (deliveries paused): events accepted per second.
     pub fill_per_s: f64,
@@ -60,14 +62,15 @@ fn rss_now_mib(pid: u32) -> f64 {
         .map_or(0.0, |kib| (kib / 1024.0 * 10.0).round() / 10.0)
 }
 
-/// `clients` connections posting fresh events (ids `evt_<run>_<tag>_<n>`) until `n` were
-/// accepted (`until_count`) or `stop` is set; returns how many were accepted.
+/// `clients` connections posting fresh events (ids `evt_<run>_<tag>_<n>`), `pause` apart,
+/// until `n` were accepted (`until_count`) or `stop` is set; returns how many were accepted.
 async fn post_events(
     target: &http::Target,
     run: u64,
     tag: &'static str,
     clients: usize,
     until_count: Option<u64>,
+    pause: Duration,
     stop: Arc<AtomicBool>,
 ) -> anyhow::Result<u64> {
     let next = Arc::new(AtomicU64::new(0));
@@ -97,6 +100,9 @@ async fn post_events(
                     let headers = stripe_headers(&body)?;
                     http::intake(&mut conn, uri.clone(), body, &headers, "accepted").await?;
                     accepted.fetch_add(1, Ordering::Relaxed);
+                    if !pause.is_zero() {
+                        tokio::time::sleep(pause).await;
+                    }
                 }
             })
             .await
@@ -152,7 +158,16 @@ async fn drain_run(
     let run: u64 = rand::random();
     let never = Arc::new(AtomicBool::new(false));
     let t0 = Instant::now();
-    let filled = post_events(&server.target, run, "b", clients, Some(backlog), never).await?;
+    let filled = post_events(
+        &server.target,
+        run,
+        "b",
+        clients,
+        Some(backlog),
+        Duration::ZERO,
+        never,
+    )
+    .await?;
     let fill_s = t0.elapsed().as_secs_f64();
     anyhow::ensure!(
         sink.requests() == 0,
@@ -174,7 +189,8 @@ async fn drain_run(
     let stop = Arc::new(AtomicBool::new(false));
     let during = {
         let (target, stop) = (server.target.clone(), stop.clone());
-        tokio::spawn(async move { post_events(&target, run, "d", clients, None, stop).await })
+        let pause = Duration::from_millis(10);
+        tokio::spawn(async move { post_events(&target, run, "d", 1, None, pause, stop).await })
     };
     // The drain: as many deliveries as the backlog held (new events are delivered meanwhile
     // too, in no promised order).

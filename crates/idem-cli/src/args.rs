@@ -284,7 +284,8 @@ pub struct BenchCmd {
     pub soak: Option<String>,
     /// Backlog run instead of the table: hold deliveries (namespace paused) while this many
     /// Stripe-signed events are posted, then resume and measure the drain into a loopback
-    /// sink while intake goes on (the largest --concurrency value of clients), the server's
+    /// sink while intake goes on (one client, ~100 events/s; the backlog is filled by the
+    /// largest --concurrency value of clients), the server's
     /// RSS with the backlog stored, and that nothing was lost or delivered twice.
     #[arg(long, value_name = "N")]
     pub backlog: Option<u64>,

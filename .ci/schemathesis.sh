@@ -162,7 +162,7 @@ run_against() {
   local relay="" inner_db="$db"
   if [[ "$db" == postgres://* || "$db" == postgresql://* ]]; then
     local sock="$WORK/pg-$label.sock" hp port
-    hp="$(python3 -c 'import sys, urllib.parse as u; p = u.urlsplit(sys.argv[1]); print(f"{p.hostname or \"127.0.0.1\"}:{p.port or 5432}")' "$db")"
+    hp="$(python3 -c 'import sys, urllib.parse as u; p = u.urlsplit(sys.argv[1]); print("%s:%s" % (p.hostname or "127.0.0.1", p.port or 5432))' "$db")"
     port="${hp##*:}"
     inner_db="$(python3 -c 'import sys, urllib.parse as u; p = u.urlsplit(sys.argv[1]); user = p.netloc.rpartition("@")[0]; print(u.urlunsplit((p.scheme, (user + "@" if user else "") + "127.0.0.1:" + sys.argv[2], p.path, p.query, "")))' "$db" "$port")"
     python3 "$ROOT/.ci/pg-relay.py" unix-to-tcp "$sock" "$hp" &

@@ -178,7 +178,7 @@ fn in_scope(token_scope: &str, ns: &str) -> bool {
 }
 
 /// The bearer secret of a request, if it carries one.
-fn bearer(req: &Request) -> Result<Option<String>, ApiError> {
+pub fn bearer(req: &Request) -> Result<Option<String>, ApiError> {
     let Some(v) = req.headers().get(axum::http::header::AUTHORIZATION) else {
         return Ok(None);
     };

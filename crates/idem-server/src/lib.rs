@@ -28,6 +28,26 @@ pub mod state;
 pub mod telemetry;
 pub mod tls;
 
+/// The hand-written parsers of untrusted input in this crate, gathered for the fuzz targets
+/// of `fuzz/` (docs/fuzzing.md). Not an API: only re-exports, nothing here is used by the
+/// server itself.
+#[doc(hidden)]
+pub mod fuzzing {
+    /// `GET /v1/review`'s query string, read for a caller.
+    pub use crate::api::v1::review::review_query;
+    /// The `next_cursor` of `GET /v1/sources/{source}/events`: written and read back.
+    pub use crate::api::v1::sources::{
+        cursor_of as events_cursor, parse_cursor as parse_events_cursor,
+    };
+    /// The `Authorization: Bearer` header of every authenticated request.
+    pub use crate::auth::bearer;
+    /// The console's session cookie lookup and the sign-in's place to return to.
+    pub use crate::console::session::{cookie, safe_next};
+    /// What [`bearer`] reads.
+    pub use axum::body::Body;
+    pub use axum::extract::Request;
+}
+
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;

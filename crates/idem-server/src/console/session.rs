@@ -80,7 +80,7 @@ fn equal(a: &str, b: &str) -> bool {
 }
 
 /// The value of cookie `name`, if the request carries it.
-fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
+pub fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
     headers
         .get_all(header::COOKIE)
         .iter()
@@ -293,11 +293,16 @@ async fn gate_inner(st: &AppState, req: Request, next: Next) -> Result<Response,
     Ok(resp)
 }
 
-/// Only a console path (never `//host`, never another site) is a place to return to.
-fn safe_next(next: Option<&str>) -> String {
+/// Only a console path (never `//host`, never another site, never a `..` that climbs out of
+/// `/console`) is a place to return to. It is sent back as a `Location` header, so it is
+/// visible ASCII only (a request's own path and query always are): a control character
+/// there made the redirect a 500.
+pub fn safe_next(next: Option<&str>) -> String {
     match next {
         Some(n)
             if (n == "/console" || n.starts_with("/console/") || n.starts_with("/console?"))
+                && n.bytes().all(|b| b.is_ascii_graphic())
+                && !has_dot_segment(n)
                 && !n.contains("//")
                 && !n.contains('\\')
                 && !n.starts_with("/console/login")
@@ -307,6 +312,16 @@ fn safe_next(next: Option<&str>) -> String {
         }
         _ => "/console".to_owned(),
     }
+}
+
+/// Whether the path of `n` has a `.` or `..` segment, written plainly or percent-encoded
+/// (`%2e`), which a browser resolves away.
+fn has_dot_segment(n: &str) -> bool {
+    let path = n.split(['?', '#']).next().unwrap_or_default();
+    path.split('/').any(|s| {
+        let s = s.to_ascii_lowercase().replace("%2e", ".");
+        s == "." || s == ".."
+    })
 }
 
 /// The sign-in page with a fresh double-submit token (and its cookie).
@@ -426,6 +441,7 @@ mod tests {
             "/console",
             "/console/review?state=needs_review",
             "/console/ns/a",
+            "/console/ns/a.b/keys/x..y?state=a.b",
         ] {
             assert_eq!(safe_next(Some(ok)), ok);
         }
@@ -442,6 +458,38 @@ mod tests {
             assert_eq!(safe_next(Some(bad)), "/console", "{bad}");
         }
         assert_eq!(safe_next(None), "/console");
+    }
+
+    #[test]
+    fn a_place_to_return_to_is_always_a_redirect() {
+        // The sign-in form's `next` is form-decoded text: a control character in it made
+        // the `Location` header invalid and the sign-in a 500 (found by the console_session
+        // fuzz target).
+        for bad in [
+            "/console/\n",
+            "/console/a\r\nSet-Cookie: x=y",
+            "/console?\0",
+            "/console/\x7f",
+            "/console/\u{e9}",
+            "/console/a b",
+            "/console\t",
+        ] {
+            assert_eq!(safe_next(Some(bad)), "/console", "{bad:?}");
+        }
+        // Dot segments climb out of /console once a browser resolves them.
+        for bad in [
+            "/console/..",
+            "/console/../v1/namespaces",
+            "/console/ns/%2e%2E/../x",
+            "/console/%2e./x",
+            "/console/./review",
+        ] {
+            assert_eq!(safe_next(Some(bad)), "/console", "{bad:?}");
+        }
+        for next in ["/console/\n", "/console/review?state=needs_review"] {
+            let resp = Redirect::to(&safe_next(Some(next))).into_response();
+            assert_eq!(resp.status(), StatusCode::SEE_OTHER, "{next:?}");
+        }
     }
 
     #[test]

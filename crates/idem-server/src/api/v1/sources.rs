@@ -406,7 +406,7 @@ fn summary(row: &idem::IntakeEventRow) -> EventSummaryDoc {
     }
 }
 
-fn cursor_of(row: &idem::IntakeEventRow) -> String {
+pub fn cursor_of(row: &idem::IntakeEventRow) -> String {
     hex_encode(format!("{}\n{}", row.received_at.0, row.key).as_bytes())
 }
 
@@ -414,7 +414,7 @@ fn hex_encode(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-fn parse_cursor(s: &str) -> Option<(i64, String)> {
+pub fn parse_cursor(s: &str) -> Option<(i64, String)> {
     if !s.len().is_multiple_of(2) {
         return None;
     }

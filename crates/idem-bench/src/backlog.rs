@@ -51,17 +51,6 @@ pub struct BacklogReport {
     pub peak_rss_mib: f64,
 }
 
-fn rss_now_mib(pid: u32) -> f64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
-        })
-        .map_or(0.0, |kib| (kib / 1024.0 * 10.0).round() / 10.0)
-}
-
 /// `clients` connections posting fresh events (ids `evt_<run>_<tag>_<n>`), `pause` apart,
 /// until `n` were accepted (`until_count`) or `stop` is set; returns how many were accepted.
 async fn post_events(
@@ -177,7 +166,7 @@ async fn drain_run(
     // Let the server settle (its write buffers, the janitor's first pass) before reading
     // what the stored backlog costs it.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let rss_mib_with_backlog = rss_now_mib(server.pid);
+    let rss_mib_with_backlog = crate::history::rss_mib(server.pid);
 
     http::post_path(
         &server.target,

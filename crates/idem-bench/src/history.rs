@@ -776,7 +776,8 @@ pub struct SoakReport {
     pub verdict: Verdict,
 }
 
-fn rss_mib(pid: u32) -> f64 {
+/// The resident memory of process `pid` now (VmRSS), in MiB with one decimal.
+pub(crate) fn rss_mib(pid: u32) -> f64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {

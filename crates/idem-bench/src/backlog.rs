@@ -22,6 +22,9 @@ use crate::{dest, http, intake_body, stripe_headers, Backend, ServerProcess};
 
 /// The backlog run's source (its namespace has the same name).
 const SOURCE: &str = "bench-backlog";
+/// The source's `forward.concurrency` (deliveries in flight): the default 4 is sized for an
+/// n8n that should not be flooded; a drain at speed is what a user raises it for.
+pub const FORWARD_CONCURRENCY: u32 = 32;
 
 /// The figures of one backlog run.
 #[derive(Debug, Clone, Serialize)]
@@ -31,6 +34,8 @@ pub struct BacklogReport {
     pub backlog: u64,
     /// Connections that filled the backlog.
     pub clients: usize,
+    /// The source's `forward.concurrency`.
+    pub forward_concurrency: u32,
     /// Filling the backlog (deliveries paused): events accepted per second.
     pub fill_per_s: f64,
     /// The server's resident memory with the whole backlog stored, before the drain.
@@ -127,7 +132,10 @@ async fn drain_run(
     let source = serde_json::json!({
         "provider": "stripe",
         "secrets": [crate::INTAKE_SECRET],
-        "forward": {"url": format!("http://{}/webhook", sink.addr)},
+        "forward": {
+            "url": format!("http://{}/webhook", sink.addr),
+            "concurrency": FORWARD_CONCURRENCY,
+        },
     });
     let json = |v: serde_json::Value| bytes::Bytes::from(v.to_string());
     http::put(
@@ -208,6 +216,7 @@ async fn drain_run(
         backend,
         backlog: filled,
         clients,
+        forward_concurrency: FORWARD_CONCURRENCY,
         fill_per_s: filled as f64 / fill_s,
         rss_mib_with_backlog,
         drain_s: (drain_s * 100.0).round() / 100.0,
@@ -224,10 +233,11 @@ async fn drain_run(
 /// The report as a table of one line per backend.
 pub fn render(rows: &[BacklogReport]) -> String {
     let mut out = format!(
-        "{:<9} {:>8} {:>5} {:>9} {:>11} {:>8} {:>10} {:>12} {:>9} {:>5} {:>7} {:>9}\n",
+        "{:<9} {:>8} {:>5} {:>5} {:>9} {:>11} {:>8} {:>10} {:>12} {:>9} {:>5} {:>7} {:>9}\n",
         "backend",
         "backlog",
         "conc",
+        "fwd",
         "fill/s",
         "rss@backlog",
         "drain s",
@@ -240,10 +250,11 @@ pub fn render(rows: &[BacklogReport]) -> String {
     );
     for r in rows {
         out.push_str(&format!(
-            "{:<9} {:>8} {:>5} {:>9.0} {:>11.1} {:>8.2} {:>10.0} {:>12.0} {:>9} {:>5} {:>7} {:>9.1}\n",
+            "{:<9} {:>8} {:>5} {:>5} {:>9.0} {:>11.1} {:>8.2} {:>10.0} {:>12.0} {:>9} {:>5} {:>7} {:>9.1}\n",
             r.backend.as_str(),
             r.backlog,
             r.clients,
+            r.forward_concurrency,
             r.fill_per_s,
             r.rss_mib_with_backlog,
             r.drain_s,

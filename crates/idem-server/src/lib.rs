@@ -272,6 +272,7 @@ pub async fn run(
         shutdown: stop_rx.clone(),
         gauges: tokio::sync::Mutex::new(None),
         egress,
+        sources: Arc::new(intake::SourceCache::new(store.clone())),
     });
 
     let janitor = {
@@ -309,7 +310,11 @@ pub async fn run(
     };
 
     let forwards = {
-        let forwarder = intake::forward::Forwarder::new(ledger.clone(), state.egress.clone());
+        let forwarder = intake::forward::Forwarder::new(
+            ledger.clone(),
+            state.egress.clone(),
+            state.sources.clone(),
+        );
         tokio::spawn(background::run_loop(
             "forwards",
             config.forward_interval,

@@ -27,6 +27,8 @@ pub struct Shared {
     pub gauges: tokio::sync::Mutex<Option<(std::time::Instant, idem::Stats)>>,
     /// The one outbound HTTP client (effects): the egress guard, the shared TLS setup.
     pub egress: idem_egress::Egress,
+    /// Sources as the intake and the forwarder read them (reused for up to 1 s).
+    pub sources: Arc<crate::intake::SourceCache>,
 }
 
 impl AppState {

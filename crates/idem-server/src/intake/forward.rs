@@ -3,7 +3,9 @@
 //!
 //! One [`Forwarder::step`] claims due items (leased for the longest source timeout plus a
 //! margin), and runs each delivery in its own task under two bounds: a global cap per
-//! instance and `forward.concurrency` per source. A delivery takes the record's lease first
+//! instance and `forward.concurrency` per source. While deliveries run, the next step waits
+//! for a quarter of the global cap to come free (or [`ROOM_WAIT`]) and claims again at once,
+//! so a backlog drains without waiting out the loop's interval between batches. A delivery takes the record's lease first
 //! (`ForwardStart`: refused while another attempt holds it, the namespace is paused or the
 //! retry is not due — then the item waits), sends the stored body verbatim with its
 //! `Content-Type`, the forwarded headers, `Idem-Source`, `Idem-Key`, `Idem-Event-Id`,
@@ -28,15 +30,22 @@ use idem::{
 };
 use idem_egress::{Egress, HeaderMap, HeaderName, HeaderValue, Method, Outbound, Outcome};
 use serde_json::json;
-use tokio::sync::Semaphore;
+use tokio::sync::{Notify, Semaphore};
 
 use super::receive::ForwardItem;
-use super::{load, LoadedSource};
+use super::{LoadedSource, SourceCache};
 
 /// Added to `forward.timeout_ms` for the record's lease of one attempt.
 pub const LEASE_MARGIN_MS: i64 = 5000;
 /// Deliveries in flight per instance, all sources together.
 pub const MAX_IN_FLIGHT: usize = 64;
+/// While deliveries run, a step claims once this many places are free (or after
+/// [`ROOM_WAIT`]): fewer, larger claims.
+pub const CLAIM_AT_FREE: usize = MAX_IN_FLIGHT / 4;
+/// The longest a busy step waits for [`CLAIM_AT_FREE`] places.
+pub const ROOM_WAIT: Duration = Duration::from_millis(20);
+/// How long the longest source timeout (the items' lease) is reused between steps.
+const LONGEST_TTL: Duration = Duration::from_secs(1);
 
 /// The worker's shared state.
 pub struct Forwarder {
@@ -44,17 +53,25 @@ pub struct Forwarder {
     ledger: Ledger,
     egress: Egress,
     global: Arc<Semaphore>,
+    /// Signalled by each delivery that ends (a place in `global` came free).
+    freed: Notify,
+    sources: Arc<SourceCache>,
+    /// The longest `forward.timeout_ms` of all sources, and when it was read.
+    longest: Mutex<Option<(Instant, i64)>>,
     /// One semaphore per source, sized by its `forward.concurrency` (remade when it changes).
     per_source: Mutex<HashMap<String, (u32, Arc<Semaphore>)>>,
 }
 
 impl Forwarder {
-    pub fn new(ledger: Ledger, egress: Egress) -> Arc<Forwarder> {
+    pub fn new(ledger: Ledger, egress: Egress, sources: Arc<SourceCache>) -> Arc<Forwarder> {
         Arc::new(Forwarder {
             store: ledger.store().clone(),
             ledger,
             egress,
             global: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
+            freed: Notify::new(),
+            sources,
+            longest: Mutex::new(None),
             per_source: Mutex::new(HashMap::new()),
         })
     }
@@ -74,14 +91,19 @@ impl Forwarder {
         }
     }
 
-    /// Claims due items and starts their deliveries; `true` when it claimed a full batch.
-    pub async fn step(self: &Arc<Self>) -> Result<bool, StoreError> {
-        let free = self.global.available_permits();
-        if free == 0 {
-            return Ok(false);
+    /// The longest `forward.timeout_ms` of all sources (read at most once a second).
+    async fn longest_timeout(&self) -> Result<i64, StoreError> {
+        let lock = || {
+            self.longest
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+        };
+        if let Some((at, ms)) = *lock() {
+            if at.elapsed() < LONGEST_TTL {
+                return Ok(ms);
+            }
         }
-        let now = self.ledger.now();
-        let longest = self
+        let ms = self
             .store
             .source_list()
             .await?
@@ -90,6 +112,29 @@ impl Forwarder {
             .filter_map(|v| v.pointer("/forward/timeout_ms").and_then(|t| t.as_i64()))
             .max()
             .unwrap_or(idem_intake::source::DEFAULT_TIMEOUT_MS);
+        *lock() = Some((Instant::now(), ms));
+        Ok(ms)
+    }
+
+    /// Claims due items and starts their deliveries; `true` when the loop should come back at
+    /// once: it claimed some, or every place is taken (the next step then waits for room
+    /// rather than the loop's interval). `false` when nothing was due.
+    pub async fn step(self: &Arc<Self>) -> Result<bool, StoreError> {
+        let waited_until = tokio::time::Instant::now() + ROOM_WAIT;
+        while self.global.available_permits() < CLAIM_AT_FREE {
+            if tokio::time::timeout_at(waited_until, self.freed.notified())
+                .await
+                .is_err()
+            {
+                break;
+            }
+        }
+        let free = self.global.available_permits();
+        if free == 0 {
+            return Ok(true);
+        }
+        let now = self.ledger.now();
+        let longest = self.longest_timeout().await?;
         let items = self
             .store
             .outbox_claim(OutboxClaim {
@@ -99,20 +144,21 @@ impl Forwarder {
                 lease_ms: longest + LEASE_MARGIN_MS,
             })
             .await?;
-        let full = items.len() >= free;
+        let claimed = !items.is_empty();
         for item in items {
             let Ok(permit) = self.global.clone().acquire_owned().await else {
                 break;
             };
             let me = self.clone();
             tokio::spawn(async move {
-                let _permit = permit;
                 if let Err(e) = me.deliver(item).await {
                     tracing::warn!(error = %e, "forward: store error; the item is retried after its lease");
                 }
+                drop(permit);
+                me.freed.notify_one();
             });
         }
-        Ok(full)
+        Ok(claimed)
     }
 
     async fn finish(&self, item: &OutboxItem, outcome: OutboxOutcome) -> Result<(), StoreError> {
@@ -145,7 +191,7 @@ impl Forwarder {
             let error = Some("bad namespace or key".to_owned());
             return self.finish(&item, OutboxOutcome::Dead { error }).await;
         };
-        let Some(src) = load(&self.store, &src_name, self.ledger.now()).await? else {
+        let Some(src) = self.sources.get(&src_name, self.ledger.now()).await? else {
             // A deleted source forwards nothing more (its records stay).
             let error = Some("source deleted".to_owned());
             return self.finish(&item, OutboxOutcome::Dead { error }).await;

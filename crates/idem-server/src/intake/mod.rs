@@ -25,6 +25,11 @@
 //!   record's result expires (`retention_ms`; the tombstone still answers `duplicate`) and
 //!   the row when the tombstone goes (`audit_retention_ms`); undelivered and `needs_review`
 //!   events are never touched.
+//! - The hot paths (`POST /in/{source}` and each delivery) read a source through
+//!   [`SourceCache`]: a loaded source is reused for [`SOURCE_TTL`] (1 s), and a write or
+//!   delete through this instance's API forgets it at once. A change made through another
+//!   instance on the same PostgreSQL (or by a second process on the SQLite file) is seen here
+//!   within that second. The API's own reads always go to the store.
 //! - A source's namespace should hold only its events: a claim on one of their keys there
 //!   would meet the intake's record (a `prepared` record whose lease ran out resumes).
 //!
@@ -35,7 +40,10 @@
 pub mod forward;
 pub mod receive;
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use idem::{AlertSecret, Secret, Store, StoreError, Timestamp};
 use idem_intake::source::Source;
@@ -65,6 +73,67 @@ impl LoadedSource {
             Value::String(self.created_at.to_rfc3339()),
             Value::String(self.updated_at.to_rfc3339()),
         )
+    }
+}
+
+/// How long the hot paths reuse a loaded source.
+pub const SOURCE_TTL: Duration = Duration::from_secs(1);
+
+/// Loaded sources for the hot paths (see the module doc): each is reused for [`SOURCE_TTL`];
+/// [`SourceCache::forget`] drops one at once. A missing source is never cached (so a source
+/// created here answers at once, and unknown names cost a read, as before).
+pub struct SourceCache {
+    store: Arc<dyn Store>,
+    entries: Mutex<HashMap<String, (Instant, Arc<LoadedSource>)>>,
+    /// Bumped by every `forget`: a load that began before a change is not kept.
+    generation: AtomicU64,
+}
+
+impl SourceCache {
+    pub fn new(store: Arc<dyn Store>) -> SourceCache {
+        SourceCache {
+            store,
+            entries: Mutex::new(HashMap::new()),
+            generation: AtomicU64::new(0),
+        }
+    }
+
+    fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Instant, Arc<LoadedSource>)>> {
+        self.entries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The source `name` as loaded at most [`SOURCE_TTL`] ago; `None` when it does not exist.
+    pub async fn get(
+        &self,
+        name: &str,
+        now: Timestamp,
+    ) -> Result<Option<Arc<LoadedSource>>, StoreError> {
+        if let Some((at, l)) = self.entries().get(name) {
+            if at.elapsed() < SOURCE_TTL {
+                return Ok(Some(l.clone()));
+            }
+        }
+        let generation = self.generation.load(Ordering::Acquire);
+        let loaded = load(&self.store, name, now).await?.map(Arc::new);
+        let mut entries = self.entries();
+        match &loaded {
+            Some(l) if self.generation.load(Ordering::Acquire) == generation => {
+                entries.insert(name.to_owned(), (Instant::now(), l.clone()));
+            }
+            _ => {
+                entries.remove(name);
+            }
+        }
+        Ok(loaded)
+    }
+
+    /// Forgets `name` (it was written or deleted): the next use reads the store.
+    pub fn forget(&self, name: &str) {
+        let mut entries = self.entries();
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        entries.remove(name);
     }
 }
 

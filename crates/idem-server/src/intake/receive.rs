@@ -22,7 +22,7 @@ use serde::Serialize;
 use serde_json::{json, Map, Value};
 use utoipa::ToSchema;
 
-use super::{load, LoadedSource};
+use super::LoadedSource;
 use crate::error::{ApiError, ApiResult};
 use crate::input::{path_params, RawBody};
 use crate::state::AppState;
@@ -100,7 +100,7 @@ async fn run(st: &AppState, req: Request) -> ApiResult<Response> {
         .filter(|n| Namespace::try_from(n.as_str()).is_ok())
         .ok_or_else(|| ApiError::NotFound("no such source".into()))?;
     let now = st.ledger.now();
-    let loaded = match load(st.ledger.store(), &name, now).await {
+    let loaded = match st.sources.get(&name, now).await {
         Ok(Some(l)) => l,
         Ok(None) => return Err(ApiError::NotFound("no such source".into())),
         Err(e) => {
@@ -235,9 +235,19 @@ async fn store_event(
         body: ev.body,
         received_at: now,
     };
-    let item =
-        (!held).then(|| ForwardItem::item(&src.name, ns.as_str(), key.as_str(), "0".into(), now));
-    st.ledger.store().intake_store(row, item, now).await?;
+    // A row already stored means the event was seen (its row and forward item were written
+    // together): only the record decides then, and a duplicate costs a read, not a write.
+    // Two first deliveries at once both store; the store keeps one row and one item.
+    let store = st.ledger.store();
+    if store
+        .intake_event(ns.as_str(), key.as_str())
+        .await?
+        .is_none()
+    {
+        let item = (!held)
+            .then(|| ForwardItem::item(&src.name, ns.as_str(), key.as_str(), "0".into(), now));
+        store.intake_store(row, item, now).await?;
+    }
     let ex = st
         .ledger
         .execute(

@@ -561,6 +561,40 @@ async fn a_duplicate_is_answered_from_the_ledger_and_keeps_the_first_body() {
 }
 
 #[tokio::test]
+async fn one_event_posted_sixteen_times_at_once_is_accepted_once_and_forwarded_once() {
+    for backend in backends() {
+        let app = spawn_on(backend).await;
+        let sink = Sink::start(vec![]).await;
+        put_source(&app, "burst", &stripe_source(&sink.url)).await;
+        let body = evt("evt_burst");
+        let answers =
+            futures::future::join_all((0..16).map(|_| post_stripe(&app, "burst", SECRET, &body)))
+                .await;
+        let mut statuses: Vec<String> = answers
+            .iter()
+            .map(|r| {
+                assert_eq!(r.status, 200, "{}", r.text);
+                r.body["events"][0]["status"]
+                    .as_str()
+                    .unwrap_or("?")
+                    .to_owned()
+            })
+            .collect();
+        statuses.sort();
+        statuses.dedup_by(|a, b| a == b);
+        let accepted = answers
+            .iter()
+            .filter(|r| r.body["events"][0]["status"] == "accepted")
+            .count();
+        assert_eq!(accepted, 1, "{statuses:?}");
+        assert_eq!(statuses, ["accepted", "duplicate"]);
+        assert!(until_state(&app, "burst", "evt_burst", "completed").await);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(sink.count(), 1, "forwarded once");
+    }
+}
+
+#[tokio::test]
 async fn an_event_without_its_id_is_held_not_forwarded() {
     for backend in backends() {
         let app = spawn_on(backend).await;
@@ -998,6 +1032,45 @@ async fn two_instances_on_one_postgres_forward_every_event_once() {
         "each event forwarded exactly once"
     );
     assert_eq!(sink.max_in_flight.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_source_change_through_another_instance_is_seen_within_a_second() {
+    let Some(db) = idem_testkit::pg::PgDb::create("source change across instances") else {
+        return;
+    };
+    let on_pg = || Options {
+        db: Some(db.url().to_owned()),
+        backend: Backend::Postgres,
+        ..Default::default()
+    };
+    let (a, b) = (spawn_with(on_pg()).await, spawn_with(on_pg()).await);
+    let mut doc = stripe_source("http://127.0.0.1:9/x");
+    doc["secrets"] = json!([SECRET, SECRET2]);
+    put_source(&a, "pay", &doc).await;
+    // b reads the source (and may keep it for up to a second).
+    let r = post_stripe(&b, "pay", SECRET, &evt("evt_1")).await;
+    assert_eq!(r.body["events"][0]["status"], "accepted", "{}", r.text);
+    a.patch("/v1/sources/pay", json!({"secrets": [SECRET2]}))
+        .await;
+    // The instance that made the change sees it at once.
+    post_stripe(&a, "pay", SECRET, &evt("evt_2"))
+        .await
+        .problem(401, "invalid_signature");
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    post_stripe(&b, "pay", SECRET, &evt("evt_3"))
+        .await
+        .problem(401, "invalid_signature");
+    let r = post_stripe(&b, "pay", SECRET2, &evt("evt_4")).await;
+    assert_eq!(r.body["events"][0]["status"], "accepted", "{}", r.text);
+    assert_eq!(delete(&a, "/v1/sources/pay?force=true").await.status, 204);
+    post_stripe(&a, "pay", SECRET2, &evt("evt_5"))
+        .await
+        .problem(404, "not_found");
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    post_stripe(&b, "pay", SECRET2, &evt("evt_6"))
+        .await
+        .problem(404, "not_found");
 }
 
 #[tokio::test]

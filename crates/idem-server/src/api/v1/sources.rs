@@ -272,7 +272,9 @@ async fn write(
             None => None,
         },
     };
-    let created = st.ledger.store().source_put(w, st.ledger.now()).await?;
+    let created = st.ledger.store().source_put(w, st.ledger.now()).await;
+    st.sources.forget(&src.name);
+    let created = created?;
     tracing::info!(source = %src.name, created, "source written");
     Ok((created, existing(st, &src.name).await?))
 }
@@ -371,7 +373,9 @@ pub async fn delete_source(
         }
     }
     visible(&st, &caller, &name, Role::Admin).await?;
-    match st.ledger.store().source_delete(&name, force).await? {
+    let deleted = st.ledger.store().source_delete(&name, force).await;
+    st.sources.forget(&name);
+    match deleted? {
         SourceDelete::NotFound => Err(ApiError::NotFound(format!("no source named {name:?}"))),
         SourceDelete::Undelivered(n) => Err(ApiError::InvalidTransition(format!(
             "{n} events of this source are not delivered yet; delete with ?force=true to \

@@ -348,7 +348,7 @@ fn disk_full(kind: &str) {
     assert!(full_again, "no 503 in {answers} claims on a full disk");
     drop(server);
     assert_eq!(integrity_on_full(&db), "ok");
-    let again = Server::start_url(&format!("sqlite://{}", db.display()), &log);
+    let mut again = Server::start_url(&format!("sqlite://{}", db.display()), &log);
     let addr = again.url.trim_start_matches("http://").to_owned();
     let (codes, back) = rt.block_on(async {
         let mut codes = std::collections::BTreeMap::<String, u32>::new();
@@ -359,18 +359,29 @@ fn disk_full(kind: &str) {
         std::fs::remove_file(&filler).expect("remove the filler");
         let freed = Instant::now();
         let mut n = 30_000;
+        let mut last = String::new();
         let back = loop {
             n += 1;
-            if probe_claim(&addr, ns, n).await.0 == 201 {
-                break freed.elapsed();
+            let (status, _, code) = probe_claim(&addr, ns, n).await;
+            if status == 201 {
+                break Some(freed.elapsed());
             }
-            assert!(
-                freed.elapsed() < Duration::from_secs(30),
-                "not served again"
-            );
+            last = format!("{status} {code}");
+            if freed.elapsed() > Duration::from_secs(30) {
+                break None;
+            }
             tokio::time::sleep(Duration::from_millis(10)).await;
         };
-        (codes, back)
+        (codes, back.ok_or(last))
+    });
+    let back = back.unwrap_or_else(|last| {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        panic!(
+            "not served again within 30 s of the filler's removal (last answer: {last}; \
+             process exited: {:?}); the restarted server's log:\n{}",
+            again.exited(),
+            warn_lines(&text).join("\n")
+        )
     });
     eprintln!(
         "{test}: restarted on the full disk ({answers} claims to the first 503): fresh \

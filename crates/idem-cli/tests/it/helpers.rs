@@ -90,6 +90,11 @@ pub struct Server {
 }
 
 impl Server {
+    /// The exit status if the process has ended.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
     pub fn start() -> Server {
         let dir = tempfile::tempdir().expect("tempdir");
         let db = dir.path().join("idem.db");

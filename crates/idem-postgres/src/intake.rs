@@ -315,28 +315,3 @@ pub(crate) async fn intake_dead_letters(store: &PgStore) -> Result<Vec<(String, 
         .map(|r| Ok((get::<String>(r, 0)?, get::<i64>(r, 1)? as u64)))
         .collect()
 }
-
-pub(crate) async fn intake_retention(store: &PgStore, batch: usize) -> Result<usize, PgError> {
-    let client = store.client().await?;
-    let limit = batch as i64;
-    let bodies = client
-        .execute(
-            "UPDATE intake_events SET body = NULL WHERE (namespace, key) IN ( \
-             SELECT e.namespace, e.key FROM intake_events e JOIN records r \
-             ON r.namespace = e.namespace AND r.key = e.key \
-             WHERE e.body IS NOT NULL AND e.delivered_at IS NOT NULL \
-             AND r.state = 'completed' AND r.result_expired LIMIT $1)",
-            &[&limit],
-        )
-        .await?;
-    let rows = client
-        .execute(
-            "DELETE FROM intake_events WHERE (namespace, key) IN ( \
-             SELECT e.namespace, e.key FROM intake_events e WHERE e.delivered_at IS NOT NULL \
-             AND NOT EXISTS (SELECT 1 FROM records r \
-                             WHERE r.namespace = e.namespace AND r.key = e.key) LIMIT $1)",
-            &[&limit],
-        )
-        .await?;
-    Ok((bodies + rows) as usize)
-}

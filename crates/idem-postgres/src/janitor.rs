@@ -176,6 +176,11 @@ static EXPIRE_RESULTS: LazyLock<String> = LazyLock::new(|| {
         SELECT namespace, key, $1, {result_expired}, state, state, attempt, owner, \
             correlation_id, 'retention: result and payloads dropped, tombstone kept' \
         FROM expired RETURNING 1 \
+    ), bodies AS ( \
+        UPDATE intake_events e SET body = NULL FROM expired \
+        WHERE e.namespace = expired.namespace AND e.key = expired.key \
+          AND expired.state = {completed} AND e.body IS NOT NULL \
+          AND e.delivered_at IS NOT NULL \
     ), old_counts AS ( \
         DELETE FROM daily_counts WHERE day < $4 RETURNING 1 \
     ) \
@@ -185,7 +190,8 @@ static EXPIRE_RESULTS: LazyLock<String> = LazyLock::new(|| {
         ORDER BY r.final_at LIMIT 1 \
     ) <= $1 - (SELECT LEAST($3, COALESCE(MIN(audit_retention_ms), $3)) FROM namespaces), FALSE)",
         final_states = idem_store::sql::retained_states(),
-        result_expired = idem_store::sql::event_type(idem_core::EventType::ResultExpired)
+        result_expired = idem_store::sql::event_type(idem_core::EventType::ResultExpired),
+        completed = idem_store::sql::state(idem_core::State::Completed)
     )
 });
 
@@ -216,6 +222,10 @@ static DELETE_TOMBSTONES: LazyLock<String> = LazyLock::new(|| {
     ), al AS ( \
         DELETE FROM outbox a USING del \
         WHERE a.namespace = del.namespace AND a.key = del.key RETURNING 1 \
+    ), intake AS ( \
+        DELETE FROM intake_events i USING del \
+        WHERE i.namespace = del.namespace AND i.key = del.key \
+          AND i.delivered_at IS NOT NULL \
     ) \
     SELECT count(*) FROM del",
         final_states = idem_store::sql::retained_states()

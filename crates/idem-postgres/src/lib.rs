@@ -495,11 +495,4 @@ impl Store for PgStore {
         self.bounded(self.with_retries("intake_dead_letters", || intake::intake_dead_letters(self)))
             .await
     }
-
-    async fn intake_retention_once(&self, batch: usize) -> Result<usize, StoreError> {
-        self.bounded(
-            self.with_retries("intake_retention", || intake::intake_retention(self, batch)),
-        )
-        .await
-    }
 }

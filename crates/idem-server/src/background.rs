@@ -48,9 +48,8 @@ pub async fn janitor_once(
     batch: usize,
 ) -> Result<JanitorReport, StoreError> {
     let sweep = store.sweep_once(now, batch).await?;
+    // Intake bodies and rows go in the retention step's transaction, with their records.
     let ret = store.retention_once(now, batch).await?;
-    // After the records' retention, so a body goes in the same pass as its record's result.
-    let intake = store.intake_retention_once(batch).await?;
     let expired = ret.results_expired + ret.tombstones_deleted;
     if expired > 0 {
         metrics::counter!("idem_janitor_expired_total").increment(expired as u64);
@@ -62,7 +61,6 @@ pub async fn janitor_once(
         results_expired: ret.results_expired,
         tombstones_deleted: ret.tombstones_deleted,
         full_batch: sweep.examined >= batch
-            || intake >= batch
             || ret.results_expired >= batch
             || ret.tombstones_deleted >= batch,
     };

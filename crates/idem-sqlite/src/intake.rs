@@ -289,28 +289,3 @@ pub(crate) fn intake_dead_letters(conn: &Connection) -> Result<Vec<(String, u64)
         .db()?;
     rows.collect::<Result<_, _>>().db()
 }
-
-pub(crate) fn intake_retention(conn: &Connection, batch: usize) -> Result<usize, StoreError> {
-    let bodies = conn
-        .prepare_cached(
-            "UPDATE intake_events SET body = NULL WHERE rowid IN ( \
-             SELECT e.rowid FROM intake_events e JOIN records r \
-             ON r.namespace = e.namespace AND r.key = e.key \
-             WHERE e.body IS NOT NULL AND e.delivered_at IS NOT NULL \
-             AND r.state = 'completed' AND r.result_expired = 1 LIMIT ?1)",
-        )
-        .db()?
-        .execute(params![batch as i64])
-        .db()?;
-    let rows = conn
-        .prepare_cached(
-            "DELETE FROM intake_events WHERE rowid IN ( \
-             SELECT e.rowid FROM intake_events e WHERE e.delivered_at IS NOT NULL \
-             AND NOT EXISTS (SELECT 1 FROM records r \
-                             WHERE r.namespace = e.namespace AND r.key = e.key) LIMIT ?1)",
-        )
-        .db()?
-        .execute(params![batch as i64])
-        .db()?;
-    Ok(bodies + rows)
-}

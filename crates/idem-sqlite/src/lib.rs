@@ -564,9 +564,4 @@ impl Store for SqliteStore {
     async fn intake_dead_letters(&self) -> Result<Vec<(String, u64)>, StoreError> {
         self.read(|c| intake::intake_dead_letters(c)).await
     }
-
-    async fn intake_retention_once(&self, batch: usize) -> Result<usize, StoreError> {
-        self.write(move |c| intake::intake_retention(c, batch))
-            .await
-    }
 }

@@ -94,7 +94,10 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
 
     /// One retention step: expires results of at most `batch` final records past
     /// `retention_ms` (keeping a tombstone) and deletes at most `batch` tombstones past
-    /// `audit_retention_ms` with their events. Never touches other states.
+    /// `audit_retention_ms` with their events. Never touches other states. The intake follows
+    /// in the same transaction: the stored body of a delivered event goes with its record's
+    /// result, the event's row with its record's tombstone; an undelivered event is never
+    /// touched. Its cost is the batch's, never the ledger's (no scan of records or events).
     async fn retention_once(
         &self,
         now: Timestamp,
@@ -255,11 +258,4 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// costs what the backlog costs, never a scan of every event. Sources with none are left
     /// out.
     async fn intake_dead_letters(&self) -> Result<Vec<(String, u64)>, StoreError>;
-
-    /// One retention step of the intake, following its records: drops the stored body of at
-    /// most `batch` delivered events whose record's result was expired (`retention_ms`; the
-    /// record's tombstone still answers `duplicate`), and deletes at most `batch` rows of
-    /// delivered events whose record is gone (`audit_retention_ms`). Never touches an
-    /// undelivered event. Returns how many rows it changed.
-    async fn intake_retention_once(&self, batch: usize) -> Result<usize, StoreError>;
 }

@@ -383,8 +383,10 @@ fn disk_full(kind: &str, restart_while_full: bool) {
         let text = std::fs::read_to_string(&log).unwrap_or_default();
         panic!(
             "not served again within 30 s of the filler's removal (last answer: {last}; \
-             process exited: {:?}); the restarted server's log:\n{}",
+             process exited: {:?}); the small filesystem now: {}; the restarted server's \
+             log:\n{}",
             again.exited(),
+            space_report(small.path()),
             warn_lines(&text).join("\n")
         )
     });
@@ -406,6 +408,34 @@ fn disk_full(kind: &str, restart_while_full: bool) {
     assert_eq!(v2.keys_checked, v.keys_checked);
     drop(again);
     assert_eq!(integrity(&db), "ok");
+}
+
+/// What is on the small filesystem: every file with its size, and the free bytes the
+/// filesystem reports (for a failure message: is the disk still full, and with what).
+fn space_report(dir: &Path) -> String {
+    let mut files: Vec<String> = std::fs::read_dir(dir)
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .map(|e| {
+                    let len = e.metadata().map_or(0, |m| m.len());
+                    format!("{} {} B", e.file_name().to_string_lossy(), len)
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    files.sort();
+    let df = Command::new("df")
+        .args(["-B1", "--output=avail,used"])
+        .arg(dir)
+        .output()
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_default();
+    format!("{} (df: {df})", files.join(", "))
 }
 
 /// `PRAGMA integrity_check` while the disk is still full: a read-only open (opening for

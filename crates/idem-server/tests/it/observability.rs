@@ -434,9 +434,6 @@ impl Store for CountingStats {
     async fn intake_dead_letters(&self) -> Result<Vec<(String, u64)>, StoreError> {
         self.inner.intake_dead_letters().await
     }
-    async fn intake_retention_once(&self, batch: usize) -> Result<usize, StoreError> {
-        self.inner.intake_retention_once(batch).await
-    }
 }
 
 /// A janitor draining a backlog runs batch after batch: none of them may recount every

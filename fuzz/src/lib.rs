@@ -114,7 +114,13 @@ pub const SAFE_INTEGER: f64 = 9_007_199_254_740_992.0;
 /// exactly, whatever type reads it).
 pub fn safe_numbers(v: &Value) -> bool {
     match v {
-        Value::Number(n) => n.as_f64().is_some_and(|f| f.abs() <= SAFE_INTEGER),
+        // Integers by their exact value: -(2^53 + 1) reads as the float -2^53, which is
+        // within the bound although the integer is not (CI's fuzzer found that).
+        Value::Number(n) => match (n.as_i64(), n.as_u64()) {
+            (Some(i), _) => i.unsigned_abs() <= SAFE_INTEGER as u64,
+            (None, Some(u)) => u <= SAFE_INTEGER as u64,
+            (None, None) => n.as_f64().is_some_and(|f| f.abs() <= SAFE_INTEGER),
+        },
         Value::Array(a) => a.iter().all(safe_numbers),
         Value::Object(m) => m.values().all(safe_numbers),
         _ => true,

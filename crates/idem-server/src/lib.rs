@@ -325,6 +325,15 @@ pub async fn run(
             },
         ))
     };
+    let upkeep = tokio::spawn(background::run_loop(
+        "metrics_upkeep",
+        metrics::UPKEEP_INTERVAL,
+        stop_rx.clone(),
+        || async {
+            metrics::upkeep();
+            Ok(false)
+        },
+    ));
     let app = routes::router(state);
     let scheme = if https.is_some() { "https" } else { "http" };
     tracing::info!(backend = store.backend(), "listening on {scheme}://{addr}");
@@ -354,6 +363,7 @@ pub async fn run(
     let _ = janitor.await;
     let _ = alerts.await;
     let _ = forwards.await;
+    let _ = upkeep.await;
     drop(store);
     drop(ledger);
     tracing::info!("stopped");

@@ -9,6 +9,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{OnceLock, RwLock};
+use std::time::Duration;
 
 use idem::{ClaimOutcome, State, Stats, Tally};
 use metrics::{Counter, Histogram};
@@ -73,6 +74,19 @@ static COST_USD_NANOS: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
 const EFFECT_BUCKETS: &[f64] = &[
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
 ];
+
+/// How often [`upkeep`] runs. The recorder keeps every histogram sample until it is folded
+/// into its buckets: a scrape does that, and so does the upkeep, which must therefore run
+/// whether anyone scrapes or not (unscraped, a busy server grew by every request's samples).
+pub const UPKEEP_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Folds the histogram samples recorded since the last upkeep (or scrape) into their
+/// buckets, freeing them. Cheap: one pass over the registered histograms.
+pub fn upkeep() {
+    if let Some(h) = handle() {
+        h.run_upkeep();
+    }
+}
 
 /// Installs the recorder if nobody did yet; `None` if another recorder owns the process.
 pub fn handle() -> Option<&'static PrometheusHandle> {

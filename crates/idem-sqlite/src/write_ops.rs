@@ -460,10 +460,12 @@ pub(crate) fn retention_step(
         .db()?;
     // A delivered intake event goes with its record's tombstone (an undelivered one never:
     // its record is not final, so it is not in the batch; `delivered_at` guards it anyway).
-    conn.prepare_cached(INTAKE_ROWS_OF_DELETED)
-        .db()?
-        .execute([])
-        .db()?;
+    if tombstones_deleted > 0 {
+        conn.prepare_cached(INTAKE_ROWS_OF_DELETED)
+            .db()?
+            .execute([])
+            .db()?;
+    }
     // Stats buckets older than the window (and a day of slack) are never read again.
     conn.prepare_cached("DELETE FROM ns_stats WHERE hour < ?1")
         .db()?
@@ -492,10 +494,12 @@ pub(crate) fn retention_step(
         .execute([])
         .db()?;
     // The stored body of a delivered intake event goes with its record's result.
-    conn.prepare_cached(&INTAKE_BODIES_OF_EXPIRED)
-        .db()?
-        .execute([])
-        .db()?;
+    if results_expired > 0 {
+        conn.prepare_cached(&INTAKE_BODIES_OF_EXPIRED)
+            .db()?
+            .execute([])
+            .db()?;
+    }
     Ok(RetentionReport {
         results_expired,
         tombstones_deleted,

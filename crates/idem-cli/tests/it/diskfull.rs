@@ -1,5 +1,5 @@
 //! The SQLite ledger on a filesystem that fills up, under the history load: a small
-//! filesystem (tmpfs of 8 MiB, or an ext4 image of 16 MiB on a loop device) holds the ledger,
+//! filesystem (tmpfs of 32 MiB, or an ext4 image of 48 MiB on a loop device) holds the ledger,
 //! a filler file takes every free byte while claims and completes run, and then goes away.
 //!
 //! Asserted: while the disk is full every refused write is `503` problem+json
@@ -39,7 +39,7 @@ impl Small {
         let target = dir.path().to_str().ok_or("non-UTF-8 temp dir")?.to_owned();
         let (args, image): (Vec<String>, _) = match kind {
             "tmpfs" => (
-                ["-t", "tmpfs", "-o", "size=8m", "tmpfs", &target]
+                ["-t", "tmpfs", "-o", "size=32m", "tmpfs", &target]
                     .map(str::to_owned)
                     .to_vec(),
                 None,
@@ -48,7 +48,7 @@ impl Small {
                 let img_dir = tempfile::tempdir().map_err(|e| e.to_string())?;
                 let img = img_dir.path().join("ledger.ext4");
                 std::fs::File::create(&img)
-                    .and_then(|f| f.set_len(16 << 20))
+                    .and_then(|f| f.set_len(48 << 20))
                     .map_err(|e| format!("image: {e}"))?;
                 let mkfs = Command::new("mkfs.ext4")
                     .args(["-q", "-F"])

@@ -270,7 +270,9 @@ pub async fn intake(
         answer
             .windows(pattern.len())
             .any(|w| w == pattern.as_slice()),
-        "intake event not {want}"
+        "intake event not {want}: {}",
+        // The answer names the event and its status; nothing secret.
+        String::from_utf8_lossy(&answer[..answer.len().min(400)])
     );
     Ok(())
 }

@@ -14,7 +14,7 @@ use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use idem::{
-    IntakeReceiveRequest, IntakeReply, Key, Namespace, NewIntakeEvent, NewOutboxItem, Op,
+    IntakeReceiveRequest, IntakeReply, Key, Namespace, NewIntakeEvent, NewOutboxItem, Op, OpError,
     OutboxKind, Reply,
 };
 use idem_intake::{IncomingEvent, Provider, VerifyConfig};
@@ -239,6 +239,7 @@ async fn store_event(
     // together): only the record decides then, and a duplicate costs a read, not a write.
     // Two first deliveries at once both store; the store keeps one row and one item.
     let store = st.ledger.store();
+    let mut stored = false;
     if store
         .intake_event(ns.as_str(), key.as_str())
         .await?
@@ -246,7 +247,7 @@ async fn store_event(
     {
         let item = (!held)
             .then(|| ForwardItem::item(&src.name, ns.as_str(), key.as_str(), "0".into(), now));
-        store.intake_store(row, item, now).await?;
+        stored = store.intake_store(row, item, now).await?;
     }
     let ex = st
         .ledger
@@ -260,14 +261,118 @@ async fn store_event(
             None,
         )
         .await?;
-    match ex.reply {
-        Ok(Reply::Intake(IntakeReply::Accepted { .. })) => Ok("accepted"),
-        Ok(Reply::Intake(IntakeReply::Held { .. })) => Ok("held"),
-        Ok(Reply::Intake(IntakeReply::Duplicate { .. })) => {
+    match receive_status(stored, held, ex.reply)? {
+        "duplicate" => {
             metrics::counter!("idem_duplicate_hits_total").increment(1);
             Ok("duplicate")
         }
+        status => Ok(status),
+    }
+}
+
+/// The status of one delivery. The store writes an event's row only when neither a row nor
+/// a record of its key exists, and only once (`ON CONFLICT DO NOTHING`): the request that
+/// stored the row is the event's first delivery, and it alone answers `accepted` (or `held`),
+/// whatever the record then says; every other delivery answers `duplicate`. The record's
+/// reply cannot decide it: the forwarder, finding the forward item before the record (this
+/// request being between its two writes), makes the record itself (`forward.rs`, the receive
+/// that did not finish), and the first delivery then found a record and answered
+/// `duplicate` — seen in the PostgreSQL bench under load; and of two first deliveries at
+/// once, the one that did not store the row may reach the record first. A delivery that finds
+/// the row of a receive that crashed before answering is `duplicate` too: the key was seen.
+fn receive_status(
+    stored: bool,
+    held: bool,
+    reply: Result<Reply, OpError>,
+) -> ApiResult<&'static str> {
+    match reply {
+        Ok(Reply::Intake(
+            IntakeReply::Accepted { .. } | IntakeReply::Held { .. } | IntakeReply::Duplicate { .. },
+        )) => Ok(match (stored, held) {
+            (true, false) => "accepted",
+            (true, true) => "held",
+            (false, _) => "duplicate",
+        }),
         Ok(_) => Err(ApiError::internal("intake: unexpected reply")),
         Err(e) => Err(e.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use idem::{apply, Ctx, LeaseId, Policy, Timestamp};
+
+    /// The record's replies to the first and to a later receive of one event, from the pure
+    /// decision (the way the store runs it).
+    fn replies(event_id: Option<&str>) -> (Reply, Reply) {
+        let ns = Namespace::try_from("hooks").expect("namespace");
+        let key = Key::try_from("stripe:evt_1").expect("key");
+        let policy = Policy::default();
+        let ctx = Ctx {
+            now: Timestamp(1_000),
+            policy: &policy,
+            paused: false,
+            daily_count: 0,
+            new_lease_id: LeaseId::from_stored(format!("{:032x}", 1)),
+            jitter: 0.5,
+            actor: None,
+        };
+        let op = Op::IntakeReceive(IntakeReceiveRequest {
+            source: "stripe".into(),
+            event_id: event_id.map(str::to_owned),
+        });
+        let first = apply(&ns, &key, None, &op, &ctx);
+        let idem::Write::Insert(rec) = &first.write else {
+            panic!("the first receive inserts: {:?}", first.write);
+        };
+        let again = apply(&ns, &key, Some(rec), &op, &ctx);
+        (
+            first.reply.expect("first reply"),
+            again.reply.expect("second reply"),
+        )
+    }
+
+    #[test]
+    fn the_delivery_that_stored_the_row_is_accepted_whatever_the_record_says() {
+        let (first, again) = replies(Some("evt_1"));
+        assert!(matches!(first, Reply::Intake(IntakeReply::Accepted { .. })));
+        assert!(matches!(
+            again,
+            Reply::Intake(IntakeReply::Duplicate { .. })
+        ));
+        // The usual first delivery.
+        let status = |stored, reply: &Reply| receive_status(stored, false, Ok(reply.clone())).ok();
+        assert_eq!(status(true, &first), Some("accepted"));
+        // This request stored the row, then the forwarder made the record first.
+        assert_eq!(status(true, &again), Some("accepted"));
+        // Two first deliveries at once: the one that did not store the row reached the record
+        // first; it is still the duplicate.
+        assert_eq!(status(false, &first), Some("duplicate"));
+        // A redelivery: the row was there already.
+        assert_eq!(status(false, &again), Some("duplicate"));
+    }
+
+    #[test]
+    fn held_events_and_errors_keep_their_answer() {
+        let (first, again) = replies(None);
+        assert!(matches!(first, Reply::Intake(IntakeReply::Held { .. })));
+        assert_eq!(
+            receive_status(true, true, Ok(first.clone())).ok(),
+            Some("held")
+        );
+        assert_eq!(
+            receive_status(true, true, Ok(again.clone())).ok(),
+            Some("held")
+        );
+        assert_eq!(
+            receive_status(false, true, Ok(first)).ok(),
+            Some("duplicate")
+        );
+        assert_eq!(
+            receive_status(false, true, Ok(again)).ok(),
+            Some("duplicate")
+        );
+        assert!(receive_status(true, false, Err(OpError::NotFound)).is_err());
     }
 }

@@ -29,11 +29,12 @@ use crate::{corrupt, AlertParams, PgStore, INSERT_ALERT};
 /// `processing` records the sweep would change: an expired lease under `lease_expiry =
 /// review`, or stuck past the namespace's `stuck_after_ms` without an alert yet. Records with
 /// an expired `reclaim` lease are left to the next claim (the sweep would not change them).
-static SWEEP_CANDIDATES: LazyLock<String> = LazyLock::new(|| {
+pub(crate) static SWEEP_CANDIDATES: LazyLock<String> = LazyLock::new(|| {
     format!(
         "SELECT n.policy, n.paused, {} FROM records r \
          LEFT JOIN namespaces n ON n.namespace = r.namespace \
-         WHERE r.state = {processing} AND ( \
+         WHERE r.state = {processing} AND (r.lease_expiry = {review} OR NOT r.stuck_alerted) \
+         AND ( \
              (r.lease_expiry = {review} AND (r.lease_expires_at IS NULL OR r.lease_expires_at <= $1)) \
              OR (NOT r.stuck_alerted AND r.active_at <= $1 - COALESCE(n.stuck_after_ms, $3))) \
          ORDER BY r.active_at LIMIT $2 \

@@ -76,6 +76,13 @@ use idem_store::{
 };
 
 pub use connect::PgOptions;
+
+/// The text of the sweep's candidate query (`$1` now, `$2` batch, `$3` the default
+/// `stuck_after_ms`), for the test that checks its plan.
+#[doc(hidden)]
+pub fn sweep_candidates_sql() -> &'static str {
+    janitor::SWEEP_CANDIDATES.as_str()
+}
 use error::{store_err, PgError};
 
 /// The PostgreSQL store.

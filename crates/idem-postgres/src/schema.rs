@@ -30,6 +30,7 @@ pub(crate) const MIGRATIONS: &[(i32, &str)] = &[
     (9, V9),
     (10, V10),
     (11, V11),
+    (12, V12),
 ];
 
 /// Cost and recovery. Each record sums what its attempts reported spending (`retry_*` =
@@ -72,6 +73,14 @@ UPDATE namespaces SET policy = (policy::jsonb - 'alert_secret')::text, revision 
 /// `secrets`, kinds `source` and `forward`) and one row per inbound event beside its record
 /// (body, content type, forwarded headers, attempts, delivery time).
 const V11: &str = idem_store::intake_tables!(int: "BIGINT", bytes: "BYTEA");
+
+/// The sweep's own index: `processing` records it may still change (a `review` lease, or not
+/// stuck-alerted yet). Records abandoned under a `reclaim` lease and alerted once stay
+/// `processing` for good, and through `records_processing` every pass walked past all of them.
+const V12: &str = r#"
+CREATE INDEX records_sweep ON records (active_at)
+    WHERE state = 'processing' AND (lease_expiry = 'review' OR NOT stuck_alerted);
+"#;
 
 /// The operator console. Sessions live here so that every instance on one database knows
 /// them; only hashes are stored (of the cookie, and of the API token that signed in). The
@@ -477,7 +486,7 @@ mod tests {
         let mut client = pool.get().await.expect("client");
         assert_eq!(
             migrate(&mut client, 0).await.expect("migrate"),
-            [5, 6, 7, 8, 9, 10, 11]
+            [5, 6, 7, 8, 9, 10, 11, 12]
         );
         let rows = client
             .query(

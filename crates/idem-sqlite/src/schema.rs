@@ -267,6 +267,14 @@ END;
     // `secrets`, kinds `source` and `forward`) and one row per inbound event beside its
     // record (body, content type, forwarded headers, attempts, delivery time).
     idem_store::intake_tables!(int: "INTEGER", bytes: "BLOB"),
+    // 11: the sweep's own index: `processing` records it may still change (a `review` lease,
+    // or not stuck-alerted yet). Records abandoned under a `reclaim` lease and alerted once
+    // stay `processing` for good; through `records_processing` every pass walked past all of
+    // them (100,000 of them: 74-95 ms a pass, on the writer).
+    r#"
+CREATE INDEX records_sweep ON records (active_at)
+    WHERE state = 'processing' AND (lease_expiry = 'review' OR stuck_alerted = 0);
+"#,
 ];
 
 /// A namespace's alert signing secret moves out of the policy text into `secrets` (kind

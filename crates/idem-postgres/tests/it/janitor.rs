@@ -440,3 +440,55 @@ async fn retention_folds_counter_slots_of_closed_connections() {
     drop(raw);
     let _ = task.await;
 }
+
+/// Records abandoned under a `reclaim` lease and stuck-alerted once stay `processing` for
+/// good; the sweep's candidate query goes through `records_sweep`, which holds none of them,
+/// instead of walking past every one of them on each pass through `records_processing`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_sweep_does_not_walk_records_abandoned_under_reclaim() {
+    let Some(db) = PgDb::create("sweep_skips_abandoned") else {
+        return;
+    };
+    let clock = TestClock::new(T0);
+    let store = db.store().await;
+    let n = ns("abandoned");
+    let l = ledger(store.clone(), &clock);
+    for i in 0..2000 {
+        l.claim(&n, &key(&format!("a{i}")), ClaimRequest::default())
+            .await
+            .expect("claim");
+    }
+    let (client, conn) = tokio_postgres::connect(db.url(), tokio_postgres::NoTls)
+        .await
+        .expect("connect");
+    tokio::spawn(conn);
+    client
+        .batch_execute(
+            "UPDATE records SET stuck_alerted = true, active_at = 0, lease_expires_at = 1; \
+             ANALYZE records",
+        )
+        .await
+        .expect("abandon");
+    l.claim(&n, &key("live"), ClaimRequest::default())
+        .await
+        .expect("claim");
+    client
+        .batch_execute(&format!(
+            "PREPARE sweep(BIGINT, BIGINT, BIGINT) AS {}",
+            idem_postgres::sweep_candidates_sql()
+        ))
+        .await
+        .expect("prepare");
+    let late = T0.0 + 10 * 86_400_000;
+    let plan: String = client
+        .query(&format!("EXPLAIN EXECUTE sweep({late}, 100, 3600000)"), &[])
+        .await
+        .expect("explain")
+        .iter()
+        .map(|r| r.get::<_, String>(0))
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(plan.contains("records_sweep"), "{plan}");
+    let report = store.sweep_once(Timestamp(late), 100).await.expect("sweep");
+    assert_eq!((report.examined, report.stuck_alerts), (1, 1), "{report:?}");
+}

@@ -22,6 +22,7 @@ use idem_store::{sql, ExecCtx};
 use crate::cache::{Counters, NsSettings, NO_ROW};
 use crate::error::PgError;
 use crate::fast::{self, Fast};
+use crate::intake::{RiderParams, STORE_RIDER};
 use crate::rows::{
     as_u64, policy_from_text, record_from_row, stats_params, EventParams, RecordParams,
     INSERT_EVENT, INSERT_RECORD, INSERT_RECORD_WITH_EVENT, INSERT_RECORD_WITH_EVENT_STATS,
@@ -62,6 +63,8 @@ enum Step {
     Alert(u64),
     /// The namespace's stats bucket was bumped.
     Stats,
+    /// Whether the rider's event row was stored.
+    Rider(bool),
 }
 
 /// Tiny jittered pause so that racing writers do not collide in lockstep.
@@ -101,7 +104,7 @@ impl Backend for PgExec<'_> {
         let cached = store.records.get(ns, key);
         let found = match &cached {
             Some(rec) => fast::cached_record(&self.client, ns, key, op, ctx, &s, rec).await?,
-            None => fast::speculative_claim(&self.client, ns, key, op, ctx, &s).await?,
+            None => fast::speculative_insert(&self.client, ns, key, op, ctx, &s).await?,
         };
         Ok(match found {
             Fast::Done(ran, stored) => {
@@ -288,13 +291,14 @@ async fn persist(
         return Ok(Persisted::default());
     }
 
-    if fits_one_statement(plan) {
+    if fits_one_statement(plan) && plan.rider.is_none() {
         // The common case (one record write and/or one event): a single autocommit
         // statement is atomic and durable on its own, which halves the round trips.
         let seq = single_statement(client, ns, key, plan).await?;
         return Ok(Persisted {
             seqs: Seqs::one(seq),
             alerts_queued: 0,
+            rider_stored: false,
         });
     }
 
@@ -324,6 +328,11 @@ async fn persist(
         None => None,
     };
     let stats = plan.stats.unwrap_or_default();
+    let rider_stmt = match plan.rider {
+        Some(_) => Some(client.prepare_cached(&STORE_RIDER).await?),
+        None => None,
+    };
+    let rider_params = plan.rider.map(RiderParams::new);
 
     let (record_params, old_version) = record_params(plan)?;
     let event_params: Vec<EventParams> = plan
@@ -392,9 +401,17 @@ async fn persist(
             Ok(Step::Stats)
         }));
     }
+    if let (Some(stmt), Some(p)) = (&rider_stmt, &rider_params) {
+        let tx = &tx;
+        steps.push(Box::pin(async move {
+            let row = tx.query_one(stmt, &p.params()).await?;
+            Ok(Step::Rider(row.try_get(0)?))
+        }));
+    }
     let results = try_join_all(steps).await?;
     let mut seqs = vec![0i64; plan.events.len()];
     let mut alerts_queued = 0usize;
+    let mut rider_stored = false;
     for r in results {
         match r {
             // Lost race: another writer inserted or moved the record, or the daily ceiling
@@ -408,6 +425,7 @@ async fn persist(
                 }
             }
             Step::Alert(n) => alerts_queued += usize::try_from(n).unwrap_or(0),
+            Step::Rider(stored) => rider_stored = stored,
         }
     }
     tx.commit().await?;
@@ -418,6 +436,7 @@ async fn persist(
     Ok(Persisted {
         seqs: numbered,
         alerts_queued,
+        rider_stored,
     })
 }
 

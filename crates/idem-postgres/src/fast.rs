@@ -9,7 +9,10 @@
 //!   taken — returns the stored record from the same snapshot, so the claim is then decided on
 //!   it like after a normal read (no extra round trip for a duplicate of an unknown key).
 //!   Only for namespaces without a `daily_limit`: with one, the decision depends on today's
-//!   count, which is read on the normal path.
+//!   count, which is read on the normal path. A webhook delivery of an unseen event
+//!   (`intake_receive` with its [`idem_store::Rider`]) goes the same way: the record, its
+//!   `prepared` event, the event's row and its forward item in one statement, the row and the
+//!   item only when the record was inserted.
 //! - **Cached record.** An operation on a key whose record this instance wrote or read last is
 //!   decided on that record; the write is guarded by the record's `version` *and*
 //!   `created_at` (a record deleted by retention and created again starts at version 1 again)
@@ -31,6 +34,7 @@ use tokio_postgres::types::ToSql;
 use crate::cache::NsSettings;
 use crate::error::PgError;
 use crate::execute::fits_one_statement;
+use crate::intake::{rider_ctes, RiderParams};
 use crate::rows::{
     event_tail, record_from_row, stats_cte, stats_params, EventParams, RecordParams,
     EVENT_INSERT_COLUMNS, EVENT_TAIL_LEN, RECORD_COLS, RECORD_COLUMNS, R_RECORD_COLS,
@@ -72,6 +76,30 @@ static SPECULATIVE_INSERT: LazyLock<String> = LazyLock::new(|| {
         typed = *TYPED_RECORD_PARAMS,
         tail = event_tail(n + 1),
         stats = stats_cte("e", n + 3 + EVENT_TAIL_LEN),
+        rcols = *R_RECORD_COLS,
+    )
+});
+
+/// [`SPECULATIVE_INSERT`] for a webhook delivery: no stats bump (receiving counts no
+/// acquisition); the rider's row and forward item ride on the record insert ($n+t+3 ..
+/// `RIDER_PARAMS` more). One row: guard held, the event's seq, whether the row was stored,
+/// then the record already there as in [`SPECULATIVE_INSERT`].
+static SPECULATIVE_INTAKE: LazyLock<String> = LazyLock::new(|| {
+    let n = RECORD_COLUMNS.len();
+    format!(
+        "WITH g AS (SELECT {guard} AS ok), \
+         w AS (INSERT INTO records ({cols}) SELECT {typed} FROM g WHERE g.ok \
+               ON CONFLICT (namespace, key) DO NOTHING RETURNING version), \
+         e AS ({ev} SELECT $1, $2, {tail} FROM w RETURNING seq), {rider} \
+         SELECT g.ok, (SELECT seq FROM e), EXISTS (SELECT 1 FROM i), {rcols} FROM g \
+         LEFT JOIN (SELECT * FROM records WHERE namespace = $1 AND key = $2 \
+             AND NOT EXISTS (SELECT 1 FROM w)) r ON TRUE",
+        guard = ns_guard(n + 1 + EVENT_TAIL_LEN, n + 2 + EVENT_TAIL_LEN),
+        ev = *EVENT_INSERT_COLS,
+        cols = *RECORD_COLS,
+        typed = *TYPED_RECORD_PARAMS,
+        tail = event_tail(n + 1),
+        rider = rider_ctes("FROM w", n + 3 + EVENT_TAIL_LEN),
         rcols = *R_RECORD_COLS,
     )
 });
@@ -147,19 +175,30 @@ pub(crate) enum Fast {
 
 /// The answer of a fast write that appended (at most) the event numbered `seq`.
 fn done(t: idem_core::Transition, seq: Option<i64>, from: Option<idem_core::State>) -> Ran {
+    done_riding(t, seq, from, false)
+}
+
+fn done_riding(
+    t: idem_core::Transition,
+    seq: Option<i64>,
+    from: Option<idem_core::State>,
+    rider_stored: bool,
+) -> Ran {
     let seqs = seq.map(Seqs::one).unwrap_or_default();
     engine::finish(
         t,
         Persisted {
             seqs,
             alerts_queued: 0,
+            rider_stored,
         },
         from,
     )
 }
 
-/// A claim of a key with no cached record, speculating that it is new.
-pub(crate) async fn speculative_claim(
+/// A claim (or a webhook delivery with its rider) of a key with no cached record,
+/// speculating that it is new.
+pub(crate) async fn speculative_insert(
     client: &Client,
     ns: &Namespace,
     key: &Key,
@@ -167,9 +206,11 @@ pub(crate) async fn speculative_claim(
     ctx: &ExecCtx,
     s: &NsSettings,
 ) -> Result<Fast, PgError> {
-    if !matches!(op, Op::Claim(_)) {
-        return Ok(Fast::Skip);
-    }
+    let rider = match (op, ctx.rider.as_deref()) {
+        (Op::Claim(_), _) => None,
+        (Op::IntakeReceive(_), Some(r)) => Some(r),
+        _ => return Ok(Fast::Skip),
+    };
     // A decision that depends on today's count (a daily ceiling) is left to the normal read.
     let Some(t) = engine::decide_known(ns, key, None, op, ctx, s) else {
         return Ok(Fast::Skip);
@@ -181,10 +222,6 @@ pub(crate) async fn speculative_claim(
     if !fits_one_statement(&plan) {
         return Ok(Fast::Skip);
     }
-    // A fresh acquisition always counts one `acquired_first` (and nothing else).
-    let Some(bump) = plan.stats.filter(|b| b.acquired_first == 1) else {
-        return Ok(Fast::Skip);
-    };
     let rp = RecordParams::new(new)?;
     let ep = EventParams::new(ns, key, draft);
     let mut params: Vec<&(dyn ToSql + Sync)> = Vec::with_capacity(60);
@@ -192,24 +229,53 @@ pub(crate) async fn speculative_claim(
     params.extend(ep.tail_params());
     params.push(&s.revision);
     params.push(&s.updated_at);
-    params.extend(stats_params(&bump));
-    let stmt = client.prepare_cached(&SPECULATIVE_INSERT).await?;
+    let bump;
+    let rider_params;
+    let sql: &str = match rider {
+        None => {
+            // A fresh acquisition always counts one `acquired_first` (and nothing else).
+            let Some(b) = plan.stats.filter(|b| b.acquired_first == 1) else {
+                return Ok(Fast::Skip);
+            };
+            bump = b;
+            params.extend(stats_params(&bump));
+            &SPECULATIVE_INSERT
+        }
+        Some(r) => {
+            // Receiving counts nothing; a plan that would is left to the normal path.
+            if plan.stats.is_some() {
+                return Ok(Fast::Skip);
+            }
+            rider_params = RiderParams::new(r);
+            params.extend(rider_params.params());
+            &SPECULATIVE_INTAKE
+        }
+    };
+    let stmt = client.prepare_cached(sql).await?;
     let row = client.query_one(&stmt, &params).await?;
     let ok: Option<bool> = row.try_get(0).map_err(|e| crate::corrupt(&e))?;
     if ok != Some(true) {
         return Ok(Fast::Miss);
     }
     let seq: Option<i64> = row.try_get(1).map_err(|e| crate::corrupt(&e))?;
+    // The record's columns follow the rider's flag in the intake form.
+    let (rider_stored, at) = match rider {
+        None => (false, 2),
+        Some(_) => (
+            row.try_get::<_, bool>(2).map_err(|e| crate::corrupt(&e))?,
+            3,
+        ),
+    };
     if let Some(seq) = seq {
         let stored = rp.stored(new)?;
         return Ok(Fast::Done(
-            Box::new(done(t, Some(seq), None)),
+            Box::new(done_riding(t, Some(seq), None, rider_stored)),
             Some(Box::new(stored)),
         ));
     }
-    let there: Option<String> = row.try_get(2).map_err(|e| crate::corrupt(&e))?;
+    let there: Option<String> = row.try_get(at).map_err(|e| crate::corrupt(&e))?;
     match there {
-        Some(_) => Ok(Fast::Existing(Box::new(record_from_row(&row, 2)?))),
+        Some(_) => Ok(Fast::Existing(Box::new(record_from_row(&row, at)?))),
         // Inserted concurrently by a transaction our snapshot does not see: read again.
         None => Ok(Fast::Skip),
     }

@@ -6,9 +6,10 @@
 use idem_core::{State, Timestamp};
 use idem_store::intake::{append_attempt, forward_owner, source_owner};
 use idem_store::{
-    Delivered, IntakeEventRow, IntakeQuery, IntakeUpdate, NewIntakeEvent, NewOutboxItem,
-    SourceDelete, SourceRow, SourceWrite, StoreError,
+    Delivered, IntakeEventRow, IntakeQuery, IntakeUpdate, Rider, SourceDelete, SourceRow,
+    SourceWrite, StoreError,
 };
+use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
 
 use crate::corrupt;
@@ -138,42 +139,96 @@ pub(crate) async fn source_delete(
     Ok(SourceDelete::Deleted)
 }
 
-pub(crate) async fn intake_store(
-    store: &PgStore,
-    ev: &NewIntakeEvent,
-    forward: Option<&NewOutboxItem>,
-    now: Timestamp,
-) -> Result<bool, PgError> {
-    let mut client = store.client().await?;
-    let tx = client.transaction().await?;
-    let n = tx
-        .execute(
-            "INSERT INTO intake_events (namespace, key, source, event_id, content_type, headers, \
-             body, received_at) \
-             SELECT $1, $2, $3, $4, $5, $6, $7, $8 \
-             WHERE NOT EXISTS (SELECT 1 FROM records WHERE namespace = $1 AND key = $2) \
-             ON CONFLICT (namespace, key) DO NOTHING",
-            &[
-                &ev.namespace,
-                &ev.key,
-                &ev.source,
-                &ev.event_id,
-                &ev.content_type,
-                &ev.headers,
-                &ev.body,
-                &ev.received_at.0,
-            ],
-        )
-        .await?;
-    if n == 1 {
-        if let Some(item) = forward {
-            let enqueue = crate::outbox::Enqueue::new(item, now);
-            tx.execute(crate::outbox::ENQUEUE, &enqueue.params())
-                .await?;
+/// Parameters of [`rider_ctes`]: the event row's eight, then its forward item's seven.
+pub(crate) const RIDER_PARAMS: usize = 15;
+
+/// Two CTEs writing a [`Rider`]: `i` stores the event's row (once: `ON CONFLICT DO NOTHING`)
+/// for each row of `from` (`""`: once), `o` its forward item when `i` stored the row and the
+/// rider has one (its kind, `$p+8`, is not NULL). Parameters `$p` .. `$p+14`
+/// ([`RiderParams`]).
+pub(crate) fn rider_ctes(from: &str, p: usize) -> String {
+    let typed = |first: usize, casts: &[&str]| {
+        casts
+            .iter()
+            .enumerate()
+            .map(|(i, t)| format!("${}::{t}", first + i))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let row = typed(
+        p,
+        &[
+            "TEXT", "TEXT", "TEXT", "TEXT", "TEXT", "TEXT", "BYTEA", "BIGINT",
+        ],
+    );
+    let item = typed(
+        p + 8,
+        &["TEXT", "TEXT", "TEXT", "TEXT", "BYTEA", "BIGINT", "BIGINT"],
+    );
+    format!(
+        "i AS (INSERT INTO intake_events (namespace, key, source, event_id, content_type, \
+         headers, body, received_at) SELECT {row} {from} \
+         ON CONFLICT (namespace, key) DO NOTHING RETURNING 1), \
+         o AS (INSERT INTO outbox (kind, namespace, key, dedupe, payload, created_at, due_at) \
+         SELECT {item} FROM i WHERE ${k}::TEXT IS NOT NULL \
+         ON CONFLICT (namespace, key, kind, dedupe) DO NOTHING RETURNING id)",
+        k = p + 8
+    )
+}
+
+/// A rider on its own, in the transaction that inserts its record: one row back, whether the
+/// event's row was stored.
+pub(crate) static STORE_RIDER: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!("WITH {} SELECT EXISTS (SELECT 1 FROM i)", rider_ctes("", 1))
+});
+
+/// The values of [`rider_ctes`] for one rider (the item's all NULL when it has none).
+pub(crate) struct RiderParams<'a> {
+    r: &'a Rider,
+    kind: Option<&'static str>,
+    namespace: Option<&'a str>,
+    key: Option<&'a str>,
+    dedupe: Option<&'a str>,
+    payload: Option<&'a [u8]>,
+    created_at: Option<i64>,
+    due_at: Option<i64>,
+}
+
+impl<'a> RiderParams<'a> {
+    pub(crate) fn new(r: &'a Rider) -> Self {
+        let f = r.forward.as_ref();
+        RiderParams {
+            r,
+            kind: f.map(|f| f.kind.as_str()),
+            namespace: f.map(|f| f.namespace.as_str()),
+            key: f.map(|f| f.key.as_str()),
+            dedupe: f.map(|f| f.dedupe.as_str()),
+            payload: f.map(|f| f.payload.as_slice()),
+            created_at: f.map(|_| r.intake.received_at.0),
+            due_at: f.map(|f| f.due_at.0),
         }
     }
-    tx.commit().await?;
-    Ok(n == 1)
+
+    pub(crate) fn params(&self) -> [&(dyn ToSql + Sync); RIDER_PARAMS] {
+        let ev = &self.r.intake;
+        [
+            &ev.namespace,
+            &ev.key,
+            &ev.source,
+            &ev.event_id,
+            &ev.content_type,
+            &ev.headers,
+            &ev.body,
+            &ev.received_at.0,
+            &self.kind,
+            &self.namespace,
+            &self.key,
+            &self.dedupe,
+            &self.payload,
+            &self.created_at,
+            &self.due_at,
+        ]
+    }
 }
 
 const EVENT_COLS: &str = "e.namespace, e.key, e.source, e.event_id, e.content_type, e.headers, \

@@ -459,18 +459,6 @@ impl Store for PgStore {
         .await
     }
 
-    async fn intake_store(
-        &self,
-        ev: idem_store::NewIntakeEvent,
-        forward: Option<idem_store::NewOutboxItem>,
-        now: Timestamp,
-    ) -> Result<bool, StoreError> {
-        self.bounded(self.with_retries("intake_store", || {
-            intake::intake_store(self, &ev, forward.as_ref(), now)
-        }))
-        .await
-    }
-
     async fn intake_event(
         &self,
         ns: &str,

@@ -7,8 +7,8 @@
 use idem_core::{State, Timestamp};
 use idem_store::intake::{append_attempt, forward_owner, source_owner};
 use idem_store::{
-    Delivered, IntakeEventRow, IntakeQuery, IntakeUpdate, NewIntakeEvent, NewOutboxItem, NewSecret,
-    SourceDelete, SourceRow, SourceWrite, StoreError,
+    Delivered, IntakeEventRow, IntakeQuery, IntakeUpdate, NewSecret, Rider, SourceDelete,
+    SourceRow, SourceWrite, StoreError,
 };
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
@@ -107,18 +107,14 @@ pub(crate) fn source_delete(
     Ok(SourceDelete::Deleted)
 }
 
-pub(crate) fn intake_store(
-    conn: &Connection,
-    ev: &NewIntakeEvent,
-    forward: Option<&NewOutboxItem>,
-    now: Timestamp,
-) -> Result<bool, StoreError> {
+/// Stores a rider on the step that just inserted its record: the event's row (kept once) and,
+/// when the row is new, its first forward item. `true` when the row was stored.
+pub(crate) fn store_rider(conn: &Connection, rider: &Rider) -> Result<bool, StoreError> {
+    let ev = &rider.intake;
     let n = conn
         .prepare_cached(
             "INSERT INTO intake_events (namespace, key, source, event_id, content_type, headers, \
-             body, received_at) \
-             SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8 \
-             WHERE NOT EXISTS (SELECT 1 FROM records WHERE namespace = ?1 AND key = ?2) \
+             body, received_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) \
              ON CONFLICT (namespace, key) DO NOTHING",
         )
         .db()?
@@ -134,8 +130,8 @@ pub(crate) fn intake_store(
         ])
         .db()?;
     if n == 1 {
-        if let Some(item) = forward {
-            outbox::enqueue(conn, item, now)?;
+        if let Some(item) = &rider.forward {
+            outbox::enqueue(conn, item, ev.received_at)?;
         }
     }
     Ok(n == 1)

@@ -251,6 +251,7 @@ impl SqliteStore {
             alerts_queued: 0,
             // Snapshot decisions only append an event: they count nothing.
             tally: Default::default(),
+            rider_stored: false,
         })
     }
 
@@ -281,9 +282,10 @@ impl Store for SqliteStore {
         op: Op,
         ctx: ExecCtx,
     ) -> Result<Executed, StoreError> {
-        // A claim of a known key (a replay) usually changes nothing but the audit trail:
-        // decide it on a read snapshot, so the writer only appends its event.
-        if matches!(op, Op::Claim(_)) {
+        // A claim of a known key (a replay) or a duplicate webhook delivery usually changes
+        // nothing but the audit trail: decide it on a read snapshot, so the writer only
+        // appends its event.
+        if matches!(op, Op::Claim(_) | Op::IntakeReceive(_)) {
             match self
                 .readers
                 .read_inline(|c| read_ops::decide_on_snapshot(c, ns, key, &op, &ctx))
@@ -523,16 +525,6 @@ impl Store for SqliteStore {
     ) -> Result<idem_store::SourceDelete, StoreError> {
         let name = name.to_owned();
         self.write(move |c| intake::source_delete(c, &name, force))
-            .await
-    }
-
-    async fn intake_store(
-        &self,
-        ev: idem_store::NewIntakeEvent,
-        forward: Option<idem_store::NewOutboxItem>,
-        now: Timestamp,
-    ) -> Result<bool, StoreError> {
-        self.write(move |c| intake::intake_store(c, &ev, forward.as_ref(), now))
             .await
     }
 

@@ -110,9 +110,14 @@ impl Backend for WriteTx<'_> {
         for a in plan.alerts {
             alerts_queued += queue_alert(conn, ns.as_str(), key.as_str(), a, plan.traceparent)?;
         }
+        let rider_stored = match plan.rider {
+            Some(r) => crate::intake::store_rider(conn, r)?,
+            None => false,
+        };
         Ok(Persisted {
             seqs,
             alerts_queued,
+            rider_stored,
         })
     }
 }

@@ -134,6 +134,8 @@ pub struct Plan<'a> {
     pub traceparent: Option<&'a str>,
     /// What to add to the namespace's hourly stats bucket, in the same atomic step.
     pub stats: Option<StatsBump>,
+    /// Rows to store with the record's creation: set only when the plan inserts the record.
+    pub rider: Option<&'a crate::Rider>,
 }
 
 /// Milliseconds per stats bucket.
@@ -191,6 +193,7 @@ impl Plan<'_> {
             && self.alerts.is_empty()
             && self.stats.is_none()
     }
+
     /// The record is left as it is; at most one event is appended (a duplicate hit, an
     /// `in_flight`, a conflict, a refusal): what may be decided on a read snapshot.
     pub fn only_audit(&self) -> bool {
@@ -199,6 +202,15 @@ impl Plan<'_> {
             && self.acquisition.is_none()
             && self.alerts.is_empty()
             && self.stats.is_none()
+    }
+}
+
+impl<'a> Plan<'a> {
+    /// This plan with the caller's [`crate::Rider`], kept only when the plan creates the
+    /// record (a step that finds the record there writes no rider).
+    pub fn riding(self, rider: Option<&'a crate::Rider>) -> Self {
+        let rider = rider.filter(|_| matches!(self.write, PlanWrite::Insert(_)));
+        Plan { rider, ..self }
     }
 }
 
@@ -233,6 +245,7 @@ pub fn plan<'a>(
         },
         traceparent,
         stats: StatsBump::of(&t.tally, now),
+        rider: None,
     }
 }
 
@@ -272,6 +285,8 @@ pub struct Persisted {
     pub seqs: Seqs,
     /// Alerts actually queued (deduplicated ones are not counted).
     pub alerts_queued: usize,
+    /// The plan's rider was stored (its row was new).
+    pub rider_stored: bool,
 }
 
 /// An answered operation.
@@ -302,6 +317,7 @@ pub fn finish(t: Transition, persisted: Persisted, from_state: Option<State>) ->
             from_state,
             alerts_queued: persisted.alerts_queued,
             tally: t.tally,
+            rider_stored: persisted.rider_stored,
         },
         stuck_alerts,
     }
@@ -451,7 +467,8 @@ async fn once<B: Backend>(
     );
     let from_state = loaded.record.as_ref().map(|r| r.state);
     let persisted = {
-        let plan = plan(&t, loaded.ns.policy(), ctx.now, ctx.traceparent.as_deref());
+        let plan = plan(&t, loaded.ns.policy(), ctx.now, ctx.traceparent.as_deref())
+            .riding(ctx.rider.as_deref());
         b.persist(ns, key, &plan, loaded).await?
     };
     Ok(finish(t, persisted, from_state))

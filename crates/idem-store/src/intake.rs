@@ -6,10 +6,11 @@
 //!
 //! The record of an event (state, attempts, audit trail) is an ordinary ledger record in the
 //! source's namespace, written by the engine with the intake ops of `idem_core`. The event
-//! row is written first ([`crate::Store::intake_store`], with the event's forward item in the
-//! same transaction, and only while no record of that key exists), the record second: a crash
-//! between the two leaves a body without a record, which the provider's retry (or the
-//! delivery worker) completes — never a record without its body. This module owns those
+//! row and its first forward item ride on the record's creation ([`crate::Rider`]): the step
+//! that inserts the record stores them in the same transaction, a step that finds the record
+//! writes no row. So a record never exists without its body, and a duplicate costs no row
+//! write. (A row without a record, left by an earlier version that wrote them in two steps,
+//! is completed by the delivery worker.) This module owns those
 //! types; it must never print a body, a header value or a secret (`Debug` shows sizes).
 
 use idem_core::{State, Timestamp};

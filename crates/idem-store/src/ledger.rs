@@ -8,7 +8,7 @@ use idem_core::{
     Timestamp,
 };
 
-use crate::{ExecCtx, Executed, Store, StoreError};
+use crate::{ExecCtx, Executed, Rider, Store, StoreError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum LedgerError {
@@ -72,6 +72,20 @@ impl Ledger {
         let mut ctx = ExecCtx::at(self.clock.now());
         ctx.actor = actor;
         ctx.traceparent = traceparent;
+        self.store.execute(ns, key, op, ctx).await
+    }
+
+    /// [`Ledger::execute`] with rows to store if (and only if) this step creates the record:
+    /// [`Executed::rider_stored`] says whether it did.
+    pub async fn execute_riding(
+        &self,
+        ns: &Namespace,
+        key: &Key,
+        op: Op,
+        rider: Rider,
+    ) -> Result<Executed, StoreError> {
+        let mut ctx = ExecCtx::at(self.clock.now());
+        ctx.rider = Some(Box::new(rider));
         self.store.execute(ns, key, op, ctx).await
     }
 

@@ -42,7 +42,7 @@ pub use secrets::{
 pub use types::{
     generate_secret, hash_secret, AlertOutcome, ApiToken, Cursor, ExecCtx, Executed, ListQuery,
     NamespaceChange, NamespaceInfo, NamespaceStats, NewApiToken, Page, PendingAlert,
-    RecordWithEvents, RetentionReport, Role, StateCounts, Stats, StoreError, SweepReport,
+    RecordWithEvents, RetentionReport, Rider, Role, StateCounts, Stats, StoreError, SweepReport,
 };
 
 use async_trait::async_trait;
@@ -230,16 +230,6 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// Deletes a source and its secrets, refused while some of its events are not
     /// `completed` unless `force` (their records and rows stay).
     async fn source_delete(&self, name: &str, force: bool) -> Result<SourceDelete, StoreError>;
-
-    /// Stores an inbound event's row, and `forward` (its first forward item) in the same
-    /// transaction — only when neither the row nor a record of that key exists. `true` when
-    /// it stored them.
-    async fn intake_store(
-        &self,
-        ev: NewIntakeEvent,
-        forward: Option<NewOutboxItem>,
-        now: Timestamp,
-    ) -> Result<bool, StoreError>;
 
     async fn intake_event(&self, ns: &str, key: &str)
         -> Result<Option<IntakeEventRow>, StoreError>;

@@ -16,6 +16,21 @@ pub struct ExecCtx {
     /// The W3C `traceparent` of the request that runs the operation (validated by the
     /// server), stored with any alert it queues so the delivery continues that trace.
     pub traceparent: Option<String>,
+    /// Rows to write with the record in the same atomic step, only if the step creates it
+    /// (see [`Rider`]).
+    pub rider: Option<Box<Rider>>,
+}
+
+/// Rows that ride on a record's creation: written in the atomic step that inserts the
+/// record, never by a step that finds the record there. The webhook intake's event row and
+/// its first forward item are one: a delivery stores them exactly when it makes the event's
+/// record, so a record never exists without its body, and a duplicate writes no row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rider {
+    /// The inbound event's row (kept once: `ON CONFLICT DO NOTHING` on its key).
+    pub intake: crate::NewIntakeEvent,
+    /// The event's first forward item, enqueued only when the row was stored.
+    pub forward: Option<crate::NewOutboxItem>,
 }
 
 impl ExecCtx {
@@ -27,6 +42,7 @@ impl ExecCtx {
             jitter: rand::random::<f64>(),
             actor: None,
             traceparent: None,
+            rider: None,
         }
     }
 
@@ -56,6 +72,8 @@ pub struct Executed {
     /// What the step counted (acquisitions, cost, fenced completions, time to recovery):
     /// the server turns it into metrics.
     pub tally: idem_core::Tally,
+    /// Whether the step stored its [`Rider`] (it created the record and the row was new).
+    pub rider_stored: bool,
 }
 
 #[derive(Debug, Clone, Serialize)]

@@ -74,8 +74,8 @@ pub use idem_store::{
     REVIEW_STATES,
 };
 pub use idem_store::{
-    Delivered, IntakeEventRow, IntakeQuery, IntakeUpdate, NewIntakeEvent, SourceDelete, SourceRow,
-    SourceWrite,
+    Delivered, IntakeEventRow, IntakeQuery, IntakeUpdate, NewIntakeEvent, Rider, SourceDelete,
+    SourceRow, SourceWrite,
 };
 
 #[derive(Debug, thiserror::Error)]

@@ -102,6 +102,109 @@ async fn warm_pair_and_duplicate_take_one_statement_each() {
     assert_eq!(got.record.version, 2);
 }
 
+/// A webhook delivery with its rider (`Ledger::execute_riding`).
+async fn receive(l: &idem_store::Ledger, k: &str) -> idem_store::Executed {
+    let rider = idem_store::Rider {
+        intake: idem_store::NewIntakeEvent {
+            namespace: "hooks".into(),
+            key: k.into(),
+            source: "src".into(),
+            event_id: Some(k.into()),
+            content_type: None,
+            headers: "{}".into(),
+            body: vec![b'x'; 1024],
+            received_at: l.now(),
+        },
+        forward: Some(idem_store::NewOutboxItem {
+            kind: idem_store::OutboxKind::Forward,
+            namespace: "hooks".into(),
+            key: k.into(),
+            dedupe: "0".into(),
+            payload: b"{}".to_vec(),
+            due_at: l.now(),
+        }),
+    };
+    let op = idem_core::Op::IntakeReceive(idem_core::IntakeReceiveRequest {
+        source: "src".into(),
+        event_id: Some(k.into()),
+    });
+    l.execute_riding(&ns("hooks"), &key(k), op, rider)
+        .await
+        .expect("receive")
+}
+
+#[tokio::test]
+async fn warm_intake_receive_and_duplicate_take_one_statement_each() {
+    let Some(db) = PgDb::create("warm_intake_one_statement") else {
+        return;
+    };
+    let store = db.store().await;
+    let clock = TestClock::new(T0);
+    let l = ledger(store.clone(), &clock);
+    assert!(receive(&l, "warm-up").await.rider_stored); // reads the namespace settings once
+    let before = store.fast_path_stats();
+    let first = receive(&l, "evt_1").await;
+    assert!(first.rider_stored);
+    let dup = receive(&l, "evt_1").await;
+    assert!(!dup.rider_stored);
+    assert!(matches!(
+        dup.reply,
+        Ok(idem_core::Reply::Intake(
+            idem_core::IntakeReply::Duplicate { .. }
+        ))
+    ));
+    let after = store.fast_path_stats();
+    assert_eq!(after.full_reads, before.full_reads, "{after:?}");
+    assert_eq!(after.speculative_inserts, before.speculative_inserts + 1);
+    assert_eq!(after.cached_writes, before.cached_writes + 1);
+    // The row and the forward item went with the record, once.
+    let row = store
+        .intake_event("hooks", "evt_1")
+        .await
+        .expect("row")
+        .expect("stored");
+    assert_eq!(row.body.map(|b| b.len()), Some(1024));
+    assert_eq!(row.state, Some(State::Prepared));
+    let items = store
+        .outbox_claim(idem_store::OutboxClaim {
+            kind: idem_store::OutboxKind::Forward,
+            now: now(&clock),
+            limit: 10,
+            lease_ms: 1_000,
+        })
+        .await
+        .expect("claim");
+    let mut keys: Vec<&str> = items.iter().map(|i| i.key.as_str()).collect();
+    keys.sort_unstable();
+    assert_eq!(keys, ["evt_1", "warm-up"]);
+
+    // Another instance: its speculative statement finds the record and answers duplicate
+    // without a separate read and without a row.
+    let other = db.store().await;
+    let lo = ledger(other.clone(), &clock);
+    assert!(receive(&lo, "warm-up-2").await.rider_stored);
+    let before = other.fast_path_stats();
+    let dup = receive(&lo, "evt_1").await;
+    assert!(!dup.rider_stored);
+    let after = other.fast_path_stats();
+    assert_eq!(after.speculative_existing, before.speculative_existing + 1);
+    assert_eq!(after.full_reads, before.full_reads, "{after:?}");
+    let got = other
+        .get(&ns("hooks"), &key("evt_1"))
+        .await
+        .expect("get")
+        .expect("exists");
+    let kinds: Vec<EventType> = got.events.iter().map(|e| e.kind).collect();
+    assert_eq!(
+        kinds,
+        [
+            EventType::Prepared,
+            EventType::DuplicateHit,
+            EventType::DuplicateHit
+        ]
+    );
+}
+
 #[tokio::test]
 async fn namespace_change_through_another_store_is_honoured_on_the_next_operation() {
     let Some(db) = PgDb::create("stale_namespace_cache") else {

@@ -15,7 +15,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use idem::{
     IntakeReceiveRequest, IntakeReply, Key, Namespace, NewIntakeEvent, NewOutboxItem, Op, OpError,
-    OutboxKind, Reply,
+    OutboxKind, Reply, Rider,
 };
 use idem_intake::{IncomingEvent, Provider, VerifyConfig};
 use serde::Serialize;
@@ -235,32 +235,27 @@ async fn store_event(
         body: ev.body,
         received_at: now,
     };
-    // A row already stored means the event was seen (its row and forward item were written
-    // together): only the record decides then, and a duplicate costs a read, not a write.
-    // Two first deliveries at once both store; the store keeps one row and one item.
-    let store = st.ledger.store();
-    let mut stored = false;
-    if store
-        .intake_event(ns.as_str(), key.as_str())
-        .await?
-        .is_none()
-    {
-        let item = (!held)
-            .then(|| ForwardItem::item(&src.name, ns.as_str(), key.as_str(), "0".into(), now));
-        stored = store.intake_store(row, item, now).await?;
-    }
+    // The event's row and its first forward item ride on the record's creation: stored in
+    // the step that inserts the record, never by a delivery that finds it (a duplicate costs
+    // its audit event, not a row). Of two first deliveries at once, one inserts.
+    let forward =
+        (!held).then(|| ForwardItem::item(&src.name, ns.as_str(), key.as_str(), "0".into(), now));
     let ex = st
         .ledger
-        .execute(
+        .execute_riding(
             &ns,
             &key,
             Op::IntakeReceive(IntakeReceiveRequest {
                 source: src.name.clone(),
                 event_id: ev.event_id,
             }),
-            None,
+            Rider {
+                intake: row,
+                forward,
+            },
         )
         .await?;
+    let stored = ex.rider_stored;
     match receive_status(stored, held, ex.reply)? {
         "duplicate" => {
             metrics::counter!("idem_duplicate_hits_total").increment(1);
@@ -270,16 +265,14 @@ async fn store_event(
     }
 }
 
-/// The status of one delivery. The store writes an event's row only when neither a row nor
-/// a record of its key exists, and only once (`ON CONFLICT DO NOTHING`): the request that
-/// stored the row is the event's first delivery, and it alone answers `accepted` (or `held`),
-/// whatever the record then says; every other delivery answers `duplicate`. The record's
-/// reply cannot decide it: the forwarder, finding the forward item before the record (this
-/// request being between its two writes), makes the record itself (`forward.rs`, the receive
-/// that did not finish), and the first delivery then found a record and answered
-/// `duplicate` — seen in the PostgreSQL bench under load; and of two first deliveries at
-/// once, the one that did not store the row may reach the record first. A delivery that finds
-/// the row of a receive that crashed before answering is `duplicate` too: the key was seen.
+/// The status of one delivery. The event's row rides on its record's creation and is kept
+/// once (`ON CONFLICT DO NOTHING`): the request that stored the row is the event's first
+/// delivery, and it alone answers `accepted` (or `held`); every other delivery answers
+/// `duplicate`, whatever the record says. The record's reply alone cannot decide it: a row
+/// may be there without a record (written by an earlier version, which stored the row and the
+/// record in two steps, by a receive that died between them), and the forwarder makes the
+/// record of such a row itself (`forward.rs`); a delivery that then makes the record stored no
+/// row, and the key was seen: `duplicate`.
 fn receive_status(
     stored: bool,
     held: bool,

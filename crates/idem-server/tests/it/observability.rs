@@ -403,14 +403,6 @@ impl Store for CountingStats {
     ) -> Result<idem::SourceDelete, StoreError> {
         self.inner.source_delete(name, force).await
     }
-    async fn intake_store(
-        &self,
-        ev: idem::NewIntakeEvent,
-        forward: Option<idem::NewOutboxItem>,
-        now: Timestamp,
-    ) -> Result<bool, StoreError> {
-        self.inner.intake_store(ev, forward, now).await
-    }
     async fn intake_event(
         &self,
         ns: &str,

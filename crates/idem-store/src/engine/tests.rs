@@ -14,6 +14,7 @@ fn exec_ctx(now: i64) -> ExecCtx {
         jitter: 0.5,
         actor: None,
         traceparent: None,
+        rider: None,
     }
 }
 fn claim() -> Op {
@@ -169,6 +170,7 @@ fn events_are_numbered_by_what_the_backend_reported() {
         Persisted {
             seqs,
             alerts_queued: 2,
+            rider_stored: false,
         },
         Some(State::Processing),
     );
@@ -265,6 +267,7 @@ impl Backend for Script {
         Ok(Persisted {
             seqs,
             alerts_queued: 0,
+            rider_stored: plan.rider.is_some(),
         })
     }
 
@@ -275,6 +278,43 @@ impl Backend for Script {
     async fn lost_race(&mut self, _: u32) {
         self.paused_between += 1;
     }
+}
+
+fn rider() -> crate::Rider {
+    crate::Rider {
+        intake: crate::NewIntakeEvent {
+            namespace: "n".into(),
+            key: "k".into(),
+            source: "s".into(),
+            event_id: Some("e".into()),
+            content_type: None,
+            headers: "{}".into(),
+            body: b"{}".to_vec(),
+            received_at: Timestamp(1),
+        },
+        forward: None,
+    }
+}
+
+#[test]
+fn a_rider_reaches_only_the_step_that_creates_the_record() {
+    // Fresh key: the claim inserts, the rider goes with it.
+    let mut ctx = exec_ctx(1);
+    ctx.rider = Some(Box::new(rider()));
+    let mut b = Script::default();
+    let ran = run_ready(execute(&mut b, &ns(), &key(), &claim(), &ctx, 1)).expect("ran");
+    assert!(ran.executed.rider_stored);
+    // Known key: the duplicate only appends its event; no rider reaches the backend.
+    let mut b = Script {
+        record: Some(record()),
+        ..Script::default()
+    };
+    let ran = run_ready(execute(&mut b, &ns(), &key(), &claim(), &ctx, 1)).expect("ran");
+    assert_eq!(b.persists, 1);
+    assert!(!ran.executed.rider_stored);
+    // And without a rider nothing is stored, insert or not.
+    let mut b = Script::default();
+    assert!(!run(&mut b, &claim(), 1).expect("ran").executed.rider_stored);
 }
 
 fn run(b: &mut Script, op: &Op, attempts: u32) -> Result<Ran, StoreError> {

@@ -205,6 +205,7 @@ impl H {
             jitter: 0.5,
             actor: actor.map(str::to_owned),
             traceparent: None,
+            rider: None,
         };
         self.store
             .execute(&self.ns, k, op, ctx)

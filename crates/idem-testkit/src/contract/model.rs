@@ -500,6 +500,7 @@ async fn one_case(
             jitter: JITTER,
             actor: Some("model".into()),
             traceparent: None,
+            rider: None,
         };
         let token_of = |w: usize| tokens[w].clone().unwrap_or_else(|| made_up.clone());
         let store_op = match op {

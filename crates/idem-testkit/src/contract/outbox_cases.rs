@@ -14,10 +14,11 @@ use std::sync::Arc;
 use idem_core::{
     Class, CompleteRequest, FailErrorInput, FailRequest, LeaseId, Op, State, Timestamp,
 };
+use idem_core::{IntakeReceiveRequest, IntakeReply, Reply};
 use idem_store::{
-    AlertOutcome, AlertPayload, ExecCtx, Jitter, NewOutboxItem, NewSecret, OutboxClaim,
-    OutboxFinish, OutboxItem, OutboxKind, OutboxOutcome, OutboxState, RetrySchedule, Secret,
-    SecretKind, SecretOwner, Store,
+    AlertOutcome, AlertPayload, ExecCtx, Executed, Jitter, NewIntakeEvent, NewOutboxItem,
+    NewSecret, OutboxClaim, OutboxFinish, OutboxItem, OutboxKind, OutboxOutcome, OutboxState,
+    RetrySchedule, Rider, Secret, SecretKind, SecretOwner, Store,
 };
 use serde_json::json;
 use tokio::sync::Barrier;
@@ -38,6 +39,8 @@ macro_rules! outbox_suite {
             concurrent_claimers_on_many_handles_get_each_item_once,
             alert_wrappers_are_outbox_items,
             retention_deletes_a_records_outbox_items_with_it,
+            a_rider_is_stored_exactly_with_the_record_it_rides_on,
+            concurrent_first_deliveries_store_one_rider,
             secrets_rotate_with_a_grace_period_and_never_show_in_debug,
         );
     };
@@ -123,6 +126,7 @@ async fn to_review_traced(h: &H, k: &str, traceparent: Option<&str>) -> usize {
         jitter: 0.5,
         actor: None,
         traceparent: traceparent.map(str::to_owned),
+        rider: None,
     };
     let e = h
         .store
@@ -641,5 +645,145 @@ pub async fn secrets_rotate_with_a_grace_period_and_never_show_in_debug<B: Backe
     assert_eq!(
         values(&other.secrets(&alert, h.now()).await.expect("read")),
         [S3]
+    );
+}
+
+/// A webhook delivery of event `id` (`None`: held) of source `src` on record `k`, with its
+/// row (body `body`) and, unless held, its forward item riding on the record's creation.
+async fn receive(h: &H, k: &str, id: Option<&str>, body: &[u8]) -> Executed {
+    let rider = Rider {
+        intake: NewIntakeEvent {
+            namespace: h.ns.as_str().to_owned(),
+            key: k.to_owned(),
+            source: "src".into(),
+            event_id: id.map(str::to_owned),
+            content_type: Some("application/json".into()),
+            headers: "{}".into(),
+            body: body.to_vec(),
+            received_at: h.now(),
+        },
+        forward: id.map(|_| forward(h, k, "0")),
+    };
+    let op = Op::IntakeReceive(IntakeReceiveRequest {
+        source: "src".into(),
+        event_id: id.map(str::to_owned),
+    });
+    h.ledger
+        .execute_riding(&h.ns, &key(k), op, rider)
+        .await
+        .unwrap_or_else(|e| panic!("intake receive {k}: {e}"))
+}
+
+fn intake_reply(e: &Executed) -> &'static str {
+    match &e.reply {
+        Ok(Reply::Intake(IntakeReply::Accepted { .. })) => "accepted",
+        Ok(Reply::Intake(IntakeReply::Held { .. })) => "held",
+        Ok(Reply::Intake(IntakeReply::Duplicate { .. })) => "duplicate",
+        other => panic!("not an intake reply: {other:?}"),
+    }
+}
+
+async fn row_body(h: &H, k: &str) -> Option<Vec<u8>> {
+    h.store
+        .intake_event(h.ns.as_str(), k)
+        .await
+        .unwrap_or_else(|e| panic!("intake_event: {e}"))
+        .map(|r| r.body.unwrap_or_default())
+}
+
+/// The rider (an inbound event's row and forward item) is written by the step that creates
+/// the record and by no other: a duplicate stores nothing, a held event no forward item, a
+/// key whose record was made otherwise no row. Several fresh keys, so that a backend's fast
+/// path (PostgreSQL's speculative insert once the namespace is cached) is taken as well as
+/// its normal one.
+pub async fn a_rider_is_stored_exactly_with_the_record_it_rides_on<B: Backend>(b: Arc<B>) {
+    let h = H::new(&*b, "hooks").await;
+    for i in 0..4 {
+        let k = format!("src:evt_{i}");
+        let first = receive(&h, &k, Some(&format!("evt_{i}")), b"first").await;
+        assert_eq!(
+            (intake_reply(&first), first.rider_stored),
+            ("accepted", true),
+            "{k}"
+        );
+        assert_eq!(h.rec(&key(&k)).await.state, State::Prepared);
+        let again = receive(&h, &k, Some(&format!("evt_{i}")), b"second").await;
+        assert_eq!(
+            (intake_reply(&again), again.rider_stored),
+            ("duplicate", false),
+            "{k}"
+        );
+        assert_eq!(
+            row_body(&h, &k).await.as_deref(),
+            Some(&b"first"[..]),
+            "{k}"
+        );
+    }
+    // Exactly one forward item per event, none for the duplicates.
+    let items = claim(&h, OutboxKind::Forward, 100).await;
+    let mut keys: Vec<&str> = items.iter().map(|i| i.key.as_str()).collect();
+    keys.sort_unstable();
+    assert_eq!(keys, ["src:evt_0", "src:evt_1", "src:evt_2", "src:evt_3"]);
+
+    // Held (no event id): the row is stored, the record goes to review, nothing is forwarded.
+    let held = receive(&h, "src:sha256:ab", None, b"held").await;
+    assert_eq!((intake_reply(&held), held.rider_stored), ("held", true));
+    assert_eq!(h.rec(&key("src:sha256:ab")).await.state, State::NeedsReview);
+    assert_eq!(
+        row_body(&h, "src:sha256:ab").await.as_deref(),
+        Some(&b"held"[..])
+    );
+    assert!(claim(&h, OutboxKind::Forward, 100).await.is_empty());
+
+    // A record made by another operation: the delivery finds it and stores no row.
+    let taken = key("src:evt_taken");
+    ok_reply(&h.exec(&taken, Op::Claim(Default::default()), None).await);
+    let late = receive(&h, "src:evt_taken", Some("evt_taken"), b"late").await;
+    assert_eq!(
+        (intake_reply(&late), late.rider_stored),
+        ("duplicate", false)
+    );
+    assert_eq!(row_body(&h, "src:evt_taken").await, None);
+    assert!(claim(&h, OutboxKind::Forward, 100).await.is_empty());
+}
+
+/// Many first deliveries of one event at once, on separate handles: one stores the row and
+/// its forward item, every other one is a duplicate.
+pub async fn concurrent_first_deliveries_store_one_rider<B: Backend>(b: Arc<B>) {
+    const N: usize = 12;
+    let warm = H::new(&*b, "hooks").await;
+    // Cache the namespace on PostgreSQL handles, so that the fast path races too.
+    receive(&warm, "src:warm", Some("warm"), b"w").await;
+    let barrier = Arc::new(Barrier::new(N));
+    let mut tasks = Vec::new();
+    for i in 0..N {
+        let h = H::on(b.open().await, "hooks", warm.clock.clone());
+        receive(&h, &format!("src:warm{i}"), Some("warm"), b"w").await;
+        let barrier = barrier.clone();
+        tasks.push(tokio::spawn(async move {
+            barrier.wait().await;
+            let e = receive(
+                &h,
+                "src:evt_race",
+                Some("evt_race"),
+                format!("{i}").as_bytes(),
+            )
+            .await;
+            (intake_reply(&e), e.rider_stored)
+        }));
+    }
+    let mut got = Vec::new();
+    for t in tasks {
+        got.push(t.await.expect("task"));
+    }
+    let stored = got.iter().filter(|(_, s)| *s).count();
+    let accepted = got.iter().filter(|(r, _)| *r == "accepted").count();
+    assert_eq!((stored, accepted), (1, 1), "{got:?}");
+    assert!(row_body(&warm, "src:evt_race").await.is_some());
+    let items = claim(&warm, OutboxKind::Forward, 100).await;
+    assert_eq!(
+        items.iter().filter(|i| i.key == "src:evt_race").count(),
+        1,
+        "one forward item"
     );
 }

@@ -4,7 +4,7 @@
 //! never log a body, a header value or a secret (driver errors name no parameter values).
 
 use idem_core::{State, Timestamp};
-use idem_store::intake::{append_attempt, forward_owner, source_owner};
+use idem_store::intake::{forward_owner, source_owner};
 use idem_store::{
     Delivered, IntakeEventRow, IntakeQuery, IntakeUpdate, Rider, SourceDelete, SourceRow,
     SourceWrite, StoreError,
@@ -308,38 +308,38 @@ pub(crate) async fn intake_list(
     rows.iter().map(event_row).collect()
 }
 
+/// Appends an attempt and/or sets `delivered_at` in one autocommit statement. The attempt
+/// (one compact JSON object, from the same serializer that wrote the array) is spliced into
+/// the stored array as text, which gives exactly what [`idem_store::intake::append_attempt`] would (`[]` or
+/// anything that is not an array starts a new one).
+const INTAKE_UPDATE: &str = "UPDATE intake_events SET \
+    attempts = CASE WHEN $3::TEXT IS NULL THEN attempts \
+        WHEN attempts = '[]' OR left(attempts, 1) <> '[' OR right(attempts, 1) <> ']' \
+            THEN '[' || $3::TEXT || ']' \
+        ELSE left(attempts, -1) || ',' || $3::TEXT || ']' END, \
+    delivered_at = CASE WHEN $4::BOOLEAN THEN $5::BIGINT ELSE delivered_at END \
+    WHERE namespace = $1 AND key = $2";
+
 pub(crate) async fn intake_update(store: &PgStore, u: &IntakeUpdate) -> Result<(), PgError> {
-    let mut client = store.client().await?;
-    let tx = client.transaction().await?;
-    if let Some(a) = &u.attempt {
-        let rows = tx
-            .query(
-                "SELECT attempts FROM intake_events WHERE namespace = $1 AND key = $2 FOR UPDATE",
-                &[&u.namespace, &u.key],
-            )
-            .await?;
-        if let Some(r) = rows.first() {
-            let cur: String = get(r, 0)?;
-            tx.execute(
-                "UPDATE intake_events SET attempts = $3 WHERE namespace = $1 AND key = $2",
-                &[&u.namespace, &u.key, &append_attempt(&cur, a)],
-            )
-            .await?;
-        }
-    }
-    let delivered = match u.delivered {
-        Delivered::Keep => None,
-        Delivered::At(t) => Some(Some(t.0)),
-        Delivered::Clear => Some(None),
+    // Re-serialized as `append_attempt` does (an attempt that is not JSON is dropped there too).
+    let attempt: Option<String> = u
+        .attempt
+        .as_deref()
+        .and_then(|a| serde_json::from_str::<serde_json::Value>(a).ok())
+        .map(|v| v.to_string());
+    let (set, delivered) = match u.delivered {
+        Delivered::Keep => (false, None),
+        Delivered::At(t) => (true, Some(t.0)),
+        Delivered::Clear => (true, None),
     };
-    if let Some(d) = delivered {
-        tx.execute(
-            "UPDATE intake_events SET delivered_at = $3 WHERE namespace = $1 AND key = $2",
-            &[&u.namespace, &u.key, &d],
-        )
-        .await?;
+    if attempt.is_none() && !set {
+        return Ok(());
     }
-    tx.commit().await?;
+    let client = store.client().await?;
+    let stmt = client.prepare_cached(INTAKE_UPDATE).await?;
+    client
+        .execute(&stmt, &[&u.namespace, &u.key, &attempt, &set, &delivered])
+        .await?;
     Ok(())
 }
 

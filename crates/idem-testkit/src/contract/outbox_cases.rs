@@ -16,9 +16,9 @@ use idem_core::{
 };
 use idem_core::{IntakeReceiveRequest, IntakeReply, Reply};
 use idem_store::{
-    AlertOutcome, AlertPayload, ExecCtx, Executed, Jitter, NewIntakeEvent, NewOutboxItem,
-    NewSecret, OutboxClaim, OutboxFinish, OutboxItem, OutboxKind, OutboxOutcome, OutboxState,
-    RetrySchedule, Rider, Secret, SecretKind, SecretOwner, Store,
+    AlertOutcome, AlertPayload, Delivered, ExecCtx, Executed, IntakeUpdate, Jitter, NewIntakeEvent,
+    NewOutboxItem, NewSecret, OutboxClaim, OutboxFinish, OutboxItem, OutboxKind, OutboxOutcome,
+    OutboxState, RetrySchedule, Rider, Secret, SecretKind, SecretOwner, Store,
 };
 use serde_json::json;
 use tokio::sync::Barrier;
@@ -41,6 +41,7 @@ macro_rules! outbox_suite {
             retention_deletes_a_records_outbox_items_with_it,
             a_rider_is_stored_exactly_with_the_record_it_rides_on,
             concurrent_first_deliveries_store_one_rider,
+            intake_updates_append_attempts_and_set_delivered_at,
             secrets_rotate_with_a_grace_period_and_never_show_in_debug,
         );
     };
@@ -786,4 +787,74 @@ pub async fn concurrent_first_deliveries_store_one_rider<B: Backend>(b: Arc<B>) 
         1,
         "one forward item"
     );
+}
+
+/// Attempts are appended in order, exactly as `append_attempt` would write the array, and
+/// `delivered_at` is set, kept and cleared; an update of a row that does not exist changes
+/// nothing.
+pub async fn intake_updates_append_attempts_and_set_delivered_at<B: Backend>(b: Arc<B>) {
+    let h = H::new(&*b, "hooks").await;
+    receive(&h, "src:evt_1", Some("evt_1"), b"{}").await;
+    let update = |attempt: Option<serde_json::Value>, delivered| IntakeUpdate {
+        namespace: "hooks".into(),
+        key: "src:evt_1".into(),
+        attempt: attempt.map(|a| a.to_string()),
+        delivered,
+    };
+    let row = || async {
+        h.store
+            .intake_event("hooks", "src:evt_1")
+            .await
+            .expect("intake_event")
+            .expect("row")
+    };
+    let attempts = [
+        json!({"attempt": 1, "status": 500, "error": {"category": "http", "message": "a \"b\" ,]"}}),
+        json!({"attempt": 2, "status": null, "error": {"category": "timeout", "message": "ü"}}),
+        json!({"attempt": 3, "status": 200, "error": null, "duration_ms": 7}),
+    ];
+    let mut expected = "[]".to_owned();
+    for (i, a) in attempts.iter().enumerate() {
+        let delivered = if i == 2 {
+            Delivered::At(Timestamp(h.now().0 + 5))
+        } else {
+            Delivered::Keep
+        };
+        h.store
+            .intake_update(update(Some(a.clone()), delivered))
+            .await
+            .expect("intake_update");
+        expected = idem_store::intake::append_attempt(&expected, &a.to_string());
+        let got = row().await;
+        assert_eq!(got.attempts, expected, "after attempt {}", i + 1);
+        let parsed: serde_json::Value = serde_json::from_str(&got.attempts).expect("json");
+        assert_eq!(parsed.as_array().map(Vec::len), Some(i + 1));
+    }
+    assert_eq!(row().await.delivered_at, Some(Timestamp(h.now().0 + 5)));
+    // Nothing to do changes nothing; `Clear` clears.
+    h.store
+        .intake_update(update(None, Delivered::Keep))
+        .await
+        .expect("noop");
+    assert_eq!(row().await.attempts, expected);
+    h.store
+        .intake_update(update(None, Delivered::Clear))
+        .await
+        .expect("clear");
+    let got = row().await;
+    assert_eq!((got.attempts, got.delivered_at), (expected, None));
+    // A row that does not exist: no error, no row.
+    h.store
+        .intake_update(IntakeUpdate {
+            key: "src:none".into(),
+            ..update(Some(json!({"attempt": 1})), Delivered::At(h.now()))
+        })
+        .await
+        .expect("missing row");
+    assert!(h
+        .store
+        .intake_event("hooks", "src:none")
+        .await
+        .expect("read")
+        .is_none());
 }

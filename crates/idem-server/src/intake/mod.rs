@@ -8,9 +8,10 @@
 //!   `idem_core`'s intake ops), plus a row of the store's `intake_events` table (raw body or
 //!   split element, content type, forwarded headers with lowercase names, `received_at`, the
 //!   attempt list, `delivered_at`). The row and the event's first outbox item (kind
-//!   `forward`) are written in one transaction, then the record: a crash between the two is
-//!   completed by the provider's retry or by the worker, never acknowledged half-written. The
-//!   200 goes out only after both are durable.
+//!   `forward`) ride on the record's creation (`idem_store::Rider`): the engine's step that
+//!   inserts the record writes them in the same transaction, and a step that finds the
+//!   record writes no row. The 200 goes out only after that step is durable. (A row without
+//!   a record, from a version that wrote them in two steps, is completed by the worker.)
 //! - Each delivery attempt holds the record's lease (`forward.timeout_ms` + a margin): that
 //!   lease, not the outbox item, is what keeps at most one delivery of an event in flight
 //!   across instances; a stale or duplicated outbox item only ever waits or finishes.

@@ -54,20 +54,21 @@ fn ns_guard(rev: usize, upd: usize) -> String {
     )
 }
 
-/// With n = `RECORD_COLUMNS.len()` and t = `EVENT_TAIL_LEN`: $1..$n record, $n+1..$n+t event
-/// tail, $n+t+1/$n+t+2 namespace guard, then the stats bump of a fresh acquisition. One row:
-/// guard held, the event's seq when the record was inserted, and otherwise the record that was
-/// already there (as of the statement's snapshot; NULLs when it is not visible yet). The lookup
-/// of that record sits behind a one-time filter: it is not run when the insert happened; the
-/// stats bump runs only when it happened.
-static SPECULATIVE_INSERT: LazyLock<String> = LazyLock::new(|| {
+/// The speculative fresh insert. With n = `RECORD_COLUMNS.len()` and t = `EVENT_TAIL_LEN`:
+/// $1..$n record, $n+1..$n+t event tail, $n+t+1/$n+t+2 namespace guard, then the parameters
+/// of `after_e` (more CTEs, each written only when the insert happened). One row: guard held,
+/// the event's seq when the record was inserted, `flags` (more columns), and otherwise the
+/// record that was already there (as of the statement's snapshot; NULLs when it is not
+/// visible yet). The lookup of that record sits behind a one-time filter: it is not run when
+/// the insert happened.
+fn speculative(after_e: &str, flags: &str) -> String {
     let n = RECORD_COLUMNS.len();
     format!(
         "WITH g AS (SELECT {guard} AS ok), \
          w AS (INSERT INTO records ({cols}) SELECT {typed} FROM g WHERE g.ok \
                ON CONFLICT (namespace, key) DO NOTHING RETURNING version), \
-         e AS ({ev} SELECT $1, $2, {tail} FROM w RETURNING seq){stats} \
-         SELECT g.ok, (SELECT seq FROM e), {rcols} FROM g \
+         e AS ({ev} SELECT $1, $2, {tail} FROM w RETURNING seq){after_e} \
+         SELECT g.ok, (SELECT seq FROM e), {flags}{rcols} FROM g \
          LEFT JOIN (SELECT * FROM records WHERE namespace = $1 AND key = $2 \
              AND NOT EXISTS (SELECT 1 FROM w)) r ON TRUE",
         guard = ns_guard(n + 1 + EVENT_TAIL_LEN, n + 2 + EVENT_TAIL_LEN),
@@ -75,33 +76,24 @@ static SPECULATIVE_INSERT: LazyLock<String> = LazyLock::new(|| {
         cols = *RECORD_COLS,
         typed = *TYPED_RECORD_PARAMS,
         tail = event_tail(n + 1),
-        stats = stats_cte("e", n + 3 + EVENT_TAIL_LEN),
         rcols = *R_RECORD_COLS,
+    )
+}
+
+/// [`speculative`] for a fresh claim: the stats bump of its acquisition rides along.
+static SPECULATIVE_INSERT: LazyLock<String> = LazyLock::new(|| {
+    speculative(
+        &stats_cte("e", RECORD_COLUMNS.len() + 3 + EVENT_TAIL_LEN),
+        "",
     )
 });
 
-/// [`SPECULATIVE_INSERT`] for a webhook delivery: no stats bump (receiving counts no
-/// acquisition); the rider's row and forward item ride on the record insert ($n+t+3 ..
-/// `RIDER_PARAMS` more). One row: guard held, the event's seq, whether the row was stored,
-/// then the record already there as in [`SPECULATIVE_INSERT`].
+/// [`speculative`] for a webhook delivery: no stats bump (receiving counts no acquisition);
+/// the rider's row and forward item ride on the record insert (`RIDER_PARAMS` more), and
+/// the row's flag says whether the row was stored.
 static SPECULATIVE_INTAKE: LazyLock<String> = LazyLock::new(|| {
-    let n = RECORD_COLUMNS.len();
-    format!(
-        "WITH g AS (SELECT {guard} AS ok), \
-         w AS (INSERT INTO records ({cols}) SELECT {typed} FROM g WHERE g.ok \
-               ON CONFLICT (namespace, key) DO NOTHING RETURNING version), \
-         e AS ({ev} SELECT $1, $2, {tail} FROM w RETURNING seq), {rider} \
-         SELECT g.ok, (SELECT seq FROM e), EXISTS (SELECT 1 FROM i), {rcols} FROM g \
-         LEFT JOIN (SELECT * FROM records WHERE namespace = $1 AND key = $2 \
-             AND NOT EXISTS (SELECT 1 FROM w)) r ON TRUE",
-        guard = ns_guard(n + 1 + EVENT_TAIL_LEN, n + 2 + EVENT_TAIL_LEN),
-        ev = *EVENT_INSERT_COLS,
-        cols = *RECORD_COLS,
-        typed = *TYPED_RECORD_PARAMS,
-        tail = event_tail(n + 1),
-        rider = rider_ctes("FROM w", n + 3 + EVENT_TAIL_LEN),
-        rcols = *R_RECORD_COLS,
-    )
+    let rider = rider_ctes("FROM w", RECORD_COLUMNS.len() + 3 + EVENT_TAIL_LEN);
+    speculative(&format!(", {rider}"), "EXISTS (SELECT 1 FROM i), ")
 });
 
 /// $1/$2 namespace and key, $3..$13 event tail, $14/$15 namespace guard, $16/$17 the cached

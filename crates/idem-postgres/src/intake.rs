@@ -14,6 +14,7 @@ use tokio_postgres::Row;
 
 use crate::corrupt;
 use crate::error::PgError;
+use crate::rows::typed_params;
 use crate::PgStore;
 
 fn get<'a, T: tokio_postgres::types::FromSql<'a>>(r: &'a Row, i: usize) -> Result<T, PgError> {
@@ -147,21 +148,13 @@ pub(crate) const RIDER_PARAMS: usize = 15;
 /// rider has one (its kind, `$p+8`, is not NULL). Parameters `$p` .. `$p+14`
 /// ([`RiderParams`]).
 pub(crate) fn rider_ctes(from: &str, p: usize) -> String {
-    let typed = |first: usize, casts: &[&str]| {
-        casts
-            .iter()
-            .enumerate()
-            .map(|(i, t)| format!("${}::{t}", first + i))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    let row = typed(
+    let row = typed_params(
         p,
         &[
             "TEXT", "TEXT", "TEXT", "TEXT", "TEXT", "TEXT", "BYTEA", "BIGINT",
         ],
     );
-    let item = typed(
+    let item = typed_params(
         p + 8,
         &["TEXT", "TEXT", "TEXT", "TEXT", "BYTEA", "BIGINT", "BIGINT"],
     );

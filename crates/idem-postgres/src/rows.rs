@@ -338,6 +338,12 @@ pub(crate) fn event_tail(first: usize) -> String {
         "BIGINT", "TEXT", "TEXT", "TEXT", "BIGINT", "TEXT", "TEXT", "TEXT", "TEXT", "BIGINT",
         "BIGINT",
     ];
+    typed_params(first, &casts)
+}
+
+/// `$first::cast0, $first+1::cast1, …`: parameters with explicit types, for a `SELECT` list
+/// (an `INSERT … SELECT` does not infer them from the target columns).
+pub(crate) fn typed_params(first: usize, casts: &[&str]) -> String {
     casts
         .iter()
         .enumerate()

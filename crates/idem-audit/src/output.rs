@@ -90,9 +90,9 @@ pub fn table(r: &Report) -> String {
             [
                 f.severity.as_str().to_owned(),
                 f.rule.to_owned(),
-                file.file.clone(),
-                place,
-                format!("{} Fix: {}", f.message, f.fix),
+                cell(&file.file),
+                cell(&place),
+                cell(&format!("{} Fix: {}", f.message, f.fix)),
             ]
         })
         .collect();
@@ -111,6 +111,29 @@ pub fn table(r: &Report) -> String {
     out.push_str(&summary(r));
     out.push('\n');
     out
+}
+
+/// Text of a table cell on one line: control characters (a newline, a carriage return, an
+/// escape that would drive the terminal) and the Unicode line and paragraph separators in a
+/// workflow's, node's or file's name are written as Rust-style escapes (`\n`, `\u{1b}`), so
+/// one finding is one line whatever a name holds.
+fn cell(text: &str) -> String {
+    if !text.chars().any(breaks_line) {
+        return text.to_owned();
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if breaks_line(c) {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+fn breaks_line(c: char) -> bool {
+    c.is_control() || c == '\u{2028}' || c == '\u{2029}'
 }
 
 fn line(cells: &[String; 5], widths: &[usize; 4]) -> String {
@@ -291,6 +314,32 @@ mod tests {
         assert_eq!(
             lines[1],
             "1 finding (1 error, 0 warnings, 0 info) in 1 workflow from 1 file; 1 file could not be read"
+        );
+    }
+
+    #[test]
+    fn a_name_with_line_breaks_or_escapes_stays_on_its_line() {
+        // Found by the audit_workflow fuzz target: a workflow named with a newline.
+        let mut r = report();
+        let f = &mut r.files[0].findings[0];
+        f.workflow = "Static\ndata\r\u{2028}x".into();
+        f.node = Some("Send\u{1b}[31m".into());
+        f.message = "two\nlines.".into();
+        r.files[0].file = "a\nb.json".into();
+        let t = table(&r);
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines.len(), 2, "{t}");
+        assert!(
+            lines[0].starts_with(
+                "error  IDEM001  a\\nb.json  Static\\ndata\\r\\u{2028}x › Send\\u{1b}[31m  two\\nlines. Fix: f."
+            ),
+            "{t}"
+        );
+        assert!(!t.contains('\u{1b}'));
+        // The other renderings keep the names as they are (JSON escapes them itself).
+        assert_eq!(
+            json(&r)["findings"][0]["workflow"],
+            "Static\ndata\r\u{2028}x"
         );
     }
 

@@ -22,7 +22,8 @@ use idem_store::{sql, ExecCtx};
 use crate::cache::{Counters, NsSettings, NO_ROW};
 use crate::error::PgError;
 use crate::fast::{self, Fast};
-use crate::intake::{RiderParams, STORE_RIDER};
+use crate::intake::{RiderParams, UpdateParams, INTAKE_UPDATE, STORE_RIDER};
+use crate::outbox::{FinishParams, FINISH};
 use crate::rows::{
     as_u64, policy_from_text, record_from_row, stats_params, EventParams, RecordParams,
     INSERT_EVENT, INSERT_RECORD, INSERT_RECORD_WITH_EVENT, INSERT_RECORD_WITH_EVENT_STATS,
@@ -65,6 +66,8 @@ enum Step {
     Stats,
     /// Whether the rider's event row was stored.
     Rider(bool),
+    /// The report rider's attempt was appended or its item finished.
+    Report,
 }
 
 /// Tiny jittered pause so that racing writers do not collide in lockstep.
@@ -291,7 +294,7 @@ async fn persist(
         return Ok(Persisted::default());
     }
 
-    if fits_one_statement(plan) && plan.rider.is_none() {
+    if fits_one_statement(plan) && plan.rider.is_none() && plan.report.is_none() {
         // The common case (one record write and/or one event): a single autocommit
         // statement is atomic and durable on its own, which halves the round trips.
         let seq = single_statement(client, ns, key, plan).await?;
@@ -333,6 +336,19 @@ async fn persist(
         None => None,
     };
     let rider_params = plan.rider.map(RiderParams::new);
+    let report_stmts = match plan.report {
+        Some(_) => Some((
+            client.prepare_cached(&INTAKE_UPDATE).await?,
+            client.prepare_cached(&FINISH).await?,
+        )),
+        None => None,
+    };
+    let report_params = plan.report.as_ref().map(|r| {
+        (
+            UpdateParams::new(&r.rider.update),
+            FinishParams::new(r.rider.item, Some(&r.rider.lease), &r.outcome, r.now),
+        )
+    });
 
     let (record_params, old_version) = record_params(plan)?;
     let event_params: Vec<EventParams> = plan
@@ -408,6 +424,24 @@ async fn persist(
             Ok(Step::Rider(row.try_get(0)?))
         }));
     }
+    if let (Some((update, finish)), Some((up, fp)), Some(r)) =
+        (&report_stmts, &report_params, &plan.report)
+    {
+        let tx = &tx;
+        let (ns_key, key_str) = (&r.rider.update.namespace, &r.rider.update.key);
+        steps.push(Box::pin(async move {
+            let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = vec![ns_key, key_str];
+            params.extend(up.params());
+            tx.execute(update, &params).await?;
+            Ok(Step::Report)
+        }));
+        steps.push(Box::pin(async move {
+            // A finish the holder no longer owns changes nothing (its new holder finds the
+            // record moved on): not a lost race of this step.
+            tx.execute(finish, &fp.params()).await?;
+            Ok(Step::Report)
+        }));
+    }
     let results = try_join_all(steps).await?;
     let mut seqs = vec![0i64; plan.events.len()];
     let mut alerts_queued = 0usize;
@@ -418,7 +452,7 @@ async fn persist(
             // filled up meanwhile. Dropping `tx` rolls back; decide again on fresh data.
             Step::Record(n) if n != 1 => return Err(PgError::Retry),
             Step::Daily(false) => return Err(PgError::Retry),
-            Step::Record(_) | Step::Daily(true) | Step::Stats => {}
+            Step::Record(_) | Step::Daily(true) | Step::Stats | Step::Report => {}
             Step::Event(i, seq) => {
                 if let Some(s) = seqs.get_mut(i) {
                     *s = seq;
@@ -429,6 +463,8 @@ async fn persist(
         }
     }
     tx.commit().await?;
+    // The record's update held and committed, so its report rider went with it.
+    rider_stored |= plan.report.is_some();
     let mut numbered = Seqs::default();
     for seq in seqs {
         numbered.push(seq);

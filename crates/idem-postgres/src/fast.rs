@@ -34,7 +34,8 @@ use tokio_postgres::types::ToSql;
 use crate::cache::NsSettings;
 use crate::error::PgError;
 use crate::execute::fits_one_statement;
-use crate::intake::{rider_ctes, RiderParams};
+use crate::intake::{intake_update_sql, rider_ctes, RiderParams, UpdateParams};
+use crate::outbox::{finish_sql, FinishParams};
 use crate::rows::{
     event_tail, record_from_row, stats_cte, stats_params, EventParams, RecordParams,
     EVENT_INSERT_COLUMNS, EVENT_TAIL_LEN, RECORD_COLS, RECORD_COLUMNS, R_RECORD_COLS,
@@ -149,6 +150,25 @@ static GUARDED_UPDATE_WITH_EVENT: LazyLock<String> = LazyLock::new(|| {
         ns_guard(n + 2 + EVENT_TAIL_LEN, n + 3 + EVENT_TAIL_LEN),
         *EVENT_INSERT_COLS,
         event_tail(n + 2)
+    )
+});
+
+/// [`GUARDED_UPDATE_WITH_EVENT`] of a forward report with its rider: the attempt appended to
+/// the event's row (`$n+t+4..$n+t+6`) and the outbox item finished (`$n+t+7..$n+t+12`), both
+/// only when the guarded update happened. One statement, one commit.
+static GUARDED_UPDATE_WITH_EVENT_REPORT: LazyLock<String> = LazyLock::new(|| {
+    let n = RECORD_COLUMNS.len();
+    let moved = "EXISTS (SELECT 1 FROM w)";
+    format!(
+        "WITH w AS ({} AND created_at = $17 AND {} RETURNING version), \
+         e AS ({} SELECT $1, $2, {} FROM w RETURNING seq), \
+         a AS ({}), f AS ({}) SELECT seq FROM e",
+        *UPDATE_RECORD,
+        ns_guard(n + 2 + EVENT_TAIL_LEN, n + 3 + EVENT_TAIL_LEN),
+        *EVENT_INSERT_COLS,
+        event_tail(n + 2),
+        intake_update_sql(n + 4 + EVENT_TAIL_LEN, moved),
+        finish_sql(n + 7 + EVENT_TAIL_LEN, moved),
     )
 });
 
@@ -286,7 +306,7 @@ pub(crate) async fn cached_record(
     let Some(t) = engine::decide_known(ns, key, Some(rec), op, ctx, s) else {
         return Ok(Fast::Skip);
     };
-    let plan = engine::plan(&t, &s.policy, ctx.now, ctx.traceparent.as_deref());
+    let plan = engine::plan(&t, &s.policy, ctx.now, ctx.traceparent.as_deref()).riding(ctx);
     if plan.acquisition.is_some() || !fits_one_statement(&plan) {
         return Ok(Fast::Skip);
     }
@@ -330,8 +350,17 @@ pub(crate) async fn cached_record(
             params.extend(rp.params());
             params.push(&rec.version);
             let stats = plan.stats;
+            let report = plan.report.as_ref().map(|r| {
+                (
+                    UpdateParams::new(&r.rider.update),
+                    FinishParams::new(r.rider.item, Some(&r.rider.lease), &r.outcome, r.now),
+                )
+            });
+            let rode = report.is_some();
             match t.events.as_slice() {
-                [] if stats.is_some() => Ok(Fast::Skip),
+                // A report's rider rides only on the one-event form below.
+                [] | [_] if report.is_some() && stats.is_some() => Ok(Fast::Skip),
+                [] if report.is_some() || stats.is_some() => Ok(Fast::Skip),
                 [] => {
                     params.push(&s.revision);
                     params.push(&s.updated_at);
@@ -350,12 +379,17 @@ pub(crate) async fn cached_record(
                     params.extend(ep.tail_params());
                     params.push(&s.revision);
                     params.push(&s.updated_at);
-                    let sql: &str = match &stats {
-                        Some(b) => {
+                    let sql: &str = match (&stats, &report) {
+                        (Some(b), _) => {
                             params.extend(stats_params(b));
                             &GUARDED_UPDATE_WITH_EVENT_STATS
                         }
-                        None => &GUARDED_UPDATE_WITH_EVENT,
+                        (None, Some((up, fp))) => {
+                            params.extend(up.params());
+                            params.extend(fp.params());
+                            &GUARDED_UPDATE_WITH_EVENT_REPORT
+                        }
+                        (None, None) => &GUARDED_UPDATE_WITH_EVENT,
                     };
                     let stmt = client.prepare_cached(sql).await?;
                     match client.query_opt(&stmt, &params).await? {
@@ -363,7 +397,7 @@ pub(crate) async fn cached_record(
                         Some(row) => {
                             let seq: i64 = row.try_get(0).map_err(|e| crate::corrupt(&e))?;
                             Ok(Fast::Done(
-                                Box::new(done(t, Some(seq), from)),
+                                Box::new(done_riding(t, Some(seq), from, rode)),
                                 Some(Box::new(stored)),
                             ))
                         }

@@ -3,6 +3,8 @@
 //! an event row and its forward item, are each written in one transaction. This module must
 //! never log a body, a header value or a secret (driver errors name no parameter values).
 
+use std::sync::LazyLock;
+
 use idem_core::{State, Timestamp};
 use idem_store::intake::{forward_owner, source_owner};
 use idem_store::{
@@ -301,38 +303,81 @@ pub(crate) async fn intake_list(
     rows.iter().map(event_row).collect()
 }
 
-/// Appends an attempt and/or sets `delivered_at` in one autocommit statement. The attempt
-/// (one compact JSON object, from the same serializer that wrote the array) is spliced into
-/// the stored array as text, which gives exactly what [`idem_store::intake::append_attempt`] would (`[]` or
-/// anything that is not an array starts a new one).
-const INTAKE_UPDATE: &str = "UPDATE intake_events SET \
-    attempts = CASE WHEN $3::TEXT IS NULL THEN attempts \
-        WHEN attempts = '[]' OR left(attempts, 1) <> '[' OR right(attempts, 1) <> ']' \
-            THEN '[' || $3::TEXT || ']' \
-        ELSE left(attempts, -1) || ',' || $3::TEXT || ']' END, \
-    delivered_at = CASE WHEN $4::BOOLEAN THEN $5::BIGINT ELSE delivered_at END \
-    WHERE namespace = $1 AND key = $2";
+/// Appends an attempt and/or sets `delivered_at` of the event `$1`/`$2`: `$p` the attempt
+/// (NULL: none), `$p+1` whether `delivered_at` changes, `$p+2` its new value; `and` adds a
+/// condition (empty: none). The attempt (one compact JSON object, from the same serializer
+/// that wrote the array) is spliced into the stored array as text, which gives exactly what
+/// [`idem_store::intake::append_attempt`] would (`[]` or anything that is not an array
+/// starts a new one).
+pub(crate) fn intake_update_sql(p: usize, and: &str) -> String {
+    let and = if and.is_empty() {
+        String::new()
+    } else {
+        format!(" AND {and}")
+    };
+    let (a, set, at) = (p, p + 1, p + 2);
+    format!(
+        "UPDATE intake_events SET \
+         attempts = CASE WHEN ${a}::TEXT IS NULL THEN attempts \
+             WHEN attempts = '[]' OR left(attempts, 1) <> '[' OR right(attempts, 1) <> ']' \
+                 THEN '[' || ${a}::TEXT || ']' \
+             ELSE left(attempts, -1) || ',' || ${a}::TEXT || ']' END, \
+         delivered_at = CASE WHEN ${set}::BOOLEAN THEN ${at}::BIGINT ELSE delivered_at END \
+         WHERE namespace = $1 AND key = $2{and}"
+    )
+}
+
+/// [`intake_update_sql`] on its own, one autocommit statement.
+pub(crate) static INTAKE_UPDATE: LazyLock<String> = LazyLock::new(|| intake_update_sql(3, ""));
+
+/// The parameters of [`intake_update_sql`] after the namespace and the key, in order.
+pub(crate) struct UpdateParams {
+    attempt: Option<String>,
+    set: bool,
+    delivered: Option<i64>,
+}
+
+impl UpdateParams {
+    pub(crate) fn new(u: &IntakeUpdate) -> Self {
+        // Re-serialized as `append_attempt` does (an attempt that is not JSON is dropped
+        // there too).
+        let attempt: Option<String> = u
+            .attempt
+            .as_deref()
+            .and_then(|a| serde_json::from_str::<serde_json::Value>(a).ok())
+            .map(|v| v.to_string());
+        let (set, delivered) = match u.delivered {
+            Delivered::Keep => (false, None),
+            Delivered::At(t) => (true, Some(t.0)),
+            Delivered::Clear => (true, None),
+        };
+        UpdateParams {
+            attempt,
+            set,
+            delivered,
+        }
+    }
+
+    /// Nothing to change.
+    pub(crate) fn is_noop(&self) -> bool {
+        self.attempt.is_none() && !self.set
+    }
+
+    pub(crate) fn params(&self) -> [&(dyn ToSql + Sync); 3] {
+        [&self.attempt, &self.set, &self.delivered]
+    }
+}
 
 pub(crate) async fn intake_update(store: &PgStore, u: &IntakeUpdate) -> Result<(), PgError> {
-    // Re-serialized as `append_attempt` does (an attempt that is not JSON is dropped there too).
-    let attempt: Option<String> = u
-        .attempt
-        .as_deref()
-        .and_then(|a| serde_json::from_str::<serde_json::Value>(a).ok())
-        .map(|v| v.to_string());
-    let (set, delivered) = match u.delivered {
-        Delivered::Keep => (false, None),
-        Delivered::At(t) => (true, Some(t.0)),
-        Delivered::Clear => (true, None),
-    };
-    if attempt.is_none() && !set {
+    let p = UpdateParams::new(u);
+    if p.is_noop() {
         return Ok(());
     }
     let client = store.client().await?;
-    let stmt = client.prepare_cached(INTAKE_UPDATE).await?;
-    client
-        .execute(&stmt, &[&u.namespace, &u.key, &attempt, &set, &delivered])
-        .await?;
+    let stmt = client.prepare_cached(&INTAKE_UPDATE).await?;
+    let mut params: Vec<&(dyn ToSql + Sync)> = vec![&u.namespace, &u.key];
+    params.extend(p.params());
+    client.execute(&stmt, &params).await?;
     Ok(())
 }
 

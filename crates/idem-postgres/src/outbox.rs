@@ -10,6 +10,8 @@
 //! while the finishing lease still owns it. This module must never hand one item to two live
 //! leases, and never log a payload.
 
+use std::sync::LazyLock;
+
 use idem_core::Timestamp;
 use idem_store::{
     NewOutboxItem, OutboxClaim, OutboxItem, OutboxKind, OutboxLease, OutboxOutcome, OutboxState,
@@ -149,7 +151,8 @@ pub(crate) async fn claim(store: &PgStore, c: &OutboxClaim) -> Result<Vec<Outbox
     Ok(out)
 }
 
-/// The columns a finish writes, in the order of [`FINISH`]'s `$3..$6`.
+/// The columns a finish writes (`$p+2..$p+5` of [`finish_sql`]): state, due_at, error,
+/// finished_at.
 fn finish_params(
     outcome: &OutboxOutcome,
     now: Timestamp,
@@ -171,13 +174,72 @@ fn finish_params(
     }
 }
 
-/// Records an outcome for lease owner `$2` (NULL: whoever holds a live item — only the alert
-/// wrapper, whose callers predate leases). One row changed: the outcome was recorded.
-pub(crate) const FINISH: &str = "UPDATE outbox SET state = $3, attempts = attempts + 1, \
-    due_at = COALESCE($4, due_at), last_error = COALESCE($5, last_error), finished_at = $6, \
-    lease_owner = NULL, lease_until = NULL \
-    WHERE id = $1 AND state IN ('pending', 'leased') \
-      AND ($2::TEXT IS NULL OR (state = 'leased' AND lease_owner = $2))";
+/// Records an outcome of item `$p` for lease owner `$p+1` (NULL: whoever holds a live item —
+/// only the alert wrapper, whose callers predate leases), writing `$p+2..$p+5` (state,
+/// due_at, error, finished_at); `and` adds a condition (empty: none). One row changed: the
+/// outcome was recorded.
+pub(crate) fn finish_sql(p: usize, and: &str) -> String {
+    let and = if and.is_empty() {
+        String::new()
+    } else {
+        format!(" AND {and}")
+    };
+    format!(
+        "UPDATE outbox SET state = ${s}, attempts = attempts + 1, \
+         due_at = COALESCE(${d}::BIGINT, due_at), last_error = COALESCE(${e}::TEXT, last_error), \
+         finished_at = ${f}::BIGINT, lease_owner = NULL, lease_until = NULL \
+         WHERE id = ${p}::BIGINT AND state IN ('pending', 'leased') \
+           AND (${o}::TEXT IS NULL OR (state = 'leased' AND lease_owner = ${o})){and}",
+        s = p + 2,
+        d = p + 3,
+        e = p + 4,
+        f = p + 5,
+        o = p + 1,
+    )
+}
+
+/// [`finish_sql`] on its own: `$1` item, `$2` owner, `$3..$6` what it writes.
+pub(crate) static FINISH: LazyLock<String> = LazyLock::new(|| finish_sql(1, ""));
+
+/// The parameters of [`finish_sql`], in order.
+pub(crate) struct FinishParams<'a> {
+    id: i64,
+    owner: Option<&'a str>,
+    state: &'static str,
+    due_at: Option<i64>,
+    error: Option<&'a str>,
+    finished_at: Option<i64>,
+}
+
+impl<'a> FinishParams<'a> {
+    pub(crate) fn new(
+        id: i64,
+        lease: Option<&'a OutboxLease>,
+        outcome: &'a OutboxOutcome,
+        now: Timestamp,
+    ) -> Self {
+        let (state, due_at, error, finished_at) = finish_params(outcome, now);
+        FinishParams {
+            id,
+            owner: lease.map(|l| l.owner.as_str()),
+            state,
+            due_at,
+            error,
+            finished_at,
+        }
+    }
+
+    pub(crate) fn params(&self) -> [&(dyn ToSql + Sync); 6] {
+        [
+            &self.id,
+            &self.owner,
+            &self.state,
+            &self.due_at,
+            &self.error,
+            &self.finished_at,
+        ]
+    }
+}
 
 pub(crate) async fn finish(
     store: &PgStore,
@@ -187,12 +249,9 @@ pub(crate) async fn finish(
     now: Timestamp,
 ) -> Result<bool, PgError> {
     let client = store.client().await?;
-    let stmt = client.prepare_cached(FINISH).await?;
-    let (state, due_at, error, finished_at) = finish_params(outcome, now);
-    let owner = Some(lease.owner.as_str());
-    let n = client
-        .execute(&stmt, &[&id, &owner, &state, &due_at, &error, &finished_at])
-        .await?;
+    let stmt = client.prepare_cached(&FINISH).await?;
+    let p = FinishParams::new(id, Some(lease), outcome, now);
+    let n = client.execute(&stmt, &p.params()).await?;
     Ok(n == 1)
 }
 
@@ -225,12 +284,9 @@ pub(crate) async fn finish_alert(
         client.execute(&stmt, &[&id, &now.0]).await?;
         return Ok(());
     }
-    let stmt = client.prepare_cached(FINISH).await?;
-    let (state, due_at, error, finished_at) = finish_params(outcome, now);
-    let owner: Option<&str> = None;
-    client
-        .execute(&stmt, &[&id, &owner, &state, &due_at, &error, &finished_at])
-        .await?;
+    let stmt = client.prepare_cached(&FINISH).await?;
+    let p = FinishParams::new(id, None, outcome, now);
+    client.execute(&stmt, &p.params()).await?;
     Ok(())
 }
 

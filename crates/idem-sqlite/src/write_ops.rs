@@ -110,10 +110,18 @@ impl Backend for WriteTx<'_> {
         for a in plan.alerts {
             alerts_queued += queue_alert(conn, ns.as_str(), key.as_str(), a, plan.traceparent)?;
         }
-        let rider_stored = match plan.rider {
+        let mut rider_stored = match plan.rider {
             Some(r) => crate::intake::store_rider(conn, r)?,
             None => false,
         };
+        if let Some(r) = &plan.report {
+            // The update above held (the writer decided on what it read): the attempt and
+            // the item's finish go with it. A finish the item's holder no longer owns
+            // changes nothing (its new holder finds the record moved on).
+            crate::intake::intake_update(conn, &r.rider.update)?;
+            crate::outbox::finish(conn, r.rider.item, Some(&r.rider.lease), &r.outcome, r.now)?;
+            rider_stored = true;
+        }
         Ok(Persisted {
             seqs,
             alerts_queued,

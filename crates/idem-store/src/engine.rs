@@ -136,6 +136,17 @@ pub struct Plan<'a> {
     pub stats: Option<StatsBump>,
     /// Rows to store with the record's creation: set only when the plan inserts the record.
     pub rider: Option<&'a crate::Rider>,
+    /// Rows to store with the record's update: set only when the plan updates the record.
+    pub report: Option<PlannedReport<'a>>,
+}
+
+/// A [`crate::ReportRider`] with the outbox outcome the updated record implies.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlannedReport<'a> {
+    pub rider: &'a crate::ReportRider,
+    pub outcome: crate::OutboxOutcome,
+    /// The decision's time (the item's `finished_at`).
+    pub now: idem_core::Timestamp,
 }
 
 /// Milliseconds per stats bucket.
@@ -206,11 +217,28 @@ impl Plan<'_> {
 }
 
 impl<'a> Plan<'a> {
-    /// This plan with the caller's [`crate::Rider`], kept only when the plan creates the
-    /// record (a step that finds the record there writes no rider).
-    pub fn riding(self, rider: Option<&'a crate::Rider>) -> Self {
-        let rider = rider.filter(|_| matches!(self.write, PlanWrite::Insert(_)));
-        Plan { rider, ..self }
+    /// This plan with the caller's riders: a [`crate::Rider`] kept only when the plan
+    /// creates the record (a step that finds the record there writes no rider), a
+    /// [`crate::ReportRider`] only when it updates the record (with the outbox outcome the
+    /// updated record implies).
+    pub fn riding(self, ctx: &'a ExecCtx) -> Self {
+        let rider = ctx
+            .rider
+            .as_deref()
+            .filter(|_| matches!(self.write, PlanWrite::Insert(_)));
+        let report = match (&self.write, ctx.report.as_deref()) {
+            (PlanWrite::Update { record, .. }, Some(r)) => Some(PlannedReport {
+                rider: r,
+                outcome: crate::intake::forward_finish(record, ctx.now),
+                now: ctx.now,
+            }),
+            _ => None,
+        };
+        Plan {
+            rider,
+            report,
+            ..self
+        }
     }
 }
 
@@ -246,6 +274,7 @@ pub fn plan<'a>(
         traceparent,
         stats: StatsBump::of(&t.tally, now),
         rider: None,
+        report: None,
     }
 }
 
@@ -467,8 +496,7 @@ async fn once<B: Backend>(
     );
     let from_state = loaded.record.as_ref().map(|r| r.state);
     let persisted = {
-        let plan = plan(&t, loaded.ns.policy(), ctx.now, ctx.traceparent.as_deref())
-            .riding(ctx.rider.as_deref());
+        let plan = plan(&t, loaded.ns.policy(), ctx.now, ctx.traceparent.as_deref()).riding(ctx);
         b.persist(ns, key, &plan, loaded).await?
     };
     Ok(finish(t, persisted, from_state))

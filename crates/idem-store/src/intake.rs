@@ -147,6 +147,21 @@ pub struct IntakeUpdate {
     pub delivered: Delivered,
 }
 
+/// What becomes of a forward item once its delivery's report left the event's record `rec`:
+/// done when delivered, due again at the record's `not_before` when a retry is scheduled,
+/// dead otherwise (in review: the dead letter). The error is the last attempt's category.
+pub fn forward_finish(rec: &idem_core::Record, now: Timestamp) -> crate::OutboxOutcome {
+    let error = || rec.last_error.as_ref().map(|e| e.category.clone());
+    match rec.state {
+        State::Completed => crate::OutboxOutcome::Done,
+        State::FailedRetryable => crate::OutboxOutcome::Retry {
+            at: rec.not_before.unwrap_or(now),
+            error: error(),
+        },
+        _ => crate::OutboxOutcome::Dead { error: error() },
+    }
+}
+
 /// Appends one JSON object to a JSON array text (`[]` when the text is not an array).
 pub fn append_attempt(attempts: &str, attempt: &str) -> String {
     let mut list: Vec<serde_json::Value> = serde_json::from_str(attempts).unwrap_or_default();

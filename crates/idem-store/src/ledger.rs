@@ -8,7 +8,7 @@ use idem_core::{
     Timestamp,
 };
 
-use crate::{ExecCtx, Executed, Rider, Store, StoreError};
+use crate::{ExecCtx, Executed, ReportRider, Rider, Store, StoreError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum LedgerError {
@@ -86,6 +86,20 @@ impl Ledger {
     ) -> Result<Executed, StoreError> {
         let mut ctx = ExecCtx::at(self.clock.now());
         ctx.rider = Some(Box::new(rider));
+        self.store.execute(ns, key, op, ctx).await
+    }
+
+    /// [`Ledger::execute`] of a forward report with the rows to store if (and only if) this
+    /// step updates the record: [`Executed::rider_stored`] says whether it did.
+    pub async fn execute_reporting(
+        &self,
+        ns: &Namespace,
+        key: &Key,
+        op: Op,
+        report: ReportRider,
+    ) -> Result<Executed, StoreError> {
+        let mut ctx = ExecCtx::at(self.clock.now());
+        ctx.report = Some(Box::new(report));
         self.store.execute(ns, key, op, ctx).await
     }
 

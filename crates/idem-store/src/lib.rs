@@ -42,7 +42,8 @@ pub use secrets::{
 pub use types::{
     generate_secret, hash_secret, AlertOutcome, ApiToken, Cursor, ExecCtx, Executed, ListQuery,
     NamespaceChange, NamespaceInfo, NamespaceStats, NewApiToken, Page, PendingAlert,
-    RecordWithEvents, RetentionReport, Rider, Role, StateCounts, Stats, StoreError, SweepReport,
+    RecordWithEvents, ReportRider, RetentionReport, Rider, Role, StateCounts, Stats, StoreError,
+    SweepReport,
 };
 
 use async_trait::async_trait;

@@ -19,6 +19,9 @@ pub struct ExecCtx {
     /// Rows to write with the record in the same atomic step, only if the step creates it
     /// (see [`Rider`]).
     pub rider: Option<Box<Rider>>,
+    /// Rows to write with the record in the same atomic step, only if the step updates it
+    /// (see [`ReportRider`]).
+    pub report: Option<Box<ReportRider>>,
 }
 
 /// Rows that ride on a record's creation: written in the atomic step that inserts the
@@ -33,6 +36,21 @@ pub struct Rider {
     pub forward: Option<crate::NewOutboxItem>,
 }
 
+/// Rows that ride on a forward report's update of an event's record: the attempt on the
+/// event's row and the finish of the outbox item that carried the delivery, written in the
+/// atomic step that updates the record and never by a step that leaves it (a report refused
+/// because another attempt took the lease). So whoever sees the record's new state sees the
+/// attempt that led there, and the item's outcome is the one that state implies
+/// ([`crate::intake::forward_finish`]): one commit where there were three.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReportRider {
+    /// The attempt to append and the change of `delivered_at`.
+    pub update: crate::IntakeUpdate,
+    /// The outbox item that carried this delivery, finished under its holder's lease.
+    pub item: i64,
+    pub lease: crate::OutboxLease,
+}
+
 impl ExecCtx {
     /// Fresh random inputs at `now`.
     pub fn at(now: Timestamp) -> Self {
@@ -43,6 +61,7 @@ impl ExecCtx {
             actor: None,
             traceparent: None,
             rider: None,
+            report: None,
         }
     }
 
@@ -72,7 +91,8 @@ pub struct Executed {
     /// What the step counted (acquisitions, cost, fenced completions, time to recovery):
     /// the server turns it into metrics.
     pub tally: idem_core::Tally,
-    /// Whether the step stored its [`Rider`] (it created the record and the row was new).
+    /// Whether the step stored its [`Rider`] (it created the record and the row was new) or
+    /// its [`ReportRider`] (it updated the record).
     pub rider_stored: bool,
 }
 

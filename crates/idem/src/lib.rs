@@ -56,7 +56,7 @@ pub use idem_core::{
     IntakeReply, FORWARD_OWNER, PAUSED_RECHECK_MS,
 };
 pub use idem_store::intake::{
-    forward_owner as intake_forward_owner, source_owner as intake_source_owner,
+    forward_finish, forward_owner as intake_forward_owner, source_owner as intake_source_owner,
 };
 pub use idem_store::{
     generate_secret, hash_secret, AlertOutcome, ApiToken, Cursor, ExecCtx, Executed, Ledger,
@@ -74,8 +74,8 @@ pub use idem_store::{
     REVIEW_STATES,
 };
 pub use idem_store::{
-    Delivered, IntakeEventRow, IntakeQuery, IntakeUpdate, NewIntakeEvent, Rider, SourceDelete,
-    SourceRow, SourceWrite,
+    Delivered, IntakeEventRow, IntakeQuery, IntakeUpdate, NewIntakeEvent, ReportRider, Rider,
+    SourceDelete, SourceRow, SourceWrite,
 };
 
 #[derive(Debug, thiserror::Error)]

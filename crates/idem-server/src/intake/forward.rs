@@ -12,8 +12,11 @@
 //! `Idem-Attempt`, `Idem-Received-At` and, with `forward.secret`, the Standard Webhooks
 //! `webhook-id` / `webhook-timestamp` / `webhook-signature` (which replace inbound ones),
 //! then reports the outcome (`ForwardReport`: completed, failed_retryable with its
-//! not-before, or needs_review with an alert), appends the attempt to the event's row and
-//! finishes the item (done, retry at the record's not-before, or dead).
+//! not-before, or needs_review with an alert) in one atomic step with the attempt appended
+//! to the event's row and the item finished as the new state implies (done, retry at the
+//! record's not-before, or dead: `idem_store::ReportRider`); a report that no longer holds
+//! the record's lease moves nothing, and then the attempt is appended and the item retried
+//! on their own.
 //!
 //! Never here: following a redirect, reading more of an answer than its status and
 //! `Retry-After`, keeping a response body, or logging a body, a header value or a secret.
@@ -25,8 +28,8 @@ use std::time::{Duration, Instant};
 use idem::{
     EgressPolicy, ForwardOutcome, ForwardReportRequest, ForwardRetry, ForwardStartRequest,
     IntakeReceiveRequest, IntakeReply, IntakeUpdate, Key, Ledger, Namespace, Op, OpError,
-    OutboxClaim, OutboxFinish, OutboxItem, OutboxKind, OutboxOutcome, Reply, State, Store,
-    StoreError, Timestamp,
+    OutboxClaim, OutboxFinish, OutboxItem, OutboxKind, OutboxOutcome, Reply, ReportRider, State,
+    Store, StoreError, Timestamp,
 };
 use idem_egress::{Egress, HeaderMap, HeaderName, HeaderValue, Method, Outbound, Outcome};
 use serde_json::json;
@@ -302,56 +305,61 @@ impl Forwarder {
                 window_ms: r.window_ms,
             },
         });
-        // The attempt is on the event's row before the record moves on, so whoever sees the
-        // new state sees the attempt that led there (a crash in between leaves an attempt
-        // listed whose report never landed: the lease runs out and the next attempt follows).
         let delivered = match &report {
             Op::ForwardReport(r) if matches!(r.outcome, ForwardOutcome::Delivered { .. }) => {
                 idem::Delivered::At(self.ledger.now())
             }
             _ => idem::Delivered::Keep,
         };
-        self.store
-            .intake_update(IntakeUpdate {
-                namespace: ns.as_str().to_owned(),
-                key: key.as_str().to_owned(),
-                attempt: Some(attempt_json.to_string()),
-                delivered,
-            })
-            .await?;
-        let reported = self.ledger.execute(&ns, &key, report, None).await?;
+        let update = IntakeUpdate {
+            namespace: ns.as_str().to_owned(),
+            key: key.as_str().to_owned(),
+            attempt: Some(attempt_json.to_string()),
+            delivered,
+        };
+        // The attempt and the item's finish ride on the report's update of the record (one
+        // atomic step): whoever sees the new state sees the attempt that led there, and a
+        // crash before it leaves neither (the lease runs out and the next attempt follows).
+        let reported = match item.lease.clone() {
+            Some(lease) => {
+                let rider = ReportRider {
+                    update: update.clone(),
+                    item: item.id,
+                    lease,
+                };
+                self.ledger
+                    .execute_reporting(&ns, &key, report, rider)
+                    .await?
+            }
+            None => self.ledger.execute(&ns, &key, report, None).await?,
+        };
         let rec = match reported.reply {
             Ok(Reply::Record(rec)) => Some(rec),
             _ => None,
         };
-        let (result, next) = match &rec {
-            Some(r) if r.state == State::Completed => ("delivered", OutboxOutcome::Done),
-            Some(r) if r.state == State::FailedRetryable => (
-                "retry",
-                OutboxOutcome::Retry {
-                    at: r.not_before.unwrap_or_else(|| self.ledger.now()),
-                    error: r.last_error.as_ref().map(|e| e.category.clone()),
-                },
-            ),
-            Some(r) => (
-                "dead",
-                OutboxOutcome::Dead {
-                    error: r.last_error.as_ref().map(|e| e.category.clone()),
-                },
-            ),
-            // The lease was lost (another attempt took over): that attempt's item goes on.
-            None => (
-                "retry",
-                OutboxOutcome::Retry {
+        let result = match &rec {
+            Some(r) if r.state == State::Completed => "delivered",
+            Some(r) if r.state == State::FailedRetryable => "retry",
+            Some(_) => "dead",
+            None => "retry",
+        };
+        if !reported.rider_stored {
+            // The report did not move the record (another attempt took the lease over): the
+            // attempt is still listed, and that attempt's item goes on.
+            self.store.intake_update(update).await?;
+            let next = match &rec {
+                Some(r) => idem::forward_finish(r, self.ledger.now()),
+                None => OutboxOutcome::Retry {
                     at: self.ledger.now(),
                     error: None,
                 },
-            ),
-        };
+            };
+            self.finish(&item, next).await?;
+        }
         metrics::counter!("idem_deliveries_total", "source" => src_name.clone(), "result" => result)
             .increment(1);
         tracing::info!(source = %src_name, key = %idem::mask_key(key.as_str()), attempt, result, "forward");
-        self.finish(&item, next).await
+        Ok(())
     }
 
     async fn send(

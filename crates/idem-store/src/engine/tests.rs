@@ -15,6 +15,7 @@ fn exec_ctx(now: i64) -> ExecCtx {
         actor: None,
         traceparent: None,
         rider: None,
+        report: None,
     }
 }
 fn claim() -> Op {
@@ -390,4 +391,103 @@ fn a_step_that_waits_is_reported_not_blocked_on() {
         run_ready(async { Ok::<_, StoreError>(7) }).expect("ready"),
         7
     );
+}
+
+fn report_rider() -> crate::ReportRider {
+    crate::ReportRider {
+        update: crate::IntakeUpdate {
+            namespace: "n".into(),
+            key: "k".into(),
+            attempt: Some("{\"attempt\":1}".into()),
+            delivered: crate::Delivered::Keep,
+        },
+        item: 7,
+        lease: crate::OutboxLease {
+            owner: "holder".into(),
+            until: Timestamp(90),
+        },
+    }
+}
+
+#[test]
+fn a_report_rider_reaches_only_a_step_that_updates_the_record_with_the_outcome_it_implies() {
+    use crate::OutboxOutcome;
+    let mut ctx = exec_ctx(5);
+    ctx.report = Some(Box::new(report_rider()));
+    let http = Some(idem_core::LastError {
+        category: "http".into(),
+        message: "m".into(),
+        http_status: Some(503),
+    });
+    let cases = [
+        (State::Completed, None, None, OutboxOutcome::Done),
+        (
+            State::FailedRetryable,
+            Some(Timestamp(50)),
+            http.clone(),
+            OutboxOutcome::Retry {
+                at: Timestamp(50),
+                error: Some("http".into()),
+            },
+        ),
+        // No not_before: due at once.
+        (
+            State::FailedRetryable,
+            None,
+            None,
+            OutboxOutcome::Retry {
+                at: Timestamp(5),
+                error: None,
+            },
+        ),
+        (
+            State::NeedsReview,
+            None,
+            http.clone(),
+            OutboxOutcome::Dead {
+                error: Some("http".into()),
+            },
+        ),
+        (
+            State::Prepared,
+            None,
+            None,
+            OutboxOutcome::Dead { error: None },
+        ),
+    ];
+    for (state, not_before, last_error, want) in cases {
+        let mut rec = record();
+        rec.state = state;
+        rec.not_before = not_before;
+        rec.last_error = last_error;
+        rec.version = 2;
+        let t = Transition {
+            write: Write::Update(Box::new(rec)),
+            events: vec![draft(EventType::Failed)],
+            first_acquisition: false,
+            alerts: vec![],
+            reply: Ok(Reply::Swept { changed: true }),
+            tally: Default::default(),
+        };
+        let p = plan(&t, &Policy::default(), ctx.now, None).riding(&ctx);
+        let got = p
+            .report
+            .as_ref()
+            .map(|r| (r.rider.item, r.outcome.clone(), r.now));
+        assert_eq!(got, Some((7, want, Timestamp(5))), "{state:?}");
+        assert!(p.rider.is_none());
+    }
+    // A step that inserts or leaves the record carries no report rider.
+    for write in [Write::Insert(Box::new(record())), Write::None] {
+        let t = Transition {
+            write,
+            events: vec![draft(EventType::Failed)],
+            first_acquisition: false,
+            alerts: vec![],
+            reply: Ok(Reply::Swept { changed: true }),
+            tally: Default::default(),
+        };
+        let p = plan(&t, &Policy::default(), ctx.now, None).riding(&ctx);
+        assert!(p.report.is_none(), "{:?}", t.write);
+    }
 }

@@ -206,6 +206,7 @@ impl H {
             actor: actor.map(str::to_owned),
             traceparent: None,
             rider: None,
+            report: None,
         };
         self.store
             .execute(&self.ns, k, op, ctx)

@@ -501,6 +501,7 @@ async fn one_case(
             actor: Some("model".into()),
             traceparent: None,
             rider: None,
+            report: None,
         };
         let token_of = |w: usize| tokens[w].clone().unwrap_or_else(|| made_up.clone());
         let store_op = match op {

@@ -14,11 +14,14 @@ use std::sync::Arc;
 use idem_core::{
     Class, CompleteRequest, FailErrorInput, FailRequest, LeaseId, Op, State, Timestamp,
 };
-use idem_core::{IntakeReceiveRequest, IntakeReply, Reply};
+use idem_core::{
+    ForwardOutcome, ForwardReportRequest, ForwardRetry, ForwardStartRequest, IntakeReceiveRequest,
+    IntakeReply, Reply,
+};
 use idem_store::{
     AlertOutcome, AlertPayload, Delivered, ExecCtx, Executed, IntakeUpdate, Jitter, NewIntakeEvent,
     NewOutboxItem, NewSecret, OutboxClaim, OutboxFinish, OutboxItem, OutboxKind, OutboxOutcome,
-    OutboxState, RetrySchedule, Rider, Secret, SecretKind, SecretOwner, Store,
+    OutboxState, ReportRider, RetrySchedule, Rider, Secret, SecretKind, SecretOwner, Store,
 };
 use serde_json::json;
 use tokio::sync::Barrier;
@@ -42,6 +45,7 @@ macro_rules! outbox_suite {
             a_rider_is_stored_exactly_with_the_record_it_rides_on,
             concurrent_first_deliveries_store_one_rider,
             intake_updates_append_attempts_and_set_delivered_at,
+            a_report_rider_moves_with_the_record_it_rides_on,
             secrets_rotate_with_a_grace_period_and_never_show_in_debug,
         );
     };
@@ -128,6 +132,7 @@ async fn to_review_traced(h: &H, k: &str, traceparent: Option<&str>) -> usize {
         actor: None,
         traceparent: traceparent.map(str::to_owned),
         rider: None,
+        report: None,
     };
     let e = h
         .store
@@ -787,6 +792,203 @@ pub async fn concurrent_first_deliveries_store_one_rider<B: Backend>(b: Arc<B>) 
         1,
         "one forward item"
     );
+}
+
+/// Starts the forward attempt of `k` on `h`: its token.
+async fn forward_start(h: &H, k: &str) -> String {
+    let e = h
+        .exec(
+            &key(k),
+            Op::ForwardStart(ForwardStartRequest { lease_ms: 30_000 }),
+            None,
+        )
+        .await;
+    match e.reply {
+        Ok(Reply::Intake(IntakeReply::Started { token, .. })) => token,
+        other => panic!("forward start of {k}: {other:?}"),
+    }
+}
+
+/// Reports the attempt `token` of `k` on `h` with `outcome`, the attempt and the finish of
+/// `item` riding on it.
+async fn forward_report(
+    h: &H,
+    k: &str,
+    token: String,
+    outcome: ForwardOutcome,
+    item: &OutboxItem,
+    attempt: serde_json::Value,
+) -> Executed {
+    let delivered = match outcome {
+        ForwardOutcome::Delivered { .. } => Delivered::At(h.now()),
+        ForwardOutcome::Failed { .. } => Delivered::Keep,
+    };
+    let op = Op::ForwardReport(ForwardReportRequest {
+        token,
+        outcome,
+        retry: ForwardRetry {
+            max_attempts: 2,
+            base_ms: 1_000,
+            max_ms: 10_000,
+            window_ms: DAY_MS,
+        },
+    });
+    let rider = ReportRider {
+        update: IntakeUpdate {
+            namespace: h.ns.as_str().to_owned(),
+            key: k.to_owned(),
+            attempt: Some(attempt.to_string()),
+            delivered,
+        },
+        item: item.id,
+        lease: item
+            .lease
+            .clone()
+            .expect("a claimed item carries its lease"),
+    };
+    h.ledger
+        .execute_reporting(&h.ns, &key(k), op, rider)
+        .await
+        .unwrap_or_else(|e| panic!("forward report {k}: {e}"))
+}
+
+fn failed_with(status: u16) -> ForwardOutcome {
+    ForwardOutcome::Failed {
+        status: Some(status),
+        category: "http".into(),
+        message: format!("the receiver answered HTTP {status}"),
+        retry_after_ms: None,
+        duration_ms: 3,
+    }
+}
+
+/// A forward report's rider (the attempt on the event's row, the finish of the item that
+/// carried the delivery) is written by the step that updates the record and by no other, and
+/// the item's outcome is the one the record's new state implies: delivered → `done`, a retry
+/// → `pending` again at the record's `not_before`, the dead letter → `dead` (with its alert
+/// queued in the same step). A report that no longer holds the lease writes nothing. The
+/// reports run on the handle that started the attempts (PostgreSQL's cached-record
+/// statement) and on a fresh handle (its read and transaction).
+pub async fn a_report_rider_moves_with_the_record_it_rides_on<B: Backend>(b: Arc<B>) {
+    let h = H::new(&*b, "hooks").await;
+    h.patch(json!({"alert_url": "http://127.0.0.1:9/hook"}))
+        .await;
+    let fresh = H::on(b.open().await, "hooks", h.clock.clone());
+    let row = |k: &'static str| {
+        let h = &h;
+        async move {
+            h.store
+                .intake_event("hooks", k)
+                .await
+                .expect("intake_event")
+                .expect("row")
+        }
+    };
+    for k in [
+        "src:evt_ok",
+        "src:evt_retry",
+        "src:evt_dead",
+        "src:evt_late",
+    ] {
+        let id = k.trim_start_matches("src:");
+        assert!(receive(&h, k, Some(id), b"{}").await.rider_stored);
+    }
+    let items = claim(&h, OutboxKind::Forward, 10).await;
+    let held = |k: &str| {
+        items
+            .iter()
+            .find(|i| i.key == k)
+            .unwrap_or_else(|| panic!("no item for {k}"))
+    };
+
+    // Delivered, on the handle that started it.
+    let token = forward_start(&h, "src:evt_ok").await;
+    let a1 = json!({"attempt": 1, "status": 200, "error": null});
+    let ok = forward_report(
+        &h,
+        "src:evt_ok",
+        token,
+        ForwardOutcome::Delivered {
+            status: 200,
+            duration_ms: 3,
+        },
+        held("src:evt_ok"),
+        a1.clone(),
+    )
+    .await;
+    assert!(ok.rider_stored, "{:?}", ok.reply);
+    assert_eq!(h.rec(&key("src:evt_ok")).await.state, State::Completed);
+    let r = row("src:evt_ok").await;
+    assert_eq!(r.attempts, format!("[{a1}]"));
+    assert_eq!(r.delivered_at, Some(h.now()));
+    let it = item(&h, held("src:evt_ok").id).await;
+    assert_eq!((it.state, it.attempts), (OutboxState::Done, 1));
+
+    // A retry, reported on a fresh handle: the item is due again at the record's not_before.
+    let token = forward_start(&h, "src:evt_retry").await;
+    let a2 = json!({"attempt": 1, "status": 503, "error": {"category": "http", "message": "m"}});
+    let retry = forward_report(
+        &fresh,
+        "src:evt_retry",
+        token,
+        failed_with(503),
+        held("src:evt_retry"),
+        a2.clone(),
+    )
+    .await;
+    assert!(retry.rider_stored, "{:?}", retry.reply);
+    let rec = h.rec(&key("src:evt_retry")).await;
+    assert_eq!(rec.state, State::FailedRetryable);
+    let it = item(&h, held("src:evt_retry").id).await;
+    assert_eq!(
+        (
+            it.state,
+            it.attempts,
+            Some(it.due_at),
+            it.last_error.as_deref()
+        ),
+        (OutboxState::Pending, 1, rec.not_before, Some("http"))
+    );
+    let r = row("src:evt_retry").await;
+    assert_eq!((r.attempts, r.delivered_at), (format!("[{a2}]"), None));
+
+    // 410 Gone: the dead letter, in review with its alert, the item dead.
+    let token = forward_start(&h, "src:evt_dead").await;
+    let a3 = json!({"attempt": 1, "status": 410, "error": {"category": "http", "message": "g"}});
+    let dead = forward_report(
+        &h,
+        "src:evt_dead",
+        token,
+        failed_with(410),
+        held("src:evt_dead"),
+        a3.clone(),
+    )
+    .await;
+    assert!(dead.rider_stored, "{:?}", dead.reply);
+    assert_eq!(dead.alerts_queued, 1);
+    assert_eq!(h.rec(&key("src:evt_dead")).await.state, State::NeedsReview);
+    let it = item(&h, held("src:evt_dead").id).await;
+    assert_eq!((it.state, it.attempts), (OutboxState::Dead, 1));
+    assert_eq!(row("src:evt_dead").await.attempts, format!("[{a3}]"));
+
+    // A report whose lease is gone: refused, nothing rides.
+    let token = forward_start(&h, "src:evt_late").await;
+    let made_up = token.replace(|c: char| c.is_ascii_hexdigit(), "0");
+    let late = forward_report(
+        &h,
+        "src:evt_late",
+        made_up,
+        failed_with(500),
+        held("src:evt_late"),
+        json!({"attempt": 1}),
+    )
+    .await;
+    assert!(late.reply.is_err(), "{:?}", late.reply);
+    assert!(!late.rider_stored);
+    assert_eq!(row("src:evt_late").await.attempts, "[]");
+    let it = item(&h, held("src:evt_late").id).await;
+    assert_eq!((it.state, it.attempts), (OutboxState::Leased, 0));
+    assert_eq!(h.rec(&key("src:evt_late")).await.state, State::Prepared);
 }
 
 /// Attempts are appended in order, exactly as `append_attempt` would write the array, and

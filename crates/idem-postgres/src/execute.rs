@@ -424,13 +424,13 @@ async fn persist(
             Ok(Step::Rider(row.try_get(0)?))
         }));
     }
-    if let (Some((update, finish)), Some((up, fp)), Some(r)) =
-        (&report_stmts, &report_params, &plan.report)
-    {
+    if let (Some((update, finish)), Some((up, fp))) = (&report_stmts, &report_params) {
         let tx = &tx;
-        let (ns_key, key_str) = (&r.rider.update.namespace, &r.rider.update.key);
+        let key_str = key.as_str();
         steps.push(Box::pin(async move {
-            let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = vec![ns_key, key_str];
+            // The event's row of this record (the rider rides on this record's update).
+            let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
+                vec![&ns_str, &key_str];
             params.extend(up.params());
             tx.execute(update, &params).await?;
             Ok(Step::Report)

@@ -118,7 +118,12 @@ impl Backend for WriteTx<'_> {
             // The update above held (the writer decided on what it read): the attempt and
             // the item's finish go with it. A finish the item's holder no longer owns
             // changes nothing (its new holder finds the record moved on).
-            crate::intake::intake_update(conn, &r.rider.update)?;
+            let update = idem_store::IntakeUpdate {
+                namespace: ns.as_str().to_owned(),
+                key: key.as_str().to_owned(),
+                ..r.rider.update.clone()
+            };
+            crate::intake::intake_update(conn, &update)?;
             crate::outbox::finish(conn, r.rider.item, Some(&r.rider.lease), &r.outcome, r.now)?;
             rider_stored = true;
         }

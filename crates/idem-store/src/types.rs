@@ -44,7 +44,8 @@ pub struct Rider {
 /// ([`crate::intake::forward_finish`]): one commit where there were three.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReportRider {
-    /// The attempt to append and the change of `delivered_at`.
+    /// The attempt to append and the change of `delivered_at` (of the row of the record the
+    /// rider rides on: backends write the row of that record's namespace and key).
     pub update: crate::IntakeUpdate,
     /// The outbox item that carried this delivery, finished under its holder's lease.
     pub item: i64,

@@ -409,6 +409,18 @@ fn report_rider() -> crate::ReportRider {
     }
 }
 
+/// A transition writing `write` with one `failed` event.
+fn one_event(write: Write) -> Transition {
+    Transition {
+        write,
+        events: vec![draft(EventType::Failed)],
+        first_acquisition: false,
+        alerts: vec![],
+        reply: Ok(Reply::Swept { changed: true }),
+        tally: Default::default(),
+    }
+}
+
 #[test]
 fn a_report_rider_reaches_only_a_step_that_updates_the_record_with_the_outcome_it_implies() {
     use crate::OutboxOutcome;
@@ -461,14 +473,7 @@ fn a_report_rider_reaches_only_a_step_that_updates_the_record_with_the_outcome_i
         rec.not_before = not_before;
         rec.last_error = last_error;
         rec.version = 2;
-        let t = Transition {
-            write: Write::Update(Box::new(rec)),
-            events: vec![draft(EventType::Failed)],
-            first_acquisition: false,
-            alerts: vec![],
-            reply: Ok(Reply::Swept { changed: true }),
-            tally: Default::default(),
-        };
+        let t = one_event(Write::Update(Box::new(rec)));
         let p = plan(&t, &Policy::default(), ctx.now, None).riding(&ctx);
         let got = p
             .report
@@ -479,14 +484,7 @@ fn a_report_rider_reaches_only_a_step_that_updates_the_record_with_the_outcome_i
     }
     // A step that inserts or leaves the record carries no report rider.
     for write in [Write::Insert(Box::new(record())), Write::None] {
-        let t = Transition {
-            write,
-            events: vec![draft(EventType::Failed)],
-            first_acquisition: false,
-            alerts: vec![],
-            reply: Ok(Reply::Swept { changed: true }),
-            tally: Default::default(),
-        };
+        let t = one_event(write);
         let p = plan(&t, &Policy::default(), ctx.now, None).riding(&ctx);
         assert!(p.report.is_none(), "{:?}", t.write);
     }

@@ -290,6 +290,28 @@ fn progress_bar(show: bool, len: u64) -> indicatif::ProgressBar {
     bar
 }
 
+/// `a / b` to three significant figures: a row far slower than its reference (an HTTP row
+/// of a loaded machine against the bare store) still reads as a small positive ratio, never
+/// as 0.
+fn ratio(a: f64, b: f64) -> f64 {
+    let x = a / b;
+    if !x.is_finite() || x <= 0.0 {
+        return x;
+    }
+    let scale = 10f64.powi(2 - x.log10().floor() as i32);
+    (x * scale).round() / scale
+}
+
+/// A ratio for the table: two decimals, or three significant figures below 0.1.
+fn ratio_cell(x: f64) -> String {
+    if x != 0.0 && x.abs() < 0.1 {
+        let places = (2 - x.abs().log10().floor() as i32).max(0) as usize;
+        format!("{x:.places$}")
+    } else {
+        format!("{x:.2}")
+    }
+}
+
 fn fill_ratios(rows: &mut [Row]) {
     let bare: Vec<(Backend, Workload, usize, f64)> = rows
         .iter()
@@ -301,7 +323,7 @@ fn fill_ratios(rows: &mut [Row]) {
             .iter()
             .find(|(b, w, c, _)| *b == r.backend && *w == r.workload && *c == r.concurrency)
             .filter(|(_, _, _, ops)| *ops > 0.0)
-            .map(|(_, _, _, ops)| (r.ops_per_s / ops * 100.0).round() / 100.0);
+            .map(|(_, _, _, ops)| ratio(r.ops_per_s, *ops));
     }
     let claims: Vec<(Backend, Workload, usize, f64)> = rows
         .iter()
@@ -316,7 +338,7 @@ fn fill_ratios(rows: &mut [Row]) {
             .iter()
             .find(|(b, w, c, _)| *b == r.backend && *w == want && *c == r.concurrency)
             .filter(|(_, _, _, ops)| *ops > 0.0)
-            .map(|(_, _, _, ops)| (r.ops_per_s / ops * 100.0).round() / 100.0);
+            .map(|(_, _, _, ops)| ratio(r.ops_per_s, *ops));
     }
 }
 
@@ -976,8 +998,8 @@ pub fn render_table(rows: &[Row]) -> String {
             r.p50_ms,
             r.p99_ms,
             r.max_ms,
-            r.ratio_to_bare.map_or("-".into(), |x| format!("{x:.2}")),
-            r.ratio_to_claims.map_or("-".into(), |x| format!("{x:.2}")),
+            r.ratio_to_bare.map_or("-".into(), ratio_cell),
+            r.ratio_to_claims.map_or("-".into(), ratio_cell),
             r.errors,
             r.server_peak_rss_mib
                 .map_or("-".into(), |x| format!("{x:.1}")),
@@ -1082,4 +1104,24 @@ pub async fn run_soak_sqlite(
     let dir = tempfile::tempdir()?;
     let db = format!("sqlite://{}", dir.path().join("soak.db").display());
     history::run_soak(bin, &db, duration, window, clients, pause).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{ratio, ratio_cell};
+
+    #[test]
+    fn a_ratio_keeps_three_significant_figures_and_a_slow_row_never_reads_zero() {
+        assert_eq!(ratio(1.0, 1.0), 1.0);
+        assert_eq!(ratio(2_345.0, 1_000.0), 2.35);
+        assert_eq!(ratio(876.0, 1_000.0), 0.876);
+        // The CI flake: 7 ops/s HTTP claims against a bare store of ~3,000 ops/s.
+        let slow = ratio(7.0, 3_125.0);
+        assert!(slow > 0.0, "{slow}");
+        assert_eq!(slow, 0.00224);
+        assert_eq!(ratio_cell(slow), "0.00224");
+        assert_eq!(ratio_cell(0.876), "0.88");
+        assert_eq!(ratio_cell(12.3), "12.30");
+        assert_eq!(ratio_cell(0.0531), "0.0531");
+    }
 }

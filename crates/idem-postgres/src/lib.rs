@@ -83,6 +83,12 @@ pub use connect::PgOptions;
 pub fn sweep_candidates_sql() -> &'static str {
     janitor::SWEEP_CANDIDATES.as_str()
 }
+/// The text of the outbox claim (`$1` kind, `$2` now, `$3` limit, `$4` lease owner, `$5`
+/// lease until), for the test that checks its plan.
+#[doc(hidden)]
+pub fn outbox_claim_sql() -> &'static str {
+    outbox::CLAIM.as_str()
+}
 use error::{store_err, PgError};
 
 /// The PostgreSQL store.

@@ -112,7 +112,7 @@ pub(crate) async fn enqueue(
         .transpose()
 }
 
-static CLAIM: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+pub(crate) static CLAIM: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     format!(
         "WITH due AS ( \
             SELECT id FROM outbox WHERE kind = $1 AND state IN ('pending', 'leased') \

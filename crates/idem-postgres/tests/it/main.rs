@@ -10,5 +10,6 @@ mod concurrency;
 mod helpers;
 mod janitor;
 mod outage;
+mod outbox;
 mod smoke;
 mod tls;

@@ -238,21 +238,12 @@ fn expire_results(batch: usize) -> String {
     EXPIRE_RESULTS.replace("{limit}", &as_i64(batch).to_string())
 }
 
-/// Folds the counter rows of backends that no longer exist into slot 0, for the ledger's
-/// counts (`record_counts`) and a namespace's (`namespace_counts`). Each connection writes
-/// only its own slot (its backend pid), so without this the rows would pile up with every
-/// reconnection and a read would sum ever more of them. A slot whose pid belongs to a live
-/// backend is left alone; the DELETE and the INSERT are one statement, so the sums never
-/// change, and a writer that reuses a pid mid-fold only waits on the row lock.
-const FOLD_RECORD_COUNTS: &str = "WITH gone AS ( \
-       DELETE FROM record_counts c WHERE c.slot <> 0 \
-       AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = c.slot) \
-       RETURNING state, n) \
-     INSERT INTO record_counts (state, slot, n) \
-       SELECT state, 0, sum(n)::BIGINT FROM gone GROUP BY state \
-     ON CONFLICT (state, slot) DO UPDATE SET n = record_counts.n + EXCLUDED.n";
-
-/// [`FOLD_RECORD_COUNTS`] for the per-namespace counts.
+/// Folds the counter rows of backends that no longer exist into slot 0 (`namespace_counts`,
+/// which the gauges also sum by state). Each connection writes only its own slot (its backend
+/// pid), so without this the rows would pile up with every reconnection and a read would sum
+/// ever more of them. A slot whose pid belongs to a live backend is left alone; the DELETE
+/// and the INSERT are one statement, so the sums never change, and a writer that reuses a pid
+/// mid-fold only waits on the row lock.
 const FOLD_NAMESPACE_COUNTS: &str = "WITH gone AS ( \
        DELETE FROM namespace_counts c WHERE c.slot <> 0 \
        AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = c.slot) \
@@ -289,7 +280,6 @@ pub(crate) async fn retention_once(
             &[&(NamespaceStats::first_hour(now) - NamespaceStats::HOURS)],
         )
         .await?;
-    client.execute(FOLD_RECORD_COUNTS, &[]).await?;
     client.execute(FOLD_NAMESPACE_COUNTS, &[]).await?;
     let mut deleted = 0i64;
     if tombstones_due {
@@ -313,7 +303,7 @@ static OLDEST_REVIEW: LazyLock<String> = LazyLock::new(idem_store::sql::oldest_r
 pub(crate) async fn stats(store: &PgStore, now: Timestamp) -> Result<Stats, PgError> {
     let client = store.client().await?;
     let by_state = client
-        .prepare_cached("SELECT state, sum(n)::BIGINT FROM record_counts GROUP BY state")
+        .prepare_cached("SELECT state, sum(n)::BIGINT FROM namespace_counts GROUP BY state")
         .await?;
     let oldest = client.prepare_cached(&OLDEST_PROCESSING).await?;
     let review = client.prepare_cached(&OLDEST_REVIEW).await?;

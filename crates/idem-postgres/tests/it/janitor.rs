@@ -338,8 +338,8 @@ async fn two_instances_drain_one_backlog_with_one_event_per_record() {
 }
 
 /// Counter rows of closed connections are folded into slot 0 by the retention step: the
-/// rows shrink to one per state (and per namespace and state), the sums stay exact, and a
-/// live connection's slot is left alone.
+/// rows shrink to one per namespace and state, the sums (a namespace's counts and the
+/// ledger-wide gauges) stay exact, and a live connection's slot is left alone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn retention_folds_counter_slots_of_closed_connections() {
     let Some(db) = PgDb::create("retention_folds_counter_slots") else {
@@ -389,10 +389,9 @@ async fn retention_folds_counter_slots_of_closed_connections() {
         }
     };
     assert!(
-        slots("record_counts").await >= 3,
+        slots("namespace_counts").await >= 3,
         "every pool wrote its own slots"
     );
-    assert!(slots("namespace_counts").await >= 3);
 
     let live = db.store().await;
     let before = live.namespace(&n).await.expect("ns").counts;

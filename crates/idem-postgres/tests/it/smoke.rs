@@ -612,11 +612,12 @@ impl NowTs for TestClock {
     }
 }
 
-/// A ledger from before the per-state counters (migration 4) gets them counted at upgrade,
-/// and every write after it moves them.
+/// A ledger from before the per-namespace counters (migration 10) gets them counted at
+/// upgrade; the ledger-wide gauges read them (migration 14 dropped the ledger-wide counters of
+/// migration 4), and every write after it moves them.
 #[tokio::test]
-async fn migration_4_counts_an_existing_ledger_into_the_state_counters() {
-    let Some(db) = PgDb::create("migration_4_counts_an_existing_ledger") else {
+async fn migration_10_counts_an_existing_ledger_into_the_state_counters() {
+    let Some(db) = PgDb::create("migration_10_counts_an_existing_ledger") else {
         return;
     };
     let clock = TestClock::new(T0);
@@ -643,19 +644,21 @@ async fn migration_4_counts_an_existing_ledger_into_the_state_counters() {
             .await
             .expect("claim");
     }
-    // Back to the schema as version 3 left it.
+    // Back to the schema as version 9 left it (migration 10 also made the console's table and
+    // review index), less the ledger-wide counters migration 14 dropped.
     let (client, conn) = tokio_postgres::connect(db.url(), tokio_postgres::NoTls)
         .await
         .expect("connect");
     let task = tokio::spawn(conn);
     client
         .batch_execute(
-            "DROP TRIGGER records_count_insert ON records; \
-             DROP TRIGGER records_count_update ON records; \
-             DROP TRIGGER records_count_delete ON records; \
-             DROP FUNCTION idem_count_inserted(); DROP FUNCTION idem_count_updated(); \
-             DROP FUNCTION idem_count_deleted(); DROP TABLE record_counts; \
-             DELETE FROM idem_schema_migrations WHERE version = 4;",
+            "DROP TRIGGER records_ns_count_insert ON records; \
+             DROP TRIGGER records_ns_count_update ON records; \
+             DROP TRIGGER records_ns_count_delete ON records; \
+             DROP FUNCTION idem_ns_count_inserted(); DROP FUNCTION idem_ns_count_updated(); \
+             DROP FUNCTION idem_ns_count_deleted(); DROP TABLE namespace_counts; \
+             DROP TABLE console_sessions; DROP INDEX records_review_queue; \
+             DELETE FROM idem_schema_migrations WHERE version = 10;",
         )
         .await
         .expect("downgrade");

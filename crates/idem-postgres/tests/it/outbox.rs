@@ -39,7 +39,10 @@ async fn a_claim_on_a_backlog_reads_only_what_it_takes() {
         .expect("fill");
     for analyzed in [false, true] {
         if analyzed {
-            client.batch_execute("ANALYZE outbox").await.expect("analyze");
+            client
+                .batch_execute("ANALYZE outbox")
+                .await
+                .expect("analyze");
         }
         client.batch_execute("BEGIN").await.expect("begin");
         let plan: String = client

@@ -578,13 +578,6 @@ async fn a_young_records_table_gets_statistics_so_lookups_use_the_primary_key() 
         )
         .await
         .expect("prepare");
-    let plan: String = client
-        .query("EXPLAIN EXECUTE lookup('young', 'k0-0')", &[])
-        .await
-        .expect("explain")
-        .iter()
-        .map(|r| r.get::<_, String>(0))
-        .collect::<Vec<_>>()
-        .join("\n");
+    let plan = plan_of(&client, "EXPLAIN EXECUTE lookup('young', 'k0-0')").await;
     assert!(plan.contains("records_pkey"), "{plan}");
 }

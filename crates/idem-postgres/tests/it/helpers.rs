@@ -53,3 +53,15 @@ pub fn ledger(store: Arc<PgStore>, clock: &TestClock) -> Ledger {
 pub fn claim_req() -> ClaimRequest {
     ClaimRequest::default()
 }
+
+/// The plan PostgreSQL prints for `explain` (an `EXPLAIN …` statement), one line per node.
+pub async fn plan_of(client: &tokio_postgres::Client, explain: &str) -> String {
+    client
+        .query(explain, &[])
+        .await
+        .expect("explain")
+        .iter()
+        .map(|r| r.get::<_, String>(0))
+        .collect::<Vec<_>>()
+        .join("\n")
+}

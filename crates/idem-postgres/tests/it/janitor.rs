@@ -479,14 +479,11 @@ async fn the_sweep_does_not_walk_records_abandoned_under_reclaim() {
         .await
         .expect("prepare");
     let late = T0.0 + 10 * 86_400_000;
-    let plan: String = client
-        .query(&format!("EXPLAIN EXECUTE sweep({late}, 100, 3600000)"), &[])
-        .await
-        .expect("explain")
-        .iter()
-        .map(|r| r.get::<_, String>(0))
-        .collect::<Vec<_>>()
-        .join("\n");
+    let plan = plan_of(
+        &client,
+        &format!("EXPLAIN EXECUTE sweep({late}, 100, 3600000)"),
+    )
+    .await;
     assert!(plan.contains("records_sweep"), "{plan}");
     let report = store.sweep_once(Timestamp(late), 100).await.expect("sweep");
     assert_eq!((report.examined, report.stuck_alerts), (1, 1), "{report:?}");

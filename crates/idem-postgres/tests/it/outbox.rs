@@ -45,21 +45,15 @@ async fn a_claim_on_a_backlog_reads_only_what_it_takes() {
                 .expect("analyze");
         }
         client.batch_execute("BEGIN").await.expect("begin");
-        let plan: String = client
-            .query(
-                &format!(
-                    "EXPLAIN (ANALYZE, COSTS OFF) EXECUTE claim('forward', {}, 10, 'probe', {})",
-                    t0 + 100,
-                    t0 + 60_000
-                ),
-                &[],
-            )
-            .await
-            .expect("explain")
-            .iter()
-            .map(|r| r.get::<_, String>(0))
-            .collect::<Vec<_>>()
-            .join("\n");
+        let plan = plan_of(
+            &client,
+            &format!(
+                "EXPLAIN (ANALYZE, COSTS OFF) EXECUTE claim('forward', {}, 10, 'probe', {})",
+                t0 + 100,
+                t0 + 60_000
+            ),
+        )
+        .await;
         client.batch_execute("ROLLBACK").await.expect("rollback");
         assert!(!plan.contains("Sort"), "analyzed {analyzed}: {plan}");
         let read = rows_read(&plan, "outbox_claim")

@@ -513,10 +513,26 @@ fn checkpoint(c: &Connection) {
 /// The checkpointer's connection. synchronous=FULL, stated rather than left to the build's
 /// default: a checkpoint must sync the WAL before it copies frames into the database file,
 /// because with pipelined sync the writer's own commits do not (see `crate::writer`).
+///
+/// The connection is only kept once it has seen the ledger in WAL mode. A connection learns
+/// the journal mode at its first read and `wal_checkpoint` never reads again, so one opened on
+/// a file that was still empty (created, not yet switched to WAL: the window inside
+/// `open_writer`) would stay in rollback mode and make every later pass a silent no-op while
+/// the WAL grew; refusing it here makes the next pass open a fresh one.
 fn open_checkpointer(path: &Path, busy_timeout: Duration) -> Result<Connection, StoreError> {
     let c = open_reader(path, busy_timeout.min(TRUNCATE_WAIT))?;
     c.pragma_update(None, "query_only", "OFF").db()?;
     c.pragma_update(None, "synchronous", "FULL").db()?;
+    c.query_row("SELECT count(*) FROM sqlite_master", [], |r| {
+        r.get::<_, i64>(0)
+    })
+    .db()?;
+    let mode: String = c.query_row("PRAGMA journal_mode", [], |r| r.get(0)).db()?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(StoreError::Unavailable(format!(
+            "the ledger is not in WAL mode yet (journal mode {mode})"
+        )));
+    }
     Ok(c)
 }
 
@@ -823,6 +839,40 @@ mod tests {
             .expect("insert");
         let db_len = || std::fs::metadata(&path).map_or(0, |m| m.len());
         assert!(db_len() < 1 << 20, "the blob is still only in the WAL");
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while db_len() < 1 << 20 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "not checkpointed within 10 s: db {} B, WAL {} B",
+                db_len(),
+                wal_len(&path)
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        drop(stop);
+        cp.join().expect("checkpointer");
+    }
+
+    /// A checkpointer that opened the file while it was still empty (the window between its
+    /// creation and the switch to WAL) does not keep that connection, which would never see
+    /// the WAL: it opens again and checkpoints.
+    #[test]
+    fn a_checkpointer_that_opened_an_empty_file_still_checkpoints() {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("empty.db");
+        std::fs::write(&path, b"").expect("empty");
+        let (stop, stop_rx) = std::sync::mpsc::channel::<()>();
+        let cp_path = path.clone();
+        let cp = std::thread::spawn(move || {
+            run_checkpointer(&cp_path, Duration::from_millis(100), stop_rx)
+        });
+        std::thread::sleep(CHECKPOINT_EVERY * 2);
+        let conn = open_writer(&path, Duration::from_secs(1)).expect("create");
+        conn.execute_batch("CREATE TABLE blobs (b BLOB)")
+            .expect("table");
+        conn.execute("INSERT INTO blobs VALUES (zeroblob(?1))", [1i64 << 20])
+            .expect("insert");
+        let db_len = || std::fs::metadata(&path).map_or(0, |m| m.len());
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         while db_len() < 1 << 20 {
             assert!(

@@ -80,6 +80,28 @@ pub const EFFECT_TIMEOUT_MS: u64 = 700;
 struct SinkState {
     hits: Vec<Hit>,
     at_accept_resets: u64,
+    /// Connections accepted whose hit is not recorded yet.
+    open: u64,
+}
+
+/// Counts one accepted connection as open until dropped, on every way out of `serve_one`.
+struct Open(Arc<Mutex<SinkState>>);
+
+impl Open {
+    fn new(state: Arc<Mutex<SinkState>>) -> Open {
+        if let Ok(mut s) = state.lock() {
+            s.open += 1;
+        }
+        Open(state)
+    }
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        if let Ok(mut s) = self.0.lock() {
+            s.open -= 1;
+        }
+    }
 }
 
 /// The faulty destination: forwards at `/webhook`, effects at `/charge`.
@@ -153,6 +175,7 @@ async fn serve_one(
     mut s: TcpStream,
     treatment: Treatment,
     state: Arc<Mutex<SinkState>>,
+    _open: Open,
 ) -> Option<()> {
     if treatment == Treatment::ResetAtAccept {
         let _ = s.set_zero_linger();
@@ -229,7 +252,10 @@ impl FaultSink {
                 } else {
                     Treatment::Ok
                 };
-                tokio::spawn(serve_one(tcp, t, st.clone()));
+                // Counted before the task runs, so `hits` cannot miss a connection whose
+                // task has not started yet.
+                let open = Open::new(st.clone());
+                tokio::spawn(serve_one(tcp, t, st.clone(), open));
             }
         });
         Ok(FaultSink {
@@ -245,12 +271,29 @@ impl FaultSink {
         self.faulty.store(false, Ordering::Relaxed);
     }
 
-    /// Every request read so far.
-    pub fn hits(&self) -> Vec<Hit> {
-        self.state
-            .lock()
-            .map(|s| s.hits.clone())
-            .unwrap_or_default()
+    /// Every request read so far, once every accepted connection has been recorded (or
+    /// after `wait`). The caller may have its answer before the sink's task records the hit
+    /// (the answer is written, then the hit pushed): a check read at once could miss the 200
+    /// the caller acted on. Err when connections are still open after `wait`.
+    pub async fn hits(&self, wait: Duration) -> anyhow::Result<Vec<Hit>> {
+        let deadline = Instant::now() + wait;
+        loop {
+            let (open, hits) = {
+                let s = self
+                    .state
+                    .lock()
+                    .map_err(|_| anyhow::anyhow!("sink state poisoned"))?;
+                (s.open, s.hits.clone())
+            };
+            if open == 0 {
+                return Ok(hits);
+            }
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "{open} sink connections still open after {wait:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     }
 
     /// Connections reset before anything was read.

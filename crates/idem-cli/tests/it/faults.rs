@@ -201,7 +201,10 @@ fn sink_faults_while_intake_and_effects_run_break_no_invariant() {
         let rec = Recorded {
             intake,
             effects,
-            hits: sink.hits(),
+            hits: sink
+                .hits(Duration::from_secs(30))
+                .await
+                .expect("sink quiet"),
         };
         let v = outbound::check(&addr, ns, &rec).await.expect("check");
         eprintln!(

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use idem_postgres::{PgOptions, PgStore};
 use idem_store::Store;
-use idem_testkit::contract::Backend;
+use idem_testkit::contract::{self, Backend};
 use idem_testkit::pg::{self, PgDb};
 use idem_testkit::{contract_suite, outbox_suite};
 
@@ -49,6 +49,22 @@ impl Backend for Pg {
 
     async fn cleanup(&self) {
         self.db.drop_database();
+    }
+
+    async fn counter_drift(&self) -> Vec<String> {
+        let (client, conn) = tokio_postgres::connect(self.db.url(), tokio_postgres::NoTls)
+            .await
+            .unwrap_or_else(|e| panic!("connect {}: {e}", self.db.name()));
+        let task = tokio::spawn(conn);
+        let rows = client
+            .query(contract::COUNTER_DRIFT_SQL, &[])
+            .await
+            .unwrap_or_else(|e| panic!("counter drift query: {e}"));
+        drop(client);
+        let _ = task.await;
+        rows.iter()
+            .map(|r| contract::drift_line(r.get(0), r.get(1), r.get(2), r.get(3)))
+            .collect()
     }
 }
 

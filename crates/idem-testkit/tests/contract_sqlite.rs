@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use idem_sqlite::SqliteStore;
 use idem_store::Store;
-use idem_testkit::contract::Backend;
+use idem_testkit::contract::{self, Backend};
 use idem_testkit::{contract_suite, outbox_suite};
 
 struct Sqlite {
@@ -32,6 +32,29 @@ impl Backend for Sqlite {
     }
 
     async fn cleanup(&self) {}
+
+    async fn counter_drift(&self) -> Vec<String> {
+        let path = self.path.clone();
+        tokio::task::spawn_blocking(move || {
+            let conn = rusqlite::Connection::open(&path).expect("open the ledger file");
+            let mut stmt = conn
+                .prepare(contract::COUNTER_DRIFT_SQL)
+                .expect("counter drift query");
+            stmt.query_map([], |r| {
+                Ok(contract::drift_line(
+                    &r.get::<_, String>(0)?,
+                    &r.get::<_, String>(1)?,
+                    r.get(2)?,
+                    r.get(3)?,
+                ))
+            })
+            .expect("counter drift rows")
+            .collect::<Result<Vec<_>, _>>()
+            .expect("counter drift row")
+        })
+        .await
+        .expect("counter drift task")
+    }
 }
 
 contract_suite!(Sqlite);

@@ -45,6 +45,32 @@ pub trait Backend: Send + Sync + Sized + 'static {
     async fn open(&self) -> Arc<dyn Store>;
     /// Removes the database; called after the case, also when it failed.
     async fn cleanup(&self);
+    /// The per-namespace, per-state record counters that disagree with the records they
+    /// count, one line each (see [`COUNTER_DRIFT_SQL`]); empty when they agree. Checked after
+    /// every case that passed: the counters are kept in the transaction of every write to
+    /// `records`, and a write path that missed them would make the gauges and the console lie
+    /// for good. A backend without counters keeps the default.
+    async fn counter_drift(&self) -> Vec<String> {
+        Vec::new()
+    }
+}
+
+/// Rows `(namespace, state, counted, stored)` where the counters (`namespace_counts`, summed
+/// over its slots where a backend keeps several) disagree with `count(*)` of `records`. The
+/// same text on SQLite and PostgreSQL.
+pub const COUNTER_DRIFT_SQL: &str = "\
+    SELECT COALESCE(c.namespace, r.namespace), COALESCE(c.state, r.state), \
+           COALESCE(c.n, 0), COALESCE(r.n, 0) \
+    FROM (SELECT namespace, state, CAST(sum(n) AS BIGINT) AS n FROM namespace_counts \
+          GROUP BY namespace, state) c \
+    FULL JOIN (SELECT namespace, state, count(*) AS n FROM records \
+               GROUP BY namespace, state) r \
+      ON c.namespace = r.namespace AND c.state = r.state \
+    WHERE COALESCE(c.n, 0) <> COALESCE(r.n, 0)";
+
+/// One line of [`Backend::counter_drift`].
+pub fn drift_line(namespace: &str, state: &str, counted: i64, stored: i64) -> String {
+    format!("{namespace}/{state}: counted {counted}, stored {stored}")
 }
 
 /// Longest a single case may run before it counts as hung.
@@ -63,12 +89,19 @@ where
     }
     let backend = Arc::new(B::fresh().await);
     let outcome = tokio::time::timeout(CASE_TIMEOUT, tokio::spawn(case(backend.clone()))).await;
+    let drift = match outcome {
+        Ok(Ok(())) => backend.counter_drift().await,
+        _ => Vec::new(),
+    };
     backend.cleanup().await;
     match outcome {
         Err(_) => panic!("{name}: timed out after {CASE_TIMEOUT:?}"),
         Ok(Err(join)) if join.is_panic() => std::panic::resume_unwind(join.into_panic()),
         Ok(Err(join)) => panic!("{name}: {join}"),
-        Ok(Ok(())) => {}
+        Ok(Ok(())) => assert!(
+            drift.is_empty(),
+            "{name}: the record counters disagree with the records: {drift:?}"
+        ),
     }
 }
 

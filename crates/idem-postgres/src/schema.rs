@@ -33,6 +33,7 @@ pub(crate) const MIGRATIONS: &[(i32, &str)] = &[
     (12, V12),
     (13, V13),
     (14, V14),
+    (15, V15),
 ];
 
 /// Cost and recovery. Each record sums what its attempts reported spending (`retry_*` =
@@ -110,6 +111,51 @@ DROP FUNCTION idem_count_inserted();
 DROP FUNCTION idem_count_updated();
 DROP FUNCTION idem_count_deleted();
 DROP TABLE record_counts;
+"#;
+
+/// The per-namespace counters (V10) are kept by row triggers on insert and update instead of
+/// statement triggers. A statement trigger ran for every `INSERT` and `UPDATE` of `records`:
+/// it collected the statement's old and new rows into transition tables, called PL/pgSQL,
+/// and grouped them in a statement planned anew on every run, whether or not any state
+/// moved. The row triggers do one small upsert per counter a row moves, with a plan the
+/// function keeps; the update trigger runs only when `state` (or `namespace`) changes, a
+/// condition PostgreSQL checks without calling the function, so heartbeats, result expiry
+/// and other updates in place cost nothing (the claim+complete pair fires both; figures in
+/// docs/performance.md). Deletes keep their
+/// statement trigger: retention deletes a batch of records per statement, and per-row
+/// upserts of one counter row in one transaction would walk an ever longer chain of its
+/// versions. No statement of idem writes many records with a state change in one
+/// statement (the sweep updates one record per statement). The counters are exact across
+/// the switch: the migration holds `records` locked from the first `DROP TRIGGER` to the
+/// commit, so no write falls between the two trigger sets.
+const V15: &str = r#"
+DROP TRIGGER records_ns_count_insert ON records;
+DROP TRIGGER records_ns_count_update ON records;
+DROP FUNCTION idem_ns_count_inserted();
+DROP FUNCTION idem_ns_count_updated();
+CREATE FUNCTION idem_ns_count_row_inserted() RETURNS trigger LANGUAGE plpgsql AS $fn$
+BEGIN
+    INSERT INTO namespace_counts (namespace, state, slot, n)
+        VALUES (NEW.namespace, NEW.state, pg_backend_pid(), 1)
+        ON CONFLICT (namespace, state, slot) DO UPDATE SET n = namespace_counts.n + 1;
+    RETURN NULL;
+END
+$fn$;
+CREATE FUNCTION idem_ns_count_row_moved() RETURNS trigger LANGUAGE plpgsql AS $fn$
+BEGIN
+    INSERT INTO namespace_counts (namespace, state, slot, n)
+        VALUES (OLD.namespace, OLD.state, pg_backend_pid(), -1),
+               (NEW.namespace, NEW.state, pg_backend_pid(), 1)
+        ON CONFLICT (namespace, state, slot) DO UPDATE SET n = namespace_counts.n + EXCLUDED.n;
+    RETURN NULL;
+END
+$fn$;
+CREATE TRIGGER records_ns_count_row_insert AFTER INSERT ON records
+    FOR EACH ROW EXECUTE FUNCTION idem_ns_count_row_inserted();
+CREATE TRIGGER records_ns_count_row_update AFTER UPDATE ON records
+    FOR EACH ROW
+    WHEN (OLD.state IS DISTINCT FROM NEW.state OR OLD.namespace IS DISTINCT FROM NEW.namespace)
+    EXECUTE FUNCTION idem_ns_count_row_moved();
 "#;
 
 /// The operator console. Sessions live here so that every instance on one database knows
@@ -516,7 +562,7 @@ mod tests {
         let mut client = pool.get().await.expect("client");
         assert_eq!(
             migrate(&mut client, 0).await.expect("migrate"),
-            [5, 6, 7, 8, 9, 10, 11, 12, 13, 14]
+            [5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]
         );
         let rows = client
             .query(

@@ -652,13 +652,13 @@ async fn migration_10_counts_an_existing_ledger_into_the_state_counters() {
     let task = tokio::spawn(conn);
     client
         .batch_execute(
-            "DROP TRIGGER records_ns_count_insert ON records; \
-             DROP TRIGGER records_ns_count_update ON records; \
+            "DROP TRIGGER records_ns_count_row_insert ON records; \
+             DROP TRIGGER records_ns_count_row_update ON records; \
              DROP TRIGGER records_ns_count_delete ON records; \
-             DROP FUNCTION idem_ns_count_inserted(); DROP FUNCTION idem_ns_count_updated(); \
+             DROP FUNCTION idem_ns_count_row_inserted(); DROP FUNCTION idem_ns_count_row_moved(); \
              DROP FUNCTION idem_ns_count_deleted(); DROP TABLE namespace_counts; \
              DROP TABLE console_sessions; DROP INDEX records_review_queue; \
-             DELETE FROM idem_schema_migrations WHERE version = 10;",
+             DELETE FROM idem_schema_migrations WHERE version IN (10, 15);",
         )
         .await
         .expect("downgrade");

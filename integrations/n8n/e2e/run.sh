@@ -605,7 +605,8 @@ fi
 
 # ---------------------------------------------------------------- 6. the intake in front of n8n
 # A Stripe source in idem forwards each event, signed the Standard Webhooks way, to the intake
-# template's webhook (Respond: Immediately → verify idem's signature → gate each effect).
+# template's webhook (verify idem's signature → Respond 200 → gate each effect: idem's 2xx comes
+# only from an execution that runs, so an n8n that is starting cannot ack an event it drops).
 # The events are signed with Stripe's official library. The forward retries are kept short
 # (forward.retry: 250 ms base, 2 s cap) so the outage below stays brief.
 T_INTAKE=$(date +%s)
@@ -742,10 +743,11 @@ last_err="$(json "$WORK/executions.json" '((d.data && d.data.results) || []).fil
 if [[ -n "$last_err" ]] && rest "$N8N_REST/executions/$last_err" 2>/dev/null | grep -q 'invalid idem forward signature'; then
 	why="invalid idem forward signature"
 fi
-if [[ "$bad" == "http 404" && "$n" == "0,0,0,0" && "$exec2" == "$((exec1 + 1))" && "$err2" == "$((err1 + 1))" && "$why" != none ]]; then
-	pass "intake: nothing kept or forwarded for the bad signature; a forward idem did not sign, sent to n8n directly ($got), failed in the Code node ($why) before any claim"
+# The forgery gets no 2xx either: the template answers only after the signature check.
+if [[ "$bad" == "http 404" && "$n" == "0,0,0,0" && "$exec2" == "$((exec1 + 1))" && "$err2" == "$((err1 + 1))" && "$why" != none && "$got" =~ ^[1-9][0-9]*$ && "$got" != 2* ]]; then
+	pass "intake: nothing kept or forwarded for the bad signature; a forward idem did not sign, sent to n8n directly, was answered $got and failed in the Code node ($why) before any claim"
 else
-	fail "intake: after the bad signature idem holds [$bad] (want http 404), effects [$n] (want 0,0,0,0), executions $exec1 → $exec2, failed $err1 → $err2 (want one more of each: the direct forgery, refused for an invalid idem forward signature: [$why])"
+	fail "intake: after the bad signature idem holds [$bad] (want http 404), effects [$n] (want 0,0,0,0), executions $exec1 → $exec2, failed $err1 → $err2 (want one more of each: the direct forgery, refused for an invalid idem forward signature: [$why]), n8n answered the forgery [$got] (want one non-2xx status)"
 fi
 
 # 6c. n8n down: events keep being acked and kept; the forwards fail and back off; once n8n is
@@ -804,10 +806,14 @@ if wait_for 240 "n8n restarted: webhook idem-intake-events" webhook_live idem-in
 	done
 	exec3="$(executions all)"
 	ok3="$(executions success)"
-	if [[ "$exec3" == "$((exec2 + 3))" && "$ok3" == "$((ok1 + 3))" ]]; then
-		pass "intake outage: n8n ran the workflow once per event (3 more executions, all successful)"
+	# One successful execution per event. An n8n that is starting may also lose an execution
+	# it had begun (it then never answers, and idem's timeout sends the event again): such an
+	# execution did not reach its first claim, so it shows as a failed or crashed one at most,
+	# never as an effect (the effect counts above are exact).
+	if [[ "$ok3" == "$((ok1 + 3))" && "$exec3" -ge "$((exec2 + 3))" ]]; then
+		pass "intake outage: n8n ran the workflow successfully once per event (3 more successful executions; $((exec3 - exec2 - 3)) lost while starting)"
 	else
-		fail "intake outage: executions $exec2 → $exec3, successful $ok1 → $ok3 (want 3 more of each)"
+		fail "intake outage: executions $exec2 → $exec3, successful $ok1 → $ok3 (want 3 more successful ones)"
 	fi
 else
 	fail "intake outage: n8n did not register the intake webhook within 240 s of its restart"

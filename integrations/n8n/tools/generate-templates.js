@@ -746,8 +746,8 @@ const INTAKE_NOTE = [
 	'## Fed by idem: verify, gate every effect, answer at once',
 	'idem verifies the provider, keeps the event and forwards it here with `Idem-Key` (its key) and a Standard Webhooks signature (`forward.secret` of the source).',
 	'',
-	'1. **Respond: Immediately**: idem gets its 2xx at once; the work runs after the ack.',
-	'2. **Verify idem signature** (Code node, Raw Body on): a forged or stale call fails the execution before any effect. Needs `NODE_FUNCTION_ALLOW_BUILTIN=crypto`.',
+	'1. **Verify idem signature** (Code node, Raw Body on): a forged or stale call fails the execution before any effect, and idem gets an error, not a 2xx. Needs `NODE_FUNCTION_ALLOW_BUILTIN=crypto`.',
+	'2. **Respond 200: received** right after it: idem gets its 2xx in milliseconds, and only from an execution that exists and has verified the forward (an n8n that is still starting can drop a request; idem then times out and sends it again). The work runs after the ack.',
 	'3. One key per effect from the signed key: `{Idem-Key}:crm`, `{Idem-Key}:notify`. idem may deliver an event again (a timeout, a crash, an operator redeliver): same key, so the gate replays instead of redoing.',
 	'',
 	'A retryable failure waits in idem (`failed_retryable`): redeliver the event from idem and only the missing effects run. *needs_review* / *conflict*: a person.',
@@ -782,7 +782,7 @@ function intakeForward() {
 	w.add(L.sticky('About this template', INTAKE_NOTE, [-460, -100], { width: 560, height: 600 }));
 
 	const hook = w.add(
-		L.webhook('Event from idem', 'idem-intake-events', [120, 300], { responseMode: 'onReceived', options: { rawBody: true } }),
+		L.webhook('Event from idem', 'idem-intake-events', [120, 300], { responseMode: 'responseNode', options: { rawBody: true } }),
 	);
 	// The Code node reads the Webhook's own items (headers, the raw body as binary `data`), so
 	// it comes first: a Set node in between would hand it only the settings.
@@ -790,13 +790,17 @@ function intakeForward() {
 		L.code('Verify idem signature', [340, 300], VERIFY_FORWARD_JS, 'Standard Webhooks signature of the forward; needs NODE_FUNCTION_ALLOW_BUILTIN=crypto'),
 	);
 	w.link(hook, verify);
+	// idem's 2xx comes from here, not from the Webhook on receipt: n8n answers only once an
+	// execution runs and the forward is verified (see docs/n8n.md on an n8n that is starting).
+	const ack = w.add(L.respond('Respond 200: received', [340, 120], { code: 200, body: `{ received: true, key: ${V}.key }` }));
+	w.link(verify, ack);
 	const set = w.add(
 		L.settings([560, 300], 'intake-effects', [
 			['crm_url', "={{ $vars.CRM_URL || 'https://crm.example.invalid/contacts/upsert' }}"],
 			['notify_url', "={{ $vars.NOTIFY_URL || 'https://chat.example.invalid/messages' }}"],
 		]),
 	);
-	w.link(verify, set);
+	w.link(ack, set);
 
 	const crm = intakeEffect(w, {
 		label: 'crm',

@@ -140,13 +140,19 @@ function forward({ secret, id = 'evt_1Nq:x', ts = Math.floor(Date.now() / 1000),
 
 const SECRET = `whsec_${crypto.randomBytes(32).toString('base64')}`;
 
-test('intake template: answered at once (no Respond to Webhook node) and the raw body kept', () => {
+test('intake template: answered 200 right after the verification, before any work, and the raw body kept', () => {
 	const hooks = intake.nodes.filter((n) => n.type === 'n8n-nodes-base.webhook');
 	assert.equal(hooks.length, 1);
-	assert.equal(hooks[0].parameters.responseMode, 'onReceived');
+	// Not "Respond: Immediately": an n8n that is starting can answer that and run nothing.
+	assert.equal(hooks[0].parameters.responseMode, 'responseNode');
 	assert.equal(hooks[0].parameters.options.rawBody, true, 'the signature covers the raw bytes');
-	// n8n refuses a Respond to Webhook node next to "Respond: Immediately".
-	assert.ok(!intake.nodes.some((n) => n.type === 'n8n-nodes-base.respondToWebhook'));
+	// Exactly one Respond to Webhook node, answering 200 (n8n answers from the first one that
+	// runs; a second would be ignored and mislead the reader).
+	const responds = intake.nodes.filter((n) => n.type === 'n8n-nodes-base.respondToWebhook');
+	assert.deepEqual(
+		responds.map((n) => [n.name, n.parameters.options.responseCode]),
+		[['Respond 200: received', 200]],
+	);
 });
 
 test('intake template: every claim is keyed on the verified key and comes after the verification', () => {
@@ -162,7 +168,8 @@ test('intake template: every claim is keyed on the verified key and comes after 
 	// replace them with its fields.
 	const next = (from) => (intake.connections[from]?.main ?? []).flat().map((l) => l.node);
 	assert.deepEqual(next('Event from idem'), [VERIFY]);
-	assert.deepEqual(next(VERIFY), ['idem settings']);
+	assert.deepEqual(next(VERIFY), ['Respond 200: received']);
+	assert.deepEqual(next('Respond 200: received'), ['idem settings']);
 	assert.deepEqual(next('idem settings'), ['Claim crm']);
 	// Every idem call's key comes from the verified key, never from an unsigned header or the body.
 	for (const n of intake.nodes.filter((x) => x.type === 'n8n-nodes-base.httpRequest' && /\/v1\/namespaces\//.test(x.parameters.url))) {

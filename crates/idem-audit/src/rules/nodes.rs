@@ -118,7 +118,12 @@ pub fn idem010(cx: &Cx) -> Vec<Finding> {
         if mode != "responseNode" {
             continue;
         }
-        if let Some((n, o)) = silent_duplicate_branch(cx, down) {
+        // A branch that every path from the Webhook reaches through a Respond to Webhook node
+        // has been answered already (n8n answers from the first one that runs).
+        let unanswered = cx
+            .flow
+            .downstream_until(w, |i| matches!(cx.flow.roles[i], Role::RespondToWebhook));
+        if let Some((n, o)) = silent_duplicate_branch(cx, &unanswered) {
             out.push(cx.finding(
                 "IDEM010",
                 Some(w),
@@ -138,9 +143,10 @@ pub fn idem010(cx: &Cx) -> Vec<Finding> {
     out
 }
 
-/// The first duplicate branch downstream of a webhook that reaches no Respond to Webhook:
-/// an output whose items are `completed` — or, where no such output exists after a claim,
-/// one that excludes `acquired` (an IF's false branch).
+/// The first duplicate branch reached by `down` (the nodes a webhook reaches before any
+/// Respond to Webhook node) that reaches no Respond to Webhook: an output whose items are
+/// `completed` — or, where no such output exists after a claim, one that excludes
+/// `acquired` (an IF's false branch).
 fn silent_duplicate_branch(cx: &Cx, down: &[bool]) -> Option<(usize, usize)> {
     let n = cx.wf().nodes.len();
     let mut branches: Vec<(usize, usize)> = Vec::new();
@@ -359,6 +365,32 @@ mod tests {
     #[test]
     fn idem010_near_miss_duplicate_answered_200() {
         assert!(check(idem010, GOOD).is_empty());
+    }
+
+    const ANSWERED_FIRST: &str =
+        include_str!("../../tests/fixtures/idem010-near-miss-respond-before-gate.json");
+
+    #[test]
+    fn idem010_near_miss_answered_before_the_gate() {
+        assert!(check(idem010, ANSWERED_FIRST).is_empty());
+    }
+
+    /// One path around the early Respond node is enough for the duplicate branch to need
+    /// its own answer again.
+    #[test]
+    fn idem010_finds_a_silent_duplicate_branch_one_path_reaches_unanswered() {
+        let mut wf: Value = serde_json::from_str(ANSWERED_FIRST).expect("fixture parses");
+        wf["connections"]["Order webhook"]["main"][0]
+            .as_array_mut()
+            .expect("webhook output")
+            .push(serde_json::json!({"node": "idem settings", "type": "main", "index": 0}));
+        let f = check(idem010, &wf.to_string());
+        assert_eq!(nodes_of(&f), ["Order webhook"]);
+        assert!(
+            f[0].message.contains("'receipt: outcome?'"),
+            "{}",
+            f[0].message
+        );
     }
 
     #[test]

@@ -687,7 +687,8 @@ function errorBranch() {
 /**
  * The Code node that checks the Standard Webhooks signature idem puts on every forward of a
  * source with `forward.secret`, over the raw body (the Webhook node's Raw Body option), and
- * hands on the signed key. It throws (the execution fails, no effect runs) on anything else.
+ * hands on the signed key. It throws on anything else: no effect runs, and the template routes
+ * the thrown error (the node's error output) to a non-2xx answer.
  * Needs `require('crypto')`: NODE_FUNCTION_ALLOW_BUILTIN=crypto on the n8n instance.
  */
 const VERIFY_FORWARD_JS = [
@@ -746,7 +747,7 @@ const INTAKE_NOTE = [
 	'## Fed by idem: verify, gate every effect, answer at once',
 	'idem verifies the provider, keeps the event and forwards it here with `Idem-Key` (its key) and a Standard Webhooks signature (`forward.secret` of the source).',
 	'',
-	'1. **Verify idem signature** (Code node, Raw Body on): a forged or stale call fails the execution before any effect, and idem gets an error, not a 2xx. Needs `NODE_FUNCTION_ALLOW_BUILTIN=crypto`.',
+	'1. **Verify idem signature** (Code node, Raw Body on): a forged or stale call stops before any effect and is answered 401 (*Respond 401: not verified*), so idem retries it and, if it never verifies (a wrong `IDEM_FORWARD_SECRET`), dead-letters it for a person instead of counting it delivered. Needs `NODE_FUNCTION_ALLOW_BUILTIN=crypto`.',
 	'2. **Respond 200: received** right after it: idem gets its 2xx in milliseconds, and only from an execution that exists and has verified the forward (an n8n that is still starting can drop a request; idem then times out and sends it again). The work runs after the ack.',
 	'3. One key per effect from the signed key: `{Idem-Key}:crm`, `{Idem-Key}:notify`. idem may deliver an event again (a timeout, a crash, an operator redeliver): same key, so the gate replays instead of redoing.',
 	'',
@@ -786,14 +787,19 @@ function intakeForward() {
 	);
 	// The Code node reads the Webhook's own items (headers, the raw body as binary `data`), so
 	// it comes first: a Set node in between would hand it only the settings.
-	const verify = w.add(
-		L.code('Verify idem signature', [340, 300], VERIFY_FORWARD_JS, 'Standard Webhooks signature of the forward; needs NODE_FUNCTION_ALLOW_BUILTIN=crypto'),
-	);
+	const verify = w.add({
+		...L.code('Verify idem signature', [340, 300], VERIFY_FORWARD_JS, 'Standard Webhooks signature of the forward; needs NODE_FUNCTION_ALLOW_BUILTIN=crypto'),
+		onError: 'continueErrorOutput',
+	});
 	w.link(hook, verify);
 	// idem's 2xx comes from here, not from the Webhook on receipt: n8n answers only once an
 	// execution runs and the forward is verified (see docs/n8n.md on an n8n that is starting).
 	const ack = w.add(L.respond('Respond 200: received', [340, 120], { code: 200, body: `{ received: true, key: ${V}.key }` }));
-	w.link(verify, ack);
+	w.link(verify, ack, 0);
+	// n8n 2.x answers 200 with an empty body when an execution fails before its first Respond
+	// node (n8n issues #21827, #25340): the refusal is answered here instead, not as a failure.
+	const refused = w.add(L.respond('Respond 401: not verified', [560, 480], { code: 401, body: '{ received: false, error: String($json.error) }' }));
+	w.link(verify, refused, 1);
 	const set = w.add(
 		L.settings([560, 300], 'intake-effects', [
 			['crm_url', "={{ $vars.CRM_URL || 'https://crm.example.invalid/contacts/upsert' }}"],

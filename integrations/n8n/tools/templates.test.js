@@ -146,13 +146,21 @@ test('intake template: answered 200 right after the verification, before any wor
 	// Not "Respond: Immediately": an n8n that is starting can answer that and run nothing.
 	assert.equal(hooks[0].parameters.responseMode, 'responseNode');
 	assert.equal(hooks[0].parameters.options.rawBody, true, 'the signature covers the raw bytes');
-	// Exactly one Respond to Webhook node, answering 200 (n8n answers from the first one that
-	// runs; a second would be ignored and mislead the reader).
+	// Two Respond to Webhook nodes, both right after the verification: 200 on its main output,
+	// 401 on its error output (n8n answers an execution that fails before any Respond node
+	// with 200 and an empty body, so a refusal must be answered, not thrown).
 	const responds = intake.nodes.filter((n) => n.type === 'n8n-nodes-base.respondToWebhook');
 	assert.deepEqual(
 		responds.map((n) => [n.name, n.parameters.options.responseCode]),
-		[['Respond 200: received', 200]],
+		[
+			['Respond 200: received', 200],
+			['Respond 401: not verified', 401],
+		],
 	);
+	assert.equal(byName(VERIFY).onError, 'continueErrorOutput');
+	const outs = (intake.connections[VERIFY]?.main ?? []).map((o) => o.map((l) => l.node));
+	assert.deepEqual(outs, [['Respond 200: received'], ['Respond 401: not verified']]);
+	assert.deepEqual(intake.connections['Respond 401: not verified'] ?? {}, {});
 });
 
 test('intake template: every claim is keyed on the verified key and comes after the verification', () => {
@@ -168,7 +176,7 @@ test('intake template: every claim is keyed on the verified key and comes after 
 	// replace them with its fields.
 	const next = (from) => (intake.connections[from]?.main ?? []).flat().map((l) => l.node);
 	assert.deepEqual(next('Event from idem'), [VERIFY]);
-	assert.deepEqual(next(VERIFY), ['Respond 200: received']);
+	assert.deepEqual(next(VERIFY), ['Respond 200: received', 'Respond 401: not verified']);
 	assert.deepEqual(next('Respond 200: received'), ['idem settings']);
 	assert.deepEqual(next('idem settings'), ['Claim crm']);
 	// Every idem call's key comes from the verified key, never from an unsigned header or the body.

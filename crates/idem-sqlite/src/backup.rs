@@ -158,8 +158,15 @@ fn copy_into(src: &Connection, tmp: &Path, check: bool) -> Result<BackupReport, 
     let schema_version: i64 = dst
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .map_err(|e| target_err(&e))?;
-    // Counted by the store's triggers (schema 3); older copies are counted row by row.
-    let records: i64 = if schema_version >= 3 {
+    // Counted by the store's triggers: per namespace since schema 9 (the ledger-wide counters
+    // of schema 3 are gone since 12); older copies are counted row by row.
+    let records: i64 = if schema_version >= 9 {
+        dst.query_row(
+            "SELECT COALESCE(SUM(n), 0) FROM namespace_counts",
+            [],
+            |r| r.get(0),
+        )
+    } else if schema_version >= 3 {
         dst.query_row("SELECT COALESCE(SUM(n), 0) FROM record_counts", [], |r| {
             r.get(0)
         })

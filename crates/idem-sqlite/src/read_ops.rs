@@ -190,7 +190,7 @@ pub(crate) fn stats(conn: &mut Connection, now: Timestamp) -> Result<Stats, Stor
     let tx = conn.transaction().db()?;
     let records = {
         let mut stmt = tx
-            .prepare_cached("SELECT state, n FROM record_counts")
+            .prepare_cached("SELECT state, SUM(n) FROM namespace_counts GROUP BY state")
             .db()?;
         let rows = stmt.query([]).db()?;
         collect_counts(rows)?

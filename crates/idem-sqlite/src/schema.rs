@@ -275,6 +275,16 @@ END;
 CREATE INDEX records_sweep ON records (active_at)
     WHERE state = 'processing' AND (lease_expiry = 'review' OR stuck_alerted = 0);
 "#,
+    // 12: the ledger-wide per-state counters of version 3 go: `namespace_counts` (version 9)
+    // counts the same records by namespace and state, so the gauges and the backup's record
+    // count sum it instead, and every insert and every change of state pays one counter
+    // trigger set instead of two (PostgreSQL did the same in its schema 14).
+    r#"
+DROP TRIGGER records_count_insert;
+DROP TRIGGER records_count_update;
+DROP TRIGGER records_count_delete;
+DROP TABLE record_counts;
+"#,
 ];
 
 /// A namespace's alert signing secret moves out of the policy text into `secrets` (kind
@@ -601,15 +611,24 @@ mod tests {
             .query_row("PRAGMA user_version", [], |r| r.get(0))
             .expect("version");
         assert_eq!(version, latest_version());
-        // Version 3 counted the existing records into the per-state counters.
+        // Version 9 counted the existing records into the per-namespace counters (version 3's
+        // ledger-wide ones are gone since version 12).
         let counts: Vec<(String, i64)> = conn
-            .prepare("SELECT state, n FROM record_counts WHERE n <> 0")
+            .prepare("SELECT namespace || '/' || state, n FROM namespace_counts WHERE n <> 0")
             .expect("prepare")
             .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
             .expect("query")
             .collect::<Result<_, _>>()
             .expect("rows");
-        assert_eq!(counts, [("completed".to_owned(), 2)]);
+        assert_eq!(counts, [("n/completed".to_owned(), 2)]);
+        let gone: i64 = conn
+            .query_row(
+                "SELECT COUNT(*) FROM sqlite_master WHERE name LIKE 'record%count%'",
+                [],
+                |r| r.get(0),
+            )
+            .expect("schema");
+        assert_eq!(gone, 0, "version 12 drops record_counts and its triggers");
         let per_record: Vec<(String, i64, i64)> = conn
             .prepare(
                 "SELECT r.key, r.rowid, (SELECT COUNT(*) FROM events e WHERE e.rid = r.rowid) \

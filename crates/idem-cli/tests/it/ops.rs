@@ -138,7 +138,7 @@ async fn backup_while_the_server_writes_is_a_complete_consistent_ledger() {
     // One snapshot: the per-state counters agree with the rows they count.
     let (rows, counted): (i64, i64) = copy
         .query_row(
-            "SELECT (SELECT COUNT(*) FROM records), (SELECT SUM(n) FROM record_counts)",
+            "SELECT (SELECT COUNT(*) FROM records), (SELECT SUM(n) FROM namespace_counts)",
             [],
             |r| Ok((r.get(0)?, r.get(1)?)),
         )

@@ -190,22 +190,20 @@ impl<'a> Flow<'a> {
     /// Nodes reachable from `start` by at least one edge along a path that passes through no
     /// node for which `stop` holds (such a node is marked reached but not gone through).
     pub fn downstream_until(&self, start: usize, stop: impl Fn(usize) -> bool) -> Vec<bool> {
-        let mut seen = vec![false; self.roles.len()];
-        let mut stack: Vec<usize> = self.succ[start].iter().map(|&(_, t)| t).collect();
-        while let Some(n) = stack.pop() {
-            if std::mem::replace(&mut seen[n], true) || stop(n) {
-                continue;
-            }
-            stack.extend(self.succ[n].iter().map(|&(_, t)| t));
-        }
-        seen
+        let starts: Vec<usize> = self.succ[start].iter().map(|&(_, t)| t).collect();
+        self.reach(&starts, stop)
     }
 
     fn downstream_of(&self, starts: &[usize]) -> Vec<bool> {
+        self.reach(starts, |_| false)
+    }
+
+    /// Nodes reachable from `starts` (included), not going on past a node where `stop` holds.
+    fn reach(&self, starts: &[usize], stop: impl Fn(usize) -> bool) -> Vec<bool> {
         let mut seen = vec![false; self.roles.len()];
         let mut stack: Vec<usize> = starts.to_vec();
         while let Some(n) = stack.pop() {
-            if std::mem::replace(&mut seen[n], true) {
+            if std::mem::replace(&mut seen[n], true) || stop(n) {
                 continue;
             }
             stack.extend(self.succ[n].iter().map(|&(_, t)| t));

@@ -278,9 +278,17 @@ fn sqlite_double(path: &str, n: u64) -> anyhow::Result<()> {
             select_list(&cols, round),
             n - have
         );
-        c.execute_batch(&format!("BEGIN; {sql}; COMMIT;"))?;
+        // Written past the writer, so the namespace's counts are set here, in the same
+        // transaction (idem's writer keeps them for its own writes).
+        c.execute_batch(&format!("BEGIN; {sql}; {SQLITE_RECOUNT}; COMMIT;"))?;
     }
 }
+
+/// Sets `bench`'s per-state counts to what its records hold.
+const SQLITE_RECOUNT: &str = "INSERT INTO namespace_counts (namespace, state, n) \
+     SELECT namespace, state, COUNT(*) FROM records WHERE namespace = 'bench' \
+     GROUP BY namespace, state \
+     ON CONFLICT (namespace, state) DO UPDATE SET n = excluded.n";
 
 async fn pg_double(url: &str, n: u64) -> anyhow::Result<()> {
     let (c, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls).await?;

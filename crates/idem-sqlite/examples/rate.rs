@@ -125,6 +125,12 @@ async fn retention(records: i64, batch: usize) -> Res<(f64, f64)> {
              'ref-' || i, ?2, ?2, 'lease', 'reclaim', 1, 0, ?2, ?2, ?2, 0, 2 FROM n",
             rusqlite::params![records, old],
         )?;
+        // Written past the store's writer: counted here, as the writer counts its own writes.
+        conn.execute(
+            "INSERT INTO namespace_counts (namespace, state, n) VALUES ('ret', 'completed', ?1) \
+             ON CONFLICT (namespace, state) DO UPDATE SET n = n + excluded.n",
+            [records],
+        )?;
         for kind in ["acquired", "completed"] {
             conn.execute(
                 "INSERT INTO events (namespace, key, at, type, from_state, to_state, attempt) \

@@ -38,19 +38,14 @@ pub(crate) fn namespace_activity(
     now: Timestamp,
 ) -> Result<NamespaceActivity, StoreError> {
     let tx = conn.transaction().db()?;
-    let today: Option<i64> = tx
-        .prepare_cached("SELECT count FROM daily_counts WHERE namespace = ?1 AND day = ?2")
-        .db()?
-        .query_row(params![ns.as_str(), now.utc_day()], |r| r.get(0))
-        .optional()
-        .db()?;
+    let today = crate::write_ops::daily_count(&tx, ns.as_str(), now.utc_day())?;
     let oldest: Option<i64> = tx
         .prepare_cached(&OLDEST_PROCESSING_OF)
         .db()?
         .query_row(params![ns.as_str()], |r| r.get(0))
         .db()?;
     Ok(NamespaceActivity {
-        acquired_today: today.map_or(0, |n| u64::try_from(n).unwrap_or(0)),
+        acquired_today: today,
         oldest_processing_at: oldest.map(Timestamp),
     })
 }

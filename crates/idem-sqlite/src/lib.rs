@@ -23,6 +23,7 @@
 
 pub mod backup;
 mod console;
+mod counts;
 mod durable;
 mod error;
 mod intake;

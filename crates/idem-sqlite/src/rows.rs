@@ -133,13 +133,15 @@ pub(crate) fn insert_record(conn: &Connection, r: &Record) -> Result<i64, StoreE
         .db()?
         .execute(rusqlite::params_from_iter(values))
         .db()?;
+    crate::counts::note(r.namespace.as_str(), None, r.state);
     Ok(conn.last_insert_rowid())
 }
 
 /// Writes `r` over the row whose version is `r.version - 1`. With one writer per file and
 /// `BEGIN IMMEDIATE` the guard always holds; a miss means the decision was made on stale data,
-/// so it is an internal error and the job's savepoint is rolled back.
-pub(crate) fn update_record(conn: &Connection, r: &Record) -> Result<(), StoreError> {
+/// so it is an internal error and the job's savepoint is rolled back. `from` is the state the
+/// row had (read by the same transaction), for the namespace's counts.
+pub(crate) fn update_record(conn: &Connection, r: &Record, from: State) -> Result<(), StoreError> {
     let mut values = record_values(r)?;
     values.push(Sql::Integer(r.version - 1));
     let n = conn
@@ -153,6 +155,7 @@ pub(crate) fn update_record(conn: &Connection, r: &Record) -> Result<(), StoreEr
             r.version - 1
         )));
     }
+    crate::counts::note(r.namespace.as_str(), Some(from), r.state);
     Ok(())
 }
 
@@ -420,13 +423,20 @@ pub(crate) fn save_namespace(
 }
 
 /// Per-state record counts of one namespace, every state present (from `namespace_counts`,
-/// which the triggers of migration 6 keep exact).
+/// kept exact by [`crate::counts`], plus what the open write transaction noted).
 pub(crate) fn count_states(conn: &Connection, ns: &str) -> Result<StateCounts, StoreError> {
     let mut stmt = conn
         .prepare_cached("SELECT state, n FROM namespace_counts WHERE namespace = ?1 AND n > 0")
         .db()?;
     let rows = stmt.query(params![ns]).db()?;
-    collect_counts(rows)
+    let mut counts = collect_counts(rows)?;
+    // The writer's own open transaction counts what it wrote and has not flushed yet.
+    for (s, d) in crate::counts::pending(ns) {
+        if let Some(e) = counts.0.iter_mut().find(|(x, _)| *x == s) {
+            e.1 = e.1.saturating_add_signed(d);
+        }
+    }
+    Ok(counts)
 }
 
 /// Reads `(state, count)` rows into [`StateCounts`].

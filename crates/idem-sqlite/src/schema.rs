@@ -285,6 +285,34 @@ DROP TRIGGER records_count_update;
 DROP TRIGGER records_count_delete;
 DROP TABLE record_counts;
 "#,
+    // 13: a namespace's first-time acquisitions of a UTC day are the sum of that day's 24
+    // hourly `ns_stats` buckets (`acquired_first`, bumped in the transaction of every first
+    // acquisition since version 6), so a claim pays one counter upsert instead of two and
+    // `daily_counts` goes. A day counted before version 6 existed (or before its buckets were
+    // kept) gets the difference added to its first hour, so every ceiling holds across the
+    // upgrade; retention drops those buckets with the others.
+    r#"
+INSERT INTO ns_stats (namespace, hour, acquired_first, acquired_retry, tokens, usd_nanos,
+                      retry_tokens, retry_usd_nanos)
+    SELECT d.namespace, d.day * 24, d.count - COALESCE(s.n, 0), 0, 0, 0, 0, 0
+    FROM daily_counts d LEFT JOIN (
+        SELECT namespace, hour / 24 AS day, SUM(acquired_first) AS n
+        FROM ns_stats GROUP BY namespace, hour / 24
+    ) s ON s.namespace = d.namespace AND s.day = d.day
+    WHERE d.count > COALESCE(s.n, 0)
+    ON CONFLICT (namespace, hour) DO UPDATE SET
+        acquired_first = acquired_first + excluded.acquired_first;
+DROP TABLE daily_counts;
+"#,
+    // 14: the writer keeps `namespace_counts` itself (`crate::counts`): what a write batch
+    // inserted or moved to another state is summed in memory and written with one upsert per
+    // namespace and state just before the batch's `COMMIT`, in the same transaction, instead
+    // of two or three counter statements per record write run by these triggers. Retention's
+    // set-based deletes keep theirs.
+    r#"
+DROP TRIGGER namespace_count_insert;
+DROP TRIGGER namespace_count_update;
+"#,
 ];
 
 /// A namespace's alert signing secret moves out of the policy text into `secrets` (kind
@@ -453,6 +481,7 @@ pub(crate) fn run_checkpointer(
 ) {
     let mut conn: Option<Connection> = None;
     let mut failing = false;
+    let mut frames = None;
     loop {
         if conn.is_none() {
             match open_checkpointer(path, busy_timeout) {
@@ -472,7 +501,7 @@ pub(crate) fn run_checkpointer(
             }
         }
         if let Some(c) = &conn {
-            checkpoint(c);
+            frames = checkpoint(c, frames);
         }
         match stop.recv_timeout(CHECKPOINT_EVERY) {
             Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
@@ -497,26 +526,52 @@ const WAL_TRUNCATE_FRAMES: i64 = 16_384;
 const TRUNCATE_WAIT: Duration = Duration::from_millis(50);
 
 /// One pass: PASSIVE, which never waits for anyone. Under steady load a reader is nearly
-/// always inside the WAL, so the WAL may never start over and grows by every commit; once it
-/// holds more than [`WAL_TRUNCATE_FRAMES`], `TRUNCATE` waits (at most [`TRUNCATE_WAIT`]) for
-/// the readers to leave, copies the rest and cuts the file to zero. Without it a burst could
-/// grow the WAL until the disk was full, and then nothing idem does frees space: the
-/// checkpoint needs room to grow the database file, and the WAL keeps all the room (seen
-/// under a full test suite on an 8 MiB filesystem: a 7.4 MiB WAL beside a 540 KiB ledger).
-fn checkpoint(c: &Connection) {
+/// always inside the WAL and the writer appends while the checkpoint copies, so the WAL may
+/// never start over and grows by every commit; once it holds more than
+/// [`WAL_TRUNCATE_FRAMES`], the pass escalates (see [`escalation`]) and waits (at most
+/// [`TRUNCATE_WAIT`]) for the readers to leave. Without it a burst could grow the WAL until the
+/// disk was full, and then nothing idem does frees space: the checkpoint needs room to grow
+/// the database file, and the WAL keeps all the room (seen under a full test suite on an
+/// 8 MiB filesystem: a 7.4 MiB WAL beside a 540 KiB ledger). Returns the WAL's frames, for
+/// the next pass.
+fn checkpoint(c: &Connection, before: Option<i64>) -> Option<i64> {
     let frames = |mode: &str| {
         c.query_row(&format!("PRAGMA wal_checkpoint({mode})"), [], |r| {
             Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?))
         })
     };
     match frames("PASSIVE") {
-        Ok((_, log)) if log > WAL_TRUNCATE_FRAMES => match frames("TRUNCATE") {
-            Ok((0, _)) => tracing::debug!(frames = log, "sqlite: WAL truncated"),
-            Ok(_) => tracing::debug!(frames = log, "sqlite: WAL truncate busy; next pass"),
-            Err(e) => tracing::debug!(error = %e, "sqlite: WAL truncate skipped"),
-        },
-        Ok(_) => {}
-        Err(e) => tracing::debug!(error = %e, "sqlite: checkpoint skipped"),
+        Ok((_, log)) => {
+            if let Some(mode) = escalation(log, before) {
+                match frames(mode) {
+                    Ok((0, _)) => tracing::debug!(frames = log, mode, "sqlite: WAL started over"),
+                    Ok(_) => tracing::debug!(frames = log, mode, "sqlite: WAL busy; next pass"),
+                    Err(e) => tracing::debug!(error = %e, mode, "sqlite: WAL escalation skipped"),
+                }
+            }
+            Some(log)
+        }
+        Err(e) => {
+            tracing::debug!(error = %e, "sqlite: checkpoint skipped");
+            None
+        }
+    }
+}
+
+/// The checkpoint a pass escalates to when the WAL holds `log` frames and the previous pass
+/// found `before`. Past [`WAL_TRUNCATE_FRAMES`] while commits keep coming: `RESTART`, so the
+/// next commit writes the WAL over from its beginning, in place, and cuts the file back to
+/// [`WAL_SIZE_LIMIT`] (`journal_size_limit`); a `TRUNCATE` there made every commit after it
+/// grow the file again, a cost on every fsync (the SQLite in-process rows at 64 callers ran
+/// 6 % slower with it; `docs/performance.md`). Past it with no commit since the previous pass:
+/// `TRUNCATE`, which cuts the file to zero, since no commit will come to cut it back.
+fn escalation(log: i64, before: Option<i64>) -> Option<&'static str> {
+    if log <= WAL_TRUNCATE_FRAMES {
+        None
+    } else if before == Some(log) {
+        Some("TRUNCATE")
+    } else {
+        Some("RESTART")
     }
 }
 
@@ -651,6 +706,78 @@ mod tests {
             )
             .expect("plan");
         assert!(plan.contains("events_by_rid"), "{plan}");
+    }
+
+    /// A version-12 ledger's daily counts move into the hourly buckets at version 13: a day
+    /// its buckets under-count (acquisitions before version 6) gets the difference on its
+    /// first hour, a day they already count is left alone, the cost counters are untouched,
+    /// and `daily_counts` is gone; the count the ceiling reads is each day's count before.
+    #[test]
+    fn version_12_daily_counts_move_into_the_hourly_buckets() {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("v12.db");
+        let (d1, d2, d3) = (20_000_i64, 20_001_i64, 20_002_i64);
+        {
+            let conn = Connection::open(&path).expect("open");
+            for sql in &MIGRATIONS[..12] {
+                conn.execute_batch(sql).expect("schema");
+            }
+            conn.pragma_update(None, "user_version", 12)
+                .expect("version");
+            for (ns, day, count) in [("a", d1, 5), ("a", d2, 3), ("b", d2, 4), ("a", d3, 2)] {
+                conn.execute(
+                    "INSERT INTO daily_counts (namespace, day, count) VALUES (?1, ?2, ?3)",
+                    rusqlite::params![ns, day, count],
+                )
+                .expect("daily count");
+            }
+            // d1: two of five counted by the buckets (hours 3 and 7, one carries a cost);
+            // d2: all three of `a` counted; `b` none; d3: first hour already has a bucket.
+            for (ns, hour, first, tokens) in [
+                ("a", d1 * 24 + 3, 1, 0),
+                ("a", d1 * 24 + 7, 1, 40),
+                ("a", d2 * 24 + 23, 3, 0),
+                ("a", d3 * 24, 1, 9),
+            ] {
+                conn.execute(
+                    "INSERT INTO ns_stats (namespace, hour, acquired_first, acquired_retry, \
+                     tokens, usd_nanos, retry_tokens, retry_usd_nanos) \
+                     VALUES (?1, ?2, ?3, 0, ?4, 0, 0, 0)",
+                    rusqlite::params![ns, hour, first, tokens],
+                )
+                .expect("bucket");
+            }
+        }
+        let conn = open_writer(&path, Duration::from_secs(1)).expect("migrate");
+        for (ns, day, count) in [
+            ("a", d1, 5),
+            ("a", d2, 3),
+            ("b", d2, 4),
+            ("a", d3, 2),
+            ("b", d1, 0),
+        ] {
+            assert_eq!(
+                crate::write_ops::daily_count(&conn, ns, day).expect("count"),
+                count,
+                "{ns} {day}"
+            );
+        }
+        let (tokens, first_of_d1): (i64, i64) = conn
+            .query_row(
+                "SELECT SUM(tokens), SUM(acquired_first) FILTER (WHERE hour = ?1) FROM ns_stats",
+                [d1 * 24],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .expect("buckets");
+        assert_eq!((tokens, first_of_d1), (49, 3));
+        let gone: i64 = conn
+            .query_row(
+                "SELECT COUNT(*) FROM sqlite_master WHERE name = 'daily_counts'",
+                [],
+                |r| r.get(0),
+            )
+            .expect("schema");
+        assert_eq!(gone, 0);
     }
 
     /// A version-3 ledger's alerts move to the outbox at version 4: ids, states, tries and
@@ -931,6 +1058,24 @@ mod tests {
             after <= WAL_SIZE_LIMIT as u64,
             "the WAL kept {after} B after it started over (was {grown} B)"
         );
+    }
+
+    /// Past the threshold a pass starts the WAL over in place while commits keep coming and
+    /// cuts it to zero once they stopped; under it, it never escalates.
+    #[test]
+    fn a_pass_escalates_past_the_threshold_by_whether_commits_keep_coming() {
+        let past = WAL_TRUNCATE_FRAMES + 1;
+        assert_eq!(escalation(WAL_TRUNCATE_FRAMES, None), None);
+        assert_eq!(
+            escalation(WAL_TRUNCATE_FRAMES, Some(WAL_TRUNCATE_FRAMES)),
+            None
+        );
+        assert_eq!(escalation(10, Some(10)), None);
+        assert_eq!(escalation(past, None), Some("RESTART"));
+        assert_eq!(escalation(past, Some(past - 100)), Some("RESTART"));
+        // A WAL that started over and grew past the threshold again since the last pass.
+        assert_eq!(escalation(past, Some(past + 5_000)), Some("RESTART"));
+        assert_eq!(escalation(past, Some(past)), Some("TRUNCATE"));
     }
 
     /// A WAL that a long read let grow past [`WAL_TRUNCATE_FRAMES`] is cut to zero by the

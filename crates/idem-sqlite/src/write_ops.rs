@@ -19,7 +19,7 @@ use idem_store::{
     AlertOutcome, AlertSecretWrite, ExecCtx, NamespaceChange, NamespaceInfo, NewApiToken,
     PendingAlert, RetentionReport, StoreError, SweepReport,
 };
-use rusqlite::{params, Connection, OptionalExtension};
+use rusqlite::{params, Connection};
 
 use crate::error::{corrupt, SqlResult};
 use crate::outbox;
@@ -72,7 +72,7 @@ impl Backend for WriteTx<'_> {
         ns: &Namespace,
         key: &Key,
         plan: &Plan<'_>,
-        _basis: Loaded<NsOwned>,
+        basis: Loaded<NsOwned>,
     ) -> Result<Persisted, TxError> {
         let conn = self.conn;
         // The one writer decides on what it reads, so a guard can only fail on a bug: it is an
@@ -81,7 +81,10 @@ impl Backend for WriteTx<'_> {
             PlanWrite::None => self.rid,
             PlanWrite::Insert(rec) => Some(insert_record(conn, rec)?),
             PlanWrite::Update { record, .. } => {
-                update_record(conn, record)?;
+                let from = basis.record.as_ref().map(|r| r.state).ok_or_else(|| {
+                    StoreError::Internal("an update of a record that was not read".into())
+                })?;
+                update_record(conn, record, from)?;
                 self.rid
             }
         };
@@ -92,17 +95,12 @@ impl Backend for WriteTx<'_> {
                 rid.ok_or_else(|| StoreError::Internal("an event without a record".into()))?;
             seqs.push(insert_event(conn, rid, ns.as_str(), key.as_str(), draft)?);
         }
-        // Every first acquisition is counted (the ceiling was checked by the decision on the
-        // writer's own data, so no guard is needed).
-        if let Some(a) = plan.acquisition {
-            conn.prepare_cached(
-                "INSERT INTO daily_counts (namespace, day, count) VALUES (?1, ?2, 1) \
-                 ON CONFLICT (namespace, day) DO UPDATE SET count = count + 1",
-            )
-            .db()?
-            .execute(params![ns.as_str(), a.day])
-            .db()?;
-        }
+        // Every first acquisition is counted by the stats bump below (`acquired_first` of its
+        // hour): today's count is the sum of today's hours (schema 13), and the ceiling was
+        // checked by the decision on the writer's own data, so no guard is needed.
+        debug_assert!(plan
+            .acquisition
+            .is_none_or(|_| plan.stats.is_some_and(|b| b.acquired_first == 1)));
         if let Some(b) = plan.stats {
             bump_ns_stats(conn, ns.as_str(), &b)?;
         }
@@ -227,12 +225,21 @@ fn bump_ns_stats(
     Ok(())
 }
 
-fn daily_count(conn: &Connection, ns: &str, day: i64) -> Result<u64, StoreError> {
+/// First-time acquisitions in `ns` on UTC day `day`: the sum of the day's 24 hourly stats
+/// buckets (every first acquisition bumps `acquired_first` of its hour in its own
+/// transaction; retention keeps at least the last 47 hours).
+pub(crate) fn daily_count(conn: &Connection, ns: &str, day: i64) -> Result<u64, StoreError> {
+    let first_hour = day.saturating_mul(24);
     let n: Option<i64> = conn
-        .prepare_cached("SELECT count FROM daily_counts WHERE namespace = ?1 AND day = ?2")
+        .prepare_cached(
+            "SELECT SUM(acquired_first) FROM ns_stats \
+             WHERE namespace = ?1 AND hour >= ?2 AND hour < ?3",
+        )
         .db()?
-        .query_row(params![ns, day], |r| r.get(0))
-        .optional()
+        .query_row(
+            params![ns, first_hour, first_hour.saturating_add(24)],
+            |r| r.get(0),
+        )
         .db()?;
     Ok(n.map_or(0, |n| u64::try_from(n).unwrap_or(0)))
 }
@@ -396,6 +403,7 @@ pub(crate) fn sweep_step(
         let key = Key::try_from(key.as_str()).map_err(|e| corrupt("key", e))?;
         report.examined += 1;
         // Each record under its own savepoint: one bad row must not stop the janitor.
+        let counted = crate::counts::mark();
         conn.execute_batch("SAVEPOINT sweep_one").db()?;
         match execute_step(conn, &ns, &key, &Op::Sweep, &ExecCtx::at(now)) {
             Ok(ran) => {
@@ -416,6 +424,7 @@ pub(crate) fn sweep_step(
                 }
                 conn.execute_batch("ROLLBACK TO sweep_one; RELEASE sweep_one")
                     .db()?;
+                crate::counts::rollback_to(counted);
                 tracing::warn!(namespace = %ns, key = %key.masked(), error = %e,
                     "sqlite: sweep skipped a record");
             }

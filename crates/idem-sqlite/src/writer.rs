@@ -207,13 +207,13 @@ pub(crate) fn run_batch(conn: &Connection, mut batch: Vec<BoxJob>) {
 /// [`WriteJob::finish`].
 fn commit_batch(conn: &Connection, batch: &mut [BoxJob]) -> Result<(), StoreError> {
     let commit = match run_jobs(conn, batch, false) {
-        Pass::Done => exec(conn, "COMMIT"),
+        Pass::Done => commit(conn),
         Pass::Broken(e) => Err(e),
         // Start over from the same state, each job under its own savepoint.
         Pass::JobFailed => match exec(conn, "ROLLBACK") {
             Err(e) => Err(e),
             Ok(()) => match run_jobs(conn, batch, true) {
-                Pass::Done | Pass::JobFailed => exec(conn, "COMMIT"),
+                Pass::Done | Pass::JobFailed => commit(conn),
                 Pass::Broken(e) => Err(e),
             },
         },
@@ -221,7 +221,14 @@ fn commit_batch(conn: &Connection, batch: &mut [BoxJob]) -> Result<(), StoreErro
     if commit.is_err() && !conn.is_autocommit() {
         let _ = conn.execute_batch("ROLLBACK");
     }
+    crate::counts::clear();
     commit
+}
+
+/// Writes the batch's record counts (see [`crate::counts`]) and commits.
+fn commit(conn: &Connection) -> Result<(), StoreError> {
+    crate::counts::flush(conn)?;
+    exec(conn, "COMMIT")
 }
 
 /// The writer's log of batches that did not commit: one WARN when batches start failing (with
@@ -271,12 +278,14 @@ enum Pass {
 
 /// Opens the batch transaction and runs every job in it, in order.
 fn run_jobs(conn: &Connection, batch: &mut [BoxJob], savepoints: bool) -> Pass {
+    crate::counts::clear();
     if let Err(e) = exec(conn, "BEGIN IMMEDIATE") {
         // Logged with the batch's failure (`FailureLog`), once per run of failures.
         tracing::debug!(error = %e, jobs = batch.len(), "sqlite: cannot begin write batch");
         return Pass::Broken(e);
     }
     for job in batch.iter_mut() {
+        let counted = crate::counts::mark();
         if savepoints {
             if let Err(e) = exec(conn, "SAVEPOINT job") {
                 return Pass::Broken(e);
@@ -294,7 +303,10 @@ fn run_jobs(conn: &Connection, batch: &mut [BoxJob], savepoints: bool) -> Pass {
             (false, true) => Ok(()),
             (false, false) => return Pass::JobFailed,
             (true, true) => exec(conn, "RELEASE job"),
-            (true, false) => exec(conn, "ROLLBACK TO job").and_then(|()| exec(conn, "RELEASE job")),
+            (true, false) => {
+                crate::counts::rollback_to(counted);
+                exec(conn, "ROLLBACK TO job").and_then(|()| exec(conn, "RELEASE job"))
+            }
         };
         if let Err(e) = closed {
             return Pass::Broken(e);
@@ -398,6 +410,108 @@ mod tests {
         assert!(answer(rc).is_err());
         assert!(answer(rd).is_ok());
         assert_eq!(labels(&conn), ["a", "b", "d"]);
+    }
+
+    /// The record counts the writer keeps (`crate::counts`) follow exactly what commits: a job
+    /// that wrote records and then failed takes its counts with it (first pass: the whole
+    /// batch is rerun; second pass: its savepoint), and a count read inside the batch sees
+    /// the batch's own earlier writes.
+    #[test]
+    fn record_counts_follow_what_commits_through_failing_jobs() {
+        use idem_core::{ClaimRequest, CompleteRequest, Key, Namespace, Op, Timestamp};
+        use idem_store::ExecCtx;
+
+        fn step(c: &Connection, key: &str, op: &Op) -> Result<Option<String>, StoreError> {
+            let ns = Namespace::try_from("n").expect("ns");
+            let key = Key::try_from(key).expect("key");
+            let ran = crate::write_ops::execute_step(c, &ns, &key, op, &ExecCtx::at(Timestamp(1)))?;
+            Ok(match ran.executed.reply {
+                Ok(idem_core::Reply::Claim(r)) => r.token.map(|t| t.secret()),
+                _ => None,
+            })
+        }
+        fn claim(key: &'static str) -> impl FnMut(&Connection) -> Result<(), StoreError> {
+            move |c: &Connection| step(c, key, &Op::Claim(ClaimRequest::default())).map(|_| ())
+        }
+        fn claim_and_complete(
+            key: &'static str,
+            fail: bool,
+        ) -> impl FnMut(&Connection) -> Result<(), StoreError> {
+            move |c: &Connection| {
+                let token = step(c, key, &Op::Claim(ClaimRequest::default()))?.expect("token");
+                let done = CompleteRequest {
+                    token,
+                    result: None,
+                    external_ref: None,
+                    cost: None,
+                };
+                step(c, key, &Op::Complete(done))?;
+                if fail {
+                    return Err(StoreError::Internal("step failed".into()));
+                }
+                Ok(())
+            }
+        }
+        fn counted(c: &Connection) -> Vec<(String, i64)> {
+            let mut s = c
+                .prepare("SELECT state, n FROM namespace_counts WHERE n <> 0 ORDER BY state")
+                .expect("prepare");
+            let rows = s
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+                .expect("query");
+            rows.collect::<Result<_, _>>().expect("rows")
+        }
+        fn stored(c: &Connection) -> Vec<(String, i64)> {
+            let mut s = c
+                .prepare("SELECT state, COUNT(*) FROM records GROUP BY state ORDER BY state")
+                .expect("prepare");
+            let rows = s
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+                .expect("query");
+            rows.collect::<Result<_, _>>().expect("rows")
+        }
+
+        let dir = tempfile::tempdir().expect("dir");
+        let conn = open_writer(&dir.path().join("w.db"), Duration::from_secs(1)).expect("open");
+        let (a, ra) = job(claim("a"));
+        let (b, rb) = job(claim_and_complete("b", true));
+        let (c, rc) = job(claim_and_complete("c", false));
+        // Reads the counts inside the batch, after a, b (rolled back) and c.
+        let (tx, rd) = oneshot::channel();
+        let d: BoxJob = Box::new(Task::new(
+            |c: &Connection| crate::rows::count_states(c, "n"),
+            tx,
+        ));
+        run_batch(&conn, vec![a, b, c, d]);
+        assert!(answer(ra).is_ok());
+        assert!(answer(rb).is_err());
+        assert!(answer(rc).is_ok());
+        let seen = rd.blocking_recv().expect("answered").expect("ok");
+        assert_eq!(
+            (
+                seen.get(idem_core::State::Processing),
+                seen.get(idem_core::State::Completed)
+            ),
+            (1, 1)
+        );
+        let expected = [("completed".to_owned(), 1), ("processing".to_owned(), 1)];
+        assert_eq!(stored(&conn), expected);
+        assert_eq!(counted(&conn), expected);
+        assert!(crate::counts::pending("n").is_empty(), "flushed at commit");
+
+        // A batch that fails as a whole (its commit cannot happen) counts nothing.
+        let (e, re) = job(claim("e"));
+        let (f, rf) = job(|c: &Connection| {
+            claim("f")(c)?;
+            c.execute_batch("ROLLBACK").map_err(map)?;
+            Err(StoreError::Internal("transaction lost".into()))
+        });
+        run_batch(&conn, vec![e, f]);
+        assert!(answer(re).is_err());
+        assert!(answer(rf).is_err());
+        assert_eq!(stored(&conn), expected);
+        assert_eq!(counted(&conn), expected);
+        assert!(crate::counts::pending("n").is_empty());
     }
 
     fn labels_of(path: &std::path::Path) -> Vec<String> {

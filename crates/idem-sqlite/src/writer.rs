@@ -452,24 +452,25 @@ mod tests {
                 Ok(())
             }
         }
-        fn counted(c: &Connection) -> Vec<(String, i64)> {
-            let mut s = c
-                .prepare("SELECT state, n FROM namespace_counts WHERE n <> 0 ORDER BY state")
-                .expect("prepare");
+        fn pairs(c: &Connection, sql: &str) -> Vec<(String, i64)> {
+            let mut s = c.prepare(sql).expect("prepare");
             let rows = s
                 .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
                 .expect("query");
             rows.collect::<Result<_, _>>().expect("rows")
         }
-        fn stored(c: &Connection) -> Vec<(String, i64)> {
-            let mut s = c
-                .prepare("SELECT state, COUNT(*) FROM records GROUP BY state ORDER BY state")
-                .expect("prepare");
-            let rows = s
-                .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-                .expect("query");
-            rows.collect::<Result<_, _>>().expect("rows")
-        }
+        let counted = |c: &Connection| {
+            pairs(
+                c,
+                "SELECT state, n FROM namespace_counts WHERE n <> 0 ORDER BY state",
+            )
+        };
+        let stored = |c: &Connection| {
+            pairs(
+                c,
+                "SELECT state, COUNT(*) FROM records GROUP BY state ORDER BY state",
+            )
+        };
 
         let dir = tempfile::tempdir().expect("dir");
         let conn = open_writer(&dir.path().join("w.db"), Duration::from_secs(1)).expect("open");

@@ -77,10 +77,14 @@ impl PgStore {
             cfg.application_name("idem");
         }
         let stmt_ms = opts.statement_timeout.as_millis();
+        // `idem.self_count`: this connection's statements count the records they write, so
+        // the counting triggers skip them (schema V16).
         let options = format!(
-            "{} -c statement_timeout={stmt_ms} -c idle_in_transaction_session_timeout={}",
+            "{} -c statement_timeout={stmt_ms} -c idle_in_transaction_session_timeout={} \
+             -c {}=on",
             cfg.get_options().unwrap_or(""),
-            stmt_ms * 2
+            stmt_ms * 2,
+            crate::rows::SELF_COUNT_SETTING,
         );
         cfg.options(options.trim());
         cfg.ssl_mode(tls.ssl_mode());

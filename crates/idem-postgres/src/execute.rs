@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use deadpool_postgres::Client;
 use futures_util::future::try_join_all;
-use idem_core::{Key, Namespace, Op};
+use idem_core::{Key, Namespace, Op, State};
 use idem_store::engine::{Backend, Loaded, Persisted, Plan, PlanWrite, Seqs, Shortcut, TxError};
 use idem_store::{sql, ExecCtx};
 
@@ -172,6 +172,7 @@ impl Backend for PgExec<'_> {
         plan: &Plan<'_>,
         basis: Loaded<Arc<NsSettings>>,
     ) -> Result<Persisted, TxError> {
+        let from = basis.record.as_ref().map(|r| r.state);
         // The record as it will be stored, remembered once the write committed.
         let stored = match plan.write {
             PlanWrite::None => basis.record,
@@ -188,7 +189,7 @@ impl Backend for PgExec<'_> {
                 }
             }
         };
-        let persisted = persist(&mut self.client, ns, key, plan).await?;
+        let persisted = persist(&mut self.client, ns, key, plan, from).await?;
         if let Some(r) = stored {
             self.store.records.put(r);
         }
@@ -280,6 +281,7 @@ async fn persist(
     ns: &Namespace,
     key: &Key,
     plan: &Plan<'_>,
+    from: Option<State>,
 ) -> Result<Persisted, PgError> {
     let limit = plan.acquisition.and_then(|a| a.limit);
     let day = plan.acquisition.map_or(0, |a| a.day);
@@ -297,7 +299,7 @@ async fn persist(
     if fits_one_statement(plan) && plan.rider.is_none() && plan.report.is_none() {
         // The common case (one record write and/or one event): a single autocommit
         // statement is atomic and durable on its own, which halves the round trips.
-        let seq = single_statement(client, ns, key, plan).await?;
+        let seq = single_statement(client, ns, key, plan, from).await?;
         return Ok(Persisted {
             seqs: Seqs::one(seq),
             alerts_queued: 0,
@@ -351,6 +353,7 @@ async fn persist(
     });
 
     let (record_params, old_version) = record_params(plan)?;
+    let from_state = moved_from(plan, from)?;
     let event_params: Vec<EventParams> = plan
         .events
         .iter()
@@ -369,6 +372,7 @@ async fn persist(
         let is_insert = matches!(plan.write, PlanWrite::Insert(_));
         let tx = &tx;
         let old_version = &old_version;
+        let from_state = &from_state;
         steps.push(Box::pin(async move {
             if is_insert {
                 Ok(Step::Record(tx.query(stmt, &p.params()).await?.len() as u64))
@@ -376,6 +380,7 @@ async fn persist(
                 let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
                     p.params().to_vec();
                 params.push(old_version);
+                params.push(from_state);
                 Ok(Step::Record(tx.execute(stmt, &params).await?))
             }
         }));
@@ -488,6 +493,19 @@ fn record_params(plan: &Plan<'_>) -> Result<(Option<RecordParams>, i64), PgError
     })
 }
 
+/// The state an update moves the record from (its count moves with it): the state of the
+/// record the plan was decided on, whose version the update's guard requires. Empty for an
+/// insert (never read).
+fn moved_from(plan: &Plan<'_>, from: Option<State>) -> Result<&'static str, PgError> {
+    match (&plan.write, from) {
+        (PlanWrite::Update { .. }, Some(s)) => Ok(s.as_str()),
+        (PlanWrite::Update { .. }, None) => Err(PgError::Store(idem_store::StoreError::Internal(
+            "an update planned without the record it was decided on".into(),
+        ))),
+        _ => Ok(""),
+    }
+}
+
 /// Persists a plan with at most one event, no daily counter and no alerts in one autocommit
 /// statement. Returns the event's sequence number (0 when there is no event).
 async fn single_statement(
@@ -495,10 +513,12 @@ async fn single_statement(
     ns: &Namespace,
     key: &Key,
     plan: &Plan<'_>,
+    from: Option<State>,
 ) -> Result<i64, PgError> {
     use tokio_postgres::types::ToSql;
     let event = plan.events.first().map(|e| EventParams::new(ns, key, e));
     let (record, old_version) = record_params(plan)?;
+    let from_state = moved_from(plan, from)?;
     let stats = plan.stats;
     let mut params: Vec<&(dyn ToSql + Sync)> = Vec::with_capacity(60);
     let is_update = matches!(plan.write, PlanWrite::Update { .. });
@@ -526,7 +546,7 @@ async fn single_statement(
         (Some(r), e) => {
             params.extend(r.params());
             params.push(&old_version);
-            match (e, &stats) {
+            let sql: &str = match (e, &stats) {
                 (Some(e), None) => {
                     params.extend(e.tail_params());
                     &UPDATE_RECORD_WITH_EVENT
@@ -537,7 +557,9 @@ async fn single_statement(
                     &UPDATE_RECORD_WITH_EVENT_STATS
                 }
                 (None, _) => &UPDATE_RECORD,
-            }
+            };
+            params.push(&from_state);
+            sql
         }
     };
     let stmt = client.prepare_cached(sql).await?;

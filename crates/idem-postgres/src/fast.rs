@@ -37,9 +37,9 @@ use crate::execute::fits_one_statement;
 use crate::intake::{intake_update_sql, rider_ctes, RiderParams, UpdateParams};
 use crate::outbox::{finish_sql, FinishParams};
 use crate::rows::{
-    event_tail, record_from_row, stats_cte, stats_params, EventParams, RecordParams,
-    EVENT_INSERT_COLUMNS, EVENT_TAIL_LEN, RECORD_COLS, RECORD_COLUMNS, R_RECORD_COLS,
-    TYPED_RECORD_PARAMS, UPDATE_RECORD,
+    counted_insert, counted_move, event_tail, numbered, record_from_row, stats_cte, stats_params,
+    EventParams, RecordParams, EVENT_INSERT_COLUMNS, EVENT_TAIL_LEN, RECORD_COLS, RECORD_COLUMNS,
+    R_RECORD_COLS, TYPED_RECORD_PARAMS, UPDATE_RECORD_BARE,
 };
 
 static EVENT_INSERT_COLS: LazyLock<String> =
@@ -67,7 +67,7 @@ fn speculative(after_e: &str, flags: &str) -> String {
     format!(
         "WITH g AS (SELECT {guard} AS ok), \
          w AS (INSERT INTO records ({cols}) SELECT {typed} FROM g WHERE g.ok \
-               ON CONFLICT (namespace, key) DO NOTHING RETURNING version), \
+               ON CONFLICT (namespace, key) DO NOTHING RETURNING version){nc}, \
          e AS ({ev} SELECT $1, $2, {tail} FROM w RETURNING seq){after_e} \
          SELECT g.ok, (SELECT seq FROM e), {flags}{rcols} FROM g \
          LEFT JOIN (SELECT * FROM records WHERE namespace = $1 AND key = $2 \
@@ -78,6 +78,7 @@ fn speculative(after_e: &str, flags: &str) -> String {
         typed = *TYPED_RECORD_PARAMS,
         tail = event_tail(n + 1),
         rcols = *R_RECORD_COLS,
+        nc = counted_insert("w"),
     )
 }
 
@@ -118,39 +119,42 @@ static GUARDED_EVENT: LazyLock<String> = LazyLock::new(|| {
 /// by every update) and the namespace ($n+2/$n+3).
 static GUARDED_UPDATE: LazyLock<String> = LazyLock::new(|| {
     let n = RECORD_COLUMNS.len();
-    format!(
-        "{} AND created_at = $17 AND {}",
-        *UPDATE_RECORD,
-        ns_guard(n + 2, n + 3)
-    )
+    numbered(&format!(
+        "WITH w AS ({} AND created_at = $17 AND {} RETURNING version){} SELECT version FROM w",
+        *UPDATE_RECORD_BARE,
+        ns_guard(n + 2, n + 3),
+        counted_move("w")
+    ))
 });
 
 /// [`GUARDED_UPDATE_WITH_EVENT`] that also bumps the namespace's stats (after the guard).
 static GUARDED_UPDATE_WITH_EVENT_STATS: LazyLock<String> = LazyLock::new(|| {
     let n = RECORD_COLUMNS.len();
-    format!(
-        "WITH w AS ({} AND created_at = $17 AND {} RETURNING version), \
+    numbered(&format!(
+        "WITH w AS ({} AND created_at = $17 AND {} RETURNING version){}, \
          e AS ({} SELECT $1, $2, {} FROM w RETURNING seq){} SELECT seq FROM e",
-        *UPDATE_RECORD,
+        *UPDATE_RECORD_BARE,
         ns_guard(n + 2 + EVENT_TAIL_LEN, n + 3 + EVENT_TAIL_LEN),
+        counted_move("w"),
         *EVENT_INSERT_COLS,
         event_tail(n + 2),
         stats_cte("e", n + 4 + EVENT_TAIL_LEN)
-    )
+    ))
 });
 
 /// [`GUARDED_UPDATE`] with its one event: $n+2..$n+t+1 event tail, $n+t+2/$n+t+3 namespace
 /// guard (t = `EVENT_TAIL_LEN`).
 static GUARDED_UPDATE_WITH_EVENT: LazyLock<String> = LazyLock::new(|| {
     let n = RECORD_COLUMNS.len();
-    format!(
-        "WITH w AS ({} AND created_at = $17 AND {} RETURNING version) \
+    numbered(&format!(
+        "WITH w AS ({} AND created_at = $17 AND {} RETURNING version){} \
          {} SELECT $1, $2, {} FROM w RETURNING seq",
-        *UPDATE_RECORD,
+        *UPDATE_RECORD_BARE,
         ns_guard(n + 2 + EVENT_TAIL_LEN, n + 3 + EVENT_TAIL_LEN),
+        counted_move("w"),
         *EVENT_INSERT_COLS,
         event_tail(n + 2)
-    )
+    ))
 });
 
 /// [`GUARDED_UPDATE_WITH_EVENT`] of a forward report with its rider: the attempt appended to
@@ -159,17 +163,18 @@ static GUARDED_UPDATE_WITH_EVENT: LazyLock<String> = LazyLock::new(|| {
 static GUARDED_UPDATE_WITH_EVENT_REPORT: LazyLock<String> = LazyLock::new(|| {
     let n = RECORD_COLUMNS.len();
     let moved = "EXISTS (SELECT 1 FROM w)";
-    format!(
-        "WITH w AS ({} AND created_at = $17 AND {} RETURNING version), \
+    numbered(&format!(
+        "WITH w AS ({} AND created_at = $17 AND {} RETURNING version){}, \
          e AS ({} SELECT $1, $2, {} FROM w RETURNING seq), \
          a AS ({}), f AS ({}) SELECT seq FROM e",
-        *UPDATE_RECORD,
+        *UPDATE_RECORD_BARE,
         ns_guard(n + 2 + EVENT_TAIL_LEN, n + 3 + EVENT_TAIL_LEN),
+        counted_move("w"),
         *EVENT_INSERT_COLS,
         event_tail(n + 2),
         intake_update_sql(n + 4 + EVENT_TAIL_LEN, moved),
         finish_sql(n + 7 + EVENT_TAIL_LEN, moved),
-    )
+    ))
 });
 
 /// What a fast path did.
@@ -357,6 +362,8 @@ pub(crate) async fn cached_record(
                 )
             });
             let rode = report.is_some();
+            // The state the guarded version has: its count moves to the new state.
+            let from_state = rec.state.as_str();
             match t.events.as_slice() {
                 // A report's rider rides only on the one-event form below.
                 [] | [_] if report.is_some() && stats.is_some() => Ok(Fast::Skip),
@@ -364,6 +371,7 @@ pub(crate) async fn cached_record(
                 [] => {
                     params.push(&s.revision);
                     params.push(&s.updated_at);
+                    params.push(&from_state);
                     let stmt = client.prepare_cached(&GUARDED_UPDATE).await?;
                     if client.execute(&stmt, &params).await? == 1 {
                         Ok(Fast::Done(
@@ -391,6 +399,7 @@ pub(crate) async fn cached_record(
                         }
                         (None, None) => &GUARDED_UPDATE_WITH_EVENT,
                     };
+                    params.push(&from_state);
                     let stmt = client.prepare_cached(sql).await?;
                     match client.query_opt(&stmt, &params).await? {
                         None => Ok(Fast::Miss),

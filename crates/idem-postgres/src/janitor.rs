@@ -97,7 +97,12 @@ pub(crate) async fn sweep_once(
             if record.state == State::NeedsReview {
                 report.moved_to_review += 1;
             }
-            records.push((RecordParams::new(record)?, expected_version));
+            // The row is locked at `rec`'s version: its count moves from `rec`'s state.
+            records.push((
+                RecordParams::new(record)?,
+                expected_version,
+                rec.state.as_str(),
+            ));
         }
         events.extend(plan.events.iter().map(|e| EventParams::new(&ns, &key, e)));
         alerts.extend(
@@ -108,9 +113,10 @@ pub(crate) async fn sweep_once(
     }
     // All writes of the batch go out pipelined; the rows are locked by this transaction, so
     // the version guards hold unless the data changed under us (then the batch is redone).
-    let record_writes = try_join_all(records.iter().map(|(p, old)| {
+    let record_writes = try_join_all(records.iter().map(|(p, old, from)| {
         let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = p.params().to_vec();
         params.push(old);
+        params.push(from);
         let tx = &tx;
         let update = &update;
         async move { tx.execute(update, &params).await }

@@ -306,8 +306,15 @@ impl RecordParams {
     }
 }
 
-/// `INSERT` guarded by the primary key: no row back means another writer got there first.
-pub(crate) static INSERT_RECORD: LazyLock<String> = LazyLock::new(|| {
+/// The session setting that tells schema V16's row triggers that this connection's statements
+/// count their own records ([`counted_insert`], [`counted_move`]); every connection of this
+/// version sets it at startup (see `connect.rs`). A process of an older version, still running
+/// during a rolling upgrade, does not, and the triggers count its writes as before.
+pub(crate) const SELF_COUNT_SETTING: &str = "idem.self_count";
+
+/// The bare guarded `INSERT` of a record: no row back means another writer got there first.
+/// Not to be run on its own: a statement that inserts a record counts it ([`counted_insert`]).
+static INSERT_RECORD_BARE: LazyLock<String> = LazyLock::new(|| {
     let placeholders: Vec<String> = (1..=RECORD_COLUMNS.len())
         .map(|i| format!("${i}"))
         .collect();
@@ -319,10 +326,78 @@ pub(crate) static INSERT_RECORD: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
-/// `UPDATE` guarded by the version that was read (the last parameter): 0 rows means the
-/// record moved.
-pub(crate) static UPDATE_RECORD: LazyLock<String> =
+/// `, nc AS (…)`: a data-modifying CTE that counts a record inserted by the CTE `src` (one row
+/// when the guarded insert happened, none otherwise) in `namespace_counts`, under its state
+/// (`$3`) and this connection's slot (its backend pid, as the triggers did; schema V16).
+pub(crate) fn counted_insert(src: &str) -> String {
+    format!(
+        ", nc AS (INSERT INTO namespace_counts (namespace, state, slot, n) \
+         SELECT $1::TEXT, $3::TEXT, pg_backend_pid(), 1 FROM {src} \
+         ON CONFLICT (namespace, state, slot) DO UPDATE SET n = namespace_counts.n + 1)"
+    )
+}
+
+/// The placeholder of the state a record moves from, in the statement forms built with
+/// [`counted_move`]; [`numbered`] gives it the number after every other parameter.
+const FROM_STATE: &str = "$FROM_STATE";
+
+/// `, nc AS (…)`: a data-modifying CTE that moves an updated record's count from the state
+/// it had (the parameter [`FROM_STATE`]: the state of the version the update's guard
+/// required, so exactly the row it changed) to its new state (`$3`), once per row of `src`,
+/// and writes nothing when the state did not change. Wrap the finished statement in
+/// [`numbered`].
+pub(crate) fn counted_move(src: &str) -> String {
+    format!(
+        ", nc AS (INSERT INTO namespace_counts (namespace, state, slot, n) \
+         SELECT $1::TEXT, m.state, pg_backend_pid(), m.n FROM {src} \
+         CROSS JOIN (VALUES ({FROM_STATE}::TEXT, -1::BIGINT), ($3::TEXT, 1::BIGINT)) AS m (state, n) \
+         WHERE {FROM_STATE}::TEXT <> $3::TEXT \
+         ON CONFLICT (namespace, state, slot) DO UPDATE SET n = namespace_counts.n + EXCLUDED.n)"
+    )
+}
+
+/// `sql` with [`FROM_STATE`] numbered after its highest parameter: the caller pushes the
+/// state the record moves from last.
+pub(crate) fn numbered(sql: &str) -> String {
+    let highest = sql
+        .match_indices('$')
+        .filter_map(|(i, _)| {
+            let digits: String = sql[i + 1..]
+                .chars()
+                .take_while(char::is_ascii_digit)
+                .collect();
+            digits.parse::<usize>().ok()
+        })
+        .max()
+        .unwrap_or(0);
+    sql.replace(FROM_STATE, &format!("${}", highest + 1))
+}
+
+/// The guarded `INSERT` of a record, counted: no row back means another writer got there
+/// first.
+pub(crate) static INSERT_RECORD: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "WITH w AS ({}){} SELECT version FROM w",
+        *INSERT_RECORD_BARE,
+        counted_insert("w")
+    )
+});
+
+/// The bare `UPDATE` guarded by the version that was read (parameter `RECORD_COLUMNS.len() +
+/// 1`): 0 rows means the record moved. Not to be run on its own: a statement that updates a
+/// record moves its count ([`counted_move`]).
+pub(crate) static UPDATE_RECORD_BARE: LazyLock<String> =
     LazyLock::new(|| idem_store::sql::update_record('$'));
+
+/// The guarded update, counted; the state moved from is the last parameter. One row back
+/// when the guard held.
+pub(crate) static UPDATE_RECORD: LazyLock<String> = LazyLock::new(|| {
+    numbered(&format!(
+        "WITH w AS ({} RETURNING version){} SELECT version FROM w",
+        *UPDATE_RECORD_BARE,
+        counted_move("w")
+    ))
+});
 
 /// Parameters of an event after `(namespace, key)` ([`EventParams::tail_params`]).
 pub(crate) const EVENT_TAIL_LEN: usize = 11;
@@ -356,21 +431,24 @@ pub(crate) fn typed_params(first: usize, casts: &[&str]) -> String {
 /// when the guarded insert was (no row back = another writer got there first).
 pub(crate) static INSERT_RECORD_WITH_EVENT: LazyLock<String> = LazyLock::new(|| {
     format!(
-        "WITH w AS ({}) INSERT INTO events {EVENT_INSERT_COLUMNS} \
+        "WITH w AS ({}){} INSERT INTO events {EVENT_INSERT_COLUMNS} \
          SELECT $1, $2, {} FROM w RETURNING seq",
-        *INSERT_RECORD,
+        *INSERT_RECORD_BARE,
+        counted_insert("w"),
         event_tail(RECORD_COLUMNS.len() + 1)
     )
 });
 
-/// A guarded update and its one event in one autocommit statement ($n+1 = version read).
+/// A guarded update and its one event in one autocommit statement ($n+1 = version read, the
+/// state moved from last).
 pub(crate) static UPDATE_RECORD_WITH_EVENT: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        "WITH w AS ({} RETURNING version) INSERT INTO events {EVENT_INSERT_COLUMNS} \
+    numbered(&format!(
+        "WITH w AS ({} RETURNING version){} INSERT INTO events {EVENT_INSERT_COLUMNS} \
          SELECT $1, $2, {} FROM w RETURNING seq",
-        *UPDATE_RECORD,
+        *UPDATE_RECORD_BARE,
+        counted_move("w"),
         event_tail(RECORD_COLUMNS.len() + 2)
-    )
+    ))
 });
 
 /// Parameters of a stats bump after those of the statement it joins: hour, then the six
@@ -415,9 +493,10 @@ pub(crate) fn stats_params(b: &idem_store::engine::StatsBump) -> [&(dyn ToSql + 
 pub(crate) static INSERT_RECORD_WITH_EVENT_STATS: LazyLock<String> = LazyLock::new(|| {
     let n = RECORD_COLUMNS.len();
     format!(
-        "WITH w AS ({}), e AS (INSERT INTO events {EVENT_INSERT_COLUMNS} \
+        "WITH w AS ({}){}, e AS (INSERT INTO events {EVENT_INSERT_COLUMNS} \
          SELECT $1, $2, {} FROM w RETURNING seq){} SELECT seq FROM e",
-        *INSERT_RECORD,
+        *INSERT_RECORD_BARE,
+        counted_insert("w"),
         event_tail(n + 1),
         stats_cte("e", n + 1 + EVENT_TAIL_LEN)
     )
@@ -426,13 +505,14 @@ pub(crate) static INSERT_RECORD_WITH_EVENT_STATS: LazyLock<String> = LazyLock::n
 /// [`UPDATE_RECORD_WITH_EVENT`] that also bumps the namespace's stats ($46..$52).
 pub(crate) static UPDATE_RECORD_WITH_EVENT_STATS: LazyLock<String> = LazyLock::new(|| {
     let n = RECORD_COLUMNS.len();
-    format!(
-        "WITH w AS ({} RETURNING version), e AS (INSERT INTO events {EVENT_INSERT_COLUMNS} \
+    numbered(&format!(
+        "WITH w AS ({} RETURNING version){}, e AS (INSERT INTO events {EVENT_INSERT_COLUMNS} \
          SELECT $1, $2, {} FROM w RETURNING seq){} SELECT seq FROM e",
-        *UPDATE_RECORD,
+        *UPDATE_RECORD_BARE,
+        counted_move("w"),
         event_tail(n + 2),
         stats_cte("e", n + 2 + EVENT_TAIL_LEN)
-    )
+    ))
 });
 
 pub(crate) static INSERT_EVENT: LazyLock<String> = LazyLock::new(|| {
@@ -561,4 +641,25 @@ pub(crate) fn as_i64(n: usize) -> i64 {
 
 pub(crate) fn as_u64(n: i64) -> u64 {
     u64::try_from(n).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_state_moved_from_is_numbered_after_every_other_parameter() {
+        assert_eq!(
+            numbered("SELECT $1, $12, $3 WHERE $FROM_STATE <> $3"),
+            "SELECT $1, $12, $3 WHERE $13 <> $3"
+        );
+        assert_eq!(numbered("SELECT $FROM_STATE, $FROM_STATE"), "SELECT $1, $1");
+        let n = RECORD_COLUMNS.len();
+        // The plain update: the record, the version, then the state moved from.
+        assert!(UPDATE_RECORD.contains(&format!("version = ${}", n + 1)));
+        assert!(UPDATE_RECORD.contains(&format!("VALUES (${}::TEXT, -1::BIGINT)", n + 2)));
+        assert!(!UPDATE_RECORD_WITH_EVENT_STATS.contains(FROM_STATE));
+        // An insert counts under its own state and needs no more parameters.
+        assert!(INSERT_RECORD.contains("SELECT $1::TEXT, $3::TEXT, pg_backend_pid(), 1 FROM w"));
+    }
 }

@@ -34,6 +34,7 @@ pub(crate) const MIGRATIONS: &[(i32, &str)] = &[
     (13, V13),
     (14, V14),
     (15, V15),
+    (16, V16),
 ];
 
 /// Cost and recovery. Each record sums what its attempts reported spending (`retry_*` =
@@ -155,6 +156,30 @@ CREATE TRIGGER records_ns_count_row_insert AFTER INSERT ON records
 CREATE TRIGGER records_ns_count_row_update AFTER UPDATE ON records
     FOR EACH ROW
     WHEN (OLD.state IS DISTINCT FROM NEW.state OR OLD.namespace IS DISTINCT FROM NEW.namespace)
+    EXECUTE FUNCTION idem_ns_count_row_moved();
+"#;
+
+/// idem's own statements count the records they write: each statement that inserts a record
+/// or moves its state carries the counter upsert as a data-modifying CTE beside the write
+/// (`rows::counted_insert`, `rows::counted_move`), so a write pays no trigger call (PL/pgSQL
+/// entry, after-trigger queue) for it. The row triggers stay for every other writer and are
+/// skipped, by a condition PostgreSQL checks without calling the function, on connections
+/// that set `idem.self_count = on` at startup, as every connection of this version does. So a
+/// process of the previous version still running during a rolling upgrade (which does not set
+/// it) keeps counting its writes through the triggers, and so does a person's `INSERT` in
+/// `psql`. The swap of the triggers holds `records` locked to the commit: no write falls
+/// between the two sets. Deletes keep their statement trigger.
+const V16: &str = r#"
+DROP TRIGGER records_ns_count_row_insert ON records;
+DROP TRIGGER records_ns_count_row_update ON records;
+CREATE TRIGGER records_ns_count_row_insert AFTER INSERT ON records
+    FOR EACH ROW
+    WHEN (current_setting('idem.self_count', true) IS DISTINCT FROM 'on')
+    EXECUTE FUNCTION idem_ns_count_row_inserted();
+CREATE TRIGGER records_ns_count_row_update AFTER UPDATE ON records
+    FOR EACH ROW
+    WHEN ((OLD.state IS DISTINCT FROM NEW.state OR OLD.namespace IS DISTINCT FROM NEW.namespace)
+          AND current_setting('idem.self_count', true) IS DISTINCT FROM 'on')
     EXECUTE FUNCTION idem_ns_count_row_moved();
 "#;
 
@@ -562,7 +587,7 @@ mod tests {
         let mut client = pool.get().await.expect("client");
         assert_eq!(
             migrate(&mut client, 0).await.expect("migrate"),
-            [5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]
+            [5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16]
         );
         let rows = client
             .query(

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use deadpool_postgres::{ManagerConfig, Pool, RecyclingMethod, Runtime};
+use deadpool_postgres::{Hook, HookError, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use idem_store::StoreError;
 
 use crate::cache::{Counters, NsCache, RecordCache};
@@ -99,6 +99,7 @@ impl PgStore {
             )
             .map_err(|e| StoreError::Internal(e.to_string()))?;
         let pool = Pool::builder(mgr)
+            .post_create(self_count_hook())
             .max_size(opts.max_connections.max(1))
             .runtime(Runtime::Tokio1)
             .wait_timeout(Some(opts.pool_wait_timeout))
@@ -122,5 +123,77 @@ impl PgStore {
         }
         tracing::info!(url = %store.url, "postgres store ready");
         Ok(store)
+    }
+}
+
+fn self_count_hook() -> Hook {
+    Hook::async_fn(|client, _| Box::pin(async move { counts_itself(client).await }))
+}
+
+/// Refuses a connection on which the startup setting `idem.self_count` did not arrive (a
+/// pooler in front of PostgreSQL that drops the startup `options`): its statements would
+/// count their records and the triggers would count them again. Checked once per new
+/// connection; the store answers `Unavailable` with this message, and refuses to start.
+async fn counts_itself(client: &mut deadpool_postgres::ClientWrapper) -> Result<(), HookError> {
+    let row = client
+        .query_one(
+            "SELECT current_setting($1, true)",
+            &[&crate::rows::SELF_COUNT_SETTING],
+        )
+        .await
+        .map_err(HookError::Backend)?;
+    let value: Option<String> = row.try_get(0).map_err(HookError::Backend)?;
+    if value.as_deref() == Some("on") {
+        Ok(())
+    } else {
+        Err(HookError::Message(
+            "the startup option idem.self_count=on did not reach PostgreSQL (does a pooler \
+             in front of it drop the startup `options`?); idem needs it to keep its record \
+             counters exact"
+                .into(),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use deadpool_postgres::{Manager, PoolError};
+
+    async fn get(options: Option<&str>) -> Result<(), PoolError> {
+        let url = std::env::var("IDEM_TEST_PG").expect("checked by the caller");
+        let mut cfg: tokio_postgres::Config = url.parse().expect("IDEM_TEST_PG");
+        if let Some(o) = options {
+            cfg.options(o);
+        }
+        let pool = Pool::builder(Manager::new(cfg, tokio_postgres::NoTls))
+            .post_create(self_count_hook())
+            .max_size(1)
+            .runtime(Runtime::Tokio1)
+            .build()
+            .expect("pool");
+        pool.get().await.map(drop)
+    }
+
+    /// A connection without the startup setting (as through a pooler that drops `options`)
+    /// is refused with a message that says why; one with it is handed out. Needs
+    /// `IDEM_TEST_PG`.
+    #[tokio::test]
+    async fn a_connection_that_lost_the_startup_setting_is_refused() {
+        if std::env::var("IDEM_TEST_PG").is_err() {
+            eprintln!("SKIPPED a_connection_that_lost_the_startup_setting_is_refused");
+            return;
+        }
+        get(Some("-c idem.self_count=on"))
+            .await
+            .expect("with the setting");
+        for options in [None, Some("-c idem.self_count=off")] {
+            match get(options).await {
+                Err(PoolError::PostCreateHook(e)) => {
+                    assert!(e.to_string().contains("idem.self_count=on"), "{e}")
+                }
+                other => panic!("{options:?}: {other:?}"),
+            }
+        }
     }
 }

@@ -550,10 +550,7 @@ async fn a_young_records_table_gets_statistics_so_lookups_use_the_primary_key() 
     for t in tasks {
         t.await.expect("task");
     }
-    let (client, conn) = tokio_postgres::connect(db.url(), tokio_postgres::NoTls)
-        .await
-        .expect("connect");
-    tokio::spawn(conn);
+    let (client, _conn) = db.raw().await;
     let mut analyzed = false;
     for _ in 0..100 {
         let row = client

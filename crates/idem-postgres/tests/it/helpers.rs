@@ -18,6 +18,10 @@ pub trait Stores {
         self.store_with(4).await
     }
     async fn store_with(&self, conns: usize) -> Arc<PgStore>;
+    /// A plain connection to the test database, without idem's startup settings (as another
+    /// process or a person in `psql` connects), and the task driving it, which ends once the
+    /// client is dropped.
+    async fn raw(&self) -> (tokio_postgres::Client, tokio::task::JoinHandle<()>);
 }
 
 impl Stores for PgDb {
@@ -31,6 +35,16 @@ impl Stores for PgDb {
                 .await
                 .expect("connect to the test database"),
         )
+    }
+
+    async fn raw(&self) -> (tokio_postgres::Client, tokio::task::JoinHandle<()>) {
+        let (client, conn) = tokio_postgres::connect(self.url(), tokio_postgres::NoTls)
+            .await
+            .expect("connect");
+        let task = tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        (client, task)
     }
 }
 

@@ -360,10 +360,7 @@ async fn retention_folds_counter_slots_of_closed_connections() {
         drop(l);
         drop(s);
     }
-    let (raw, conn) = tokio_postgres::connect(db.url(), tokio_postgres::NoTls)
-        .await
-        .expect("connect");
-    let task = tokio::spawn(conn);
+    let (raw, task) = db.raw().await;
     // The closed pools' backends leave pg_stat_activity shortly after their sockets close.
     for _ in 0..100 {
         let others: i64 = raw
@@ -457,10 +454,7 @@ async fn the_sweep_does_not_walk_records_abandoned_under_reclaim() {
             .await
             .expect("claim");
     }
-    let (client, conn) = tokio_postgres::connect(db.url(), tokio_postgres::NoTls)
-        .await
-        .expect("connect");
-    tokio::spawn(conn);
+    let (client, _conn) = db.raw().await;
     client
         .batch_execute(
             "UPDATE records SET stuck_alerted = true, active_at = 0, lease_expires_at = 1; \

@@ -22,10 +22,7 @@ async fn a_claim_on_a_backlog_reads_only_what_it_takes() {
         return;
     };
     let store = db.store().await;
-    let (client, conn) = tokio_postgres::connect(db.url(), tokio_postgres::NoTls)
-        .await
-        .expect("connect");
-    tokio::spawn(conn);
+    let (client, _conn) = db.raw().await;
     let t0 = T0.0;
     client
         .batch_execute(&format!(

@@ -646,10 +646,7 @@ async fn migration_10_counts_an_existing_ledger_into_the_state_counters() {
     }
     // Back to the schema as version 9 left it (migration 10 also made the console's table and
     // review index), less the ledger-wide counters migration 14 dropped.
-    let (client, conn) = tokio_postgres::connect(db.url(), tokio_postgres::NoTls)
-        .await
-        .expect("connect");
-    let task = tokio::spawn(conn);
+    let (client, task) = db.raw().await;
     client
         .batch_execute(
             "DROP TRIGGER records_ns_count_row_insert ON records; \
@@ -696,10 +693,7 @@ async fn alert_secret_is_kept_in_the_secrets_table_not_in_the_policy_row() {
         info.policy.alert_secret.as_ref().map(|s| s.expose()),
         Some(S1)
     );
-    let (raw, conn) = tokio_postgres::connect(db.url(), tokio_postgres::NoTls)
-        .await
-        .expect("connect");
-    let task = tokio::spawn(conn);
+    let (raw, task) = db.raw().await;
     let policy_text = || async {
         raw.query_one(
             "SELECT policy FROM namespaces WHERE namespace = 'signed'",
@@ -782,10 +776,7 @@ async fn migration_7_moves_an_alert_secret_out_of_the_policy_text() {
         }
     }
     // Back to the data as version 6 left it: the secret inside the policy text.
-    let (raw, conn) = tokio_postgres::connect(db.url(), tokio_postgres::NoTls)
-        .await
-        .expect("connect");
-    let task = tokio::spawn(conn);
+    let (raw, task) = db.raw().await;
     let old =
         format!(r#"{{"lease_ms":7000,"alert_url":"http://127.0.0.1:9/h","alert_secret":"{S}"}}"#);
     raw.execute(
@@ -877,10 +868,7 @@ async fn counts_stay_exact_with_an_older_process_writing_beside_this_one() {
                 .expect("complete");
         }
     }
-    let (old, conn) = tokio_postgres::connect(db.url(), tokio_postgres::NoTls)
-        .await
-        .expect("connect");
-    let task = tokio::spawn(conn);
+    let (old, task) = db.raw().await;
     let drift = || async {
         old.query(idem_testkit::contract::COUNTER_DRIFT_SQL, &[])
             .await

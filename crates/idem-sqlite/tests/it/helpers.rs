@@ -68,6 +68,17 @@ impl TestLedger {
         self.ledger.now()
     }
 
+    /// The namespace's first-time acquisitions of the current UTC day, as the console reads
+    /// them.
+    pub async fn acquired_today(&self, ns: &Namespace) -> u64 {
+        use idem_store::Store;
+        self.store
+            .namespace_activity(ns, self.now())
+            .await
+            .expect("activity")
+            .acquired_today
+    }
+
     pub async fn claim(&self, ns: &Namespace, key: &Key) -> ClaimReply {
         self.ledger
             .claim(ns, key, ClaimRequest::default())

@@ -301,12 +301,7 @@ async fn namespace_defaults_patch_pause_resume_and_counts() {
     assert_eq!(limited.outcome, ClaimOutcome::Limited);
     assert!(limited.retry_after_ms.is_some());
     // What the console shows as today's acquisitions is the count the ceiling used.
-    let today = t
-        .store
-        .namespace_activity(&n, t.now())
-        .await
-        .expect("activity");
-    assert_eq!(today.acquired_today, 2);
+    assert_eq!(t.acquired_today(&n).await, 2);
 
     let paused = t
         .store
@@ -329,12 +324,7 @@ async fn namespace_defaults_patch_pause_resume_and_counts() {
     // The daily counter starts again the next UTC day.
     t.clock.advance_ms(crate::helpers::DAY);
     assert_eq!(t.claim(&n, &key("c")).await.outcome, ClaimOutcome::Acquired);
-    let next_day = t
-        .store
-        .namespace_activity(&n, t.now())
-        .await
-        .expect("activity");
-    assert_eq!(next_day.acquired_today, 1);
+    assert_eq!(t.acquired_today(&n).await, 1);
 }
 
 #[tokio::test]

@@ -149,3 +149,67 @@ async fn config_file_policy_is_applied_at_start() {
     assert_eq!(r.body["policy"]["retry"]["max_attempts"], 2);
     assert_eq!(r.body["policy"]["retry"]["base_ms"], 1000);
 }
+
+/// `counts` of `GET /v1/namespaces/{ns}` maps every state to a number, zeros included, exact
+/// in the answer read right after each write, on both stores (PostgreSQL's statements count
+/// the records they write since schema 16). A key of every visible ASCII character counts
+/// like any other; a replay changes nothing.
+#[tokio::test]
+async fn counts_are_exact_right_after_each_write_on_both_stores() {
+    async fn expect(app: &TestApp, step: &str, want: &[(&str, i64)]) {
+        let r = app.namespace("c").await;
+        assert_eq!(r.status, 200, "{step}: {}", r.text);
+        let counts = r.body["counts"].as_object().expect("counts");
+        assert_eq!(counts.len(), 7, "{step}: {counts:?}");
+        for (state, n) in counts {
+            let w = want.iter().find(|(s, _)| s == state).map_or(0, |(_, n)| *n);
+            assert_eq!(n.as_i64(), Some(w), "{step}: {state} in {counts:?}");
+        }
+    }
+    let every: String = (0x21u8..=0x7e).map(char::from).collect();
+    for backend in backends() {
+        let app = spawn_on(backend).await;
+        let step = |s: &str| format!("{backend:?}: {s}");
+        expect(&app, &step("fresh"), &[]).await;
+        let a = Api::acquired(&app.claim("c", "a", json!({})).await);
+        expect(&app, &step("claim a"), &[("processing", 1)]).await;
+        let w = Api::acquired(&app.claim("c", &every, json!({})).await);
+        expect(&app, &step("claim every"), &[("processing", 2)]).await;
+        let r = app.complete("c", "a", json!({"token": a})).await;
+        assert_eq!(r.status, 200, "{}", r.text);
+        expect(
+            &app,
+            &step("complete a"),
+            &[("processing", 1), ("completed", 1)],
+        )
+        .await;
+        assert_eq!(app.claim("c", "a", json!({})).await.status, 200);
+        expect(
+            &app,
+            &step("replay a"),
+            &[("processing", 1), ("completed", 1)],
+        )
+        .await;
+        let r = app
+            .fail("c", &every, json!({"token": w, "kind": "ambiguous"}))
+            .await;
+        assert_eq!(r.status, 200, "{}", r.text);
+        let after_fail = [("completed", 1), ("needs_review", 1)];
+        expect(&app, &step("ambiguous fail"), &after_fail).await;
+        for (key, kind, state) in [
+            ("r", "retryable", "failed_retryable"),
+            ("p", "permanent", "failed_permanent"),
+        ] {
+            let t = Api::acquired(&app.claim("c", key, json!({})).await);
+            let r = app.fail("c", key, json!({"token": t, "kind": kind})).await;
+            assert_eq!(r.body["state"], state, "{}", r.text);
+        }
+        let all = [
+            ("completed", 1),
+            ("needs_review", 1),
+            ("failed_retryable", 1),
+            ("failed_permanent", 1),
+        ];
+        expect(&app, &step("retryable and permanent fails"), &all).await;
+    }
+}

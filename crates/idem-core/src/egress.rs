@@ -438,16 +438,13 @@ pub fn name_listing(policy: &EgressPolicy, host: &str, port: u16) -> NameListing
     best
 }
 
-/// Whether a name may be resolved at all: with a non-empty `allow`, a name no name entry
-/// matches can only pass through an address entry, so it is refused at once when there is
-/// none.
+/// Whether a name may be resolved at all: with a non-empty `allow`, only a name that a name
+/// entry (exact host or `*.suffix`) matches on this port passes, and it is refused at once,
+/// by name, before any lookup. Address and CIDR entries match IP literals and the addresses
+/// a listed name resolves to; they never admit a name nobody listed (an unlisted name is
+/// "not listed" whether or not it resolves, never a retryable "did not resolve").
 pub fn name_may_pass(policy: &EgressPolicy, host: &str, port: u16) -> bool {
-    policy.allow.is_empty()
-        || name_listing(policy, host, port) != NameListing::No
-        || policy
-            .allow
-            .iter()
-            .any(|e| matches!(e.pattern, HostPattern::Ip(_) | HostPattern::Cidr(..)))
+    policy.allow.is_empty() || name_listing(policy, host, port) != NameListing::No
 }
 
 /// Why an address was refused.
@@ -693,7 +690,22 @@ mod tests {
         assert!(name_may_pass(&p, "api.example.com", 443));
         assert!(!name_may_pass(&p, "evil.example.org", 443));
         assert!(name_may_pass(&pol(&[], false), "anything.example", 443));
-        assert!(name_may_pass(&pol(&["10.0.0.0/8"], false), "svc.local", 80));
+        // Address entries never admit a name: it is refused by name, before any lookup.
+        assert!(!name_may_pass(
+            &pol(&["10.0.0.0/8"], false),
+            "svc.local",
+            80
+        ));
+        assert!(!name_may_pass(
+            &pol(&["127.0.0.1:8080"], false),
+            "api.stripe.com",
+            443
+        ));
+        assert!(name_may_pass(
+            &pol(&["127.0.0.1:8080", "api.stripe.com"], false),
+            "API.Stripe.com",
+            443
+        ));
     }
 
     #[test]

@@ -170,6 +170,31 @@ async fn names_are_matched_before_resolution_and_their_addresses_after() {
 }
 
 #[tokio::test]
+async fn an_unlisted_name_is_refused_even_when_an_address_entry_exists() {
+    let e = egress(1024);
+    // An address entry lists addresses, not names: an unlisted name is refused by name,
+    // before any lookup, whether it would resolve (localhost) or not.
+    let by_addr = policy(&["127.0.0.1:9", "10.0.0.0/8"], false);
+    for url in [
+        "https://api.stripe.com/",
+        "http://no-such-host.invalid/",
+        "http://localhost:9/",
+    ] {
+        assert_eq!(
+            e.check(&by_addr, url).await.map(|_| ()),
+            Err(Forbidden::Refused(Refusal::NotListed)),
+            "{url}"
+        );
+    }
+    // A listed pattern whose addresses an address entry lists passes.
+    let both = policy(&["127.0.0.1:9", "*.localhost"], false);
+    match e.check(&both, "http://a.localhost:9/").await {
+        Ok(t) => assert!(t.unresolvable() || t.addrs().iter().all(|a| a.ip().is_loopback())),
+        Err(f) => panic!("listed name and address: {f:?}"),
+    }
+}
+
+#[tokio::test]
 async fn a_name_that_does_not_resolve_is_not_forbidden_but_nothing_is_sent() {
     let e = egress(1024);
     let t = e

@@ -664,6 +664,62 @@ async fn the_egress_guard_refuses_before_anything_is_written_or_sent() {
     }
 }
 
+/// With a non-empty allow list, a name it does not list is refused by name before any lookup:
+/// 422 `destination_forbidden`, nothing written, nothing sent, whether the name resolves or
+/// not (here it cannot: a retryable "did not resolve" would be the wrong answer).
+#[tokio::test]
+async fn an_unlisted_name_is_refused_by_name_before_any_lookup() {
+    for backend in backends() {
+        let (d, port) = destination().await;
+        let app = app_for(backend, port).await;
+        for (key, url) in [
+            ("ks1", "https://api.stripe.com/v1/charges"),
+            ("ks2", "http://no-such-host.invalid/charge"),
+            ("ks3", "http://localhost/x"),
+        ] {
+            let r = effect(&app, "pay", key, post(url.into())).await;
+            let p = r.problem(422, "destination_forbidden");
+            assert_eq!(p["field"], "request.url", "{url}");
+            assert!(
+                p["detail"].as_str().unwrap_or("").contains("allow list"),
+                "{url}: {p}"
+            );
+            assert_eq!(
+                app.record("pay", key).await.status,
+                404,
+                "{url}: nothing written"
+            );
+        }
+        // The same for a reconcile lookup to an unlisted name.
+        let mut body = post(format!("http://127.0.0.1:{port}/x"));
+        body["reconcile"] =
+            json!({"url": "https://api.stripe.com/{key}", "found": [200], "not_found": [404]});
+        let r = effect(&app, "pay", "ks4", body).await;
+        assert_eq!(
+            r.problem(422, "destination_forbidden")["field"],
+            "reconcile.url"
+        );
+        assert_eq!(app.record("pay", "ks4").await.status, 404);
+        // Listed by name, the name passes the list (and then fails to resolve: retryable).
+        allow(
+            &app,
+            "pay",
+            json!([format!("127.0.0.1:{port}"), "no-such-host.invalid"]),
+        )
+        .await;
+        let r = effect(
+            &app,
+            "pay",
+            "ks5",
+            post("http://no-such-host.invalid/c".into()),
+        )
+        .await;
+        assert_eq!(r.status, 409, "{}", r.text);
+        assert_eq!(r.body["outcome"], "backoff");
+        assert_eq!(d.count(), 0, "nothing was sent");
+    }
+}
+
 #[tokio::test]
 async fn secret_headers_are_sent_but_never_stored_or_answered() {
     for backend in backends() {

@@ -83,6 +83,10 @@ pub struct Config {
     /// Connection limits: header and body read timeouts, head size, connections
     /// (`[http]`, see [`crate::conn`]).
     pub http: crate::conn::HttpLimits,
+    /// Settings written for an earlier version that were accepted with a change: what was
+    /// asked and what is used instead. `idem serve` logs each as a warning once logging is
+    /// up (CHANGELOG.md, "Upgrading", lists them).
+    pub upgrade_warnings: Vec<String>,
 }
 
 /// The `[sources.NAME]` documents by source name. Its `Debug` shows only the names: the
@@ -166,6 +170,7 @@ impl std::fmt::Debug for Config {
             max_response_bytes,
             extra_ca,
             http,
+            upgrade_warnings,
         } = self;
         f.debug_struct("Config")
             .field("listen", listen)
@@ -193,6 +198,7 @@ impl std::fmt::Debug for Config {
             .field("max_response_bytes", max_response_bytes)
             .field("extra_ca", extra_ca)
             .field("http", http)
+            .field("upgrade_warnings", upgrade_warnings)
             .finish()
     }
 }
@@ -221,9 +227,14 @@ impl Default for Config {
             max_response_bytes: idem::effect::DEFAULT_MAX_RESPONSE_BYTES,
             extra_ca: None,
             http: crate::conn::HttpLimits::default(),
+            upgrade_warnings: Vec::new(),
         }
     }
 }
+
+/// The longest a scrape's store gauges are reused (`stats_interval`). A longer value, as
+/// earlier versions' configs have (`30s`), is taken as this with an upgrade warning.
+pub const MAX_STATS_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Janitor batch on SQLite when none is configured: measured in docs/performance.md (claim
 /// p99 1.6-1.9x of idle while expiring 79,000-89,000 records/s).
@@ -342,7 +353,20 @@ impl Config {
             }
             "janitor_interval" => self.janitor_interval = parse_duration(v)?,
             "alert_interval" => self.alert_interval = parse_duration(v)?,
-            "stats_interval" => self.stats_interval = parse_duration(v)?,
+            "stats_interval" => {
+                let asked = parse_duration(v)?;
+                self.stats_interval = asked.min(MAX_STATS_INTERVAL);
+                if asked > MAX_STATS_INTERVAL {
+                    // Earlier versions recounted the gauges on a timer (default 30s, at least
+                    // 1s); the gauges are now exact at every scrape and this is only the
+                    // longest a scrape's reading is reused.
+                    self.upgrade_warnings.push(format!(
+                        "stats_interval = {v:?} is from an earlier version (the store gauges \
+                         were recounted on that timer); they are now read at every scrape and \
+                         reused for at most 1s: using 1s (set a value from 0s to 1s, or remove the setting, to silence this)"
+                    ));
+                }
+            }
             "janitor_batch" => {
                 self.janitor_batch = Some(
                     v.trim()
@@ -471,7 +495,7 @@ impl Config {
         if self.alert_interval < Duration::from_millis(10) {
             return Err(bad("alert_interval", "must be at least 10ms"));
         }
-        if self.stats_interval > Duration::from_secs(1) {
+        if self.stats_interval > MAX_STATS_INTERVAL {
             return Err(bad(
                 "stats_interval",
                 "must be at most 1s: the gauges are read at every scrape and may be reused \
@@ -1022,7 +1046,6 @@ mod tests {
         for (var, v) in [
             ("IDEM_PG_POOL", "0"),
             ("IDEM_PG_POOL", "many"),
-            ("IDEM_STATS_INTERVAL", "2s"),
             ("IDEM_JANITOR_BATCH", "0"),
         ] {
             let e = Config::load(&ServeArgs::default(), &env(&[(var, v)])).expect_err(v);
@@ -1030,6 +1053,48 @@ mod tests {
             let text = e.to_string();
             assert!(text.contains(var) || text.contains(&setting), "{text}");
         }
+    }
+
+    #[test]
+    fn an_earlier_versions_config_starts_with_a_warning_for_what_changed() {
+        let text = include_str!("../tests/fixtures/earlier-default-config.toml");
+        let dir = tempfile::tempdir().expect("tmp");
+        let p = dir.path().join("idem.toml");
+        std::fs::write(&p, text).expect("write");
+        let args = ServeArgs {
+            config: Some(p),
+            ..Default::default()
+        };
+        let c = Config::load(&args, &env(&[])).expect("an earlier version's config loads");
+        assert_eq!(c.stats_interval, MAX_STATS_INTERVAL);
+        assert_eq!(c.upgrade_warnings.len(), 1, "{:?}", c.upgrade_warnings);
+        let w = &c.upgrade_warnings[0];
+        assert!(w.contains("stats_interval = \"30s\""), "{w}");
+        assert!(w.contains("using 1s"), "{w}");
+        // The same from the environment; a value within the range warns nothing.
+        let c = Config::load(
+            &ServeArgs::default(),
+            &env(&[("IDEM_STATS_INTERVAL", "2s")]),
+        )
+        .expect("accepted");
+        assert_eq!(c.stats_interval, MAX_STATS_INTERVAL);
+        assert_eq!(c.upgrade_warnings.len(), 1);
+        let c = Config::load(
+            &ServeArgs::default(),
+            &env(&[("IDEM_STATS_INTERVAL", "1s")]),
+        )
+        .expect("ok");
+        assert!(c.upgrade_warnings.is_empty());
+        // Today's template warns nothing.
+        let mut c = Config::default();
+        c.apply_file(default_config_toml()).expect("parses");
+        assert!(c.upgrade_warnings.is_empty(), "{:?}", c.upgrade_warnings);
+        // A value that is no duration is still refused.
+        Config::load(
+            &ServeArgs::default(),
+            &env(&[("IDEM_STATS_INTERVAL", "soon")]),
+        )
+        .expect_err("not a duration");
     }
 
     #[test]

@@ -125,6 +125,9 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         None => None,
     };
     let _log = logging::init_telemetry(config.log_format, &config.log_level, traces);
+    for w in &config.upgrade_warnings {
+        tracing::warn!("{w}");
+    }
     if let Some(endpoint) = &config.otlp_endpoint {
         let shown = idem::redact_db_url(&telemetry::traces_url(endpoint));
         tracing::info!(endpoint = %shown, "exporting traces over OTLP");

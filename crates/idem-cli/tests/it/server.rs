@@ -490,3 +490,48 @@ fn complete_and_fail_report_cost_from_the_command_line() {
         serde_json::json!({"tokens": 2000, "usd": 0.018, "retry_tokens": 800, "retry_usd": 0.0})
     );
 }
+
+/// The configuration file an earlier version wrote (`stats_interval = "30s"` among others)
+/// starts today's server, which says in its log what it uses instead.
+#[test]
+fn an_earlier_versions_config_file_starts_the_server_with_a_warning() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let config = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../idem-server/tests/fixtures/earlier-default-config.toml"
+    );
+    let log = dir.path().join("serve.log");
+    let addr = format!("127.0.0.1:{}", free_port());
+    let db = format!("sqlite://{}", dir.path().join("idem.db").display());
+    let mut child = crate::helpers::idem()
+        .args(["serve", "--config", config, "--listen", &addr, "--db", &db])
+        .env_remove("IDEM_STATS_INTERVAL")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log"))
+        .spawn()
+        .expect("spawn");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let up = loop {
+        if crate::helpers::http_status(&addr, "/healthz") == Some(200) {
+            break true;
+        }
+        if child.try_wait().ok().flatten().is_some() || std::time::Instant::now() > deadline {
+            break false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        up,
+        "idem serve did not start on the earlier config:\n{text}"
+    );
+    let warning = text
+        .lines()
+        .find(|l| l.contains("stats_interval"))
+        .unwrap_or_else(|| panic!("no upgrade warning in the log:\n{text}"));
+    assert!(warning.contains("WARN"), "{warning}");
+    assert!(warning.contains("using 1s"), "{warning}");
+}

@@ -261,7 +261,8 @@ pub fn field_definition(node: &Node, field: &str) -> Option<String> {
         let code = ["jsCode", "functionCode", "code"]
             .iter()
             .find_map(|p| node.str_param(&[p]))?;
-        return expr::js_assignment(code, field);
+        // `{ idempotencyKey: hash }` is judged by what `hash` is made of.
+        return expr::js_assignment(code, field).map(|v| expr::js_expand_locals(code, &v));
     }
     if t == catalog::CRYPTO {
         let prop = node.str_param(&["dataPropertyName"]).unwrap_or("data");

@@ -677,6 +677,36 @@ fn value_until_end(s: &str) -> String {
     out.trim().to_owned()
 }
 
+static N8N_ITEM_JSON: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(&item_json(false)).expect("static regex"));
+static BRACKET_FIELD: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r#"\[\s*(?:'([A-Za-z_$][\w$]*)'|"([A-Za-z_$][\w$]*)")\s*\]"#).expect("static regex")
+});
+
+/// The text with, inside each `{{ … }}`, every read of an item's JSON written as `$json` and
+/// every bracket read of a plain field (`['event_id']`) as a dot read:
+/// `{{ $('Webhook').item.json.body['event_id'] }}`, `{{ $node["Webhook"].json.body.event_id }}`
+/// and `{{ $json.body.event_id }}` all become the last one. Two keys that read the same field
+/// through different forms are then the same text, and a node's name is not taken for a
+/// literal part of the key. Text outside `{{ … }}` is kept as it is.
+pub fn canonical_item_reads(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(open) = rest.find("{{") {
+        out.push_str(&rest[..open + 2]);
+        let inner = &rest[open + 2..];
+        let close = inner.find("}}").unwrap_or(inner.len());
+        let read = N8N_ITEM_JSON.replace_all(&inner[..close], "$$json");
+        let read = BRACKET_FIELD.replace_all(&read, |c: &regex::Captures<'_>| {
+            format!(".{}", c.get(1).or(c.get(2)).map_or("", |m| m.as_str()))
+        });
+        out.push_str(&read);
+        rest = &inner[close..];
+    }
+    out.push_str(rest);
+    out
+}
+
 /// The literal parts of a key: text outside `{{ }}` and string literals inside, trimmed,
 /// without the empty ones. Two keys whose literal parts differ name different operations
 /// (`…:crm` and `…:receipt`).
@@ -1045,6 +1075,79 @@ mod tests {
         let _ = js_free_names(&deep);
     }
 
+    #[test]
+    fn canonical_item_reads_write_one_form() {
+        let canonical = "{{ $json.body.event_id }}";
+        for read in [
+            "$json.body.event_id",
+            "$('Webhook').item.json.body.event_id",
+            "$(\"Webhook\").item.json.body.event_id",
+            "$('Webhook').first().json.body.event_id",
+            "$('Webhook').last().json.body.event_id",
+            "$('Webhook').all()[0].json.body.event_id",
+            "$('Webhook').itemMatching(0).json.body.event_id",
+            "$('Webhook (prod)').item.json.body.event_id",
+            "$('Web}}hook').item.json.body.event_id",
+            "$node[\"Webhook\"].json.body.event_id",
+            "$node['Webhook'].json.body.event_id",
+            "$node.Webhook.json.body.event_id",
+            "$input.item.json.body.event_id",
+            "$input.first().json.body.event_id",
+            "$input.all()[0].json.body.event_id",
+            "$items(\"Webhook\")[0].json.body.event_id",
+            "$items()[0].json.body.event_id",
+            "$json['body']['event_id']",
+            "$json[\"body\"].event_id",
+            "$('Webhook').item.json.body[ 'event_id' ]",
+        ] {
+            let key = format!("{{{{ {read} }}}}");
+            if read.contains("}}") {
+                // `}}` in a node's name ends the expression: n8n reads it so too.
+                assert_ne!(canonical_item_reads(&key), canonical, "{read}");
+                continue;
+            }
+            assert_eq!(canonical_item_reads(&key), canonical, "{read}");
+        }
+        assert_eq!(
+            canonical_item_reads(
+                "={{ encodeURIComponent($('Webhook').item.json.body.id + ':crm') }}"
+            ),
+            "={{ encodeURIComponent($json.body.id + ':crm') }}"
+        );
+        assert_eq!(
+            canonical_item_reads(
+                "=order-{{ $node[\"Order webhook\"].json.body['order-id'] }}:charge"
+            ),
+            "=order-{{ $json.body['order-id'] }}:charge",
+            "a bracket read of a name that is no identifier stays"
+        );
+        assert_eq!(
+            canonical_item_reads("{{ $( 'Webhook' ) . first ( ) . json . body }}"),
+            "{{ $json . body }}"
+        );
+        // Literal text is kept, even when it looks like a read; Code-node item variables are
+        // not n8n expressions.
+        for text in [
+            "daily-report.json:send",
+            "$('A').item.json.k",
+            "no reads :crm",
+            "{{ item.json.k }}",
+            "{{ $json.k",
+            "",
+        ] {
+            assert_eq!(canonical_item_reads(text), text);
+        }
+        assert_eq!(
+            canonical_item_reads("{{ $('A').item.json.k }}-{{ $node['B'].json['k2'] }}"),
+            "{{ $json.k }}-{{ $json.k2 }}"
+        );
+        assert_eq!(
+            canonical_item_reads("{{ $('A').item.json.k"),
+            "{{ $json.k",
+            "an unclosed expression runs to the end"
+        );
+    }
+
     proptest::proptest! {
         #[test]
         fn new_readings_are_total(code in "\\PC{0,200}", value in "\\PC{0,80}") {
@@ -1054,6 +1157,11 @@ mod tests {
             let _ = js_local(&code, &value);
             let v = js_expand_locals(&code, &value);
             proptest::prop_assert!(v.len() <= LOCAL_TEXT_MAX.max(value.len()));
+            let c = canonical_item_reads(&value);
+            proptest::prop_assert_eq!(canonical_item_reads(&c), c.clone());
+            let key = format!("{{{{ {value} }}}}");
+            let c = canonical_item_reads(&key);
+            proptest::prop_assert_eq!(canonical_item_reads(&c), c.clone());
         }
     }
 

@@ -5,6 +5,7 @@
 //! expression reads (`$json.key`, `$('Node').item.json.key`) and for the JavaScript that
 //! assigns a field. Every function is total: any text, including garbage, gives an answer.
 
+use std::collections::HashMap;
 use std::sync::LazyLock;
 
 use regex::Regex;
@@ -204,32 +205,113 @@ fn strip_quoted(format: &str) -> String {
     out
 }
 
-static STRINGIFY_WHOLE: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"JSON\s*\.\s*stringify\s*\(\s*(?:\$json\b|\$input\b|\$\(\s*['\x22][^'\x22]*['\x22]\s*\)\s*\.\s*(?:item|first\(\s*\)|last\(\s*\))\s*\.\s*json\b|\$node\s*\[[^\]]*\]\s*\.\s*json\b|items?\b)")
-        .expect("static regex")
-});
+/// What comes before `.json` when an expression reads another item than `$json`:
+/// `$('Node').item` (`.first()`, `.last()`, `.all()[0]`, `.itemMatching(0)`), `$node["Node"]`,
+/// `$input.item`, `$items("Node")[0]`.
+const N8N_ITEM: &str = r#"\$\(\s*(?:'[^']*'|"[^"]*"|`[^`]*`)\s*\)\s*\.\s*(?:item\b|first\s*\(\s*\)|last\s*\(\s*\)|itemMatching\s*\([^()]*\)|all\s*\(\s*\)\s*\[\s*\d+\s*\])|\$node\s*(?:\[\s*(?:'[^']*'|"[^"]*")\s*\]|\.\s*[A-Za-z_][\w$]*)|\$input\s*\.\s*(?:item\b|first\s*\(\s*\)|last\s*\(\s*\)|all\s*\(\s*\)\s*\[\s*\d+\s*\])|\$items\s*\(\s*(?:'[^']*'|"[^"]*")?\s*\)\s*\[\s*\d+\s*\]"#;
+/// What comes before `.json` in a Code node's loop or callback: `item`, `items[i]`.
+const CODE_ITEM: &str = r"\b[A-Za-z_][\w$]*(?:\s*\[\s*[\w$]+\s*\])?";
+
+/// An item's JSON: `$json`, or one of the item forms above followed by `.json`.
+fn item_json(with_code_items: bool) -> String {
+    let code = if with_code_items {
+        format!("|{CODE_ITEM}")
+    } else {
+        String::new()
+    };
+    format!(r"(?:\$json\b|(?:{N8N_ITEM}{code})\s*\.\s*json\b)")
+}
+
+/// An item's JSON or its body, as expressions and Code nodes read it.
 static BODY_READ: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"(?:\$json|\$\(\s*['\x22][^'\x22]*['\x22]\s*\)\s*\.\s*(?:item|first\(\s*\)|last\(\s*\))\s*\.\s*json|\$node\s*\[[^\]]*\]\s*\.\s*json)(?:\s*\.\s*body\b|\s*\[\s*['\x22]body['\x22]\s*\])?")
+    Regex::new(&format!(
+        r#"{}(?:\s*\.\s*body\b|\s*\[\s*['"]body['"]\s*\])?"#,
+        item_json(true)
+    ))
+    .expect("static regex")
+});
+/// Whole items (not their JSON): what `JSON.stringify(…)` of it also makes a whole-body key.
+static WHOLE_ITEMS: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r#"^(?:items|item|\$input(?:\s*\.\s*(?:item|all\s*\(\s*\)|first\s*\(\s*\)|last\s*\(\s*\)))?|\$items\s*\([^()]*\)|\$\(\s*(?:'[^']*'|"[^"]*")\s*\)\s*\.\s*(?:item|all\s*\(\s*\)|first\s*\(\s*\)|last\s*\(\s*\)))$"#)
         .expect("static regex")
 });
+static STRINGIFY: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"JSON\s*\.\s*stringify\s*\(").expect("static regex"));
+static TO_JSON_STRING: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"^\s*\.\s*toJsonString\s*\(").expect("static regex"));
 
 /// Whether `text` uses the whole incoming body (or the whole item) as a value: `$json.body`
-/// on its own, `$json` on its own, `JSON.stringify($json…)`. Reading a field of it
-/// (`$json.body.id`) is not.
+/// or `$json` on its own (also read as `$('Node').item.json`, `$input.item.json` or a Code
+/// node's `item.json`), `JSON.stringify` of it or of whole items (`items`, `$input.all()`),
+/// n8n's `$json.body.toJsonString()`. Reading a field of it (`$json.body.id`,
+/// `JSON.stringify($json.body.id)`) is not.
 pub fn whole_body(text: &str) -> Option<&'static str> {
-    if STRINGIFY_WHOLE.is_match(text) {
+    if stringify_args(text).iter().any(|a| whole_value(a)) {
         return Some("JSON.stringify($json…)");
     }
     for m in BODY_READ.find_iter(text) {
-        let next = text[m.end()..].trim_start().chars().next();
-        let continues =
-            matches!(next, Some('.' | '[' | '?')) || next.is_some_and(char::is_alphanumeric);
-        if !continues {
-            return Some(if m.as_str().contains("body") {
-                "$json.body"
+        let rest = &text[m.end()..];
+        let body = m.as_str().contains("body");
+        if TO_JSON_STRING.is_match(rest) {
+            return Some(if body {
+                "$json.body.toJsonString()"
             } else {
-                "$json"
+                "$json.toJsonString()"
             });
+        }
+        let next = rest.trim_start().chars().next();
+        let continues =
+            matches!(next, Some('.' | '[' | '?' | '(')) || next.is_some_and(char::is_alphanumeric);
+        if !continues {
+            return Some(if body { "$json.body" } else { "$json" });
+        }
+    }
+    None
+}
+
+/// The first argument of every `JSON.stringify(…)` call in `text`.
+pub fn stringify_args(text: &str) -> Vec<String> {
+    STRINGIFY
+        .find_iter(text)
+        .map(|m| value_until_end(&text[m.end()..]))
+        .collect()
+}
+
+/// Whether a JavaScript value is a whole item, its JSON or its body (nothing read from it).
+fn whole_value(value: &str) -> bool {
+    let v = strip_parens(value);
+    WHOLE_ITEMS.is_match(v)
+        || BODY_READ
+            .find(v)
+            .is_some_and(|m| m.start() == 0 && m.end() == v.len())
+}
+
+/// The text without whitespace around it and without parentheses that wrap all of it (a
+/// few levels: nobody wraps a value deeper).
+fn strip_parens(s: &str) -> &str {
+    let mut s = s.trim();
+    for _ in 0..16 {
+        if !(s.starts_with('(') && s.ends_with(')') && closing_paren(s) == Some(s.len() - 1)) {
+            break;
+        }
+        s = s[1..s.len() - 1].trim();
+    }
+    s
+}
+
+/// The byte offset of the `)` that closes the `(` at the start of `s`.
+fn closing_paren(s: &str) -> Option<usize> {
+    let mut depth = 0usize;
+    for (i, c) in s.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => {
+                depth = depth.checked_sub(1)?;
+                if depth == 0 {
+                    return Some(i);
+                }
+            }
+            _ => {}
         }
     }
     None
@@ -268,8 +350,10 @@ pub fn field_refs(text: &str) -> Vec<FieldRef> {
         .collect()
 }
 
-/// The JavaScript that assigns `field` (`field: …` in an object literal, `field = …`), up to
-/// the end of that value; every assignment, joined. `None` when the code never names it.
+/// The JavaScript that assigns `field` (`field: …` in an object literal, `field = …`,
+/// `json['field'] = …`), up to the end of that value; every assignment, joined. A shorthand
+/// property (`{ ...$json, field }`) gives the local variable's name, `field`. `None` when the
+/// code never names it.
 pub fn js_assignment(code: &str, field: &str) -> Option<String> {
     if field.is_empty() {
         return None;
@@ -278,9 +362,11 @@ pub fn js_assignment(code: &str, field: &str) -> Option<String> {
     let mut parts = Vec::new();
     for (at, _) in code.match_indices(field) {
         let before = code[..at].chars().next_back();
-        let before = match before {
-            Some('\'' | '"') => code[..at - 1].chars().next_back(),
-            b => b,
+        let quoted = matches!(before, Some('\'' | '"'));
+        let before = if quoted {
+            code[..at - 1].chars().next_back()
+        } else {
+            before
         };
         if before.is_some_and(ident) {
             continue;
@@ -289,7 +375,14 @@ pub fn js_assignment(code: &str, field: &str) -> Option<String> {
         if rest.starts_with(ident) {
             continue;
         }
-        rest = rest.strip_prefix(['\'', '"']).unwrap_or(rest).trim_start();
+        if quoted {
+            rest = rest.strip_prefix(['\'', '"']).unwrap_or(rest);
+            // `json['field'] = …`
+            if before == Some('[') {
+                rest = rest.trim_start().strip_prefix(']').unwrap_or(rest);
+            }
+        }
+        rest = rest.trim_start();
         let after = if let Some(r) = rest.strip_prefix(':') {
             r
         } else if let Some(r) = rest.strip_prefix('=') {
@@ -298,12 +391,253 @@ pub fn js_assignment(code: &str, field: &str) -> Option<String> {
                 continue;
             }
             r
+        } else if !quoted
+            && rest.starts_with([',', '}'])
+            && code[..at].trim_end().ends_with(['{', ','])
+            && field.chars().all(ident)
+        {
+            // A shorthand property: the value is the variable of that name.
+            parts.push(field.to_owned());
+            continue;
         } else {
             continue;
         };
         parts.push(value_until_end(after));
     }
     (!parts.is_empty()).then(|| parts.join(" | "))
+}
+
+/// The values a Code node gives the local variable `name` (`const name = …`, `let`, `var`, or
+/// a plain `name = …` at the start of a statement), joined; `None` when it declares none.
+pub fn js_local(code: &str, name: &str) -> Option<String> {
+    js_local_in(code, &js_declarations(code), name)
+}
+
+/// Every declaration or plain assignment of a local variable in `code`: for each name, the
+/// offsets where its values start (the first [`LOCAL_DEFS_MAX`]).
+fn js_declarations(code: &str) -> HashMap<&str, Vec<usize>> {
+    let mut out: HashMap<&str, Vec<usize>> = HashMap::new();
+    // `==`, `===` and `=>` compare or declare a function; they assign nothing.
+    for m in JS_DECLARATION
+        .find_iter(code)
+        .filter(|m| !code[m.end()..].starts_with(['=', '>']))
+    {
+        // The match ends with `NAME =`: the name is the identifier before the `=`.
+        let head = m.as_str()[..m.as_str().len() - 1].trim_end();
+        let start = head
+            .char_indices()
+            .rev()
+            .find(|(_, c)| !(c.is_alphanumeric() || *c == '_' || *c == '$'))
+            .map_or(0, |(i, c)| i + c.len_utf8());
+        let at = out.entry(&head[start..]).or_default();
+        if at.len() < LOCAL_DEFS_MAX {
+            at.push(m.end());
+        }
+    }
+    out
+}
+
+static JS_DECLARATION: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?m)(?:\b(?:const|let|var)\s+|(?:^|[;{}(])[ \t]*)[A-Za-z_$][\w$]*\s*=")
+        .expect("static regex")
+});
+
+/// How many assignments of one variable are read (a reassigned variable is judged by all).
+const LOCAL_DEFS_MAX: usize = 8;
+
+fn js_local_in(code: &str, decls: &HashMap<&str, Vec<usize>>, name: &str) -> Option<String> {
+    let parts: Vec<String> = decls
+        .get(name)?
+        .iter()
+        .map(|at| value_until_end(&code[*at..]))
+        .filter(|v| !v.is_empty())
+        .collect();
+    (!parts.is_empty()).then(|| parts.join(" | "))
+}
+
+/// How many rounds of local variables [`js_expand_locals`] follows (`key` ← `hash` ←
+/// `digest` ← `data` is three), how many variables a round replaces, and the longest text it
+/// builds (the rest is left as it is).
+const LOCAL_ROUNDS: usize = 4;
+const LOCAL_NAMES_MAX: usize = 64;
+const LOCAL_TEXT_MAX: usize = 20_000;
+
+/// `value` (a JavaScript value from `code`) with each local variable it uses replaced by the
+/// value the code gives it, a few rounds deep, so that the rules judge
+/// `{ idempotencyKey: hash }` by what `hash` is made of. A plain read (`$json.body`) replaces
+/// the name as it is, anything else in parentheses. Property names (`x.hash`, `{ hash: 1 }`)
+/// and string literals are left alone.
+pub fn js_expand_locals(code: &str, value: &str) -> String {
+    let decls = js_declarations(code);
+    let mut text = value.to_owned();
+    // A variable used again in a value just put in is replaced again in the next round (a
+    // variable assigned from itself only as many times as there are rounds).
+    for _ in 0..LOCAL_ROUNDS {
+        let mut defs: Vec<(String, String)> = Vec::new();
+        for name in js_free_names(&text) {
+            if defs.len() == LOCAL_NAMES_MAX {
+                break;
+            }
+            if let Some(def) = js_local_in(code, &decls, &name) {
+                let def = if MEMBER_CHAIN.is_match(&def) {
+                    def
+                } else {
+                    format!("({def})")
+                };
+                defs.push((name, def));
+            }
+        }
+        if defs.is_empty() {
+            break;
+        }
+        text = js_substitute(&text, &defs);
+        if text.len() >= LOCAL_TEXT_MAX {
+            break;
+        }
+    }
+    text
+}
+
+/// A value that only reads: `$('Webhook').first().json.body`, `item.json`, `order`.
+static MEMBER_CHAIN: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"^[A-Za-z_$][\w$]*(?:\s*\.\s*[A-Za-z_$][\w$]*|\s*\[[^\[\]]*\]|\s*\([^()]*\))*$")
+        .expect("static regex")
+});
+
+/// The identifiers `js` uses as values, in order, each once.
+fn js_free_names(js: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    js_walk(js, &mut |name| {
+        if !names.iter().any(|n: &String| n == name) {
+            names.push(name.to_owned());
+        }
+        None
+    });
+    names
+}
+
+/// `js` with every identifier used as a value that `defs` names replaced by its definition.
+fn js_substitute(js: &str, defs: &[(String, String)]) -> String {
+    let mut room = LOCAL_TEXT_MAX.saturating_sub(js.len());
+    js_walk(js, &mut |name| {
+        let (_, def) = defs.iter().find(|(n, _)| n == name)?;
+        room = room.checked_sub(def.len())?;
+        Some(def.clone())
+    })
+}
+
+/// Walks the identifiers of `js` that are used as values (not property names, not object
+/// keys, not inside string literals; inside a template literal only in `${…}`), calling
+/// `visit` with each; returns the text with the replacements `visit` gave.
+fn js_walk(js: &str, visit: &mut dyn FnMut(&str) -> Option<String>) -> String {
+    js_walk_at(js, visit, 0)
+}
+
+/// Template literals nested deeper than this are copied as they are.
+const TEMPLATE_DEPTH_MAX: usize = 8;
+
+fn js_walk_at(js: &str, visit: &mut dyn FnMut(&str) -> Option<String>, depth: usize) -> String {
+    if depth > TEMPLATE_DEPTH_MAX {
+        return js.to_owned();
+    }
+    let is_start = |c: char| c.is_alphabetic() || c == '_' || c == '$';
+    let is_part = |c: char| c.is_alphanumeric() || c == '_' || c == '$';
+    let chars: Vec<(usize, char)> = js.char_indices().collect();
+    let mut out = String::with_capacity(js.len());
+    let mut i = 0;
+    while i < chars.len() {
+        let (at, c) = chars[i];
+        match c {
+            '\'' | '"' => {
+                // A string literal, copied as it is.
+                let mut j = i + 1;
+                while j < chars.len() && !(chars[j].1 == c && chars[j - 1].1 != '\\') {
+                    j += 1;
+                }
+                let end = chars.get(j + 1).map_or(js.len(), |(e, _)| *e);
+                out.push_str(&js[at..end]);
+                i = j + 1;
+            }
+            '`' => {
+                // A template literal: text as it is, `${…}` walked as code.
+                out.push('`');
+                let mut j = i + 1;
+                while j < chars.len() && chars[j].1 != '`' {
+                    if chars[j].1 == '\\' {
+                        out.push('\\');
+                        if let Some((_, e)) = chars.get(j + 1) {
+                            out.push(*e);
+                        }
+                        j += 2;
+                        continue;
+                    }
+                    if chars[j].1 == '$' && chars.get(j + 1).is_some_and(|(_, n)| *n == '{') {
+                        let open = chars[j + 1].0 + 1;
+                        let mut braces = 1;
+                        let mut k = j + 2;
+                        while k < chars.len() {
+                            match chars[k].1 {
+                                '{' => braces += 1,
+                                '}' => {
+                                    braces -= 1;
+                                    if braces == 0 {
+                                        break;
+                                    }
+                                }
+                                _ => {}
+                            }
+                            k += 1;
+                        }
+                        let close = chars.get(k).map_or(js.len(), |(e, _)| *e);
+                        out.push_str("${");
+                        out.push_str(&js_walk_at(&js[open..close], visit, depth + 1));
+                        if k < chars.len() {
+                            out.push('}');
+                        }
+                        j = k + 1;
+                        continue;
+                    }
+                    out.push(chars[j].1);
+                    j += 1;
+                }
+                if j < chars.len() {
+                    out.push('`');
+                }
+                i = j + 1;
+            }
+            c if is_start(c) => {
+                let mut j = i;
+                while j < chars.len() && is_part(chars[j].1) {
+                    j += 1;
+                }
+                let end = chars.get(j).map_or(js.len(), |(e, _)| *e);
+                let name = &js[at..end];
+                let before = js[..at].trim_end();
+                // `x.name` is a property, but `...name` spreads the variable.
+                let property = before.ends_with('.') && !before.ends_with("...");
+                let key = js[end..].trim_start().starts_with(':')
+                    && !js[end..].trim_start().starts_with("::")
+                    && (before.ends_with('{') || before.ends_with(','));
+                let replaced = if property || key { None } else { visit(name) };
+                out.push_str(replaced.as_deref().unwrap_or(name));
+                i = j;
+            }
+            c if c.is_ascii_digit() => {
+                // A number (`0x1f`, `1e3`): not an identifier.
+                let mut j = i;
+                while j < chars.len() && is_part(chars[j].1) {
+                    out.push(chars[j].1);
+                    j += 1;
+                }
+                i = j;
+            }
+            c => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    out
 }
 
 /// The text of one JavaScript value: up to a `,` `;` or newline at depth 0, or a closing
@@ -341,6 +675,36 @@ fn value_until_end(s: &str) -> String {
         }
     }
     out.trim().to_owned()
+}
+
+static N8N_ITEM_JSON: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(&item_json(false)).expect("static regex"));
+static BRACKET_FIELD: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r#"\[\s*(?:'([A-Za-z_$][\w$]*)'|"([A-Za-z_$][\w$]*)")\s*\]"#).expect("static regex")
+});
+
+/// The text with, inside each `{{ … }}`, every read of an item's JSON written as `$json` and
+/// every bracket read of a plain field (`['event_id']`) as a dot read:
+/// `{{ $('Webhook').item.json.body['event_id'] }}`, `{{ $node["Webhook"].json.body.event_id }}`
+/// and `{{ $json.body.event_id }}` all become the last one. Two keys that read the same field
+/// through different forms are then the same text, and a node's name is not taken for a
+/// literal part of the key. Text outside `{{ … }}` is kept as it is.
+pub fn canonical_item_reads(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(open) = rest.find("{{") {
+        out.push_str(&rest[..open + 2]);
+        let inner = &rest[open + 2..];
+        let close = inner.find("}}").unwrap_or(inner.len());
+        let read = N8N_ITEM_JSON.replace_all(&inner[..close], "$$json");
+        let read = BRACKET_FIELD.replace_all(&read, |c: &regex::Captures<'_>| {
+            format!(".{}", c.get(1).or(c.get(2)).map_or("", |m| m.as_str()))
+        });
+        out.push_str(&read);
+        rest = &inner[close..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// The literal parts of a key: text outside `{{ }}` and string literals inside, trimmed,
@@ -530,6 +894,275 @@ mod tests {
         );
         assert!(js_assignment(code, "missing").is_none());
         assert!(js_assignment("if (a.key == b) {}", "key").is_none());
+    }
+
+    #[test]
+    fn whole_body_through_code_node_item_forms_and_helpers() {
+        let whole = "JSON.stringify($json…)";
+        for text in [
+            "JSON.stringify($input.item.json.body)",
+            "JSON.stringify(item.json.body)",
+            "JSON.stringify(item.json)",
+            "JSON.stringify(items[i].json)",
+            "JSON.stringify(items)",
+            "JSON.stringify(item)",
+            "JSON.stringify($input.all())",
+            "JSON.stringify($input.first().json.body, null, 2)",
+            "JSON.stringify( ( $json.body ) )",
+            "JSON.stringify($json['body'])",
+            "JSON.stringify($('Webhook').last().json)",
+            "JSON.stringify($items(\"Webhook\")[0].json.body)",
+            "$crypto.sha256(JSON.stringify($json.body))",
+            "crypto.createHash('sha256').update(JSON.stringify($input.item.json.body)).digest('hex')",
+            "new TextEncoder().encode(JSON.stringify($json))",
+        ] {
+            assert_eq!(whole_body(text), Some(whole), "{text}");
+        }
+        assert_eq!(
+            whole_body("={{ $json.body.toJsonString().hash('sha256') }}"),
+            Some("$json.body.toJsonString()")
+        );
+        assert_eq!(
+            whole_body("{{ $('Webhook').item.json.toJsonString() }}"),
+            Some("$json.toJsonString()")
+        );
+        assert_eq!(whole_body("sha256(item.json.body)"), Some("$json.body"));
+        assert_eq!(whole_body("{ ...$input.item.json }"), Some("$json"));
+        // A field of the body, or chosen fields, are not the whole body.
+        for text in [
+            "JSON.stringify($json.body.id)",
+            "JSON.stringify($json.body.order_id, null, 2)",
+            "JSON.stringify(item.json.body.order_id)",
+            "JSON.stringify({ order: $json.body.order_id, customer: $json.body.customer_id })",
+            "JSON.stringify([$input.item.json.body.id, 'receipt'])",
+            "crypto.createHash('sha256').update(String($json.body.id)).digest('hex')",
+            "$json.body.id.toString()",
+            "$json.body.toJsonString",
+            "await res.json()",
+            "items.length",
+            "JSON.stringify(",
+            "",
+        ] {
+            assert_eq!(whole_body(text), None, "{text}");
+        }
+    }
+
+    #[test]
+    fn stringify_arguments() {
+        assert_eq!(
+            stringify_args(
+                "JSON.stringify($json.body, null, 2) + JSON . stringify ( {a: [1, 2]} )"
+            ),
+            ["$json.body", "{a: [1, 2]}"]
+        );
+        assert_eq!(stringify_args("JSON.stringify()"), [""]);
+        assert!(stringify_args("JSON.parse(x)").is_empty());
+    }
+
+    #[test]
+    fn js_assignments_shorthand_and_bracket_forms() {
+        assert_eq!(
+            js_assignment(
+                "return { json: { ...$json, idempotencyKey } };",
+                "idempotencyKey"
+            )
+            .as_deref(),
+            Some("idempotencyKey")
+        );
+        assert_eq!(
+            js_assignment(
+                "return [{ json: { idempotencyKey, other: 1 } }];",
+                "idempotencyKey"
+            )
+            .as_deref(),
+            Some("idempotencyKey")
+        );
+        assert_eq!(
+            js_assignment("item.json['idempotencyKey'] = h;", "idempotencyKey").as_deref(),
+            Some("h")
+        );
+        assert_eq!(
+            js_assignment("item.json[\"idempotencyKey\"]=h", "idempotencyKey").as_deref(),
+            Some("h")
+        );
+        assert_eq!(
+            js_assignment("$json.idempotencyKey = sha(x);", "idempotencyKey").as_deref(),
+            Some("sha(x)")
+        );
+        // A call argument, a comparison or a string are no assignment.
+        assert!(js_assignment("log(a, idempotencyKey);", "idempotencyKey").is_none());
+        assert!(js_assignment("if (idempotencyKey === k) {}", "idempotencyKey").is_none());
+        assert!(js_assignment("const s = ['idempotencyKey', 1];", "idempotencyKey").is_none());
+    }
+
+    #[test]
+    fn js_locals_and_their_values() {
+        let code = "let crypto;\ntry {\n  crypto = require('crypto');\n} catch (e) {}\nconst hash = crypto.createHash('sha256').update(body).digest('hex');\nvar n = 1, m = 2;\nfor (let i = 0; i < 3; i++) {}\nobj.prop = 3;\n$dollar = 4;\nconst f = (x) => x;\nif (hash == 1) {}";
+        assert_eq!(
+            js_local(code, "crypto").as_deref(),
+            Some("require('crypto')")
+        );
+        assert_eq!(
+            js_local(code, "hash").as_deref(),
+            Some("crypto.createHash('sha256').update(body).digest('hex')")
+        );
+        assert_eq!(js_local(code, "n").as_deref(), Some("1"));
+        assert_eq!(js_local(code, "i").as_deref(), Some("0"));
+        assert_eq!(js_local(code, "f").as_deref(), Some("(x) => x"));
+        assert!(js_local(code, "m").is_none(), "only the first of a list");
+        assert!(
+            js_local(code, "prop").is_none(),
+            "a property is not a local"
+        );
+        assert!(
+            js_local(code, "dollar").is_none(),
+            "$dollar is another name"
+        );
+        assert!(js_local(code, "body").is_none());
+        assert!(js_local(code, "").is_none());
+        assert_eq!(
+            js_local("let k = 1; k = 2;", "k").as_deref(),
+            Some("1 | 2"),
+            "every assignment"
+        );
+    }
+
+    #[test]
+    fn js_locals_are_expanded_into_the_value() {
+        // One local variable.
+        let code = "const crypto = require('crypto');\nconst hash = crypto.createHash('sha256').update(JSON.stringify($input.item.json.body)).digest('hex');\nreturn { json: { ...$json, idempotencyKey: hash } };";
+        assert_eq!(
+            js_expand_locals(code, "hash"),
+            "(require('crypto').createHash('sha256').update(JSON.stringify($input.item.json.body)).digest('hex'))"
+        );
+        // Three rounds: the key, the digest, the data.
+        let code = "const data = new TextEncoder().encode(JSON.stringify($json.body));\nconst digest = await crypto.subtle.digest('SHA-256', data);\nconst idempotencyKey = [...new Uint8Array(digest)].map((b) => b.toString(16)).join('');";
+        let v = js_expand_locals(code, "idempotencyKey");
+        assert!(v.contains("JSON.stringify($json.body)"), "{v}");
+        // A plain read replaces the name as it is, so a field of it stays a field.
+        let code = "const body = $('Webhook').first().json.body;\nconst other = body.id || 'x';";
+        assert_eq!(
+            js_expand_locals(code, "`${body.order_id}:${other}`"),
+            "`${$('Webhook').first().json.body.order_id}:${($('Webhook').first().json.body.id || 'x')}`"
+        );
+        // Property names, object keys, strings and template text are not variables; a spread is.
+        let code = "const id = $json.body.id;\nconst order = $json.body;";
+        assert_eq!(
+            js_expand_locals(
+                code,
+                "x.id + { id: 1 }.id + 'id' + `order-${id}` + [...order]"
+            ),
+            "x.id + { id: 1 }.id + 'id' + `order-${$json.body.id}` + [...$json.body]"
+        );
+        // Unknown names stay; a variable assigned from itself ends.
+        assert_eq!(js_expand_locals("", "a + b"), "a + b");
+        assert_eq!(
+            js_expand_locals("let h = 1; h = h + 1;", "h"),
+            "(1 | (1 | (1 | (1 | h + 1) + 1) + 1) + 1)"
+        );
+    }
+
+    #[test]
+    fn js_local_expansion_is_bounded() {
+        // Every round multiplies the text by four: the text stops growing at the limit.
+        let code = "const a = b + b + b + b;\nconst b = c + c + c + c;\nconst c = d + d + d + d;\nconst d = e + e + e + e;\nconst e = 'x'.repeat(1000);";
+        let code = code.replace("'x'.repeat(1000)", &format!("'{}'", "x".repeat(1900)));
+        let v = js_expand_locals(&code, "a + a + a + a + a + a + a + a");
+        assert!(v.len() <= LOCAL_TEXT_MAX, "{}", v.len());
+        // Template literals nested far deeper than anyone writes them do not overflow the stack.
+        let deep = "`${".repeat(20_000);
+        let _ = js_expand_locals("const a = 1;", &deep);
+        let _ = js_free_names(&deep);
+    }
+
+    #[test]
+    fn canonical_item_reads_write_one_form() {
+        let canonical = "{{ $json.body.event_id }}";
+        for read in [
+            "$json.body.event_id",
+            "$('Webhook').item.json.body.event_id",
+            "$(\"Webhook\").item.json.body.event_id",
+            "$('Webhook').first().json.body.event_id",
+            "$('Webhook').last().json.body.event_id",
+            "$('Webhook').all()[0].json.body.event_id",
+            "$('Webhook').itemMatching(0).json.body.event_id",
+            "$('Webhook (prod)').item.json.body.event_id",
+            "$('Web}}hook').item.json.body.event_id",
+            "$node[\"Webhook\"].json.body.event_id",
+            "$node['Webhook'].json.body.event_id",
+            "$node.Webhook.json.body.event_id",
+            "$input.item.json.body.event_id",
+            "$input.first().json.body.event_id",
+            "$input.all()[0].json.body.event_id",
+            "$items(\"Webhook\")[0].json.body.event_id",
+            "$items()[0].json.body.event_id",
+            "$json['body']['event_id']",
+            "$json[\"body\"].event_id",
+            "$('Webhook').item.json.body[ 'event_id' ]",
+        ] {
+            let key = format!("{{{{ {read} }}}}");
+            if read.contains("}}") {
+                // `}}` in a node's name ends the expression: n8n reads it so too.
+                assert_ne!(canonical_item_reads(&key), canonical, "{read}");
+                continue;
+            }
+            assert_eq!(canonical_item_reads(&key), canonical, "{read}");
+        }
+        assert_eq!(
+            canonical_item_reads(
+                "={{ encodeURIComponent($('Webhook').item.json.body.id + ':crm') }}"
+            ),
+            "={{ encodeURIComponent($json.body.id + ':crm') }}"
+        );
+        assert_eq!(
+            canonical_item_reads(
+                "=order-{{ $node[\"Order webhook\"].json.body['order-id'] }}:charge"
+            ),
+            "=order-{{ $json.body['order-id'] }}:charge",
+            "a bracket read of a name that is no identifier stays"
+        );
+        assert_eq!(
+            canonical_item_reads("{{ $( 'Webhook' ) . first ( ) . json . body }}"),
+            "{{ $json . body }}"
+        );
+        // Literal text is kept, even when it looks like a read; Code-node item variables are
+        // not n8n expressions.
+        for text in [
+            "daily-report.json:send",
+            "$('A').item.json.k",
+            "no reads :crm",
+            "{{ item.json.k }}",
+            "{{ $json.k",
+            "",
+        ] {
+            assert_eq!(canonical_item_reads(text), text);
+        }
+        assert_eq!(
+            canonical_item_reads("{{ $('A').item.json.k }}-{{ $node['B'].json['k2'] }}"),
+            "{{ $json.k }}-{{ $json.k2 }}"
+        );
+        assert_eq!(
+            canonical_item_reads("{{ $('A').item.json.k"),
+            "{{ $json.k",
+            "an unclosed expression runs to the end"
+        );
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn new_readings_are_total(code in "\\PC{0,200}", value in "\\PC{0,80}") {
+            let _ = whole_body(&value);
+            let _ = stringify_args(&value);
+            let _ = js_assignment(&code, &value);
+            let _ = js_local(&code, &value);
+            let v = js_expand_locals(&code, &value);
+            proptest::prop_assert!(v.len() <= LOCAL_TEXT_MAX.max(value.len()));
+            let c = canonical_item_reads(&value);
+            proptest::prop_assert_eq!(canonical_item_reads(&c), c.clone());
+            let key = format!("{{{{ {value} }}}}");
+            let c = canonical_item_reads(&key);
+            proptest::prop_assert_eq!(canonical_item_reads(&c), c.clone());
+        }
     }
 
     #[test]

@@ -326,6 +326,19 @@ mod tests {
     }
 
     #[test]
+    fn idem006_idem007_near_miss_same_key_read_through_the_trigger_node() {
+        // The claim reads `$json.body.event_id`, the complete and fail read the same field
+        // through `$('Webhook').item`, `.first()`, `$node["Webhook"]` or `$input.item`.
+        let near = include_str!(
+            "../../tests/fixtures/idem006-near-miss-same-key-read-through-the-trigger.json"
+        );
+        let f = check(idem006, near);
+        assert!(f.is_empty(), "{f:#?}");
+        let f = check(idem007, near);
+        assert!(f.is_empty(), "{f:#?}");
+    }
+
+    #[test]
     fn idem007_finds_a_side_effect_without_fail() {
         let f = check(
             idem007,

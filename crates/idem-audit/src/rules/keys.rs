@@ -160,8 +160,40 @@ mod tests {
     }
 
     #[test]
+    fn idem004_finds_a_hash_of_the_whole_body_built_in_a_code_node() {
+        let fixture = include_str!("../../tests/fixtures/idem004-code-node-body-hash-keys.json");
+        let f = check(idem004, fixture);
+        let workflows: Vec<Option<&str>> = f.iter().map(|x| x.workflow_id.as_deref()).collect();
+        assert_eq!(
+            workflows,
+            [
+                Some("fxIdem004c"),
+                Some("fxIdem004d"),
+                Some("fxIdem004e"),
+                Some("fxIdem004f"),
+                Some("fxIdem004g"),
+                Some("fxIdem004h"),
+                Some("fxIdem004i"),
+            ],
+            "{f:#?}"
+        );
+        for x in &f {
+            assert_eq!(x.node.as_deref(), Some("Claim receipt"), "{x:#?}");
+            assert!(x.message.contains("built in 'Build key'"), "{}", x.message);
+            assert!(x.fix.starts_with("In 'Build key'"), "{}", x.fix);
+        }
+    }
+
+    #[test]
     fn idem004_near_miss_field_key_and_body_as_payload() {
         let near = include_str!("../../tests/fixtures/idem004-near-miss-field-key.json");
         assert!(check(idem004, near).is_empty());
+    }
+
+    #[test]
+    fn idem004_near_miss_code_node_hashing_chosen_fields() {
+        let near = include_str!("../../tests/fixtures/idem004-near-miss-code-node-field-hash.json");
+        let f = check(idem004, near);
+        assert!(f.is_empty(), "{f:#?}");
     }
 }

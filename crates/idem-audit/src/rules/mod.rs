@@ -232,15 +232,21 @@ impl<'a> Cx<'a> {
 /// Whether a report's key names the same record as a claim's key: the same text, read from
 /// the claim's answer (`record.key`, `idem.key`), or not contradicting it in its literal
 /// parts (`…:crm` against `…:receipt` contradict).
+///
+/// Both keys are compared with their item reads in one form
+/// ([`expr::canonical_item_reads`]): `$json.body.id`, `$('Webhook').item.json.body.id` and
+/// `$node["Webhook"].json.body.id` read the same field, and the node's name is no literal part.
 pub fn same_key(claim: &str, other: &str) -> bool {
-    if expr::normalize(claim) == expr::normalize(other) {
-        return true;
-    }
     if other.contains("record.key") || other.contains("idem.key") {
         return true;
     }
-    let a = expr::literal_pieces(claim);
-    let b = expr::literal_pieces(other);
+    let claim = expr::canonical_item_reads(claim);
+    let other = expr::canonical_item_reads(other);
+    if expr::normalize(&claim) == expr::normalize(&other) {
+        return true;
+    }
+    let a = expr::literal_pieces(&claim);
+    let b = expr::literal_pieces(&other);
     a.is_empty() || b.is_empty() || a == b
 }
 
@@ -261,7 +267,8 @@ pub fn field_definition(node: &Node, field: &str) -> Option<String> {
         let code = ["jsCode", "functionCode", "code"]
             .iter()
             .find_map(|p| node.str_param(&[p]))?;
-        return expr::js_assignment(code, field);
+        // `{ idempotencyKey: hash }` is judged by what `hash` is made of.
+        return expr::js_assignment(code, field).map(|v| expr::js_expand_locals(code, &v));
     }
     if t == catalog::CRYPTO {
         let prop = node.str_param(&["dataPropertyName"]).unwrap_or("data");
@@ -369,6 +376,38 @@ mod tests {
         assert!(same_key(
             "{{ $json.key }}",
             "{{ $('Build').item.json.key }}"
+        ));
+    }
+
+    #[test]
+    fn same_key_reads_one_field_through_any_item_form() {
+        for claim in [
+            "{{ $json.body.event_id + ':effect' }}",
+            "{{ $json.body.event_id }}:effect",
+            "{{ encodeURIComponent($json.body.event_id + ':effect') }}",
+        ] {
+            for report in [
+                "{{ $('Webhook').item.json.body.event_id + ':effect' }}",
+                "{{ $('Webhook').item.json.body.event_id }}:effect",
+                "{{ $('Webhook').first().json.body.event_id + ':effect' }}",
+                "{{ $node[\"Webhook\"].json.body.event_id }}:effect",
+                "{{ $input.item.json.body['event_id'] + ':effect' }}",
+                "{{ encodeURIComponent($('Webhook').item.json.body.event_id + ':effect') }}",
+            ] {
+                assert!(same_key(claim, report), "{claim} / {report}");
+            }
+            // Literal parts that differ still contradict, whatever the item form.
+            for report in [
+                "{{ $('Webhook').item.json.body.event_id + ':crm' }}",
+                "{{ $node[\"Webhook\"].json.body.event_id }}:receipt",
+                "{{ $input.item.json.body.event_id + ':effect:v2' }}",
+            ] {
+                assert!(!same_key(claim, report), "{claim} / {report}");
+            }
+        }
+        assert!(!same_key(
+            "{{ $('Webhook').item.json.body.id + ':crm' }}",
+            "{{ $json.body.id + ':receipt' }}"
         ));
     }
 }

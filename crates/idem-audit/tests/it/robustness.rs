@@ -199,3 +199,33 @@ fn a_thousand_node_workflow_is_audited_in_under_a_second() {
     // Debug builds are several times slower than release; the bound holds for both.
     assert!(took < Duration::from_secs(1), "took {took:?}");
 }
+
+/// A Code node built to make the key tracing work hard: a variable assigned two thousand
+/// times, one that grows fourfold in each round of local variables, and template literals
+/// nested ten thousand deep. The key is still traced, and fast.
+#[test]
+fn a_hostile_code_node_is_audited_in_under_a_second() {
+    let mut code = String::from("const a = b + b + b + b;\nconst b = c + c + c + c;\nconst c = d + d + d + d;\nconst d = e + e + e + e;\n");
+    code.push_str(&format!("const e = '{}';\n", "x".repeat(1900)));
+    code.push_str(&"z = z + 1;".repeat(2_000));
+    code.push_str(&format!("const t = {};\n", "`${".repeat(10_000)));
+    code.push_str(
+        "return [{ json: { k: a + a + a + a + z + t, body_key: JSON.stringify($json.body) } }];",
+    );
+    let doc = json!({"name": "hostile", "nodes": [
+        {"name": "Hook", "type": "n8n-nodes-base.webhook", "typeVersion": 2, "parameters": {}},
+        {"name": "Build key", "type": "n8n-nodes-base.code", "typeVersion": 2, "parameters": {"jsCode": code}},
+        {"name": "Claim", "type": "n8n-nodes-base.httpRequest", "typeVersion": 4.2, "parameters": {
+            "method": "POST", "url": "=http://idem/v1/namespaces/n/keys/{{ $json.k }}:{{ $json.body_key }}/claim"}}],
+      "connections": {
+        "Hook": {"main": [[{"node": "Build key", "type": "main", "index": 0}]]},
+        "Build key": {"main": [[{"node": "Claim", "type": "main", "index": 0}]]}}});
+    let start = Instant::now();
+    let findings = audit_value(&doc, &Options::default()).expect("valid workflow");
+    let took = start.elapsed();
+    assert!(
+        findings.iter().any(|f| f.rule == "IDEM004"),
+        "{findings:#?}"
+    );
+    assert!(took < Duration::from_secs(1), "took {took:?}");
+}

@@ -7,8 +7,8 @@
 # - the compose file: `docker compose config` (or docker-compose) when available, else a
 #   YAML parse.
 # promtool comes from Debian's `prometheus` package, installed when missing.
-# (That every idem_* name in the dashboard and rules is exported is a Rust test:
-# crates/idem-server/tests/it/deploy.rs.)
+# (That every idem_* name in the dashboard and rules is exported, and that every exported
+# metric has a panel, is a Rust test: crates/idem-server/tests/it/deploy.rs.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -42,7 +42,7 @@ walk(dash["panels"])
 assert len(exprs) >= 15, exprs
 ids = [p["id"] for p in dash["panels"]]
 assert len(ids) == len(set(ids)), "panel ids are unique"
-fill = {"$__rate_interval": "5m", "$job": ".*", "$instance": ".*", "$route": ".*"}
+fill = {"$__rate_interval": "5m", "$job": ".*", "$instance": ".*", "$route": ".*", "$source": ".*"}
 rules = []
 for i, (title, e) in enumerate(exprs):
     for k, v in fill.items():

@@ -1,16 +1,24 @@
 //! The shipped Grafana dashboard and Prometheus rules only use what a real server exports.
 //!
 //! A dashboard panel or an alert on a misspelt or renamed metric shows "no data" / never
-//! fires, silently. So: after some traffic, scrape `/metrics` and check that every `idem_*`
-//! name in a panel expression, a template query or a rule expression is exported, that every
-//! label those expressions filter or group on exists on the metrics they use, and that the
-//! label values they match on for bounded labels (outcome, state, result, resumed) are ones
-//! the server emits.
+//! fires, silently. So: after traffic that makes every metric appear (claims, a fenced
+//! completion, effects to a loopback destination, webhook intake forwarded to it), scrape
+//! `/metrics` and check that every `idem_*` name in a panel expression, a template query or
+//! a rule expression is exported, that every label those expressions filter or group on
+//! exists on the metrics they use, and that the label values they match on (`=`, `=~`, `!=`,
+//! `!~`) for bounded labels (outcome, state, result, resumed, attempt) are ones the server
+//! emits. And the other way round: every metric the server describes is exported after that
+//! traffic, and every exported family is read by at least one dashboard panel, so a new
+//! metric without a panel fails here.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
+use std::time::Duration;
 
+use axum::http::{StatusCode, Uri};
+use hmac::{Hmac, Mac};
 use serde_json::{json, Value};
+use sha2::Sha256;
 use yaml_rust2::{Yaml, YamlLoader};
 
 use idem_testkit::app::*;
@@ -19,7 +27,7 @@ use idem_testkit::app::*;
 const TARGET_LABELS: [&str; 2] = ["job", "instance"];
 /// Labels whose values are a fixed set registered at start-up: a matcher on any other value
 /// can never match.
-const BOUNDED: [&str; 4] = ["outcome", "state", "result", "resumed"];
+const BOUNDED: [&str; 5] = ["outcome", "state", "result", "resumed", "attempt"];
 
 fn repo_file(rel: &str) -> String {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -74,8 +82,8 @@ fn rule_exprs(rules: &[Yaml]) -> Vec<(String, String)> {
 #[derive(Debug)]
 struct Use {
     name: String,
-    /// `(label, value)`; the value is the raw pattern of `=`/`=~` (`None` for `!=`/`!~`).
-    matchers: Vec<(String, Option<String>)>,
+    /// `(label, value)`: the raw value or pattern of `=`, `=~`, `!=` or `!~`.
+    matchers: Vec<(String, String)>,
 }
 
 fn is_name_char(c: char) -> bool {
@@ -127,14 +135,12 @@ fn parse_expr(expr: &str) -> (Vec<Use>, BTreeSet<String>) {
             for m in split_matchers(&body) {
                 let op_at = m.find(['=', '!']).expect("matcher operator");
                 let label = m[..op_at].trim().to_owned();
-                let rest = &m[op_at..];
-                let positive = !rest.starts_with('!');
-                let value = rest
+                let value = m[op_at..]
                     .trim_start_matches(['=', '!', '~'])
                     .trim()
                     .trim_matches('"')
                     .to_owned();
-                matchers.push((label, positive.then_some(value)));
+                matchers.push((label, value));
             }
             i = close + 1;
         }
@@ -168,30 +174,83 @@ fn split_matchers(body: &str) -> Vec<String> {
         .collect()
 }
 
-/// Exported series: metric name → label name → values seen.
-type Exported = BTreeMap<String, BTreeMap<String, BTreeSet<String>>>;
-
-fn exported(text: &str) -> Exported {
-    let mut out = Exported::new();
+/// Every sample line of an exposition: the series name and its labels.
+fn series(text: &str) -> Vec<(String, BTreeMap<String, String>)> {
+    let mut out = Vec::new();
     for line in text
         .lines()
         .filter(|l| !l.starts_with('#') && !l.is_empty())
     {
         let name_end = line.find(['{', ' ']).unwrap_or(line.len());
-        let labels = out.entry(line[..name_end].to_owned()).or_default();
+        let mut labels = BTreeMap::new();
         if line[name_end..].starts_with('{') {
             let close = line.rfind('}').expect("closing } in exposition");
             for m in split_matchers(&line[name_end + 1..close]) {
                 if let Some((k, v)) = m.split_once('=') {
-                    labels
-                        .entry(k.to_owned())
-                        .or_default()
-                        .insert(v.trim_matches('"').to_owned());
+                    labels.insert(k.to_owned(), v.trim_matches('"').to_owned());
                 }
             }
         }
+        out.push((line[..name_end].to_owned(), labels));
     }
     out
+}
+
+/// Exported series: metric name → label name → values seen.
+type Exported = BTreeMap<String, BTreeMap<String, BTreeSet<String>>>;
+
+fn exported(text: &str) -> Exported {
+    let mut out = Exported::new();
+    for (name, labels) in series(text) {
+        let entry = out.entry(name).or_default();
+        for (k, v) in labels {
+            entry.entry(k).or_default().insert(v);
+        }
+    }
+    out
+}
+
+/// The metric families of an exposition (`# TYPE name type`): name → type.
+fn families(text: &str) -> BTreeMap<String, String> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_once(' '))
+        .map(|(n, t)| (n.to_owned(), t.trim().to_owned()))
+        .collect()
+}
+
+/// The names the server describes: the first argument of each `describe_counter!(`,
+/// `describe_gauge!(` and `describe_histogram!(` of its metrics module.
+fn described(src: &str) -> BTreeSet<String> {
+    src.split("describe_")
+        .skip(1)
+        .filter_map(|rest| {
+            let args = ["counter!(", "gauge!(", "histogram!("]
+                .iter()
+                .find_map(|m| rest.strip_prefix(m))?;
+            let after = args.trim_start().strip_prefix('"')?;
+            Some(after[..after.find('"')?].to_owned())
+        })
+        .collect()
+}
+
+/// The families that no name in `used` reads (a histogram only through its `_bucket`,
+/// `_count` or `_sum`: its bare name is no series).
+fn unwatched(families: &BTreeMap<String, String>, used: &BTreeSet<String>) -> Vec<String> {
+    families
+        .iter()
+        .filter(|(name, kind)| {
+            let names = if kind.as_str() == "histogram" {
+                ["_bucket", "_count", "_sum"]
+                    .map(|s| format!("{name}{s}"))
+                    .to_vec()
+            } else {
+                vec![(*name).clone()]
+            };
+            !names.iter().any(|n| used.contains(n))
+        })
+        .map(|(name, _)| name.clone())
+        .collect()
 }
 
 /// Every problem of one expression against what the server exports.
@@ -213,8 +272,8 @@ fn check(origin: &str, expr: &str, exp: &Exported) -> Vec<String> {
                 problems.push(format!("{origin}: {} has no label {label}", u.name));
                 continue;
             };
-            if let (Some(v), true) = (value, BOUNDED.contains(&label.as_str())) {
-                for alt in v.split('|') {
+            if BOUNDED.contains(&label.as_str()) {
+                for alt in value.split('|') {
                     if !values.contains(alt) {
                         problems.push(format!(
                             "{origin}: {}{{{label}}} is never {alt:?} (exported: {values:?})",
@@ -235,10 +294,51 @@ fn check(origin: &str, expr: &str, exp: &Exported) -> Vec<String> {
     problems
 }
 
-#[tokio::test]
-async fn dashboard_and_alert_rules_use_only_exported_metrics() {
-    let app = spawn_app().await;
-    // Traffic that touches every route family the panels and rules look at.
+const STRIPE_SECRET: &str = "whsec_deploy_test_secret";
+
+fn stripe_sig(t: i64, body: &[u8]) -> String {
+    let mut mac = Hmac::<Sha256>::new_from_slice(STRIPE_SECRET.as_bytes()).expect("key");
+    mac.update(format!("{t}.").as_bytes());
+    mac.update(body);
+    format!("t={t},v1={}", hex::encode(mac.finalize().into_bytes()))
+}
+
+/// A loopback destination for forwards and effects, answering by path: `/ok` and
+/// `/lookup/found/…` 200, `/gone` 410, `/lookup/missing/…` 404, anything else 500.
+async fn destination() -> u16 {
+    let app = axum::Router::new().fallback(|uri: Uri| async move {
+        let p = uri.path();
+        if p == "/ok" || p.starts_with("/lookup/found/") {
+            StatusCode::OK
+        } else if p == "/gone" {
+            StatusCode::GONE
+        } else if p.starts_with("/lookup/missing/") {
+            StatusCode::NOT_FOUND
+        } else {
+            StatusCode::INTERNAL_SERVER_ERROR
+        }
+    });
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = l.local_addr().expect("addr").port();
+    tokio::spawn(async move { axum::serve(l, app).await });
+    port
+}
+
+/// POSTs a Stripe-signed body, signed at `t` (unix seconds), to `/in/{source}`.
+async fn post_stripe(app: &TestApp, source: &str, t: i64, body: &[u8]) -> Resp {
+    let req = app
+        .http
+        .post(format!("{}/in/{source}", app.base))
+        .header("content-type", "application/json")
+        .header("Stripe-Signature", stripe_sig(t, body))
+        .body(body.to_vec());
+    app.as_token(None).send(req).await
+}
+
+/// Claims, duplicates, fails with cost, a fenced completion.
+async fn ledger_traffic(app: &TestApp) {
     let t = Api::acquired(
         &app.claim("deploy", "k1", json!({"payload": {"n": 1}}))
             .await,
@@ -262,6 +362,136 @@ async fn dashboard_and_alert_rules_use_only_exported_metrics() {
         json!({"token": t, "kind": "retryable", "cost": {"tokens": 3, "usd": 0.01}}),
     )
     .await;
+    // A fenced completion: the first worker reports after its lease was taken over.
+    let zombie = Api::acquired(
+        &app.claim("deploy", "fenced", json!({"lease_ms": 1000}))
+            .await,
+    );
+    app.advance(1001);
+    Api::acquired(&app.claim("deploy", "fenced", json!({})).await);
+    app.complete("deploy", "fenced", json!({"token": zombie}))
+        .await
+        .problem(409, "lease_lost");
+}
+
+/// Effects of every kind the panels and rules look at: performed, needs_review, each
+/// reconcile result, a destination the egress guard refuses.
+async fn effect_traffic(app: &TestApp, port: u16) {
+    let r = app
+        .patch_namespace(
+            "deploy",
+            json!({"egress": {"allow": [format!("127.0.0.1:{port}")]}}),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let url = |path: &str| format!("http://127.0.0.1:{port}{path}");
+    for (key, path, lookup, outcome) in [
+        ("e-ok", "/ok", None, "performed"),
+        ("e-review", "/fail", None, "needs_review"),
+        ("e-found", "/fail", Some("/lookup/found/{key}"), "performed"),
+        (
+            "e-missing",
+            "/fail",
+            Some("/lookup/missing/{key}"),
+            "backoff",
+        ),
+        (
+            "e-unknown",
+            "/fail",
+            Some("/lookup/other/{key}"),
+            "needs_review",
+        ),
+    ] {
+        let mut body = json!({"request": {"method": "POST", "url": url(path), "body": {}}});
+        if let Some(l) = lookup {
+            body["reconcile"] = json!({"url": url(l), "found": [200], "not_found": [404]});
+        }
+        let r = app
+            .post(&format!("{}/effect", Api::key_path("deploy", key)), body)
+            .await;
+        assert_eq!(r.body["outcome"], outcome, "{key}: {}", r.text);
+    }
+    let r = app
+        .post(
+            &format!("{}/effect", Api::key_path("deploy", "e-refused")),
+            json!({"request": {"method": "POST", "url": "http://127.0.0.1:9/x", "body": {}}}),
+        )
+        .await;
+    r.problem(422, "destination_forbidden");
+}
+
+/// Webhook intake: three sources forwarding to `port` (delivered, retry, dead), and on the
+/// first a duplicate, a held event and both signature refusals. Waits for the forwards.
+async fn intake_traffic(app: &TestApp, port: u16) {
+    let now = app.now().0 / 1000;
+    let sources = [
+        ("deploy-ok", "/ok", "delivered"),
+        ("deploy-retry", "/fail", "retry"),
+        ("deploy-gone", "/gone", "dead"),
+    ];
+    for (source, path, _) in sources {
+        let doc = json!({
+            "provider": "stripe",
+            "secrets": [STRIPE_SECRET],
+            "namespace": "deploy",
+            "forward": {
+                "url": format!("http://127.0.0.1:{port}{path}"),
+                "timeout_ms": 1000,
+                "retry": {"max_attempts": 2, "base_ms": 60000, "max_ms": 60000},
+            },
+        });
+        let r = app
+            .send(
+                app.http
+                    .put(format!("{}/v1/sources/{source}", app.base))
+                    .json(&doc),
+            )
+            .await;
+        assert_eq!(r.status, 201, "{}", r.text);
+        let body = format!(r#"{{"id":"evt_{source}","type":"charge.succeeded"}}"#);
+        let r = post_stripe(app, source, now, body.as_bytes()).await;
+        assert_eq!(r.body["events"][0]["status"], "accepted", "{}", r.text);
+    }
+    let evt = br#"{"id":"evt_deploy-ok","type":"charge.succeeded"}"#;
+    let r = post_stripe(app, "deploy-ok", now, evt).await;
+    assert_eq!(r.body["events"][0]["status"], "duplicate", "{}", r.text);
+    let r = post_stripe(app, "deploy-ok", now, br#"{"type":"no.id"}"#).await;
+    assert_eq!(r.body["events"][0]["status"], "held", "{}", r.text);
+    post_stripe(app, "deploy-ok", now - 3600, evt)
+        .await
+        .problem(401, "stale_signature");
+    // Signed for another body.
+    let req = app
+        .http
+        .post(format!("{}/in/deploy-ok", app.base))
+        .header("Stripe-Signature", stripe_sig(now, b"another body"))
+        .body(evt.to_vec());
+    app.as_token(None)
+        .send(req)
+        .await
+        .problem(401, "invalid_signature");
+    let forwarded = eventually(Duration::from_secs(10), || async {
+        let text = app.get("/metrics").await.text;
+        let s = series(&text);
+        sources.iter().all(|(source, _, result)| {
+            s.iter().any(|(name, l)| {
+                name == "idem_deliveries_total"
+                    && l.get("source").map(String::as_str) == Some(*source)
+                    && l.get("result").map(String::as_str) == Some(*result)
+            })
+        })
+    })
+    .await;
+    assert!(forwarded, "every source forwarded its event once");
+}
+
+#[tokio::test]
+async fn dashboard_and_alert_rules_use_only_exported_metrics() {
+    let app = spawn_app().await;
+    let port = destination().await;
+    ledger_traffic(&app).await;
+    effect_traffic(&app, port).await;
+    intake_traffic(&app, port).await;
     assert_eq!(app.get("/readyz").await.status, 200);
     let scrape = app.get("/metrics").await;
     assert_eq!(scrape.status, 200);
@@ -282,39 +512,40 @@ async fn dashboard_and_alert_rules_use_only_exported_metrics() {
     // The extraction itself must see the files' contents, or the check below proves nothing.
     assert!(panel_exprs.len() >= 15, "{panel_exprs:?}");
     assert!(rule_exprs.len() >= 6, "{rule_exprs:?}");
-    let mut used = BTreeSet::new();
+    let mut in_panels = BTreeSet::new();
     let mut problems = Vec::new();
     for (i, e) in panel_exprs.iter().enumerate() {
-        used.extend(parse_expr(e).0.into_iter().map(|u| u.name));
+        in_panels.extend(parse_expr(e).0.into_iter().map(|u| u.name));
         problems.extend(check(&format!("dashboard expr #{i} `{e}`"), e, &exp));
     }
     for (name, e) in &rule_exprs {
-        used.extend(parse_expr(e).0.into_iter().map(|u| u.name));
         problems.extend(check(&format!("rule {name}"), e, &exp));
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
-    // The dashboard and rules between them watch every metric the server documents.
-    for family in [
-        "idem_claims_total",
-        "idem_duplicate_hits_total",
-        "idem_acquired_total",
-        "idem_fails_total",
-        "idem_reclaims_total",
-        "idem_records",
-        "idem_review_queue_depth",
-        "idem_oldest_processing_seconds",
-        "idem_janitor_expired_total",
-        "idem_alerts_total",
-        "idem_http_request_duration_seconds_bucket",
-        "idem_http_request_duration_seconds_count",
-        "idem_cost_tokens_total",
-        "idem_cost_usd_total",
-        "idem_recovery_seconds_bucket",
-        "idem_fenced_completions_total",
-        "idem_review_oldest_seconds",
-    ] {
-        assert!(used.contains(family), "nothing watches {family}");
-    }
+
+    // Every metric the server describes is exported once the traffic above ran (a new
+    // metric needs traffic here that makes it appear) ...
+    let described = described(&repo_file("crates/idem-server/src/metrics.rs"));
+    let fams = families(&scrape.text);
+    assert!(described.len() >= 20, "{described:?}");
+    let missing: Vec<&String> = described
+        .iter()
+        .filter(|d| !fams.contains_key(*d))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "described but not exported after the traffic: {missing:?}"
+    );
+    // ... and every exported family has a panel.
+    let idem_fams: BTreeMap<String, String> = fams
+        .into_iter()
+        .filter(|(n, _)| n.starts_with("idem_"))
+        .collect();
+    let unwatched = unwatched(&idem_fams, &in_panels);
+    assert!(
+        unwatched.is_empty(),
+        "no dashboard panel shows {unwatched:?} (deploy/grafana/idem.json)"
+    );
 }
 
 #[test]
@@ -332,12 +563,61 @@ fn the_checker_catches_a_wrong_name_label_or_value() {
         &exp
     )
     .is_empty());
+    assert!(check("ok", "idem_alerts_total{result!~\"sent\"}", &exp).is_empty());
     for bad in [
         "idem_review_queue_dept > 0",
         "idem_alerts_total{reason=\"sent\"}",
         "idem_alerts_total{result=~\"gave_up|lost\"}",
+        "idem_alerts_total{result!~\"snet\"}",
+        "idem_alerts_total{result!=\"lost\"}",
         "sum by (state) (idem_alerts_total)",
     ] {
         assert_eq!(check("bad", bad, &exp).len(), 1, "{bad}");
     }
+}
+
+#[test]
+fn a_family_no_panel_reads_is_reported() {
+    let fams = families(
+        "# HELP idem_a_total A.\n\
+         # TYPE idem_a_total counter\n\
+         idem_a_total 0\n\
+         # TYPE idem_b_seconds histogram\n\
+         idem_b_seconds_bucket{le=\"+Inf\"} 0\n\
+         idem_b_seconds_sum 0\n\
+         idem_b_seconds_count 0\n\
+         # TYPE idem_c gauge\n\
+         idem_c 0\n",
+    );
+    assert_eq!(fams.len(), 3, "{fams:?}");
+    let used = |names: &[&str]| names.iter().map(|n| (*n).to_owned()).collect();
+    assert!(unwatched(
+        &fams,
+        &used(&["idem_a_total", "idem_b_seconds_bucket", "idem_c"])
+    )
+    .is_empty());
+    assert!(unwatched(
+        &fams,
+        &used(&["idem_a_total", "idem_b_seconds_count", "idem_c"])
+    )
+    .is_empty());
+    assert_eq!(
+        unwatched(&fams, &used(&["idem_a_total", "idem_b_seconds_bucket"])),
+        ["idem_c"]
+    );
+    // A gauge is not read through a histogram's suffixes.
+    assert_eq!(
+        unwatched(
+            &fams,
+            &used(&["idem_a_total", "idem_b_seconds", "idem_c_count"])
+        ),
+        ["idem_b_seconds", "idem_c"]
+    );
+    assert_eq!(
+        described(
+            "metrics::describe_counter!(\"idem_a_total\", \"A.\");\n\
+             metrics::describe_histogram!(\n    \"idem_b_seconds\",\n    metrics::Unit::Seconds,\n    \"B.\"\n);"
+        ),
+        used(&["idem_a_total", "idem_b_seconds"])
+    );
 }

@@ -102,7 +102,7 @@ DROP INDEX outbox_due;
 /// gauges sum it by state instead. Every write to `records` ran both trigger sets, each a
 /// PL/pgSQL function whose statement over the transition tables is planned anew on every
 /// run; one set fewer is about a tenth less PostgreSQL CPU per write (measured on the
-/// backlog drain and the claim rows, docs/performance.md). The sums are equal at the
+/// backlog drain and the claim rows, bench/results/README.md). The sums are equal at the
 /// moment of the drop: both sets moved in the transaction of every write since V10.
 const V14: &str = r#"
 DROP TRIGGER records_count_insert ON records;
@@ -122,7 +122,7 @@ DROP TABLE record_counts;
 /// function keeps; the update trigger runs only when `state` (or `namespace`) changes, a
 /// condition PostgreSQL checks without calling the function, so heartbeats, result expiry
 /// and other updates in place cost nothing (the claim+complete pair fires both; figures in
-/// docs/performance.md). Deletes keep their
+/// bench/results/README.md). Deletes keep their
 /// statement trigger: retention deletes a batch of records per statement, and per-row
 /// upserts of one counter row in one transaction would walk an ever longer chain of its
 /// versions. No statement of idem writes many records with a state change in one

@@ -473,8 +473,9 @@ fn disk_full_on_ext4_answers_503_and_recovers_without_restart() {
     disk_full("ext4", false);
 }
 
-// Ignored from session 9 to 12: under the full suite on 8 MiB the WAL grew until it held the
-// disk, the second filler got 0 B, and removing it gave nothing back (docs/reliability.md).
+// The restart half also guards the checkpointer's escalation: with a reader always inside it,
+// a WAL that never starts over grows until it holds the disk, the second filler gets 0 B and
+// removing it gives nothing back (docs/reliability.md, "The WAL cannot take the disk").
 #[test]
 fn disk_full_on_tmpfs_then_restarted_while_full_serves_once_space_returns() {
     disk_full("tmpfs", true);

@@ -41,6 +41,9 @@ pub fn redact_db_url(url: &str) -> String {
             "<unparseable url>".to_owned()
         }
     };
+    if let Some(shown) = redact_multi_host(scheme, url) {
+        return shown;
+    }
     let Ok(mut parsed) = url::Url::parse(url) else {
         return unparseable();
     };
@@ -71,6 +74,47 @@ pub fn redact_db_url(url: &str) -> String {
         parsed.query_pairs_mut().clear().extend_pairs(pairs);
     }
     parsed.to_string()
+}
+
+/// Stands in for a host list while the rest of a multi-host URL is parsed (`.invalid` never
+/// resolves and cannot be in a real list, whose entries are checked below).
+const HOSTS_PLACEHOLDER: &str = "idem-host-list.invalid";
+
+/// A libpq multi-host URL (`postgres://u:pw@a:5432,b:5433/db?target_session_attrs=…`, which
+/// the WHATWG parser refuses): the host list is set aside, the URL with one placeholder host
+/// in its place is redacted as any other, and the list is put back. `None` when the URL has
+/// no host list (one host, or none); a list with anything but host names, IP addresses and
+/// ports prints as unparseable, like any URL this module cannot place.
+fn redact_multi_host(scheme: &str, url: &str) -> Option<String> {
+    let rest = &url[scheme.len() + 3..];
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let authority = &rest[..authority_end];
+    let hosts_at = authority.rfind('@').map_or(0, |i| i + 1);
+    let hosts = &authority[hosts_at..];
+    if !hosts.contains(',') {
+        return None;
+    }
+    let plain = hosts.split(',').all(|h| {
+        !h.is_empty()
+            && h.chars().all(|c| {
+                c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | ':' | '[' | ']')
+            })
+    });
+    if !plain {
+        return Some(format!("{scheme}://<unparseable url>"));
+    }
+    let single = format!(
+        "{scheme}://{}{HOSTS_PLACEHOLDER}{}",
+        &authority[..hosts_at],
+        &rest[authority_end..]
+    );
+    let shown = redact_db_url(&single);
+    match shown.split_once(HOSTS_PLACEHOLDER) {
+        Some((before, after)) if !after.contains(HOSTS_PLACEHOLDER) => {
+            Some(format!("{before}{hosts}{after}"))
+        }
+        _ => Some(shown),
+    }
 }
 
 fn is_secret_param(key: &str) -> bool {
@@ -183,6 +227,40 @@ mod tests {
         // Both at once, and an empty one.
         let r = hides("postgres://u:one@h/db?password=two&password=", "one");
         assert!(!r.contains("two"), "{r}");
+    }
+
+    #[test]
+    fn a_multi_host_url_is_readable_with_its_password_masked() {
+        let r = hides(
+            "postgres://idem:s3cret@pg-a:5432,pg-b:5433/idem?target_session_attrs=read-write",
+            "s3cret",
+        );
+        assert_eq!(
+            r,
+            "postgres://idem:***@pg-a:5432,pg-b:5433/idem?target_session_attrs=read-write"
+        );
+        let r = hides(
+            "postgresql://u:p@ss@10.0.0.1,10.0.0.2:6432,[::1]:5432/db?password=two",
+            "p@ss",
+        );
+        assert_eq!(
+            r,
+            "postgresql://u:***@10.0.0.1,10.0.0.2:6432,[::1]:5432/db?password=***"
+        );
+        assert_eq!(
+            redact_db_url("postgres://a,b/db"),
+            "postgres://a,b/db",
+            "nothing to hide"
+        );
+        // A password the parser cannot place stays hidden, list or not.
+        for url in [
+            "postgres://u:12/ss@a,b/db",
+            "postgres://u:x@a,b c/db",
+            "postgres://u:x@a,,b/db",
+        ] {
+            let r = redact_db_url(url);
+            assert_eq!(r, "postgres://<unparseable url>", "{url}");
+        }
     }
 
     #[test]

@@ -2,11 +2,18 @@
 //! requests and of outbound calls, and the trace id in log lines.
 //!
 //! Off by default. With an endpoint, `tracing` spans (the `request` span of every call, the
-//! `store.execute` step under it, `alert.send` for each outbound alert) are exported by the
-//! SDK's batch processor on its own thread, through a bounded queue that drops spans when
-//! the collector is slow: exporting never blocks or fails a request. Spans carry what log
-//! lines carry (method, route pattern, namespace, operation, status) and never payloads,
-//! results, keys in clear, tokens or secrets.
+//! `store.execute` step under it, `effect.send` and `effect.reconcile` for an effect's
+//! outbound calls, `alert.send` for each outbound alert, `intake.forward` for each delivery of
+//! a webhook event) are exported by the SDK's batch processor on its own thread, through a
+//! bounded queue that drops spans when the collector is slow: exporting never blocks or fails
+//! a request. Spans carry what log lines carry (method, route pattern, namespace, operation,
+//! destination host and port, status) and never payloads, results, keys in clear, headers,
+//! tokens or secrets.
+//!
+//! Every outbound call carries W3C trace context ([`TraceHeaders`]): its client span's when
+//! spans are exported, else the caller's as it came in (or as stored with the work queued by
+//! the caller's request), else none. idem's own context replaces a `traceparent` or
+//! `tracestate` among the headers it was asked to send, so a destination never sees two.
 //!
 //! The `trace_id` field of the `request` span is what puts the trace id on every log line of
 //! the request; without an exporter it is still set from an incoming `traceparent`, so logs
@@ -16,7 +23,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use opentelemetry::propagation::TextMapPropagator;
 use opentelemetry::trace::{TraceContextExt, TraceId};
 use opentelemetry_http::{Bytes, HeaderExtractor, HttpClient, HttpError, Request, Response};
@@ -118,38 +125,117 @@ impl HttpClient for BlockingHttp {
     }
 }
 
-tokio::task_local! {
-    /// The caller's `traceparent` (validated, normalised) while its request runs, when spans
-    /// are not exported: what the request's operations store with the alerts they queue.
-    static INCOMING: Option<String>;
+/// The W3C trace context of an outbound call: a `traceparent` and, when the trace has one,
+/// its `tracestate`. Only ever built from a parsed context, so both are valid.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TraceHeaders {
+    pub traceparent: String,
+    pub tracestate: Option<String>,
 }
 
-/// Runs `fut` (a request) with the caller's `traceparent` from [`link_request`] at hand.
-pub async fn with_incoming<F: std::future::Future>(incoming: Option<String>, fut: F) -> F::Output {
+impl TraceHeaders {
+    /// The headers that continue `cx`; `None` when it holds no valid span context.
+    fn of(cx: &opentelemetry::Context) -> Option<TraceHeaders> {
+        let mut carrier: HashMap<String, String> = HashMap::new();
+        TraceContextPropagator::new().inject_context(cx, &mut carrier);
+        let traceparent = carrier.remove("traceparent")?;
+        let tracestate = carrier.remove("tracestate").filter(|s| !s.is_empty());
+        Some(TraceHeaders {
+            traceparent,
+            tracestate,
+        })
+    }
+
+    /// Parses stored values: `None` unless `traceparent` is valid W3C trace context (an
+    /// invalid `tracestate` is dropped, the `traceparent` kept).
+    pub fn parse(traceparent: &str, tracestate: Option<&str>) -> Option<TraceHeaders> {
+        TraceHeaders::of(&Self::extract(traceparent, tracestate))
+    }
+
+    fn extract(traceparent: &str, tracestate: Option<&str>) -> opentelemetry::Context {
+        let mut carrier = HashMap::from([("traceparent".to_owned(), traceparent.to_owned())]);
+        if let Some(ts) = tracestate {
+            carrier.insert("tracestate".to_owned(), ts.to_owned());
+        }
+        TraceContextPropagator::new().extract(&carrier)
+    }
+
+    /// Sets both headers on an outbound request, replacing any `traceparent` or `tracestate`
+    /// already there (both go, so a `tracestate` never rides with another trace's parent).
+    pub fn set_on(&self, headers: &mut HeaderMap) {
+        let Ok(tp) = HeaderValue::from_str(&self.traceparent) else {
+            return;
+        };
+        headers.remove(TRACESTATE);
+        headers.insert(TRACEPARENT, tp);
+        if let Some(v) = self
+            .tracestate
+            .as_deref()
+            .and_then(|ts| HeaderValue::from_str(ts).ok())
+        {
+            headers.insert(TRACESTATE, v);
+        }
+    }
+}
+
+const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
+const TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
+
+tokio::task_local! {
+    /// The caller's trace context (validated, normalised) while its request runs, when spans
+    /// are not exported: what the request's outbound calls carry and its operations store
+    /// with the alerts and forwards they queue.
+    static INCOMING: Option<TraceHeaders>;
+}
+
+/// Runs `fut` (a request) with the caller's trace context from [`link_request`] at hand.
+pub async fn with_incoming<F: std::future::Future>(
+    incoming: Option<TraceHeaders>,
+    fut: F,
+) -> F::Output {
     INCOMING.scope(incoming, fut).await
 }
 
-/// The `traceparent` an operation of the current request stores with the alerts it queues:
-/// the request span's own when spans are exported (the delivery becomes part of the same
-/// trace), else the caller's as it came in; `None` without either.
-pub fn operation_traceparent() -> Option<String> {
-    if exporting() {
-        return traceparent(&tracing::Span::current());
-    }
+/// The caller's trace context while its request runs (only when spans are not exported).
+fn incoming() -> Option<TraceHeaders> {
     INCOMING.try_with(Clone::clone).ok().flatten()
+}
+
+/// The trace context an operation of the current request stores with what it queues (an
+/// alert, a forward): the request span's own when spans are exported (the later delivery
+/// becomes part of the same trace), else the caller's as it came in; `None` without either.
+pub fn operation_trace() -> Option<TraceHeaders> {
+    if exporting() {
+        return trace_headers(&tracing::Span::current());
+    }
+    incoming()
+}
+
+/// The `traceparent` of [`operation_trace`] (what alerts store).
+pub fn operation_traceparent() -> Option<String> {
+    operation_trace().map(|t| t.traceparent)
+}
+
+/// What an outbound call made under `span` (a client span of the current request) carries:
+/// the span's context when spans are exported, else the caller's as it came in.
+pub fn outbound_trace(span: &tracing::Span) -> Option<TraceHeaders> {
+    if exporting() {
+        return trace_headers(span);
+    }
+    incoming()
 }
 
 /// Joins the `request` span to the caller's trace (W3C `traceparent`, when valid) and
 /// records its `trace_id`, so every log line of the request carries it. The span must
 /// declare the fields `trace_id`, `otel.name` and `otel.kind` (empty). Without an exporter,
-/// returns the caller's `traceparent` (re-encoded from its parsed form, so only a valid one
+/// returns the caller's trace context (re-encoded from its parsed form, so only a valid one
 /// is ever passed on) for [`with_incoming`].
 pub fn link_request(
     span: &tracing::Span,
     headers: &HeaderMap,
     method: &str,
     route: &str,
-) -> Option<String> {
+) -> Option<TraceHeaders> {
     let propagator = TraceContextPropagator::new();
     let parent = propagator.extract(&HeaderExtractor(headers));
     let incoming = parent.span().span_context().trace_id();
@@ -158,9 +244,7 @@ pub fn link_request(
             return None;
         }
         span.record("trace_id", tracing::field::display(incoming));
-        let mut carrier: HashMap<String, String> = HashMap::new();
-        propagator.inject_context(&parent, &mut carrier);
-        return carrier.remove("traceparent");
+        return TraceHeaders::of(&parent);
     }
     // Name and kind first: reading the context below starts the OpenTelemetry span.
     span.record("otel.name", format!("{method} {route}"));
@@ -178,11 +262,15 @@ pub fn link_request(
 /// Makes `span` (not yet entered) a child of the stored `traceparent` of the operation that
 /// caused it; an invalid value is ignored (the span starts a trace of its own).
 pub fn continue_trace(span: &tracing::Span, traceparent: &str) {
+    continue_stored(span, traceparent, None);
+}
+
+/// [`continue_trace`] with the stored `tracestate` too (kept by the spans of that trace).
+pub fn continue_stored(span: &tracing::Span, traceparent: &str, tracestate: Option<&str>) {
     if !exporting() {
         return;
     }
-    let carrier = HashMap::from([("traceparent".to_owned(), traceparent.to_owned())]);
-    let parent = TraceContextPropagator::new().extract(&carrier);
+    let parent = TraceHeaders::extract(traceparent, tracestate);
     if parent.span().span_context().is_valid() {
         let _ = span.set_parent(parent);
     }
@@ -213,15 +301,98 @@ pub fn client_span(name: &'static str, namespace: &str, reason: &str) -> tracing
     )
 }
 
+/// The span of an effect's outbound call (`effect.send`, or `effect.reconcile` for its
+/// lookup), a client span under the current (request) span; `Span::none()` when spans are
+/// not exported. Only the destination's host and port are named: a URL's path and query may
+/// hold the key or a credential.
+pub fn effect_span(
+    name: &'static str,
+    namespace: &str,
+    method: &str,
+    url: &url::Url,
+) -> tracing::Span {
+    if !exporting() {
+        return tracing::Span::none();
+    }
+    tracing::info_span!(
+        "outbound",
+        otel.name = name,
+        otel.kind = "client",
+        namespace,
+        http.request.method = method,
+        server.address = url.host_str().unwrap_or_default(),
+        server.port = url.port_or_known_default().unwrap_or_default(),
+        http.response.status_code = tracing::field::Empty,
+        "error.type" = tracing::field::Empty,
+        outcome = tracing::field::Empty,
+    )
+}
+
+/// The span of one delivery attempt of a webhook event to its forward destination
+/// (`intake.forward`): a client span with no parent of its own (the delivery runs from the
+/// background loop), to be joined to the stored context of the request that accepted the
+/// event with [`continue_stored`]; `Span::none()` when spans are not exported.
+pub fn forward_span(
+    source: &str,
+    namespace: &str,
+    destination: &str,
+    attempt: u32,
+    url: &str,
+) -> tracing::Span {
+    if !exporting() {
+        return tracing::Span::none();
+    }
+    let url = url::Url::parse(url).ok();
+    let url = url.as_ref();
+    tracing::info_span!(
+        parent: None,
+        "outbound",
+        otel.name = "intake.forward",
+        otel.kind = "client",
+        source,
+        namespace,
+        destination,
+        attempt,
+        http.request.method = "POST",
+        server.address = url.and_then(url::Url::host_str).unwrap_or_default(),
+        server.port = url
+            .and_then(url::Url::port_or_known_default)
+            .unwrap_or_default(),
+        http.response.status_code = tracing::field::Empty,
+        "error.type" = tracing::field::Empty,
+        result = tracing::field::Empty,
+    )
+}
+
+/// Joins `span` (not yet entered) to the trace context stored with queued work, and says
+/// what the outbound call made under it carries: the span's context when spans are exported
+/// (a root span of its own when nothing was stored), else the stored context as it is.
+pub fn continue_outbound(
+    span: &tracing::Span,
+    traceparent: Option<&str>,
+    tracestate: Option<&str>,
+) -> Option<TraceHeaders> {
+    if let Some(tp) = traceparent {
+        continue_stored(span, tp, tracestate);
+    }
+    if exporting() {
+        return trace_headers(span);
+    }
+    traceparent.and_then(|tp| TraceHeaders::parse(tp, tracestate))
+}
+
 /// The `traceparent` header value that continues `span`'s trace in an outbound call; `None`
 /// when spans are not exported (there is no trace to continue).
 pub fn traceparent(span: &tracing::Span) -> Option<String> {
+    trace_headers(span).map(|t| t.traceparent)
+}
+
+/// [`traceparent`] with the trace's `tracestate`.
+pub fn trace_headers(span: &tracing::Span) -> Option<TraceHeaders> {
     if !exporting() {
         return None;
     }
-    let mut carrier: HashMap<String, String> = HashMap::new();
-    TraceContextPropagator::new().inject_context(&span.context(), &mut carrier);
-    carrier.remove("traceparent")
+    TraceHeaders::of(&span.context())
 }
 
 #[cfg(test)]
@@ -246,10 +417,46 @@ mod tests {
             let mut headers = HeaderMap::new();
             headers.insert("traceparent", value.parse().expect("header"));
             let got = link_request(&tracing::Span::none(), &headers, "POST", "/x");
-            assert_eq!(got.as_deref(), want, "{value}");
+            assert_eq!(
+                got.as_ref().map(|t| t.traceparent.as_str()),
+                want,
+                "{value}"
+            );
         }
         let got = link_request(&tracing::Span::none(), &HeaderMap::new(), "POST", "/x");
         assert_eq!(got, None);
+    }
+
+    #[test]
+    fn idem_trace_headers_replace_the_callers_both_at_once() {
+        let ours = TraceHeaders::parse(
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            Some("vendor=abc"),
+        )
+        .expect("valid");
+        assert_eq!(ours.tracestate.as_deref(), Some("vendor=abc"));
+        let mut headers = HeaderMap::new();
+        headers.append("traceparent", "00-1-2-01".parse().expect("header"));
+        headers.append("traceparent", "00-3-4-01".parse().expect("header"));
+        headers.append("tracestate", "mine=1".parse().expect("header"));
+        headers.append("x-other", "kept".parse().expect("header"));
+        ours.set_on(&mut headers);
+        let all = |n: &str| -> Vec<&str> {
+            headers
+                .get_all(n)
+                .iter()
+                .filter_map(|v| v.to_str().ok())
+                .collect()
+        };
+        assert_eq!(all("traceparent"), [ours.traceparent.as_str()]);
+        assert_eq!(all("tracestate"), ["vendor=abc"]);
+        assert_eq!(all("x-other"), ["kept"]);
+        // A context without tracestate takes the caller's tracestate away too.
+        let bare = TraceHeaders::parse(&ours.traceparent, None).expect("valid");
+        headers.insert("tracestate", "mine=1".parse().expect("header"));
+        bare.set_on(&mut headers);
+        assert!(headers.get("tracestate").is_none());
+        assert_eq!(TraceHeaders::parse("garbage", Some("vendor=abc")), None);
     }
 
     #[test]

@@ -37,7 +37,11 @@ use tokio::sync::{Notify, Semaphore};
 
 use super::receive::ForwardItem;
 use super::{LoadedSource, SourceCache};
+use crate::telemetry::TraceHeaders;
+use tracing::Instrument;
 
+/// The name of a source's one destination, `forward` (what `intake.forward` spans name).
+pub const DESTINATION: &str = "default";
 /// Added to `forward.timeout_ms` for the record's lease of one attempt.
 pub const LEASE_MARGIN_MS: i64 = 5000;
 /// Deliveries in flight per instance, all sources together.
@@ -180,13 +184,14 @@ impl Forwarder {
     }
 
     async fn deliver(&self, item: OutboxItem) -> Result<(), StoreError> {
-        let src_name = match serde_json::from_slice::<ForwardItem>(&item.payload) {
-            Ok(p) => p.source,
+        let queued = match serde_json::from_slice::<ForwardItem>(&item.payload) {
+            Ok(p) => p,
             Err(_) => {
                 let error = Some("unreadable forward item".to_owned());
                 return self.finish(&item, OutboxOutcome::Dead { error }).await;
             }
         };
+        let src_name = queued.source.clone();
         let (Ok(ns), Ok(key)) = (
             Namespace::try_from(item.namespace.as_str()),
             Key::try_from(item.key.as_str()),
@@ -250,9 +255,34 @@ impl Forwarder {
             let error = Some("no stored event".to_owned());
             return self.finish(&item, OutboxOutcome::Dead { error }).await;
         };
+        // Each attempt is an `intake.forward` span in the trace of the request that queued the
+        // item (a root span for items queued without one), from the send to the report.
+        let span = crate::telemetry::forward_span(
+            &src_name,
+            ns.as_str(),
+            DESTINATION,
+            attempt,
+            &src.source.forward.url,
+        );
+        let trace = crate::telemetry::continue_outbound(
+            &span,
+            queued.traceparent.as_deref(),
+            queued.tracestate.as_deref(),
+        );
         let at = self.ledger.now();
         let began = Instant::now();
-        let outcome = self.send(&src, &key, &row, attempt, at).await;
+        let outcome = self
+            .send(&src, &key, &row, attempt, at, trace.as_ref())
+            .instrument(span.clone())
+            .await;
+        match &outcome {
+            SendResult::Status(status, _) => {
+                span.record("http.response.status_code", *status);
+            }
+            SendResult::Error(category, _) => {
+                span.record("error.type", *category);
+            }
+        }
         let duration_ms = began.elapsed().as_millis() as i64;
         let outcome = match outcome {
             SendResult::Status(status, _) if (200..300).contains(&status) => {
@@ -356,6 +386,8 @@ impl Forwarder {
             };
             self.finish(&item, next).await?;
         }
+        span.record("result", result);
+        drop(span);
         metrics::counter!("idem_deliveries_total", "source" => src_name.clone(), "result" => result)
             .increment(1);
         tracing::info!(source = %src_name, key = %idem::mask_key(key.as_str()), attempt, result, "forward");
@@ -369,6 +401,7 @@ impl Forwarder {
         row: &idem::IntakeEventRow,
         attempt: u32,
         at: Timestamp,
+        trace: Option<&TraceHeaders>,
     ) -> SendResult {
         let url = &src.source.forward.url;
         let policy = match forward_policy(url) {
@@ -397,6 +430,10 @@ impl Forwarder {
                     headers.insert(n, v);
                 }
             }
+        }
+        // idem's trace context replaces a forwarded `traceparent` / `tracestate`.
+        if let Some(t) = trace {
+            t.set_on(&mut headers);
         }
         let mut set = |name: &'static str, value: &str| {
             if let Ok(v) = HeaderValue::from_str(value) {

@@ -26,11 +26,19 @@ use super::LoadedSource;
 use crate::error::{ApiError, ApiResult};
 use crate::input::{path_params, RawBody};
 use crate::state::AppState;
+use crate::telemetry::TraceHeaders;
 
-/// The payload of a forward outbox item: which source delivers it.
+/// The payload of a forward outbox item: which source delivers it, and the W3C trace context
+/// of the request that queued it (`POST /in/…`, or a redeliver), so the delivery continues
+/// that trace however much later it runs (absent in items queued before it was kept, and
+/// when that request had none).
 #[derive(Debug, Serialize, serde::Deserialize)]
 pub struct ForwardItem {
     pub source: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tracestate: Option<String>,
 }
 
 impl ForwardItem {
@@ -40,7 +48,12 @@ impl ForwardItem {
         key: &str,
         dedupe: String,
         due: idem::Timestamp,
+        trace: Option<TraceHeaders>,
     ) -> NewOutboxItem {
+        let (traceparent, tracestate) = match trace {
+            Some(t) => (Some(t.traceparent), t.tracestate),
+            None => (None, None),
+        };
         NewOutboxItem {
             kind: OutboxKind::Forward,
             namespace: ns.to_owned(),
@@ -48,6 +61,8 @@ impl ForwardItem {
             dedupe,
             payload: serde_json::to_vec(&ForwardItem {
                 source: source.to_owned(),
+                traceparent,
+                tracestate,
             })
             .unwrap_or_default(),
             due_at: due,
@@ -238,8 +253,10 @@ async fn store_event(
     // The event's row and its first forward item ride on the record's creation: stored in
     // the step that inserts the record, never by a delivery that finds it (a duplicate costs
     // its audit event, not a row). Of two first deliveries at once, one inserts.
-    let forward =
-        (!held).then(|| ForwardItem::item(&src.name, ns.as_str(), key.as_str(), "0".into(), now));
+    let forward = (!held).then(|| {
+        let trace = crate::telemetry::operation_trace();
+        ForwardItem::item(&src.name, ns.as_str(), key.as_str(), "0".into(), now, trace)
+    });
     let ex = st
         .ledger
         .execute_riding(

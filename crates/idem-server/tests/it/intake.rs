@@ -1149,3 +1149,65 @@ async fn a_delivered_body_goes_with_its_records_result_and_the_tombstone_still_d
         assert!(event(&app, "kept", "evt_undelivered").await.body["event"]["body"].is_string());
     }
 }
+
+/// Without an exporter, a forward carries the W3C trace context of the request that queued
+/// it, kept with the queued delivery (Stripe's forwarded headers do not include them): the
+/// provider's on `/in`, none when it sent none, and the operator's on a redeliver.
+#[tokio::test]
+async fn a_forward_carries_the_trace_context_of_the_request_that_queued_it() {
+    for backend in backends() {
+        let app = spawn_on(backend).await;
+        let sink = Sink::start(vec![answer(200), answer(410)]).await;
+        put_source(&app, "traced", &stripe_source(&sink.url)).await;
+        let provider = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+        let body = evt("evt_1");
+        let t = app.now().0 / 1000;
+        let headers = vec![
+            ("Stripe-Signature".to_owned(), stripe_sig(SECRET, t, &body)),
+            ("traceparent".to_owned(), provider.to_owned()),
+            ("tracestate".to_owned(), "vendor=abc".to_owned()),
+        ];
+        let r = post_in(&app, "traced", &body, &headers).await;
+        assert_eq!(r.status, 200, "{}", r.text);
+        assert!(until_state(&app, "traced", "evt_1", "completed").await);
+        let got = sink.got();
+        let trace_of = |g: &Got| {
+            let all = |n: &str| -> Vec<String> {
+                g.headers
+                    .get_all(n)
+                    .iter()
+                    .filter_map(|v| v.to_str().ok().map(str::to_owned))
+                    .collect()
+            };
+            (all("traceparent"), all("tracestate"))
+        };
+        assert_eq!(
+            trace_of(&got[0]),
+            (vec![provider.to_owned()], vec!["vendor=abc".to_owned()])
+        );
+
+        post_stripe(&app, "traced", SECRET, &evt("evt_2")).await;
+        assert!(until_state(&app, "traced", "evt_2", "needs_review").await);
+        let got = sink.got();
+        assert_eq!(got.len(), 2);
+        assert_eq!(trace_of(&got[1]), (vec![], vec![]));
+
+        let operator = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let r = app
+            .send(
+                app.http
+                    .post(format!(
+                        "{}/v1/sources/traced/events/evt_2/redeliver",
+                        app.base
+                    ))
+                    .header("traceparent", operator)
+                    .json(&json!({"note": "receiver fixed"})),
+            )
+            .await;
+        assert_eq!(r.status, 202, "{}", r.text);
+        assert!(until_state(&app, "traced", "evt_2", "completed").await);
+        let got = sink.got();
+        assert_eq!(got.len(), 3);
+        assert_eq!(trace_of(&got[2]), (vec![operator.to_owned()], vec![]));
+    }
+}

@@ -31,6 +31,7 @@ use idem::{
 use idem_egress::{Forbidden, Outbound, Outcome, Target};
 use serde::Serialize;
 use serde_json::Value;
+use tracing::Instrument;
 use utoipa::{OpenApi, ToSchema};
 
 use super::keys::{wait_for_holder, CostBody, WaitEnd};
@@ -724,12 +725,27 @@ struct Attempt<'a> {
 impl Attempt<'_> {
     async fn run(&self) -> ApiResult<Answer> {
         let input = self.input;
-        let (transport, response) = if self.target.unresolvable() {
-            // Nothing can leave: no `sent` event, a retryable failure.
-            (Transport::NotSent(effect::NotSent::Dns), None)
+        let (transport, response, span) = if self.target.unresolvable() {
+            // Nothing can leave: no `sent` event, a retryable failure (and no span: no call).
+            (
+                Transport::NotSent(effect::NotSent::Dns),
+                None,
+                tracing::Span::none(),
+            )
         } else {
             self.record_sent().await?;
+            let span = crate::telemetry::effect_span(
+                "effect.send",
+                self.nk.ns.as_str(),
+                input.method.as_str(),
+                self.target.url(),
+            );
             let mut headers = input.headers.clone();
+            // idem's trace context replaces one among the request's headers; the key still
+            // goes in the idempotency header, whatever its name.
+            if let Some(t) = crate::telemetry::outbound_trace(&span) {
+                t.set_on(&mut headers);
+            }
             if let Some(h) = &input.idempotency_header {
                 // Visible ASCII by construction of the key.
                 let v = HeaderValue::from_str(self.nk.key.as_str())
@@ -743,11 +759,21 @@ impl Attempt<'_> {
                 timeout: std::time::Duration::from_millis(input.timeout_ms as u64),
             };
             let started = Instant::now();
-            let outcome = self.st.egress.send(self.target, out).await;
+            let outcome = self
+                .st
+                .egress
+                .send(self.target, out)
+                .instrument(span.clone())
+                .await;
             metrics::effect_duration(started.elapsed().as_secs_f64());
-            self.read(outcome)
+            let (transport, response) = self.read(outcome);
+            (transport, response, span)
         };
         let mut verdict = classify(&transport, &input.success, self.destination_idempotent);
+        record_transport(&span, &transport);
+        span.record("outcome", verdict_name(verdict));
+        // The span ends with its call (the lookup, if any, is a span of its own).
+        drop(span);
         let mut response = response;
         let mut reconciled = None;
         if let (Verdict::Ambiguous, Some(rc), Some(target), false) = (
@@ -865,14 +891,31 @@ impl Attempt<'_> {
 
     /// The lookup: a GET without the idempotency header, the effect's timeout.
     async fn reconcile(&self, rc: &Lookup, target: &Target) -> (Reconciled, Option<Value>) {
+        let span = crate::telemetry::effect_span(
+            "effect.reconcile",
+            self.nk.ns.as_str(),
+            "GET",
+            target.url(),
+        );
+        let mut headers = rc.headers.clone();
+        if let Some(t) = crate::telemetry::outbound_trace(&span) {
+            t.set_on(&mut headers);
+        }
         let out = Outbound {
             method: idem_egress::Method::GET,
-            headers: rc.headers.clone(),
+            headers,
             body: None,
             timeout: std::time::Duration::from_millis(self.input.timeout_ms as u64),
         };
-        match self.st.egress.send(target, out).await {
+        let (result, kept) = match self
+            .st
+            .egress
+            .send(target, out)
+            .instrument(span.clone())
+            .await
+        {
             Outcome::Answered(a) => {
+                span.record("http.response.status_code", a.status);
                 let result = reconcile_result(Some(a.status), &rc.found, &rc.not_found);
                 let kept = capture(
                     a.status,
@@ -882,8 +925,48 @@ impl Attempt<'_> {
                 );
                 (result, Some(kept.to_json()))
             }
-            _ => (Reconciled::Unknown, None),
+            Outcome::NotSent(n) => {
+                record_transport(&span, &Transport::NotSent(n));
+                (Reconciled::Unknown, None)
+            }
+            Outcome::Lost(l) => {
+                record_transport(&span, &Transport::Lost(l));
+                (Reconciled::Unknown, None)
+            }
+        };
+        span.record("outcome", result.as_str());
+        (result, kept)
+    }
+}
+
+/// The status, or why none came back, on an outbound call's span.
+fn record_transport(span: &tracing::Span, t: &Transport) {
+    match t {
+        Transport::Answered { status, .. } => {
+            span.record("http.response.status_code", *status);
         }
+        Transport::NotSent(effect::NotSent::Dns) => {
+            span.record("error.type", "dns");
+        }
+        Transport::NotSent(effect::NotSent::Connect) => {
+            span.record("error.type", "connect");
+        }
+        Transport::Lost(effect::Lost::Timeout) => {
+            span.record("error.type", "timeout");
+        }
+        Transport::Lost(effect::Lost::Broken) => {
+            span.record("error.type", "broken");
+        }
+    }
+}
+
+/// What an attempt means, as an `effect.send` span says it.
+fn verdict_name(v: Verdict) -> &'static str {
+    match v {
+        Verdict::Performed => "performed",
+        Verdict::Permanent => "permanent",
+        Verdict::Retryable { .. } => "retryable",
+        Verdict::Ambiguous => "ambiguous",
     }
 }
 

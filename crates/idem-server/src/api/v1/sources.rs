@@ -600,6 +600,7 @@ async fn redeliver(
         key.as_str(),
         format!("r{}", rec.version),
         now,
+        crate::telemetry::operation_trace(),
     );
     store.outbox_enqueue(item, now).await?;
     tracing::info!(source = %l.source.name, key = %idem::mask_key(key.as_str()), "redeliver scheduled");

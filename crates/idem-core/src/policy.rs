@@ -256,7 +256,7 @@ impl Policy {
     pub fn to_json(&self) -> Value {
         let mut v = self.to_stored_json();
         if let Value::Object(m) = &mut v {
-            m.remove("alert_secret");
+            m.shift_remove("alert_secret");
             m.insert(
                 "alert_secret_set".into(),
                 Value::Bool(self.alert_secret.is_some()),

@@ -150,7 +150,7 @@ pub fn alert_owner(namespace: &str) -> SecretOwner {
 pub fn policy_at_rest(policy: &Policy) -> Result<String, StoreError> {
     let mut v = policy.to_stored_json();
     if let Value::Object(m) = &mut v {
-        m.remove("alert_secret");
+        m.shift_remove("alert_secret");
     }
     serde_json::to_string(&v).map_err(|e| StoreError::Internal(format!("policy encoding: {e}")))
 }

@@ -529,6 +529,31 @@ mod alert_secret_tests {
     }
 
     #[test]
+    fn the_shown_policy_keeps_the_member_order_of_the_stored_one() {
+        // Taking `alert_secret` out must not move another member into its place.
+        let p = Policy::default()
+            .patch(&json!({"alert_secret": SECRET}))
+            .expect("ok");
+        let stored = p.to_stored_json();
+        let mut want: Vec<&str> = stored
+            .as_object()
+            .expect("obj")
+            .keys()
+            .map(String::as_str)
+            .filter(|k| *k != "alert_secret")
+            .collect();
+        want.push("alert_secret_set");
+        let shown = p.to_json();
+        let names: Vec<&str> = shown
+            .as_object()
+            .expect("obj")
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(names, want);
+    }
+
+    #[test]
     fn stored_form_round_trips_the_secret_both_ways() {
         let p = Policy::default()
             .patch(&json!({"alert_secret": SECRET, "lease_ms": 5000}))

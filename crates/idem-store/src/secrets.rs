@@ -191,6 +191,31 @@ mod tests {
     const S2: &str = "whsec_AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
 
     #[test]
+    fn the_policy_at_rest_keeps_the_member_order_of_the_policy() {
+        // Taking `alert_secret` out must not move another member into its place.
+        let p = Policy::default()
+            .patch(&serde_json::json!({"alert_secret": S1}))
+            .expect("patch");
+        let stored = p.to_stored_json();
+        let want: Vec<&str> = stored
+            .as_object()
+            .expect("obj")
+            .keys()
+            .map(String::as_str)
+            .filter(|k| *k != "alert_secret")
+            .collect();
+        let at_rest: Value =
+            serde_json::from_str(&policy_at_rest(&p).expect("text")).expect("json");
+        let names: Vec<&str> = at_rest
+            .as_object()
+            .expect("obj")
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(names, want);
+    }
+
+    #[test]
     fn the_policy_at_rest_holds_no_alert_secret() {
         let p = Policy::default()
             .patch(&serde_json::json!({"alert_secret": S1, "lease_ms": 5000}))

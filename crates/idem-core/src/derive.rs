@@ -227,6 +227,27 @@ mod tests {
     }
 
     #[test]
+    fn a_hashed_key_is_pinned_whatever_the_member_order() {
+        // A derived key is the record's key: the value hashed for an object field must stay
+        // what idem has always derived, whatever order the event lists the object's members.
+        let fields = f(&["/object", "/email"]);
+        let want = "signup:01ec5f09fa8c4b2bbd932869aecad66d7fec8beecd02eb792851bf2639a98ff6";
+        for text in [
+            r#"{"object": {"a": 1, "b": 2}, "email": "Ann@example.com"}"#,
+            r#"{"email": "Ann@example.com", "object": {"b": 2, "a": 1}}"#,
+        ] {
+            let ev: Value = serde_json::from_str(text).expect("json");
+            assert_eq!(
+                derive_key(&ev, &fields, Some("signup"), None, false)
+                    .expect("k")
+                    .as_str(),
+                want,
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
     fn forced_hash_and_non_plain_types() {
         let ev = json!({"id": "abc", "amount": 1.5, "flag": true});
         let k = derive_key(&ev, &f(&["/id"]), None, None, true).expect("k");

@@ -674,6 +674,24 @@ mod tests {
     }
 
     #[test]
+    fn a_kept_json_response_keeps_the_destination_member_order() {
+        // The response is replayed to every duplicate as the destination wrote it: its
+        // members (nested ones too) in their order, not sorted; the envelope in the
+        // documented order `{status, headers, body, truncated}`.
+        let h: Vec<(&str, &[u8])> = vec![("Content-Type", b"application/json")];
+        let c = capture(
+            201,
+            h,
+            br#"{"z":1,"a":2,"m":{"y":[{"d":0,"c":1}],"b":null}}"#,
+            false,
+        );
+        assert_eq!(
+            serde_json::to_string(&c.to_json()).expect("json"),
+            r#"{"status":201,"headers":{"content-type":"application/json"},"body":{"z":1,"a":2,"m":{"y":[{"d":0,"c":1}],"b":null}},"truncated":false}"#
+        );
+    }
+
+    #[test]
     fn responses_keep_few_headers_and_the_right_body_form() {
         let h: Vec<(&str, &[u8])> = vec![
             ("Content-Type", b"application/json; charset=utf-8"),

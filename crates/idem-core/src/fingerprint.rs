@@ -124,6 +124,49 @@ mod tests {
     }
 
     #[test]
+    fn fingerprints_are_pinned_whatever_the_member_order() {
+        // Fingerprints are stored on records and compared with every later request of the
+        // key: these values are what idem has always computed, so a change of the JSON
+        // library or of how objects keep their members must leave them as they are.
+        let pinned = [
+            (
+                r#"{"a":1,"b":2}"#,
+                r#"{"b":2,"a":1}"#,
+                r#"{"a":1,"b":2}"#,
+                "43258cff783fe7036d8a43033f830adfc60ec037382473548ac742b888292777",
+            ),
+            (
+                r#"{"charge_id":"ch_1","amount_cents":4200,"meta":{"z":[{"y":1,"x":2}],"a":null}}"#,
+                r#"{"meta":{"a":null,"z":[{"x":2,"y":1}]},"amount_cents":4200,"charge_id":"ch_1"}"#,
+                r#"{"amount_cents":4200,"charge_id":"ch_1","meta":{"a":null,"z":[{"x":2,"y":1}]}}"#,
+                "1c3492aaeb0a224542f7e67ccdbd11fc7226746c9a76d25cdc4c34a1c1cf8641",
+            ),
+            // RFC 8785 sorts by UTF-16 code units: U+1F600 (a surrogate pair, 0xD83D...)
+            // comes before U+FF21, the reverse of their UTF-8 byte order.
+            (
+                "{\"\u{ff21}\":1,\"\u{1f600}\":2,\"\u{e9}\":3}",
+                "{\"\u{e9}\":3,\"\u{1f600}\":2,\"\u{ff21}\":1}",
+                "{\"\u{e9}\":3,\"\u{1f600}\":2,\"\u{ff21}\":1}",
+                "1386942e6e1b61405430be569468440a43105f7fb3b4b2d6ef57b6e42d883259",
+            ),
+        ];
+        for (one, other, canonical, want) in pinned {
+            let v: serde_json::Value = serde_json::from_str(one).expect("json");
+            assert_eq!(canonical_json(&v).expect("jcs"), canonical, "{one}");
+            assert_eq!(fp(one).as_str(), want, "{one}");
+            assert_eq!(fp(other).as_str(), want, "{other}");
+        }
+        // The same members inserted in two orders are one value and one fingerprint.
+        let ab = json!({"a": 1, "b": 2});
+        let ba = json!({"b": 2, "a": 1});
+        assert_eq!(ab, ba);
+        assert_eq!(
+            Fingerprint::of_payload(&ab).expect("fp"),
+            Fingerprint::of_payload(&ba).expect("fp")
+        );
+    }
+
+    #[test]
     fn precomputed_is_normalized() {
         let upper = "A".repeat(64);
         assert_eq!(

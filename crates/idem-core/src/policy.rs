@@ -256,7 +256,7 @@ impl Policy {
     pub fn to_json(&self) -> Value {
         let mut v = self.to_stored_json();
         if let Value::Object(m) = &mut v {
-            m.remove("alert_secret");
+            m.shift_remove("alert_secret");
             m.insert(
                 "alert_secret_set".into(),
                 Value::Bool(self.alert_secret.is_some()),
@@ -526,6 +526,31 @@ mod alert_secret_tests {
         let cleared = p.patch(&json!({"alert_secret": null})).expect("ok");
         assert_eq!(cleared.alert_secret, None);
         assert_eq!(cleared.to_json()["alert_secret_set"], false);
+    }
+
+    #[test]
+    fn the_shown_policy_keeps_the_member_order_of_the_stored_one() {
+        // Taking `alert_secret` out must not move another member into its place.
+        let p = Policy::default()
+            .patch(&json!({"alert_secret": SECRET}))
+            .expect("ok");
+        let stored = p.to_stored_json();
+        let mut want: Vec<&str> = stored
+            .as_object()
+            .expect("obj")
+            .keys()
+            .map(String::as_str)
+            .filter(|k| *k != "alert_secret")
+            .collect();
+        want.push("alert_secret_set");
+        let shown = p.to_json();
+        let names: Vec<&str> = shown
+            .as_object()
+            .expect("obj")
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(names, want);
     }
 
     #[test]

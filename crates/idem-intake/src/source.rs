@@ -260,10 +260,10 @@ impl Source {
         };
         let mut doc = self.to_stored();
         let mut p = p.clone();
-        let secrets = p.remove("secrets");
+        let secrets = p.shift_remove("secrets");
         let mut forward_secret = None;
         if let Some(Value::Object(f)) = p.get_mut("forward") {
-            forward_secret = f.remove("secret");
+            forward_secret = f.shift_remove("secret");
         }
         merge(&mut doc, &Value::Object(p));
         let mut input = parse_doc(&self.name, &doc, false)?;
@@ -290,7 +290,7 @@ fn merge(target: &mut Value, patch: &Value) {
         (Value::Object(t), Value::Object(p)) => {
             for (k, v) in p {
                 if v.is_null() {
-                    t.remove(k);
+                    t.shift_remove(k);
                 } else if let Some(tv) = t.get_mut(k) {
                     if tv.is_object() && v.is_object() {
                         merge(tv, v);

@@ -676,7 +676,7 @@ fn source_from_toml(name: &str, table: &toml::Table) -> Result<Value, ConfigErro
     let Some(obj) = doc.as_object_mut() else {
         return Err(bad("", "must be a table".into()));
     };
-    if let Some(vars) = obj.remove("secrets_env") {
+    if let Some(vars) = obj.shift_remove("secrets_env") {
         if obj.contains_key("secrets") {
             return Err(bad(
                 "secrets_env",
@@ -696,7 +696,7 @@ fn source_from_toml(name: &str, table: &toml::Table) -> Result<Value, ConfigErro
         obj.insert("secrets".into(), Value::Array(secrets));
     }
     if let Some(Value::Object(fwd)) = obj.get_mut("forward") {
-        if let Some(var) = fwd.remove("secret_env") {
+        if let Some(var) = fwd.shift_remove("secret_env") {
             let var = var
                 .as_str()
                 .ok_or_else(|| bad("forward.secret_env", "must be a variable name".into()))?;

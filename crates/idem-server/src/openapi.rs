@@ -78,7 +78,7 @@ fn build() -> Value {
     }
     let mut doc = serde_json::to_value(api).unwrap_or_else(|_| json!({}));
     if let Some(root) = doc.as_object_mut() {
-        root.remove("security");
+        root.shift_remove("security");
     }
     for route in crate::routes::routes() {
         let Some(op) = doc
@@ -90,7 +90,7 @@ fn build() -> Value {
         if route.role.is_some() {
             op.insert("security".into(), json!([{"bearer": []}, {}]));
         } else {
-            op.remove("security");
+            op.shift_remove("security");
         }
         describe_params(op);
         if body_optional(route.method, route.path) {

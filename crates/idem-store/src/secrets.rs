@@ -150,7 +150,7 @@ pub fn alert_owner(namespace: &str) -> SecretOwner {
 pub fn policy_at_rest(policy: &Policy) -> Result<String, StoreError> {
     let mut v = policy.to_stored_json();
     if let Value::Object(m) = &mut v {
-        m.remove("alert_secret");
+        m.shift_remove("alert_secret");
     }
     serde_json::to_string(&v).map_err(|e| StoreError::Internal(format!("policy encoding: {e}")))
 }
@@ -189,6 +189,31 @@ mod tests {
 
     const S1: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
     const S2: &str = "whsec_AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
+
+    #[test]
+    fn the_policy_at_rest_keeps_the_member_order_of_the_policy() {
+        // Taking `alert_secret` out must not move another member into its place.
+        let p = Policy::default()
+            .patch(&serde_json::json!({"alert_secret": S1}))
+            .expect("patch");
+        let stored = p.to_stored_json();
+        let want: Vec<&str> = stored
+            .as_object()
+            .expect("obj")
+            .keys()
+            .map(String::as_str)
+            .filter(|k| *k != "alert_secret")
+            .collect();
+        let at_rest: Value =
+            serde_json::from_str(&policy_at_rest(&p).expect("text")).expect("json");
+        let names: Vec<&str> = at_rest
+            .as_object()
+            .expect("obj")
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(names, want);
+    }
 
     #[test]
     fn the_policy_at_rest_holds_no_alert_secret() {

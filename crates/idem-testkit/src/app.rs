@@ -302,6 +302,17 @@ impl Api {
         self.send(self.http.post(format!("{}{path}", self.base)).body(body))
             .await
     }
+    /// Posts `text` as it is, as `application/json` (a body whose exact bytes matter, such
+    /// as the order of its members).
+    pub async fn post_json_text(&self, path: &str, text: &str) -> Resp {
+        self.send(
+            self.http
+                .post(format!("{}{path}", self.base))
+                .header("content-type", "application/json")
+                .body(text.to_owned()),
+        )
+        .await
+    }
     pub async fn patch(&self, path: &str, body: Value) -> Resp {
         self.send(self.http.patch(format!("{}{path}", self.base)).json(&body))
             .await

@@ -76,6 +76,9 @@ fn answer(status: u16, n: usize) -> Response {
     resp
 }
 
+/// What `/ordered` answers.
+const ORDERED: &str = r#"{"z":1,"a":2,"m":{"y":[{"d":0,"c":1}],"b":null}}"#;
+
 async fn handle(State(d): State<Dest>, Path(rest): Path<String>, req: Request) -> Response {
     let (parts, body) = req.into_parts();
     let body = axum::body::to_bytes(body, 1 << 20)
@@ -104,6 +107,13 @@ async fn handle(State(d): State<Dest>, Path(rest): Path<String>, req: Request) -
             let next = d.script.lock().expect("lock").pop_front().unwrap_or(201);
             answer(next, n)
         }
+        // A JSON answer whose members are not in alphabetical order, nested ones neither.
+        (Some("ordered"), _) => (
+            StatusCode::CREATED,
+            [("content-type", "application/json")],
+            ORDERED,
+        )
+            .into_response(),
         (Some("big"), _) => (
             StatusCode::OK,
             [("content-type", "application/json")],
@@ -822,6 +832,37 @@ async fn a_long_response_is_kept_up_to_the_cap_and_marked_truncated() {
             *resp
         );
         assert_eq!(d.count(), 1);
+    }
+}
+
+#[tokio::test]
+async fn a_json_response_is_replayed_as_the_destination_wrote_it() {
+    for backend in backends() {
+        let (d, port) = destination().await;
+        let app = app_for(backend, port).await;
+        let body = post(format!("http://127.0.0.1:{port}/ordered"));
+        let want = format!(r#""body":{ORDERED}"#);
+        let r = effect(&app, "pay", "evt_3:charge", body.clone()).await;
+        assert_eq!(r.body["outcome"], "performed", "{backend:?} {}", r.text);
+        assert!(r.text.contains(&want), "{backend:?} {}", r.text);
+        // The duplicate is answered from the store, members in the destination's order.
+        let again = effect(&app, "pay", "evt_3:charge", body).await;
+        assert_eq!(
+            again.body["outcome"], "completed",
+            "{backend:?} {}",
+            again.text
+        );
+        assert_eq!(again.header("idempotent-replayed"), Some("true"));
+        assert!(again.text.contains(&want), "{backend:?} {}", again.text);
+        assert_eq!(
+            again.text.matches(&want).count(),
+            2,
+            "response and record.result: {backend:?} {}",
+            again.text
+        );
+        let read = app.record("pay", "evt_3:charge").await;
+        assert!(read.text.contains(&want), "{backend:?} {}", read.text);
+        assert_eq!(d.count(), 1, "the replay sent nothing");
     }
 }
 

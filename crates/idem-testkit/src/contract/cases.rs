@@ -8,9 +8,10 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use idem_core::{
-    ClaimOutcome, ClaimRequest, Class, CompleteRequest, EventType, FailErrorInput, FailRequest,
-    Fingerprint, HeartbeatRequest, LeaseExpiry, Op, OpError, Policy, PolicyError, PrepareRequest,
-    Record, Reply, ResolveAction, ResolveRequest, State, TestClock, Timestamp,
+    ClaimOutcome, ClaimRequest, Class, CompleteRequest, EffectReportRequest, EffectSentRequest,
+    EventType, FailErrorInput, FailRequest, Fingerprint, HeartbeatRequest, LeaseExpiry, Op,
+    OpError, Policy, PolicyError, PrepareRequest, Record, Reply, RequestSummary, ResolveAction,
+    ResolveRequest, State, TestClock, Timestamp, Verdict,
 };
 use idem_store::{
     hash_secret, AlertOutcome, ListQuery, NamespaceChange, NewApiToken, Role, Store, StoreError,
@@ -432,6 +433,146 @@ pub async fn second_claim_of_completed_key_replays_result<B: Backend>(b: Arc<B>)
     assert_eq!(last.kind, EventType::DuplicateHit);
     assert_eq!(last.owner.as_deref(), Some("retry-exec"));
     assert_eq!(last.correlation_id.as_deref(), Some("corr-9"));
+}
+
+/// JSON text with members out of alphabetical order, nested objects and arrays of objects too.
+fn unsorted(text: &str) -> Value {
+    serde_json::from_str(text).expect("test json")
+}
+
+/// The member order a stored JSON value is read back with, as its compact text.
+fn text_of(v: Option<&Value>) -> String {
+    v.map(|v| serde_json::to_string(v).expect("json"))
+        .unwrap_or_default()
+}
+
+/// What is stored is what is replayed: a completion's result, a prepared payload, an effect's
+/// response and an operator's result come back with their members in the order they were
+/// written (nested ones too), from the store's replies, from a read and from another handle;
+/// never sorted. The fingerprint is the same whatever the order of the payload's members.
+pub async fn stored_json_keeps_its_member_order<B: Backend>(b: Arc<B>) {
+    const RESULT: &str =
+        r#"{"charge_id":"ch_1","amount_cents":4200,"meta":{"z":[{"y":1,"x":2}],"a":null}}"#;
+    const PAYLOAD: &str = r#"{"subject":"Your order","body":{"to":"ann","cc":[]},"n":3}"#;
+    const RESPONSE: &str = r#"{"status":201,"headers":{"content-type":"application/json"},"body":{"z":1,"a":2,"m":{"y":true,"b":false}},"truncated":false}"#;
+    const FOUND: &str = r#"{"psp":"stripe","found":true}"#;
+    let h = H::new(&*b, "ns").await;
+    let other = H::on(b.open().await, "ns", h.clock.clone());
+    // completed, then replayed to a claim with the payload's members in another order
+    let k = key("evt_1:charge");
+    let tok = h
+        .claim_with(&k, with_fp(&unsorted(r#"{"b":2,"a":1}"#)))
+        .await
+        .token
+        .expect("token")
+        .secret();
+    let done = ok(&h, &k, complete(&tok, Some(unsorted(RESULT)), None)).await;
+    assert_eq!(text_of(done.result.as_ref()), RESULT);
+    let c = h
+        .claim_with(&k, with_fp(&unsorted(r#"{"a":1,"b":2}"#)))
+        .await;
+    assert_eq!(c.outcome, ClaimOutcome::Completed);
+    let replayed = c.record.expect("record");
+    assert_eq!(text_of(replayed.result.as_ref()), RESULT);
+    // a prepared payload, and the claim that resumes it
+    let kp = key("order-847:draft");
+    let tok = h.acquire(&kp).await;
+    ok(&h, &kp, prepare(&tok, unsorted(PAYLOAD), false)).await;
+    h.advance(30_000);
+    let c = h.claim(&kp).await;
+    assert_eq!(c.resumed, Some(true));
+    let resumed = c.record.expect("record");
+    assert_eq!(text_of(resumed.prepared_payload.as_ref()), PAYLOAD);
+    // an effect's response kept as the result, performed and permanent
+    let mut effects = Vec::new();
+    for (name, verdict, want) in [
+        ("eff:performed", Verdict::Performed, State::Completed),
+        ("eff:permanent", Verdict::Permanent, State::FailedPermanent),
+    ] {
+        let ke = key(name);
+        let tok = h.acquire(&ke).await;
+        let request = RequestSummary {
+            method: "POST".into(),
+            url: "http://127.0.0.1:9/charges".into(),
+            idempotency_header: Some("Idempotency-Key".into()),
+        };
+        ok(
+            &h,
+            &ke,
+            Op::EffectSent(EffectSentRequest {
+                token: tok.clone(),
+                request,
+            }),
+        )
+        .await;
+        let report = EffectReportRequest {
+            token: tok,
+            verdict,
+            response: Some(unsorted(RESPONSE)),
+            category: "http".into(),
+            message: "answered".into(),
+            http_status: Some(201),
+            sent: true,
+            reconciled: None,
+            cost: None,
+        };
+        let rec = ok(&h, &ke, Op::EffectReport(report)).await;
+        assert_eq!(rec.state, want, "{name}");
+        assert_eq!(text_of(rec.result.as_ref()), RESPONSE, "{name}");
+        effects.push(ke);
+    }
+    // an operator's result
+    let kr = key("reviewed");
+    into_state(&h, &kr, State::NeedsReview, ClaimRequest::default()).await;
+    let resolved = h
+        .exec(
+            &kr,
+            Op::Resolve(ResolveRequest {
+                action: ResolveAction::Completed,
+                external_ref: None,
+                result: Some(unsorted(FOUND)),
+                note: "found it".into(),
+            }),
+            Some("operator:alice"),
+        )
+        .await;
+    assert_eq!(
+        text_of(record_of(ok_reply(&resolved)).result.as_ref()),
+        FOUND
+    );
+    // read back, on this handle and on another one, one by one and listed
+    for reader in [&h, &other] {
+        assert_eq!(text_of(reader.rec(&k).await.result.as_ref()), RESULT);
+        assert_eq!(
+            text_of(reader.rec(&kp).await.prepared_payload.as_ref()),
+            PAYLOAD
+        );
+        for ke in &effects {
+            assert_eq!(text_of(reader.rec(ke).await.result.as_ref()), RESPONSE);
+        }
+        assert_eq!(text_of(reader.rec(&kr).await.result.as_ref()), FOUND);
+        let page = reader
+            .store
+            .list(
+                &reader.ns,
+                &ListQuery {
+                    limit: 100,
+                    ..Default::default()
+                },
+            )
+            .await
+            .expect("list");
+        assert_eq!(page.items.len(), 5);
+        for r in &page.items {
+            let want = match r.key.as_str() {
+                "evt_1:charge" => RESULT,
+                "eff:performed" | "eff:permanent" => RESPONSE,
+                "reviewed" => FOUND,
+                _ => "",
+            };
+            assert_eq!(text_of(r.result.as_ref()), want, "{}", r.key);
+        }
+    }
 }
 
 pub async fn claim_of_failed_permanent_replays_the_stored_error<B: Backend>(b: Arc<B>) {

@@ -118,6 +118,7 @@ macro_rules! contract_suite {
             claim_of_expired_prepared_resumes_with_the_saved_payload,
             claim_of_approved_prepared_resumes_and_increments_attempt,
             second_claim_of_completed_key_replays_result,
+            stored_json_keeps_its_member_order,
             claim_of_failed_permanent_replays_the_stored_error,
             different_fingerprint_conflicts_in_every_state,
             jcs_equal_payloads_do_not_conflict,

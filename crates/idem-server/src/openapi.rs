@@ -108,6 +108,7 @@ fn build() -> Value {
         }
         let errors = errors_of(route.method, route.path, route.role.is_some(), op);
         add_problems(op, &errors);
+        describe_contract_refusals(op);
         if route.path == "/v1/audit" {
             // One exported workflow, or an array of them.
             if let Some(body) = op.get_mut("requestBody") {
@@ -310,6 +311,72 @@ fn describe_params(op: &mut Map<String, Value>) {
             }
             _ => {}
         }
+    }
+}
+
+/// The 422 answers an operation gives to requests its schema cannot tell from good ones
+/// (comparisons between members, with the path, or with stored state), by operation id.
+/// `.ci/schemathesis.toml` accepts a 422 to schema-valid data from these operations and no
+/// others (a test keeps the two lists equal).
+pub fn contract_refusals(operation_id: &str) -> Option<&'static str> {
+    Some(match operation_id {
+        "claim" => {
+            "outcome `conflict` (a claim answer, not a problem): the key was claimed before \
+             with a different fingerprint (another payload, or another `fingerprint`)"
+        }
+        "effect" => {
+            "outcome `conflict`: the key was used before with another request; \
+             `destination_forbidden`: the egress guard refuses where the URL's host resolves \
+             to (loopback, private or reserved addresses, or outside the namespace's \
+             `egress.allow`); `invalid_field`: `request.headers` names the idempotency header, \
+             or a URL's host or port is not valid by the URL standard"
+        }
+        "derive" => {
+            "`missing_identity_field`: a pointer of `fields` finds nothing (or `null`) in \
+             `event`; `invalid_field`: the derived key as a whole is longer than 255 bytes"
+        }
+        "patch_namespace" => {
+            "`invalid_field`: after the merge with the stored policy `audit_retention_ms` is \
+             below `retention_ms` or `retry.max_ms` below `retry.base_ms`"
+        }
+        "audit" => {
+            "`invalid_field` naming the node: two nodes of one workflow have the same `name`, \
+             or a connection from a named node does not have n8n's shape \
+             (`{\"main\": [[{node, type, index}]]}`)"
+        }
+        "put_source" => SOURCE_REFUSALS,
+        "patch_source" => {
+            "`invalid_field`: the source after the merge is not a whole source (as for `PUT`, \
+             with the stored provider: `public_url` for hubspot and twilio, `hmac` and \
+             `event_id` for hmac and `hmac` for no other, secrets the provider can use, \
+             `hmac.timestamp_header` with `signed: timestamp.body`); `source` differs from \
+             the path's name; `forward.retry.max_ms` below `forward.retry.base_ms`; a URL \
+             whose host or port is not valid by the URL standard"
+        }
+        _ => return None,
+    })
+}
+
+/// States the operation's [`contract_refusals`] in its description and its 422 answer.
+fn describe_contract_refusals(op: &mut Map<String, Value>) {
+    let Some(text) = op
+        .get("operationId")
+        .and_then(Value::as_str)
+        .and_then(contract_refusals)
+    else {
+        return;
+    };
+    let said = format!(
+        "Refused although the schema allows it (422; no JSON Schema can state it): {text}."
+    );
+    let description = match op.get("description").and_then(Value::as_str) {
+        Some(d) if !d.is_empty() => format!("{d}\n\n{said}"),
+        _ => said.clone(),
+    };
+    op.insert("description".into(), json!(description));
+    if let Some(resp) = op.get_mut("responses").and_then(|r| r.get_mut("422")) {
+        let d = resp["description"].as_str().unwrap_or_default().to_owned();
+        resp["description"] = json!(format!("{d}. {said}"));
     }
 }
 
@@ -724,8 +791,7 @@ pub fn all_codes() -> Vec<&'static str> {
 /// (`PUT`) is one shape per kind of provider (`oneOf` on `provider`): what its secrets look
 /// like (Standard Webhooks: `whsec_` + base64), whether it needs `public_url` (hubspot,
 /// twilio) or `hmac` and `event_id` (hmac), and that only hmac takes `hmac`. What no schema
-/// relates is checked by the server too (422 `invalid_field`): `source` equal to the path's
-/// name, `forward.retry.max_ms` at least `forward.retry.base_ms`, a URL's host and port.
+/// relates is checked by the server too (422 `invalid_field`), see [`SOURCE_REFUSALS`].
 fn source_write_schemas() -> (Value, Value) {
     use idem_intake::Provider;
     let int = |min: i64, max: i64| json!({"type": "integer", "minimum": min, "maximum": max});
@@ -876,3 +942,9 @@ fn source_write_schemas() -> (Value, Value) {
     let patch = object(&[], members(all, secret.clone(), true));
     (write, patch)
 }
+
+/// What the server refuses in a source write that no schema can say (422 `invalid_field`
+/// naming the member).
+pub const SOURCE_REFUSALS: &str = "`invalid_field`: `source` differs from the path's name; \
+     `forward.retry.max_ms` below `forward.retry.base_ms`; a URL (`forward.url`, \
+     `public_url`) whose host or port is not valid by the URL standard";

@@ -859,3 +859,80 @@ async fn openapi_derive_event_is_an_object_or_array_and_slash_is_the_empty_membe
         "/"
     );
 }
+
+/// The operations `.ci/schemathesis.toml` lets answer 422 to schema-valid data are exactly
+/// the ones whose OpenAPI description and 422 answer say what they refuse and why; the
+/// refusals behind two of them are real.
+#[tokio::test]
+async fn openapi_documents_every_refusal_the_schemathesis_config_accepts() {
+    let (app, doc) = document().await;
+    let toml = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../.ci/schemathesis.toml"
+    ))
+    .expect(".ci/schemathesis.toml");
+    let mut configured = BTreeSet::new();
+    let mut current = None;
+    for line in toml.lines().map(str::trim) {
+        if let Some(id) = line.strip_prefix("include-operation-id = ") {
+            current = Some(id.trim_matches('"').to_owned());
+        } else if line.starts_with("checks.positive_data_acceptance.expected-statuses")
+            && line.contains("\"422\"")
+        {
+            configured.insert(current.clone().expect("an operation block"));
+        }
+    }
+    let marker = "Refused although the schema allows it (422";
+    let mut documented = BTreeSet::new();
+    for (path, item) in doc["paths"].as_object().expect("paths") {
+        for (method, op) in item.as_object().expect("path item") {
+            let description = op["description"].as_str().unwrap_or_default();
+            let Some(at) = description.find(marker) else {
+                continue;
+            };
+            // The same sentence in the 422 answer, and it names what is refused.
+            let said = &description[at..];
+            let r422 = op["responses"]["422"]["description"]
+                .as_str()
+                .unwrap_or_default();
+            assert!(r422.contains(said), "{method} {path}: {r422}");
+            assert!(said.len() > marker.len() + 40, "{method} {path}: {said}");
+            documented.insert(op["operationId"].as_str().expect("operationId").to_owned());
+        }
+    }
+    assert_eq!(configured, documented);
+    assert_eq!(configured.len(), 7, "{configured:?}");
+    // Two of them for real: a retry cap below its base, two nodes of one name.
+    let patch = op(&doc, "patch", "/v1/namespaces/{ns}");
+    assert!(patch["description"]
+        .as_str()
+        .is_some_and(|d| d.contains("`retry.max_ms` below `retry.base_ms`")));
+    let r = app
+        .patch_namespace(
+            "ns",
+            json!({"retry": {"base_ms": 316_223_999_999i64, "max_ms": 0}}),
+        )
+        .await;
+    assert_eq!(r.problem(422, "invalid_field")["field"], "retry.max_ms");
+    let audit = op(&doc, "post", "/v1/audit");
+    assert!(audit["description"]
+        .as_str()
+        .is_some_and(|d| d.contains("same `name`")));
+    let nodes = json!([{"name": "", "type": "t"}, {"name": "", "type": "u"}]);
+    let r = app.post("/v1/audit", json!({"nodes": nodes})).await;
+    assert_eq!(r.problem(422, "invalid_field")["field"], "nodes[1].name");
+    // A claim meeting a record of another fingerprint: outcome conflict, a claim answer.
+    let claim = op(&doc, "post", "/v1/namespaces/{ns}/keys/{key}/claim");
+    assert!(claim["responses"]["422"]["description"]
+        .as_str()
+        .is_some_and(|d| d.contains("different fingerprint")));
+    let f = |c: char| c.to_string().repeat(64);
+    assert_eq!(
+        app.claim("ns", "k", json!({"fingerprint": f('0')}))
+            .await
+            .status,
+        201
+    );
+    let r = app.claim("ns", "k", json!({"fingerprint": f('1')})).await;
+    assert_eq!((r.status, &r.body["outcome"]), (422, &json!("conflict")));
+}

@@ -64,6 +64,14 @@ pub const PROBLEM_JSON: &str = "application/problem+json";
 pub const KEY_PATTERN: &str = r"^[\x21-\x7E]{1,255}$";
 /// A namespace: 1–128 of `A-Z a-z 0-9 . _ - :`.
 pub const NAMESPACE_PATTERN: &str = r"^[A-Za-z0-9._:-]{1,128}$";
+/// An HTTP header name: one or more RFC 9110 token characters (any case).
+pub const HEADER_NAME_PATTERN: &str = r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$";
+/// An http(s) URL as the server reads one: the scheme (any case), `://`, an authority without
+/// userinfo (no `@`) and without white space or control characters, then anything without
+/// U+0000 after a `/`, `?`, `#` or `\`. That the authority is a valid host (and port) is the
+/// URL standard's rule, which the server applies too (422 `invalid_field`).
+pub const URL_PATTERN: &str =
+    r"^[Hh][Tt][Tt][Pp][Ss]?://[^/?#\\@\s\x00-\x1F\x7F-\x9F]+(?:[/?#\\][^\x00]*)?$";
 
 /// The generated document (built once).
 pub fn document() -> &'static Value {
@@ -100,6 +108,7 @@ fn build() -> Value {
         }
         let errors = errors_of(route.method, route.path, route.role.is_some(), op);
         add_problems(op, &errors);
+        describe_contract_refusals(op);
         if route.path == "/v1/audit" {
             // One exported workflow, or an array of them.
             if let Some(body) = op.get_mut("requestBody") {
@@ -305,6 +314,72 @@ fn describe_params(op: &mut Map<String, Value>) {
     }
 }
 
+/// The 422 answers an operation gives to requests its schema cannot tell from good ones
+/// (comparisons between members, with the path, or with stored state), by operation id.
+/// `.ci/schemathesis.toml` accepts a 422 to schema-valid data from these operations and no
+/// others (a test keeps the two lists equal).
+pub fn contract_refusals(operation_id: &str) -> Option<&'static str> {
+    Some(match operation_id {
+        "claim" => {
+            "outcome `conflict` (a claim answer, not a problem): the key was claimed before \
+             with a different fingerprint (another payload, or another `fingerprint`)"
+        }
+        "effect" => {
+            "outcome `conflict`: the key was used before with another request; \
+             `destination_forbidden`: the egress guard refuses where the URL's host resolves \
+             to (loopback, private or reserved addresses, or outside the namespace's \
+             `egress.allow`); `invalid_field`: `request.headers` names the idempotency header, \
+             or a URL's host or port is not valid by the URL standard"
+        }
+        "derive" => {
+            "`missing_identity_field`: a pointer of `fields` finds nothing (or `null`) in \
+             `event`; `invalid_field`: the derived key as a whole is longer than 255 bytes"
+        }
+        "patch_namespace" => {
+            "`invalid_field`: after the merge with the stored policy `audit_retention_ms` is \
+             below `retention_ms` or `retry.max_ms` below `retry.base_ms`"
+        }
+        "audit" => {
+            "`invalid_field` naming the node: two nodes of one workflow have the same `name`, \
+             or a connection from a named node does not have n8n's shape \
+             (`{\"main\": [[{node, type, index}]]}`)"
+        }
+        "put_source" => SOURCE_REFUSALS,
+        "patch_source" => {
+            "`invalid_field`: the source after the merge is not a whole source (as for `PUT`, \
+             with the stored provider: `public_url` for hubspot and twilio, `hmac` and \
+             `event_id` for hmac and `hmac` for no other, secrets the provider can use, \
+             `hmac.timestamp_header` with `signed: timestamp.body`); `source` differs from \
+             the path's name; `forward.retry.max_ms` below `forward.retry.base_ms`; a URL \
+             whose host or port is not valid by the URL standard"
+        }
+        _ => return None,
+    })
+}
+
+/// States the operation's [`contract_refusals`] in its description and its 422 answer.
+fn describe_contract_refusals(op: &mut Map<String, Value>) {
+    let Some(text) = op
+        .get("operationId")
+        .and_then(Value::as_str)
+        .and_then(contract_refusals)
+    else {
+        return;
+    };
+    let said = format!(
+        "Refused although the schema allows it (422; no JSON Schema can state it): {text}."
+    );
+    let description = match op.get("description").and_then(Value::as_str) {
+        Some(d) if !d.is_empty() => format!("{d}\n\n{said}"),
+        _ => said.clone(),
+    };
+    op.insert("description".into(), json!(description));
+    if let Some(resp) = op.get_mut("responses").and_then(|r| r.get_mut("422")) {
+        let d = resp["description"].as_str().unwrap_or_default().to_owned();
+        resp["description"] = json!(format!("{d}. {said}"));
+    }
+}
+
 /// Operations whose body may be left out (read as `{}`).
 fn body_optional(method: &str, path: &str) -> bool {
     let last = path.rsplit('/').next().unwrap_or_default();
@@ -463,8 +538,14 @@ fn refine_schemas(schemas: &mut Map<String, Value>) {
         prepare["properties"]["payload"] = not_null.clone();
     }
     if let Some(derive) = schemas.get_mut("DeriveBody") {
-        derive["properties"]["event"] = not_null.clone();
+        // Every pointer starts with `/`, so only an object or an array can hold a value.
+        let event = &mut derive["properties"]["event"];
+        if let Some(e) = event.as_object_mut() {
+            e.remove("not");
+            e.insert("type".into(), json!(["object", "array"]));
+        }
     }
+    refine_effect(schemas);
     if let Some(fail) = schemas.get_mut("FailBody") {
         // What the classifier needs (precedence kind > http_status > error.category).
         fail["anyOf"] = json!([
@@ -616,6 +697,89 @@ fn refine_schemas(schemas: &mut Map<String, Value>) {
     );
 }
 
+/// The effect body's members as the server reads them: header names and values, at most one
+/// request body, base64 that decodes, `success` and the reconcile statuses.
+fn refine_effect(schemas: &mut Map<String, Value>) {
+    let url = json!({"type": "string", "maxLength": crate::api::v1::effects::MAX_URL,
+        "pattern": URL_PATTERN});
+    // A header name idem does not set itself (compared without regard to case).
+    let reserved = crate::api::v1::effects::RESERVED_HEADERS
+        .iter()
+        .map(|h| {
+            h.chars()
+                .map(|c| match c {
+                    'a'..='z' => format!("[{}{c}]", c.to_ascii_uppercase()),
+                    '-' => "-".to_owned(),
+                    c => c.to_string(),
+                })
+                .collect::<String>()
+        })
+        .collect::<Vec<_>>()
+        .join("|");
+    let name = json!({"type": "string", "pattern": HEADER_NAME_PATTERN,
+        "not": {"pattern": format!("^(?:{reserved})$")}});
+    let headers = json!({"anyOf": [
+        {
+            "type": "object",
+            "maxProperties": crate::api::v1::effects::MAX_HEADERS,
+            "propertyNames": name,
+            // Any byte but control characters (tab allowed).
+            "additionalProperties": {
+                "type": "string",
+                "pattern": "^[^\\x00-\\x08\\x0A-\\x1F\\x7F]*$",
+            },
+        },
+        {"type": "null"},
+    ]});
+    let status = json!({"type": "integer", "minimum": 100, "maximum": 599});
+    let statuses = json!({"type": "array", "items": status});
+    let not_null = json!({"not": {"type": "null"}});
+    if let Some(req) = schemas.get_mut("EffectRequestBody") {
+        let p = &mut req["properties"];
+        p["url"] = url.clone();
+        p["headers"] = headers.clone();
+        // Standard base64 with its padding and no stray bits (what decodes).
+        p["body_base64"]["pattern"] = json!(
+            "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/][AQgw]==|[A-Za-z0-9+/]{2}[AEIMQUYcgkosw048]=)?$"
+        );
+        // At most one of the three bodies (`null` counts as absent).
+        let both = |a: &str, b: &str| {
+            json!({"required": [a, b],
+                "properties": {a: not_null.clone(), b: not_null.clone()}})
+        };
+        req["not"] = json!({"anyOf": [
+            both("body", "body_text"),
+            both("body", "body_base64"),
+            both("body_text", "body_base64"),
+        ]});
+    }
+    if let Some(rc) = schemas.get_mut("ReconcileBody") {
+        let p = &mut rc["properties"];
+        p["url"] = url;
+        p["headers"] = headers;
+        p["found"] = statuses.clone();
+        p["not_found"] = statuses.clone();
+    }
+    if let Some(body) = schemas.get_mut("EffectBody") {
+        let p = &mut body["properties"];
+        let description = p["idempotency_header"]["description"].clone();
+        p["idempotency_header"] = json!({
+            "anyOf": [name, {"type": "null"}],
+            "default": "Idempotency-Key",
+            "description": description,
+        });
+        let description = p["success"]["description"].clone();
+        p["success"] = json!({
+            "anyOf": [
+                {"const": "2xx"},
+                {"type": "array", "minItems": 1, "items": status},
+                {"type": "null"},
+            ],
+            "description": description,
+        });
+    }
+}
+
 /// Every `code` the server can answer with.
 pub fn all_codes() -> Vec<&'static str> {
     ErrorCode::ALL.iter().map(|c| c.as_str()).collect()
@@ -623,18 +787,25 @@ pub fn all_codes() -> Vec<&'static str> {
 
 /// The body of `PUT /v1/sources/{source}` (`SourceWrite`) and of its `PATCH` (`SourcePatch`:
 /// every member optional, nested objects merged, `null` removes one): the members, their
-/// types, ranges and lengths, and no others, as the server checks them. What no schema
-/// relates is checked by the server too (422 `invalid_field`): the members a provider needs
-/// (`public_url` for hubspot and twilio, `hmac` and `event_id` for hmac), a secret's form for
-/// standard_webhooks, a URL's scheme and host, a header name's syntax, `source` equal to the
-/// path's name, and after a PATCH the merged source as a whole.
+/// types, ranges, lengths and forms, and no others, as the server checks them. A whole source
+/// (`PUT`) is one shape per kind of provider (`oneOf` on `provider`): what its secrets look
+/// like (Standard Webhooks: `whsec_` + base64), whether it needs `public_url` (hubspot,
+/// twilio) or `hmac` and `event_id` (hmac), and that only hmac takes `hmac`. What no schema
+/// relates is checked by the server too (422 `invalid_field`), see [`SOURCE_REFUSALS`].
 fn source_write_schemas() -> (Value, Value) {
+    use idem_intake::Provider;
     let int = |min: i64, max: i64| json!({"type": "integer", "minimum": min, "maximum": max});
     // An optional member may also be `null`: the server reads it as absent.
     let opt = |v: Value| json!({"anyOf": [v, {"type": "null"}]});
-    let text = |max: usize| json!({"type": "string", "maxLength": max});
-    let pointer = json!({"type": "string", "maxLength": 1000, "pattern": "^(/[\\s\\S]*)?$"});
-    let url = text(idem_intake::source::MAX_URL);
+    // Every string member is read without U+0000.
+    let text = |max: usize| json!({"type": "string", "maxLength": max, "pattern": "^[^\\x00]*$"});
+    let header = |max: usize| {
+        json!({"type": "string", "minLength": 1, "maxLength": max,
+            "pattern": HEADER_NAME_PATTERN})
+    };
+    let pointer = json!({"type": "string", "maxLength": 1000, "pattern": "^(/[^\\x00]*)?$"});
+    let url = json!({"type": "string", "maxLength": idem_intake::source::MAX_URL,
+        "pattern": URL_PATTERN});
     let object = |required: &[&str], properties: Value| {
         let mut o = json!({"type": "object", "additionalProperties": false,
             "properties": properties});
@@ -643,79 +814,137 @@ fn source_write_schemas() -> (Value, Value) {
         }
         o
     };
-    let build = |patch: bool| {
-        let req = |names: &'static [&'static str]| -> &'static [&'static str] {
-            if patch {
-                &[]
-            } else {
-                names
-            }
-        };
-        let retry = object(
-            &[],
-            json!({
-                "max_attempts": opt(int(1, 1000)),
-                "base_ms": opt(int(1, 86_400_000)),
-                "max_ms": opt(int(1, 7 * 86_400_000)),
-                "window_ms": opt(int(1, 30 * 86_400_000)),
-            }),
-        );
-        let forward = object(
-            req(&["url"]),
+    // Any secret: what `secrets[i]` takes whatever the provider.
+    let secret = json!({"type": "string", "minLength": 1,
+        "maxLength": idem_intake::source::MAX_SECRET_LEN,
+        "pattern": "^[^\\x00-\\x1F\\x7F-\\x9F]+$"});
+    // A Standard Webhooks secret: base64 of 24 to 64 bytes, `whsec_` in front or not (so
+    // also one of the above).
+    let sw_secret = json!({"type": "string",
+        "pattern": idem::webhook::SECRET_PATTERN.replacen("^whsec_", "^(?:whsec_)?", 1)});
+    let secrets = |item: Value| {
+        json!({"type": "array", "minItems": 1,
+            "maxItems": idem_intake::source::MAX_SECRETS, "items": item})
+    };
+    let retry = object(
+        &[],
+        json!({
+            "max_attempts": opt(int(1, 1000)),
+            "base_ms": opt(int(1, 86_400_000)),
+            "max_ms": opt(int(1, 7 * 86_400_000)),
+            "window_ms": opt(int(1, 30 * 86_400_000)),
+        }),
+    );
+    let forward = |patch: bool| {
+        object(
+            if patch { &[] } else { &["url"] },
             json!({
                 "url": url.clone(),
                 "timeout_ms": opt(int(1, 300_000)),
                 "concurrency": opt(int(1, 256)),
                 "headers": opt(json!({"type": "array",
                     "maxItems": idem_intake::source::MAX_FORWARD_HEADERS,
-                    "items": {"type": "string"}})),
+                    "items": header(usize::from(u16::MAX))})),
                 "secret": opt(json!({"type": "string", "pattern": idem::webhook::SECRET_PATTERN})),
-                "retry": opt(retry),
-            }),
-        );
-        let hmac = object(
-            req(&["header", "algorithm", "encoding"]),
-            json!({
-                "header": text(200),
-                "algorithm": {"enum": ["sha1", "sha256", "sha512"]},
-                "encoding": {"enum": ["hex", "base64"]},
-                "prefix": opt(text(100)),
-                "timestamp_header": opt(text(200)),
-                "signed": opt(json!({"enum": ["body", "timestamp.body"]})),
-            }),
-        );
-        let event_id = if patch {
-            object(
-                &[],
-                json!({"header": opt(text(200)), "pointer": opt(pointer.clone())}),
-            )
-        } else {
-            json!({"oneOf": [
-                object(&["header"], json!({"header": text(200)})),
-                object(&["pointer"], json!({"pointer": pointer.clone()})),
-            ]})
-        };
-        let providers: Vec<&str> = idem_intake::Provider::ALL
-            .iter()
-            .map(|p| p.as_str())
-            .collect();
-        object(
-            req(&["provider", "secrets", "forward"]),
-            json!({
-                "provider": {"enum": providers},
-                "secrets": {"type": "array", "minItems": 1, "maxItems": 4,
-                    "items": {"type": "string"}},
-                "namespace": opt(json!({"type": "string", "pattern": NAMESPACE_PATTERN})),
-                "tolerance_ms": opt(int(0, 7 * 86_400_000)),
-                "event_id": opt(event_id),
-                "split": opt(pointer.clone()),
-                "forward": forward,
-                "hmac": opt(hmac),
-                "public_url": opt(url.clone()),
-                "max_body_bytes": opt(int(1, idem_intake::source::MAX_MAX_BODY_BYTES as i64)),
-                "source": opt(json!({"type": "string"})),
+                "retry": opt(retry.clone()),
             }),
         )
     };
-    (build(false), build(true))
+    let hmac = |patch: bool| {
+        let mut h = object(
+            if patch {
+                &[]
+            } else {
+                &["header", "algorithm", "encoding"]
+            },
+            json!({
+                "header": header(200),
+                "algorithm": {"enum": ["sha1", "sha256", "sha512"]},
+                "encoding": {"enum": ["hex", "base64"]},
+                "prefix": opt(text(100)),
+                "timestamp_header": opt(header(200)),
+                "signed": opt(json!({"enum": ["body", "timestamp.body"]})),
+            }),
+        );
+        if !patch {
+            // `signed: "timestamp.body"` needs the header the timestamp comes in.
+            h["anyOf"] = json!([
+                {"properties": {"signed": {"not": {"const": "timestamp.body"}}}},
+                {"required": ["timestamp_header"],
+                    "properties": {"timestamp_header": {"type": "string"}}},
+            ]);
+        }
+        h
+    };
+    // Exactly one of the two (the other absent or null).
+    let absent = json!({"type": "null"});
+    let event_id = json!({"oneOf": [
+        object(&["header"], json!({"header": header(200), "pointer": absent.clone()})),
+        object(&["pointer"], json!({"pointer": pointer.clone(), "header": absent.clone()})),
+    ]});
+    let members = |providers: Vec<&str>, secret: Value, patch: bool| {
+        json!({
+            "provider": {"enum": providers},
+            "secrets": secrets(secret),
+            "namespace": opt(json!({"type": "string", "pattern": NAMESPACE_PATTERN})),
+            "tolerance_ms": opt(int(0, 7 * 86_400_000)),
+            "event_id": if patch {
+                opt(object(
+                    &[],
+                    json!({"header": opt(header(200)), "pointer": opt(pointer.clone())}),
+                ))
+            } else {
+                opt(event_id.clone())
+            },
+            "split": opt(pointer.clone()),
+            "forward": forward(patch),
+            "hmac": opt(hmac(patch)),
+            "public_url": opt(url.clone()),
+            "max_body_bytes": opt(int(1, idem_intake::source::MAX_MAX_BODY_BYTES as i64)),
+            "source": opt(json!({"type": "string"})),
+        })
+    };
+    // One shape per kind of provider (each kind's rules are the provider's own methods).
+    let kinds: [fn(&Provider) -> bool; 4] = [
+        |p| *p == Provider::StandardWebhooks,
+        |p| p.needs_public_url(),
+        |p| *p == Provider::Hmac,
+        |p| *p != Provider::StandardWebhooks && *p != Provider::Hmac && !p.needs_public_url(),
+    ];
+    let mut shapes = Vec::new();
+    for is in kinds {
+        let group: Vec<Provider> = Provider::ALL.iter().copied().filter(is).collect();
+        let Some(&first) = group.first() else {
+            continue;
+        };
+        let item = if first == Provider::StandardWebhooks {
+            sw_secret.clone()
+        } else {
+            secret.clone()
+        };
+        let mut required = vec!["provider", "secrets", "forward"];
+        let mut m = members(group.iter().map(|p| p.as_str()).collect(), item, false);
+        if first.needs_public_url() {
+            required.push("public_url");
+            m["public_url"] = url.clone();
+        }
+        if first == Provider::Hmac {
+            required.extend(["hmac", "event_id"]);
+            m["hmac"] = hmac(false);
+            m["event_id"] = event_id.clone();
+        } else {
+            m["hmac"] = absent.clone();
+        }
+        shapes.push(object(&required, m));
+    }
+    let all: Vec<&str> = Provider::ALL.iter().map(|p| p.as_str()).collect();
+    let write = json!({"oneOf": shapes});
+    let patch = object(&[], members(all, secret.clone(), true));
+    (write, patch)
 }
+
+/// What the server refuses in a source write that no schema can say (422 `invalid_field`
+/// naming the member).
+pub const SOURCE_REFUSALS: &str = "`invalid_field`: `source` differs from the path's name; \
+     `forward.retry.max_ms` below `forward.retry.base_ms`; a URL (`forward.url`, \
+     `public_url`) whose host or port is not valid by the URL standard";

@@ -624,3 +624,315 @@ async fn openapi_cursor_patterns_match_the_cursors_the_server_hands_out() {
         ["needs_review", "awaiting_approval", "processing", ""]
     );
 }
+
+/// A validator for one of the document's component schemas (its `$ref`s resolved in the
+/// document).
+fn validator(doc: &Value, name: &str) -> jsonschema::Validator {
+    let schema = json!({
+        "$ref": format!("#/components/schemas/{name}"),
+        "components": doc["components"].clone(),
+    });
+    jsonschema::draft202012::new(&schema).expect("the schema compiles")
+}
+
+/// What a store answered to a body, and what the schema says of it.
+fn agree(valid: bool, r: &Resp, what: &str) {
+    if valid {
+        assert!(
+            (200..300).contains(&r.status),
+            "schema-valid {what} refused: {}",
+            r.text
+        );
+    } else {
+        assert!(
+            (400..500).contains(&r.status),
+            "schema-invalid {what} accepted: {} {}",
+            r.status,
+            r.text
+        );
+    }
+}
+
+/// A source write the schema calls valid is created, one it calls invalid is refused: the
+/// secrets' form (Standard Webhooks secrets decode), the members each provider needs, header
+/// names, URLs, on both stores.
+#[tokio::test]
+async fn openapi_source_writes_valid_by_the_schema_are_the_ones_the_server_takes() {
+    let sw = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    let base = json!({"provider": "stripe", "secrets": ["s3cret"],
+        "forward": {"url": "http://127.0.0.1:9/in"}});
+    let with = |changes: Value| {
+        let mut d = base.clone();
+        for (k, v) in changes.as_object().expect("changes") {
+            d[k] = v.clone();
+        }
+        d
+    };
+    let hmac = json!({"header": "X-Sig", "algorithm": "sha256", "encoding": "hex"});
+    let cases: Vec<(bool, Value)> = vec![
+        (true, base.clone()),
+        // A secret with a control character (what schemathesis sent).
+        (false, with(json!({"secrets": ["\u{1}"]}))),
+        (false, with(json!({"secrets": [""]}))),
+        (false, with(json!({"secrets": ["x".repeat(513)]}))),
+        (true, with(json!({"secrets": ["x".repeat(512)]}))),
+        // Standard Webhooks: base64 of 24 to 64 bytes, `whsec_` or not.
+        (
+            false,
+            with(json!({"provider": "standard_webhooks", "secrets": ["s3cret"]})),
+        ),
+        (
+            true,
+            with(json!({"provider": "standard_webhooks", "secrets": [sw]})),
+        ),
+        (
+            true,
+            with(json!({"provider": "standard_webhooks", "secrets": [&sw[6..]]})),
+        ),
+        (
+            true,
+            with(json!({"provider": "github", "secrets": ["s3cret"]})),
+        ),
+        // hubspot and twilio sign the URL they call.
+        (false, with(json!({"provider": "hubspot"}))),
+        (
+            false,
+            with(json!({"provider": "twilio", "public_url": null})),
+        ),
+        (
+            true,
+            with(json!({"provider": "hubspot", "public_url": "https://idem.example/in/h"})),
+        ),
+        // hmac needs its scheme and where the id is; no other provider takes a scheme.
+        (false, with(json!({"provider": "hmac", "hmac": hmac}))),
+        (
+            false,
+            with(json!({"provider": "hmac", "event_id": {"header": "X-Id"}})),
+        ),
+        (
+            true,
+            with(json!({"provider": "hmac", "hmac": hmac, "event_id": {"header": "X-Id"}})),
+        ),
+        (false, with(json!({"hmac": hmac}))),
+        (true, with(json!({"hmac": null}))),
+        (
+            false,
+            with(json!({"provider": "hmac", "event_id": {"header": "X-Id"},
+                "hmac": {"header": "X-Sig", "algorithm": "sha256", "encoding": "hex",
+                    "signed": "timestamp.body"}})),
+        ),
+        // Header names are tokens; one of `header` and `pointer`.
+        (false, with(json!({"event_id": {"header": ""}}))),
+        (false, with(json!({"event_id": {"header": "X Id"}}))),
+        (
+            true,
+            with(json!({"event_id": {"header": "X-Id", "pointer": null}})),
+        ),
+        (
+            false,
+            with(json!({"event_id": {"header": "X-Id", "pointer": "/id"}})),
+        ),
+        (
+            true,
+            with(json!({"event_id": {"pointer": "/"}, "split": ""})),
+        ),
+        (false, with(json!({"split": "id"}))),
+        (
+            false,
+            with(json!({"forward": {"url": "http://127.0.0.1:9/in", "headers": ["a:b"]}})),
+        ),
+        (
+            true,
+            with(json!({"forward": {"url": "http://127.0.0.1:9/in", "headers": ["X-Tenant"]}})),
+        ),
+        // URLs: http(s), a host, no userinfo; the scheme in any case.
+        (false, with(json!({"forward": {"url": ""}}))),
+        (
+            false,
+            with(json!({"forward": {"url": "ftp://example.com/"}})),
+        ),
+        (false, with(json!({"forward": {"url": "http://"}}))),
+        (
+            false,
+            with(json!({"forward": {"url": "http://u:p@example.com/"}})),
+        ),
+        (
+            true,
+            with(json!({"forward": {"url": "HTTPS://example.com:8443/a b?c#d"}})),
+        ),
+        (true, with(json!({"forward": {"url": "http://[::1]:9/in"}}))),
+        (false, with(json!({"namespace": "a b"}))),
+    ];
+    for backend in backends() {
+        let app = spawn_on(backend).await;
+        let r = app.get("/openapi.json").await;
+        let v = validator(&r.body, "SourceWrite");
+        for (i, (valid, body)) in cases.iter().enumerate() {
+            assert_eq!(v.is_valid(body), *valid, "case {i}: {body}");
+            let r = app
+                .send(
+                    app.http
+                        .put(format!("{}/v1/sources/s{i}", app.base))
+                        .json(body),
+                )
+                .await;
+            agree(*valid, &r, &format!("case {i} ({backend:?}): {body}"));
+        }
+    }
+}
+
+/// The effect body: `request` is required and not `null` (the server refuses both with 422
+/// naming `request`), headers are names → values idem does not set itself, at most one body.
+#[tokio::test]
+async fn openapi_effect_body_requires_a_request_as_the_server_does() {
+    let (app, doc) = document().await;
+    let s = &doc["components"]["schemas"]["EffectBody"];
+    assert!(
+        s["required"]
+            .as_array()
+            .is_some_and(|r| r.contains(&json!("request"))),
+        "{s}"
+    );
+    let v = validator(&doc, "EffectBody");
+    let request = json!({"method": "POST", "url": "http://127.0.0.1:9/x"});
+    let with = |r: Value| json!({"request": r});
+    let cases = [
+        json!({}),
+        json!({"request": null}),
+        with(json!({"method": "POST", "url": "http://u:p@example.com/"})),
+        with(json!({"method": "POST", "url": "http://127.0.0.1:9/x", "headers": {"Host": "x"}})),
+        with(json!({"method": "POST", "url": "http://127.0.0.1:9/x", "headers": {"a b": "x"}})),
+        with(json!({"method": "POST", "url": "http://127.0.0.1:9/x", "headers": {"X": "a\nb"}})),
+        with(json!({"method": "POST", "url": "http://127.0.0.1:9/x", "body": 1, "body_text": "t"})),
+        with(json!({"method": "POST", "url": "http://127.0.0.1:9/x", "body_base64": "YQ"})),
+        with(json!({"method": "POST", "url": "http://127.0.0.1:9/x", "body_base64": "YR=="})),
+        json!({"request": request, "success": []}),
+        json!({"request": request, "success": [600]}),
+        json!({"request": request, "idempotency_header": "Content-Length"}),
+    ];
+    for (i, body) in cases.iter().enumerate() {
+        assert!(!v.is_valid(body), "case {i} is schema-invalid: {body}");
+        let r = app
+            .post(&format!("/v1/namespaces/ns/keys/k{i}/effect"), body.clone())
+            .await;
+        assert_eq!(r.status, 422, "case {i}: {}", r.text);
+    }
+    let r = app
+        .post("/v1/namespaces/ns/keys/k/effect", json!({"request": null}))
+        .await;
+    assert_eq!(r.problem(422, "invalid_field")["field"], "request");
+    // Schema-valid, and refused only by the egress guard (loopback): the contract refusal.
+    let ok = json!({"request": {"method": "PUT", "url": "http://127.0.0.1:9/x",
+        "headers": {"X-Tenant": "a\tb é"}, "body_base64": "YQ=="},
+        "idempotency_header": null, "success": [200, 201]});
+    assert!(v.is_valid(&ok));
+    let r = app.post("/v1/namespaces/ns/keys/ok/effect", ok).await;
+    r.problem(422, "destination_forbidden");
+}
+
+/// `/` is the RFC 6901 pointer to the member named "": the server reads it so, and a scalar
+/// event (where no pointer finds anything) is outside the schema.
+#[tokio::test]
+async fn openapi_derive_event_is_an_object_or_array_and_slash_is_the_empty_member() {
+    let (app, doc) = document().await;
+    let v = validator(&doc, "DeriveBody");
+    // What schemathesis sent: `false` holds nothing a pointer can find.
+    let scalar = json!({"event": false, "fields": ["/"], "prefix": "0"});
+    assert!(!v.is_valid(&scalar));
+    app.derive(scalar)
+        .await
+        .problem(422, "missing_identity_field");
+    let named_empty = json!({"event": {"": "x", "a": {"": 7}}, "fields": ["/", "/a/"]});
+    assert!(v.is_valid(&named_empty));
+    let r = app.derive(named_empty).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.body["key"], "x:7");
+    let r = app.derive(json!({"event": ["y"], "fields": ["/0"]})).await;
+    assert_eq!(r.body["key"], "y", "{}", r.text);
+    // Schema-valid, refused by the contract (documented on the operation).
+    let missing = json!({"event": {"a": 1}, "fields": ["/"]});
+    assert!(v.is_valid(&missing));
+    assert_eq!(
+        app.derive(missing)
+            .await
+            .problem(422, "missing_identity_field")["field"],
+        "/"
+    );
+}
+
+/// The operations `.ci/schemathesis.toml` lets answer 422 to schema-valid data are exactly
+/// the ones whose OpenAPI description and 422 answer say what they refuse and why; the
+/// refusals behind two of them are real.
+#[tokio::test]
+async fn openapi_documents_every_refusal_the_schemathesis_config_accepts() {
+    let (app, doc) = document().await;
+    let toml = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../.ci/schemathesis.toml"
+    ))
+    .expect(".ci/schemathesis.toml");
+    let mut configured = BTreeSet::new();
+    let mut current = None;
+    for line in toml.lines().map(str::trim) {
+        if let Some(id) = line.strip_prefix("include-operation-id = ") {
+            current = Some(id.trim_matches('"').to_owned());
+        } else if line.starts_with("checks.positive_data_acceptance.expected-statuses")
+            && line.contains("\"422\"")
+        {
+            configured.insert(current.clone().expect("an operation block"));
+        }
+    }
+    let marker = "Refused although the schema allows it (422";
+    let mut documented = BTreeSet::new();
+    for (path, item) in doc["paths"].as_object().expect("paths") {
+        for (method, op) in item.as_object().expect("path item") {
+            let description = op["description"].as_str().unwrap_or_default();
+            let Some(at) = description.find(marker) else {
+                continue;
+            };
+            // The same sentence in the 422 answer, and it names what is refused.
+            let said = &description[at..];
+            let r422 = op["responses"]["422"]["description"]
+                .as_str()
+                .unwrap_or_default();
+            assert!(r422.contains(said), "{method} {path}: {r422}");
+            assert!(said.len() > marker.len() + 40, "{method} {path}: {said}");
+            documented.insert(op["operationId"].as_str().expect("operationId").to_owned());
+        }
+    }
+    assert_eq!(configured, documented);
+    assert_eq!(configured.len(), 7, "{configured:?}");
+    // Two of them for real: a retry cap below its base, two nodes of one name.
+    let patch = op(&doc, "patch", "/v1/namespaces/{ns}");
+    assert!(patch["description"]
+        .as_str()
+        .is_some_and(|d| d.contains("`retry.max_ms` below `retry.base_ms`")));
+    let r = app
+        .patch_namespace(
+            "ns",
+            json!({"retry": {"base_ms": 316_223_999_999i64, "max_ms": 0}}),
+        )
+        .await;
+    assert_eq!(r.problem(422, "invalid_field")["field"], "retry.max_ms");
+    let audit = op(&doc, "post", "/v1/audit");
+    assert!(audit["description"]
+        .as_str()
+        .is_some_and(|d| d.contains("same `name`")));
+    let nodes = json!([{"name": "", "type": "t"}, {"name": "", "type": "u"}]);
+    let r = app.post("/v1/audit", json!({"nodes": nodes})).await;
+    assert_eq!(r.problem(422, "invalid_field")["field"], "nodes[1].name");
+    // A claim meeting a record of another fingerprint: outcome conflict, a claim answer.
+    let claim = op(&doc, "post", "/v1/namespaces/{ns}/keys/{key}/claim");
+    assert!(claim["responses"]["422"]["description"]
+        .as_str()
+        .is_some_and(|d| d.contains("different fingerprint")));
+    let f = |c: char| c.to_string().repeat(64);
+    assert_eq!(
+        app.claim("ns", "k", json!({"fingerprint": f('0')}))
+            .await
+            .status,
+        201
+    );
+    let r = app.claim("ns", "k", json!({"fingerprint": f('1')})).await;
+    assert_eq!((r.status, &r.body["outcome"]), (422, &json!("conflict")));
+}

@@ -39,7 +39,8 @@ crate::request_body! {
     #[derive(Debug, ToSchema)]
     #[serde(deny_unknown_fields)]
     pub struct DeriveBody {
-        /// The incoming event (any JSON but `null`).
+        /// The incoming event: a JSON object or array (every pointer starts with `/`, so
+        /// nothing else holds a value a pointer can find).
         #[schema(value_type = serde_json::Value)]
         pub event: Event,
         /// RFC 6901 JSON pointers to the identity fields, in order (at least one). A pointer that

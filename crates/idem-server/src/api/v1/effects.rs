@@ -125,7 +125,7 @@ impl std::fmt::Debug for HeadersMember {
 }
 
 /// Headers the client sets itself.
-const RESERVED_HEADERS: [&str; 6] = [
+pub const RESERVED_HEADERS: [&str; 6] = [
     "host",
     "content-length",
     "transfer-encoding",
@@ -341,6 +341,8 @@ crate::request_body! {
     #[derive(Debug, ToSchema)]
     #[serde(deny_unknown_fields)]
     pub struct EffectBody {
+        /// What to send (required; `null` counts as absent).
+        #[schema(required = true, nullable = false)]
         pub request: Option<EffectRequestBody>,
         /// The header that carries the key (the same value on every attempt); null: none.
         #[schema(value_type = Option<String>, default = "Idempotency-Key")]

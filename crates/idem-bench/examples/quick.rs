@@ -20,6 +20,7 @@ async fn main() -> anyhow::Result<()> {
         idem_bin: "target/release/idem".into(),
         tmp_dir: None,
         duplicate_keys: 1000,
+        redis_server: "redis-server".into(),
         progress: true,
     };
     let report = idem_bench::run(&opts).await?;

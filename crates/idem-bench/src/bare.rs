@@ -183,6 +183,7 @@ pub async fn run(
                 }
             }
         }
+        Backend::Redis => anyhow::bail!("the redis rows have their own recipe"),
     }
 }
 

@@ -12,6 +12,11 @@
 //!
 //! 4. `direct` — the effect rows' destination called straight, no idem: the floor an effect
 //!    through idem is compared with.
+//! 5. `aof_always` and `no_persist` of backend `redis` — the "dedupe with Redis" recipe
+//!    (`SET NX EX`, `SET XX EX`, `GET`; module `redis_recipe`) against a `redis-server` the bench
+//!    starts, with every write fsynced before its answer, and without persistence. Run once
+//!    per workload and concurrency whatever the backends; skipped, with the reason in
+//!    [`Report::skipped`], when the binary cannot be run.
 //!
 //! Workloads: `first_time_pair` (claim + complete of a fresh key; latency is the pair),
 //! `duplicate` (claims of already completed keys: replays), and `effect` / `effect_256k`
@@ -22,7 +27,9 @@
 //! forwards to a loopback sink meanwhile; `http` only). Every figure is printed with its
 //! ratio to the bare row of the same backend, workload and concurrency; effect and intake
 //! rows also with their ratio to the HTTP claim row they stand in for (`x claims`: the
-//! claim+complete pair, or duplicate claims for duplicate events).
+//! claim+complete pair, or duplicate claims for duplicate events); claim rows, when the redis
+//! rows ran, with their ratio to the Redis AOF row of the same workload and concurrency
+//! (`x redis`).
 
 mod backlog;
 mod bare;
@@ -31,6 +38,7 @@ pub mod history;
 mod http;
 mod load;
 pub mod outbound;
+mod redis_recipe;
 mod scale;
 
 use std::path::PathBuf;
@@ -50,6 +58,8 @@ pub use scale::{run_scale, JanitorRow, ScaleOpts, ScaleReport, ScaleRow};
 pub enum Backend {
     Sqlite,
     Postgres,
+    /// The store of the redis reference rows (not a ledger backend of idem).
+    Redis,
 }
 
 impl Backend {
@@ -57,6 +67,7 @@ impl Backend {
         match self {
             Backend::Sqlite => "sqlite",
             Backend::Postgres => "postgres",
+            Backend::Redis => "redis",
         }
     }
 }
@@ -68,6 +79,12 @@ pub enum Mode {
     Library,
     Http,
     Direct,
+    /// The Redis recipe, AOF with `appendfsync always`.
+    #[serde(rename = "aof_always")]
+    RedisAof,
+    /// The Redis recipe, no persistence (neither AOF nor RDB).
+    #[serde(rename = "no_persist")]
+    RedisNoPersist,
 }
 
 impl Mode {
@@ -77,7 +94,15 @@ impl Mode {
             Mode::Library => "library",
             Mode::Http => "http",
             Mode::Direct => "direct",
+            Mode::RedisAof => "aof_always",
+            Mode::RedisNoPersist => "no_persist",
         }
+    }
+
+    /// Whether the row is one of the Redis recipe's (backend `redis`, run once per workload
+    /// and concurrency, not per backend).
+    pub fn is_redis(self) -> bool {
+        matches!(self, Mode::RedisAof | Mode::RedisNoPersist)
     }
 }
 
@@ -131,7 +156,7 @@ impl Workload {
 
     /// Whether a row of this workload exists in `mode`: effects run through idem over HTTP
     /// and straight to the destination, intake only over HTTP, the ledger workloads in every
-    /// mode but `direct`.
+    /// mode but `direct` (the Redis recipe's included).
     pub fn runs_in(self, mode: Mode) -> bool {
         match self {
             Workload::Effect | Workload::Effect256k => matches!(mode, Mode::Http | Mode::Direct),
@@ -156,6 +181,8 @@ pub struct BenchOpts {
     pub tmp_dir: Option<PathBuf>,
     /// Keys completed before a duplicate run.
     pub duplicate_keys: usize,
+    /// The `redis-server` binary the redis rows start (a fresh server per row).
+    pub redis_server: PathBuf,
     pub progress: bool,
 }
 
@@ -176,16 +203,21 @@ pub struct Row {
     /// in for ([`Workload::claims_row`]; same backend and concurrency).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ratio_to_claims: Option<f64>,
+    /// Claim rows: ops_per_s divided by that of the Redis AOF row of the same workload and
+    /// concurrency (when the redis rows ran; not on the AOF row itself).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ratio_to_redis: Option<f64>,
     /// Operations that failed (should be 0; shown so a broken run cannot look fast).
     pub errors: u64,
-    /// Peak resident memory of the server process (HTTP rows), MiB.
+    /// Peak resident memory of the server process (HTTP and redis rows), MiB.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub server_peak_rss_mib: Option<f64>,
-    /// CPU time of the server process (all threads: HTTP and store) per operation, µs
-    /// (HTTP rows, Linux).
+    /// CPU time of the server process (all threads: HTTP and store; `redis-server` for the
+    /// redis rows) per operation, µs (HTTP and redis rows, Linux).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub server_cpu_us_per_op: Option<f64>,
-    /// CPU time of the load generator (this process) per operation, µs (HTTP rows, Linux).
+    /// CPU time of the load generator (this process) per operation, µs (HTTP and redis
+    /// rows, Linux).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub loadgen_cpu_us_per_op: Option<f64>,
     /// The server's CPU time per operation by thread name (e.g. `tokio-rt-worker` for HTTP
@@ -198,6 +230,9 @@ pub struct Row {
 pub struct Report {
     pub machine: serde_json::Value,
     pub rows: Vec<Row>,
+    /// Rows asked for that did not run, and why (e.g. no `redis-server` to start).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<String>,
 }
 
 /// What the machine is, for the JSON report.
@@ -231,47 +266,74 @@ pub fn machine_info() -> serde_json::Value {
     })
 }
 
-/// Runs every requested row and returns the report (ratios filled in).
-pub async fn run(opts: &BenchOpts) -> anyhow::Result<Report> {
-    let mut rows = Vec::new();
-    let combos = opts
-        .modes
-        .iter()
-        .flat_map(|&m| opts.workloads.iter().filter(move |w| w.runs_in(m)))
-        .count();
-    let total = opts.backends.len() * combos * opts.concurrency.len();
-    let bar = progress_bar(opts.progress, total as u64);
-    for &backend in &opts.backends {
+/// The rows a run measures, in order: per backend, workload and concurrency the idem modes;
+/// the redis modes (when they can run) once per workload and concurrency, right after the
+/// first backend's rows of the same workload and concurrency, so the rows a ratio compares
+/// run close together in time.
+fn plan(opts: &BenchOpts, redis: bool) -> Vec<(Backend, Mode, Workload, usize)> {
+    let mut specs = Vec::new();
+    // No idem backend asked for: the redis rows still run.
+    let backends: Vec<Option<Backend>> = if opts.backends.is_empty() {
+        vec![None]
+    } else {
+        opts.backends.iter().copied().map(Some).collect()
+    };
+    for (i, backend) in backends.into_iter().enumerate() {
         for &workload in &opts.workloads {
             for &c in &opts.concurrency {
                 for &mode in opts.modes.iter().filter(|&&m| workload.runs_in(m)) {
-                    bar.set_message(format!(
-                        "{} {} {} c={c}",
-                        backend.as_str(),
-                        mode.as_str(),
-                        workload.as_str()
-                    ));
-                    let row = run_row(opts, backend, mode, workload, c)
-                        .await
-                        .with_context(|| {
-                            format!(
-                                "{} {} {} c={c}",
-                                backend.as_str(),
-                                mode.as_str(),
-                                workload.as_str()
-                            )
-                        })?;
-                    rows.push(row);
-                    bar.inc(1);
+                    match (mode.is_redis(), backend) {
+                        (false, Some(b)) => specs.push((b, mode, workload, c)),
+                        (true, _) if redis && i == 0 => {
+                            specs.push((Backend::Redis, mode, workload, c))
+                        }
+                        _ => {}
+                    }
                 }
             }
         }
+    }
+    specs
+}
+
+/// Runs every requested row and returns the report (ratios filled in).
+pub async fn run(opts: &BenchOpts) -> anyhow::Result<Report> {
+    let mut skipped = Vec::new();
+    let wants_redis = opts.modes.iter().any(|m| m.is_redis());
+    let redis = if wants_redis {
+        match redis_recipe::unavailable(&opts.redis_server) {
+            Some(why) => {
+                skipped.push(why);
+                false
+            }
+            None => true,
+        }
+    } else {
+        false
+    };
+    let specs = plan(opts, redis);
+    let mut rows = Vec::with_capacity(specs.len());
+    let bar = progress_bar(opts.progress, specs.len() as u64);
+    for (backend, mode, workload, c) in specs {
+        let name = format!(
+            "{} {} {} c={c}",
+            backend.as_str(),
+            mode.as_str(),
+            workload.as_str()
+        );
+        bar.set_message(name.clone());
+        let row = run_row(opts, backend, mode, workload, c)
+            .await
+            .with_context(|| name)?;
+        rows.push(row);
+        bar.inc(1);
     }
     bar.finish_and_clear();
     fill_ratios(&mut rows);
     Ok(Report {
         machine: machine_info(),
         rows,
+        skipped,
     })
 }
 
@@ -340,6 +402,18 @@ fn fill_ratios(rows: &mut [Row]) {
             .filter(|(_, _, _, ops)| *ops > 0.0)
             .map(|(_, _, _, ops)| ratio(r.ops_per_s, *ops));
     }
+    let redis_aof: Vec<(Workload, usize, f64)> = rows
+        .iter()
+        .filter(|r| r.mode == Mode::RedisAof)
+        .map(|r| (r.workload, r.concurrency, r.ops_per_s))
+        .collect();
+    for r in rows.iter_mut().filter(|r| r.mode != Mode::RedisAof) {
+        r.ratio_to_redis = redis_aof
+            .iter()
+            .find(|(w, c, _)| *w == r.workload && *c == r.concurrency)
+            .filter(|(_, _, ops)| *ops > 0.0)
+            .map(|(_, _, ops)| ratio(r.ops_per_s, *ops));
+    }
 }
 
 /// A fresh place to put one row's data.
@@ -380,6 +454,7 @@ impl Target {
                     pg_admin: opts.pg_url.clone(),
                 })
             }
+            Backend::Redis => anyhow::bail!("redis is a reference row, not an idem ledger"),
         }
     }
 
@@ -401,6 +476,10 @@ async fn run_row(
     workload: Workload,
     c: usize,
 ) -> anyhow::Result<Row> {
+    if mode.is_redis() {
+        let (m, extra) = run_redis(opts, mode, workload, c).await?;
+        return Ok(row_of(Backend::Redis, mode, workload, c, &m, Some(extra)));
+    }
     let target = Target::fresh(opts, backend).await?;
     let result = match mode {
         Mode::Bare => bare::run(&target.url, backend, workload, c, opts)
@@ -413,12 +492,27 @@ async fn run_row(
             .await
             .map(|(m, extra)| (m, Some(extra))),
         Mode::Direct => run_direct(workload, c, opts).await.map(|m| (m, None)),
+        // Run above, without a ledger.
+        Mode::RedisAof | Mode::RedisNoPersist => {
+            Err(anyhow::anyhow!("a redis row has no idem ledger"))
+        }
     };
     let tb = target.backend;
     target.drop_db().await;
     let (m, extra) = result?;
-    Ok(Row {
-        backend: tb,
+    Ok(row_of(tb, mode, workload, c, &m, extra))
+}
+
+fn row_of(
+    backend: Backend,
+    mode: Mode,
+    workload: Workload,
+    c: usize,
+    m: &Measurement,
+    extra: Option<HttpExtra>,
+) -> Row {
+    Row {
+        backend,
         mode,
         workload,
         concurrency: c,
@@ -428,12 +522,41 @@ async fn run_row(
         max_ms: m.max_ms(),
         ratio_to_bare: None,
         ratio_to_claims: None,
+        ratio_to_redis: None,
         errors: m.errors,
         server_peak_rss_mib: extra.as_ref().map(|e| e.rss_mib),
         server_cpu_us_per_op: extra.as_ref().and_then(|e| e.server_cpu_us_per_op),
         loadgen_cpu_us_per_op: extra.as_ref().and_then(|e| e.loadgen_cpu_us_per_op),
         server_threads_cpu_us_per_op: extra.and_then(|e| e.server_threads_cpu_us_per_op),
-    })
+    }
+}
+
+/// One redis row: a fresh `redis-server` in the configuration of `mode`, the recipe's
+/// clients, the server's CPU and peak RSS as for the HTTP rows.
+async fn run_redis(
+    opts: &BenchOpts,
+    mode: Mode,
+    workload: Workload,
+    c: usize,
+) -> anyhow::Result<(Measurement, HttpExtra)> {
+    let server =
+        redis_recipe::RedisProcess::start(&opts.redis_server, mode, opts.tmp_dir.as_ref()).await?;
+    let stat = format!("/proc/{}/stat", server.pid);
+    let result = async {
+        let (srv0, gen0) = (cpu_time(&stat), cpu_time("/proc/self/stat"));
+        let m = redis_recipe::run(&server, workload, c, opts.duration, opts.duplicate_keys).await?;
+        let (srv1, gen1) = (cpu_time(&stat), cpu_time("/proc/self/stat"));
+        let extra = HttpExtra {
+            rss_mib: peak_rss_mib(server.pid),
+            server_cpu_us_per_op: us_per_op(srv0, srv1, m.ops),
+            loadgen_cpu_us_per_op: us_per_op(gen0, gen1, m.ops),
+            server_threads_cpu_us_per_op: None,
+        };
+        anyhow::Ok((m, extra))
+    }
+    .await;
+    server.stop().await;
+    result
 }
 
 fn bench_ns() -> anyhow::Result<Namespace> {
@@ -597,22 +720,27 @@ impl ServerProcess {
 
     /// Peak resident set size of the server so far (VmHWM), MiB.
     pub fn peak_rss_mib(&self) -> f64 {
-        std::fs::read_to_string(format!("/proc/{}/status", self.pid))
-            .ok()
-            .and_then(|s| {
-                s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| {
-                    l.split_whitespace()
-                        .nth(1)
-                        .and_then(|v| v.parse::<f64>().ok())
-                })
-            })
-            .map_or(0.0, |kib| (kib / 1024.0 * 10.0).round() / 10.0)
+        peak_rss_mib(self.pid)
     }
 
     pub async fn stop(mut self) {
         let _ = self.child.start_kill();
         let _ = self.child.wait().await;
     }
+}
+
+/// Peak resident set size of process `pid` so far (VmHWM), MiB (0 when unknown).
+fn peak_rss_mib(pid: u32) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| {
+                l.split_whitespace()
+                    .nth(1)
+                    .and_then(|v| v.parse::<f64>().ok())
+            })
+        })
+        .map_or(0.0, |kib| (kib / 1024.0 * 10.0).round() / 10.0)
 }
 
 pub fn free_port() -> anyhow::Result<u16> {
@@ -971,7 +1099,7 @@ async fn run_http(
 pub fn render_table(rows: &[Row]) -> String {
     let mut out = String::new();
     out.push_str(&format!(
-        "{:<9} {:<8} {:<16} {:>5} {:>12} {:>9} {:>9} {:>9} {:>8} {:>8} {:>7} {:>9} {:>10} {:>10}\n",
+        "{:<9} {:<10} {:<16} {:>5} {:>12} {:>9} {:>9} {:>9} {:>8} {:>8} {:>8} {:>7} {:>9} {:>10} {:>10}\n",
         "backend",
         "mode",
         "workload",
@@ -982,6 +1110,7 @@ pub fn render_table(rows: &[Row]) -> String {
         "max ms",
         "x bare",
         "x claims",
+        "x redis",
         "errors",
         "rss MiB",
         "srv us/op",
@@ -989,7 +1118,7 @@ pub fn render_table(rows: &[Row]) -> String {
     ));
     for r in rows {
         out.push_str(&format!(
-            "{:<9} {:<8} {:<16} {:>5} {:>12.0} {:>9.3} {:>9.3} {:>9.3} {:>8} {:>8} {:>7} {:>9} {:>10} {:>10}\n",
+            "{:<9} {:<10} {:<16} {:>5} {:>12.0} {:>9.3} {:>9.3} {:>9.3} {:>8} {:>8} {:>8} {:>7} {:>9} {:>10} {:>10}\n",
             r.backend.as_str(),
             r.mode.as_str(),
             r.workload.as_str(),
@@ -1000,6 +1129,7 @@ pub fn render_table(rows: &[Row]) -> String {
             r.max_ms,
             r.ratio_to_bare.map_or("-".into(), ratio_cell),
             r.ratio_to_claims.map_or("-".into(), ratio_cell),
+            r.ratio_to_redis.map_or("-".into(), ratio_cell),
             r.errors,
             r.server_peak_rss_mib
                 .map_or("-".into(), |x| format!("{x:.1}")),
@@ -1060,6 +1190,7 @@ impl FreshLedger {
                 bare::pg_admin(pg_url, &format!("CREATE DATABASE {name}")).await?;
                 (bare::pg_url_with_db(pg_url, &name), Some(name))
             }
+            Backend::Redis => anyhow::bail!("redis is a reference row, not an idem ledger"),
         };
         Ok(FreshLedger {
             url,

@@ -105,6 +105,7 @@ pub async fn run_scale(opts: &ScaleOpts) -> anyhow::Result<ScaleReport> {
         idem_bin: std::path::PathBuf::new(),
         tmp_dir: opts.tmp_dir.clone(),
         duplicate_keys: 0,
+        redis_server: std::path::PathBuf::new(),
         progress: false,
     };
     let mut size_rows = Vec::new();
@@ -224,6 +225,7 @@ async fn fill(url: &str, backend: Backend, n: u64, age_ms: i64) -> anyhow::Resul
             tokio::task::spawn_blocking(move || sqlite_double(&path, n)).await?
         }
         Backend::Postgres => pg_double(url, n).await,
+        Backend::Redis => anyhow::bail!("redis is a reference row, not an idem ledger"),
     }
 }
 
@@ -355,6 +357,7 @@ async fn age_records(url: &str, backend: Backend, by_ms: i64) -> anyhow::Result<
             .await?
         }
         Backend::Postgres => bare::pg_admin(url, &sql).await,
+        Backend::Redis => anyhow::bail!("redis is a reference row, not an idem ledger"),
     }
 }
 

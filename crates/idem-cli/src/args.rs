@@ -228,7 +228,10 @@ pub struct BenchCmd {
     )]
     pub concurrency: Vec<usize>,
     /// Modes to run, comma-separated: bare, library, http, direct (effect workloads only:
-    /// the destination called without idem).
+    /// the destination called without idem), redis (the SET NX recipe against a
+    /// redis-server the bench starts, with AOF `appendfsync always` and without persistence;
+    /// claim workloads only, once whatever --backend; skipped with a note when the binary is
+    /// missing).
     #[arg(
         long,
         value_name = "LIST",
@@ -236,6 +239,14 @@ pub struct BenchCmd {
         value_delimiter = ','
     )]
     pub modes: Vec<String>,
+    /// The redis-server binary for the redis rows.
+    #[arg(
+        long,
+        value_name = "PATH",
+        env = "IDEM_BENCH_REDIS_SERVER",
+        default_value = "redis-server"
+    )]
+    pub redis_server: PathBuf,
     /// Workloads, comma-separated: first_time_pair, duplicate, effect, effect_256k, intake,
     /// intake_duplicate (effects run in the http and direct modes only, intake in http only).
     #[arg(

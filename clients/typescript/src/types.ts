@@ -304,7 +304,7 @@ export interface Reconcile {
 }
 
 export interface EffectBody {
-	request?: EffectRequest | null;
+	request: EffectRequest;
 	idempotency_header?: string | null;
 	timeout_ms?: number | null;
 	success?: unknown;

@@ -417,6 +417,7 @@ class Client(_Base):
         """``POST …/effect``: idem sends ``request`` under the key and stores the response.
         ``idempotency_header=None`` sends no idempotency header."""
         body = EffectBody(
+            request=request,
             timeout_ms=timeout_ms,
             success=success,
             destination_idempotent=destination_idempotent,
@@ -633,6 +634,7 @@ class AsyncClient(_Base):
         cost: Cost | None = None,
     ) -> EffectAnswer:
         body = EffectBody(
+            request=request,
             timeout_ms=timeout_ms,
             success=success,
             destination_idempotent=destination_idempotent,

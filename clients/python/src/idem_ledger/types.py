@@ -320,18 +320,18 @@ class Reconcile(TypedDict):
     headers: NotRequired[dict[str, str] | None]
 
 
-class EffectBody(TypedDict, total=False):
-    request: EffectRequest | None
-    idempotency_header: str | None
-    timeout_ms: int | None
-    success: Any
-    destination_idempotent: bool | None
-    reconcile: Reconcile | None
-    owner: str | None
-    correlation_id: str | None
-    wait_ms: int | None
-    lease_ms: int | None
-    cost: Cost | None
+class EffectBody(TypedDict):
+    request: EffectRequest
+    idempotency_header: NotRequired[str | None]
+    timeout_ms: NotRequired[int | None]
+    success: NotRequired[Any]
+    destination_idempotent: NotRequired[bool | None]
+    reconcile: NotRequired[Reconcile | None]
+    owner: NotRequired[str | None]
+    correlation_id: NotRequired[str | None]
+    wait_ms: NotRequired[int | None]
+    lease_ms: NotRequired[int | None]
+    cost: NotRequired[Cost | None]
 
 
 class ResolveBody(TypedDict):

@@ -91,6 +91,7 @@ pub async fn run(
                 }
                 Workload::Effect
                 | Workload::Effect256k
+                | Workload::EffectTls
                 | Workload::Intake
                 | Workload::IntakeDuplicate => {
                     anyhow::bail!("effect and intake workloads run over HTTP only")
@@ -151,6 +152,7 @@ pub async fn run(
                 }
                 Workload::Effect
                 | Workload::Effect256k
+                | Workload::EffectTls
                 | Workload::Intake
                 | Workload::IntakeDuplicate => {
                     anyhow::bail!("effect and intake workloads run over HTTP only")

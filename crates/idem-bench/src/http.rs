@@ -8,6 +8,10 @@
 //! paths, the claim body), and only what the row checks is read from an answer: the status,
 //! and the token of a claim (borrowed from the body, not parsed into a JSON tree).
 //!
+//! A TLS target (the `direct` row of `effect_tls`) is the same client over one TLS connection
+//! (HTTP/1.1) per simulated client: the handshake is paid once per connection, as a kept
+//! connection to a payment API would.
+//!
 //! Semantics kept from the general-purpose client this replaces: every claim's token feeds
 //! its complete; a first claim must answer 201, its complete 2xx, a duplicate 200; anything
 //! else (and any transport error) is counted as an error. A broken connection is replaced.
@@ -36,10 +40,12 @@ const JSON: HeaderValue = HeaderValue::from_static("application/json");
 const CLAIM_BODY: &[u8] = b"{}";
 
 /// Where the server listens.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Target {
     addr: SocketAddr,
     host: HeaderValue,
+    /// TLS to `localhost` with this configuration, or plain TCP.
+    tls: Option<tokio_rustls::TlsConnector>,
 }
 
 impl Target {
@@ -47,12 +53,75 @@ impl Target {
         Ok(Target {
             addr,
             host: HeaderValue::from_str(&addr.to_string())?,
+            tls: None,
+        })
+    }
+
+    /// `addr` over TLS, the certificate checked for the name `localhost`.
+    pub fn tls(
+        addr: SocketAddr,
+        config: std::sync::Arc<rustls::ClientConfig>,
+    ) -> anyhow::Result<Target> {
+        Ok(Target {
+            addr,
+            host: HeaderValue::from_str(&format!("localhost:{}", addr.port()))?,
+            tls: Some(tokio_rustls::TlsConnector::from(config)),
         })
     }
 }
 
+/// A connection's byte stream: plain TCP or TLS over it.
+pub enum Stream {
+    Tcp(tokio::net::TcpStream),
+    Tls(Box<tokio_rustls::client::TlsStream<tokio::net::TcpStream>>),
+}
+
+impl tokio::io::AsyncRead for Stream {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Stream::Tcp(s) => std::pin::Pin::new(s).poll_read(cx, buf),
+            Stream::Tls(s) => std::pin::Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl tokio::io::AsyncWrite for Stream {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Tcp(s) => std::pin::Pin::new(s).poll_write(cx, buf),
+            Stream::Tls(s) => std::pin::Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Stream::Tcp(s) => std::pin::Pin::new(s).poll_flush(cx),
+            Stream::Tls(s) => std::pin::Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Stream::Tcp(s) => std::pin::Pin::new(s).poll_shutdown(cx),
+            Stream::Tls(s) => std::pin::Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
+}
+
 type Body = Full<Bytes>;
-type Driver = Connection<TokioIo<tokio::net::TcpStream>, Body>;
+type Driver = Connection<TokioIo<Stream>, Body>;
 
 /// The sending half of one keep-alive connection. Its [`Driver`] must be polled alongside
 /// (see [`on_conn`]) for anything to move.
@@ -67,7 +136,14 @@ pub async fn connect(target: &Target) -> anyhow::Result<(Conn, Driver)> {
         .await
         .with_context(|| format!("connecting to {}", target.addr))?;
     tcp.set_nodelay(true)?;
-    let (sender, driver) = hyper::client::conn::http1::handshake(TokioIo::new(tcp)).await?;
+    let stream = match &target.tls {
+        None => Stream::Tcp(tcp),
+        Some(tls) => {
+            let name = rustls::pki_types::ServerName::try_from("localhost")?;
+            Stream::Tls(Box::new(tls.connect(name, tcp).await?))
+        }
+    };
+    let (sender, driver) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
     Ok((
         Conn {
             sender,

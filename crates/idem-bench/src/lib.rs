@@ -22,7 +22,9 @@
 //! `duplicate` (claims of already completed keys: replays), and `effect` / `effect_256k`
 //! (one `POST …/effect` of a fresh key: idem claims, sends a POST to a loopback destination
 //! that answers 200 with a 64-byte / 256 KiB JSON body, stores the response and completes;
-//! `http` and `direct` modes only), `intake` / `intake_duplicate` (Stripe-signed 1 KiB events
+//! `http` and `direct` modes only), `effect_tls` (the same 64-byte effect to an HTTPS
+//! destination on loopback that offers HTTP/2; its `direct` row calls it over one kept TLS
+//! connection per client), `intake` / `intake_duplicate` (Stripe-signed 1 KiB events
 //! posted to `/in/{source}`: fresh event ids, or redeliveries of accepted ones; the source
 //! forwards to a loopback sink meanwhile; `http` only). Every figure is printed with its
 //! ratio to the bare row of the same backend, workload and concurrency; effect and intake
@@ -114,6 +116,7 @@ pub enum Workload {
     Effect,
     #[serde(rename = "effect_256k")]
     Effect256k,
+    EffectTls,
     Intake,
     IntakeDuplicate,
 }
@@ -125,6 +128,7 @@ impl Workload {
             Workload::Duplicate => "duplicate",
             Workload::Effect => "effect",
             Workload::Effect256k => "effect_256k",
+            Workload::EffectTls => "effect_tls",
             Workload::Intake => "intake",
             Workload::IntakeDuplicate => "intake_duplicate",
         }
@@ -134,7 +138,7 @@ impl Workload {
     /// effects and first-time intake events, duplicate claims for duplicate events.
     pub fn claims_row(self) -> Option<Workload> {
         match self {
-            Workload::Effect | Workload::Effect256k | Workload::Intake => {
+            Workload::Effect | Workload::Effect256k | Workload::EffectTls | Workload::Intake => {
                 Some(Workload::FirstTimePair)
             }
             Workload::IntakeDuplicate => Some(Workload::Duplicate),
@@ -145,7 +149,7 @@ impl Workload {
     /// The destination's answer size for effect workloads.
     pub fn response_bytes(self) -> Option<usize> {
         match self {
-            Workload::Effect => Some(64),
+            Workload::Effect | Workload::EffectTls => Some(64),
             Workload::Effect256k => Some(256 * 1024),
             Workload::FirstTimePair
             | Workload::Duplicate
@@ -159,7 +163,9 @@ impl Workload {
     /// mode but `direct` (the Redis recipe's included).
     pub fn runs_in(self, mode: Mode) -> bool {
         match self {
-            Workload::Effect | Workload::Effect256k => matches!(mode, Mode::Http | Mode::Direct),
+            Workload::Effect | Workload::Effect256k | Workload::EffectTls => {
+                matches!(mode, Mode::Http | Mode::Direct)
+            }
             Workload::Intake | Workload::IntakeDuplicate => mode == Mode::Http,
             Workload::FirstTimePair | Workload::Duplicate => mode != Mode::Direct,
         }
@@ -609,7 +615,11 @@ async fn run_library(
             })
             .await
         }
-        Workload::Effect | Workload::Effect256k | Workload::Intake | Workload::IntakeDuplicate => {
+        Workload::Effect
+        | Workload::Effect256k
+        | Workload::EffectTls
+        | Workload::Intake
+        | Workload::IntakeDuplicate => {
             anyhow::bail!("effect and intake workloads run over HTTP only")
         }
         Workload::Duplicate => {
@@ -664,12 +674,22 @@ pub struct ServerProcess {
 
 impl ServerProcess {
     pub async fn start(bin: &std::path::Path, db_url: &str) -> anyhow::Result<ServerProcess> {
+        Self::start_with(bin, db_url, &[]).await
+    }
+
+    /// [`ServerProcess::start`] with more `idem serve` arguments (e.g. `--extra-ca FILE`).
+    pub async fn start_with(
+        bin: &std::path::Path,
+        db_url: &str,
+        extra: &[&std::ffi::OsStr],
+    ) -> anyhow::Result<ServerProcess> {
         let port = free_port()?;
         let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
         // The server logs at its default level (info, one line per operation, as in
         // production); its stderr goes nowhere.
         let mut child = tokio::process::Command::new(bin)
             .args(["serve", "--listen", &addr.to_string(), "--db", db_url])
+            .args(extra)
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .kill_on_drop(true)
@@ -949,12 +969,33 @@ async fn intake_source(server: &ServerProcess, sink: &dest::Destination) -> anyh
 /// The destination's charge path.
 const CHARGE_PATH: &str = "/v1/charges";
 
-/// An effect row's destination: every request gets `response_bytes` of JSON.
+/// An effect row's destination: every request gets `response_bytes` of JSON (over TLS for
+/// `effect_tls`).
 async fn destination(workload: Workload) -> anyhow::Result<dest::Destination> {
     let n = workload
         .response_bytes()
         .context("not an effect workload")?;
-    dest::Destination::start(dest::json_of_size(n)).await
+    if workload == Workload::EffectTls {
+        dest::Destination::start_tls(dest::json_of_size(n)).await
+    } else {
+        dest::Destination::start(dest::json_of_size(n)).await
+    }
+}
+
+/// The URL an effect row sends to, and the egress entry that opens it: the TLS destination
+/// by the name its certificate holds (`localhost`, resolved by idem to loopback), the plain
+/// one by its address.
+fn effect_url(d: &dest::Destination) -> (String, String) {
+    match d.ca_file() {
+        Some(_) => {
+            let host = format!("localhost:{}", d.addr.port());
+            (format!("https://{host}{CHARGE_PATH}"), host)
+        }
+        None => (
+            format!("http://{}{CHARGE_PATH}", d.addr),
+            d.addr.to_string(),
+        ),
+    }
 }
 
 /// Every effect answered `performed` must have reached the destination exactly once.
@@ -972,7 +1013,10 @@ fn check_one_request_each(m: &Measurement, d: &dest::Destination) -> anyhow::Res
 
 async fn run_direct(workload: Workload, c: usize, opts: &BenchOpts) -> anyhow::Result<Measurement> {
     let d = destination(workload).await?;
-    let target = http::Target::new(d.addr)?;
+    let target = match d.client_tls() {
+        Some(tls) => http::Target::tls(d.addr, tls)?,
+        None => http::Target::new(d.addr)?,
+    };
     let body = bytes::Bytes::from_static(br#"{"amount":1000,"currency":"eur"}"#);
     let op = DirectPosts {
         uri: hyper::Uri::from_static(CHARGE_PATH),
@@ -998,7 +1042,19 @@ async fn run_http(
     c: usize,
     opts: &BenchOpts,
 ) -> anyhow::Result<(Measurement, HttpExtra)> {
-    let server = ServerProcess::start(&opts.idem_bin, url).await?;
+    // An effect row's destination first: a TLS one gives the server its CA.
+    let effect_dest = match workload {
+        Workload::Effect | Workload::Effect256k | Workload::EffectTls => {
+            Some(destination(workload).await?)
+        }
+        _ => None,
+    };
+    let mut extra: Vec<&std::ffi::OsStr> = Vec::new();
+    if let Some(ca) = effect_dest.as_ref().and_then(|d| d.ca_file()) {
+        extra.push("--extra-ca".as_ref());
+        extra.push(ca.as_os_str());
+    }
+    let server = ServerProcess::start_with(&opts.idem_bin, url, &extra).await?;
     let run_id: u64 = rand::random();
     let result = async {
         let op = match workload {
@@ -1015,17 +1071,18 @@ async fn run_http(
                     .collect::<anyhow::Result<Vec<_>>>()?;
                 HttpOp::Duplicates(HttpDuplicates { claims })
             }
-            Workload::Effect | Workload::Effect256k => {
-                let d = destination(workload).await?;
+            Workload::Effect | Workload::Effect256k | Workload::EffectTls => {
+                let d = effect_dest.context("no destination")?;
                 // The destination is on loopback: only an exact host:port entry opens it.
-                let allow = serde_json::json!({"egress": {"allow": [d.addr.to_string()]}});
+                let (url, entry) = effect_url(&d);
+                let allow = serde_json::json!({"egress": {"allow": [entry]}});
                 http::patch(
                     &server.target,
                     "/v1/namespaces/bench",
                     bytes::Bytes::from(serde_json::to_vec(&allow)?),
                 )
                 .await?;
-                let body = http::effect_body(&format!("http://{}{CHARGE_PATH}", d.addr))?;
+                let body = http::effect_body(&url)?;
                 HttpOp::Effects(HttpEffects { run_id, body }, d)
             }
             Workload::Intake | Workload::IntakeDuplicate => {

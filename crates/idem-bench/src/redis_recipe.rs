@@ -251,7 +251,11 @@ pub async fn run(
             })
             .await
         }
-        Workload::Effect | Workload::Effect256k | Workload::Intake | Workload::IntakeDuplicate => {
+        Workload::Effect
+        | Workload::Effect256k
+        | Workload::EffectTls
+        | Workload::Intake
+        | Workload::IntakeDuplicate => {
             anyhow::bail!("the redis rows run the claim workloads only")
         }
     }

@@ -247,12 +247,13 @@ pub struct BenchCmd {
         default_value = "redis-server"
     )]
     pub redis_server: PathBuf,
-    /// Workloads, comma-separated: first_time_pair, duplicate, effect, effect_256k, intake,
-    /// intake_duplicate (effects run in the http and direct modes only, intake in http only).
+    /// Workloads, comma-separated: first_time_pair, duplicate, effect, effect_256k,
+    /// effect_tls (to an HTTPS destination), intake, intake_duplicate (effects run in the http
+    /// and direct modes only, intake in http only).
     #[arg(
         long,
         value_name = "LIST",
-        default_value = "first_time_pair,duplicate,effect,effect_256k,intake,intake_duplicate",
+        default_value = "first_time_pair,duplicate,effect,effect_256k,effect_tls,intake,intake_duplicate",
         value_delimiter = ','
     )]
     pub workloads: Vec<String>,

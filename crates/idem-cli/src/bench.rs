@@ -47,11 +47,12 @@ fn parse_workloads(v: &[String]) -> Result<Vec<Workload>, CliError> {
             "duplicate" => Ok(Workload::Duplicate),
             "effect" => Ok(Workload::Effect),
             "effect_256k" => Ok(Workload::Effect256k),
+            "effect_tls" => Ok(Workload::EffectTls),
             "intake" => Ok(Workload::Intake),
             "intake_duplicate" => Ok(Workload::IntakeDuplicate),
             other => Err(CliError::input(format!(
                 "unknown workload {other:?} (first_time_pair, duplicate, effect, effect_256k, \
-                 intake, intake_duplicate)"
+                 effect_tls, intake, intake_duplicate)"
             ))),
         })
         .collect()

@@ -5,25 +5,37 @@
 //! resolved), IP literals (IPv4-mapped and other IPv6 forms included) and then every address
 //! the name resolves to — resolved once, here, with the system resolver — are checked by the
 //! pure rules of [`idem_core::egress`]. [`Egress::send`] then connects to exactly the addresses
-//! that passed: each request gets its own client whose resolver is pinned to those addresses
+//! that passed, through a client whose resolver is pinned to those addresses
 //! (`resolve_to_addrs`), built from one shared rustls configuration (web roots plus
-//! `--extra-ca`), with no proxy from the environment, no redirects, no connection pool, a
-//! connect and a whole-attempt timeout, and a cap on the response body.
+//! `--extra-ca`; ALPN offers HTTP/2 and HTTP/1.1), with no proxy from the environment, no
+//! redirects, a connect and a whole-attempt timeout, and a cap on the response body.
 //!
-//! Why a client per request rather than one client with a filtering resolver: a shared
-//! client's pool would let a later request reuse a connection made for another check, and a
-//! resolver callback would resolve a second time (the answer could differ: DNS rebinding).
-//! Building a reqwest client over an existing TLS configuration costs microseconds next to
-//! the request itself.
+//! Connections are kept: a client, with its pool of keep-alive connections (one multiplexed
+//! HTTP/2 connection where the destination offers `h2` over TLS), is kept per pinned
+//! destination — scheme, host, port, the sorted set of addresses the check passed — and
+//! timeout. A request reuses a connection only when its own check passed exactly that set for
+//! that name, so a kept connection only ever goes to an address that passed the guard for the
+//! request that uses it: a check that resolves to another set (a changed DNS answer, or a
+//! policy that refuses one of the addresses) gets another client, and its connections go to
+//! addresses that passed. No resolver runs when connecting (no second answer: no DNS
+//! rebinding). The clients are bounded ([`EgressOptions::pool_max_clients`]: clients idle past
+//! the idle timeout are dropped first, then the least recently used), and so are the idle
+//! connections of each ([`EgressOptions::pool_max_idle_per_host`],
+//! [`EgressOptions::pool_idle_timeout`]). The idle timeout is shorter than the keep-alive
+//! timeout of common servers (5 s for Node.js and Apache): a request written onto a connection
+//! the server is closing at that moment is a reset after sending — ambiguous, an effect in
+//! review — so idem closes an idle connection before such a server does. A kept connection
+//! found closed before the request was written is replaced by a new one (nothing was sent).
 //!
 //! What this crate must never do: connect anywhere the guard did not pass, follow a redirect,
 //! read a proxy from the environment, log or return a request header, or read more of a
 //! response body than the cap.
 
+use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use idem_core::effect::{Lost, NotSent};
 use idem_core::egress::{check_addr, name_listing, name_may_pass, EgressPolicy, NameListing};
@@ -43,7 +55,18 @@ pub struct EgressOptions {
     pub extra_ca: Option<std::path::PathBuf>,
     /// Longest wait for the name resolution of [`Egress::check`].
     pub resolve_timeout: Duration,
+    /// Most clients kept (one per pinned destination and timeout); beyond it the least
+    /// recently used one is dropped, with its connections.
+    pub pool_max_clients: usize,
+    /// Most idle keep-alive connections kept per client (0: none, a connection per request).
+    pub pool_max_idle_per_host: usize,
+    /// How long an idle connection is kept.
+    pub pool_idle_timeout: Duration,
 }
+
+/// Default [`EgressOptions::pool_idle_timeout`]: under the 5 s keep-alive timeout of Node.js
+/// and Apache, so idem closes an idle connection before such a server does.
+pub const DEFAULT_POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(4);
 
 impl Default for EgressOptions {
     fn default() -> Self {
@@ -51,6 +74,9 @@ impl Default for EgressOptions {
             max_response_bytes: idem_core::effect::DEFAULT_MAX_RESPONSE_BYTES,
             extra_ca: None,
             resolve_timeout: Duration::from_secs(5),
+            pool_max_clients: 256,
+            pool_max_idle_per_host: 16,
+            pool_idle_timeout: DEFAULT_POOL_IDLE_TIMEOUT,
         }
     }
 }
@@ -150,18 +176,108 @@ pub enum Outcome {
     Lost(Lost),
 }
 
-/// The client (cheap to clone: the TLS configuration is shared).
+/// What a kept client may be reused for: one pinned destination and one timeout.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct PoolKey {
+    scheme: String,
+    /// The URL's host (a name, or an IP literal as the URL writes it).
+    host: String,
+    port: u16,
+    /// The addresses the check passed, sorted (empty for an IP literal: the URL's own).
+    addrs: Vec<SocketAddr>,
+    /// The connect timeout belongs to the client: clients differ by it.
+    timeout: Duration,
+}
+
+impl PoolKey {
+    fn of(target: &Target, timeout: Duration) -> PoolKey {
+        let mut addrs = target.addrs().to_vec();
+        addrs.sort_unstable();
+        PoolKey {
+            scheme: target.url.scheme().to_owned(),
+            host: target.url.host_str().unwrap_or_default().to_owned(),
+            port: target.url.port_or_known_default().unwrap_or(0),
+            addrs,
+            timeout,
+        }
+    }
+}
+
+struct Kept {
+    client: reqwest::Client,
+    last_used: Instant,
+}
+
+/// The kept clients, shared by every clone of one [`Egress`].
+struct Pool {
+    clients: Mutex<HashMap<PoolKey, Kept>>,
+    max_clients: usize,
+    max_idle_per_host: usize,
+    idle_timeout: Duration,
+}
+
+impl Pool {
+    fn get(&self, key: &PoolKey) -> Option<reqwest::Client> {
+        let mut clients = self.clients.lock().unwrap_or_else(|e| e.into_inner());
+        let kept = clients.get_mut(key)?;
+        kept.last_used = Instant::now();
+        Some(kept.client.clone())
+    }
+
+    /// Keeps `client` for `key` (or returns the one a concurrent request kept first), after
+    /// dropping clients idle past the idle timeout and, at the cap, the least recently used.
+    fn keep(&self, key: PoolKey, client: reqwest::Client) -> reqwest::Client {
+        let now = Instant::now();
+        let mut clients = self.clients.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(kept) = clients.get_mut(&key) {
+            kept.last_used = now;
+            return kept.client.clone();
+        }
+        if self.max_clients == 0 {
+            return client;
+        }
+        clients.retain(|_, k| now.duration_since(k.last_used) <= self.idle_timeout);
+        while clients.len() >= self.max_clients {
+            let Some(oldest) = clients
+                .iter()
+                .min_by_key(|(_, k)| k.last_used)
+                .map(|(key, _)| key.clone())
+            else {
+                break;
+            };
+            clients.remove(&oldest);
+        }
+        clients.insert(
+            key,
+            Kept {
+                client: client.clone(),
+                last_used: now,
+            },
+        );
+        client
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.clients.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+}
+
+/// The client (cheap to clone: the TLS configuration and the kept clients are shared).
 #[derive(Clone)]
 pub struct Egress {
     tls: Arc<rustls::ClientConfig>,
     max_response_bytes: usize,
     resolve_timeout: Duration,
+    /// Kept connections per pinned destination (see the module doc).
+    pool: Arc<Pool>,
 }
 
 impl std::fmt::Debug for Egress {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Egress")
             .field("max_response_bytes", &self.max_response_bytes)
+            .field("pool_max_clients", &self.pool.max_clients)
             .finish_non_exhaustive()
     }
 }
@@ -194,15 +310,23 @@ impl Egress {
             }
         }
         let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let tls = rustls::ClientConfig::builder_with_provider(provider)
+        let mut tls = rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
             .map_err(|e| EgressError::Tls(e.to_string()))?
             .with_root_certificates(roots)
             .with_no_client_auth();
+        // reqwest uses a preconfigured TLS configuration as it is: HTTP/2 is offered here.
+        tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
         Ok(Egress {
             tls: Arc::new(tls),
             max_response_bytes: opts.max_response_bytes,
             resolve_timeout: opts.resolve_timeout,
+            pool: Arc::new(Pool {
+                clients: Mutex::new(HashMap::new()),
+                max_clients: opts.pool_max_clients,
+                max_idle_per_host: opts.pool_max_idle_per_host,
+                idle_timeout: opts.pool_idle_timeout,
+            }),
         })
     }
 
@@ -245,52 +369,55 @@ impl Egress {
         if !name_may_pass(policy, &host, port) {
             return Err(Forbidden::Refused(Refusal::NotListed));
         }
-        let listing = name_listing(policy, &host, port);
         let lookup = tokio::net::lookup_host((host.clone(), port));
         let resolved = tokio::time::timeout(self.resolve_timeout, lookup).await;
         let addrs: Vec<SocketAddr> = match resolved {
             Ok(Ok(a)) => a.collect(),
             _ => Vec::new(),
         };
-        if addrs.is_empty() {
-            return Ok(Target {
-                url: u,
-                host,
-                reach: Reach::Unresolvable,
-            });
-        }
-        let mut passed = Vec::new();
-        let mut first_refusal = None;
-        for a in addrs {
-            match check_addr(policy, a.ip(), port, listing) {
-                Ok(()) => {
-                    if !passed.contains(&a) {
-                        passed.push(a);
-                    }
-                }
-                Err(r) => {
-                    first_refusal.get_or_insert(r);
-                }
-            }
-        }
-        match (passed.is_empty(), first_refusal) {
-            (true, Some(r)) => Err(Forbidden::Refused(r)),
-            (true, None) => Err(Forbidden::Refused(Refusal::NotListed)),
-            (false, _) => Ok(Target {
-                url: u,
-                host,
-                reach: Reach::Name(passed),
-            }),
-        }
+        admit(policy, u, host, port, addrs)
     }
 
+    /// [`Egress::check`] of a name as if it had resolved to `addrs` (tests: the system
+    /// resolver's answers cannot be chosen).
+    #[cfg(test)]
+    fn check_resolved(
+        &self,
+        policy: &EgressPolicy,
+        url: &str,
+        addrs: Vec<SocketAddr>,
+    ) -> Result<Target, Forbidden> {
+        let u = url::Url::parse(url).map_err(|e| Forbidden::Url(e.to_string()))?;
+        let port = u
+            .port_or_known_default()
+            .ok_or_else(|| Forbidden::Url("has no port".into()))?;
+        let Some(url::Host::Domain(d)) = u.host() else {
+            return Err(Forbidden::Url("not a name".into()));
+        };
+        let host = d.to_ascii_lowercase();
+        if !name_may_pass(policy, &host, port) {
+            return Err(Forbidden::Refused(Refusal::NotListed));
+        }
+        admit(policy, u, host, port, addrs)
+    }
+
+    /// The kept client of `target`'s pinned destination, built on first use.
     fn client(&self, target: &Target, timeout: Duration) -> Result<reqwest::Client, String> {
+        let key = PoolKey::of(target, timeout);
+        if let Some(c) = self.pool.get(&key) {
+            return Ok(c);
+        }
+        let built = self.build_client(target, timeout)?;
+        Ok(self.pool.keep(key, built))
+    }
+
+    fn build_client(&self, target: &Target, timeout: Duration) -> Result<reqwest::Client, String> {
         let mut b = reqwest::Client::builder()
             .use_preconfigured_tls((*self.tls).clone())
             .redirect(reqwest::redirect::Policy::none())
             .no_proxy()
-            .http1_only()
-            .pool_max_idle_per_host(0)
+            .pool_max_idle_per_host(self.pool.max_idle_per_host)
+            .pool_idle_timeout(self.pool.idle_timeout)
             .connect_timeout(timeout)
             .timeout(timeout)
             .user_agent(concat!("idem/", env!("CARGO_PKG_VERSION")));
@@ -355,6 +482,48 @@ impl Egress {
             body,
             truncated,
         })
+    }
+}
+
+/// The target of the name `host` (one that may pass `policy`) given the addresses it resolved
+/// to: the addresses that pass, or the refusal of the first that did not when none does.
+fn admit(
+    policy: &EgressPolicy,
+    u: url::Url,
+    host: String,
+    port: u16,
+    addrs: Vec<SocketAddr>,
+) -> Result<Target, Forbidden> {
+    if addrs.is_empty() {
+        return Ok(Target {
+            url: u,
+            host,
+            reach: Reach::Unresolvable,
+        });
+    }
+    let listing = name_listing(policy, &host, port);
+    let mut passed = Vec::new();
+    let mut first_refusal = None;
+    for a in addrs {
+        match check_addr(policy, a.ip(), port, listing) {
+            Ok(()) => {
+                if !passed.contains(&a) {
+                    passed.push(a);
+                }
+            }
+            Err(r) => {
+                first_refusal.get_or_insert(r);
+            }
+        }
+    }
+    match (passed.is_empty(), first_refusal) {
+        (true, Some(r)) => Err(Forbidden::Refused(r)),
+        (true, None) => Err(Forbidden::Refused(Refusal::NotListed)),
+        (false, _) => Ok(Target {
+            url: u,
+            host,
+            reach: Reach::Name(passed),
+        }),
     }
 }
 

@@ -1,3 +1,4 @@
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use axum::routing::any;
@@ -415,4 +416,342 @@ async fn https_trusts_the_extra_ca_and_a_tls_failure_is_nothing_sent() {
         Outcome::NotSent(NotSent::Connect)
     );
     assert_eq!(n.load(Ordering::SeqCst), 1);
+}
+
+/// What a [`counting`] destination saw: connections accepted, and each request's HTTP
+/// version.
+#[derive(Default)]
+struct Seen {
+    connections: AtomicUsize,
+    versions: std::sync::Mutex<Vec<axum::http::Version>>,
+}
+
+impl Seen {
+    fn connections(&self) -> usize {
+        self.connections.load(Ordering::SeqCst)
+    }
+    fn requests(&self) -> usize {
+        self.versions.lock().map(|v| v.len()).unwrap_or(0)
+    }
+    fn versions(&self) -> Vec<axum::http::Version> {
+        self.versions.lock().map(|v| v.clone()).unwrap_or_default()
+    }
+}
+
+/// A destination on `listener` that counts the connections it accepts and answers every
+/// request `200 ok` on a kept connection: HTTP/1.1, or over TLS with `tls` (HTTP/2 or
+/// HTTP/1.1, as ALPN chose).
+fn counting(
+    listener: tokio::net::TcpListener,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+) -> Arc<Seen> {
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    let seen = Arc::new(Seen::default());
+    let s = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            s.connections.fetch_add(1, Ordering::SeqCst);
+            let (s, tls) = (s.clone(), tls.clone());
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(move |req: hyper::Request<_>| {
+                    let s = s.clone();
+                    async move {
+                        if let Ok(mut v) = s.versions.lock() {
+                            v.push(req.version());
+                        }
+                        let _ = http_body_util::BodyExt::collect(req.into_body()).await;
+                        Ok::<_, std::convert::Infallible>(hyper::Response::new(
+                            http_body_util::Full::new(bytes::Bytes::from_static(b"ok")),
+                        ))
+                    }
+                });
+                let server = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+                match tls {
+                    None => {
+                        let _ = server.serve_connection(TokioIo::new(tcp), service).await;
+                    }
+                    Some(acceptor) => {
+                        if let Ok(tls) = acceptor.accept(tcp).await {
+                            let _ = server.serve_connection(TokioIo::new(tls), service).await;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    seen
+}
+
+async fn loopback(ip: &str, port: u16) -> tokio::net::TcpListener {
+    tokio::net::TcpListener::bind((ip, port))
+        .await
+        .expect("bind")
+}
+
+fn answered_ok(o: Outcome) {
+    match o {
+        Outcome::Answered(a) => assert_eq!((a.status, a.body.as_slice()), (200, &b"ok"[..])),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn sequential_requests_to_one_destination_reuse_one_connection() {
+    let l = loopback("127.0.0.1", 0).await;
+    let port = l.local_addr().expect("addr").port();
+    let seen = counting(l, None);
+    let e = egress(1024);
+    let p = policy(&[&format!("127.0.0.1:{port}")], false);
+    for i in 0..5 {
+        // A fresh check each time, as every effect makes: same destination, same addresses.
+        let t = e
+            .check(&p, &format!("http://127.0.0.1:{port}/charge/{i}"))
+            .await
+            .expect("allowed");
+        answered_ok(e.send(&t, get(5000)).await);
+    }
+    assert_eq!(seen.requests(), 5);
+    assert_eq!(seen.connections(), 1, "one kept connection for 5 requests");
+    // A clone shares the kept connections (the server's effects, forwards and alerts).
+    let t = e
+        .clone()
+        .check(&p, &format!("http://127.0.0.1:{port}/x"))
+        .await
+        .expect("allowed");
+    answered_ok(e.clone().send(&t, get(5000)).await);
+    assert_eq!((seen.requests(), seen.connections()), (6, 1));
+}
+
+#[tokio::test]
+async fn no_idle_connections_kept_means_one_connection_per_request() {
+    let l = loopback("127.0.0.1", 0).await;
+    let port = l.local_addr().expect("addr").port();
+    let seen = counting(l, None);
+    let e = Egress::new(&EgressOptions {
+        pool_max_idle_per_host: 0,
+        ..Default::default()
+    })
+    .expect("client");
+    let p = policy(&[&format!("127.0.0.1:{port}")], false);
+    let t = e
+        .check(&p, &format!("http://127.0.0.1:{port}/"))
+        .await
+        .expect("allowed");
+    for _ in 0..3 {
+        answered_ok(e.send(&t, get(5000)).await);
+    }
+    assert_eq!((seen.requests(), seen.connections()), (3, 3));
+}
+
+#[tokio::test]
+async fn an_idle_connection_is_closed_after_the_idle_timeout() {
+    let l = loopback("127.0.0.1", 0).await;
+    let port = l.local_addr().expect("addr").port();
+    let seen = counting(l, None);
+    let e = Egress::new(&EgressOptions {
+        pool_idle_timeout: Duration::from_millis(200),
+        ..Default::default()
+    })
+    .expect("client");
+    let p = policy(&[&format!("127.0.0.1:{port}")], false);
+    let t = e
+        .check(&p, &format!("http://127.0.0.1:{port}/"))
+        .await
+        .expect("allowed");
+    answered_ok(e.send(&t, get(5000)).await);
+    answered_ok(e.send(&t, get(5000)).await);
+    assert_eq!(seen.connections(), 1);
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    answered_ok(e.send(&t, get(5000)).await);
+    assert_eq!((seen.requests(), seen.connections()), (3, 2));
+}
+
+#[tokio::test]
+async fn a_name_whose_check_passes_other_addresses_never_uses_the_old_connection() {
+    // One port on two loopback addresses: the same URL, two destinations.
+    let a = loopback("127.0.0.1", 0).await;
+    let port = a.local_addr().expect("addr").port();
+    let b = loopback("127.0.0.2", port).await;
+    let (at_a, at_b) = (counting(a, None), counting(b, None));
+    let e = egress(1024);
+    let url = format!("http://pinned.test:{port}/charge");
+    let (addr_a, addr_b): (SocketAddr, SocketAddr) = (
+        format!("127.0.0.1:{port}").parse().expect("a"),
+        format!("127.0.0.2:{port}").parse().expect("b"),
+    );
+    let exact = policy(&[&format!("pinned.test:{port}")], false);
+    // The name resolved to A: two requests, one connection to A.
+    let to_a = e
+        .check_resolved(&exact, &url, vec![addr_a])
+        .expect("allowed");
+    answered_ok(e.send(&to_a, get(5000)).await);
+    answered_ok(e.send(&to_a, get(5000)).await);
+    assert_eq!((at_a.connections(), at_a.requests()), (1, 2));
+    // The same name now resolves to B (a changed answer): a new connection, to B.
+    let to_b = e
+        .check_resolved(&exact, &url, vec![addr_b])
+        .expect("allowed");
+    answered_ok(e.send(&to_b, get(5000)).await);
+    assert_eq!((at_b.connections(), at_b.requests()), (1, 1));
+    assert_eq!(
+        at_a.requests(),
+        2,
+        "nothing went to A over its kept connection"
+    );
+    // Back to A: its kept connection again.
+    answered_ok(e.send(&to_a, get(5000)).await);
+    assert_eq!((at_a.connections(), at_a.requests()), (1, 3));
+    assert_eq!(at_b.requests(), 1);
+}
+
+#[tokio::test]
+async fn an_address_a_policy_refuses_is_never_reached_through_a_kept_connection() {
+    let a = loopback("127.0.0.1", 0).await;
+    let port = a.local_addr().expect("addr").port();
+    let b = loopback("127.0.0.2", port).await;
+    let (at_a, at_b) = (counting(a, None), counting(b, None));
+    let e = egress(1024);
+    let url = format!("http://pinned.test:{port}/charge");
+    let resolved: Vec<SocketAddr> = vec![
+        format!("127.0.0.2:{port}").parse().expect("b"),
+        format!("127.0.0.1:{port}").parse().expect("a"),
+    ];
+    // A policy naming the host passes both addresses: the connection goes to B (first).
+    let exact = policy(&[&format!("pinned.test:{port}")], false);
+    let both = e
+        .check_resolved(&exact, &url, resolved.clone())
+        .expect("allowed");
+    assert_eq!(both.addrs().len(), 2);
+    answered_ok(e.send(&both, get(5000)).await);
+    assert_eq!((at_b.connections(), at_b.requests()), (1, 1));
+    // A policy that lists only A's address (the name by pattern): B is refused, and the
+    // request never rides the kept connection to B.
+    let only_a = policy(&["*.test", &format!("127.0.0.1:{port}")], false);
+    let to_a = e
+        .check_resolved(&only_a, &url, resolved.clone())
+        .expect("allowed");
+    assert_eq!(to_a.addrs(), &[resolved[1]]);
+    answered_ok(e.send(&to_a, get(5000)).await);
+    answered_ok(e.send(&to_a, get(5000)).await);
+    assert_eq!((at_a.connections(), at_a.requests()), (1, 2));
+    assert_eq!(at_b.requests(), 1, "B was refused: nothing more reached it");
+    // A policy that refuses both is refused outright, kept connections or not.
+    assert_eq!(
+        e.check_resolved(&EgressPolicy::default(), &url, resolved)
+            .map(|_| ()),
+        Err(Forbidden::Refused(Refusal::Address(AddrClass::Loopback)))
+    );
+    let literal_b = e
+        .check(&only_a, &format!("http://127.0.0.2:{port}/"))
+        .await
+        .map(|_| ());
+    assert!(literal_b.is_err(), "{literal_b:?}");
+    assert_eq!((at_a.requests(), at_b.requests()), (2, 1));
+}
+
+#[tokio::test]
+async fn kept_clients_are_bounded_and_the_least_recently_used_is_dropped() {
+    let e = Egress::new(&EgressOptions {
+        pool_max_clients: 2,
+        ..Default::default()
+    })
+    .expect("client");
+    let mut dests = Vec::new();
+    for _ in 0..4 {
+        let l = loopback("127.0.0.1", 0).await;
+        let port = l.local_addr().expect("addr").port();
+        let seen = counting(l, None);
+        let p = policy(&[&format!("127.0.0.1:{port}")], false);
+        let t = e
+            .check(&p, &format!("http://127.0.0.1:{port}/"))
+            .await
+            .expect("allowed");
+        answered_ok(e.send(&t, get(5000)).await);
+        assert!(e.pool.len() <= 2, "{}", e.pool.len());
+        dests.push((t, seen));
+    }
+    assert_eq!(e.pool.len(), 2);
+    // The last one is kept with its connection; the first was dropped with its own.
+    answered_ok(e.send(&dests[3].0, get(5000)).await);
+    assert_eq!(dests[3].1.connections(), 1);
+    answered_ok(e.send(&dests[0].0, get(5000)).await);
+    assert_eq!(dests[0].1.connections(), 2);
+    assert_eq!(e.pool.len(), 2);
+}
+
+/// A TLS acceptor for `localhost` from a fresh CA offering `alpn`; returns it and the CA
+/// file.
+fn tls_acceptor(alpn: &[&[u8]], tag: &str) -> (tokio_rustls::TlsAcceptor, std::path::PathBuf) {
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("params");
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca =
+        CertifiedIssuer::self_signed(ca_params, KeyPair::generate().expect("key")).expect("CA");
+    let key = KeyPair::generate().expect("key");
+    let cert = CertificateParams::new(vec!["localhost".to_owned()])
+        .expect("params")
+        .signed_by(&key, &ca)
+        .expect("sign");
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut server = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![cert.der().clone()],
+            rustls::pki_types::PrivateKeyDer::try_from(key.serialize_der()).expect("key der"),
+        )
+        .expect("server config");
+    server.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    let dir = std::env::temp_dir().join(format!("idem-egress-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let ca_file = dir.join("ca.pem");
+    std::fs::write(&ca_file, ca.pem()).expect("write");
+    (tokio_rustls::TlsAcceptor::from(Arc::new(server)), ca_file)
+}
+
+#[tokio::test]
+async fn https_uses_http2_when_offered_on_one_kept_connection() {
+    let (acceptor, ca_file) = tls_acceptor(&[b"h2", b"http/1.1"], "h2");
+    let l = loopback("127.0.0.1", 0).await;
+    let port = l.local_addr().expect("addr").port();
+    let seen = counting(l, Some(acceptor));
+    let e = Egress::new(&EgressOptions {
+        extra_ca: Some(ca_file),
+        ..Default::default()
+    })
+    .expect("client");
+    let p = policy(&[&format!("localhost:{port}")], false);
+    for _ in 0..3 {
+        let t = e
+            .check(&p, &format!("https://localhost:{port}/charge"))
+            .await
+            .expect("allowed");
+        answered_ok(e.send(&t, get(5000)).await);
+    }
+    assert_eq!(seen.versions(), vec![axum::http::Version::HTTP_2; 3]);
+    assert_eq!(seen.connections(), 1, "one handshake for 3 requests");
+}
+
+#[tokio::test]
+async fn https_keeps_http1_connections_where_h2_is_not_offered() {
+    let (acceptor, ca_file) = tls_acceptor(&[b"http/1.1"], "h1");
+    let l = loopback("127.0.0.1", 0).await;
+    let port = l.local_addr().expect("addr").port();
+    let seen = counting(l, Some(acceptor));
+    let e = Egress::new(&EgressOptions {
+        extra_ca: Some(ca_file),
+        ..Default::default()
+    })
+    .expect("client");
+    let p = policy(&[&format!("localhost:{port}")], false);
+    let t = e
+        .check(&p, &format!("https://localhost:{port}/charge"))
+        .await
+        .expect("allowed");
+    for _ in 0..3 {
+        answered_ok(e.send(&t, get(5000)).await);
+    }
+    assert_eq!(seen.versions(), vec![axum::http::Version::HTTP_11; 3]);
+    assert_eq!(seen.connections(), 1);
 }

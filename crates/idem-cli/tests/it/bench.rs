@@ -98,11 +98,14 @@ fn check_side_by_side(out: &Out, json: &Value, backend: &str) {
         &["bare", "library", "http"],
         &["first_time_pair", "duplicate"],
     )
-    .chain(pairs(&["http", "direct"], &["effect", "effect_256k"]))
+    .chain(pairs(
+        &["http", "direct"],
+        &["effect", "effect_256k", "effect_tls"],
+    ))
     .chain(pairs(&["http"], &["intake", "intake_duplicate"]))
     .collect();
     assert_eq!(seen, want);
-    assert_eq!(rows.len(), 12);
+    assert_eq!(rows.len(), 14);
 }
 
 #[test]

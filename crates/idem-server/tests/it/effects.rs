@@ -3,6 +3,7 @@
 //! point of an effect is that the destination sees the request exactly once (or never).
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -154,6 +155,26 @@ async fn destination() -> (Dest, u16) {
     let port = l.local_addr().expect("addr").port();
     tokio::spawn(async move { axum::serve(l, app).await });
     (d, port)
+}
+
+/// [`destination`] that also counts the TCP connections it accepts.
+async fn counting_destination() -> (Dest, u16, Arc<AtomicUsize>) {
+    use axum::serve::ListenerExt;
+    let d = Dest::default();
+    let app = Router::new()
+        .route("/{*rest}", any(handle))
+        .with_state(d.clone());
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = l.local_addr().expect("addr").port();
+    let conns = Arc::new(AtomicUsize::new(0));
+    let n = conns.clone();
+    let l = l.tap_io(move |_| {
+        n.fetch_add(1, Ordering::SeqCst);
+    });
+    tokio::spawn(async move { axum::serve(l, app).await });
+    (d, port, conns)
 }
 
 /// A destination that reads the request and then resets the connection: counts requests.
@@ -966,5 +987,30 @@ async fn twenty_concurrent_identical_effects_send_one_request() {
         let later = effect(&app, "pay", "evt_twenty:charge", body).await;
         assert_eq!(later.body["outcome"], "completed");
         assert_eq!(d.count(), 1);
+    }
+}
+
+#[tokio::test]
+async fn sequential_effects_to_one_destination_share_one_kept_connection() {
+    for backend in backends() {
+        let (d, port, conns) = counting_destination().await;
+        let app = app_for(backend, port).await;
+        let url = format!("http://127.0.0.1:{port}/status/201");
+        for i in 0..4 {
+            let r = effect(&app, "pay", &format!("kept-{i}"), post(url.clone())).await;
+            assert_eq!(r.status, 200, "{}", r.text);
+            assert_eq!(r.body["outcome"], "performed");
+        }
+        assert_eq!(d.count(), 4, "{backend:?}");
+        assert_eq!(
+            conns.load(Ordering::SeqCst),
+            1,
+            "{backend:?}: 4 effects, one TCP connection"
+        );
+        // A namespace whose policy refuses the destination sends nothing, kept connection
+        // or not.
+        let r = effect(&app, "other", "kept-x", post(url.clone())).await;
+        r.problem(422, "destination_forbidden");
+        assert_eq!((d.count(), conns.load(Ordering::SeqCst)), (4, 1));
     }
 }

@@ -166,7 +166,7 @@ impl Policy {
             .as_object()
             .ok_or_else(|| invalid("policy", "must be a JSON object"))?;
         let mut p = self.clone();
-        for (k, v) in obj {
+        for (k, v) in in_name_order(obj) {
             match k.as_str() {
                 "lease_ms" => p.lease_ms = int_in(v, "lease_ms", 1, MAX_LEASE_MS)?,
                 "lease_expiry" => {
@@ -273,12 +273,21 @@ impl Policy {
     }
 }
 
+/// A patch object's members by name: the answer to a patch with several bad members names
+/// the same one (the first by name) however the client ordered them, so a re-serialized
+/// request gets the same error.
+fn in_name_order(obj: &Map<String, Value>) -> Vec<(&String, &Value)> {
+    let mut members: Vec<(&String, &Value)> = obj.iter().collect();
+    members.sort_unstable_by(|a, b| a.0.cmp(b.0));
+    members
+}
+
 fn patch_retry(current: &RetryPolicy, v: &Value) -> Result<RetryPolicy, PolicyError> {
     let obj: &Map<String, Value> = v
         .as_object()
         .ok_or_else(|| invalid("retry", "must be a JSON object"))?;
     let mut r = current.clone();
-    for (k, v) in obj {
+    for (k, v) in in_name_order(obj) {
         match k.as_str() {
             "max_attempts" => r.max_attempts = int_in(v, "retry.max_attempts", 1, 1000)? as u32,
             "base_ms" => r.base_ms = int_in(v, "retry.base_ms", 0, MAX_DURATION_MS)?,
@@ -301,7 +310,7 @@ fn patch_egress(current: &EgressPolicy, v: &Value) -> Result<EgressPolicy, Polic
         .as_object()
         .ok_or_else(|| invalid("egress", "must be a JSON object"))?;
     let mut e = current.clone();
-    for (k, v) in obj {
+    for (k, v) in in_name_order(obj) {
         match k.as_str() {
             "allow" => {
                 let list = v
@@ -347,6 +356,43 @@ fn patch_egress(current: &EgressPolicy, v: &Value) -> Result<EgressPolicy, Polic
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// Member order is the client's (JSON objects keep it), but which bad member an error
+    /// names must not depend on it: a re-serialized request gets the same answer.
+    #[test]
+    fn several_bad_members_name_the_same_one_in_any_order() {
+        let forward: Value = serde_json::from_str(
+            r#"{"retry": {"zz": 1, "base_ms": -1}, "lease_gs": 5000, "lease_ms": 0}"#,
+        )
+        .expect("json");
+        let backward: Value = serde_json::from_str(
+            r#"{"lease_ms": 0, "lease_gs": 5000, "retry": {"base_ms": -1, "zz": 1}}"#,
+        )
+        .expect("json");
+        let a = Policy::default().patch(&forward);
+        assert_eq!(a, Policy::default().patch(&backward));
+        assert_eq!(
+            a,
+            Err(PolicyError::UnknownField {
+                field: "lease_gs".into()
+            })
+        );
+        let a = Policy::default().patch(&json!({"retry": {"zz": 1, "base_ms": -1}}));
+        let b = Policy::default().patch(
+            &serde_json::from_str::<Value>(r#"{"retry": {"base_ms": -1, "zz": 1}}"#).expect("json"),
+        );
+        assert_eq!(a, b);
+        let e = Policy::default()
+            .patch(
+                &serde_json::from_str::<Value>(r#"{"egress": {"nope": 1, "allow": 5}}"#)
+                    .expect("json"),
+            )
+            .expect_err("bad");
+        assert_eq!(
+            e,
+            invalid("egress.allow", "must be an array of host patterns")
+        );
+    }
 
     #[test]
     fn egress_patches_merge_and_name_the_bad_entry() {

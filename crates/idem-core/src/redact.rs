@@ -41,8 +41,10 @@ pub fn redact_db_url(url: &str) -> String {
             "<unparseable url>".to_owned()
         }
     };
-    if let Some(shown) = redact_multi_host(scheme, url) {
-        return shown;
+    match redact_multi_host(scheme, url) {
+        MultiHost::No => {}
+        MultiHost::Shown(shown) => return shown,
+        MultiHost::Unparseable => return unparseable(),
     }
     let Ok(mut parsed) = url::Url::parse(url) else {
         return unparseable();
@@ -76,6 +78,16 @@ pub fn redact_db_url(url: &str) -> String {
     parsed.to_string()
 }
 
+/// What [`redact_multi_host`] made of a URL.
+enum MultiHost {
+    /// No host list: redact it as any URL.
+    No,
+    /// The URL as it may be printed.
+    Shown(String),
+    /// A host list with something else in it: print nothing of the URL.
+    Unparseable,
+}
+
 /// Stands in for a host list while the rest of a multi-host URL is parsed (`.invalid` never
 /// resolves and cannot be in a real list, whose entries are checked below).
 const HOSTS_PLACEHOLDER: &str = "idem-host-list.invalid";
@@ -85,14 +97,14 @@ const HOSTS_PLACEHOLDER: &str = "idem-host-list.invalid";
 /// in its place is redacted as any other, and the list is put back. `None` when the URL has
 /// no host list (one host, or none); a list with anything but host names, IP addresses and
 /// ports prints as unparseable, like any URL this module cannot place.
-fn redact_multi_host(scheme: &str, url: &str) -> Option<String> {
+fn redact_multi_host(scheme: &str, url: &str) -> MultiHost {
     let rest = &url[scheme.len() + 3..];
     let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
     let authority = &rest[..authority_end];
     let hosts_at = authority.rfind('@').map_or(0, |i| i + 1);
     let hosts = &authority[hosts_at..];
     if !hosts.contains(',') {
-        return None;
+        return MultiHost::No;
     }
     let plain = hosts.split(',').all(|h| {
         !h.is_empty()
@@ -101,7 +113,7 @@ fn redact_multi_host(scheme: &str, url: &str) -> Option<String> {
             })
     });
     if !plain {
-        return Some(format!("{scheme}://<unparseable url>"));
+        return MultiHost::Unparseable;
     }
     let single = format!(
         "{scheme}://{}{HOSTS_PLACEHOLDER}{}",
@@ -111,9 +123,9 @@ fn redact_multi_host(scheme: &str, url: &str) -> Option<String> {
     let shown = redact_db_url(&single);
     match shown.split_once(HOSTS_PLACEHOLDER) {
         Some((before, after)) if !after.contains(HOSTS_PLACEHOLDER) => {
-            Some(format!("{before}{hosts}{after}"))
+            MultiHost::Shown(format!("{before}{hosts}{after}"))
         }
-        _ => Some(shown),
+        _ => MultiHost::Shown(shown),
     }
 }
 
@@ -252,6 +264,10 @@ mod tests {
             "postgres://a,b/db",
             "nothing to hide"
         );
+        // Not a URL at all (a libpq string with `://` in a value): nothing of it is shown,
+        // not even as a scheme.
+        let r = redact_db_url("PASSWd\u{c}=\rho:// host=h1,h2 user=idem dbname=idem");
+        assert_eq!(r, "<unparseable url>");
         // A password the parser cannot place stays hidden, list or not.
         for url in [
             "postgres://u:12/ss@a,b/db",

@@ -97,6 +97,27 @@ fn collect_strings<'a>(v: &'a Value, out: &mut Vec<&'a str>) {
     }
 }
 
+/// `v` with every object's members sorted by name. JSON objects keep the order they were
+/// written in; an audit must not depend on it (the same workflow exported by another tool,
+/// or re-serialized, gets the same findings and the same parse error), so the document is
+/// read in one order whatever its spelling.
+fn in_name_order(v: &Value) -> Value {
+    match v {
+        Value::Object(o) => {
+            let mut members: Vec<(&String, &Value)> = o.iter().collect();
+            members.sort_unstable_by(|a, b| a.0.cmp(b.0));
+            Value::Object(
+                members
+                    .into_iter()
+                    .map(|(k, x)| (k.clone(), in_name_order(x)))
+                    .collect(),
+            )
+        }
+        Value::Array(a) => Value::Array(a.iter().map(in_name_order).collect()),
+        other => other.clone(),
+    }
+}
+
 /// A `main` connection: output `output` of node `from` feeds node `to`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Edge {
@@ -124,6 +145,7 @@ impl Workflow {
 
 /// Reads a document holding one workflow or an array of them (`n8n export:workflow --all`).
 pub fn parse_document(doc: &Value) -> Result<Vec<Workflow>, ParseError> {
+    let doc = &in_name_order(doc);
     match doc {
         Value::Array(items) => items
             .iter()
@@ -343,6 +365,28 @@ fn parse_connections(
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn member_order_changes_neither_the_parse_error_nor_the_workflow() {
+        let nodes = r#"[{"name": "A", "type": "n8n-nodes-base.webhook", "parameters": {}},
+                        {"name": "B", "type": "n8n-nodes-base.noOp", "parameters": {}}]"#;
+        let bad_a = r#""A": {"main": [[{"nod": "B"}]]}"#;
+        let bad_b = r#""B": {"main": [[{"x": 1}]]}"#;
+        let doc = |first: &str, second: &str| -> Value {
+            serde_json::from_str(&format!(
+                r#"{{"nodes": {nodes}, "connections": {{{first}, {second}}}}}"#
+            ))
+            .expect("json")
+        };
+        let one = parse_document(&doc(bad_a, bad_b))
+            .map(|_| ())
+            .expect_err("bad");
+        let two = parse_document(&doc(bad_b, bad_a))
+            .map(|_| ())
+            .expect_err("bad");
+        assert_eq!(one.path, two.path);
+        assert_eq!(one.path, "connections.A.main[0][0]");
+    }
 
     #[test]
     fn reads_nodes_edges_and_settings() {

@@ -1,0 +1,16 @@
+//! `github`: `X-Hub-Signature-256: sha256=<hex>`, HMAC-SHA256 of the body.
+
+use super::parts::{decode_hex, one_header, plain_match};
+use super::{Refusal, Request, VerifyConfig};
+use crate::provider::HmacAlgorithm;
+
+pub(super) fn check(cfg: &VerifyConfig<'_>, req: &Request<'_>) -> Result<Option<i64>, Refusal> {
+    let (headers, body) = (req.headers, req.body);
+    let sig = one_header(headers, "x-hub-signature-256")?;
+    let sig = sig
+        .strip_prefix("sha256=")
+        .ok_or(Refusal::InvalidSignature)?;
+    let cand = decode_hex(sig);
+    plain_match(cfg.secrets, HmacAlgorithm::Sha256, &[body], &[cand])?;
+    Ok(None)
+}

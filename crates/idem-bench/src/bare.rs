@@ -185,6 +185,7 @@ pub async fn run(
                 }
             }
         }
+        Backend::PostgresPooled => anyhow::bail!("no bare rows through a pooler"),
         Backend::Redis => anyhow::bail!("the redis rows have their own recipe"),
     }
 }

@@ -82,6 +82,7 @@ impl PgStore {
                 "postgres url lists several hosts without target_session_attrs=read-write"
             );
         }
+        let url_ports = cfg.get_ports().to_vec();
         cfg.connect_timeout(opts.connect_timeout);
         // Dead peers are noticed even when no statement is running (keepalive) and when one is
         // (tcp_user_timeout bounds unacknowledged writes).
@@ -137,6 +138,11 @@ impl PgStore {
         };
         let mut client = store.client().await.map_err(store_err)?;
         one_server_connection_per_transaction(&mut client).await?;
+        if pooler == Pooler::None {
+            if let [port] = url_ports[..] {
+                warn_if_proxied(&client, port, &store.url).await;
+            }
+        }
         let now = idem_core::Clock::now(&idem_core::SystemClock).0;
         let ran = schema::migrate(&mut client, now).await?;
         if !ran.is_empty() {
@@ -144,6 +150,27 @@ impl PgStore {
         }
         tracing::info!(url = %store.url, pooler = ?pooler, "postgres store ready");
         Ok(store)
+    }
+}
+
+/// A hint for a URL without `pooler=…` whose server says it listens on another port than the
+/// one idem connected to: most likely a pooler (PgBouncer listens on 6432, the hosted poolers
+/// on 6543), and a transaction pooler needs `pooler=transaction`. Only a warning: a NAT, a
+/// container's port mapping or a tunnel changes the port as well.
+async fn warn_if_proxied(client: &Conn, url_port: u16, url: &str) {
+    let Ok(row) = client.query_one("SELECT inet_server_port()", &[]).await else {
+        return;
+    };
+    if let Ok(Some(server_port)) = row.try_get::<_, Option<i32>>(0) {
+        if i64::from(server_port) != i64::from(url_port) {
+            tracing::warn!(
+                url = %url,
+                server_port,
+                "postgres answers on port {url_port} but says it listens on {server_port}: if a \
+                 transaction pooler is in between, add pooler=transaction to the URL \
+                 (docs/deployment.md)"
+            );
+        }
     }
 }
 

@@ -80,6 +80,21 @@ use idem_store::{
 pub use conn::Pooler;
 pub use connect::PgOptions;
 
+impl PgStore {
+    /// How many named prepared statements one pooled connection holds on its server
+    /// connection (`pg_prepared_statements`), for the test that shows `pooler=transaction`
+    /// leaves none behind.
+    #[doc(hidden)]
+    pub async fn named_statements_on_a_connection(&self) -> Result<i64, StoreError> {
+        let client = self.client().await.map_err(store_err)?;
+        let row = client
+            .query_one("SELECT count(*) FROM pg_prepared_statements", &[])
+            .await
+            .map_err(store_err)?;
+        row.try_get(0).map_err(store_err)
+    }
+}
+
 /// The text of the sweep's candidate query (`$1` now, `$2` batch, `$3` the default
 /// `stuck_after_ms`), for the test that checks its plan.
 #[doc(hidden)]

@@ -13,6 +13,7 @@ async fn main() -> anyhow::Result<()> {
     let opts = BenchOpts {
         backends,
         pg_url: "postgres://postgres@127.0.0.1:5432/postgres".into(),
+        pooler_url: None,
         duration: Duration::from_secs(3),
         concurrency: vec![1, 16, 64],
         modes: vec![Mode::Bare, Mode::Library],

@@ -185,6 +185,7 @@ pub async fn run(
                 }
             }
         }
+        Backend::PostgresPooled => anyhow::bail!("no bare rows through a pooler"),
         Backend::Redis => anyhow::bail!("the redis rows have their own recipe"),
     }
 }
@@ -192,7 +193,9 @@ pub async fn run(
 async fn pg_connect(
     url: &str,
 ) -> anyhow::Result<(tokio_postgres::Client, tokio::task::JoinHandle<()>)> {
-    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+    // The driver refuses idem's own `pooler=…` parameter; the statements here need none.
+    let (plain, _) = idem::Pooler::split_url(url).map_err(anyhow::Error::msg)?;
+    let (client, conn) = tokio_postgres::connect(&plain, tokio_postgres::NoTls)
         .await
         .with_context(|| format!("connecting to {}", idem::redact_db_url(url)))?;
     let h = tokio::spawn(async move {

@@ -732,6 +732,115 @@ pub async fn run_kill9(opts: &Kill9Opts) -> anyhow::Result<Kill9Report> {
     })
 }
 
+/// Options of the database fault run: an `idem serve` on a database the caller runs, and a
+/// command that breaks it (and mends it: restarts it, or promotes a standby) under load.
+#[derive(Debug, Clone)]
+pub struct FaultOpts {
+    /// The `idem` binary to serve with.
+    pub bin: PathBuf,
+    /// The ledger URL, used as given (e.g. a multi-host URL with
+    /// `target_session_attrs=read-write`, or a pooler's URL).
+    pub db_url: String,
+    /// Run with `sh -c` after `round_time` of load; the load runs on while it runs.
+    pub fault_cmd: String,
+    /// Load time before the fault, and again after the command finished.
+    pub round_time: Duration,
+    pub clients: usize,
+}
+
+/// The figures of a database fault run.
+#[derive(Debug, Serialize)]
+pub struct FaultReport {
+    pub clients: usize,
+    /// How long the fault command ran.
+    pub fault_cmd_ms: u64,
+    /// Whether any client saw the fault (a 503 or no answer).
+    pub outage_seen: bool,
+    /// From the start of the fault command to the last answer that was a 503 or none: the
+    /// outage as the clients saw it (0 when none saw it).
+    pub recovery_ms: u64,
+    /// 503 answers with the code `store_unavailable`.
+    pub store_unavailable: u64,
+    /// 5xx answers that were not 503 `store_unavailable` (a 500 means a database error was
+    /// mistaken for a bug): must be 0.
+    pub other_5xx: u64,
+    pub verdict: Verdict,
+}
+
+impl FaultReport {
+    pub fn ok(&self) -> bool {
+        self.verdict.ok() && self.other_5xx == 0
+    }
+}
+
+/// Load for `round_time`, then the fault command while the load goes on, then `round_time`
+/// more; the same server process throughout (it must find the database again by itself).
+/// Then the history is checked through that server.
+pub async fn run_fault(opts: &FaultOpts) -> anyhow::Result<FaultReport> {
+    let port = crate::free_port()?;
+    let addr = format!("127.0.0.1:{port}");
+    let ns = format!("hist-{:08x}", rand::random::<u32>());
+    let child = spawn_server(&opts.bin, &addr, &opts.db_url).await?;
+    prepare_namespace(&addr, &ns).await?;
+    let load = Load::start(&addr, &ns, opts.clients);
+    tokio::time::sleep(opts.round_time).await;
+    let bad = |t: &Tally| t.unavailable() + t.unknown.load(Ordering::Relaxed);
+    let t0 = Instant::now();
+    let mut cmd = tokio::process::Command::new("sh")
+        .args(["-c", &opts.fault_cmd])
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .context("starting the fault command")?;
+    let mut prev_bad = bad(load.tally());
+    let mut last_bad: Option<Instant> = None;
+    let mut done: Option<Duration> = None;
+    loop {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let b = bad(load.tally());
+        if b != prev_bad {
+            prev_bad = b;
+            last_bad = Some(Instant::now());
+        }
+        if done.is_none() {
+            if let Some(st) = cmd.try_wait()? {
+                anyhow::ensure!(st.success(), "the fault command failed: {st}");
+                done = Some(t0.elapsed());
+            }
+        }
+        // Served again: the command is done and a second has passed without a failed answer.
+        let quiet = last_bad.map_or(t0.elapsed(), |t| t.elapsed());
+        if done.is_some() && quiet > Duration::from_secs(1) {
+            break;
+        }
+        anyhow::ensure!(
+            t0.elapsed() < Duration::from_secs(180),
+            "no recovery within 180 s of the fault"
+        );
+    }
+    tokio::time::sleep(opts.round_time).await;
+    let history = load.finish().await?;
+    let verdict = check(&addr, &history).await?;
+    drop(child);
+    let is_unavailable =
+        |e: &&Entry| e.status == Some(503) && e.code.as_deref() == Some("store_unavailable");
+    let store_unavailable = history.entries.iter().filter(is_unavailable).count() as u64;
+    let other_5xx = history
+        .entries
+        .iter()
+        .filter(|e| e.status.is_some_and(|s| s >= 500) && !is_unavailable(e))
+        .count() as u64;
+    Ok(FaultReport {
+        clients: opts.clients,
+        fault_cmd_ms: done.unwrap_or_default().as_millis() as u64,
+        outage_seen: last_bad.is_some(),
+        recovery_ms: last_bad.map_or(0, |t| t.duration_since(t0).as_millis() as u64),
+        store_unavailable,
+        other_5xx,
+        verdict,
+    })
+}
+
 /// One window of a soak.
 #[derive(Debug, Clone, Serialize)]
 pub struct SoakWindow {

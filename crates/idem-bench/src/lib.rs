@@ -60,6 +60,10 @@ pub use scale::{run_scale, JanitorRow, ScaleOpts, ScaleReport, ScaleRow};
 pub enum Backend {
     Sqlite,
     Postgres,
+    /// PostgreSQL through the pooler of [`BenchOpts::pooler_url`] (library and HTTP rows, each
+    /// run right after the direct row it is compared with).
+    #[serde(rename = "pg_pooled")]
+    PostgresPooled,
     /// The store of the redis reference rows (not a ledger backend of idem).
     Redis,
 }
@@ -69,6 +73,7 @@ impl Backend {
         match self {
             Backend::Sqlite => "sqlite",
             Backend::Postgres => "postgres",
+            Backend::PostgresPooled => "pg_pooled",
             Backend::Redis => "redis",
         }
     }
@@ -177,6 +182,10 @@ pub struct BenchOpts {
     pub backends: Vec<Backend>,
     /// PostgreSQL server URL (a fresh database is created on it per run and dropped after).
     pub pg_url: String,
+    /// The same server through a pooler (e.g. PgBouncer in transaction mode, with
+    /// `pooler=transaction`): each PostgreSQL library and HTTP row is then measured a second
+    /// time through it, on a fresh database made through `pg_url`.
+    pub pooler_url: Option<String>,
     pub duration: Duration,
     pub concurrency: Vec<usize>,
     pub modes: Vec<Mode>,
@@ -209,6 +218,10 @@ pub struct Row {
     /// in for ([`Workload::claims_row`]; same backend and concurrency).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ratio_to_claims: Option<f64>,
+    /// Pooled rows: ops_per_s divided by that of the direct PostgreSQL row of the same mode,
+    /// workload and concurrency.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ratio_to_direct: Option<f64>,
     /// Claim rows: ops_per_s divided by that of the Redis AOF row of the same workload and
     /// concurrency (when the redis rows ran; not on the AOF row itself).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -289,7 +302,15 @@ fn plan(opts: &BenchOpts, redis: bool) -> Vec<(Backend, Mode, Workload, usize)> 
             for &c in &opts.concurrency {
                 for &mode in opts.modes.iter().filter(|&&m| workload.runs_in(m)) {
                     match (mode.is_redis(), backend) {
-                        (false, Some(b)) => specs.push((b, mode, workload, c)),
+                        (false, Some(b)) => {
+                            specs.push((b, mode, workload, c));
+                            if b == Backend::Postgres
+                                && opts.pooler_url.is_some()
+                                && matches!(mode, Mode::Library | Mode::Http)
+                            {
+                                specs.push((Backend::PostgresPooled, mode, workload, c));
+                            }
+                        }
                         (true, _) if redis && i == 0 => {
                             specs.push((Backend::Redis, mode, workload, c))
                         }
@@ -408,6 +429,21 @@ fn fill_ratios(rows: &mut [Row]) {
             .filter(|(_, _, _, ops)| *ops > 0.0)
             .map(|(_, _, _, ops)| ratio(r.ops_per_s, *ops));
     }
+    let direct: Vec<(Mode, Workload, usize, f64)> = rows
+        .iter()
+        .filter(|r| r.backend == Backend::Postgres)
+        .map(|r| (r.mode, r.workload, r.concurrency, r.ops_per_s))
+        .collect();
+    for r in rows
+        .iter_mut()
+        .filter(|r| r.backend == Backend::PostgresPooled)
+    {
+        r.ratio_to_direct = direct
+            .iter()
+            .find(|(m, w, c, _)| *m == r.mode && *w == r.workload && *c == r.concurrency)
+            .filter(|(_, _, _, ops)| *ops > 0.0)
+            .map(|(_, _, _, ops)| ratio(r.ops_per_s, *ops));
+    }
     let redis_aof: Vec<(Workload, usize, f64)> = rows
         .iter()
         .filter(|r| r.mode == Mode::RedisAof)
@@ -448,10 +484,17 @@ impl Target {
                     pg_admin: String::new(),
                 })
             }
-            Backend::Postgres => {
+            Backend::Postgres | Backend::PostgresPooled => {
                 let name = format!("idem_bench_{:016x}", rand::random::<u64>());
                 bare::pg_admin(&opts.pg_url, &format!("CREATE DATABASE {name}")).await?;
-                let url = bare::pg_url_with_db(&opts.pg_url, &name);
+                let via = match (backend, &opts.pooler_url) {
+                    (Backend::PostgresPooled, Some(p)) => p,
+                    (Backend::PostgresPooled, None) => {
+                        anyhow::bail!("pooled rows need a pooler URL")
+                    }
+                    _ => &opts.pg_url,
+                };
+                let url = bare::pg_url_with_db(via, &name);
                 Ok(Target {
                     backend,
                     url,
@@ -527,6 +570,7 @@ fn row_of(
         p99_ms: m.quantile_ms(0.99),
         max_ms: m.max_ms(),
         ratio_to_bare: None,
+        ratio_to_direct: None,
         ratio_to_claims: None,
         ratio_to_redis: None,
         errors: m.errors,
@@ -1156,7 +1200,7 @@ async fn run_http(
 pub fn render_table(rows: &[Row]) -> String {
     let mut out = String::new();
     out.push_str(&format!(
-        "{:<9} {:<10} {:<16} {:>5} {:>12} {:>9} {:>9} {:>9} {:>8} {:>8} {:>8} {:>7} {:>9} {:>10} {:>10}\n",
+        "{:<9} {:<10} {:<16} {:>5} {:>12} {:>9} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8} {:>7} {:>9} {:>10} {:>10}\n",
         "backend",
         "mode",
         "workload",
@@ -1168,6 +1212,7 @@ pub fn render_table(rows: &[Row]) -> String {
         "x bare",
         "x claims",
         "x redis",
+        "x direct",
         "errors",
         "rss MiB",
         "srv us/op",
@@ -1175,7 +1220,7 @@ pub fn render_table(rows: &[Row]) -> String {
     ));
     for r in rows {
         out.push_str(&format!(
-            "{:<9} {:<10} {:<16} {:>5} {:>12.0} {:>9.3} {:>9.3} {:>9.3} {:>8} {:>8} {:>8} {:>7} {:>9} {:>10} {:>10}\n",
+            "{:<9} {:<10} {:<16} {:>5} {:>12.0} {:>9.3} {:>9.3} {:>9.3} {:>8} {:>8} {:>8} {:>8} {:>7} {:>9} {:>10} {:>10}\n",
             r.backend.as_str(),
             r.mode.as_str(),
             r.workload.as_str(),
@@ -1187,6 +1232,7 @@ pub fn render_table(rows: &[Row]) -> String {
             r.ratio_to_bare.map_or("-".into(), ratio_cell),
             r.ratio_to_claims.map_or("-".into(), ratio_cell),
             r.ratio_to_redis.map_or("-".into(), ratio_cell),
+            r.ratio_to_direct.map_or("-".into(), ratio_cell),
             r.errors,
             r.server_peak_rss_mib
                 .map_or("-".into(), |x| format!("{x:.1}")),
@@ -1242,7 +1288,7 @@ impl FreshLedger {
                 ),
                 None,
             ),
-            Backend::Postgres => {
+            Backend::Postgres | Backend::PostgresPooled => {
                 let name = format!("idem_{what}_{:016x}", rand::random::<u64>());
                 bare::pg_admin(pg_url, &format!("CREATE DATABASE {name}")).await?;
                 (bare::pg_url_with_db(pg_url, &name), Some(name))

@@ -290,6 +290,7 @@ mod tests {
         BenchOpts {
             backends: vec![],
             pg_url: String::new(),
+            pooler_url: None,
             duration: Duration::from_millis(300),
             concurrency: vec![1, 2],
             modes: vec![Mode::RedisAof, Mode::RedisNoPersist],

@@ -98,6 +98,7 @@ pub async fn run_scale(opts: &ScaleOpts) -> anyhow::Result<ScaleReport> {
     let bench_opts = crate::BenchOpts {
         backends: opts.backends.clone(),
         pg_url: opts.pg_url.clone(),
+        pooler_url: None,
         duration: opts.duration,
         concurrency: vec![opts.concurrency],
         modes: vec![],
@@ -225,7 +226,7 @@ async fn fill(url: &str, backend: Backend, n: u64, age_ms: i64) -> anyhow::Resul
             tokio::task::spawn_blocking(move || sqlite_double(&path, n)).await?
         }
         Backend::Postgres => pg_double(url, n).await,
-        Backend::Redis => anyhow::bail!("redis is a reference row, not an idem ledger"),
+        Backend::PostgresPooled | Backend::Redis => anyhow::bail!("redis is a reference row, not an idem ledger"),
     }
 }
 
@@ -357,7 +358,7 @@ async fn age_records(url: &str, backend: Backend, by_ms: i64) -> anyhow::Result<
             .await?
         }
         Backend::Postgres => bare::pg_admin(url, &sql).await,
-        Backend::Redis => anyhow::bail!("redis is a reference row, not an idem ledger"),
+        Backend::PostgresPooled | Backend::Redis => anyhow::bail!("redis is a reference row, not an idem ledger"),
     }
 }
 

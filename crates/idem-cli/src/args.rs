@@ -216,6 +216,13 @@ pub struct BenchCmd {
         default_value = "postgres://postgres@127.0.0.1:5432/postgres"
     )]
     pub db: String,
+    /// The same PostgreSQL server through a pooler, e.g.
+    /// postgres://postgres@127.0.0.1:6432/postgres?pooler=transaction for PgBouncer in
+    /// transaction mode: each PostgreSQL library and HTTP row then runs a second time through
+    /// it, right after the direct one, as backend `pg_pooled` with its ratio to the direct row
+    /// (column "x direct"). Databases are created and dropped through --db.
+    #[arg(long, value_name = "URL")]
+    pub pooler_url: Option<String>,
     /// How long each row runs, e.g. 10s.
     #[arg(long, value_name = "DURATION", default_value = "10s")]
     pub duration: String,
@@ -286,6 +293,14 @@ pub struct BenchCmd {
     /// --concurrency value; one backend (--backend sqlite or postgres).
     #[arg(long, value_name = "N", default_value = "0")]
     pub kill9_rounds: u32,
+    /// Database fault run instead of the table: serve --db as given (not a fresh database:
+    /// e.g. a multi-host URL with target_session_attrs=read-write), load for --round-time, run
+    /// this shell command under the load (kill the primary and promote the standby, restart
+    /// the server, …), load --round-time more, then the history checker; also counts 5xx
+    /// answers other than 503 store_unavailable and measures the outage the clients saw
+    /// (.ci/failover.sh, docs/reliability.md). Clients: the largest --concurrency value.
+    #[arg(long, value_name = "CMD")]
+    pub fault_cmd: Option<String>,
     /// Fault run: load time before each kill.
     #[arg(long, value_name = "DURATION", default_value = "1s")]
     pub round_time: String,

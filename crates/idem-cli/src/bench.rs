@@ -132,6 +132,50 @@ pub async fn run(c: BenchCmd) -> Result<u8, CliError> {
             )));
         }
         json
+    } else if let Some(cmd) = &c.fault_cmd {
+        let round_time = humantime::parse_duration(&c.round_time)
+            .map_err(|e| CliError::input(format!("--round-time {:?}: {e}", c.round_time)))?;
+        let opts = idem_bench::history::FaultOpts {
+            bin: std::env::current_exe().map_err(anyhow::Error::from)?,
+            db_url: c.db.clone(),
+            fault_cmd: cmd.clone(),
+            round_time,
+            clients: c.concurrency.iter().copied().max().unwrap_or(64),
+        };
+        let r = idem_bench::history::run_fault(&opts).await?;
+        let v = &r.verdict;
+        println!(
+            "fault run: {} clients; {} requests, {} acknowledged, {} without answer, {} answered \
+             503 store_unavailable, {} other 5xx; {} keys checked: lost {}, double acquisitions \
+             {}, bad states {}, ambiguous not in review {}; fault command {} ms, outage seen by \
+             clients {} ms",
+            r.clients,
+            v.requests,
+            v.acknowledged,
+            v.unknown,
+            r.store_unavailable,
+            r.other_5xx,
+            v.keys_checked,
+            v.lost,
+            v.double_acquired,
+            v.bad_state,
+            v.ambiguous_not_in_review,
+            r.fault_cmd_ms,
+            r.recovery_ms
+        );
+        for line in &v.violations {
+            println!("  violation: {line}");
+        }
+        let json = serde_json::to_string_pretty(&r).map_err(anyhow::Error::from)?;
+        if !r.ok() {
+            if let Some(path) = &c.json {
+                std::fs::write(path, &json)?;
+            }
+            return Err(CliError::from(anyhow::anyhow!(
+                "the fault run found violations"
+            )));
+        }
+        json
     } else if c.kill9_rounds > 0 {
         let backend = match c.backend {
             BenchBackend::Sqlite => Backend::Sqlite,
@@ -238,6 +282,7 @@ pub async fn run(c: BenchCmd) -> Result<u8, CliError> {
         let opts = BenchOpts {
             backends: backends(c.backend),
             pg_url: c.db.clone(),
+            pooler_url: c.pooler_url.clone(),
             duration: d,
             concurrency: c.concurrency.clone(),
             modes: parse_modes(&c.modes)?,

@@ -1,16 +1,20 @@
 //! Connecting to PostgreSQL: the pool, its timeouts and keepalives, and the migrations run
 //! before the store is handed out.
 //!
-//! Every connection gets server-side statement and idle-in-transaction timeouts and TCP
-//! keepalives, so no call can hang on a dead peer. Nothing here runs a ledger statement.
+//! Every connection gets TCP keepalives and, when connected directly, server-side statement and
+//! idle-in-transaction timeouts, so no call can hang on a dead peer. Behind a pooler
+//! (`pooler=session|transaction` in the URL, see `conn.rs`) nothing depends on startup
+//! parameters or on session state, and a pooler in statement mode is refused at start.
+//! Nothing here runs a ledger statement.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use deadpool_postgres::{Hook, HookError, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use deadpool_postgres::{ManagerConfig, Pool, RecyclingMethod, Runtime};
 use idem_store::StoreError;
 
 use crate::cache::{Counters, NsCache, RecordCache};
+use crate::conn::{Conn, Pooler};
 use crate::error::store_err;
 use crate::{schema, PgStore};
 
@@ -62,9 +66,23 @@ impl PgStore {
         let redacted = idem_core::redact_db_url(url);
         let (url, tls) = crate::tls::PgTls::split_url(url)
             .map_err(|e| StoreError::Internal(format!("postgres url {redacted}: {e}")))?;
+        let (url, pooler) = Pooler::split_url(&url)
+            .map_err(|e| StoreError::Internal(format!("postgres url {redacted}: {e}")))?;
         let mut cfg: tokio_postgres::Config = url
             .parse()
             .map_err(|e| StoreError::Internal(format!("invalid postgres url {redacted}: {e}")))?;
+        if cfg.get_hosts().len() > 1
+            && cfg.get_target_session_attrs()
+                != tokio_postgres::config::TargetSessionAttrs::ReadWrite
+        {
+            // Without it a connection may land on a standby: every write there fails (503,
+            // nothing written) until the pool happens to reconnect to the primary.
+            tracing::warn!(
+                url = %redacted,
+                "postgres url lists several hosts without target_session_attrs=read-write"
+            );
+        }
+        let url_ports = cfg.get_ports().to_vec();
         cfg.connect_timeout(opts.connect_timeout);
         // Dead peers are noticed even when no statement is running (keepalive) and when one is
         // (tcp_user_timeout bounds unacknowledged writes).
@@ -76,17 +94,20 @@ impl PgStore {
         if cfg.get_application_name().is_none() {
             cfg.application_name("idem");
         }
-        let stmt_ms = opts.statement_timeout.as_millis();
-        // `idem.self_count`: this connection's statements count the records they write, so
-        // the counting triggers skip them (schema V16).
-        let options = format!(
-            "{} -c statement_timeout={stmt_ms} -c idle_in_transaction_session_timeout={} \
-             -c {}=on",
-            cfg.get_options().unwrap_or(""),
-            stmt_ms * 2,
-            crate::rows::SELF_COUNT_SETTING,
-        );
-        cfg.options(options.trim());
+        if pooler.sends_options() {
+            // Server-side timeouts for every statement of this connection. Behind a pooler
+            // startup `options` are dropped or refused (PgBouncer answers "unsupported startup
+            // parameter: options" unless told to ignore it), so none are sent there: the role's
+            // own settings apply (`docs/deployment.md`), and the whole-call timeout bounds
+            // every call either way.
+            let stmt_ms = opts.statement_timeout.as_millis();
+            let options = format!(
+                "{} -c statement_timeout={stmt_ms} -c idle_in_transaction_session_timeout={}",
+                cfg.get_options().unwrap_or(""),
+                stmt_ms * 2,
+            );
+            cfg.options(options.trim());
+        }
         cfg.ssl_mode(tls.ssl_mode());
         let mgr = tls
             .manager(
@@ -99,7 +120,6 @@ impl PgStore {
             )
             .map_err(|e| StoreError::Internal(e.to_string()))?;
         let pool = Pool::builder(mgr)
-            .post_create(self_count_hook())
             .max_size(opts.max_connections.max(1))
             .runtime(Runtime::Tokio1)
             .wait_timeout(Some(opts.pool_wait_timeout))
@@ -109,6 +129,7 @@ impl PgStore {
             .map_err(|e| StoreError::Internal(format!("postgres pool: {e}")))?;
         let store = PgStore {
             pool,
+            mode: pooler.mode(),
             url: Arc::from(redacted.as_str()),
             ns_cache: Arc::new(NsCache::default()),
             records: Arc::new(RecordCache::new(opts.record_cache)),
@@ -116,84 +137,74 @@ impl PgStore {
             opts: Arc::new(opts),
         };
         let mut client = store.client().await.map_err(store_err)?;
+        one_server_connection_per_transaction(&mut client).await?;
+        if pooler == Pooler::None {
+            if let [port] = url_ports[..] {
+                warn_if_proxied(&client, port, &store.url).await;
+            }
+        }
         let now = idem_core::Clock::now(&idem_core::SystemClock).0;
         let ran = schema::migrate(&mut client, now).await?;
         if !ran.is_empty() {
             tracing::info!(url = %store.url, versions = ?ran, "postgres schema migrated");
         }
-        tracing::info!(url = %store.url, "postgres store ready");
+        tracing::info!(url = %store.url, pooler = ?pooler, "postgres store ready");
         Ok(store)
     }
 }
 
-fn self_count_hook() -> Hook {
-    Hook::async_fn(|client, _| Box::pin(async move { counts_itself(client).await }))
-}
-
-/// Refuses a connection on which the startup setting `idem.self_count` did not arrive (a
-/// pooler in front of PostgreSQL that drops the startup `options`): its statements would
-/// count their records and the triggers would count them again. Checked once per new
-/// connection; the store answers `Unavailable` with this message, and refuses to start.
-async fn counts_itself(client: &mut deadpool_postgres::ClientWrapper) -> Result<(), HookError> {
-    let row = client
-        .query_one(
-            "SELECT current_setting($1, true)",
-            &[&crate::rows::SELF_COUNT_SETTING],
-        )
-        .await
-        .map_err(HookError::Backend)?;
-    let value: Option<String> = row.try_get(0).map_err(HookError::Backend)?;
-    if value.as_deref() == Some("on") {
-        Ok(())
-    } else {
-        Err(HookError::Message(
-            "the startup option idem.self_count=on did not reach PostgreSQL (does a pooler \
-             in front of it drop the startup `options`?); idem needs it to keep its record \
-             counters exact"
-                .into(),
-        ))
+/// A hint for a URL without `pooler=…` whose server says it listens on another port than the
+/// one idem connected to: most likely a pooler (PgBouncer listens on 6432, the hosted poolers
+/// on 6543), and a transaction pooler needs `pooler=transaction`. Only a warning: a NAT, a
+/// container's port mapping or a tunnel changes the port as well.
+async fn warn_if_proxied(client: &Conn, url_port: u16, url: &str) {
+    let Ok(row) = client.query_one("SELECT inet_server_port()", &[]).await else {
+        return;
+    };
+    if let Ok(Some(server_port)) = row.try_get::<_, Option<i32>>(0) {
+        if i64::from(server_port) != i64::from(url_port) {
+            tracing::warn!(
+                url = %url,
+                server_port,
+                "postgres answers on port {url_port} but says it listens on {server_port}: if a \
+                 transaction pooler is in between, add pooler=transaction to the URL \
+                 (docs/deployment.md)"
+            );
+        }
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use deadpool_postgres::{Manager, PoolError};
-
-    async fn get(options: Option<&str>) -> Result<(), PoolError> {
-        let url = std::env::var("IDEM_TEST_PG").expect("checked by the caller");
-        let mut cfg: tokio_postgres::Config = url.parse().expect("IDEM_TEST_PG");
-        if let Some(o) = options {
-            cfg.options(o);
-        }
-        let pool = Pool::builder(Manager::new(cfg, tokio_postgres::NoTls))
-            .post_create(self_count_hook())
-            .max_size(1)
-            .runtime(Runtime::Tokio1)
-            .build()
-            .expect("pool");
-        pool.get().await.map(drop)
-    }
-
-    /// A connection without the startup setting (as through a pooler that drops `options`)
-    /// is refused with a message that says why; one with it is handed out. Needs
-    /// `IDEM_TEST_PG`.
-    #[tokio::test]
-    async fn a_connection_that_lost_the_startup_setting_is_refused() {
-        if std::env::var("IDEM_TEST_PG").is_err() {
-            eprintln!("SKIPPED a_connection_that_lost_the_startup_setting_is_refused");
-            return;
-        }
-        get(Some("-c idem.self_count=on"))
-            .await
-            .expect("with the setting");
-        for options in [None, Some("-c idem.self_count=off")] {
-            match get(options).await {
-                Err(PoolError::PostCreateHook(e)) => {
-                    assert!(e.to_string().contains("idem.self_count=on"), "{e}")
-                }
-                other => panic!("{options:?}: {other:?}"),
-            }
-        }
+/// Refuses a pooler in statement mode (PgBouncer `pool_mode = statement`), where each
+/// statement may run on another server connection: a claim's guarded write and its event,
+/// written in one transaction, would not be atomic. Such a pooler refuses `BEGIN` outright
+/// ("transaction blocks not allowed in statement pooling mode"); one that accepted it but moved
+/// the statements between server connections is caught by comparing the backend each
+/// statement of one transaction ran on.
+async fn one_server_connection_per_transaction(client: &mut Conn) -> Result<(), StoreError> {
+    const WHY: &str = "idem needs every transaction on one server connection (a pooler in \
+                       statement mode cannot give that): use transaction or session pooling, \
+                       or connect directly";
+    let probe = async {
+        let tx = client.transaction().await?;
+        let a: i32 = tx
+            .query_one("SELECT pg_backend_pid()", &[])
+            .await?
+            .try_get(0)?;
+        let b: i32 = tx
+            .query_one("SELECT pg_backend_pid()", &[])
+            .await?
+            .try_get(0)?;
+        tx.commit().await?;
+        Ok::<_, tokio_postgres::Error>(a == b)
+    };
+    match probe.await {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(StoreError::Internal(format!(
+            "the statements of one transaction ran on different server connections; {WHY}"
+        ))),
+        Err(e) if e.to_string().contains("statement pooling") => Err(StoreError::Internal(
+            format!("the database refused a transaction ({e}); {WHY}"),
+        )),
+        Err(e) => Err(store_err(e)),
     }
 }

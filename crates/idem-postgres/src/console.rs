@@ -24,7 +24,7 @@ static OLDEST_PROCESSING_OF: LazyLock<String> = LazyLock::new(|| oldest_processi
 
 /// Runs one statement of the review queue and appends the records it returns.
 async fn fetch_records(
-    client: &deadpool_postgres::Client,
+    client: &crate::conn::Conn,
     half: &Statement,
     items: &mut Vec<idem_core::Record>,
 ) -> Result<(), StoreError> {

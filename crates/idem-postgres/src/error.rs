@@ -75,6 +75,22 @@ pub(crate) fn classify(e: &tokio_postgres::Error) -> PgError {
         return PgError::Retry;
     }
     let c = code.code();
+    if let Some(what) = unexpected_connection(c) {
+        // Not a bad request and not a bug: the server connection is not what idem connected to
+        // (a pooler moved the session, a failover left a read-only server, an operator stopped
+        // the server). The caller gets 503 and retries; the operator reads this line.
+        tracing::warn!(
+            sqlstate = c,
+            condition = what.condition,
+            hint = what.hint,
+            "postgres: the connection is not what idem expected"
+        );
+        return PgError::Store(StoreError::Unavailable(format!(
+            "postgres {c} ({}): {}",
+            what.condition,
+            db.message()
+        )));
+    }
     let unavailable = c.starts_with("08") // connection exception
         || c.starts_with("53") // insufficient resources (too many connections, disk full)
         || c.starts_with("57P") // admin/crash shutdown, cannot connect now
@@ -91,6 +107,51 @@ pub(crate) fn classify(e: &tokio_postgres::Error) -> PgError {
     }
 }
 
+/// An error that says the server connection is not the one idem expects to talk to.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Unexpected {
+    pub condition: &'static str,
+    pub hint: &'static str,
+}
+
+/// Which SQLSTATEs mean "the connection is not what idem expected", with the operator's hint.
+pub(crate) fn unexpected_connection(sqlstate: &str) -> Option<Unexpected> {
+    let (condition, hint) = match sqlstate {
+        "26000" | "42P05" => (
+            if sqlstate == "26000" {
+                "invalid_sql_statement_name"
+            } else {
+                "duplicate_prepared_statement"
+            },
+            "a prepared statement went missing or belongs to someone else: a transaction \
+             pooler is in front of PostgreSQL; add pooler=transaction to the database URL",
+        ),
+        "25006" => (
+            "read_only_sql_transaction",
+            "the server is read-only (a standby, or a primary after failover was demoted): \
+             list every host in the URL with target_session_attrs=read-write",
+        ),
+        "57P01" => (
+            "admin_shutdown",
+            "the server is shutting down or was stopped; the pool reconnects",
+        ),
+        "57P02" => (
+            "crash_shutdown",
+            "the server crashed; the pool reconnects once it (or a promoted standby) is back",
+        ),
+        "57P03" => (
+            "cannot_connect_now",
+            "the server is starting up or in recovery",
+        ),
+        "08P01" => (
+            "protocol_violation",
+            "the server or a pooler refused the message (a pooler in statement mode?)",
+        ),
+        _ => return None,
+    };
+    Some(Unexpected { condition, hint })
+}
+
 /// Maps a driver error outside a retry loop (a `Retry` there is reported as unavailable: the
 /// caller may simply try again).
 pub(crate) fn store_err(e: impl Into<PgError>) -> StoreError {
@@ -98,6 +159,28 @@ pub(crate) fn store_err(e: impl Into<PgError>) -> StoreError {
         PgError::Store(s) => s,
         PgError::Retry => {
             StoreError::Unavailable("postgres: transaction conflict, try again".into())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_connection_that_is_not_what_idem_expected_is_named_and_unavailable() {
+        for c in [
+            "26000", "42P05", "25006", "57P01", "57P02", "57P03", "08P01",
+        ] {
+            let u = unexpected_connection(c).expect(c);
+            assert!(!u.condition.is_empty() && !u.hint.is_empty(), "{c}");
+        }
+        assert_eq!(
+            unexpected_connection("26000").map(|u| u.condition),
+            Some("invalid_sql_statement_name")
+        );
+        for c in ["23505", "42601", "40001", "22P02"] {
+            assert_eq!(unexpected_connection(c), None, "{c}");
         }
     }
 }

@@ -13,7 +13,7 @@ use std::pin::Pin;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use deadpool_postgres::Client;
+use crate::conn::Conn as Client;
 use futures_util::future::try_join_all;
 use idem_core::{Key, Namespace, Op, State};
 use idem_store::engine::{Backend, Loaded, Persisted, Plan, PlanWrite, Seqs, Shortcut, TxError};

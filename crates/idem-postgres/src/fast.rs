@@ -25,7 +25,7 @@
 
 use std::sync::LazyLock;
 
-use deadpool_postgres::Client;
+use crate::conn::Conn as Client;
 use idem_core::{Key, Namespace, Op, Record, Write};
 use idem_store::engine::{self, Persisted, Ran, Seqs};
 use idem_store::ExecCtx;

@@ -46,6 +46,7 @@
 
 mod analyze;
 mod cache;
+mod conn;
 mod connect;
 mod console;
 mod error;
@@ -67,7 +68,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use cache::{Counters, NsCache, RecordCache};
-use deadpool_postgres::{Client, Pool};
+use conn::Conn as Client;
+use deadpool_postgres::Pool;
 use idem_core::{Key, Namespace, Op, Timestamp};
 use idem_store::engine;
 use idem_store::{
@@ -75,7 +77,23 @@ use idem_store::{
     OutboxClaim, OutboxFinish, OutboxItem, Page, RecordWithEvents, Store, StoreError,
 };
 
+pub use conn::Pooler;
 pub use connect::PgOptions;
+
+impl PgStore {
+    /// How many named prepared statements one pooled connection holds on its server
+    /// connection (`pg_prepared_statements`), for the test that shows `pooler=transaction`
+    /// leaves none behind.
+    #[doc(hidden)]
+    pub async fn named_statements_on_a_connection(&self) -> Result<i64, StoreError> {
+        let client = self.client().await.map_err(store_err)?;
+        let row = client
+            .query_one("SELECT count(*) FROM pg_prepared_statements", &[])
+            .await
+            .map_err(store_err)?;
+        row.try_get(0).map_err(store_err)
+    }
+}
 
 /// The text of the sweep's candidate query (`$1` now, `$2` batch, `$3` the default
 /// `stuck_after_ms`), for the test that checks its plan.
@@ -95,6 +113,8 @@ use error::{store_err, PgError};
 #[derive(Clone)]
 pub struct PgStore {
     pool: Pool,
+    /// Named prepared statements, or unnamed ones behind a transaction pooler (`conn.rs`).
+    mode: conn::Mode,
     opts: Arc<PgOptions>,
     /// For logs and `Debug`: the URL without its password.
     url: Arc<str>,
@@ -142,7 +162,7 @@ impl PgStore {
     }
 
     async fn client(&self) -> Result<Client, PgError> {
-        Ok(self.pool.get().await?)
+        Ok(Client::new(self.pool.get().await?, self.mode))
     }
 
     /// Bounds a whole call: a database that stops answering yields `Unavailable`, not a hang.
@@ -344,7 +364,7 @@ impl Store for PgStore {
     async fn ping(&self) -> Result<(), StoreError> {
         self.bounded(async {
             let client = self.client().await.map_err(store_err)?;
-            client.simple_query("SELECT 1").await.map_err(store_err)?;
+            client.batch_execute("SELECT 1").await.map_err(store_err)?;
             Ok(())
         })
         .await

@@ -3,7 +3,7 @@
 //!
 //! A change bumps the row's `revision`, which every cached decision of every instance checks.
 
-use deadpool_postgres::Client;
+use crate::conn::Conn as Client;
 use idem_core::{Namespace, Policy, Timestamp};
 use idem_store::{
     AlertSecretWrite, NamespaceChange, NamespaceInfo, SecretKind, StateCounts, StoreError,

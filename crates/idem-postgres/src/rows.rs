@@ -306,11 +306,12 @@ impl RecordParams {
     }
 }
 
-/// The session setting that tells schema V16's row triggers that this connection's statements
-/// count their own records ([`counted_insert`], [`counted_move`]); every connection of this
-/// version sets it at startup (see `connect.rs`). A process of an older version, still running
-/// during a rolling upgrade, does not, and the triggers count its writes as before.
-pub(crate) const SELF_COUNT_SETTING: &str = "idem.self_count";
+/// The mark of a statement that counts the records it writes ([`counted_insert`],
+/// [`counted_move`]): schema V17's row triggers skip the rows of a statement whose text
+/// (`current_query()`) holds it. The mark travels with the statement itself, so it survives
+/// any pooler; a statement without it (an older idem, a person in `psql`) is counted by the
+/// triggers as before.
+pub(crate) const COUNTS_ITSELF: &str = "/* idem:counts-itself */";
 
 /// The bare guarded `INSERT` of a record: no row back means another writer got there first.
 /// Not to be run on its own: a statement that inserts a record counts it ([`counted_insert`]).
@@ -331,7 +332,7 @@ static INSERT_RECORD_BARE: LazyLock<String> = LazyLock::new(|| {
 /// (`$3`) and this connection's slot (its backend pid, as the triggers did; schema V16).
 pub(crate) fn counted_insert(src: &str) -> String {
     format!(
-        ", nc AS (INSERT INTO namespace_counts (namespace, state, slot, n) \
+        ", nc AS ({COUNTS_ITSELF} INSERT INTO namespace_counts (namespace, state, slot, n) \
          SELECT $1::TEXT, $3::TEXT, pg_backend_pid(), 1 FROM {src} \
          ON CONFLICT (namespace, state, slot) DO UPDATE SET n = namespace_counts.n + 1)"
     )
@@ -348,7 +349,7 @@ const FROM_STATE: &str = "$FROM_STATE";
 /// [`numbered`].
 pub(crate) fn counted_move(src: &str) -> String {
     format!(
-        ", nc AS (INSERT INTO namespace_counts (namespace, state, slot, n) \
+        ", nc AS ({COUNTS_ITSELF} INSERT INTO namespace_counts (namespace, state, slot, n) \
          SELECT $1::TEXT, m.state, pg_backend_pid(), m.n FROM {src} \
          CROSS JOIN (VALUES ({FROM_STATE}::TEXT, -1::BIGINT), ($3::TEXT, 1::BIGINT)) AS m (state, n) \
          WHERE {FROM_STATE}::TEXT <> $3::TEXT \

@@ -10,7 +10,7 @@
 //! exactly what was written (no JSONB number or key-order normalisation); `namespace` and
 //! `key` use the "C" collation so list order is byte order on every engine.
 
-use deadpool_postgres::Client;
+use crate::conn::Conn as Client;
 use idem_store::StoreError;
 
 use crate::error::store_err;
@@ -35,6 +35,7 @@ pub(crate) const MIGRATIONS: &[(i32, &str)] = &[
     (14, V14),
     (15, V15),
     (16, V16),
+    (17, V17),
 ];
 
 /// Cost and recovery. Each record sums what its attempts reported spending (`retry_*` =
@@ -180,6 +181,33 @@ CREATE TRIGGER records_ns_count_row_update AFTER UPDATE ON records
     FOR EACH ROW
     WHEN ((OLD.state IS DISTINCT FROM NEW.state OR OLD.namespace IS DISTINCT FROM NEW.namespace)
           AND current_setting('idem.self_count', true) IS DISTINCT FROM 'on')
+    EXECUTE FUNCTION idem_ns_count_row_moved();
+"#;
+
+/// The row triggers of V16 skip a write when its statement says it counts itself, no longer
+/// when its connection does. V16 asked each connection for the session setting
+/// `idem.self_count`, sent as a startup option; a pooler in front of PostgreSQL drops startup
+/// options (or moves the next transaction to another server connection, where a session
+/// setting made by `SET` would not be either), and the triggers would then count every write
+/// a second time. Now each statement that counts its records carries the comment
+/// `/* idem:counts-itself */` (`rows::COUNTS_ITSELF`), and the trigger condition looks for it
+/// in `current_query()`, the text of the statement being run, which needs no session state.
+/// Connections that still set `idem.self_count` (the previous version, during a rolling
+/// upgrade) are skipped as before, so the counters stay exact while both versions write; a
+/// statement with neither mark (an older idem, a person in `psql`) is counted by the triggers.
+const V17: &str = r#"
+DROP TRIGGER records_ns_count_row_insert ON records;
+DROP TRIGGER records_ns_count_row_update ON records;
+CREATE TRIGGER records_ns_count_row_insert AFTER INSERT ON records
+    FOR EACH ROW
+    WHEN (current_setting('idem.self_count', true) IS DISTINCT FROM 'on'
+          AND strpos(COALESCE(current_query(), ''), '/* idem:counts-itself */') = 0)
+    EXECUTE FUNCTION idem_ns_count_row_inserted();
+CREATE TRIGGER records_ns_count_row_update AFTER UPDATE ON records
+    FOR EACH ROW
+    WHEN ((OLD.state IS DISTINCT FROM NEW.state OR OLD.namespace IS DISTINCT FROM NEW.namespace)
+          AND current_setting('idem.self_count', true) IS DISTINCT FROM 'on'
+          AND strpos(COALESCE(current_query(), ''), '/* idem:counts-itself */') = 0)
     EXECUTE FUNCTION idem_ns_count_row_moved();
 "#;
 
@@ -584,10 +612,13 @@ mod tests {
                 .await
                 .expect("delete");
         }
-        let mut client = pool.get().await.expect("client");
+        let mut client = crate::conn::Conn::new(
+            pool.get().await.expect("client"),
+            crate::conn::Mode::Prepared,
+        );
         assert_eq!(
             migrate(&mut client, 0).await.expect("migrate"),
-            [5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16]
+            [5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17]
         );
         let rows = client
             .query(
@@ -654,6 +685,15 @@ mod tests {
         let _ = admin
             .batch_execute(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)"))
             .await;
+    }
+
+    /// The triggers look for the very mark the counting statements carry.
+    #[test]
+    fn the_trigger_condition_looks_for_the_mark_the_statements_carry() {
+        let mark = crate::rows::COUNTS_ITSELF;
+        assert_eq!(V17.matches(&format!("'{mark}'")).count(), 2);
+        assert!(crate::rows::counted_insert("ins").contains(mark));
+        assert!(crate::rows::counted_move("upd").contains(mark));
     }
 
     /// Applied migrations are frozen text and keep their own spelling of state names; this

@@ -3,7 +3,7 @@
 //! `expires_at`. Values are stored as given so they can be used to sign and verify; this
 //! module must never log one or put one in an error (driver errors name no parameter values).
 
-use deadpool_postgres::Transaction;
+use crate::conn::Tx as Transaction;
 use idem_core::{AlertSecret, Timestamp};
 use idem_store::{
     alert_owner, alert_secret_from_stored, AlertSecretWrite, NewSecret, Secret, SecretKind,

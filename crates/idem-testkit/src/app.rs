@@ -41,9 +41,14 @@ pub enum Backend {
     Postgres,
 }
 
-/// SQLite always; PostgreSQL too when `IDEM_TEST_PG` is set (CI sets it).
+/// SQLite always; PostgreSQL too when `IDEM_TEST_PG` is set (CI sets it). With
+/// `IDEM_TEST_SKIP_SQLITE=1` only PostgreSQL (the CI run through PgBouncer, which has nothing to
+/// add on SQLite).
 pub fn backends() -> Vec<Backend> {
-    let mut v = vec![Backend::Sqlite];
+    let mut v = Vec::new();
+    if std::env::var("IDEM_TEST_SKIP_SQLITE").as_deref() != Ok("1") {
+        v.push(Backend::Sqlite);
+    }
     if crate::pg::admin_url().is_some() {
         v.push(Backend::Postgres);
     } else {

@@ -44,8 +44,28 @@ pub fn with_db(base: &str, db: &str) -> String {
     format!("{}/{db}{query}", &main[..host_end])
 }
 
+/// `url` without idem's own `pooler=…` parameter, for a plain driver connection (the driver
+/// refuses parameters it does not know). `IDEM_TEST_PG` may carry it: the stores of the tests
+/// then run in that pooler mode (CI runs the PostgreSQL suites once more through PgBouncer in
+/// transaction mode, `.ci/pgbouncer.sh`).
+pub fn driver_url(url: &str) -> String {
+    let Some((base, query)) = url.split_once('?') else {
+        return url.to_owned();
+    };
+    let kept: Vec<&str> = query
+        .split('&')
+        .filter(|p| !p.is_empty() && *p != "pooler" && !p.starts_with("pooler="))
+        .collect();
+    if kept.is_empty() {
+        base.to_owned()
+    } else {
+        format!("{base}?{}", kept.join("&"))
+    }
+}
+
 /// Runs one admin statement (batch) against `url`, bounded by a timeout.
 pub async fn admin(url: &str, sql: &str) -> Result<(), String> {
+    let url = &driver_url(url);
     let work = async {
         let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
             .await
@@ -105,9 +125,14 @@ impl PgDb {
         }
     }
 
-    /// The URL of this database.
+    /// The URL of this database (with the `pooler` parameter of the admin URL, if any).
     pub fn url(&self) -> &str {
         &self.url
+    }
+
+    /// [`PgDb::url`] for a plain driver connection ([`driver_url`]).
+    pub fn driver_url(&self) -> String {
+        driver_url(&self.url)
     }
 
     /// The name of this database.
@@ -149,5 +174,19 @@ mod tests {
             "postgres://u:p@h/x?sslmode=disable"
         );
         assert_eq!(with_db("postgres://h:5432", "x"), "postgres://h:5432/x");
+    }
+
+    #[test]
+    fn driver_url_drops_only_the_pooler_parameter() {
+        use super::driver_url;
+        assert_eq!(
+            driver_url("postgres://u@h:6432/x?pooler=transaction"),
+            "postgres://u@h:6432/x"
+        );
+        assert_eq!(
+            driver_url("postgres://u@h/x?sslmode=disable&pooler=session&application_name=a"),
+            "postgres://u@h/x?sslmode=disable&application_name=a"
+        );
+        assert_eq!(driver_url("postgres://u@h/x"), "postgres://u@h/x");
     }
 }

@@ -52,7 +52,7 @@ impl Backend for Pg {
     }
 
     async fn counter_drift(&self) -> Vec<String> {
-        let (client, conn) = tokio_postgres::connect(self.db.url(), tokio_postgres::NoTls)
+        let (client, conn) = tokio_postgres::connect(&self.db.driver_url(), tokio_postgres::NoTls)
             .await
             .unwrap_or_else(|e| panic!("connect {}: {e}", self.db.name()));
         let task = tokio::spawn(conn);

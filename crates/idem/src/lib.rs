@@ -55,6 +55,7 @@ pub use idem_core::{
     ForwardOutcome, ForwardReportRequest, ForwardRetry, ForwardStartRequest, IntakeReceiveRequest,
     IntakeReply, FORWARD_OWNER, PAUSED_RECHECK_MS,
 };
+pub use idem_postgres::Pooler;
 pub use idem_store::intake::{
     forward_finish, forward_owner as intake_forward_owner, source_owner as intake_source_owner,
 };

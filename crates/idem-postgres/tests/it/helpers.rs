@@ -38,7 +38,7 @@ impl Stores for PgDb {
     }
 
     async fn raw(&self) -> (tokio_postgres::Client, tokio::task::JoinHandle<()>) {
-        let (client, conn) = tokio_postgres::connect(self.url(), tokio_postgres::NoTls)
+        let (client, conn) = tokio_postgres::connect(&self.driver_url(), tokio_postgres::NoTls)
             .await
             .expect("connect");
         let task = tokio::spawn(async move {

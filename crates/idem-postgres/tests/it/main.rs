@@ -11,5 +11,6 @@ mod helpers;
 mod janitor;
 mod outage;
 mod outbox;
+mod pooler;
 mod smoke;
 mod tls;

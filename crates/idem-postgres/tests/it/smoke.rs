@@ -655,7 +655,7 @@ async fn migration_10_counts_an_existing_ledger_into_the_state_counters() {
              DROP FUNCTION idem_ns_count_row_inserted(); DROP FUNCTION idem_ns_count_row_moved(); \
              DROP FUNCTION idem_ns_count_deleted(); DROP TABLE namespace_counts; \
              DROP TABLE console_sessions; DROP INDEX records_review_queue; \
-             DELETE FROM idem_schema_migrations WHERE version IN (10, 15, 16);",
+             DELETE FROM idem_schema_migrations WHERE version IN (10, 15, 16, 17);",
         )
         .await
         .expect("downgrade");
@@ -839,11 +839,12 @@ async fn migration_7_moves_an_alert_secret_out_of_the_policy_text() {
     let _ = task.await;
 }
 
-/// During a rolling upgrade a process of the previous version writes beside this one: its
-/// connections do not set `idem.self_count`, so the triggers count its writes (schema V16),
-/// while this version's statements count their own. The counts stay exact through both; and
-/// the switch is real: a write on a connection that says it counts itself, and does not, is
-/// missed.
+/// During a rolling upgrade a process of an older version writes beside this one: its
+/// statements carry no `/* idem:counts-itself */` mark, so the triggers count its writes
+/// (schema V17), while this version's statements count their own. The counts stay exact
+/// through both; and both switches are real: a write on a connection that says it counts
+/// itself (`idem.self_count`, the previous version's startup setting), or a statement marked
+/// as counting itself, that does not, is missed.
 #[tokio::test]
 async fn counts_stay_exact_with_an_older_process_writing_beside_this_one() {
     let Some(db) = PgDb::create("counts_stay_exact_with_an_older_process") else {
@@ -912,6 +913,18 @@ async fn counts_stay_exact_with_an_older_process_writing_beside_this_one() {
     .await
     .expect("uncounted write");
     assert_eq!(drift().await, 2, "completed over, failed_retryable under");
+    old.batch_execute(
+        "RESET idem.self_count; \
+         /* idem:counts-itself */ UPDATE records SET state = 'needs_review', \
+             version = version + 1 WHERE namespace = 'mixed' AND key = 'd';",
+    )
+    .await
+    .expect("uncounted marked write");
+    assert_eq!(
+        drift().await,
+        3,
+        "completed further over, needs_review under too"
+    );
     drop(old);
     let _ = task.await;
 }

@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# Database faults under load, with the history checker (`idem bench --fault-cmd`):
+#   outage   PostgreSQL behind PgBouncer (transaction mode) killed with kill -9 and started
+#            again, idem behind the pooler throughout;
+#   sync     a primary and a synchronous standby (Debian's PostgreSQL: initdb, pg_basebackup -R,
+#            streaming replication, synchronous_standby_names = '*'), idem given both hosts with
+#            target_session_attrs=read-write; the primary killed with kill -9 (postmaster and
+#            every backend, as a crashed machine) and the standby promoted with pg_ctl promote;
+#   async    the same with asynchronous replication (what it loses is measured, not judged).
+# Every server runs as the postgres user on free loopback ports in a temp dir.
+# Usage: .ci/failover.sh PATH/TO/idem [outage|sync|async ...]   (default: outage sync)
+# Env: IDEM_FAULT_ROUND (load before and after the fault, default 3s), IDEM_FAULT_CLIENTS (16).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bin="$(realpath "$1")"
+shift
+runs=("$@")
+[ ${#runs[@]} -gt 0 ] || runs=(outage sync)
+
+PGBIN="${IDEM_PGBIN:-$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n1)}"
+round="${IDEM_FAULT_ROUND:-3s}"
+clients="${IDEM_FAULT_CLIENTS:-16}"
+work="$(mktemp -d)"
+chmod 755 "$work"
+chown postgres "$work" 2>/dev/null || true
+as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+# kill -9 a cluster: the postmaster and every process it started (a crashed machine, not a
+# shutdown: nothing is flushed, no backend says goodbye).
+crash() {
+  local pid
+  pid="$(head -n1 "$1/postmaster.pid" 2>/dev/null || true)"
+  [ -n "$pid" ] || return 0
+  kill -9 "$pid" $(ps -o pid= --ppid "$pid") 2>/dev/null || true
+}
+cleanup() {
+  for d in "$work"/*/; do
+    [ -f "$d/postmaster.pid" ] && crash "$d"
+    [ -f "$d/pgbouncer.pid" ] && kill "$(cat "$d/pgbouncer.pid")" 2>/dev/null
+  done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+# new_primary DIR PORT SYNC(on|off)
+new_primary() {
+  as_pg "$PGBIN/initdb" -D "$1" -U postgres --auth=trust -A trust >/dev/null
+  cat >>"$1/postgresql.conf" <<CONF
+port = $2
+listen_addresses = '127.0.0.1'
+unix_socket_directories = '$work'
+wal_level = replica
+max_wal_senders = 4
+wal_keep_size = '256MB'
+max_connections = 100
+shared_buffers = '64MB'
+synchronous_standby_names = '$([ "$3" = on ] && echo '*' || echo '')'
+CONF
+  echo "host replication postgres 127.0.0.1/32 trust" >>"$1/pg_hba.conf"
+  as_pg "$PGBIN/pg_ctl" -D "$1" -l "$1.log" -w start >/dev/null
+  as_pg "$PGBIN/createdb" -h 127.0.0.1 -p "$2" -U postgres idem
+}
+
+# new_standby DIR PORT PRIMARY_PORT
+new_standby() {
+  as_pg "$PGBIN/pg_basebackup" -h 127.0.0.1 -p "$3" -U postgres -D "$1" -R -X stream >/dev/null
+  echo "port = $2" >>"$1/postgresql.conf"
+  as_pg "$PGBIN/pg_ctl" -D "$1" -l "$1.log" -w start >/dev/null
+  for _ in $(seq 1 100); do
+    n="$(psql -XAtq -h 127.0.0.1 -p "$3" -U postgres -c \
+      "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'")"
+    [ "$n" = 1 ] && return 0
+    sleep 0.1
+  done
+  echo "the standby did not start streaming" >&2
+  return 1
+}
+
+report() {
+  python3 - "$1" "$2" "$3" <<'PY'
+import json, sys
+path, what, must_hold = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
+r = json.load(open(path))
+v = r["verdict"]
+print(f"{what}: {v['acknowledged']} acknowledged writes checked, lost {v['lost']}, "
+      f"double acquisitions {v['double_acquired']}, bad states {v['bad_state']}; "
+      f"503 store_unavailable {r['store_unavailable']}, other 5xx {r['other_5xx']}; "
+      f"fault command {r['fault_cmd_ms']} ms, outage seen by clients {r['recovery_ms']} ms")
+if must_hold and (v["lost"] or v["double_acquired"] or v["bad_state"] or
+                  v["ambiguous_not_in_review"] or r["other_5xx"]):
+    sys.exit(f"{what}: the history check failed")
+PY
+}
+
+fault_run() { # NAME MUST_HOLD URL CMD
+  local out="$work/$1.json" rc=0
+  timeout 600 "$bin" bench --backend postgres --db "$3" --fault-cmd "$4" \
+    --round-time "$round" --concurrency "$clients" --json "$out" >"$work/$1.out" 2>&1 || rc=$?
+  if [ ! -s "$out" ]; then
+    cat "$work/$1.out" >&2
+    return 1
+  fi
+  report "$out" "$1" "$2" || return 1
+  [ "$2" = 0 ] || [ "$rc" = 0 ]
+}
+
+n=0
+for run in "${runs[@]}"; do
+  n=$((n + 1))
+  case "$run" in
+    outage)
+      d="$work/o$n"; p="$(free_port)"
+      new_primary "$d" "$p" off
+      bport="$(IDEM_TEST_PG="postgres://postgres@127.0.0.1:$p/postgres" \
+        bash .ci/pgbouncer.sh --start "$work/o$n-pgbouncer" transaction)"
+      url="postgres://postgres@127.0.0.1:$bport/idem?pooler=transaction"
+      { declare -f crash as_pg
+        echo "crash '$d'; sleep 2; as_pg '$PGBIN/pg_ctl' -D '$d' -l '$d.log' -w start >/dev/null"
+      } >"$work/fault$n.sh"
+      fault_run "outage-through-pgbouncer" 1 "$url" "bash $work/fault$n.sh"
+      ;;
+    sync | async)
+      a="$work/a$n"; b="$work/b$n"; pa="$(free_port)"; pb="$(free_port)"
+      new_primary "$a" "$pa" "$([ "$run" = sync ] && echo on || echo off)"
+      new_standby "$b" "$pb" "$pa"
+      url="postgres://postgres@127.0.0.1:$pa,127.0.0.1:$pb/idem?target_session_attrs=read-write"
+      { declare -f crash as_pg
+        echo "crash '$a'; as_pg '$PGBIN/pg_ctl' -D '$b' -w promote >/dev/null"
+      } >"$work/fault$n.sh"
+      fault_run "failover-$run" "$([ "$run" = sync ] && echo 1 || echo 0)" "$url" \
+        "bash $work/fault$n.sh"
+      ;;
+    *)
+      echo "unknown run $run (outage, sync, async)" >&2
+      exit 2
+      ;;
+  esac
+done

@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# PgBouncer in front of PostgreSQL, as Supabase, Neon and most hosted PostgreSQL run it:
+# transaction pooling, startup `options` ignored. Starts a private PgBouncer (Debian's package,
+# installed if missing) on a free loopback port with its own config and files in a temp dir,
+# in front of the server of IDEM_TEST_PG (default 127.0.0.1:5432), and runs through it:
+#   - the store contract suite (crates/idem-testkit/tests/contract_postgres.rs),
+#   - the server's HTTP tests, PostgreSQL part only (crates/idem-server/tests/it),
+#   - the `kill -9` fault run with the history checker (idem bench --kill9-rounds),
+#   - the refusal of a pooler in statement mode at start.
+# Usage: .ci/pgbouncer.sh PATH/TO/idem     (the debug binary `cargo build -p idem-cli` made)
+#        .ci/pgbouncer.sh --start DIR      (only start one; prints its port; for manual runs)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! command -v pgbouncer >/dev/null 2>&1 && [ ! -x /usr/sbin/pgbouncer ]; then
+  echo "installing pgbouncer"
+  (apt-get install -y pgbouncer >/dev/null 2>&1 ||
+    { apt-get update >/dev/null && apt-get install -y pgbouncer >/dev/null; })
+fi
+PGBOUNCER="$(command -v pgbouncer || echo /usr/sbin/pgbouncer)"
+
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+# start_pgbouncer DIR MODE UPSTREAM_HOST UPSTREAM_PORT -> prints the port it listens on
+start_pgbouncer() {
+  local dir="$1" mode="$2" host="$3" upstream="$4" port
+  port="$(free_port)"
+  mkdir -p "$dir"
+  cat >"$dir/pgbouncer.ini" <<INI
+[databases]
+* = host=$host port=$upstream
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = $port
+unix_socket_dir =
+auth_type = trust
+auth_file = $dir/userlist.txt
+pool_mode = $mode
+ignore_startup_parameters = options,extra_float_digits
+max_client_conn = 1000
+default_pool_size = 20
+max_db_connections = 60
+server_lifetime = 3600
+logfile = $dir/pgbouncer.log
+pidfile = $dir/pgbouncer.pid
+INI
+  echo '"postgres" ""' >"$dir/userlist.txt"
+  # PgBouncer refuses to run as root; the files are then the postgres user's.
+  if [ "$(id -u)" = 0 ]; then
+    chown -R postgres "$dir"
+    runuser -u postgres -- "$PGBOUNCER" -d "$dir/pgbouncer.ini"
+  else
+    "$PGBOUNCER" -d "$dir/pgbouncer.ini"
+  fi
+  for _ in $(seq 1 50); do
+    pg_isready -h 127.0.0.1 -p "$port" -q 2>/dev/null && break
+    sleep 0.1
+  done
+  echo "$port"
+}
+
+stop_pgbouncer() {
+  local pid
+  pid="$(cat "$1/pgbouncer.pid" 2>/dev/null || true)"
+  [ -n "$pid" ] && kill "$pid" 2>/dev/null || true
+}
+
+upstream="${IDEM_TEST_PG:-postgres://postgres@127.0.0.1:5432/postgres}"
+up_host="$(python3 -c 'import sys,urllib.parse as u; print(u.urlparse(sys.argv[1]).hostname or "127.0.0.1")' "$upstream")"
+up_port="$(python3 -c 'import sys,urllib.parse as u; print(u.urlparse(sys.argv[1]).port or 5432)' "$upstream")"
+
+if [ "${1:-}" = "--start" ]; then
+  start_pgbouncer "$2" "${3:-transaction}" "$up_host" "$up_port"
+  exit 0
+fi
+
+bin="$1"
+work="$(mktemp -d)"
+chmod 755 "$work"
+cleanup() {
+  stop_pgbouncer "$work/tx"
+  stop_pgbouncer "$work/stmt"
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+port="$(start_pgbouncer "$work/tx" transaction "$up_host" "$up_port")"
+pooled="postgres://postgres@127.0.0.1:$port/postgres?pooler=transaction"
+echo "PgBouncer $("$PGBOUNCER" --version | head -n1) in transaction mode on 127.0.0.1:$port"
+
+export CARGO_TERM_COLOR=never
+echo "--> store contract suite through PgBouncer"
+IDEM_TEST_PG="$pooled" cargo test -q -p idem-testkit --test contract_postgres
+
+echo "--> server HTTP tests (PostgreSQL part) through PgBouncer"
+IDEM_TEST_PG="$pooled" IDEM_TEST_SKIP_SQLITE=1 cargo test -q -p idem-server --test it
+
+echo "--> kill -9 of idem under load through PgBouncer, history checker"
+timeout 300 "$bin" bench --backend postgres --db "$pooled" --kill9-rounds "${IDEM_PGB_KILL9_ROUNDS:-5}" \
+  --round-time 1s --concurrency 16 --json "$work/kill9.json"
+python3 - "$work/kill9.json" <<'PY'
+import json, sys
+v = json.load(open(sys.argv[1]))["verdict"]
+bad = {k: v[k] for k in ("lost", "double_acquired", "bad_state", "ambiguous_not_in_review") if v[k]}
+print(f"kill -9 through PgBouncer: {v['acknowledged']} acknowledged writes checked, {bad or 'nothing'} wrong")
+sys.exit(1 if bad else 0)
+PY
+
+echo "--> a pooler in statement mode is refused at start"
+sport="$(start_pgbouncer "$work/stmt" statement "$up_host" "$up_port")"
+set +e
+out="$(timeout 30 "$bin" serve --listen 127.0.0.1:0 \
+  --db "postgres://postgres@127.0.0.1:$sport/postgres?pooler=transaction" 2>&1)"
+rc=$?
+set -e
+if [ "$rc" = 0 ] || ! grep -q "statement mode" <<<"$out"; then
+  echo "expected a refusal naming statement mode, got exit $rc:" >&2
+  echo "$out" | tail -n 20 >&2
+  exit 1
+fi
+echo "refused: $(grep -o 'the .*statement mode[^;]*' <<<"$out" | head -n1)"
+echo "pgbouncer: all passed"

@@ -487,7 +487,7 @@ impl Store for PgStore {
             .await
     }
 
-    async fn intake_backlog(&self) -> Result<Vec<(String, u64)>, StoreError> {
+    async fn intake_backlog(&self) -> Result<Vec<(String, String, u64)>, StoreError> {
         self.bounded(self.with_retries("intake_backlog", || intake::intake_backlog(self)))
             .await
     }

@@ -35,6 +35,7 @@ pub(crate) const MIGRATIONS: &[(i32, &str)] = &[
     (14, V14),
     (15, V15),
     (16, V16),
+    (17, V17),
 ];
 
 /// Cost and recovery. Each record sums what its attempts reported spending (`retry_*` =
@@ -181,6 +182,17 @@ CREATE TRIGGER records_ns_count_row_update AFTER UPDATE ON records
     WHEN ((OLD.state IS DISTINCT FROM NEW.state OR OLD.namespace IS DISTINCT FROM NEW.namespace)
           AND current_setting('idem.self_count', true) IS DISTINCT FROM 'on')
     EXECUTE FUNCTION idem_ns_count_row_moved();
+"#;
+
+/// Fan-out: an event's delivery to a named destination is a row of its own (no body;
+/// `event_key` names the event's row, `destination` the destination), and an event's row lists
+/// its destinations (`NULL`: `default` alone, as every row written before).
+const V17: &str = r#"
+ALTER TABLE intake_events ADD COLUMN event_key TEXT;
+ALTER TABLE intake_events ADD COLUMN destination TEXT;
+ALTER TABLE intake_events ADD COLUMN destinations TEXT;
+CREATE INDEX intake_events_deliveries ON intake_events (namespace, event_key)
+    WHERE event_key IS NOT NULL;
 "#;
 
 /// The operator console. Sessions live here so that every instance on one database knows
@@ -587,7 +599,7 @@ mod tests {
         let mut client = pool.get().await.expect("client");
         assert_eq!(
             migrate(&mut client, 0).await.expect("migrate"),
-            [5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16]
+            (5..=MIGRATIONS.len() as i32).collect::<Vec<_>>()
         );
         let rows = client
             .query(

@@ -550,7 +550,7 @@ impl Store for SqliteStore {
         self.write(move |c| intake::intake_update(c, &u)).await
     }
 
-    async fn intake_backlog(&self) -> Result<Vec<(String, u64)>, StoreError> {
+    async fn intake_backlog(&self) -> Result<Vec<(String, String, u64)>, StoreError> {
         self.read(|c| intake::intake_backlog(c)).await
     }
 

@@ -137,7 +137,7 @@ pub(crate) async fn sources_rows(
     viewer: &Viewer,
 ) -> ConsoleResult<Vec<(Value, u64, u64)>> {
     let Json(list) = api::list_sources(authed(st, viewer)).await?;
-    let backlog = st.ledger.store().intake_backlog().await?;
+    let backlog = per_source(st.ledger.store().intake_backlog().await?);
     let dead = st.ledger.store().intake_dead_letters().await?;
     let items = list
         .get("items")
@@ -226,8 +226,9 @@ async fn source_page(
         .intake_backlog()
         .await?
         .into_iter()
-        .find(|(n, _)| *n == name)
-        .map_or(0, |(_, n)| n);
+        .filter(|(n, _, _)| *n == name)
+        .map(|(_, _, n)| n)
+        .sum::<u64>();
     let scheduled = param(raw, "scheduled").filter(|n| n.parse::<u64>().is_ok());
     let href = source_href(&name);
     let hints = doc
@@ -484,4 +485,16 @@ pub async fn redeliver(
         }
         Err(e) => Err(e.into()),
     }
+}
+
+/// A backlog per source and destination summed per source.
+fn per_source(rows: Vec<(String, String, u64)>) -> Vec<(String, u64)> {
+    let mut out: Vec<(String, u64)> = vec![];
+    for (s, _, n) in rows {
+        match out.iter_mut().find(|(x, _)| *x == s) {
+            Some((_, m)) => *m += n,
+            None => out.push((s, n)),
+        }
+    }
+    out
 }

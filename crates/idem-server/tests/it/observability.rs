@@ -419,7 +419,7 @@ impl Store for CountingStats {
     async fn intake_update(&self, u: idem::IntakeUpdate) -> Result<(), StoreError> {
         self.inner.intake_update(u).await
     }
-    async fn intake_backlog(&self) -> Result<Vec<(String, u64)>, StoreError> {
+    async fn intake_backlog(&self) -> Result<Vec<(String, String, u64)>, StoreError> {
         self.inner.intake_backlog().await
     }
 

@@ -484,3 +484,41 @@ pub(crate) async fn intake_dead_letters(store: &PgStore) -> Result<Vec<(String, 
         .map(|r| Ok((get::<String>(r, 0)?, get::<i64>(r, 1)? as u64)))
         .collect()
 }
+
+/// Takes a paced destination's slot (see `Store::pace_take`). The guarded `UPDATE` is the
+/// whole protocol: of two instances at once, the second waits for the first's row lock and
+/// then re-checks `next_at <= now` against the committed value, so one slot goes to one
+/// delivery.
+pub(crate) async fn pace_take(
+    store: &PgStore,
+    source: &str,
+    destination: &str,
+    interval_ms: i64,
+    now: Timestamp,
+) -> Result<Option<Timestamp>, PgError> {
+    let client = store.client().await?;
+    client
+        .execute(
+            "INSERT INTO destination_pace (source, destination, next_at) VALUES ($1, $2, 0) \
+             ON CONFLICT (source, destination) DO NOTHING",
+            &[&source, &destination],
+        )
+        .await?;
+    let taken = client
+        .execute(
+            "UPDATE destination_pace SET next_at = $3 + $4 \
+             WHERE source = $1 AND destination = $2 AND next_at <= $3",
+            &[&source, &destination, &now.0, &interval_ms.max(1)],
+        )
+        .await?;
+    if taken == 1 {
+        return Ok(None);
+    }
+    let row = client
+        .query_one(
+            "SELECT next_at FROM destination_pace WHERE source = $1 AND destination = $2",
+            &[&source, &destination],
+        )
+        .await?;
+    Ok(Some(Timestamp(get(&row, 0)?)))
+}

@@ -337,3 +337,40 @@ pub(crate) fn intake_dead_letters(conn: &Connection) -> Result<Vec<(String, u64)
         .db()?;
     rows.collect::<Result<_, _>>().db()
 }
+
+/// Takes a paced destination's slot (see `Store::pace_take`); runs in the writer's
+/// transaction, which serialises it with every other writer of the file.
+pub(crate) fn pace_take(
+    conn: &Connection,
+    source: &str,
+    destination: &str,
+    interval_ms: i64,
+    now: Timestamp,
+) -> Result<Option<Timestamp>, StoreError> {
+    conn.prepare_cached(
+        "INSERT INTO destination_pace (source, destination, next_at) VALUES (?1, ?2, 0) \
+         ON CONFLICT (source, destination) DO NOTHING",
+    )
+    .db()?
+    .execute(params![source, destination])
+    .db()?;
+    let taken = conn
+        .prepare_cached(
+            "UPDATE destination_pace SET next_at = ?3 + ?4 \
+             WHERE source = ?1 AND destination = ?2 AND next_at <= ?3",
+        )
+        .db()?
+        .execute(params![source, destination, now.0, interval_ms.max(1)])
+        .db()?;
+    if taken == 1 {
+        return Ok(None);
+    }
+    let next: i64 = conn
+        .prepare_cached(
+            "SELECT next_at FROM destination_pace WHERE source = ?1 AND destination = ?2",
+        )
+        .db()?
+        .query_row(params![source, destination], |r| r.get(0))
+        .db()?;
+    Ok(Some(Timestamp(next)))
+}

@@ -241,6 +241,18 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// Appends an attempt and/or changes `delivered_at`; nothing when the row is gone.
     async fn intake_update(&self, u: IntakeUpdate) -> Result<(), StoreError>;
 
+    /// Takes the delivery slot of a paced destination: when its next slot is due at `now`,
+    /// moves it to `now + interval_ms` and answers `None` (deliver now); else answers the
+    /// time the slot comes due (and changes nothing). Atomic across every handle on the
+    /// ledger, so instances sharing it pace the destination together.
+    async fn pace_take(
+        &self,
+        source: &str,
+        destination: &str,
+        interval_ms: i64,
+        now: Timestamp,
+    ) -> Result<Option<Timestamp>, StoreError>;
+
     /// Deliveries not yet made, per source and destination (`default` for an event's own
     /// key; pairs with none are left out).
     async fn intake_backlog(&self) -> Result<Vec<(String, String, u64)>, StoreError>;

@@ -18,6 +18,12 @@
 //! the record's lease moves nothing, and then the attempt is appended and the item retried
 //! on their own.
 //!
+//! Fan-out: an item names its destination (none: `default`); the delivery uses that
+//! destination's URL, timeout, headers, secret and retry budget, is bounded by its
+//! `concurrency` per instance, and, with a `rate`, first takes the destination's next slot
+//! from the ledger (`Store::pace_take`; an item whose slot is not due yet waits for it in the
+//! outbox). The body comes from the event's row.
+//!
 //! Never here: following a redirect, reading more of an answer than its status and
 //! `Retry-After`, keeping a response body, or logging a body, a header value or a secret.
 
@@ -230,6 +236,22 @@ impl Forwarder {
         let Ok(_slot) = gate.acquire_owned().await else {
             return Ok(());
         };
+        // A paced destination: take its next slot from the ledger (shared by every instance),
+        // or wait for it. The record's own not-before (a Retry-After) is checked after, by
+        // the start, so the later of both wins.
+        if let Some(rate) = fwd.rate {
+            let now = self.ledger.now();
+            if let Some(until) = self
+                .store
+                .pace_take(&src_name, &dest, rate.interval_ms(), now)
+                .await?
+            {
+                let at = until.max(now);
+                return self
+                    .finish(&item, OutboxOutcome::Retry { at, error: None })
+                    .await;
+            }
+        }
         let lease_ms = fwd.timeout_ms + LEASE_MARGIN_MS;
         let started = self
             .ledger

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use idem_testkit::app::{backends, eventually, spawn_on, TestApp};
+use idem_testkit::app::{backends, eventually, spawn_on, spawn_with, Backend, Options, TestApp};
 use serde_json::{json, Value};
 
 use super::intake::{answer, event, post_stripe, put_source, Sink, SECRET};
@@ -335,4 +335,91 @@ async fn bad_destinations_are_refused_with_the_field_and_write_nothing() {
     assert_eq!(r.body["forwards"]["crm"]["secret_hint"], "LaSw");
     assert_eq!(r.body["forwards"]["receipt"]["secret_hint"], Value::Null);
     app.stop().await.expect("stop");
+}
+
+/// Two instances on one PostgreSQL (one on SQLite) deliver to a destination with `rate:
+/// {per_second: 5}`: together they stay within 5 deliveries in any second, plus one burst.
+/// The ledger clocks follow real time (the test drives them), so the sink's arrival times
+/// measure the pace.
+#[tokio::test]
+async fn a_paced_destination_keeps_its_rate_across_instances() {
+    for backend in backends() {
+        let (a, b, _db) = match backend {
+            Backend::Sqlite => (spawn_on(backend).await, None, None),
+            Backend::Postgres => {
+                let Some(db) = idem_testkit::pg::PgDb::create("paced destination") else {
+                    continue;
+                };
+                let opts = || Options {
+                    db: Some(db.url().to_owned()),
+                    backend: Backend::Postgres,
+                    ..Default::default()
+                };
+                let a = spawn_with(opts()).await;
+                let b = spawn_with(opts()).await;
+                (a, Some(b), Some(db))
+            }
+        };
+        let sink = Sink::start(vec![]).await;
+        let doc = json!({
+            "provider": "stripe",
+            "secrets": [SECRET],
+            "forwards": {"slow": {"url": sink.url, "timeout_ms": 1000,
+                                  "rate": {"per_second": 5}}},
+        });
+        assert_eq!(put_source(&a, "pay", &doc).await.status, 201);
+        let n = 20;
+        for i in 0..n {
+            let app = match (&b, i % 2) {
+                (Some(b), 1) => b,
+                _ => &a,
+            };
+            let r = post_stripe(app, "pay", SECRET, &body(&format!("evt_{i}"), "x")).await;
+            assert_eq!(r.body["events"][0]["status"], "accepted", "{}", r.text);
+        }
+        // Both ledger clocks follow real time from here.
+        let start = a.now();
+        let real = std::time::Instant::now();
+        let clocks: Vec<_> = std::iter::once(a.clock.clone())
+            .chain(b.as_ref().map(|b| b.clock.clone()))
+            .collect();
+        let driver = tokio::spawn(async move {
+            loop {
+                let t = idem::Timestamp(start.0 + real.elapsed().as_millis() as i64);
+                for c in &clocks {
+                    c.set(t);
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        });
+        let all = eventually(Duration::from_secs(30), || async { sink.count() == n }).await;
+        driver.abort();
+        assert!(all, "delivered {} of {n}", sink.count());
+        let mut times: Vec<std::time::Instant> = sink.got().iter().map(|g| g.at).collect();
+        times.sort();
+        let most_in_a_second = (0..times.len())
+            .map(|i| {
+                times[i..]
+                    .iter()
+                    .take_while(|t| t.duration_since(times[i]) < Duration::from_secs(1))
+                    .count()
+            })
+            .max()
+            .unwrap_or(0);
+        let span = times[times.len() - 1].duration_since(times[0]);
+        eprintln!(
+            "paced ({backend:?}, {} instance(s)): {n} deliveries in {:.2} s, at most {most_in_a_second} in any second",
+            1 + usize::from(b.is_some()),
+            span.as_secs_f64()
+        );
+        assert!(most_in_a_second <= 5 + 1, "{most_in_a_second} in one second");
+        let mut keys = keys(&sink);
+        keys.sort();
+        keys.dedup();
+        assert_eq!(keys.len(), n, "each event delivered once");
+        if let Some(b) = b {
+            b.stop().await.expect("stop");
+        }
+        a.stop().await.expect("stop");
+    }
 }

@@ -35,6 +35,8 @@ fn stripe_sig(secret: &str, t: i64, body: &[u8]) -> String {
 pub(crate) struct Got {
     headers: axum::http::HeaderMap,
     pub(crate) body: bytes::Bytes,
+    /// When it arrived.
+    pub(crate) at: std::time::Instant,
 }
 
 impl Got {
@@ -102,7 +104,11 @@ impl Sink {
                     }
                     let now = s.total.fetch_add(1, Ordering::SeqCst) + 1;
                     s.max_total.fetch_max(now, Ordering::SeqCst);
-                    s.got.lock().expect("lock").push(Got { headers, body });
+                    s.got.lock().expect("lock").push(Got {
+                        headers,
+                        body,
+                        at: std::time::Instant::now(),
+                    });
                     let a = s
                         .script
                         .lock()

@@ -40,6 +40,9 @@ const EVENT_COLUMNS: [&str; 7] = [
     "Last error",
 ];
 
+/// The columns of an event's destinations.
+const DESTINATION_COLUMNS: [&str; 6] = ["Destination", "Key", "State", "Attempts", "Delivered", ""];
+
 /// The columns of an event's delivery attempts.
 const ATTEMPT_COLUMNS: [&str; 5] = ["Attempt", "At", "Status", "Duration (ms)", "Error"];
 
@@ -379,6 +382,11 @@ async fn event_page(
         .and_then(Value::as_array)
         .cloned()
         .unwrap_or_default();
+    let destinations = doc
+        .get("destinations")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
     let body = html! {
         p.crumbs {
             a href="/console/sources" { "Sources" } " / "
@@ -421,6 +429,36 @@ async fn event_page(
                 _ => p { "— (dropped after retention)" },
             }
         }
+        section aria-labelledby="destinations-h" {
+            h2 #destinations-h { "Destinations" }
+            p { "Each destination delivers the event under its own key, with its own state, attempts and redeliver." }
+            (view::table("destinations", &DESTINATION_COLUMNS, html! {
+                @for d in &destinations {
+                    tr {
+                        td.mono { (s(d, "/name")) }
+                        td.mono {
+                            @if ns.is_empty() { (s(d, "/key")) } @else {
+                                a href=(record_href(ns, s(d, "/key"))) { (s(d, "/key")) }
+                            }
+                        }
+                        td { (state_cell(d.get("state").and_then(Value::as_str))) }
+                        td.num { (d.get("attempts").and_then(Value::as_array).map_or(0, Vec::len)) }
+                        td { (short(d.get("delivered_at"))) }
+                        td {
+                            form method="post" action={ (event_href(&name, key)) "/redeliver" } aria-label={ "Redeliver to " (s(d, "/name")) } {
+                                (csrf(viewer))
+                                input type="hidden" name="destination" value=(s(d, "/name"));
+                                label { "Note " input name="note" required aria-required="true"; }
+                                button type="submit" { "Redeliver to " (s(d, "/name")) }
+                            }
+                        }
+                    }
+                }
+                @if destinations.is_empty() {
+                    (view::empty_row(DESTINATION_COLUMNS.len(), "No destination matched this event."))
+                }
+            }))
+        }
         section aria-labelledby="attempts-h" {
             h2 #attempts-h { "Attempts" }
             (view::table("attempts", &ATTEMPT_COLUMNS, html! {
@@ -440,7 +478,7 @@ async fn event_page(
         }
         section aria-labelledby="redeliver-h" {
             h2 #redeliver-h { "Redeliver" }
-            p { "Schedules this event's delivery again now, with a fresh budget (from needs_review, failed_retryable or completed); recorded with who and why." }
+            p { "Schedules this event's delivery again now, with a fresh budget (from needs_review, failed_retryable or completed) — to every destination not completed, or to its only one; recorded with who and why. To replay one destination alone, use its row above." }
             form.card method="post" action={ (event_href(&name, key)) "/redeliver" } aria-label="Redeliver" {
                 (csrf(viewer))
                 label for="note" { "Note (required)" }
@@ -461,7 +499,10 @@ pub async fn redeliver(
 ) -> ConsoleResult<Response> {
     let l = scoped_source(&st, &viewer, &name).await?;
     let name = l.source.name.clone();
-    let body = json!({ "note": form.get("note").unwrap_or_default() });
+    let mut body = json!({ "note": form.get("note").unwrap_or_default() });
+    if let Some(d) = form.get("destination").filter(|d| !d.is_empty()) {
+        body["destination"] = json!(d);
+    }
     match api::redeliver_one(
         authed(&st, &viewer),
         Path((name.clone(), key.clone())),

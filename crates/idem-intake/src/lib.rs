@@ -7,6 +7,7 @@
 //! a signature or a body byte into an error or a `Debug` string: a refusal says only
 //! `invalid_signature` or `stale_signature`, never which secret or which byte failed.
 
+pub mod fanout;
 pub mod ids;
 pub mod provider;
 pub mod sign;

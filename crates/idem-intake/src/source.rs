@@ -14,8 +14,11 @@
 //! reads show only `secret_hints` (last 4 characters). No error message ever quotes a value
 //! of a secret member.
 
+use std::collections::BTreeMap;
+
 use serde_json::{json, Map, Value};
 
+use crate::fanout::{Filter, Rate, DEFAULT, MAX_DESTINATIONS, MAX_FILTER_VALUES};
 use crate::ids::EventIdRule;
 use crate::provider::{HmacAlgorithm, HmacEncoding, HmacScheme, HmacSigned, Provider};
 
@@ -73,7 +76,7 @@ pub struct Retry {
     pub window_ms: i64,
 }
 
-/// `forward`.
+/// One destination: `forward` (the destination `default`) or a member of `forwards`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Forward {
     pub url: String,
@@ -82,6 +85,10 @@ pub struct Forward {
     /// `None`: the provider's default list.
     pub headers: Option<Vec<String>>,
     pub retry: Retry,
+    /// `None`: every event.
+    pub filter: Option<Filter>,
+    /// `None`: unpaced.
+    pub rate: Option<Rate>,
 }
 
 /// A source without its secrets.
@@ -97,7 +104,10 @@ pub struct Source {
     /// `None`: the provider's default (`""` for hubspot, else no split). `Some("")` splits
     /// the document itself.
     pub split: Option<String>,
-    pub forward: Forward,
+    /// The destination `default` (`forwards.default` in a document lands here too).
+    pub forward: Option<Forward>,
+    /// The other destinations by name (never `default`). With `forward`, at least one.
+    pub forwards: BTreeMap<String, Forward>,
     pub hmac: Option<HmacScheme>,
     pub public_url: Option<String>,
     pub max_body_bytes: usize,
@@ -110,6 +120,8 @@ pub struct SourceSecrets {
     pub secrets: Option<Vec<String>>,
     /// `None`: unchanged; `Some(None)`: removed; `Some(Some(s))`: set.
     pub forward_secret: Option<Option<String>>,
+    /// The same for the named destinations: a name absent here is unchanged.
+    pub destination_secrets: BTreeMap<String, Option<String>>,
 }
 
 impl std::fmt::Debug for SourceSecrets {
@@ -120,6 +132,7 @@ impl std::fmt::Debug for SourceSecrets {
                 "forward_secret",
                 &self.forward_secret.as_ref().map(Option::is_some),
             )
+            .field("destination_secrets", &self.destination_secrets.len())
             .finish()
     }
 }
@@ -162,9 +175,39 @@ impl Source {
         }
     }
 
-    /// The effective forwarded header names.
-    pub fn forward_headers(&self) -> Vec<String> {
-        match &self.forward.headers {
+    /// Every destination with its name, `default` first, then by name.
+    pub fn destinations(&self) -> Vec<(&str, &Forward)> {
+        let mut out: Vec<(&str, &Forward)> = Vec::with_capacity(self.forwards.len() + 1);
+        if let Some(f) = &self.forward {
+            out.push((DEFAULT, f));
+        }
+        out.extend(self.forwards.iter().map(|(n, f)| (n.as_str(), f)));
+        out
+    }
+
+    /// The destination `name`.
+    pub fn destination(&self, name: &str) -> Option<&Forward> {
+        if name == DEFAULT {
+            self.forward.as_ref()
+        } else {
+            self.forwards.get(name)
+        }
+    }
+
+    /// The destinations an event with this body and these inbound headers goes to.
+    pub fn matching(&self, body: &[u8], headers: &http::HeaderMap) -> Vec<String> {
+        crate::fanout::matching(
+            self.destinations()
+                .into_iter()
+                .map(|(n, f)| (n, f.filter.as_ref())),
+            body,
+            headers,
+        )
+    }
+
+    /// The effective forwarded header names of one destination.
+    pub fn headers_of(&self, f: &Forward) -> Vec<String> {
+        match &f.headers {
             Some(h) => h.clone(),
             None => self
                 .provider
@@ -175,17 +218,22 @@ impl Source {
         }
     }
 
+    /// The inbound header names stored with an event: those of every destination (each
+    /// delivery passes on its own destination's list).
+    pub fn forward_headers(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for (_, f) in self.destinations() {
+            for h in self.headers_of(f) {
+                if !out.iter().any(|x| x.eq_ignore_ascii_case(&h)) {
+                    out.push(h);
+                }
+            }
+        }
+        out
+    }
+
     /// The stored configuration: the document without secrets (read back by [`Source::load`]).
     pub fn to_stored(&self) -> Value {
-        let mut forward = json!({
-            "url": self.forward.url,
-            "timeout_ms": self.forward.timeout_ms,
-            "concurrency": self.forward.concurrency,
-            "retry": retry_json(&self.forward.retry),
-        });
-        if let Some(h) = &self.forward.headers {
-            forward["headers"] = json!(h);
-        }
         let mut m = Map::new();
         m.insert("provider".into(), json!(self.provider.as_str()));
         if let Some(ns) = &self.namespace {
@@ -198,7 +246,17 @@ impl Source {
         if let Some(s) = &self.split {
             m.insert("split".into(), json!(s));
         }
-        m.insert("forward".into(), forward);
+        if let Some(f) = &self.forward {
+            m.insert("forward".into(), forward_stored(f));
+        }
+        if !self.forwards.is_empty() {
+            let named: Map<String, Value> = self
+                .forwards
+                .iter()
+                .map(|(n, f)| (n.clone(), forward_stored(f)))
+                .collect();
+            m.insert("forwards".into(), Value::Object(named));
+        }
         if let Some(h) = &self.hmac {
             m.insert("hmac".into(), hmac_json(h));
         }
@@ -215,14 +273,33 @@ impl Source {
     }
 
     /// The read shape of the contract ("Source reads"), defaults filled in. `hints` are the
-    /// last 4 characters of each signing secret, `forward_hint` that of `forward.secret`.
+    /// last 4 characters of each signing secret, `forward_hints` those of each destination's
+    /// secret by destination name (`default` for `forward.secret`). `forward` is `null` when
+    /// the source has only named destinations; `forwards` lists the named ones.
     pub fn read_shape(
         &self,
         hints: &[String],
-        forward_hint: Option<&str>,
+        forward_hints: &BTreeMap<String, String>,
         created_at: Value,
         updated_at: Value,
     ) -> Value {
+        let read = |name: &str, f: &Forward| {
+            json!({
+                "url": f.url,
+                "timeout_ms": f.timeout_ms,
+                "concurrency": f.concurrency,
+                "headers": self.headers_of(f),
+                "retry": retry_json(&f.retry),
+                "secret_hint": forward_hints.get(name),
+                "filter": f.filter.as_ref().map(filter_json),
+                "rate": f.rate.as_ref().map(rate_json),
+            })
+        };
+        let forwards: Map<String, Value> = self
+            .forwards
+            .iter()
+            .map(|(n, f)| (n.clone(), read(n, f)))
+            .collect();
         let event_id = self
             .event_id
             .clone()
@@ -234,14 +311,8 @@ impl Source {
             "tolerance_ms": self.tolerance_ms,
             "event_id": event_id.as_ref().map(rule_json),
             "split": self.split(),
-            "forward": {
-                "url": self.forward.url,
-                "timeout_ms": self.forward.timeout_ms,
-                "concurrency": self.forward.concurrency,
-                "headers": self.forward_headers(),
-                "retry": retry_json(&self.forward.retry),
-                "secret_hint": forward_hint,
-            },
+            "forward": self.forward.as_ref().map(|f| read(DEFAULT, f)),
+            "forwards": forwards,
             "hmac": self.hmac.as_ref().map(hmac_json),
             "public_url": self.public_url,
             "max_body_bytes": self.max_body_bytes,
@@ -265,13 +336,32 @@ impl Source {
         if let Some(Value::Object(f)) = p.get_mut("forward") {
             forward_secret = f.shift_remove("secret");
         }
+        let mut named_secrets: Vec<(String, Value)> = Vec::new();
+        if let Some(Value::Object(fs)) = p.get_mut("forwards") {
+            for (name, f) in fs.iter_mut() {
+                if let Value::Object(f) = f {
+                    if let Some(s) = f.shift_remove("secret") {
+                        named_secrets.push((name.clone(), s));
+                    }
+                }
+            }
+        }
         merge(&mut doc, &Value::Object(p));
         let mut input = parse_doc(&self.name, &doc, false)?;
         if let Some(s) = secrets {
             input.secrets.secrets = Some(usable(input.source.provider, read_secrets(&s)?)?);
         }
         if let Some(fs) = forward_secret {
-            input.secrets.forward_secret = Some(read_forward_secret(&fs)?);
+            input.secrets.forward_secret = Some(read_forward_secret("forward.secret", &fs)?);
+        }
+        for (name, s) in named_secrets {
+            let field = format!("forwards.{name}.secret");
+            let s = read_forward_secret(&field, &s)?;
+            if name == DEFAULT {
+                input.secrets.forward_secret = Some(s);
+            } else if input.source.forwards.contains_key(&name) {
+                input.secrets.destination_secrets.insert(name, s);
+            }
         }
         Ok(input)
     }
@@ -486,20 +576,57 @@ fn usable(provider: Provider, secrets: Vec<String>) -> Result<Vec<String>, Sourc
     }
 }
 
-fn read_forward_secret(v: &Value) -> Result<Option<String>, SourceError> {
+fn read_forward_secret(field: &str, v: &Value) -> Result<Option<String>, SourceError> {
     match v {
         Value::Null => Ok(None),
         Value::String(s) => idem_core::AlertSecret::parse(s)
             .map(|_| Some(s.clone()))
-            .map_err(|why| SourceError::invalid("forward.secret", why)),
+            .map_err(|why| SourceError::invalid(field, why)),
         _ => Err(SourceError::invalid(
-            "forward.secret",
+            field,
             "must be a whsec_ string or null",
         )),
     }
 }
 
-const TOP: [&str; 11] = [
+fn forward_stored(f: &Forward) -> Value {
+    let mut forward = json!({
+        "url": f.url,
+        "timeout_ms": f.timeout_ms,
+        "concurrency": f.concurrency,
+        "retry": retry_json(&f.retry),
+    });
+    if let Some(h) = &f.headers {
+        forward["headers"] = json!(h);
+    }
+    if let Some(x) = &f.filter {
+        forward["filter"] = filter_json(x);
+    }
+    if let Some(r) = &f.rate {
+        forward["rate"] = rate_json(r);
+    }
+    forward
+}
+
+fn filter_json(f: &Filter) -> Value {
+    match f {
+        Filter::Pointer { pointer, values } => json!({"pointer": pointer, "in": values}),
+        Filter::Header { header, values } => json!({"header": header, "in": values}),
+    }
+}
+
+fn rate_json(r: &Rate) -> Value {
+    let mut m = Map::new();
+    if let Some(n) = r.per_second {
+        m.insert("per_second".into(), json!(n));
+    }
+    if let Some(n) = r.per_minute {
+        m.insert("per_minute".into(), json!(n));
+    }
+    Value::Object(m)
+}
+
+const TOP: [&str; 12] = [
     "provider",
     "secrets",
     "namespace",
@@ -507,6 +634,7 @@ const TOP: [&str; 11] = [
     "event_id",
     "split",
     "forward",
+    "forwards",
     "hmac",
     "public_url",
     "max_body_bytes",
@@ -571,13 +699,60 @@ fn parse_doc(name: &str, doc: &Value, need_secrets: bool) -> Result<SourceInput,
         None => None,
         Some(s) => Some(pointer("split", &s)?),
     };
-    let forward_doc = o.get("forward").ok_or_else(|| {
-        o.bad(
+    let (mut forward, mut forward_secret) = match o.get("forward") {
+        None => (None, None),
+        Some(v) => {
+            let (f, s) = parse_forward("forward", v)?;
+            (Some(f), s)
+        }
+    };
+    let mut forwards = BTreeMap::new();
+    let mut destination_secrets = BTreeMap::new();
+    if let Some(v) = o.get("forwards") {
+        let Value::Object(named) = v else {
+            return Err(o.bad("forwards", "must be a JSON object of destinations by name"));
+        };
+        if named.len() > MAX_DESTINATIONS {
+            return Err(o.bad(
+                "forwards",
+                &format!("must name at most {MAX_DESTINATIONS} destinations"),
+            ));
+        }
+        let mut names: Vec<&String> = named.keys().collect();
+        names.sort();
+        for name in names {
+            let path = format!("forwards.{name}");
+            idem_core::Namespace::try_from(name.as_str()).map_err(|e| {
+                SourceError::invalid(
+                    path.clone(),
+                    format!("is not a destination name (the namespace syntax): {e}"),
+                )
+            })?;
+            let (f, s) = parse_forward(&path, &named[name])?;
+            if name == DEFAULT {
+                if forward.is_some() {
+                    return Err(SourceError::invalid(
+                        path,
+                        "is the destination `forward`: give one of forward or forwards.default",
+                    ));
+                }
+                forward = Some(f);
+                forward_secret = s;
+            } else {
+                if let Some(s) = s {
+                    destination_secrets.insert(name.clone(), s);
+                }
+                forwards.insert(name.clone(), f);
+            }
+        }
+    }
+    if forward.is_none() && forwards.is_empty() {
+        return Err(o.bad(
             "forward",
-            "is required (forward.url: where events are delivered)",
-        )
-    })?;
-    let (forward, forward_secret) = parse_forward(forward_doc)?;
+            "is required: forward or forwards (at least one destination: where events are \
+             delivered)",
+        ));
+    }
     let hmac = match o.get("hmac") {
         None if provider == Provider::Hmac => {
             return Err(o.bad("hmac", "is required for provider hmac"))
@@ -609,6 +784,7 @@ fn parse_doc(name: &str, doc: &Value, need_secrets: bool) -> Result<SourceInput,
             event_id,
             split,
             forward,
+            forwards,
             hmac,
             public_url,
             max_body_bytes,
@@ -616,13 +792,14 @@ fn parse_doc(name: &str, doc: &Value, need_secrets: bool) -> Result<SourceInput,
         secrets: SourceSecrets {
             secrets,
             forward_secret,
+            destination_secrets,
         },
     })
 }
 
-fn parse_forward(v: &Value) -> Result<(Forward, Option<Option<String>>), SourceError> {
+fn parse_forward(path: &str, v: &Value) -> Result<(Forward, Option<Option<String>>), SourceError> {
     let o = Obj::new(
-        "forward",
+        path,
         v,
         &[
             "url",
@@ -631,12 +808,14 @@ fn parse_forward(v: &Value) -> Result<(Forward, Option<Option<String>>), SourceE
             "headers",
             "secret",
             "retry",
+            "filter",
+            "rate",
         ],
     )?;
     let url = o
         .string("url", MAX_URL)?
         .ok_or_else(|| o.bad("url", "is required"))?;
-    let url = http_url("forward.url", &url)?;
+    let url = http_url(&o.name("url"), &url)?;
     let timeout_ms = o
         .int("timeout_ms", 1, 300_000)?
         .unwrap_or(DEFAULT_TIMEOUT_MS);
@@ -650,7 +829,7 @@ fn parse_forward(v: &Value) -> Result<(Forward, Option<Option<String>>), SourceE
                 .iter()
                 .enumerate()
                 .map(|(i, h)| {
-                    let field = format!("forward.headers[{i}]");
+                    let field = format!("{path}.headers[{i}]");
                     match h {
                         Value::String(s) => header_name(&field, s),
                         _ => Err(SourceError::invalid(field, "must be a header name")),
@@ -667,13 +846,31 @@ fn parse_forward(v: &Value) -> Result<(Forward, Option<Option<String>>), SourceE
     };
     let secret = match o.map.get("secret") {
         None => None,
-        Some(v) => Some(read_forward_secret(v)?),
+        Some(v) => Some(read_forward_secret(&o.name("secret"), v)?),
+    };
+    let filter = match o.get("filter") {
+        None => None,
+        Some(v) => Some(parse_filter(&o.name("filter"), v)?),
+    };
+    let rate = match o.get("rate") {
+        None => None,
+        Some(v) => {
+            let r = Obj::new(&o.name("rate"), v, &["per_second", "per_minute"])?;
+            let rate = Rate {
+                per_second: r.int("per_second", 1, 10_000)?.map(|n| n as u32),
+                per_minute: r.int("per_minute", 1, 600_000)?.map(|n| n as u32),
+            };
+            if rate.per_second.is_none() && rate.per_minute.is_none() {
+                return Err(o.bad("rate", "must set per_second, per_minute or both"));
+            }
+            Some(rate)
+        }
     };
     let retry = match o.get("retry") {
         None => DEFAULT_RETRY,
         Some(v) => {
             let r = Obj::new(
-                "forward.retry",
+                &o.name("retry"),
                 v,
                 &["max_attempts", "base_ms", "max_ms", "window_ms"],
             )?;
@@ -701,9 +898,54 @@ fn parse_forward(v: &Value) -> Result<(Forward, Option<Option<String>>), SourceE
             concurrency,
             headers,
             retry,
+            filter,
+            rate,
         },
         secret,
     ))
+}
+
+fn parse_filter(path: &str, v: &Value) -> Result<Filter, SourceError> {
+    let o = Obj::new(path, v, &["pointer", "header", "in"])?;
+    let values = match o.get("in") {
+        Some(Value::Array(items)) if !items.is_empty() && items.len() <= MAX_FILTER_VALUES => {
+            items
+        }
+        _ => {
+            return Err(o.bad(
+                "in",
+                &format!("is required: an array of 1 to {MAX_FILTER_VALUES} values"),
+            ))
+        }
+    };
+    match (o.string("pointer", 1000)?, o.string("header", 200)?) {
+        (Some(p), None) => {
+            let pointer = pointer(&o.name("pointer"), &p)?;
+            Ok(Filter::Pointer {
+                pointer,
+                values: values.clone(),
+            })
+        }
+        (None, Some(h)) => {
+            let header = header_name(&o.name("header"), &h)?.to_ascii_lowercase();
+            let values = values
+                .iter()
+                .enumerate()
+                .map(|(i, v)| match v {
+                    Value::String(s) => Ok(s.clone()),
+                    _ => Err(SourceError::invalid(
+                        format!("{path}.in[{i}]"),
+                        "must be a string (header values are text)",
+                    )),
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(Filter::Header { header, values })
+        }
+        _ => Err(SourceError::invalid(
+            path,
+            "must have exactly one of pointer or header",
+        )),
+    }
 }
 
 fn parse_hmac(v: &Value) -> Result<HmacScheme, SourceError> {
@@ -771,6 +1013,10 @@ mod tests {
                "forward": {"url": "http://127.0.0.1:5678/webhook/x"}})
     }
 
+    fn fwd(s: &Source) -> &Forward {
+        s.forward.as_ref().expect("forward")
+    }
+
     fn err(doc: Value) -> SourceError {
         SourceInput::parse("pay", &doc).expect_err("refused")
     }
@@ -781,13 +1027,13 @@ mod tests {
         let s = &i.source;
         assert_eq!(s.namespace(), "pay");
         assert_eq!(s.tolerance_ms, 300_000);
-        assert_eq!(s.forward.timeout_ms, 10_000);
-        assert_eq!(s.forward.concurrency, 4);
-        assert_eq!(s.forward.retry, DEFAULT_RETRY);
+        assert_eq!(fwd(s).timeout_ms, 10_000);
+        assert_eq!(fwd(s).concurrency, 4);
+        assert_eq!(fwd(s).retry, DEFAULT_RETRY);
         assert_eq!(s.max_body_bytes, 1 << 20);
         assert_eq!(s.split(), None);
         assert_eq!(s.forward_headers(), ["Stripe-Signature"]);
-        let read = s.read_shape(&["6789".into()], None, json!(null), json!(null));
+        let read = s.read_shape(&["6789".into()], &BTreeMap::new(), json!(null), json!(null));
         assert_eq!(read["event_id"], json!({"pointer": "/id"}));
         assert_eq!(read["secret_hints"], json!(["6789"]));
         assert_eq!(read["forward"]["secret_hint"], json!(null));
@@ -895,13 +1141,13 @@ mod tests {
         d["forward"]["retry"] = json!({"max_attempts": 3, "base_ms": 10});
         d["forward"]["concurrency"] = json!(2);
         let s = SourceInput::parse("pay", &d).expect("valid").source;
-        assert_eq!(s.forward.retry.max_ms, DEFAULT_RETRY.max_ms);
+        assert_eq!(fwd(&s).retry.max_ms, DEFAULT_RETRY.max_ms);
         let p = s
             .patch(&json!({"forward": {"retry": {"max_attempts": 5}}, "tolerance_ms": 1000}))
             .expect("patch");
-        assert_eq!(p.source.forward.retry.max_attempts, 5);
-        assert_eq!(p.source.forward.retry.base_ms, 10);
-        assert_eq!(p.source.forward.concurrency, 2);
+        assert_eq!(fwd(&p.source).retry.max_attempts, 5);
+        assert_eq!(fwd(&p.source).retry.base_ms, 10);
+        assert_eq!(fwd(&p.source).concurrency, 2);
         assert_eq!(p.source.tolerance_ms, 1000);
         assert_eq!(p.secrets, SourceSecrets::default());
         let p = s
@@ -934,5 +1180,138 @@ mod tests {
         assert!(SourceInput::parse("pay", &d).is_ok());
         d["source"] = json!("other");
         assert_eq!(err(d).field(), "source");
+    }
+
+    fn fanout() -> Value {
+        json!({"provider": "stripe", "secrets": ["whsec_abc123456789"],
+               "forwards": {
+                   "crm": {"url": "http://127.0.0.1:5678/webhook/crm"},
+                   "receipt": {"url": "http://127.0.0.1:5678/webhook/receipt",
+                               "filter": {"pointer": "/type", "in": ["invoice.paid"]},
+                               "secret": FWD},
+                   "slack": {"url": "http://127.0.0.1:5678/webhook/slack",
+                             "filter": {"header": "X-Mode", "in": ["live"]},
+                             "rate": {"per_second": 2}}}})
+    }
+
+    #[test]
+    fn named_destinations_parse_store_and_read_back() {
+        let i = SourceInput::parse("pay", &fanout()).expect("valid");
+        let s = &i.source;
+        assert!(s.forward.is_none());
+        let names: Vec<&str> = s.destinations().iter().map(|(n, _)| *n).collect();
+        assert_eq!(names, ["crm", "receipt", "slack"]);
+        assert_eq!(
+            s.destination("slack").and_then(|f| f.rate),
+            Some(Rate {
+                per_second: Some(2),
+                per_minute: None
+            })
+        );
+        assert_eq!(
+            i.secrets.destination_secrets.get("receipt"),
+            Some(&Some(FWD.to_owned()))
+        );
+        let stored = s.to_stored();
+        assert!(!stored.to_string().contains("whsec"), "{stored}");
+        assert_eq!(&Source::load("pay", &stored).expect("load"), s);
+        let hints = BTreeMap::from([("receipt".to_owned(), "aSw".to_owned())]);
+        let read = s.read_shape(&[], &hints, json!(null), json!(null));
+        assert_eq!(read["forward"], json!(null));
+        assert_eq!(read["forwards"]["receipt"]["secret_hint"], json!("aSw"));
+        assert_eq!(read["forwards"]["crm"]["secret_hint"], json!(null));
+        assert_eq!(
+            read["forwards"]["slack"]["filter"],
+            json!({"header": "x-mode", "in": ["live"]})
+        );
+        assert_eq!(read["forwards"]["slack"]["rate"], json!({"per_second": 2}));
+        // `forward` beside `forwards` is the destination default, listed first.
+        let mut d = fanout();
+        d["forward"] = json!({"url": "http://127.0.0.1:5678/webhook/all"});
+        let s = SourceInput::parse("pay", &d).expect("valid").source;
+        assert_eq!(s.destinations()[0].0, "default");
+        // `forwards.default` is the same destination.
+        let mut d = fanout();
+        d["forwards"]["default"] = json!({"url": "http://127.0.0.1:5678/webhook/all"});
+        let s2 = SourceInput::parse("pay", &d).expect("valid").source;
+        assert_eq!(s2, s);
+    }
+
+    #[test]
+    fn bad_destinations_are_named() {
+        let mut d = stripe();
+        d.as_object_mut().expect("obj").remove("forward");
+        assert_eq!(err(d.clone()).field(), "forward");
+        d["forwards"] = json!({});
+        assert_eq!(err(d).field(), "forward");
+        let mut d = fanout();
+        d["forwards"]["bad name!"] = json!({"url": "http://x/"});
+        assert_eq!(err(d).field(), "forwards.bad name!");
+        let mut d = fanout();
+        d["forwards"]["crm"]["url"] = json!("ftp://x/");
+        assert_eq!(err(d).field(), "forwards.crm.url");
+        let mut d = fanout();
+        d["forwards"]["crm"]["filter"] = json!({"pointer": "/type"});
+        assert_eq!(err(d).field(), "forwards.crm.filter.in");
+        let mut d = fanout();
+        d["forwards"]["crm"]["filter"] = json!({"pointer": "/t", "header": "X", "in": [1]});
+        assert_eq!(err(d).field(), "forwards.crm.filter");
+        let mut d = fanout();
+        d["forwards"]["crm"]["filter"] = json!({"header": "X", "in": [1]});
+        assert_eq!(err(d).field(), "forwards.crm.filter.in[0]");
+        let mut d = fanout();
+        d["forwards"]["crm"]["rate"] = json!({});
+        assert_eq!(err(d).field(), "forwards.crm.rate");
+        let mut d = fanout();
+        d["forwards"]["crm"]["rate"] = json!({"per_second": 0});
+        assert_eq!(err(d).field(), "forwards.crm.rate.per_second");
+        let mut d = fanout();
+        d["forwards"]["crm"]["secret"] = json!("plain-text-secret");
+        let e = err(d);
+        assert_eq!(e.field(), "forwards.crm.secret");
+        assert!(!e.to_string().contains("plain-text"), "{e}");
+        let mut d = fanout();
+        d["forwards"]["crm"]["bogus"] = json!(1);
+        assert_eq!(err(d).field(), "forwards.crm.bogus");
+        let mut d = fanout();
+        d["forward"] = json!({"url": "http://x/"});
+        d["forwards"]["default"] = json!({"url": "http://y/"});
+        assert_eq!(err(d).field(), "forwards.default");
+        let mut d = fanout();
+        let many: Map<String, Value> = (0..17)
+            .map(|i| (format!("d{i}"), json!({"url": "http://x/"})))
+            .collect();
+        d["forwards"] = Value::Object(many);
+        assert_eq!(err(d).field(), "forwards");
+    }
+
+    #[test]
+    fn patch_adds_changes_and_removes_destinations() {
+        let s = SourceInput::parse("pay", &stripe()).expect("valid").source;
+        let p = s
+            .patch(&json!({"forwards": {"crm": {"url": "http://127.0.0.1:1/crm", "secret": FWD}}}))
+            .expect("patch");
+        assert!(p.source.forward.is_some());
+        assert!(p.source.forwards.contains_key("crm"));
+        assert_eq!(
+            p.secrets.destination_secrets.get("crm"),
+            Some(&Some(FWD.to_owned()))
+        );
+        let s = p.source;
+        let p = s
+            .patch(&json!({"forwards": {"crm": {"timeout_ms": 500}}}))
+            .expect("patch");
+        assert_eq!(p.source.forwards["crm"].timeout_ms, 500);
+        assert_eq!(p.source.forwards["crm"].url, "http://127.0.0.1:1/crm");
+        let p = s.patch(&json!({"forwards": {"crm": null}})).expect("patch");
+        assert!(p.source.forwards.is_empty());
+        // The last destination cannot go.
+        assert_eq!(
+            p.source
+                .patch(&json!({"forward": null}))
+                .expect_err("none left")
+                .field(),
+            "forward"
+        );
     }
 }

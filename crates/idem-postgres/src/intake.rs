@@ -6,7 +6,7 @@
 use std::sync::LazyLock;
 
 use idem_core::{State, Timestamp};
-use idem_store::intake::{forward_owner, source_owner};
+use idem_store::intake::{destination_owner, forward_owner, source_owner};
 use idem_store::{
     Delivered, IntakeEventRow, IntakeQuery, IntakeUpdate, Rider, SourceDelete, SourceRow,
     SourceWrite, StoreError,
@@ -51,6 +51,12 @@ pub(crate) async fn source_put(
         writes.push((
             forward_owner(&w.name),
             fs.iter().map(|s| s.expose().to_owned()).collect(),
+        ));
+    }
+    for (dest, s) in &w.destination_secrets {
+        writes.push((
+            destination_owner(&w.name, dest),
+            s.iter().map(|s| s.expose().to_owned()).collect(),
         ));
     }
     for (owner, values) in writes {
@@ -138,36 +144,69 @@ pub(crate) async fn source_delete(
         )
         .await?;
     }
+    // The named destinations' secrets (`{source}/{destination}`).
+    tx.execute(
+        "DELETE FROM secrets WHERE kind = $1 AND left(owner, $2) = $3",
+        &[
+            &forward_owner(name).kind.as_str(),
+            &(name.len() as i32 + 1),
+            &format!("{name}/"),
+        ],
+    )
+    .await?;
     tx.commit().await?;
     Ok(SourceDelete::Deleted)
 }
 
-/// Parameters of [`rider_ctes`]: the event row's eight, then its forward item's seven.
-pub(crate) const RIDER_PARAMS: usize = 15;
+/// Parameters of [`rider_ctes`]: the event row's ten, its forward item's seven, then six
+/// arrays of its deliveries to named destinations.
+pub(crate) const RIDER_PARAMS: usize = 23;
 
-/// Two CTEs writing a [`Rider`]: `i` stores the event's row (once: `ON CONFLICT DO NOTHING`)
+/// Four CTEs writing a [`Rider`]: `i` stores the event's row (once: `ON CONFLICT DO NOTHING`)
 /// for each row of `from` (`""`: once), `o` its forward item when `i` stored the row and the
-/// rider has one (its kind, `$p+8`, is not NULL). Parameters `$p` .. `$p+14`
-/// ([`RiderParams`]).
+/// rider has one (its kind, `$p+10`, is not NULL), `d` the rows of its deliveries to named
+/// destinations and `dq` their forward items, both only when `i` stored the row. Parameters
+/// `$p` .. `$p+22` ([`RiderParams`]).
 pub(crate) fn rider_ctes(from: &str, p: usize) -> String {
     let row = typed_params(
         p,
         &[
-            "TEXT", "TEXT", "TEXT", "TEXT", "TEXT", "TEXT", "BYTEA", "BIGINT",
+            "TEXT", "TEXT", "TEXT", "TEXT", "TEXT", "TEXT", "BYTEA", "BIGINT", "TEXT", "BIGINT",
         ],
     );
     let item = typed_params(
-        p + 8,
+        p + 10,
         &["TEXT", "TEXT", "TEXT", "TEXT", "BYTEA", "BIGINT", "BIGINT"],
     );
     format!(
         "i AS (INSERT INTO intake_events (namespace, key, source, event_id, content_type, \
-         headers, body, received_at) SELECT {row} {from} \
+         headers, body, received_at, destinations, delivered_at) SELECT {row} {from} \
          ON CONFLICT (namespace, key) DO NOTHING RETURNING 1), \
          o AS (INSERT INTO outbox (kind, namespace, key, dedupe, payload, created_at, due_at) \
          SELECT {item} FROM i WHERE ${k}::TEXT IS NOT NULL \
+         ON CONFLICT (namespace, key, kind, dedupe) DO NOTHING RETURNING id), \
+         d AS (INSERT INTO intake_events (namespace, key, source, event_id, content_type, \
+         headers, body, received_at, event_key, destination) \
+         SELECT ${p}::TEXT, u.k, ${p2}::TEXT, ${p3}::TEXT, ${p4}::TEXT, '{{}}', NULL, \
+         ${p7}::BIGINT, ${p1}::TEXT, u.n FROM i, unnest(${dk}::TEXT[], ${dn}::TEXT[]) AS u(k, n) \
+         ON CONFLICT (namespace, key) DO NOTHING RETURNING 1), \
+         dq AS (INSERT INTO outbox (kind, namespace, key, dedupe, payload, created_at, due_at) \
+         SELECT u.kind, ${p}::TEXT, u.k, u.dd, u.pl, ${p7}::BIGINT, u.due FROM i, \
+         unnest(${qk}::TEXT[], ${dk}::TEXT[], ${qd}::TEXT[], ${qp}::BYTEA[], ${qt}::BIGINT[]) \
+         AS u(kind, k, dd, pl, due) \
          ON CONFLICT (namespace, key, kind, dedupe) DO NOTHING RETURNING id)",
-        k = p + 8
+        k = p + 10,
+        p1 = p + 1,
+        p2 = p + 2,
+        p3 = p + 3,
+        p4 = p + 4,
+        p7 = p + 7,
+        dk = p + 17,
+        dn = p + 18,
+        qk = p + 19,
+        qd = p + 20,
+        qp = p + 21,
+        qt = p + 22,
     )
 }
 
@@ -180,6 +219,7 @@ pub(crate) static STORE_RIDER: std::sync::LazyLock<String> = std::sync::LazyLock
 /// The values of [`rider_ctes`] for one rider (the item's all NULL when it has none).
 pub(crate) struct RiderParams<'a> {
     r: &'a Rider,
+    delivered_at: Option<i64>,
     kind: Option<&'static str>,
     namespace: Option<&'a str>,
     key: Option<&'a str>,
@@ -187,13 +227,21 @@ pub(crate) struct RiderParams<'a> {
     payload: Option<&'a [u8]>,
     created_at: Option<i64>,
     due_at: Option<i64>,
+    d_keys: Vec<String>,
+    d_names: Vec<String>,
+    d_kinds: Vec<String>,
+    d_dedupes: Vec<String>,
+    d_payloads: Vec<Vec<u8>>,
+    d_due: Vec<i64>,
 }
 
 impl<'a> RiderParams<'a> {
     pub(crate) fn new(r: &'a Rider) -> Self {
         let f = r.forward.as_ref();
+        let ds = &r.deliveries;
         RiderParams {
             r,
+            delivered_at: r.intake.delivered_at.map(|t| t.0),
             kind: f.map(|f| f.kind.as_str()),
             namespace: f.map(|f| f.namespace.as_str()),
             key: f.map(|f| f.key.as_str()),
@@ -201,6 +249,12 @@ impl<'a> RiderParams<'a> {
             payload: f.map(|f| f.payload.as_slice()),
             created_at: f.map(|_| r.intake.received_at.0),
             due_at: f.map(|f| f.due_at.0),
+            d_keys: ds.iter().map(|d| d.key.clone()).collect(),
+            d_names: ds.iter().map(|d| d.destination.clone()).collect(),
+            d_kinds: ds.iter().map(|d| d.item.kind.as_str().to_owned()).collect(),
+            d_dedupes: ds.iter().map(|d| d.item.dedupe.clone()).collect(),
+            d_payloads: ds.iter().map(|d| d.item.payload.clone()).collect(),
+            d_due: ds.iter().map(|d| d.item.due_at.0).collect(),
         }
     }
 
@@ -215,6 +269,8 @@ impl<'a> RiderParams<'a> {
             &ev.headers,
             &ev.body,
             &ev.received_at.0,
+            &ev.destinations,
+            &self.delivered_at,
             &self.kind,
             &self.namespace,
             &self.key,
@@ -222,12 +278,19 @@ impl<'a> RiderParams<'a> {
             &self.payload,
             &self.created_at,
             &self.due_at,
+            &self.d_keys,
+            &self.d_names,
+            &self.d_kinds,
+            &self.d_dedupes,
+            &self.d_payloads,
+            &self.d_due,
         ]
     }
 }
 
 const EVENT_COLS: &str = "e.namespace, e.key, e.source, e.event_id, e.content_type, e.headers, \
-     e.body, e.received_at, e.attempts, e.delivered_at, r.state";
+     e.body, e.received_at, e.attempts, e.delivered_at, r.state, e.event_key, e.destination, \
+     e.destinations";
 
 fn event_row(r: &Row) -> Result<IntakeEventRow, PgError> {
     let state: Option<String> = get(r, 10)?;
@@ -250,6 +313,9 @@ fn event_row(r: &Row) -> Result<IntakeEventRow, PgError> {
                 })?)
             }
         },
+        event_key: get(r, 11)?,
+        destination: get(r, 12)?,
+        destinations: get(r, 13)?,
     })
 }
 
@@ -280,6 +346,7 @@ pub(crate) async fn intake_list(
          AND ($3::bigint IS NULL OR e.received_at < $3 OR (e.received_at = $3 AND e.key < $4)) \
          AND ($5::bigint IS NULL OR e.received_at >= $5) \
          AND ($6::bigint IS NULL OR e.received_at <= $6) \
+         AND ($8::boolean OR e.event_key IS NULL) \
          ORDER BY e.received_at DESC, e.key DESC LIMIT $7"
     );
     let (at, key) = match &q.after {
@@ -297,6 +364,7 @@ pub(crate) async fn intake_list(
                 &q.since.map(|t| t.0),
                 &q.until.map(|t| t.0),
                 &(q.limit as i64),
+                &q.deliveries,
             ],
         )
         .await?;
@@ -381,17 +449,25 @@ pub(crate) async fn intake_update(store: &PgStore, u: &IntakeUpdate) -> Result<(
     Ok(())
 }
 
-pub(crate) async fn intake_backlog(store: &PgStore) -> Result<Vec<(String, u64)>, PgError> {
+pub(crate) async fn intake_backlog(
+    store: &PgStore,
+) -> Result<Vec<(String, String, u64)>, PgError> {
     let client = store.client().await?;
     let rows = client
         .query(
-            "SELECT source, COUNT(*) FROM intake_events WHERE delivered_at IS NULL \
-             GROUP BY source ORDER BY source",
+            "SELECT source, COALESCE(destination, 'default'), COUNT(*) FROM intake_events \
+             WHERE delivered_at IS NULL GROUP BY 1, 2 ORDER BY 1, 2",
             &[],
         )
         .await?;
     rows.iter()
-        .map(|r| Ok((get::<String>(r, 0)?, get::<i64>(r, 1)? as u64)))
+        .map(|r| {
+            Ok((
+                get::<String>(r, 0)?,
+                get::<String>(r, 1)?,
+                get::<i64>(r, 2)? as u64,
+            ))
+        })
         .collect()
 }
 
@@ -407,4 +483,42 @@ pub(crate) async fn intake_dead_letters(store: &PgStore) -> Result<Vec<(String, 
     rows.iter()
         .map(|r| Ok((get::<String>(r, 0)?, get::<i64>(r, 1)? as u64)))
         .collect()
+}
+
+/// Takes a paced destination's slot (see `Store::pace_take`). The guarded `UPDATE` is the
+/// whole protocol: of two instances at once, the second waits for the first's row lock and
+/// then re-checks `next_at <= now` against the committed value, so one slot goes to one
+/// delivery.
+pub(crate) async fn pace_take(
+    store: &PgStore,
+    source: &str,
+    destination: &str,
+    interval_ms: i64,
+    now: Timestamp,
+) -> Result<Option<Timestamp>, PgError> {
+    let client = store.client().await?;
+    client
+        .execute(
+            "INSERT INTO destination_pace (source, destination, next_at) VALUES ($1, $2, 0) \
+             ON CONFLICT (source, destination) DO NOTHING",
+            &[&source, &destination],
+        )
+        .await?;
+    let taken = client
+        .execute(
+            "UPDATE destination_pace SET next_at = $3 + $4 \
+             WHERE source = $1 AND destination = $2 AND next_at <= $3",
+            &[&source, &destination, &now.0, &interval_ms.max(1)],
+        )
+        .await?;
+    if taken == 1 {
+        return Ok(None);
+    }
+    let row = client
+        .query_one(
+            "SELECT next_at FROM destination_pace WHERE source = $1 AND destination = $2",
+            &[&source, &destination],
+        )
+        .await?;
+    Ok(Some(Timestamp(get(&row, 0)?)))
 }

@@ -188,6 +188,8 @@ static EXPIRE_RESULTS: LazyLock<String> = LazyLock::new(|| {
         WHERE e.namespace = expired.namespace AND e.key = expired.key \
           AND expired.state = {completed} AND e.body IS NOT NULL \
           AND e.delivered_at IS NOT NULL \
+          AND NOT EXISTS (SELECT 1 FROM intake_events d WHERE d.namespace = e.namespace \
+              AND d.event_key = e.key AND d.delivered_at IS NULL) \
     ), old_counts AS ( \
         DELETE FROM daily_counts WHERE day < $4 RETURNING 1 \
     ) \
@@ -233,6 +235,8 @@ static DELETE_TOMBSTONES: LazyLock<String> = LazyLock::new(|| {
         DELETE FROM intake_events i USING del \
         WHERE i.namespace = del.namespace AND i.key = del.key \
           AND i.delivered_at IS NOT NULL \
+          AND NOT EXISTS (SELECT 1 FROM intake_events d WHERE d.namespace = i.namespace \
+              AND d.event_key = i.key AND d.delivered_at IS NULL) \
     ) \
     SELECT count(*) FROM del",
         final_states = idem_store::sql::retained_states()

@@ -507,7 +507,20 @@ impl Store for PgStore {
             .await
     }
 
-    async fn intake_backlog(&self) -> Result<Vec<(String, u64)>, StoreError> {
+    async fn pace_take(
+        &self,
+        source: &str,
+        destination: &str,
+        interval_ms: i64,
+        now: Timestamp,
+    ) -> Result<Option<Timestamp>, StoreError> {
+        self.bounded(self.with_retries("pace_take", || {
+            intake::pace_take(self, source, destination, interval_ms, now)
+        }))
+        .await
+    }
+
+    async fn intake_backlog(&self) -> Result<Vec<(String, String, u64)>, StoreError> {
         self.bounded(self.with_retries("intake_backlog", || intake::intake_backlog(self)))
             .await
     }

@@ -36,6 +36,7 @@ pub(crate) const MIGRATIONS: &[(i32, &str)] = &[
     (15, V15),
     (16, V16),
     (17, V17),
+    (18, V18),
 ];
 
 /// Cost and recovery. Each record sums what its attempts reported spending (`retry_*` =
@@ -209,6 +210,25 @@ CREATE TRIGGER records_ns_count_row_update AFTER UPDATE ON records
           AND current_setting('idem.self_count', true) IS DISTINCT FROM 'on'
           AND strpos(COALESCE(current_query(), ''), '/* idem:counts-itself */') = 0)
     EXECUTE FUNCTION idem_ns_count_row_moved();
+"#;
+
+/// Fan-out: an event's delivery to a named destination is a row of its own (no body;
+/// `event_key` names the event's row, `destination` the destination), and an event's row lists
+/// its destinations (`NULL`: `default` alone, as every row written before).
+/// `destination_pace` holds, per destination with a `rate`, the earliest time of its next
+/// delivery: the state every instance on the database paces that destination by.
+const V18: &str = r#"
+ALTER TABLE intake_events ADD COLUMN event_key TEXT;
+ALTER TABLE intake_events ADD COLUMN destination TEXT;
+ALTER TABLE intake_events ADD COLUMN destinations TEXT;
+CREATE INDEX intake_events_deliveries ON intake_events (namespace, event_key)
+    WHERE event_key IS NOT NULL;
+CREATE TABLE destination_pace (
+    source      TEXT   NOT NULL,
+    destination TEXT   NOT NULL,
+    next_at     BIGINT NOT NULL,
+    PRIMARY KEY (source, destination)
+);
 "#;
 
 /// The operator console. Sessions live here so that every instance on one database knows
@@ -618,7 +638,7 @@ mod tests {
         );
         assert_eq!(
             migrate(&mut client, 0).await.expect("migrate"),
-            [5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17]
+            (5..=MIGRATIONS.len() as i32).collect::<Vec<_>>()
         );
         let rows = client
             .query(

@@ -86,16 +86,35 @@ pub async fn gauges_once(store: &Arc<dyn Store>, now: Timestamp) -> Result<Stats
     Ok(stats)
 }
 
-/// Sets `idem_intake_backlog{source}` (events not yet delivered) for every source, from the
-/// store's partial index of undelivered events (so it has no lag behind the writes).
+/// Sets `idem_intake_backlog{source,destination}` (deliveries not yet made) for every
+/// destination of every source, from the store's partial index of undelivered rows (so it has
+/// no lag behind the writes). Destinations are read from each source's stored configuration
+/// (`forward` is `default`); a pair with a backlog but no such destination any more is shown
+/// too, so nothing undelivered hides.
 pub async fn intake_backlog_once(store: &Arc<dyn Store>) -> Result<(), StoreError> {
     let backlog = store.intake_backlog().await?;
+    let mut pairs: Vec<(String, String)> = vec![];
     for row in store.source_list().await? {
+        let cfg: serde_json::Value = serde_json::from_str(&row.config).unwrap_or_default();
+        if cfg.get("forward").is_some_and(|f| !f.is_null()) {
+            pairs.push((row.name.clone(), idem_intake::fanout::DEFAULT.to_owned()));
+        }
+        if let Some(serde_json::Value::Object(named)) = cfg.get("forwards") {
+            pairs.extend(named.keys().map(|d| (row.name.clone(), d.clone())));
+        }
+    }
+    for (s, d, _) in &backlog {
+        if !pairs.iter().any(|(ps, pd)| ps == s && pd == d) {
+            pairs.push((s.clone(), d.clone()));
+        }
+    }
+    for (source, destination) in pairs {
         let n = backlog
             .iter()
-            .find(|(s, _)| *s == row.name)
-            .map_or(0, |(_, n)| *n);
-        metrics::gauge!("idem_intake_backlog", "source" => row.name).set(n as f64);
+            .find(|(s, d, _)| *s == source && *d == destination)
+            .map_or(0, |(_, _, n)| *n);
+        metrics::gauge!("idem_intake_backlog", "source" => source, "destination" => destination)
+            .set(n as f64);
     }
     Ok(())
 }

@@ -656,8 +656,8 @@ const DURATION_FIELDS: [&str; 7] = [
 ];
 
 /// Turns a `[sources.NAME]` table into the JSON document of `PUT /v1/sources/NAME`:
-/// `secrets_env = ["VAR", …]` becomes `secrets` and `forward.secret_env` becomes
-/// `forward.secret`, read from the environment (an unset variable names the setting, never
+/// `secrets_env = ["VAR", …]` becomes `secrets`, `forward.secret_env` becomes `forward.secret`
+/// and `forwards.DEST.secret_env` becomes `forwards.DEST.secret`, read from the environment (an unset variable names the setting, never
 /// a value).
 fn source_from_toml(name: &str, table: &toml::Table) -> Result<Value, ConfigError> {
     let setting = |s: &str| format!("sources.{name}.{s}");
@@ -704,6 +704,18 @@ fn source_from_toml(name: &str, table: &toml::Table) -> Result<Value, ConfigErro
                 "secret".into(),
                 Value::String(env("forward.secret_env", var)?),
             );
+        }
+    }
+    if let Some(Value::Object(named)) = obj.get_mut("forwards") {
+        for (dest, fwd) in named.iter_mut() {
+            let Value::Object(fwd) = fwd else { continue };
+            if let Some(var) = fwd.shift_remove("secret_env") {
+                let s = format!("forwards.{dest}.secret_env");
+                let var = var
+                    .as_str()
+                    .ok_or_else(|| bad(&s, "must be a variable name".into()))?;
+                fwd.insert("secret".into(), Value::String(env(&s, var)?));
+            }
         }
     }
     Ok(doc)

@@ -237,9 +237,17 @@ pub async fn run(
     for (name, doc) in &config.sources.0 {
         let input = idem_intake::source::SourceInput::parse(name, doc)
             .map_err(|e| anyhow::anyhow!("config sources.{name}: {e}"))?;
+        let before = crate::intake::load(&store, name, ledger.now())
+            .await
+            .map_err(|e| anyhow::anyhow!("config sources.{name}: {e}"))?;
         let w = idem::SourceWrite {
             name: name.clone(),
             config: input.source.to_stored().to_string(),
+            destination_secrets: crate::api::v1::sources::destination_secret_writes(
+                &input,
+                before.as_ref().map(|b| &b.source),
+                true,
+            ),
             secrets: input
                 .secrets
                 .secrets

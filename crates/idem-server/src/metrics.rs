@@ -184,7 +184,7 @@ pub fn register_all() {
     );
     metrics::describe_counter!(
         "idem_deliveries_total",
-        "Forward attempts of inbound events by source and result (delivered, retry, dead)."
+        "Forward attempts of inbound events by source, destination and result (delivered, retry, dead)."
     );
     metrics::describe_histogram!(
         "idem_delivery_duration_seconds",
@@ -192,7 +192,7 @@ pub fn register_all() {
     );
     metrics::describe_gauge!(
         "idem_intake_backlog",
-        "Inbound events not yet delivered, by source."
+        "Deliveries of inbound events not yet made, by source and destination."
     );
     metrics::describe_histogram!(
         "idem_effect_duration_seconds",

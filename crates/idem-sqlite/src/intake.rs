@@ -5,7 +5,7 @@
 //! secret.
 
 use idem_core::{State, Timestamp};
-use idem_store::intake::{append_attempt, forward_owner, source_owner};
+use idem_store::intake::{append_attempt, destination_owner, forward_owner, source_owner};
 use idem_store::{
     Delivered, IntakeEventRow, IntakeQuery, IntakeUpdate, NewSecret, Rider, SourceDelete,
     SourceRow, SourceWrite, StoreError,
@@ -45,6 +45,13 @@ pub(crate) fn source_put(
         let owner = forward_owner(&w.name);
         secrets::secrets_remove(conn, &owner)?;
         if let Some(s) = fs {
+            secrets::secret_add(conn, &NewSecret::new(owner, s.clone()), now)?;
+        }
+    }
+    for (dest, s) in &w.destination_secrets {
+        let owner = destination_owner(&w.name, dest);
+        secrets::secrets_remove(conn, &owner)?;
+        if let Some(s) = s {
             secrets::secret_add(conn, &NewSecret::new(owner, s.clone()), now)?;
         }
     }
@@ -104,17 +111,27 @@ pub(crate) fn source_delete(
         .db()?;
     secrets::secrets_remove(conn, &source_owner(name))?;
     secrets::secrets_remove(conn, &forward_owner(name))?;
+    conn.prepare_cached("DELETE FROM secrets WHERE kind = ?1 AND substr(owner, 1, ?2) = ?3")
+        .db()?
+        .execute(params![
+            forward_owner(name).kind.as_str(),
+            name.len() as i64 + 1,
+            format!("{name}/")
+        ])
+        .db()?;
     Ok(SourceDelete::Deleted)
 }
 
 /// Stores a rider on the step that just inserted its record: the event's row (kept once) and,
-/// when the row is new, its first forward item. `true` when the row was stored.
+/// when the row is new, its first forward item and its deliveries to named destinations (each
+/// a row and a first item). `true` when the row was stored.
 pub(crate) fn store_rider(conn: &Connection, rider: &Rider) -> Result<bool, StoreError> {
     let ev = &rider.intake;
     let n = conn
         .prepare_cached(
             "INSERT INTO intake_events (namespace, key, source, event_id, content_type, headers, \
-             body, received_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) \
+             body, received_at, destinations, delivered_at) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) \
              ON CONFLICT (namespace, key) DO NOTHING",
         )
         .db()?
@@ -127,18 +144,42 @@ pub(crate) fn store_rider(conn: &Connection, rider: &Rider) -> Result<bool, Stor
             ev.headers,
             ev.body,
             ev.received_at.0,
+            ev.destinations,
+            ev.delivered_at.map(|t| t.0),
         ])
         .db()?;
     if n == 1 {
         if let Some(item) = &rider.forward {
             outbox::enqueue(conn, item, ev.received_at)?;
         }
+        for d in &rider.deliveries {
+            conn.prepare_cached(
+                "INSERT INTO intake_events (namespace, key, source, event_id, content_type, \
+                 headers, body, received_at, event_key, destination) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, '{}', NULL, ?6, ?7, ?8) \
+                 ON CONFLICT (namespace, key) DO NOTHING",
+            )
+            .db()?
+            .execute(params![
+                ev.namespace,
+                d.key,
+                ev.source,
+                ev.event_id,
+                ev.content_type,
+                ev.received_at.0,
+                ev.key,
+                d.destination,
+            ])
+            .db()?;
+            outbox::enqueue(conn, &d.item, ev.received_at)?;
+        }
     }
     Ok(n == 1)
 }
 
 const EVENT_COLS: &str = "e.namespace, e.key, e.source, e.event_id, e.content_type, e.headers, \
-     e.body, e.received_at, e.attempts, e.delivered_at, r.state";
+     e.body, e.received_at, e.attempts, e.delivered_at, r.state, e.event_key, e.destination, \
+     e.destinations";
 
 fn event_row(r: &Row<'_>) -> rusqlite::Result<(IntakeEventRow, Option<String>)> {
     Ok((
@@ -154,6 +195,9 @@ fn event_row(r: &Row<'_>) -> rusqlite::Result<(IntakeEventRow, Option<String>)> 
             attempts: r.get(8)?,
             delivered_at: r.get::<_, Option<i64>>(9)?.map(Timestamp),
             state: None,
+            event_key: r.get(11)?,
+            destination: r.get(12)?,
+            destinations: r.get(13)?,
         },
         r.get(10)?,
     ))
@@ -200,6 +244,7 @@ pub(crate) fn intake_list(
          AND (?2 IS NULL OR r.state = ?2) \
          AND (?3 IS NULL OR e.received_at < ?3 OR (e.received_at = ?3 AND e.key < ?4)) \
          AND (?5 IS NULL OR e.received_at >= ?5) AND (?6 IS NULL OR e.received_at <= ?6) \
+         AND (?8 OR e.event_key IS NULL) \
          ORDER BY e.received_at DESC, e.key DESC LIMIT ?7"
     );
     let (at, key) = match &q.after {
@@ -217,6 +262,7 @@ pub(crate) fn intake_list(
                 q.since.map(|t| t.0),
                 q.until.map(|t| t.0),
                 q.limit as i64,
+                q.deliveries,
             ],
             event_row,
         )
@@ -255,16 +301,22 @@ pub(crate) fn intake_update(conn: &Connection, u: &IntakeUpdate) -> Result<(), S
     Ok(())
 }
 
-pub(crate) fn intake_backlog(conn: &Connection) -> Result<Vec<(String, u64)>, StoreError> {
+pub(crate) fn intake_backlog(
+    conn: &Connection,
+) -> Result<Vec<(String, String, u64)>, StoreError> {
     let mut stmt = conn
         .prepare_cached(
-            "SELECT source, COUNT(*) FROM intake_events WHERE delivered_at IS NULL \
-             GROUP BY source ORDER BY source",
+            "SELECT source, COALESCE(destination, 'default'), COUNT(*) FROM intake_events \
+             WHERE delivered_at IS NULL GROUP BY 1, 2 ORDER BY 1, 2",
         )
         .db()?;
     let rows = stmt
         .query_map([], |r| {
-            Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)? as u64))
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, i64>(2)? as u64,
+            ))
         })
         .db()?;
     rows.collect::<Result<_, _>>().db()
@@ -284,4 +336,41 @@ pub(crate) fn intake_dead_letters(conn: &Connection) -> Result<Vec<(String, u64)
         })
         .db()?;
     rows.collect::<Result<_, _>>().db()
+}
+
+/// Takes a paced destination's slot (see `Store::pace_take`); runs in the writer's
+/// transaction, which serialises it with every other writer of the file.
+pub(crate) fn pace_take(
+    conn: &Connection,
+    source: &str,
+    destination: &str,
+    interval_ms: i64,
+    now: Timestamp,
+) -> Result<Option<Timestamp>, StoreError> {
+    conn.prepare_cached(
+        "INSERT INTO destination_pace (source, destination, next_at) VALUES (?1, ?2, 0) \
+         ON CONFLICT (source, destination) DO NOTHING",
+    )
+    .db()?
+    .execute(params![source, destination])
+    .db()?;
+    let taken = conn
+        .prepare_cached(
+            "UPDATE destination_pace SET next_at = ?3 + ?4 \
+             WHERE source = ?1 AND destination = ?2 AND next_at <= ?3",
+        )
+        .db()?
+        .execute(params![source, destination, now.0, interval_ms.max(1)])
+        .db()?;
+    if taken == 1 {
+        return Ok(None);
+    }
+    let next: i64 = conn
+        .prepare_cached(
+            "SELECT next_at FROM destination_pace WHERE source = ?1 AND destination = ?2",
+        )
+        .db()?
+        .query_row(params![source, destination], |r| r.get(0))
+        .db()?;
+    Ok(Some(Timestamp(next)))
 }

@@ -550,7 +550,19 @@ impl Store for SqliteStore {
         self.write(move |c| intake::intake_update(c, &u)).await
     }
 
-    async fn intake_backlog(&self) -> Result<Vec<(String, u64)>, StoreError> {
+    async fn pace_take(
+        &self,
+        source: &str,
+        destination: &str,
+        interval_ms: i64,
+        now: Timestamp,
+    ) -> Result<Option<Timestamp>, StoreError> {
+        let (s, d) = (source.to_owned(), destination.to_owned());
+        self.write(move |c| intake::pace_take(c, &s, &d, interval_ms, now))
+            .await
+    }
+
+    async fn intake_backlog(&self) -> Result<Vec<(String, String, u64)>, StoreError> {
         self.read(|c| intake::intake_backlog(c)).await
     }
 

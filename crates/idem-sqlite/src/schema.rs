@@ -313,6 +313,24 @@ DROP TABLE daily_counts;
 DROP TRIGGER namespace_count_insert;
 DROP TRIGGER namespace_count_update;
 "#,
+    // 15: fan-out: an event's delivery to a named destination is a row of its own (no body;
+    // `event_key` names the event's row, `destination` the destination), and an event's row
+    // lists its destinations (`NULL`: `default` alone, as every row written before).
+    // `destination_pace` holds, per destination with a `rate`, the earliest time of its next
+    // delivery (shared by every process on the file).
+    r#"
+ALTER TABLE intake_events ADD COLUMN event_key TEXT;
+ALTER TABLE intake_events ADD COLUMN destination TEXT;
+ALTER TABLE intake_events ADD COLUMN destinations TEXT;
+CREATE INDEX intake_events_deliveries ON intake_events (namespace, event_key)
+    WHERE event_key IS NOT NULL;
+CREATE TABLE destination_pace (
+    source      TEXT   NOT NULL,
+    destination TEXT   NOT NULL,
+    next_at     BIGINT NOT NULL,
+    PRIMARY KEY (source, destination)
+);
+"#,
 ];
 
 /// A namespace's alert signing secret moves out of the policy text into `secrets` (kind

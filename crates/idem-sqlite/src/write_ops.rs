@@ -322,22 +322,29 @@ static DELETE_TOMBSTONES: LazyLock<String> = LazyLock::new(|| {
 });
 
 /// Deletes the delivered intake events of the batch's records that are gone. Driven by the
-/// batch through the events' primary key: its cost is the batch's, never the ledger's.
+/// batch through the events' primary key: its cost is the batch's, never the ledger's. An
+/// event row stays while one of its deliveries to a named destination is undelivered.
 const INTAKE_ROWS_OF_DELETED: &str = "DELETE FROM intake_events WHERE (namespace, key) IN \
      (SELECT b.namespace, b.key FROM temp.retention_batch b \
       WHERE NOT EXISTS (SELECT 1 FROM records r WHERE r.rowid = b.rid)) \
-     AND delivered_at IS NOT NULL";
+     AND delivered_at IS NOT NULL \
+     AND NOT EXISTS (SELECT 1 FROM intake_events d WHERE d.namespace = intake_events.namespace \
+                     AND d.event_key = intake_events.key AND d.delivered_at IS NULL)";
 
 /// Drops the stored bodies of the batch's delivered intake events whose record's result was
-/// just dropped (an intake record completes when its event is delivered). Driven by the batch
-/// (`CROSS JOIN` keeps the batch outermost: unplanned, SQLite scanned `records` instead).
+/// just dropped (an intake record completes when its event is delivered), unless one of the
+/// event's deliveries to a named destination still needs it. Driven by the batch (`CROSS
+/// JOIN` keeps the batch outermost: unplanned, SQLite scanned `records` instead).
 static INTAKE_BODIES_OF_EXPIRED: LazyLock<String> = LazyLock::new(|| {
     format!(
         "UPDATE intake_events SET body = NULL WHERE (namespace, key) IN \
          (SELECT r.namespace, r.key FROM temp.retention_batch b CROSS JOIN records r \
           ON r.rowid = b.rid \
           WHERE r.state = {completed} AND r.result_expired = 1) \
-         AND body IS NOT NULL AND delivered_at IS NOT NULL",
+         AND body IS NOT NULL AND delivered_at IS NOT NULL \
+         AND NOT EXISTS (SELECT 1 FROM intake_events d \
+                         WHERE d.namespace = intake_events.namespace \
+                         AND d.event_key = intake_events.key AND d.delivered_at IS NULL)",
         completed = idem_store::sql::state(idem_core::State::Completed)
     )
 });

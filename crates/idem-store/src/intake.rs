@@ -10,8 +10,19 @@
 //! that inserts the record stores them in the same transaction, a step that finds the record
 //! writes no row. So a record never exists without its body, and a duplicate costs no row
 //! write. (A row without a record, left by an earlier version that wrote them in two steps,
-//! is completed by the delivery worker.) This module owns those
-//! types; it must never print a body, a header value or a secret (`Debug` shows sizes).
+//! is completed by the delivery worker.)
+//!
+//! Fan-out: an event of a source with several destinations keeps its body once, on the event's
+//! row (key: the event key). The destination `default` delivers under that same key, as before
+//! fan-out; every other matching destination gets a delivery row of its own (key
+//! `{event key}:{NAME}`, no body, `event_key` naming the event's row, `destination` its name),
+//! written with its forward item in the same rider ([`NewDelivery`]). Each delivery row holds
+//! its own attempts and `delivered_at`; its ledger record (state, budget, dead letter) is made
+//! by the delivery worker on its first pass. An event row whose destinations leave out
+//! `default` is born delivered (`delivered_at` = `received_at`: nothing is sent under its own
+//! key). Retention keeps an event's body and row while any of its deliveries is undelivered.
+//! This module owns those types; it must never print a body, a header value or a secret
+//! (`Debug` shows sizes).
 
 use idem_core::{State, Timestamp};
 
@@ -22,9 +33,15 @@ pub fn source_owner(name: &str) -> SecretOwner {
     SecretOwner::new(SecretKind::Source, name)
 }
 
-/// The owner of a source's forward signing secret.
+/// The owner of a source's forward signing secret (the destination `default`).
 pub fn forward_owner(name: &str) -> SecretOwner {
     SecretOwner::new(SecretKind::Forward, name)
+}
+
+/// The owner of the signing secret of a source's named destination (`/` is outside the
+/// source name syntax, so it never meets a source's own owner).
+pub fn destination_owner(source: &str, destination: &str) -> SecretOwner {
+    SecretOwner::new(SecretKind::Forward, format!("{source}/{destination}"))
 }
 
 /// A stored source.
@@ -46,6 +63,9 @@ pub struct SourceWrite {
     pub secrets: Option<Vec<Secret>>,
     /// `None`: unchanged; `Some(None)`: removed; `Some(Some(s))`: replaced.
     pub forward_secret: Option<Option<Secret>>,
+    /// The same per named destination (`None`: removed); a destination not listed is
+    /// unchanged.
+    pub destination_secrets: Vec<(String, Option<Secret>)>,
 }
 
 /// What [`crate::Store::source_delete`] did.
@@ -69,6 +89,21 @@ pub struct NewIntakeEvent {
     pub headers: String,
     pub body: Vec<u8>,
     pub received_at: Timestamp,
+    /// JSON array of the destinations the event goes to (`None`: as before fan-out, the
+    /// destination `default` alone).
+    pub destinations: Option<String>,
+    /// `Some(received_at)` when nothing is delivered under the event's own key (its
+    /// destinations leave out `default`).
+    pub delivered_at: Option<Timestamp>,
+}
+
+/// The delivery of an event to a named destination, stored with the event's row: its row
+/// (under `key`) and its first forward item.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewDelivery {
+    pub key: String,
+    pub destination: String,
+    pub item: crate::NewOutboxItem,
 }
 
 impl std::fmt::Debug for NewIntakeEvent {
@@ -100,6 +135,27 @@ pub struct IntakeEventRow {
     pub delivered_at: Option<Timestamp>,
     /// The record's state (`None`: no record yet).
     pub state: Option<State>,
+    /// A delivery row: the key of its event's row (which holds the body).
+    pub event_key: Option<String>,
+    /// A delivery row: its destination's name.
+    pub destination: Option<String>,
+    /// An event row: JSON array of its destinations (`None`: `["default"]`).
+    pub destinations: Option<String>,
+}
+
+impl IntakeEventRow {
+    /// The destination this row delivers to (`default` for an event row).
+    pub fn destination_name(&self) -> &str {
+        self.destination.as_deref().unwrap_or("default")
+    }
+
+    /// An event row's destinations (`["default"]` for rows from before fan-out).
+    pub fn destination_names(&self) -> Vec<String> {
+        self.destinations
+            .as_deref()
+            .and_then(|d| serde_json::from_str(d).ok())
+            .unwrap_or_else(|| vec!["default".to_owned()])
+    }
 }
 
 impl std::fmt::Debug for IntakeEventRow {
@@ -127,6 +183,8 @@ pub struct IntakeQuery {
     pub since: Option<Timestamp>,
     /// `received_at <= until`.
     pub until: Option<Timestamp>,
+    /// Also list delivery rows (by their own record's state); else event rows only.
+    pub deliveries: bool,
 }
 
 /// How an update changes `delivered_at`.

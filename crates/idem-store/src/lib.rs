@@ -27,8 +27,8 @@ pub use console::{
     REVIEW_STATES,
 };
 pub use intake::{
-    Delivered, IntakeEventRow, IntakeQuery, IntakeUpdate, NewIntakeEvent, SourceDelete, SourceRow,
-    SourceWrite,
+    Delivered, IntakeEventRow, IntakeQuery, IntakeUpdate, NewDelivery, NewIntakeEvent,
+    SourceDelete, SourceRow, SourceWrite,
 };
 pub use ledger::{Ledger, LedgerError};
 pub use outbox::{
@@ -241,8 +241,21 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// Appends an attempt and/or changes `delivered_at`; nothing when the row is gone.
     async fn intake_update(&self, u: IntakeUpdate) -> Result<(), StoreError>;
 
-    /// Events not yet delivered, per source (sources with none are left out).
-    async fn intake_backlog(&self) -> Result<Vec<(String, u64)>, StoreError>;
+    /// Takes the delivery slot of a paced destination: when its next slot is due at `now`,
+    /// moves it to `now + interval_ms` and answers `None` (deliver now); else answers the
+    /// time the slot comes due (and changes nothing). Atomic across every handle on the
+    /// ledger, so instances sharing it pace the destination together.
+    async fn pace_take(
+        &self,
+        source: &str,
+        destination: &str,
+        interval_ms: i64,
+        now: Timestamp,
+    ) -> Result<Option<Timestamp>, StoreError>;
+
+    /// Deliveries not yet made, per source and destination (`default` for an event's own
+    /// key; pairs with none are left out).
+    async fn intake_backlog(&self) -> Result<Vec<(String, String, u64)>, StoreError>;
 
     /// Dead letters per source: undelivered events whose record is in `needs_review` (held
     /// events, exhausted or gone deliveries). Read through the undelivered events only, so it

@@ -32,8 +32,12 @@ pub struct ExecCtx {
 pub struct Rider {
     /// The inbound event's row (kept once: `ON CONFLICT DO NOTHING` on its key).
     pub intake: crate::NewIntakeEvent,
-    /// The event's first forward item, enqueued only when the row was stored.
+    /// The event's first forward item (destination `default`), enqueued only when the row
+    /// was stored.
     pub forward: Option<crate::NewOutboxItem>,
+    /// The event's deliveries to named destinations: each row and first item stored only
+    /// when the event's row was.
+    pub deliveries: Vec<crate::NewDelivery>,
 }
 
 /// Rows that ride on a forward report's update of an event's record: the attempt on the

@@ -57,7 +57,8 @@ pub use idem_core::{
 };
 pub use idem_postgres::Pooler;
 pub use idem_store::intake::{
-    forward_finish, forward_owner as intake_forward_owner, source_owner as intake_source_owner,
+    destination_owner as intake_destination_owner, forward_finish,
+    forward_owner as intake_forward_owner, source_owner as intake_source_owner,
 };
 pub use idem_store::{
     generate_secret, hash_secret, AlertOutcome, ApiToken, Cursor, ExecCtx, Executed, Ledger,
@@ -75,7 +76,8 @@ pub use idem_store::{
     REVIEW_STATES,
 };
 pub use idem_store::{
-    Delivered, IntakeEventRow, IntakeQuery, IntakeUpdate, NewIntakeEvent, ReportRider, Rider,
+    Delivered, IntakeEventRow, IntakeQuery, IntakeUpdate, NewDelivery, NewIntakeEvent,
+    ReportRider, Rider,
     SourceDelete, SourceRow, SourceWrite,
 };
 

@@ -896,6 +896,88 @@ function intakeForward() {
 	return w;
 }
 
+// (h) One destination of an intake fan-out: one workflow per destination, each gating its one
+// effect on its own Idem-Key ({event key}:{destination}) -------------------------------------------
+
+const FANOUT_NOTE = [
+	'## One destination of an idem fan-out',
+	'idem receives the provider event once and delivers it to **each destination** of the source under its own key: `evt_1:crm`, `evt_1:receipt`, `evt_1:slack`. Import this workflow once per destination; each does **one** effect, gated on the signed `Idem-Key`.',
+	'',
+	'Source (PUT /v1/sources/stripe):',
+	'```',
+	'"forwards": {',
+	'  "crm":     {"url": "<this Webhook\'s production URL>", "secret": "whsec_..."},',
+	'  "receipt": {"url": "...", "filter": {"pointer": "/type", "in": ["invoice.paid"]}},',
+	'  "slack":   {"url": "...", "rate": {"per_minute": 30}}',
+	'}',
+	'```',
+	'Each destination has its own state, retries, dead letter and redeliver: when Slack fails, redeliver `{"destination": "slack"}` and only this workflow runs again.',
+	'',
+	'1. **Verify idem signature** (Raw Body on, `NODE_FUNCTION_ALLOW_BUILTIN=crypto`; `IDEM_FORWARD_SECRET` = this destination\'s `secret`).',
+	'2. **Respond 200: received** at once.',
+	'3. Claim the signed key itself (it already names the destination), do the effect, complete.',
+	'',
+	'Setup: credential **idem worker token**, Variables `IDEM_URL`, `IDEM_FORWARD_SECRET`, `EFFECT_URL`; replace the *(replace me)* node.',
+].join('\n');
+
+function intakeFanOutDestination() {
+	const w = new L.Workflow({ id: 'idemTplIntakeFan', name: 'idem · one fan-out destination: verify, gate its one effect' });
+	const V = "$('Verify idem signature').item.json";
+	const KEY = `${V}.key`;
+	w.add(L.sticky('About this template', FANOUT_NOTE, [-460, -100], { width: 560, height: 640 }));
+	const hook = w.add(
+		L.webhook('Event from idem', 'idem-intake-destination', [120, 300], { responseMode: 'responseNode', options: { rawBody: true } }),
+	);
+	const verify = w.add({
+		...L.code('Verify idem signature', [340, 300], VERIFY_FORWARD_JS, 'Standard Webhooks signature of the forward; needs NODE_FUNCTION_ALLOW_BUILTIN=crypto'),
+		onError: 'continueErrorOutput',
+	});
+	w.link(hook, verify);
+	const ack = w.add(L.respond('Respond 200: received', [340, 120], { code: 200, body: `{ received: true, key: ${V}.key }` }));
+	w.link(verify, ack, 0);
+	const refused = w.add(L.respond('Respond 401: not verified', [560, 480], { code: 401, body: '{ received: false, error: String($json.error) }' }));
+	w.link(verify, refused, 1);
+	const set = w.add(
+		L.settings([560, 300], 'intake-destination', [['effect_url', "={{ $vars.EFFECT_URL || 'https://effect.example.invalid/do' }}"]]),
+	);
+	w.link(ack, set);
+	const eff = intakeEffect(w, {
+		label: 'effect',
+		effectName: 'The destination\'s effect (replace me)',
+		key: KEY,
+		x: 780,
+		y: 300,
+		url: `={{ ${S}.effect_url }}`,
+		body: `{ key: ${V}.key, source: ${V}.source, event_id: ${V}.event_id, event: ${V}.event }`,
+		notes: 'Stand-in for this destination\'s one effect (CRM upsert, receipt mail, Slack message). Pass the key on as the idempotency key where the API has one.',
+	});
+	w.link(set, eff.claim);
+	w.link(eff.sw, w.add(L.noop('Already done', [1960, 300])), OUT.duplicate);
+	const busy = w.add(
+		L.noop('Not now (another execution has it, or backing off)', [1960, 460], 'in_flight: the other execution of this delivery does the work. backoff: redeliver this destination from idem after not_before.'),
+	);
+	const alert = w.add(
+		L.noop('Alert a person (replace me)', [1960, 620], 'needs_review / conflict / failed_permanent: send key + state to on-call. No event bodies.'),
+	);
+	w.link(eff.sw, busy, OUT.busy);
+	w.link(eff.sw, alert, OUT.review);
+	w.link(eff.sw, alert, OUT.blocked);
+	const later = w.add(
+		L.noop('Retry: redeliver this destination from idem', [1960, 140], 'POST /v1/sources/{source}/events/{event key}/redeliver {"note": "...", "destination": "<name>"}: only this destination runs again.'),
+	);
+	for (const f of eff.fails) w.link(f, later);
+	const stop = w.add({
+		name: 'Stop: gate unavailable',
+		type: 'n8n-nodes-base.stopAndError',
+		typeVersion: 1,
+		position: [1960, 780],
+		parameters: { errorMessage: '=idem did not answer the claim: {{ $json.error ? ($json.error.message || $json.error) : ($json.body && $json.body.code) }}' },
+	});
+	w.link(eff.claim, stop, 1);
+	w.link(eff.sw, stop, OUT.error);
+	return w;
+}
+
 // Community-node example (also what the e2e test runs) ---------------------------------------------
 
 function nodeWebhookExample() {
@@ -1216,6 +1298,7 @@ const OUTPUTS = [
 	[path.join(TEMPLATES, 'error-branch-fail-classify.json'), errorBranch],
 	[path.join(TEMPLATES, 'stripe-charge-via-effect.json'), stripeChargeEffect],
 	[path.join(TEMPLATES, 'intake-forward-gate-effects.json'), intakeForward],
+	[path.join(TEMPLATES, 'intake-fan-out-destinations.json'), intakeFanOutDestination],
 	[path.join(EXAMPLES, 'webhook-gate-node.json'), nodeWebhookExample],
 	[path.join(EXAMPLES, 'stripe-charge-effect-node.json'), nodeEffectExample],
 	[path.join(EXAMPLES, 'derive-key-single-output-node.json'), nodeDeriveSingleExample],

@@ -240,3 +240,21 @@ test('intake template: the Code node refuses what idem did not sign, so no effec
 	await refuse([forward({ secret: SECRET })], { vars: {} }, /IDEM_FORWARD_SECRET/);
 	await refuse([forward({ secret: SECRET })], { allowCrypto: false }, /set NODE_FUNCTION_ALLOW_BUILTIN=crypto .*Module 'crypto' is disallowed/);
 });
+
+test('fan-out destination template: verifies the forward, then claims the signed key itself', () => {
+	const file = path.join(__dirname, '..', 'templates', 'intake-fan-out-destinations.json');
+	const wf = JSON.parse(fs.readFileSync(file, 'utf8'));
+	const byName = new Map(wf.nodes.map((n) => [n.name, n]));
+	const verify = byName.get('Verify idem signature');
+	assert.ok(verify, 'a Verify idem signature node');
+	const { VERIFY_FORWARD_JS } = require('./generate-templates');
+	assert.equal(verify.parameters.jsCode, VERIFY_FORWARD_JS);
+	assert.equal(wf.connections['Event from idem'].main[0][0].node, 'Verify idem signature');
+	const claims = wf.nodes.filter((n) => n.type === 'n8n-nodes-base.httpRequest' && /\/claim$/.test(n.parameters.url));
+	assert.equal(claims.length, 1, 'one effect per destination workflow');
+	// The key idem signed already names the destination (`evt_1:slack`): no suffix.
+	assert.match(claims[0].parameters.url, /encodeURIComponent\(\$\('Verify idem signature'\)\.item\.json\.key\)/);
+	const note = wf.nodes.find((n) => n.type === 'n8n-nodes-base.stickyNote');
+	assert.match(note.parameters.content, /"forwards"/);
+	assert.match(note.parameters.content, /"destination": "slack"/);
+});

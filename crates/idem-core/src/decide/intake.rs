@@ -4,8 +4,11 @@
 //!
 //! - `intake_receive`: unseen key → a new record in `prepared` (unleased: waiting for its
 //!   first delivery), or in `needs_review` with a `missing_identity` alert when the event had
-//!   no id (`held`); a seen key, in any state → `duplicate`, recorded as a `duplicate_hit`
-//!   event, the record otherwise untouched.
+//!   no id (`held`), or — when nothing is delivered under the event's own key (fan-out to
+//!   named destinations only, or no destination's filter passed) — `completed` at once with
+//!   the result `{"fan_out": true}` (each named destination's delivery has its own record); a
+//!   seen key, in any state → `duplicate`, recorded as a `duplicate_hit` event, the record
+//!   otherwise untouched.
 //! - `forward_start`: the delivery worker takes the record's lease for one attempt
 //!   (`attempt` + 1, a fresh lease id) — only from `prepared` or `failed_retryable` past its
 //!   `not_before`, only when no lease is held and the namespace is not paused. Anything else
@@ -42,6 +45,9 @@ pub struct IntakeReceiveRequest {
     pub source: String,
     /// The provider's id (`None`: held, kept under its body hash).
     pub event_id: Option<String>,
+    /// Whether the event is delivered under its own key (the destination `default`);
+    /// `false`: its record completes at once (a held event is held all the same).
+    pub delivers: bool,
 }
 
 /// The delivery worker starts an attempt.
@@ -116,8 +122,11 @@ pub(super) fn receive(
         };
     }
     let held = r.event_id.is_none();
+    let fan_out = !held && !r.delivers;
     let state = if held {
         State::NeedsReview
+    } else if fan_out {
+        State::Completed
     } else {
         State::Prepared
     };
@@ -132,7 +141,7 @@ pub(super) fn receive(
         lease_expires_at: None,
         not_before: None,
         prepared_payload: Some(json!({"source": r.source, "event_id": r.event_id})),
-        result: None,
+        result: fan_out.then(|| json!({"fan_out": true})),
         result_expired: false,
         external_ref: None,
         last_error: held.then(|| LastError {
@@ -149,7 +158,7 @@ pub(super) fn receive(
         reported: false,
         budget_base: 0,
         window_start: now,
-        final_at: None,
+        final_at: fan_out.then_some(now),
         active_at: now,
         review_reason: None,
         review_since: None,
@@ -164,6 +173,18 @@ pub(super) fn receive(
         now,
     )];
     let mut alerts = vec![];
+    if fan_out {
+        events.push(with_note(
+            event(
+                &rec,
+                EventType::Completed,
+                Some(State::Prepared),
+                Some(State::Completed),
+                now,
+            ),
+            "fanned out: each destination delivers under its own key",
+        ));
+    }
     if held {
         events.push(with_note(
             event(

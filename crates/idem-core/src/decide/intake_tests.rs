@@ -59,6 +59,7 @@ impl H {
         self.run(Op::IntakeReceive(IntakeReceiveRequest {
             source: "stripe".into(),
             event_id: id.map(str::to_owned),
+            delivers: true,
         }))
     }
     fn start(&mut self) -> Transition {
@@ -373,4 +374,36 @@ fn redeliver_is_refused_while_in_flight_and_from_no_record() {
     assert_eq!(kinds(&t), [EventType::Resolved]);
     assert_eq!(h.state(), State::Prepared);
     assert_eq!(h.rec.as_ref().and_then(|r| r.final_at), None);
+}
+
+#[test]
+fn an_event_delivered_only_by_named_destinations_completes_at_once() {
+    let mut h = H::new();
+    let t = h.run(Op::IntakeReceive(IntakeReceiveRequest {
+        source: "stripe".into(),
+        event_id: Some("evt_1".into()),
+        delivers: false,
+    }));
+    assert!(matches!(
+        t.reply,
+        Ok(Reply::Intake(IntakeReply::Accepted { .. }))
+    ));
+    assert_eq!(h.state(), State::Completed);
+    assert_eq!(kinds(&t), [EventType::Prepared, EventType::Completed]);
+    let rec = h.rec.clone().expect("record");
+    assert_eq!(rec.result, Some(serde_json::json!({"fan_out": true})));
+    assert!(rec.final_at.is_some());
+    // Nothing to send under its own key: a start skips it.
+    assert!(matches!(
+        h.start().reply,
+        Ok(Reply::Intake(IntakeReply::Skip { .. }))
+    ));
+    // A held event stays held whatever its destinations.
+    let mut h = H::new();
+    h.run(Op::IntakeReceive(IntakeReceiveRequest {
+        source: "stripe".into(),
+        event_id: None,
+        delivers: false,
+    }));
+    assert_eq!(h.state(), State::NeedsReview);
 }

@@ -114,6 +114,8 @@ async fn receive(l: &idem_store::Ledger, k: &str) -> idem_store::Executed {
             headers: "{}".into(),
             body: vec![b'x'; 1024],
             received_at: l.now(),
+            destinations: None,
+            delivered_at: None,
         },
         forward: Some(idem_store::NewOutboxItem {
             kind: idem_store::OutboxKind::Forward,
@@ -123,10 +125,12 @@ async fn receive(l: &idem_store::Ledger, k: &str) -> idem_store::Executed {
             payload: b"{}".to_vec(),
             due_at: l.now(),
         }),
+        deliveries: vec![],
     };
     let op = idem_core::Op::IntakeReceive(idem_core::IntakeReceiveRequest {
         source: "src".into(),
         event_id: Some(k.into()),
+        delivers: true,
     });
     l.execute_riding(&ns("hooks"), &key(k), op, rider)
         .await

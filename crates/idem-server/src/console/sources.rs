@@ -40,6 +40,9 @@ const EVENT_COLUMNS: [&str; 7] = [
     "Last error",
 ];
 
+/// The columns of an event's destinations.
+const DESTINATION_COLUMNS: [&str; 6] = ["Destination", "Key", "State", "Attempts", "Delivered", ""];
+
 /// The columns of an event's delivery attempts.
 const ATTEMPT_COLUMNS: [&str; 5] = ["Attempt", "At", "Status", "Duration (ms)", "Error"];
 
@@ -137,7 +140,7 @@ pub(crate) async fn sources_rows(
     viewer: &Viewer,
 ) -> ConsoleResult<Vec<(Value, u64, u64)>> {
     let Json(list) = api::list_sources(authed(st, viewer)).await?;
-    let backlog = st.ledger.store().intake_backlog().await?;
+    let backlog = per_source(st.ledger.store().intake_backlog().await?);
     let dead = st.ledger.store().intake_dead_letters().await?;
     let items = list
         .get("items")
@@ -226,8 +229,9 @@ async fn source_page(
         .intake_backlog()
         .await?
         .into_iter()
-        .find(|(n, _)| *n == name)
-        .map_or(0, |(_, n)| n);
+        .filter(|(n, _, _)| *n == name)
+        .map(|(_, _, n)| n)
+        .sum::<u64>();
     let scheduled = param(raw, "scheduled").filter(|n| n.parse::<u64>().is_ok());
     let href = source_href(&name);
     let hints = doc
@@ -378,6 +382,11 @@ async fn event_page(
         .and_then(Value::as_array)
         .cloned()
         .unwrap_or_default();
+    let destinations = doc
+        .get("destinations")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
     let body = html! {
         p.crumbs {
             a href="/console/sources" { "Sources" } " / "
@@ -420,6 +429,36 @@ async fn event_page(
                 _ => p { "— (dropped after retention)" },
             }
         }
+        section aria-labelledby="destinations-h" {
+            h2 #destinations-h { "Destinations" }
+            p { "Each destination delivers the event under its own key, with its own state, attempts and redeliver." }
+            (view::table("destinations", &DESTINATION_COLUMNS, html! {
+                @for d in &destinations {
+                    tr {
+                        td.mono { (s(d, "/name")) }
+                        td.mono {
+                            @if ns.is_empty() { (s(d, "/key")) } @else {
+                                a href=(record_href(ns, s(d, "/key"))) { (s(d, "/key")) }
+                            }
+                        }
+                        td { (state_cell(d.get("state").and_then(Value::as_str))) }
+                        td.num { (d.get("attempts").and_then(Value::as_array).map_or(0, Vec::len)) }
+                        td { (short(d.get("delivered_at"))) }
+                        td {
+                            form method="post" action={ (event_href(&name, key)) "/redeliver" } aria-label={ "Redeliver to " (s(d, "/name")) } {
+                                (csrf(viewer))
+                                input type="hidden" name="destination" value=(s(d, "/name"));
+                                label { "Note " input name="note" required aria-required="true"; }
+                                button type="submit" { "Redeliver to " (s(d, "/name")) }
+                            }
+                        }
+                    }
+                }
+                @if destinations.is_empty() {
+                    (view::empty_row(DESTINATION_COLUMNS.len(), "No destination matched this event."))
+                }
+            }))
+        }
         section aria-labelledby="attempts-h" {
             h2 #attempts-h { "Attempts" }
             (view::table("attempts", &ATTEMPT_COLUMNS, html! {
@@ -439,7 +478,7 @@ async fn event_page(
         }
         section aria-labelledby="redeliver-h" {
             h2 #redeliver-h { "Redeliver" }
-            p { "Schedules this event's delivery again now, with a fresh budget (from needs_review, failed_retryable or completed); recorded with who and why." }
+            p { "Schedules this event's delivery again now, with a fresh budget (from needs_review, failed_retryable or completed) — to every destination not completed, or to its only one; recorded with who and why. To replay one destination alone, use its row above." }
             form.card method="post" action={ (event_href(&name, key)) "/redeliver" } aria-label="Redeliver" {
                 (csrf(viewer))
                 label for="note" { "Note (required)" }
@@ -460,7 +499,10 @@ pub async fn redeliver(
 ) -> ConsoleResult<Response> {
     let l = scoped_source(&st, &viewer, &name).await?;
     let name = l.source.name.clone();
-    let body = json!({ "note": form.get("note").unwrap_or_default() });
+    let mut body = json!({ "note": form.get("note").unwrap_or_default() });
+    if let Some(d) = form.get("destination").filter(|d| !d.is_empty()) {
+        body["destination"] = json!(d);
+    }
     match api::redeliver_one(
         authed(&st, &viewer),
         Path((name.clone(), key.clone())),
@@ -484,4 +526,16 @@ pub async fn redeliver(
         }
         Err(e) => Err(e.into()),
     }
+}
+
+/// A backlog per source and destination summed per source.
+fn per_source(rows: Vec<(String, String, u64)>) -> Vec<(String, u64)> {
+    let mut out: Vec<(String, u64)> = vec![];
+    for (s, _, n) in rows {
+        match out.iter_mut().find(|(x, _)| *x == s) {
+            Some((_, m)) => *m += n,
+            None => out.push((s, n)),
+        }
+    }
+    out
 }

@@ -18,6 +18,12 @@
 //! the record's lease moves nothing, and then the attempt is appended and the item retried
 //! on their own.
 //!
+//! Fan-out: an item names its destination (none: `default`); the delivery uses that
+//! destination's URL, timeout, headers, secret and retry budget, is bounded by its
+//! `concurrency` per instance, and, with a `rate`, first takes the destination's next slot
+//! from the ledger (`Store::pace_take`; an item whose slot is not due yet waits for it in the
+//! outbox). The body comes from the event's row.
+//!
 //! Never here: following a redirect, reading more of an answer than its status and
 //! `Retry-After`, keeping a response body, or logging a body, a header value or a secret.
 
@@ -36,12 +42,12 @@ use serde_json::json;
 use tokio::sync::{Notify, Semaphore};
 
 use super::receive::ForwardItem;
+use idem_intake::fanout::DEFAULT;
+use idem_intake::source::Forward;
 use super::{LoadedSource, SourceCache};
 use crate::telemetry::TraceHeaders;
 use tracing::Instrument;
 
-/// The name of a source's one destination, `forward` (what `intake.forward` spans name).
-pub const DESTINATION: &str = "default";
 /// Added to `forward.timeout_ms` for the record's lease of one attempt.
 pub const LEASE_MARGIN_MS: i64 = 5000;
 /// Deliveries in flight per instance, all sources together.
@@ -65,7 +71,8 @@ pub struct Forwarder {
     sources: Arc<SourceCache>,
     /// The longest `forward.timeout_ms` of all sources, and when it was read.
     longest: Mutex<Option<(Instant, i64)>>,
-    /// One semaphore per source, sized by its `forward.concurrency` (remade when it changes).
+    /// One semaphore per destination of a source (`{source}/{destination}`), sized by its
+    /// `concurrency` (remade when it changes).
     per_source: Mutex<HashMap<String, (u32, Arc<Semaphore>)>>,
 }
 
@@ -98,7 +105,8 @@ impl Forwarder {
         }
     }
 
-    /// The longest `forward.timeout_ms` of all sources (read at most once a second).
+    /// The longest `timeout_ms` of every destination of every source (read at most once a
+    /// second).
     async fn longest_timeout(&self) -> Result<i64, StoreError> {
         let lock = || {
             self.longest
@@ -116,7 +124,21 @@ impl Forwarder {
             .await?
             .iter()
             .filter_map(|r| serde_json::from_str::<serde_json::Value>(&r.config).ok())
-            .filter_map(|v| v.pointer("/forward/timeout_ms").and_then(|t| t.as_i64()))
+            .flat_map(|v| {
+                let mut ms: Vec<i64> = v
+                    .pointer("/forward/timeout_ms")
+                    .and_then(|t| t.as_i64())
+                    .into_iter()
+                    .collect();
+                if let Some(serde_json::Value::Object(named)) = v.get("forwards") {
+                    ms.extend(
+                        named
+                            .values()
+                            .filter_map(|f| f.get("timeout_ms").and_then(|t| t.as_i64())),
+                    );
+                }
+                ms
+            })
             .max()
             .unwrap_or(idem_intake::source::DEFAULT_TIMEOUT_MS);
         *lock() = Some((Instant::now(), ms));
@@ -204,11 +226,33 @@ impl Forwarder {
             let error = Some("source deleted".to_owned());
             return self.finish(&item, OutboxOutcome::Dead { error }).await;
         };
-        let gate = self.source_gate(&src_name, src.source.forward.concurrency);
+        let dest = queued.destination.clone().unwrap_or_else(|| DEFAULT.to_owned());
+        let Some(fwd) = src.source.destination(&dest).cloned() else {
+            // A destination removed from the source forwards nothing more (its record stays).
+            let error = Some("destination removed".to_owned());
+            return self.finish(&item, OutboxOutcome::Dead { error }).await;
+        };
+        let gate = self.source_gate(&format!("{src_name}/{dest}"), fwd.concurrency);
         let Ok(_slot) = gate.acquire_owned().await else {
             return Ok(());
         };
-        let lease_ms = src.source.forward.timeout_ms + LEASE_MARGIN_MS;
+        // A paced destination: take its next slot from the ledger (shared by every instance),
+        // or wait for it. The record's own not-before (a Retry-After) is checked after, by
+        // the start, so the later of both wins.
+        if let Some(rate) = fwd.rate {
+            let now = self.ledger.now();
+            if let Some(until) = self
+                .store
+                .pace_take(&src_name, &dest, rate.interval_ms(), now)
+                .await?
+            {
+                let at = until.max(now);
+                return self
+                    .finish(&item, OutboxOutcome::Retry { at, error: None })
+                    .await;
+            }
+        }
+        let lease_ms = fwd.timeout_ms + LEASE_MARGIN_MS;
         let started = self
             .ledger
             .execute(
@@ -235,9 +279,12 @@ impl Forwarder {
                 // The body was stored but the record not (the receive did not finish): make
                 // the record now, then deliver on the next pass.
                 if let Some(row) = self.store.intake_event(ns.as_str(), key.as_str()).await? {
+                    // A delivery row (or an event row with a forward item) is delivered under
+                    // its own key.
                     let op = Op::IntakeReceive(IntakeReceiveRequest {
                         source: src_name.clone(),
                         event_id: row.event_id,
+                        delivers: true,
                     });
                     self.ledger.execute(&ns, &key, op, None).await?;
                     let at = self.ledger.now();
@@ -255,15 +302,22 @@ impl Forwarder {
             let error = Some("no stored event".to_owned());
             return self.finish(&item, OutboxOutcome::Dead { error }).await;
         };
+        // A delivery to a named destination reads the body from its event's row.
+        let event = match &row.event_key {
+            None => row,
+            Some(ek) => match self.store.intake_event(ns.as_str(), ek).await? {
+                Some(e) => e,
+                None => {
+                    let error = Some("no stored event".to_owned());
+                    return self.finish(&item, OutboxOutcome::Dead { error }).await;
+                }
+            },
+        };
+        let row = &event;
         // Each attempt is an `intake.forward` span in the trace of the request that queued the
         // item (a root span for items queued without one), from the send to the report.
-        let span = crate::telemetry::forward_span(
-            &src_name,
-            ns.as_str(),
-            DESTINATION,
-            attempt,
-            &src.source.forward.url,
-        );
+        let span =
+            crate::telemetry::forward_span(&src_name, ns.as_str(), &dest, attempt, &fwd.url);
         let trace = crate::telemetry::continue_outbound(
             &span,
             queued.traceparent.as_deref(),
@@ -271,8 +325,13 @@ impl Forwarder {
         );
         let at = self.ledger.now();
         let began = Instant::now();
+        let target = Destination {
+            name: &dest,
+            forward: &fwd,
+            secret: src.secret_of(&dest),
+        };
         let outcome = self
-            .send(&src, &key, &row, attempt, at, trace.as_ref())
+            .send(&src, &target, &key, row, attempt, at, trace.as_ref())
             .instrument(span.clone())
             .await;
         match &outcome {
@@ -324,7 +383,7 @@ impl Forwarder {
                 "error": {"category": category, "message": message},
             }),
         };
-        let r = src.source.forward.retry;
+        let r = fwd.retry;
         let report = Op::ForwardReport(ForwardReportRequest {
             token,
             outcome,
@@ -388,22 +447,26 @@ impl Forwarder {
         }
         span.record("result", result);
         drop(span);
-        metrics::counter!("idem_deliveries_total", "source" => src_name.clone(), "result" => result)
-            .increment(1);
-        tracing::info!(source = %src_name, key = %idem::mask_key(key.as_str()), attempt, result, "forward");
+        metrics::counter!("idem_deliveries_total", "source" => src_name.clone(),
+            "destination" => dest.clone(), "result" => result)
+        .increment(1);
+        tracing::info!(source = %src_name, destination = %dest,
+            key = %idem::mask_key(key.as_str()), attempt, result, "forward");
         Ok(())
     }
 
+    #[allow(clippy::too_many_arguments)]
     async fn send(
         &self,
         src: &LoadedSource,
+        to: &Destination<'_>,
         key: &Key,
         row: &idem::IntakeEventRow,
         attempt: u32,
         at: Timestamp,
         trace: Option<&TraceHeaders>,
     ) -> SendResult {
-        let url = &src.source.forward.url;
+        let url = &to.forward.url;
         let policy = match forward_policy(url) {
             Some(p) => p,
             None => return SendResult::Error("connection", "forward.url has no host".into()),
@@ -417,10 +480,21 @@ impl Forwarder {
         };
         let body = row.body.clone().unwrap_or_default();
         let mut headers = HeaderMap::new();
-        let secret = src.forward_secret.as_ref();
+        let secret = to.secret;
+        // The event's row keeps the inbound headers of every destination; this one passes on
+        // its own list.
+        let passed: Vec<String> = src
+            .source
+            .headers_of(to.forward)
+            .iter()
+            .map(|h| h.to_ascii_lowercase())
+            .collect();
         if let Ok(serde_json::Value::Object(m)) = serde_json::from_str(&row.headers) {
             for (name, v) in m {
                 if secret.is_some() && name.starts_with("webhook-") {
+                    continue;
+                }
+                if !passed.contains(&name) {
                     continue;
                 }
                 if let (Ok(n), Some(Ok(v))) = (
@@ -447,6 +521,7 @@ impl Forwarder {
                 .unwrap_or("application/octet-stream"),
         );
         set("idem-source", &src.source.name);
+        set("idem-destination", to.name);
         set("idem-key", key.as_str());
         if let Some(id) = &row.event_id {
             set("idem-event-id", id);
@@ -463,7 +538,7 @@ impl Forwarder {
             method: Method::POST,
             headers,
             body: Some(body),
-            timeout: Duration::from_millis(src.source.forward.timeout_ms.max(1) as u64),
+            timeout: Duration::from_millis(to.forward.timeout_ms.max(1) as u64),
         };
         match self.egress.send(&target, out).await {
             Outcome::Answered(a) => {
@@ -492,7 +567,7 @@ impl Forwarder {
                 "timeout",
                 format!(
                     "no answer within forward.timeout_ms ({} ms)",
-                    src.source.forward.timeout_ms
+                    to.forward.timeout_ms
                 ),
             ),
             Outcome::Lost(idem::effect::Lost::Broken) => {
@@ -500,6 +575,13 @@ impl Forwarder {
             }
         }
     }
+}
+
+/// Where one delivery goes: the destination's name, settings and signing secret.
+struct Destination<'a> {
+    name: &'a str,
+    forward: &'a Forward,
+    secret: Option<&'a idem::AlertSecret>,
 }
 
 enum SendResult {

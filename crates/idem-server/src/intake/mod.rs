@@ -41,7 +41,7 @@
 pub mod forward;
 pub mod receive;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -56,6 +56,8 @@ pub struct LoadedSource {
     /// The signing secrets, oldest first.
     pub secrets: Vec<Secret>,
     pub forward_secret: Option<AlertSecret>,
+    /// The signing secrets of the named destinations that have one.
+    pub destination_secrets: BTreeMap<String, AlertSecret>,
     pub created_at: Timestamp,
     pub updated_at: Timestamp,
 }
@@ -64,16 +66,30 @@ impl LoadedSource {
     /// The contract's read shape (hints only, never a secret).
     pub fn read_shape(&self) -> Value {
         let hints: Vec<String> = self.secrets.iter().map(Secret::hint).collect();
-        let fwd = self
-            .forward_secret
-            .as_ref()
-            .map(|s| Secret::new(s.expose()).hint());
+        let hint = |s: &AlertSecret| Secret::new(s.expose()).hint();
+        let mut forward_hints: BTreeMap<String, String> = self
+            .destination_secrets
+            .iter()
+            .map(|(n, s)| (n.clone(), hint(s)))
+            .collect();
+        if let Some(s) = &self.forward_secret {
+            forward_hints.insert(idem_intake::fanout::DEFAULT.to_owned(), hint(s));
+        }
         self.source.read_shape(
             &hints,
-            fwd.as_deref(),
+            &forward_hints,
             Value::String(self.created_at.to_rfc3339()),
             Value::String(self.updated_at.to_rfc3339()),
         )
+    }
+
+    /// The signing secret of destination `name`, when it has one.
+    pub fn secret_of(&self, name: &str) -> Option<&AlertSecret> {
+        if name == idem_intake::fanout::DEFAULT {
+            self.forward_secret.as_ref()
+        } else {
+            self.destination_secrets.get(name)
+        }
     }
 }
 
@@ -158,24 +174,38 @@ pub async fn load(
         .map(|s| s.value)
         .collect();
     secrets.reverse();
-    let forward_secret = match store
-        .secrets(&idem::intake_forward_owner(name), now)
-        .await?
-        .into_iter()
-        .next()
-    {
-        None => None,
-        Some(s) => Some(AlertSecret::parse(s.value.expose()).map_err(|_| {
-            StoreError::Corrupt(format!(
-                "source {name}: stored forward secret is not whsec_"
-            ))
-        })?),
-    };
+    let forward_secret =
+        newest_forward_secret(store, &idem::intake_forward_owner(name), name, now).await?;
+    let mut destination_secrets = BTreeMap::new();
+    for dest in source.forwards.keys() {
+        let owner = idem::intake_destination_owner(name, dest);
+        if let Some(s) = newest_forward_secret(store, &owner, name, now).await? {
+            destination_secrets.insert(dest.clone(), s);
+        }
+    }
     Ok(Some(LoadedSource {
         source,
         secrets,
         forward_secret,
+        destination_secrets,
         created_at: row.created_at,
         updated_at: row.updated_at,
     }))
+}
+
+/// The newest signing secret of one destination of source `name`.
+async fn newest_forward_secret(
+    store: &Arc<dyn Store>,
+    owner: &idem::SecretOwner,
+    name: &str,
+    now: Timestamp,
+) -> Result<Option<AlertSecret>, StoreError> {
+    match store.secrets(owner, now).await?.into_iter().next() {
+        None => Ok(None),
+        Some(s) => Ok(Some(AlertSecret::parse(s.value.expose()).map_err(|_| {
+            StoreError::Corrupt(format!(
+                "source {name}: stored forward secret is not whsec_"
+            ))
+        })?)),
+    }
 }

@@ -14,9 +14,10 @@ use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use idem::{
-    IntakeReceiveRequest, IntakeReply, Key, Namespace, NewIntakeEvent, NewOutboxItem, Op, OpError,
-    OutboxKind, Reply, Rider,
+    IntakeReceiveRequest, IntakeReply, Key, Namespace, NewDelivery, NewIntakeEvent, NewOutboxItem,
+    Op, OpError, OutboxKind, Reply, Rider,
 };
+use idem_intake::fanout::{delivery_key, DEFAULT};
 use idem_intake::{IncomingEvent, Provider, VerifyConfig};
 use serde::Serialize;
 use serde_json::{json, Map, Value};
@@ -28,7 +29,8 @@ use crate::input::{path_params, RawBody};
 use crate::state::AppState;
 use crate::telemetry::TraceHeaders;
 
-/// The payload of a forward outbox item: which source delivers it, and the W3C trace context
+/// The payload of a forward outbox item: which source and destination deliver it (no
+/// destination: `default`, as in every item queued before fan-out), and the W3C trace context
 /// of the request that queued it (`POST /in/…`, or a redeliver), so the delivery continues
 /// that trace however much later it runs (absent in items queued before it was kept, and
 /// when that request had none).
@@ -36,14 +38,18 @@ use crate::telemetry::TraceHeaders;
 pub struct ForwardItem {
     pub source: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub destination: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub traceparent: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tracestate: Option<String>,
 }
 
 impl ForwardItem {
+    /// The item of the delivery under `key` to `destination` of `source`.
     pub fn item(
         source: &str,
+        destination: &str,
         ns: &str,
         key: &str,
         dedupe: String,
@@ -61,6 +67,7 @@ impl ForwardItem {
             dedupe,
             payload: serde_json::to_vec(&ForwardItem {
                 source: source.to_owned(),
+                destination: (destination != DEFAULT).then(|| destination.to_owned()),
                 traceparent,
                 tracestate,
             })
@@ -237,6 +244,45 @@ async fn store_event(
     let key = Key::try_from(ev.key.as_str())
         .map_err(|e| ApiError::internal(format!("intake key: {e}")))?;
     let held = ev.held();
+    // Fan-out is decided here, once, on the stored bytes: the destinations whose filter the
+    // event passes. `default` delivers under the event's own key; each other one gets its
+    // delivery row and first item in the same step as the event.
+    // A held event waits for an operator, who redelivers it to `default` (when the source
+    // has it).
+    let matched = if held {
+        src.forward
+            .iter()
+            .map(|_| DEFAULT.to_owned())
+            .collect::<Vec<_>>()
+    } else {
+        src.matching(&ev.body, headers)
+    };
+    let delivers = matched.iter().any(|n| n == DEFAULT);
+    let trace = crate::telemetry::operation_trace();
+    let deliveries: Vec<NewDelivery> = if held {
+        vec![]
+    } else {
+        matched
+            .iter()
+            .filter(|n| n.as_str() != DEFAULT)
+            .map(|n| {
+                let k = delivery_key(key.as_str(), n);
+                NewDelivery {
+                    item: ForwardItem::item(
+                        &src.name,
+                        n,
+                        ns.as_str(),
+                        &k,
+                        "0".into(),
+                        now,
+                        trace.clone(),
+                    ),
+                    key: k,
+                    destination: n.clone(),
+                }
+            })
+            .collect()
+    };
     let row = NewIntakeEvent {
         namespace: ns.as_str().to_owned(),
         key: key.as_str().to_owned(),
@@ -249,13 +295,22 @@ async fn store_event(
         headers: forwarded_headers(&src.forward_headers(), headers),
         body: ev.body,
         received_at: now,
+        destinations: Some(Value::from(matched.clone()).to_string()),
+        delivered_at: (!delivers && !held).then_some(now),
     };
     // The event's row and its first forward item ride on the record's creation: stored in
     // the step that inserts the record, never by a delivery that finds it (a duplicate costs
     // its audit event, not a row). Of two first deliveries at once, one inserts.
-    let forward = (!held).then(|| {
-        let trace = crate::telemetry::operation_trace();
-        ForwardItem::item(&src.name, ns.as_str(), key.as_str(), "0".into(), now, trace)
+    let forward = (!held && delivers).then(|| {
+        ForwardItem::item(
+            &src.name,
+            DEFAULT,
+            ns.as_str(),
+            key.as_str(),
+            "0".into(),
+            now,
+            trace,
+        )
     });
     let ex = st
         .ledger
@@ -265,10 +320,12 @@ async fn store_event(
             Op::IntakeReceive(IntakeReceiveRequest {
                 source: src.name.clone(),
                 event_id: ev.event_id,
+                delivers,
             }),
             Rider {
                 intake: row,
                 forward,
+                deliveries,
             },
         )
         .await?;
@@ -331,6 +388,7 @@ mod tests {
         let op = Op::IntakeReceive(IntakeReceiveRequest {
             source: "stripe".into(),
             event_id: event_id.map(str::to_owned),
+            delivers: true,
         });
         let first = apply(&ns, &key, None, &op, &ctx);
         let idem::Write::Insert(rec) = &first.write else {

@@ -1083,3 +1083,68 @@ async fn a_scoped_session_neither_lists_nor_reaches_another_namespaces_source() 
         assert_eq!(api.record("pay", &key).await.body, before);
     }
 }
+
+#[tokio::test]
+async fn an_event_page_shows_its_destinations_and_replays_one_alone() {
+    for backend in backends() {
+        let app = app_with_tokens(backend).await;
+        let admin = app.as_token(Some(&app.tokens[0]));
+        // Nothing listens on port 9: both deliveries fail, once, into review.
+        let retry = json!({"max_attempts": 1, "base_ms": 1, "max_ms": 1});
+        let doc = json!({
+            "provider": "stripe", "secrets": [STRIPE_SECRET],
+            "forwards": {
+                "crm": {"url": "http://127.0.0.1:9/crm", "timeout_ms": 500, "retry": retry},
+                "slack": {"url": "http://127.0.0.1:9/slack", "timeout_ms": 500, "retry": retry},
+            },
+        });
+        let r = admin
+            .send(
+                admin
+                    .http
+                    .put(format!("{}/v1/sources/pay", admin.base))
+                    .json(&doc),
+            )
+            .await;
+        assert_eq!(r.status, 201, "{}", r.text);
+        let key = post_signed(&app, "pay", br#"{"id":"evt_1","type":"invoice.paid"}"#).await;
+        let dead = eventually(std::time::Duration::from_secs(10), || async {
+            let crm = admin.record("pay", "evt_1:crm").await;
+            let slack = admin.record("pay", "evt_1:slack").await;
+            crm.body["record"]["state"] == "needs_review"
+                && slack.body["record"]["state"] == "needs_review"
+        })
+        .await;
+        assert!(dead);
+        let mut c = Console::new(&app);
+        assert_eq!(c.sign_in(&app.tokens[1]).await.status, 303);
+        let page = c.get(&event_page("pay", &key)).await;
+        assert_eq!(page.status, 200);
+        for needle in ["Destinations", "evt_1:crm", "evt_1:slack", "Redeliver to slack"] {
+            assert!(page.text.contains(needle), "{needle}: {}", page.text);
+        }
+        let csrf = page.csrf();
+        let path = format!("{}/redeliver", event_page("pay", &key));
+        let p = c
+            .post(
+                &path,
+                &[("csrf", &csrf), ("note", "slack only"), ("destination", "slack")],
+            )
+            .await;
+        assert_eq!(p.status, 303, "{}", p.text);
+        let slack = admin.record("pay", "evt_1:slack").await;
+        assert!(
+            slack.body["events"]
+                .as_array()
+                .is_some_and(|e| e.iter().any(|e| e["note"] == "slack only")),
+            "{}",
+            slack.text
+        );
+        let crm = admin.record("pay", "evt_1:crm").await;
+        assert!(
+            !crm.text.contains("slack only"),
+            "the other destination is untouched: {}",
+            crm.text
+        );
+    }
+}

@@ -19,7 +19,7 @@ use idem_testkit::app::{
 use serde_json::{json, Value};
 use sha2::Sha256;
 
-const SECRET: &str = "whsec_stripe_test_secret_1";
+pub(crate) const SECRET: &str = "whsec_stripe_test_secret_1";
 const SECRET2: &str = "whsec_stripe_test_secret_2";
 const FWD_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 
@@ -32,26 +32,28 @@ fn stripe_sig(secret: &str, t: i64, body: &[u8]) -> String {
 
 /// One request the sink received.
 #[derive(Clone)]
-struct Got {
+pub(crate) struct Got {
     headers: axum::http::HeaderMap,
-    body: bytes::Bytes,
+    pub(crate) body: bytes::Bytes,
+    /// When it arrived.
+    pub(crate) at: std::time::Instant,
 }
 
 impl Got {
-    fn header(&self, n: &str) -> Option<&str> {
+    pub(crate) fn header(&self, n: &str) -> Option<&str> {
         self.headers.get(n).and_then(|v| v.to_str().ok())
     }
 }
 
 /// How the sink answers one request.
 #[derive(Clone)]
-struct Answer {
-    status: u16,
-    retry_after: Option<&'static str>,
-    delay_ms: u64,
+pub(crate) struct Answer {
+    pub(crate) status: u16,
+    pub(crate) retry_after: Option<&'static str>,
+    pub(crate) delay_ms: u64,
 }
 
-fn answer(status: u16) -> Answer {
+pub(crate) fn answer(status: u16) -> Answer {
     Answer {
         status,
         retry_after: None,
@@ -62,8 +64,8 @@ fn answer(status: u16) -> Answer {
 /// A local receiver: records every request, answers from its script (then 200), and keeps
 /// the highest number of requests it had in flight for one `Idem-Key`.
 #[derive(Clone)]
-struct Sink {
-    url: String,
+pub(crate) struct Sink {
+    pub(crate) url: String,
     got: Arc<Mutex<Vec<Got>>>,
     script: Arc<Mutex<VecDeque<Answer>>>,
     in_flight: Arc<Mutex<std::collections::HashMap<String, usize>>>,
@@ -74,7 +76,7 @@ struct Sink {
 }
 
 impl Sink {
-    async fn start(script: Vec<Answer>) -> Sink {
+    pub(crate) async fn start(script: Vec<Answer>) -> Sink {
         let sink = Sink {
             url: String::new(),
             got: Arc::default(),
@@ -102,7 +104,11 @@ impl Sink {
                     }
                     let now = s.total.fetch_add(1, Ordering::SeqCst) + 1;
                     s.max_total.fetch_max(now, Ordering::SeqCst);
-                    s.got.lock().expect("lock").push(Got { headers, body });
+                    s.got.lock().expect("lock").push(Got {
+                        headers,
+                        body,
+                        at: std::time::Instant::now(),
+                    });
                     let a = s
                         .script
                         .lock()
@@ -133,15 +139,15 @@ impl Sink {
         tokio::spawn(async move { axum::serve(listener, app).await });
         Sink { url, ..sink }
     }
-    fn got(&self) -> Vec<Got> {
+    pub(crate) fn got(&self) -> Vec<Got> {
         self.got.lock().expect("lock").clone()
     }
-    fn count(&self) -> usize {
+    pub(crate) fn count(&self) -> usize {
         self.got.lock().expect("lock").len()
     }
 }
 
-fn stripe_source(url: &str) -> Value {
+pub(crate) fn stripe_source(url: &str) -> Value {
     json!({
         "provider": "stripe",
         "secrets": [SECRET],
@@ -149,7 +155,7 @@ fn stripe_source(url: &str) -> Value {
     })
 }
 
-async fn put_source(app: &TestApp, name: &str, doc: &Value) -> Resp {
+pub(crate) async fn put_source(app: &TestApp, name: &str, doc: &Value) -> Resp {
     app.send(
         app.http
             .put(format!("{}/v1/sources/{name}", app.base))
@@ -164,7 +170,7 @@ async fn delete(app: &TestApp, path: &str) -> Resp {
 }
 
 /// POSTs raw bytes to `/in/{source}` with these headers (no bearer token).
-async fn post_in(app: &TestApp, source: &str, body: &[u8], headers: &[(String, String)]) -> Resp {
+pub(crate) async fn post_in(app: &TestApp, source: &str, body: &[u8], headers: &[(String, String)]) -> Resp {
     let mut req = app
         .http
         .post(format!("{}/in/{source}", app.base))
@@ -176,21 +182,21 @@ async fn post_in(app: &TestApp, source: &str, body: &[u8], headers: &[(String, S
     app.as_token(None).send(req).await
 }
 
-async fn post_stripe(app: &TestApp, source: &str, secret: &str, body: &[u8]) -> Resp {
+pub(crate) async fn post_stripe(app: &TestApp, source: &str, secret: &str, body: &[u8]) -> Resp {
     let t = app.now().0 / 1000;
     let h = vec![("Stripe-Signature".to_owned(), stripe_sig(secret, t, body))];
     post_in(app, source, body, &h).await
 }
 
-fn evt(id: &str) -> Vec<u8> {
+pub(crate) fn evt(id: &str) -> Vec<u8> {
     format!(r#"{{"id":"{id}","type":"charge.succeeded","data":{{"amount":100}}}}"#).into_bytes()
 }
 
-async fn event(app: &TestApp, source: &str, key: &str) -> Resp {
+pub(crate) async fn event(app: &TestApp, source: &str, key: &str) -> Resp {
     app.get(&format!("/v1/sources/{source}/events/{key}")).await
 }
 
-async fn state_of(app: &TestApp, source: &str, key: &str) -> String {
+pub(crate) async fn state_of(app: &TestApp, source: &str, key: &str) -> String {
     event(app, source, key).await.body["record"]["state"]
         .as_str()
         .unwrap_or("none")
@@ -205,7 +211,7 @@ async fn until_state(app: &TestApp, source: &str, key: &str, want: &str) -> bool
 }
 
 /// The value of one metric line in a Prometheus text (0 when absent).
-fn metric(text: &str, name: &str) -> f64 {
+pub(crate) fn metric(text: &str, name: &str) -> f64 {
     text.lines()
         .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
         .unwrap_or(0.0)
@@ -427,12 +433,14 @@ async fn a_signed_event_is_stored_answered_and_forwarded_verbatim() {
             "{m}"
         );
         assert!(
-            m.contains(r#"idem_deliveries_total{source="verbatim",result="delivered"}"#),
+            m.contains(
+                r#"idem_deliveries_total{source="verbatim",destination="default",result="delivered"}"#
+            ),
             "{m}"
         );
         assert!(m.contains("idem_delivery_duration_seconds_bucket"), "{m}");
         assert!(
-            m.contains(r#"idem_intake_backlog{source="verbatim"} 0"#),
+            m.contains(r#"idem_intake_backlog{source="verbatim",destination="default"} 0"#),
             "{m}"
         );
     }
@@ -729,7 +737,10 @@ async fn a_paused_namespace_accepts_events_and_holds_their_delivery() {
         assert_eq!(sink.count(), 0);
         assert_eq!(state_of(&app, "held", "evt_1").await, "prepared");
         let m = app.get("/metrics").await.text;
-        assert!(m.contains(r#"idem_intake_backlog{source="held"} 1"#), "{m}");
+        assert!(
+            m.contains(r#"idem_intake_backlog{source="held",destination="default"} 1"#),
+            "{m}"
+        );
         app.resume("held").await;
         // A paused namespace's items look again every PAUSED_RECHECK_MS.
         app.advance(idem::PAUSED_RECHECK_MS + 1);
@@ -879,7 +890,11 @@ async fn gone_and_exhausted_deliveries_go_to_review_with_their_alert() {
             )
             .await;
         assert_eq!(r.status, 202, "{}", r.text);
-        assert_eq!(r.body, json!({"key": "evt_gone", "state": "prepared"}));
+        assert_eq!(
+            r.body,
+            json!({"key": "evt_gone", "state": "prepared", "destinations": [
+                {"name": "default", "key": "evt_gone", "state": "prepared"}]})
+        );
         assert!(until_state(&app, "pay", "evt_gone", "completed").await);
         let last = sink.got().last().cloned().expect("one more");
         assert_eq!(last.header("idem-attempt"), Some("2"));

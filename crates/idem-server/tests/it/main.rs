@@ -13,6 +13,7 @@ mod deploy;
 mod drills;
 mod effects;
 mod errors;
+mod fanout;
 mod hostile;
 mod intake;
 mod namespace;

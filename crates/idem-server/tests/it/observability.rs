@@ -419,7 +419,19 @@ impl Store for CountingStats {
     async fn intake_update(&self, u: idem::IntakeUpdate) -> Result<(), StoreError> {
         self.inner.intake_update(u).await
     }
-    async fn intake_backlog(&self) -> Result<Vec<(String, u64)>, StoreError> {
+    async fn pace_take(
+        &self,
+        source: &str,
+        destination: &str,
+        interval_ms: i64,
+        now: idem::Timestamp,
+    ) -> Result<Option<idem::Timestamp>, StoreError> {
+        self.inner
+            .pace_take(source, destination, interval_ms, now)
+            .await
+    }
+
+    async fn intake_backlog(&self) -> Result<Vec<(String, String, u64)>, StoreError> {
         self.inner.intake_backlog().await
     }
 

@@ -292,8 +292,11 @@ fn rider() -> crate::Rider {
             headers: "{}".into(),
             body: b"{}".to_vec(),
             received_at: Timestamp(1),
+            destinations: None,
+            delivered_at: None,
         },
         forward: None,
+        deliveries: vec![],
     }
 }
 
@@ -309,6 +312,7 @@ fn a_rider_reaches_only_the_step_that_creates_the_record() {
     let mut b = Script {
         record: Some(record()),
         ..Script::default()
+        deliveries: vec![],
     };
     let ran = run_ready(execute(&mut b, &ns(), &key(), &claim(), &ctx, 1)).expect("ran");
     assert_eq!(b.persists, 1);

@@ -667,12 +667,16 @@ async fn receive(h: &H, k: &str, id: Option<&str>, body: &[u8]) -> Executed {
             headers: "{}".into(),
             body: body.to_vec(),
             received_at: h.now(),
+            destinations: None,
+            delivered_at: None,
         },
         forward: id.map(|_| forward(h, k, "0")),
+        deliveries: vec![],
     };
     let op = Op::IntakeReceive(IntakeReceiveRequest {
         source: "src".into(),
         event_id: id.map(str::to_owned),
+        delivers: true,
     });
     h.ledger
         .execute_riding(&h.ns, &key(k), op, rider)

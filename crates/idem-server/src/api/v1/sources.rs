@@ -28,6 +28,7 @@ use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult};
 use crate::input::JsonBody;
 use crate::intake::receive::ForwardItem;
+use idem_intake::fanout::{delivery_key, DEFAULT};
 use crate::intake::{load, LoadedSource};
 use crate::routes::{r, Route};
 use crate::state::AppState;
@@ -114,6 +115,7 @@ pub fn routes() -> Vec<Route> {
         RedeliverBody,
         BulkRedeliverBody,
         RedeliverResponse,
+        ScheduledDelivery,
         Scheduled,
         crate::intake::receive::IntakeResponse,
         crate::intake::receive::IntakeEventStatus
@@ -133,9 +135,12 @@ pub struct SourceDoc {
     /// `{header}` or `{pointer}`; null when the provider's rule has no such form (twilio).
     event_id: Option<Object>,
     split: Option<String>,
-    /// `{url, timeout_ms, concurrency, headers, retry: {max_attempts, base_ms, max_ms,
-    /// window_ms}, secret_hint}`.
-    forward: Object,
+    /// The destination `default`: `{url, timeout_ms, concurrency, headers, retry:
+    /// {max_attempts, base_ms, max_ms, window_ms}, secret_hint, filter, rate}`; null when the
+    /// source has only named destinations.
+    forward: Option<Object>,
+    /// The named destinations, each in the shape of `forward` (`{}` when none).
+    forwards: Object,
     hmac: Option<Object>,
     public_url: Option<String>,
     max_body_bytes: u64,
@@ -168,6 +173,8 @@ pub struct EventSummaryDoc {
     pub delivered_at: Option<String>,
     #[schema(value_type = Option<Object>)]
     pub last_error: Option<Value>,
+    /// The destinations the event goes to (`default` delivers under the event's own key).
+    pub destinations: Vec<String>,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -182,6 +189,9 @@ pub struct EventList {
 pub struct RedeliverBody {
     /// Why (required, 1 to 2000 characters, no NUL; recorded with who).
     note: String,
+    /// Only this destination; without it every destination of the event not `completed`
+    /// (the only one, whatever its state, for an event with one destination).
+    destination: Option<String>,
 }
 
 /// `POST /v1/sources/{source}/redeliver`.
@@ -199,6 +209,16 @@ pub struct BulkRedeliverBody {
 
 #[derive(Serialize, ToSchema)]
 pub struct RedeliverResponse {
+    pub key: String,
+    /// The state of the (first) scheduled delivery.
+    pub state: String,
+    /// Each scheduled delivery.
+    pub destinations: Vec<ScheduledDelivery>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct ScheduledDelivery {
+    pub name: String,
     pub key: String,
     pub state: String,
 }
@@ -259,9 +279,15 @@ async fn write(
 ) -> ApiResult<(bool, LoadedSource)> {
     let src = &input.source;
     caller.authorize(Role::Admin, Some(&source_ns(src)?))?;
+    let before = load(st.ledger.store(), &src.name, st.ledger.now()).await?;
     let w = SourceWrite {
         name: src.name.clone(),
         config: src.to_stored().to_string(),
+        destination_secrets: destination_secret_writes(
+            &input,
+            before.as_ref().map(|b| &b.source),
+            replace_forward,
+        ),
         secrets: input
             .secrets
             .secrets
@@ -277,6 +303,36 @@ async fn write(
     let created = created?;
     tracing::info!(source = %src.name, created, "source written");
     Ok((created, existing(st, &src.name).await?))
+}
+
+/// The writes of the named destinations' secrets: those given; with `replace` (a PUT, the
+/// config file) every other destination's is removed; a destination the source no longer has
+/// loses its secret either way.
+pub(crate) fn destination_secret_writes(
+    input: &SourceInput,
+    before: Option<&Source>,
+    replace: bool,
+) -> Vec<(String, Option<Secret>)> {
+    let given = &input.secrets.destination_secrets;
+    let mut out: Vec<(String, Option<Secret>)> = given
+        .iter()
+        .map(|(n, s)| (n.clone(), s.clone().map(Secret::new)))
+        .collect();
+    if replace {
+        for n in input.source.forwards.keys() {
+            if !given.contains_key(n) {
+                out.push((n.clone(), None));
+            }
+        }
+    }
+    if let Some(b) = before {
+        for n in b.forwards.keys() {
+            if !input.source.forwards.contains_key(n) && !given.contains_key(n) {
+                out.push((n.clone(), None));
+            }
+        }
+    }
+    out
 }
 
 /// List sources (operator).
@@ -407,6 +463,7 @@ fn summary(row: &idem::IntakeEventRow) -> EventSummaryDoc {
         received_at: ts(row.received_at),
         delivered_at: row.delivered_at.map(ts),
         last_error,
+        destinations: row.destination_names(),
     }
 }
 
@@ -521,12 +578,58 @@ pub async fn get_event(
         },
     }
     let attempts: Value = serde_json::from_str(&row.attempts).unwrap_or_else(|_| json!([]));
+    let destinations = destination_reads(&st, &ns, &row).await?;
     Ok(Json(json!({
         "event": event,
         "record": record.as_ref().map(|r| &r.record),
         "events": record.as_ref().map(|r| &r.events),
         "attempts": attempts,
+        "destinations": destinations,
     })))
+}
+
+/// One delivery of an event as reads show it.
+#[derive(Serialize)]
+pub struct DeliveryRead {
+    pub name: String,
+    pub key: String,
+    /// The delivery record's state (`prepared` while its record is not made yet).
+    pub state: String,
+    pub attempts: Value,
+    pub delivered_at: Option<String>,
+}
+
+/// Each destination of the event `row`: its key, state and attempts.
+pub async fn destination_reads(
+    st: &AppState,
+    ns: &Namespace,
+    row: &idem::IntakeEventRow,
+) -> ApiResult<Vec<DeliveryRead>> {
+    let mut out = vec![];
+    for name in row.destination_names() {
+        let key = delivery_key(&row.key, &name);
+        let d = if key == row.key {
+            Some(row.clone())
+        } else {
+            st.ledger.store().intake_event(ns.as_str(), &key).await?
+        };
+        let (state, attempts, delivered_at) = match &d {
+            Some(d) => (
+                d.state.unwrap_or(RecState::Prepared),
+                serde_json::from_str(&d.attempts).unwrap_or_else(|_| json!([])),
+                d.delivered_at.map(ts),
+            ),
+            None => (RecState::Prepared, json!([]), None),
+        };
+        out.push(DeliveryRead {
+            name,
+            key,
+            state: state.as_str().to_owned(),
+            attempts,
+            delivered_at,
+        });
+    }
+    Ok(out)
 }
 
 fn note_of(body: &Value) -> ApiResult<String> {
@@ -559,14 +662,21 @@ fn members(body: &Value, known: &[&str]) -> ApiResult<()> {
     }
 }
 
-/// Redelivers one event: `Op::Redeliver` on its record, then a new forward item.
+/// Redelivers one delivery (the event's own key for `default`, else the destination's
+/// delivery key): `Op::Redeliver` on its record, then a new forward item.
 async fn redeliver(
     st: &AppState,
     l: &LoadedSource,
     key: &Key,
+    destination: &str,
     note: &str,
     actor: Option<String>,
 ) -> ApiResult<idem::Record> {
+    if l.source.destination(destination).is_none() {
+        return Err(ApiError::InvalidTransition(format!(
+            "the source has no destination {destination} any more: nothing to deliver to"
+        )));
+    }
     let ns = source_ns(&l.source)?;
     let ex = st
         .ledger
@@ -596,6 +706,7 @@ async fn redeliver(
     let now = st.ledger.now();
     let item = ForwardItem::item(
         &l.source.name,
+        destination,
         ns.as_str(),
         key.as_str(),
         format!("r{}", rec.version),
@@ -619,21 +730,74 @@ pub async fn redeliver_one(
     let name = source_name(&name)?;
     let l = visible(&st, &caller, &name, Role::Operator).await?;
     let key = event_key(&key)?;
-    members(&body, &["note"])?;
+    members(&body, &["note", "destination"])?;
     let note = note_of(&body)?;
+    let wanted = match body.get("destination") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(_) => return Err(ApiError::invalid_field("destination", "must be a string")),
+    };
     let ns = source_ns(&l.source)?;
-    st.ledger
+    let row = st
+        .ledger
         .store()
         .intake_event(ns.as_str(), key.as_str())
         .await?
-        .filter(|r| r.source == name)
+        .filter(|r| r.source == name && r.event_key.is_none())
         .ok_or_else(|| ApiError::NotFound("no such event for this source".into()))?;
-    let rec = redeliver(&st, &l, &key, &note, caller.actor()).await?;
+    let reads = destination_reads(&st, &ns, &row).await?;
+    let targets: Vec<&DeliveryRead> = match &wanted {
+        Some(w) => vec![reads.iter().find(|d| &d.name == w).ok_or_else(|| {
+            ApiError::invalid_field("destination", "is not a destination of this event")
+        })?],
+        None if reads.len() <= 1 => reads.iter().collect(),
+        None => reads
+            .iter()
+            .filter(|d| d.state != RecState::Completed.as_str())
+            .collect(),
+    };
+    if targets.is_empty() {
+        return Err(ApiError::InvalidTransition(if reads.is_empty() {
+            "the event matched no destination: nothing to redeliver".into()
+        } else {
+            "every destination of this event is completed: name one with `destination` to \
+             replay it"
+                .into()
+        }));
+    }
+    let mut scheduled = vec![];
+    let mut refused = None;
+    for d in targets {
+        let dkey = event_key(&d.key)?;
+        match redeliver(&st, &l, &dkey, &d.name, &note, caller.actor()).await {
+            Ok(rec) => scheduled.push(ScheduledDelivery {
+                name: d.name.clone(),
+                key: d.key.clone(),
+                state: rec.state.as_str().to_owned(),
+            }),
+            // A named destination whose record is not made yet is waiting for its first
+            // delivery already.
+            Err(ApiError::NotFound(_)) if d.key != row.key => scheduled.push(ScheduledDelivery {
+                name: d.name.clone(),
+                key: d.key.clone(),
+                state: RecState::Prepared.as_str().to_owned(),
+            }),
+            Err(e) => {
+                refused.get_or_insert(e);
+            }
+        }
+    }
+    if let (Some(e), true) = (refused, scheduled.is_empty()) {
+        return Err(e);
+    }
     Ok((
         StatusCode::ACCEPTED,
         Json(RedeliverResponse {
             key: key.as_str().to_owned(),
-            state: rec.state.as_str().to_owned(),
+            state: scheduled
+                .first()
+                .map_or_else(|| "prepared".to_owned(), |d| d.state.clone()),
+            destinations: scheduled,
         }),
     )
         .into_response())
@@ -686,6 +850,7 @@ pub async fn redeliver_many(
         limit: 500,
         since,
         until,
+        deliveries: true,
         ..IntakeQuery::default()
     };
     let mut scheduled = 0;
@@ -696,7 +861,14 @@ pub async fn redeliver_many(
             let Ok(key) = Key::try_from(row.key.as_str()) else {
                 continue;
             };
-            match redeliver(&st, &l, &key, &note, caller.actor()).await {
+            // An event row delivers under its own key only to `default`; its other
+            // destinations are rows of their own in this list.
+            if row.event_key.is_none() && !row.destination_names().iter().any(|n| n == DEFAULT)
+            {
+                continue;
+            }
+            let dest = row.destination_name();
+            match redeliver(&st, &l, &key, dest, &note, caller.actor()).await {
                 Ok(_) => scheduled += 1,
                 // Moved on since it was listed (in flight, delivered): left as it is.
                 Err(ApiError::InvalidTransition(_)) => {}

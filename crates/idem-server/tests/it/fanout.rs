@@ -1,0 +1,425 @@
+//! Intake fan-out over HTTP (`INTAKE.md`, "Fan-out and destination limits"): one event, several
+//! destinations, each delivered under its own key with its own state, attempts, budget, dead
+//! letter and redeliver; filters; an upgrade from a `forward`-only source; on SQLite and on
+//! PostgreSQL when `IDEM_TEST_PG` is set.
+
+use std::time::Duration;
+
+use idem_testkit::app::{backends, eventually, spawn_on, spawn_with, Backend, Options, TestApp};
+use serde_json::{json, Value};
+
+use super::intake::{answer, event, post_stripe, put_source, Sink, SECRET};
+
+/// A Stripe source with three named destinations, retried quickly, at most 3 attempts.
+fn three(crm: &str, receipt: &str, slack: &str) -> Value {
+    let retry = json!({"max_attempts": 3, "base_ms": 1, "max_ms": 1});
+    json!({
+        "provider": "stripe",
+        "secrets": [SECRET],
+        "forwards": {
+            "crm": {"url": crm, "timeout_ms": 1000, "retry": retry},
+            "receipt": {"url": receipt, "timeout_ms": 1000, "retry": retry},
+            "slack": {"url": slack, "timeout_ms": 1000, "retry": retry},
+        },
+    })
+}
+
+fn body(id: &str, kind: &str) -> Vec<u8> {
+    format!(r#"{{"id":"{id}","type":"{kind}"}}"#).into_bytes()
+}
+
+/// `{name: state}` of an event's destinations.
+async fn states(app: &TestApp, source: &str, key: &str) -> Value {
+    let e = event(app, source, key).await;
+    let mut m = serde_json::Map::new();
+    for d in e.body["destinations"].as_array().cloned().unwrap_or_default() {
+        m.insert(
+            d["name"].as_str().unwrap_or_default().to_owned(),
+            d["state"].clone(),
+        );
+    }
+    Value::Object(m)
+}
+
+async fn until_states(app: &TestApp, source: &str, key: &str, want: Value) -> bool {
+    eventually(Duration::from_secs(15), || async {
+        app.advance(10);
+        states(app, source, key).await == want
+    })
+    .await
+}
+
+fn keys(sink: &Sink) -> Vec<String> {
+    sink.got()
+        .iter()
+        .filter_map(|g| g.header("idem-key").map(str::to_owned))
+        .collect()
+}
+
+#[tokio::test]
+async fn three_destinations_one_failing_is_dead_lettered_and_redelivered_alone() {
+    for backend in backends() {
+        let app = spawn_on(backend).await;
+        let crm = Sink::start(vec![]).await;
+        let receipt = Sink::start(vec![]).await;
+        let slack = Sink::start(vec![answer(500), answer(503), answer(500)]).await;
+        let r = put_source(&app, "pay", &three(&crm.url, &receipt.url, &slack.url)).await;
+        assert_eq!(r.status, 201, "{}", r.text);
+        assert_eq!(r.body["forward"], Value::Null);
+        assert_eq!(r.body["forwards"]["slack"]["url"], json!(slack.url));
+        let r = post_stripe(&app, "pay", SECRET, &body("evt_1", "invoice.paid")).await;
+        assert_eq!(r.status, 200, "{}", r.text);
+        assert_eq!(r.body["events"], json!([{"key": "evt_1", "status": "accepted"}]));
+        let settled = until_states(
+            &app,
+            "pay",
+            "evt_1",
+            json!({"crm": "completed", "receipt": "completed", "slack": "needs_review"}),
+        )
+        .await;
+        assert!(settled, "{}", states(&app, "pay", "evt_1").await);
+        // The event's own record is not a delivery: it completed when it fanned out.
+        let e = event(&app, "pay", "evt_1").await;
+        assert_eq!(e.body["record"]["state"], "completed");
+        assert_eq!(e.body["record"]["result"], json!({"fan_out": true}));
+        assert_eq!(keys(&crm), ["evt_1:crm"]);
+        assert_eq!(keys(&receipt), ["evt_1:receipt"]);
+        assert_eq!(keys(&slack), ["evt_1:slack"; 3]);
+        assert!(slack
+            .got()
+            .iter()
+            .all(|g| g.header("idem-destination") == Some("slack")
+                && g.header("idem-event-id") == Some("evt_1")
+                && g.body.as_ref() == body("evt_1", "invoice.paid").as_slice()));
+        let d = &e.body["destinations"];
+        let slack_read = d
+            .as_array()
+            .and_then(|a| a.iter().find(|x| x["name"] == "slack"))
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(slack_read["key"], "evt_1:slack");
+        assert_eq!(slack_read["attempts"].as_array().map(Vec::len), Some(3));
+        // The dead letter is an ordinary record of its own, with its alert reason.
+        let rec = app.record("pay", "evt_1:slack").await;
+        assert_eq!(rec.body["record"]["state"], "needs_review", "{}", rec.text);
+        // (Metrics are shared by every test of this binary: only the series are checked.)
+        let m = app.get("/metrics").await.text;
+        assert!(
+            m.contains(r#"idem_deliveries_total{source="pay",destination="slack",result="dead"}"#),
+            "{m}"
+        );
+        assert!(
+            m.contains(r#"idem_deliveries_total{source="pay",destination="crm",result="delivered"}"#),
+            "{m}"
+        );
+
+        // A duplicate changes none of them.
+        let r = post_stripe(&app, "pay", SECRET, &body("evt_1", "invoice.paid")).await;
+        assert_eq!(r.body["events"][0]["status"], "duplicate", "{}", r.text);
+        assert_eq!(r.header("idempotent-replayed"), Some("true"));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!((crm.count(), receipt.count(), slack.count()), (1, 1, 3));
+        assert_eq!(
+            states(&app, "pay", "evt_1").await,
+            json!({"crm": "completed", "receipt": "completed", "slack": "needs_review"})
+        );
+
+        // Redeliver without a destination: every one not completed (slack alone).
+        let r = app
+            .post(
+                "/v1/sources/pay/events/evt_1/redeliver",
+                json!({"note": "slack is back"}),
+            )
+            .await;
+        assert_eq!(r.status, 202, "{}", r.text);
+        assert_eq!(
+            r.body["destinations"],
+            json!([{"name": "slack", "key": "evt_1:slack", "state": "prepared"}])
+        );
+        assert!(
+            until_states(
+                &app,
+                "pay",
+                "evt_1",
+                json!({"crm": "completed", "receipt": "completed", "slack": "completed"}),
+            )
+            .await
+        );
+        assert_eq!((crm.count(), receipt.count(), slack.count()), (1, 1, 4));
+        assert_eq!(
+            slack.got()[3].header("idem-attempt"),
+            Some("4"),
+            "attempt numbers keep counting"
+        );
+
+        // Every one completed: replaying needs a name, and replays that one alone.
+        let r = app
+            .post(
+                "/v1/sources/pay/events/evt_1/redeliver",
+                json!({"note": "again"}),
+            )
+            .await;
+        r.problem(409, "invalid_transition");
+        let r = app
+            .post(
+                "/v1/sources/pay/events/evt_1/redeliver",
+                json!({"note": "replay the receipt", "destination": "receipt"}),
+            )
+            .await;
+        assert_eq!(r.status, 202, "{}", r.text);
+        let replayed = eventually(Duration::from_secs(10), || async { receipt.count() == 2 }).await;
+        assert!(replayed);
+        assert_eq!((crm.count(), slack.count()), (1, 4));
+        let r = app
+            .post(
+                "/v1/sources/pay/events/evt_1/redeliver",
+                json!({"note": "x", "destination": "nope"}),
+            )
+            .await;
+        assert_eq!(r.problem(422, "invalid_field")["field"], "destination");
+        app.stop().await.expect("stop");
+    }
+}
+
+#[tokio::test]
+async fn a_filter_sends_an_event_to_its_destinations_only() {
+    for backend in backends() {
+        let app = spawn_on(backend).await;
+        let crm = Sink::start(vec![]).await;
+        let receipt = Sink::start(vec![]).await;
+        let mut doc = three(&crm.url, &receipt.url, &crm.url);
+        doc["forwards"]["receipt"]["filter"] = json!({"pointer": "/type", "in": ["invoice.paid"]});
+        doc["forwards"]["crm"]["filter"] =
+            json!({"pointer": "/type", "in": ["customer.created"]});
+        doc["forwards"]["slack"]["filter"] = json!({"header": "X-Mode", "in": ["live"]});
+        let r = put_source(&app, "pay", &doc).await;
+        assert_eq!(r.status, 201, "{}", r.text);
+        assert_eq!(
+            r.body["forwards"]["slack"]["filter"],
+            json!({"header": "x-mode", "in": ["live"]})
+        );
+        post_stripe(&app, "pay", SECRET, &body("evt_2", "invoice.paid")).await;
+        assert!(until_states(&app, "pay", "evt_2", json!({"receipt": "completed"})).await);
+        assert_eq!(keys(&receipt), ["evt_2:receipt"]);
+        assert_eq!(crm.count(), 0);
+        // The destinations it did not match got no record and no row.
+        assert_eq!(app.record("pay", "evt_2:crm").await.status, 404);
+        assert_eq!(event(&app, "pay", "evt_2:slack").await.status, 404);
+        // An event that passes no filter is stored and answered like any other.
+        let r = post_stripe(&app, "pay", SECRET, &body("evt_3", "charge.refunded")).await;
+        assert_eq!(r.body["events"][0]["status"], "accepted", "{}", r.text);
+        let e = event(&app, "pay", "evt_3").await;
+        assert_eq!(e.body["destinations"], json!([]));
+        assert_eq!(e.body["record"]["state"], "completed");
+        let l = app.get("/v1/sources/pay/events").await;
+        let listed: Vec<(Value, Value)> = l.body["items"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .iter()
+            .map(|i| (i["key"].clone(), i["destinations"].clone()))
+            .collect();
+        assert_eq!(
+            listed,
+            [
+                (json!("evt_3"), json!([])),
+                (json!("evt_2"), json!(["receipt"]))
+            ],
+            "the list shows events, not their deliveries"
+        );
+        let m = app.get("/metrics").await.text;
+        assert!(
+            m.contains(r#"idem_intake_backlog{source="pay",destination="receipt"} 0"#),
+            "{m}"
+        );
+        app.stop().await.expect("stop");
+    }
+}
+
+#[tokio::test]
+async fn a_forward_only_source_keeps_its_keys_and_records_when_it_gains_destinations() {
+    for backend in backends() {
+        let app = spawn_on(backend).await;
+        let main = Sink::start(vec![]).await;
+        let crm = Sink::start(vec![]).await;
+        let doc = json!({
+            "provider": "stripe",
+            "secrets": [SECRET],
+            "forward": {"url": main.url, "timeout_ms": 1000},
+        });
+        put_source(&app, "pay", &doc).await;
+        post_stripe(&app, "pay", SECRET, &body("evt_1", "invoice.paid")).await;
+        assert!(until_states(&app, "pay", "evt_1", json!({"default": "completed"})).await);
+        let before = event(&app, "pay", "evt_1").await.body;
+        assert_eq!(keys(&main), ["evt_1"]);
+        assert_eq!(before["record"]["key"], "evt_1");
+        assert_eq!(before["record"]["state"], "completed");
+
+        let r = app
+            .patch(
+                "/v1/sources/pay",
+                json!({"forwards": {"crm": {"url": crm.url, "timeout_ms": 1000}}}),
+            )
+            .await;
+        assert_eq!(r.status, 200, "{}", r.text);
+        assert_eq!(r.body["forward"]["url"], json!(main.url));
+        // The earlier event reads as before: its record, attempts and one destination.
+        let after = event(&app, "pay", "evt_1").await.body;
+        assert_eq!(after["record"], before["record"]);
+        assert_eq!(after["attempts"], before["attempts"]);
+        assert_eq!(
+            states(&app, "pay", "evt_1").await,
+            json!({"default": "completed"})
+        );
+        // A redeliver of it still goes to `default` under its plain key.
+        let r = app
+            .post(
+                "/v1/sources/pay/events/evt_1/redeliver",
+                json!({"note": "replay"}),
+            )
+            .await;
+        assert_eq!(r.status, 202, "{}", r.text);
+        assert!(eventually(Duration::from_secs(10), || async { main.count() == 2 }).await);
+        assert_eq!(keys(&main), ["evt_1", "evt_1"]);
+        // A new event goes to both: `default` under its plain key.
+        post_stripe(&app, "pay", SECRET, &body("evt_2", "invoice.paid")).await;
+        assert!(
+            until_states(
+                &app,
+                "pay",
+                "evt_2",
+                json!({"default": "completed", "crm": "completed"})
+            )
+            .await
+        );
+        assert_eq!(keys(&main), ["evt_1", "evt_1", "evt_2"]);
+        assert_eq!(keys(&crm), ["evt_2:crm"]);
+        assert_eq!(crm.count(), 1);
+        app.stop().await.expect("stop");
+    }
+}
+
+#[tokio::test]
+async fn bad_destinations_are_refused_with_the_field_and_write_nothing() {
+    let app = spawn_on(backends()[0]).await;
+    let doc = three("http://127.0.0.1:9/a", "http://127.0.0.1:9/b", "http://127.0.0.1:9/c");
+    let cases = [
+        (json!({"forwards": {"Bad Name": {"url": "http://x/"}}}), 422, "forwards.Bad Name"),
+        (json!({"forwards": {"crm": {"url": "http://x/", "rate": {}}}}), 422, "forwards.crm.rate"),
+        (
+            json!({"forwards": {"crm": {"url": "http://x/", "filter": {"pointer": "/t"}}}}),
+            422,
+            "forwards.crm.filter.in",
+        ),
+        (json!({"forwards": {"crm": {"url": "http://x/", "nope": 1}}}), 400, "forwards.crm.nope"),
+        (json!({"forwards": {}}), 422, "forward"),
+    ];
+    for (patch, status, field) in cases {
+        let mut d = doc.clone();
+        d["forwards"] = patch["forwards"].clone();
+        let r = put_source(&app, "pay", &d).await;
+        let code = if status == 400 {
+            "unknown_field"
+        } else {
+            "invalid_field"
+        };
+        assert_eq!(r.problem(status, code)["field"], field, "{}", r.text);
+    }
+    assert_eq!(app.get("/v1/sources/pay").await.status, 404);
+    // A destination's secret is write-only: reads show its hint.
+    let mut d = doc.clone();
+    d["forwards"]["crm"]["secret"] = json!("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw");
+    let r = put_source(&app, "pay", &d).await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    assert!(!r.text.contains("MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"));
+    assert_eq!(r.body["forwards"]["crm"]["secret_hint"], "LaSw");
+    assert_eq!(r.body["forwards"]["receipt"]["secret_hint"], Value::Null);
+    app.stop().await.expect("stop");
+}
+
+/// Two instances on one PostgreSQL (one on SQLite) deliver to a destination with `rate:
+/// {per_second: 5}`: together they stay within 5 deliveries in any second, plus one burst.
+/// The ledger clocks follow real time (the test drives them), so the sink's arrival times
+/// measure the pace.
+#[tokio::test]
+async fn a_paced_destination_keeps_its_rate_across_instances() {
+    for backend in backends() {
+        let (a, b, _db) = match backend {
+            Backend::Sqlite => (spawn_on(backend).await, None, None),
+            Backend::Postgres => {
+                let Some(db) = idem_testkit::pg::PgDb::create("paced destination") else {
+                    continue;
+                };
+                let opts = || Options {
+                    db: Some(db.url().to_owned()),
+                    backend: Backend::Postgres,
+                    ..Default::default()
+                };
+                let a = spawn_with(opts()).await;
+                let b = spawn_with(opts()).await;
+                (a, Some(b), Some(db))
+            }
+        };
+        let sink = Sink::start(vec![]).await;
+        let doc = json!({
+            "provider": "stripe",
+            "secrets": [SECRET],
+            "forwards": {"slow": {"url": sink.url, "timeout_ms": 1000,
+                                  "rate": {"per_second": 5}}},
+        });
+        assert_eq!(put_source(&a, "pay", &doc).await.status, 201);
+        let n = 20;
+        for i in 0..n {
+            let app = match (&b, i % 2) {
+                (Some(b), 1) => b,
+                _ => &a,
+            };
+            let r = post_stripe(app, "pay", SECRET, &body(&format!("evt_{i}"), "x")).await;
+            assert_eq!(r.body["events"][0]["status"], "accepted", "{}", r.text);
+        }
+        // Both ledger clocks follow real time from here.
+        let start = a.now();
+        let real = std::time::Instant::now();
+        let clocks: Vec<_> = std::iter::once(a.clock.clone())
+            .chain(b.as_ref().map(|b| b.clock.clone()))
+            .collect();
+        let driver = tokio::spawn(async move {
+            loop {
+                let t = idem::Timestamp(start.0 + real.elapsed().as_millis() as i64);
+                for c in &clocks {
+                    c.set(t);
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        });
+        let all = eventually(Duration::from_secs(30), || async { sink.count() == n }).await;
+        driver.abort();
+        assert!(all, "delivered {} of {n}", sink.count());
+        let mut times: Vec<std::time::Instant> = sink.got().iter().map(|g| g.at).collect();
+        times.sort();
+        let most_in_a_second = (0..times.len())
+            .map(|i| {
+                times[i..]
+                    .iter()
+                    .take_while(|t| t.duration_since(times[i]) < Duration::from_secs(1))
+                    .count()
+            })
+            .max()
+            .unwrap_or(0);
+        let span = times[times.len() - 1].duration_since(times[0]);
+        eprintln!(
+            "paced ({backend:?}, {} instance(s)): {n} deliveries in {:.2} s, at most {most_in_a_second} in any second",
+            1 + usize::from(b.is_some()),
+            span.as_secs_f64()
+        );
+        assert!(most_in_a_second <= 5 + 1, "{most_in_a_second} in one second");
+        let mut keys = keys(&sink);
+        keys.sort();
+        keys.dedup();
+        assert_eq!(keys.len(), n, "each event delivered once");
+        if let Some(b) = b {
+            b.stop().await.expect("stop");
+        }
+        a.stop().await.expect("stop");
+    }
+}

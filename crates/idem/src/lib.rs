@@ -77,6 +77,7 @@ pub use idem_store::{
     Delivered, IntakeEventRow, IntakeQuery, IntakeUpdate, NewIntakeEvent, ReportRider, Rider,
     SourceDelete, SourceRow, SourceWrite,
 };
+pub use idem_store::{action_owner, ActionRow, ActionWrite};
 
 #[derive(Debug, thiserror::Error)]
 pub enum OpenError {

@@ -8,6 +8,7 @@
 //! without any API token the server only runs on a loopback address (and says auth is off);
 //! the database URL is only ever logged without its password.
 
+pub mod actions;
 pub mod api;
 pub mod auth;
 pub mod background;

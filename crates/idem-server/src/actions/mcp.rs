@@ -2,13 +2,14 @@
 //! per request, answered with one `application/json` body (the transport lets a server answer
 //! a request that way instead of opening an event stream; idem has nothing to stream).
 //!
-//! Revisions: the stateless one (`2026-07-28`: no handshake needed, every request stands
-//! alone) and the session ones (`2025-03-26`, `2025-06-18`, `2025-11-25`: `initialize`
+//! Revisions: the stateless one (`2026-07-28`: no handshake, `server/discover` instead, the
+//! revision in every request's `_meta`; every request stands alone) and the session ones (`2025-03-26`, `2025-06-18`, `2025-11-25`: `initialize`
 //! answers an `Mcp-Session-Id`). idem keeps no session state: every call is keyed by the
 //! identity of its arguments, so a session carries nothing a call needs and any session id is
 //! accepted — an instance behind a load balancer answers the same as the one that initialized.
 //! Auth is the API's (the worker role on `{ns}`, by the route table's gate). Methods:
-//! `initialize`, `ping`, `tools/list`, `tools/call` and notifications (202, no body); any
+//! `initialize`, `server/discover`, `ping`, `tools/list`, `tools/call` and notifications (202,
+//! no body); a revision idem does not serve is HTTP 400 with `-32022`; any
 //! other method is `-32601`, an unknown tool `-32602`. A message that is not a JSON-RPC 2.0
 //! request, notification or response is HTTP 400 with a JSON-RPC error; nothing is stored.
 //!
@@ -66,6 +67,27 @@ pub struct McpAnswer {
 #[derive(ToSchema)]
 pub struct Object;
 
+/// The `_meta` member that carries the revision of a stateless request.
+pub const VERSION_META: &str = "io.modelcontextprotocol/protocolVersion";
+
+const INSTRUCTIONS: &str = "Each tool performs its side effect at most once per business \
+    identity. Read the text of every result: it says whether the action was done, is waiting \
+    for a person, or may be called again.";
+
+fn server_info() -> Value {
+    json!({"name": "idem", "title": "idem actions", "version": env!("CARGO_PKG_VERSION")})
+}
+
+/// HTTP 400 with JSON-RPC `-32022` (unsupported protocol version) naming what is served.
+fn unsupported(id: Value, asked: &str) -> Response {
+    let body = json!({"jsonrpc": "2.0", "id": id, "error": {
+        "code": -32022,
+        "message": format!("unsupported protocol version; served: {}", REVISIONS.join(", ")),
+        "data": {"supported": REVISIONS, "requested": asked},
+    }});
+    (StatusCode::BAD_REQUEST, Json(body)).into_response()
+}
+
 fn rpc_error(id: Value, code: i64, message: &str) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
 }
@@ -110,13 +132,9 @@ async fn handle(
     bytes: &[u8],
 ) -> ApiResult<Response> {
     if let Some(v) = headers.get("mcp-protocol-version") {
-        let ok = v.to_str().is_ok_and(|v| REVISIONS.contains(&v));
-        if !ok {
-            return Ok(bad(
-                Value::Null,
-                -32600,
-                &format!("unsupported MCP-Protocol-Version; served: {}", REVISIONS.join(", ")),
-            ));
+        let v = v.to_str().unwrap_or_default();
+        if !REVISIONS.contains(&v) {
+            return Ok(unsupported(Value::Null, v));
         }
     }
     let msg = match parse_json(bytes) {
@@ -161,6 +179,16 @@ async fn handle(
             ))
         }
     };
+    // The stateless revision carries its version in every request's `_meta`.
+    if let Some(v) = params
+        .and_then(|p| p.get("_meta"))
+        .and_then(|m| m.get(VERSION_META))
+    {
+        let v = v.as_str().unwrap_or_default();
+        if !REVISIONS.contains(&v) {
+            return Ok(unsupported(id.unwrap_or(Value::Null), v));
+        }
+    }
     let Some(id) = id else {
         // Notifications (initialized, cancelled, …): nothing to answer.
         return Ok(StatusCode::ACCEPTED.into_response());
@@ -178,13 +206,19 @@ async fn handle(
             Ok(json!({
                 "protocolVersion": revision,
                 "capabilities": {"tools": {"listChanged": false}},
-                "serverInfo": {"name": "idem", "title": "idem actions",
-                               "version": env!("CARGO_PKG_VERSION")},
-                "instructions": "Each tool performs its side effect at most once per business \
-                    identity. Read the text of every result: it says whether the action was \
-                    done, is waiting for a person, or may be called again.",
+                "serverInfo": server_info(),
+                "instructions": INSTRUCTIONS,
             }))
         }
+        // The stateless revision's handshake-free discovery.
+        "server/discover" => Ok(json!({
+            "supportedVersions": REVISIONS,
+            "capabilities": {"tools": {"listChanged": false}},
+            "serverInfo": server_info(),
+            "instructions": INSTRUCTIONS,
+            "cacheScope": "private",
+            "ttlMs": 0,
+        })),
         "ping" => Ok(json!({})),
         "tools/list" => {
             let tools: Vec<Value> = super::load_all(st, ns)
@@ -192,7 +226,7 @@ async fn handle(
                 .iter()
                 .map(|l| l.action.tool())
                 .collect();
-            Ok(json!({"tools": tools}))
+            Ok(json!({"tools": tools, "cacheScope": "private", "ttlMs": 0}))
         }
         "tools/call" => match params.and_then(|p| p.get("name")).and_then(Value::as_str) {
             None => Err((-32602, "`params.name` (the tool) is required".to_owned())),
@@ -216,7 +250,11 @@ async fn handle(
         _ => Err((-32601, format!("method not found: {method}"))),
     };
     let body = match outcome {
-        Ok(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
+        Ok(mut result) => {
+            // Every answer is complete (idem never asks the client for more input).
+            result["resultType"] = json!("complete");
+            json!({"jsonrpc": "2.0", "id": id, "result": result})
+        }
         Err((code, message)) => rpc_error(id, code, &message),
     };
     let mut resp = Json(body).into_response();

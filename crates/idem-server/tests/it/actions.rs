@@ -262,7 +262,32 @@ async fn the_mcp_endpoint_speaks_the_session_and_the_stateless_revisions() {
             )
             .await;
         assert_eq!(note.status, 202, "{}", note.text);
-        assert_eq!(rpc(&app, "shop", "ping", json!({})).await.body["result"], json!({}));
+        assert_eq!(
+            rpc(&app, "shop", "ping", json!({})).await.body["result"],
+            json!({"resultType": "complete"})
+        );
+        // The stateless revision: discovery without a handshake, its version in `_meta`.
+        let discover = rpc(
+            &app,
+            "shop",
+            "server/discover",
+            json!({"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}}),
+        )
+        .await;
+        assert_eq!(discover.status, 200, "{}", discover.text);
+        assert!(discover.body["result"]["supportedVersions"]
+            .as_array()
+            .is_some_and(|v| v.contains(&json!("2026-07-28"))));
+        assert!(discover.header("mcp-session-id").is_none());
+        let old = rpc(
+            &app,
+            "shop",
+            "tools/list",
+            json!({"_meta": {"io.modelcontextprotocol/protocolVersion": "2024-01-01"}}),
+        )
+        .await;
+        assert_eq!(old.status, 400, "{}", old.text);
+        assert_eq!(old.body["error"]["code"], -32022);
 
         let list = rpc(&app, "shop", "tools/list", json!({})).await;
         let tools = list.body["result"]["tools"].as_array().cloned().unwrap_or_default();
@@ -485,13 +510,22 @@ async fn every_failure_row_of_the_outcome_table() {
         assert_eq!(r["isError"], true);
         assert_eq!(app.resume("shop").await.status, 200);
 
-        // Daily ceiling: limited.
-        let r = app.patch_namespace("shop", json!({"daily_limit": 1})).await;
+        // Daily ceiling (a namespace of its own, limit 1): the second first-time call is
+        // limited.
+        put_action(&app, "cap", "send_followup", followup(port, "/send")).await;
+        let r = app
+            .patch_namespace(
+                "cap",
+                json!({"daily_limit": 1, "egress": {"allow": [format!("127.0.0.1:{port}")]}}),
+            )
+            .await;
         assert_eq!(r.status, 200, "{}", r.text);
-        let r = send("l1").await;
+        let r = call(&app, "cap", "send_followup", args("c1", "a@example.com", "t")).await;
+        assert_eq!(outcome(&r), "performed", "{r}");
+        let r = call(&app, "cap", "send_followup", args("c2", "a@example.com", "t")).await;
         assert_eq!(outcome(&r), "limited", "{r}");
         assert_eq!(r["isError"], true);
-        assert_eq!(d.count(), 4);
+        assert_eq!(d.count(), 5);
     }
 }
 

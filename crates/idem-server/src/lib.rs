@@ -329,6 +329,18 @@ pub async fn run(
             },
         ))
     };
+    let deliveries = {
+        let st = state.clone();
+        tokio::spawn(background::run_loop(
+            "action_deliveries",
+            config.forward_interval,
+            stop_rx.clone(),
+            move || {
+                let st = st.clone();
+                async move { actions::deliveries_once(&st).await }
+            },
+        ))
+    };
     let upkeep = tokio::spawn(background::run_loop(
         "metrics_upkeep",
         metrics::UPKEEP_INTERVAL,
@@ -367,6 +379,7 @@ pub async fn run(
     let _ = janitor.await;
     let _ = alerts.await;
     let _ = forwards.await;
+    let _ = deliveries.await;
     let _ = upkeep.await;
     drop(store);
     drop(ledger);

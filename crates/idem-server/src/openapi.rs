@@ -228,6 +228,11 @@ fn describe_params(op: &mut Map<String, Value>) {
         return;
     };
     for p in params {
+        if p["in"] == "path" && p["name"] == "name" {
+            // An action's name: the tool name of `ACTIONS.md`.
+            p["schema"] = json!({"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$",
+                                 "minLength": 1, "maxLength": 64});
+        }
         if p["in"] == "query" {
             match p["name"].as_str() {
                 Some("state") => {

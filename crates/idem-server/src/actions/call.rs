@@ -160,6 +160,8 @@ fn input_for(
     if let Some(c) = cost {
         body["cost"] = c.clone();
     }
+    // The record names its action, so an approval knows what to deliver.
+    body["owner"] = json!(super::owner_of(&action.name));
     read_body::<EffectBody>(body)?.into_input()
 }
 
@@ -269,6 +271,39 @@ pub async fn call(
     }
     let a = effects::send(st, &nk, token, &input, &guarded).await?;
     Ok(finish(action, &nk, &key, a))
+}
+
+/// Delivers an approved record's saved arguments (the outbox's work after an approval): the
+/// same claim (the record's own fingerprint) and effect path as a call. `None` when the
+/// record is gone or holds no arguments.
+pub async fn deliver_saved(
+    st: &AppState,
+    ns: &idem::Namespace,
+    action: &Action,
+    headers: &Headers,
+    key: &idem::Key,
+) -> ApiResult<Option<&'static str>> {
+    let Some(found) = st.ledger.store().get(ns, key).await? else {
+        return Ok(None);
+    };
+    let rec = found.record;
+    let (Some(Value::Object(saved)), Some(fp)) = (rec.prepared_payload, rec.fingerprint) else {
+        return Ok(None);
+    };
+    let input = input_for(action, headers, &saved, None)?;
+    let nk = NsKey {
+        ns: ns.clone(),
+        key: key.clone(),
+    };
+    let info = st.ledger.store().namespace(ns).await?;
+    let guarded = effects::guard(st, &info.policy, &input, key.as_str()).await?;
+    let a = match effects::claim(st, &nk, &input, fp, guarded.destination_idempotent).await? {
+        Claimed::Answered(a) => a,
+        Claimed::Acquired { token, .. } => effects::send(st, &nk, token, &input, &guarded).await?,
+    };
+    crate::metrics::action_call(ns.as_str(), &action.name, a.outcome);
+    log_op("action", &nk, None, a.record.as_ref(), a.outcome);
+    Ok(Some(a.outcome))
 }
 
 fn finish(action: &Action, nk: &NsKey, key: &str, a: Answer) -> ToolAnswer {

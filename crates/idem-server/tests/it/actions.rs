@@ -530,7 +530,7 @@ async fn every_failure_row_of_the_outcome_table() {
 }
 
 #[tokio::test]
-async fn approval_required_stores_the_draft_and_sends_nothing() {
+async fn approval_required_stores_the_draft_and_idem_delivers_it_once_approved() {
     for backend in backends() {
         let (d, port) = destination().await;
         let app = app_for(backend, port).await;
@@ -550,6 +550,30 @@ async fn approval_required_stores_the_draft_and_sends_nothing() {
             args("a1", "ann@example.com", "Draft one")
         );
 
+        // Approved: idem delivers the stored draft itself (the outbox), once; the agent is
+        // not asked again, and a later call replays the delivery.
+        let ok = app.approve("shop", "a1:followup:v1", json!({"note": "fine"})).await;
+        assert_eq!(ok.status, 200, "{}", ok.text);
+        for _ in 0..100 {
+            if d.count() > 0 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        assert_eq!(d.count(), 1, "the approved draft was delivered");
+        assert_eq!(d.bodies()[0]["text"], "Draft one");
+        for _ in 0..100 {
+            let rec = app.record("shop", "a1:followup:v1").await;
+            if rec.body["record"]["state"] == "completed" {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        let after = call(&app, "shop", "send_followup", args("a1", "ann@example.com", "Draft three")).await;
+        assert_eq!(outcome(&after), "completed", "{after}");
+        assert_eq!(after["structuredContent"]["replayed"], true);
+        assert_eq!(d.count(), 1, "delivered once");
+
         // Rejected: failed_permanent, replayed to later calls.
         let r = call(&app, "shop", "send_followup", args("a2", "ann@example.com", "x")).await;
         assert_eq!(outcome(&r), "awaiting_approval");
@@ -558,6 +582,6 @@ async fn approval_required_stores_the_draft_and_sends_nothing() {
         let r = call(&app, "shop", "send_followup", args("a2", "ann@example.com", "x")).await;
         assert_eq!(outcome(&r), "failed_permanent", "{r}");
         assert_eq!(r["isError"], true);
-        assert_eq!(d.count(), 0);
+        assert_eq!(d.count(), 1, "a rejected draft is never sent");
     }
 }

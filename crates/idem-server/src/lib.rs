@@ -259,6 +259,13 @@ pub async fn run(
             .map_err(|e| anyhow::anyhow!("config sources.{name}: {e}"))?;
         tracing::info!(source = %name, created, "source applied from config");
     }
+    for ((ns, name), doc) in &config.actions.0 {
+        let at = format!("config namespaces.{ns}.actions.{name}");
+        let ns = idem::Namespace::try_from(ns.as_str()).map_err(|e| anyhow::anyhow!("{at}: {e}"))?;
+        api::v1::actions::write(store.as_ref(), ledger.now(), &ns, name, doc)
+            .await
+            .map_err(|e| anyhow::anyhow!("{at}: {e}"))?;
+    }
 
     let egress = idem_egress::Egress::new(&idem_egress::EgressOptions {
         max_response_bytes: config.max_response_bytes,

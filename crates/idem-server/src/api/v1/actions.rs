@@ -210,8 +210,15 @@ async fn existing(st: &AppState, ns: &Namespace, name: &str) -> ApiResult<Loaded
         .ok_or_else(|| ApiError::NotFound(format!("no action named {name:?} in this namespace")))
 }
 
-/// Writes an action (and its header values) from a validated document.
-pub async fn write(st: &AppState, ns: &Namespace, name: &str, body: &Value) -> ApiResult<bool> {
+/// Writes an action (and its header values) from a document, validated first; `true` when
+/// created. Used by `PUT` and by the config file at start.
+pub async fn write(
+    store: &dyn idem::Store,
+    now: idem::Timestamp,
+    ns: &Namespace,
+    name: &str,
+    body: &Value,
+) -> ApiResult<bool> {
     let input = Action::parse(name, body)?;
     let w = ActionWrite {
         namespace: ns.as_str().to_owned(),
@@ -220,7 +227,7 @@ pub async fn write(st: &AppState, ns: &Namespace, name: &str, body: &Value) -> A
         headers: (!input.headers.is_empty())
             .then(|| Secret::new(input.headers.to_secret_text())),
     };
-    let created = st.ledger.store().action_put(w, st.ledger.now()).await?;
+    let created = store.action_put(w, now).await?;
     tracing::info!(namespace = %ns, action = name, created, "action written");
     Ok(created)
 }
@@ -257,7 +264,7 @@ pub async fn put_action(
 ) -> ApiResult<Response> {
     let ns = ns_of(&ns)?;
     let name = name_of(&name)?;
-    let created = write(&st, &ns, &name, &body).await?;
+    let created = write(st.ledger.store().as_ref(), st.ledger.now(), &ns, &name, &body).await?;
     let l = existing(&st, &ns, &name).await?;
     let status = if created {
         StatusCode::CREATED

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# The official MCP SDK for Python (`mcp` from PyPI, pinned below) as a client of a real
-# `idem serve`: every protocol revision idem serves (the stateless one through
-# `server/discover` and pinned, the session ones through the initialize handshake), tools
-# listed and called, one delivery per identity at a loopback destination
-# (.ci/mcp/python_client.py). On SQLite, then on a fresh PostgreSQL database when IDEM_TEST_PG
-# is set. The venv lives outside the clone (~/.cache/idem/mcp-venv) and is reused.
+# The official MCP SDKs as clients of a real `idem serve`, tools listed and called, one
+# delivery per identity at a loopback destination:
+# - Python (`mcp` from PyPI, pinned below): every protocol revision idem serves (the stateless
+#   one through `server/discover` and pinned, the session ones through the initialize
+#   handshake) — .ci/mcp/python_client.py;
+# - TypeScript (`@modelcontextprotocol/sdk` from npm, pinned below): the revision it speaks
+#   (its initialize handshake, a session) — .ci/mcp/ts_client.mjs.
+# On SQLite, then on a fresh PostgreSQL database when IDEM_TEST_PG is set. The venv, the npm
+# cache and the installed SDK live outside the clone (~/.cache/idem/) and are reused.
 #
 # Usage: .ci/mcp-clients.sh path/to/idem
 set -euo pipefail
@@ -13,11 +16,23 @@ ROOT="$PWD"
 IDEM="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"
 VENV="${IDEM_MCP_VENV:-$HOME/.cache/idem/mcp-venv}"
 MCP_PIN="mcp==2.3.0"
+TS_DIR="${IDEM_MCP_TS_DIR:-$HOME/.cache/idem/mcp-ts}"
+TS_PIN="@modelcontextprotocol/sdk@1.32.2"
+NPM_CACHE="${IDEM_NPM_CACHE:-$HOME/.cache/idem/npm}"
 
 [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
 if [ "$(cat "$VENV/.idem-pins" 2>/dev/null)" != "$MCP_PIN" ]; then
   "$VENV/bin/pip" install --quiet --disable-pip-version-check "$MCP_PIN"
   echo "$MCP_PIN" >"$VENV/.idem-pins"
+fi
+
+mkdir -p "$TS_DIR"
+if [ "$(cat "$TS_DIR/.idem-pins" 2>/dev/null)" != "$TS_PIN" ]; then
+  [ -f "$TS_DIR/package.json" ] ||
+    echo '{"name": "idem-mcp-ts-client", "private": true, "type": "module"}' >"$TS_DIR/package.json"
+  (cd "$TS_DIR" && npm install --cache "$NPM_CACHE" --no-audit --no-fund --loglevel=error \
+    --fetch-retries=5 "$TS_PIN" >/dev/null)
+  echo "$TS_PIN" >"$TS_DIR/.idem-pins"
 fi
 
 WORK="$(mktemp -d)"
@@ -49,6 +64,12 @@ check() {
     sleep 0.1
   done
   if ! "$VENV/bin/python" "$ROOT/.ci/mcp/python_client.py" "http://127.0.0.1:$port"; then
+    tail -n 40 "$WORK/serve-$label.log" >&2
+    exit 1
+  fi
+  echo "--- mcp (TypeScript SDK) against idem serve on $label"
+  if ! IDEM_MCP_TS_MODULES="$TS_DIR/node_modules" node "$ROOT/.ci/mcp/ts_client.mjs" \
+    "http://127.0.0.1:$port"; then
     tail -n 40 "$WORK/serve-$label.log" >&2
     exit 1
   fi

@@ -41,7 +41,10 @@ pub async fn put(cmd: ActionPutCmd) -> Result<u8, CliError> {
             .ok()
             .filter(|v| !v.is_empty())
             .ok_or_else(|| CliError::input(format!("environment variable {var} is not set")))?;
-        let Some(http) = doc.pointer_mut("/deliver/http").and_then(Value::as_object_mut) else {
+        let Some(http) = doc
+            .pointer_mut("/deliver/http")
+            .and_then(Value::as_object_mut)
+        else {
             return Err(CliError::input(
                 "--header-env needs a deliver.http object in the action",
             ));
@@ -103,7 +106,10 @@ pub async fn list(t: ActionList) -> Result<u8, CliError> {
                 .collect()
         })
         .unwrap_or_default();
-    print!("{}", render(&["ACTION", "KEY", "APPROVAL", "DELIVER"], &rows));
+    print!(
+        "{}",
+        render(&["ACTION", "KEY", "APPROVAL", "DELIVER"], &rows)
+    );
     Ok(exit::OK)
 }
 

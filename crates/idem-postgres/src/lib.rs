@@ -460,10 +460,8 @@ impl Store for PgStore {
     }
 
     async fn action_delete(&self, ns: &str, name: &str) -> Result<bool, StoreError> {
-        self.bounded(self.with_retries("action_delete", || {
-            actions::action_delete(self, ns, name)
-        }))
-        .await
+        self.bounded(self.with_retries("action_delete", || actions::action_delete(self, ns, name)))
+            .await
     }
     // ------------------------------------------------------------ the intake
 

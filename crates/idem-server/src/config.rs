@@ -782,7 +782,10 @@ fn action_from_toml(ns: &str, name: &str, table: &toml::Value) -> Result<Value, 
             .entry("headers")
             .or_insert_with(|| Value::Object(Default::default()));
         let Value::Object(headers) = headers else {
-            return Err(bad(&format!(".deliver.{via}.headers"), "must be a table".into()));
+            return Err(bad(
+                &format!(".deliver.{via}.headers"),
+                "must be a table".into(),
+            ));
         };
         for (header, var) in vars {
             let var = var
@@ -1003,12 +1006,19 @@ mod tests {
             "Bearer s3cr3t-from-env"
         );
         assert!(a["deliver"]["http"].get("headers_env").is_none());
-        assert_eq!(c.namespaces.get("shop").map(|p| p["lease_ms"].clone()), Some(serde_json::json!(45000)));
+        assert_eq!(
+            c.namespaces.get("shop").map(|p| p["lease_ms"].clone()),
+            Some(serde_json::json!(45000))
+        );
         assert!(!format!("{c:?}").contains("s3cr3t"));
         // A bad action is refused at load, naming it.
         std::fs::write(&p, doc.replace("{order_id}:followup", "{nope}:followup")).expect("write");
         let e = Config::load(&args, &env(&[])).expect_err("bad key");
-        assert!(e.to_string().contains("namespaces.shop.actions.send_followup.key"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("namespaces.shop.actions.send_followup.key"),
+            "{e}"
+        );
     }
 
     #[test]

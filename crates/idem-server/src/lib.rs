@@ -261,7 +261,8 @@ pub async fn run(
     }
     for ((ns, name), doc) in &config.actions.0 {
         let at = format!("config namespaces.{ns}.actions.{name}");
-        let ns = idem::Namespace::try_from(ns.as_str()).map_err(|e| anyhow::anyhow!("{at}: {e}"))?;
+        let ns =
+            idem::Namespace::try_from(ns.as_str()).map_err(|e| anyhow::anyhow!("{at}: {e}"))?;
         api::v1::actions::write(store.as_ref(), ledger.now(), &ns, name, doc)
             .await
             .map_err(|e| anyhow::anyhow!("{at}: {e}"))?;

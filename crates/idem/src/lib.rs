@@ -58,6 +58,7 @@ pub use idem_core::{
 pub use idem_store::intake::{
     forward_finish, forward_owner as intake_forward_owner, source_owner as intake_source_owner,
 };
+pub use idem_store::{action_owner, ActionRow, ActionWrite};
 pub use idem_store::{
     generate_secret, hash_secret, AlertOutcome, ApiToken, Cursor, ExecCtx, Executed, Ledger,
     LedgerError, ListQuery, NamespaceChange, NamespaceInfo, NamespaceStats, NewApiToken, Page,
@@ -77,7 +78,6 @@ pub use idem_store::{
     Delivered, IntakeEventRow, IntakeQuery, IntakeUpdate, NewIntakeEvent, ReportRider, Rider,
     SourceDelete, SourceRow, SourceWrite,
 };
-pub use idem_store::{action_owner, ActionRow, ActionWrite};
 
 #[derive(Debug, thiserror::Error)]
 pub enum OpenError {

@@ -58,7 +58,16 @@ fn config_actions_and_the_action_verbs() {
         "key": "{order_id}:refund", "approval": "required",
         "deliver": {"http": {"method": "POST", "url": "https://pay.example/refunds"}}}"#;
     let put = run(
-        &["action", "put", "shop", "refund", "--json", doc, "--header-env", "Authorization=PAY_KEY"],
+        &[
+            "action",
+            "put",
+            "shop",
+            "refund",
+            "--json",
+            doc,
+            "--header-env",
+            "Authorization=PAY_KEY",
+        ],
         &[("PAY_KEY", "Bearer sk_test_refund_secret_1234")],
     );
     assert_eq!(put.code, 0, "{put:?}");
@@ -71,9 +80,15 @@ fn config_actions_and_the_action_verbs() {
         "{list:?}"
     );
     let bad = run(
-        &["action", "put", "shop", "bad", "--json",
-          r#"{"description": "x", "input_schema": {"type": "object"}, "key": "{id}",
-              "deliver": {"http": {"method": "POST", "url": "https://x.example/"}}}"#],
+        &[
+            "action",
+            "put",
+            "shop",
+            "bad",
+            "--json",
+            r#"{"description": "x", "input_schema": {"type": "object"}, "key": "{id}",
+              "deliver": {"http": {"method": "POST", "url": "https://x.example/"}}}"#,
+        ],
         &[],
     );
     assert_ne!(bad.code, 0, "{bad:?}");

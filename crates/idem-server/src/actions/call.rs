@@ -109,7 +109,10 @@ pub fn is_error(outcome: &str) -> bool {
 /// Why a record failed, in a few words, for the agent (the sanitized last error or the
 /// destination's status).
 fn reason_of(record: Option<&Record>, response: Option<&Value>) -> String {
-    if let Some(status) = response.and_then(|r| r.get("status")).and_then(Value::as_u64) {
+    if let Some(status) = response
+        .and_then(|r| r.get("status"))
+        .and_then(Value::as_u64)
+    {
         return format!("the destination answered HTTP {status}");
     }
     match record.and_then(|r| r.last_error.as_ref()) {
@@ -223,12 +226,15 @@ pub async fn call(
     let mut guarded = match effects::guard(st, &info.policy, &input, &key).await {
         Ok(g) => g,
         Err(ApiError::DestinationForbidden { field, message }) => {
-            return Ok(ToolAnswer::refused("destination_forbidden", &field, message))
+            return Ok(ToolAnswer::refused(
+                "destination_forbidden",
+                &field,
+                message,
+            ))
         }
         Err(e) => return Err(e),
     };
-    let claimed =
-        effects::claim(st, &nk, &input, fp, guarded.destination_idempotent).await?;
+    let claimed = effects::claim(st, &nk, &input, fp, guarded.destination_idempotent).await?;
     let (token, record) = match claimed {
         Claimed::Answered(a) => return Ok(finish(action, &nk, &key, a)),
         Claimed::Acquired { token, record } => (token, record),

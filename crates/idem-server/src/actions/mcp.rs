@@ -140,10 +140,20 @@ async fn handle(
     let msg = match parse_json(bytes) {
         Ok(Value::Object(m)) => m,
         Ok(Value::Array(_)) => {
-            return Ok(bad(Value::Null, -32600, "batches are not served: send one message"))
+            return Ok(bad(
+                Value::Null,
+                -32600,
+                "batches are not served: send one message",
+            ))
         }
         Ok(_) => return Ok(bad(Value::Null, -32600, "a JSON-RPC message is an object")),
-        Err(_) => return Ok(bad(Value::Null, -32700, "parse error: the body is not JSON")),
+        Err(_) => {
+            return Ok(bad(
+                Value::Null,
+                -32700,
+                "parse error: the body is not JSON",
+            ))
+        }
     };
     let id = msg.get("id").cloned();
     let id_ok = match &id {
@@ -161,12 +171,24 @@ async fn handle(
     }
     let method = match msg.get("method") {
         Some(Value::String(m)) => m.clone(),
-        Some(_) => return Ok(bad(id.unwrap_or(Value::Null), -32600, "`method` must be a string")),
+        Some(_) => {
+            return Ok(bad(
+                id.unwrap_or(Value::Null),
+                -32600,
+                "`method` must be a string",
+            ))
+        }
         // A response to the server (idem never asks the client anything): accepted.
         None if id.is_some() && (msg.contains_key("result") || msg.contains_key("error")) => {
             return Ok(StatusCode::ACCEPTED.into_response())
         }
-        None => return Ok(bad(id.unwrap_or(Value::Null), -32600, "`method` is required")),
+        None => {
+            return Ok(bad(
+                id.unwrap_or(Value::Null),
+                -32600,
+                "`method` is required",
+            ))
+        }
     };
     let params = match msg.get("params") {
         None | Some(Value::Null) => None,

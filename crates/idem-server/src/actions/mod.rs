@@ -15,8 +15,8 @@ pub mod mcp;
 pub mod model;
 
 use idem::{
-    action_owner, Namespace, NewOutboxItem, OutboxClaim, OutboxFinish, OutboxKind,
-    OutboxOutcome, Record, State, StoreError,
+    action_owner, Namespace, NewOutboxItem, OutboxClaim, OutboxFinish, OutboxKind, OutboxOutcome,
+    Record, State, StoreError,
 };
 use serde_json::json;
 
@@ -35,7 +35,11 @@ pub fn owner_of(action: &str) -> String {
 /// be queued leaves the record `prepared`: the next call of the tool delivers the approved
 /// arguments then.
 pub async fn approved(st: &AppState, ns: &Namespace, record: &Record) {
-    let Some(action) = record.owner.as_deref().and_then(|o| o.strip_prefix("action:")) else {
+    let Some(action) = record
+        .owner
+        .as_deref()
+        .and_then(|o| o.strip_prefix("action:"))
+    else {
         return;
     };
     if record.state != State::Prepared {
@@ -120,7 +124,10 @@ async fn deliver_item(st: &AppState, item: &idem::OutboxItem) -> OutboxOutcome {
         Ok(Some("in_flight")) => later(1_000, "in flight"),
         Ok(Some("backoff")) => match st.ledger.store().get(&ns, &key).await {
             Ok(Some(r)) => {
-                let at = r.record.not_before.map_or(5_000, |nb| (nb.0 - st.ledger.now().0).max(0));
+                let at = r
+                    .record
+                    .not_before
+                    .map_or(5_000, |nb| (nb.0 - st.ledger.now().0).max(0));
                 later(at, "backoff")
             }
             _ => later(5_000, "backoff"),

@@ -97,7 +97,12 @@ impl Headers {
     /// Reads the stored form back (a damaged value reads as no headers).
     pub fn from_secret_text(s: &str) -> Headers {
         let v: Value = serde_json::from_str(s).unwrap_or(Value::Null);
-        let part = |n: &str| v.get(n).and_then(Value::as_object).cloned().unwrap_or_default();
+        let part = |n: &str| {
+            v.get(n)
+                .and_then(Value::as_object)
+                .cloned()
+                .unwrap_or_default()
+        };
         Headers {
             request: part("request"),
             reconcile: part("reconcile"),
@@ -368,7 +373,9 @@ fn as_http_error(e: ApiError) -> ApiError {
             field: path(&field),
             message: rename(&message),
         },
-        ApiError::UnknownField { field } => ApiError::UnknownField { field: path(&field) },
+        ApiError::UnknownField { field } => ApiError::UnknownField {
+            field: path(&field),
+        },
         other => other,
     }
 }
@@ -447,7 +454,12 @@ impl Action {
             })?;
         let schema = match m.get("input_schema") {
             Some(s @ Value::Object(_)) => s.clone(),
-            _ => return Err(invalid("input_schema", "is required (a JSON Schema object)")),
+            _ => {
+                return Err(invalid(
+                    "input_schema",
+                    "is required (a JSON Schema object)",
+                ))
+            }
         };
         if schema.get("type") != Some(&json!("object")) {
             return Err(invalid(
@@ -461,15 +473,16 @@ impl Action {
                 format!("is not a valid JSON Schema (draft 2020-12): {}", e.masked()),
             ));
         }
-        let validator = jsonschema::draft202012::new(&schema).map_err(|e| {
-            invalid(
-                "input_schema",
-                format!("does not compile: {}", e.masked()),
-            )
-        })?;
+        let validator = jsonschema::draft202012::new(&schema)
+            .map_err(|e| invalid("input_schema", format!("does not compile: {}", e.masked())))?;
         let template = match m.get("key") {
             Some(Value::String(s)) if !s.is_empty() && s.len() <= 255 => s.clone(),
-            _ => return Err(invalid("key", "is required (a template such as \"{order_id}:followup:v1\")")),
+            _ => {
+                return Err(invalid(
+                    "key",
+                    "is required (a template such as \"{order_id}:followup:v1\")",
+                ))
+            }
         };
         let key = parse_key(&template)?;
         let required = required_names(&schema);
@@ -504,7 +517,10 @@ impl Action {
                         return Err(invalid(&at, "must be an argument name"));
                     };
                     if prop_types(&schema, n).is_none() {
-                        return Err(invalid(&at, format!("names `{n}`, not a property of `input_schema`")));
+                        return Err(invalid(
+                            &at,
+                            format!("names `{n}`, not a property of `input_schema`"),
+                        ));
                     }
                     if !out.iter().any(|o: &String| o == n) {
                         out.push(n.to_owned());
@@ -512,7 +528,12 @@ impl Action {
                 }
                 out
             }
-            Some(_) => return Err(invalid("identity", "must be a non-empty list of argument names")),
+            Some(_) => {
+                return Err(invalid(
+                    "identity",
+                    "must be a non-empty list of argument names",
+                ))
+            }
         };
         let approval = match m.get("approval") {
             None | Some(Value::Null) => Approval::None,
@@ -527,7 +548,10 @@ impl Action {
             Some(_) => return Err(invalid("result", "must be \"response\" or \"summary\"")),
         };
         let Some(Value::Object(deliver)) = m.get("deliver") else {
-            return Err(invalid("deliver", "is required: an object with `http` or `mcp`"));
+            return Err(invalid(
+                "deliver",
+                "is required: an object with `http` or `mcp`",
+            ));
         };
         unknown(deliver, &["http", "mcp"], "deliver.")?;
         let given = |k: &str| deliver.get(k).is_some_and(|v| !v.is_null());
@@ -582,10 +606,8 @@ impl Action {
         // The delivery must read as an effect, whatever the arguments: checked with sample
         // values in the placeholders.
         if let Some(h) = &http {
-            let sample: Map<String, Value> = names
-                .iter()
-                .map(|n| (n.clone(), json!("x")))
-                .collect();
+            let sample: Map<String, Value> =
+                names.iter().map(|n| (n.clone(), json!("x"))).collect();
             let body = effect_body(h, &headers, &sample);
             read_body::<EffectBody>(body)
                 .and_then(EffectBody::into_input)
@@ -624,7 +646,9 @@ impl Action {
     pub fn missing_identity(&self, args: &Map<String, Value>) -> Option<&str> {
         self.key_args
             .iter()
-            .find(|a| matches!(args.get(*a), None | Some(Value::Null)) || args.get(*a) == Some(&json!("")))
+            .find(|a| {
+                matches!(args.get(*a), None | Some(Value::Null)) || args.get(*a) == Some(&json!(""))
+            })
             .map(String::as_str)
     }
 
@@ -792,8 +816,17 @@ mod tests {
         for (v, want) in [
             (with("description", json!(null)), "description"),
             (with("description", json!("x".repeat(4001))), "description"),
-            (with("input_schema", json!({"type": "string"})), "input_schema"),
-            (with("input_schema", json!({"type": "object", "minProperties": "x"})), "input_schema"),
+            (
+                with("input_schema", json!({"type": "string"})),
+                "input_schema",
+            ),
+            (
+                with(
+                    "input_schema",
+                    json!({"type": "object", "minProperties": "x"}),
+                ),
+                "input_schema",
+            ),
             (with("key", json!("static")), "key"),
             (with("key", json!("{to}:x")), "key"),
             (with("key", json!("{text}:{missing}")), "key"),
@@ -804,16 +837,34 @@ mod tests {
             (with("result", json!("all")), "result"),
             (with("deliver", json!({})), "deliver"),
             (
-                with("deliver", json!({"http": {"method": "POST", "url": "https://x.example/"},
-                                        "mcp": {"url": "https://y.example/mcp", "tool": "t"}})),
+                with(
+                    "deliver",
+                    json!({"http": {"method": "POST", "url": "https://x.example/"},
+                                        "mcp": {"url": "https://y.example/mcp", "tool": "t"}}),
+                ),
                 "deliver",
             ),
-            (with("deliver.http.method", json!("GET")), "deliver.http.method"),
-            (with("deliver.http.url", json!("ftp://x/")), "deliver.http.url"),
-            (with("deliver.http.timeout_ms", json!(0)), "deliver.http.timeout_ms"),
-            (with("deliver.http.headers", json!({"X-A": 1})), "deliver.http.headers.X-A"),
+            (
+                with("deliver.http.method", json!("GET")),
+                "deliver.http.method",
+            ),
+            (
+                with("deliver.http.url", json!("ftp://x/")),
+                "deliver.http.url",
+            ),
+            (
+                with("deliver.http.timeout_ms", json!(0)),
+                "deliver.http.timeout_ms",
+            ),
+            (
+                with("deliver.http.headers", json!({"X-A": 1})),
+                "deliver.http.headers.X-A",
+            ),
             (with("deliver.http.body", json!("{{nope}}")), "deliver.http"),
-            (with("deliver.http.extra", json!(1)), "unknown:deliver.http.extra"),
+            (
+                with("deliver.http.extra", json!(1)),
+                "unknown:deliver.http.extra",
+            ),
             (with("extra", json!(1)), "unknown:extra"),
         ] {
             assert_eq!(field_of(v.clone()), want, "{v}");
@@ -826,7 +877,9 @@ mod tests {
 
     #[test]
     fn the_key_keeps_plain_values_and_hashes_the_rest() {
-        let a = Action::parse("send_followup", &doc()).expect("valid").action;
+        let a = Action::parse("send_followup", &doc())
+            .expect("valid")
+            .action;
         let args = json!({"order_id": "847", "n": 1, "text": "hi"});
         let m = args.as_object().expect("obj");
         assert_eq!(a.key_for(m).expect("key").as_str(), "847:followup:1");
@@ -838,11 +891,19 @@ mod tests {
 
     #[test]
     fn identity_is_checked_first_and_other_text_does_not_change_it() {
-        let a = Action::parse("send_followup", &doc()).expect("valid").action;
+        let a = Action::parse("send_followup", &doc())
+            .expect("valid")
+            .action;
         let m = |v: Value| v.as_object().cloned().expect("obj");
         assert_eq!(a.missing_identity(&m(json!({"n": 1}))), Some("order_id"));
-        assert_eq!(a.missing_identity(&m(json!({"order_id": "", "n": 1}))), Some("order_id"));
-        assert_eq!(a.missing_identity(&m(json!({"order_id": "1", "n": null}))), Some("n"));
+        assert_eq!(
+            a.missing_identity(&m(json!({"order_id": "", "n": 1}))),
+            Some("order_id")
+        );
+        assert_eq!(
+            a.missing_identity(&m(json!({"order_id": "1", "n": null}))),
+            Some("n")
+        );
         let one = a.identity_of(&m(json!({"order_id": "1", "n": 2, "text": "a"})));
         let two = a.identity_of(&m(json!({"order_id": "1", "n": 2, "text": "b"})));
         assert_eq!(one, two);
@@ -851,7 +912,9 @@ mod tests {
 
     #[test]
     fn arguments_are_validated_naming_the_member_without_its_value() {
-        let a = Action::parse("send_followup", &doc()).expect("valid").action;
+        let a = Action::parse("send_followup", &doc())
+            .expect("valid")
+            .action;
         let (f, msg) = a
             .check_arguments(&json!({"order_id": "1", "n": 1, "text": "s3cr3t".repeat(20)}))
             .expect_err("too long");
@@ -861,7 +924,9 @@ mod tests {
             .check_arguments(&json!({"order_id": "1", "n": "x", "text": "t"}))
             .expect_err("type");
         assert_eq!(f, "n");
-        assert!(a.check_arguments(&json!({"order_id": "1", "n": 1, "text": "t"})).is_ok());
+        assert!(a
+            .check_arguments(&json!({"order_id": "1", "n": 1, "text": "t"}))
+            .is_ok());
     }
 
     #[test]
@@ -870,13 +935,19 @@ mod tests {
         let m = args.as_object().expect("obj");
         assert_eq!(fill(&json!("{{n}}"), m, false), json!(3));
         assert_eq!(fill(&json!("{{o}}"), m, false), json!({"x": 1}));
-        assert_eq!(fill(&json!("n={{n}}, id={{id}}"), m, false), json!("n=3, id=a b/c"));
+        assert_eq!(
+            fill(&json!("n={{n}}, id={{id}}"), m, false),
+            json!("n=3, id=a b/c")
+        );
         assert_eq!(
             fill(&json!("https://x.example/o/{{id}}"), m, true),
             json!("https://x.example/o/a%20b%2Fc")
         );
         assert_eq!(fill(&json!("{{missing}}"), m, false), Value::Null);
-        assert_eq!(fill(&json!([{"k": "{{id}}"}]), m, false), json!([{"k": "a b/c"}]));
+        assert_eq!(
+            fill(&json!([{"k": "{{id}}"}]), m, false),
+            json!([{"k": "a b/c"}])
+        );
     }
 
     #[test]
@@ -888,7 +959,10 @@ mod tests {
             &a.headers,
             args.as_object().expect("obj"),
         );
-        assert_eq!(body["request"]["url"], "https://mail.example/orders/847/send");
+        assert_eq!(
+            body["request"]["url"],
+            "https://mail.example/orders/847/send"
+        );
         assert_eq!(
             body["request"]["body"],
             json!({"to": "ann@example.com", "subject": "Order 847", "text": "Hello"})

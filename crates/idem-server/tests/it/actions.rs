@@ -43,7 +43,9 @@ impl Dest {
 
 async fn handle(State(d): State<Dest>, req: Request) -> Response {
     let (parts, body) = req.into_parts();
-    let body = axum::body::to_bytes(body, 1 << 20).await.unwrap_or_default();
+    let body = axum::body::to_bytes(body, 1 << 20)
+        .await
+        .unwrap_or_default();
     let auth = parts
         .headers
         .get("authorization")
@@ -77,9 +79,7 @@ async fn handle(State(d): State<Dest>, req: Request) -> Response {
 
 async fn destination() -> (Dest, u16) {
     let d = Dest::default();
-    let app = Router::new()
-        .fallback(any(handle))
-        .with_state(d.clone());
+    let app = Router::new().fallback(any(handle)).with_state(d.clone());
     let l = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
@@ -133,7 +133,13 @@ async fn rpc(app: &TestApp, ns: &str, method: &str, params: Value) -> Resp {
 
 /// `tools/call`: the `CallToolResult`.
 async fn call(app: &TestApp, ns: &str, tool: &str, args: Value) -> Value {
-    let r = rpc(app, ns, "tools/call", json!({"name": tool, "arguments": args})).await;
+    let r = rpc(
+        app,
+        ns,
+        "tools/call",
+        json!({"name": tool, "arguments": args}),
+    )
+    .await;
     assert_eq!(r.status, 200, "{}", r.text);
     assert_eq!(r.body["id"], 7, "{}", r.text);
     r.body["result"].clone()
@@ -224,10 +230,7 @@ async fn actions_are_validated_stored_and_read_back_without_header_values() {
         // The header values went with it.
         let left = app
             .store
-            .secrets(
-                &idem::action_owner("shop", "send_followup"),
-                app.now(),
-            )
+            .secrets(&idem::action_owner("shop", "send_followup"), app.now())
             .await
             .expect("secrets");
         assert!(left.is_empty());
@@ -240,7 +243,11 @@ async fn the_mcp_endpoint_speaks_the_session_and_the_stateless_revisions() {
         let app = spawn_on(backend).await;
         put_action(&app, "shop", "send_followup", followup(9, "/send")).await;
 
-        for (asked, session) in [("2025-06-18", true), ("2025-11-25", true), ("2026-07-28", false)] {
+        for (asked, session) in [
+            ("2025-06-18", true),
+            ("2025-11-25", true),
+            ("2026-07-28", false),
+        ] {
             let init = rpc(
                 &app,
                 "shop",
@@ -290,11 +297,17 @@ async fn the_mcp_endpoint_speaks_the_session_and_the_stateless_revisions() {
         assert_eq!(old.body["error"]["code"], -32022);
 
         let list = rpc(&app, "shop", "tools/list", json!({})).await;
-        let tools = list.body["result"]["tools"].as_array().cloned().unwrap_or_default();
+        let tools = list.body["result"]["tools"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
         assert_eq!(tools.len(), 1, "{}", list.text);
         assert_eq!(tools[0]["name"], "send_followup");
         assert_eq!(tools[0]["title"], "Send the follow-up");
-        assert_eq!(tools[0]["inputSchema"]["required"], json!(["order_id", "to", "text"]));
+        assert_eq!(
+            tools[0]["inputSchema"]["required"],
+            json!(["order_id", "to", "text"])
+        );
         assert_eq!(
             tools[0]["annotations"],
             json!({"destructiveHint": true, "idempotentHint": true, "openWorldHint": true,
@@ -305,10 +318,21 @@ async fn the_mcp_endpoint_speaks_the_session_and_the_stateless_revisions() {
         let other = rpc(&app, "shop", "resources/list", json!({})).await;
         assert_eq!(other.status, 200);
         assert_eq!(other.body["error"]["code"], -32601);
-        let unknown = rpc(&app, "shop", "tools/call", json!({"name": "nope", "arguments": {}})).await;
+        let unknown = rpc(
+            &app,
+            "shop",
+            "tools/call",
+            json!({"name": "nope", "arguments": {}}),
+        )
+        .await;
         assert_eq!(unknown.body["error"]["code"], -32602);
 
-        let bad = app.post("/mcp/shop", json!({"jsonrpc": "1.0", "id": 1, "method": "ping"})).await;
+        let bad = app
+            .post(
+                "/mcp/shop",
+                json!({"jsonrpc": "1.0", "id": 1, "method": "ping"}),
+            )
+            .await;
         assert_eq!(bad.status, 400);
         assert_eq!(bad.body["error"]["code"], -32600);
         let garbage = app.post_raw("/mcp/shop", "{not json").await;
@@ -343,7 +367,10 @@ async fn the_mcp_endpoint_needs_a_worker_token_of_the_namespace() {
         .post("/mcp/shop", ping.clone())
         .await;
     other.problem(403, "forbidden");
-    let ok = app.as_token(Some(&app.tokens[0])).post("/mcp/shop", ping).await;
+    let ok = app
+        .as_token(Some(&app.tokens[0]))
+        .post("/mcp/shop", ping)
+        .await;
     assert_eq!(ok.status, 200, "{}", ok.text);
 }
 
@@ -354,14 +381,23 @@ async fn a_call_is_delivered_once_and_a_regenerated_draft_is_replayed() {
         let app = app_for(backend, port).await;
         put_action(&app, "shop", "send_followup", followup(port, "/send")).await;
 
-        let first = call(&app, "shop", "send_followup", args("847", "ann@example.com", "Hi Ann")).await;
+        let first = call(
+            &app,
+            "shop",
+            "send_followup",
+            args("847", "ann@example.com", "Hi Ann"),
+        )
+        .await;
         assert_eq!(outcome(&first), "performed", "{first}");
         assert_eq!(first["isError"], false);
         assert_eq!(first["structuredContent"]["key"], "847:followup:v1");
         assert_eq!(first["structuredContent"]["state"], "completed");
         assert_eq!(first["structuredContent"]["replayed"], false);
         assert_eq!(first["structuredContent"]["response"]["status"], 201);
-        assert!(first["content"][0]["text"].as_str().unwrap_or("").starts_with("Done"));
+        assert!(first["content"][0]["text"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("Done"));
         assert_eq!(d.count(), 1);
         {
             let seen = d.seen.lock().expect("lock");
@@ -375,16 +411,30 @@ async fn a_call_is_delivered_once_and_a_regenerated_draft_is_replayed() {
 
         // The model regenerates the draft: same identity, other text → the first delivery
         // stands, nothing new is sent.
-        let again =
-            call(&app, "shop", "send_followup", args("847", "ann@example.com", "Hello again")).await;
+        let again = call(
+            &app,
+            "shop",
+            "send_followup",
+            args("847", "ann@example.com", "Hello again"),
+        )
+        .await;
         assert_eq!(outcome(&again), "completed", "{again}");
         assert_eq!(again["isError"], false);
         assert_eq!(again["structuredContent"]["replayed"], true);
-        assert_eq!(again["structuredContent"]["response"], first["structuredContent"]["response"]);
+        assert_eq!(
+            again["structuredContent"]["response"],
+            first["structuredContent"]["response"]
+        );
         assert_eq!(d.count(), 1, "a regenerated draft sent nothing");
 
         // Another recipient under the same key: conflict, nothing sent.
-        let other = call(&app, "shop", "send_followup", args("847", "bob@example.com", "Hi Bob")).await;
+        let other = call(
+            &app,
+            "shop",
+            "send_followup",
+            args("847", "bob@example.com", "Hi Bob"),
+        )
+        .await;
         assert_eq!(outcome(&other), "conflict", "{other}");
         assert_eq!(other["isError"], true);
         assert_eq!(d.count(), 1, "a conflict sent nothing");
@@ -399,7 +449,14 @@ async fn a_call_is_delivered_once_and_a_regenerated_draft_is_replayed() {
         assert!(!rec.text.contains("s3cr3t"));
         assert_eq!(
             app.event_types("shop", "847:followup:v1").await,
-            ["acquired", "prepared", "sent", "completed", "duplicate_hit", "conflict"]
+            [
+                "acquired",
+                "prepared",
+                "sent",
+                "completed",
+                "duplicate_hit",
+                "conflict"
+            ]
         );
     }
 }
@@ -413,8 +470,13 @@ async fn twenty_concurrent_calls_with_one_identity_send_one_request() {
         let calls = (0..20).map(|i| {
             let app = &app;
             async move {
-                call(app, "shop", "send_followup", args("9", "ann@example.com", &format!("draft {i}")))
-                    .await
+                call(
+                    app,
+                    "shop",
+                    "send_followup",
+                    args("9", "ann@example.com", &format!("draft {i}")),
+                )
+                .await
             }
         });
         let results = futures::future::join_all(calls).await;
@@ -434,7 +496,13 @@ async fn twenty_concurrent_calls_with_one_identity_send_one_request() {
             assert_eq!(r["isError"], false, "{r}");
         }
         assert_eq!(d.count(), 1, "one request at the destination");
-        let after = call(&app, "shop", "send_followup", args("9", "ann@example.com", "late")).await;
+        let after = call(
+            &app,
+            "shop",
+            "send_followup",
+            args("9", "ann@example.com", "late"),
+        )
+        .await;
         assert_eq!(outcome(&after), "completed");
         assert_eq!(d.count(), 1);
     }
@@ -448,22 +516,50 @@ async fn every_failure_row_of_the_outcome_table() {
         put_action(&app, "shop", "send_followup", followup(port, "/send")).await;
         let send = |order: &'static str| {
             let app = &app;
-            async move { call(app, "shop", "send_followup", args(order, "a@example.com", "t")).await }
+            async move {
+                call(
+                    app,
+                    "shop",
+                    "send_followup",
+                    args(order, "a@example.com", "t"),
+                )
+                .await
+            }
         };
 
         // Missing identity (checked first, even with other arguments wrong too): nothing stored.
-        let r = call(&app, "shop", "send_followup", json!({"to": "a@example.com", "text": 5})).await;
+        let r = call(
+            &app,
+            "shop",
+            "send_followup",
+            json!({"to": "a@example.com", "text": 5}),
+        )
+        .await;
         assert_eq!(outcome(&r), "missing_identity_field", "{r}");
         assert_eq!(r["isError"], true);
         assert_eq!(r["structuredContent"]["field"], "order_id");
-        let r = call(&app, "shop", "send_followup", args("", "a@example.com", "t")).await;
+        let r = call(
+            &app,
+            "shop",
+            "send_followup",
+            args("", "a@example.com", "t"),
+        )
+        .await;
         assert_eq!(outcome(&r), "missing_identity_field");
         // Invalid arguments: a tool error naming the field, nothing stored.
-        let r = call(&app, "shop", "send_followup", args("1", "a@example.com", &"x".repeat(201))).await;
+        let r = call(
+            &app,
+            "shop",
+            "send_followup",
+            args("1", "a@example.com", &"x".repeat(201)),
+        )
+        .await;
         assert_eq!(outcome(&r), "invalid_field", "{r}");
         assert_eq!(r["isError"], true);
         assert_eq!(r["structuredContent"]["field"], "text");
-        app.record("shop", "1:followup:v1").await.problem(404, "not_found");
+        app.record("shop", "1:followup:v1")
+            .await
+            .problem(404, "not_found");
         assert_eq!(d.count(), 0);
 
         // 402: failed_permanent, replayed later.
@@ -471,7 +567,10 @@ async fn every_failure_row_of_the_outcome_table() {
         let r = send("p1").await;
         assert_eq!(outcome(&r), "failed_permanent", "{r}");
         assert_eq!(r["isError"], true);
-        assert!(r["content"][0]["text"].as_str().unwrap_or("").contains("HTTP 402"));
+        assert!(r["content"][0]["text"]
+            .as_str()
+            .unwrap_or("")
+            .contains("HTTP 402"));
         let r = send("p1").await;
         assert_eq!(outcome(&r), "failed_permanent");
         assert_eq!(r["structuredContent"]["replayed"], true);
@@ -483,13 +582,23 @@ async fn every_failure_row_of_the_outcome_table() {
         let r = send("b1").await;
         assert_eq!(outcome(&r), "backoff", "{r}");
         assert_eq!(r["isError"], true);
-        assert!(r["structuredContent"]["retry_after_ms"].as_i64().unwrap_or(0) >= 2000);
+        assert!(
+            r["structuredContent"]["retry_after_ms"]
+                .as_i64()
+                .unwrap_or(0)
+                >= 2000
+        );
         let early = send("b1").await;
         assert_eq!(outcome(&early), "backoff");
         assert_eq!(d.count(), 2);
         app.advance(10_000);
-        let regenerated =
-            call(&app, "shop", "send_followup", args("b1", "a@example.com", "other text")).await;
+        let regenerated = call(
+            &app,
+            "shop",
+            "send_followup",
+            args("b1", "a@example.com", "other text"),
+        )
+        .await;
         assert_eq!(outcome(&regenerated), "performed", "{regenerated}");
         assert_eq!(d.count(), 3);
         assert_eq!(d.bodies()[2]["text"], "t", "the stored arguments were sent");
@@ -520,9 +629,21 @@ async fn every_failure_row_of_the_outcome_table() {
             )
             .await;
         assert_eq!(r.status, 200, "{}", r.text);
-        let r = call(&app, "cap", "send_followup", args("c1", "a@example.com", "t")).await;
+        let r = call(
+            &app,
+            "cap",
+            "send_followup",
+            args("c1", "a@example.com", "t"),
+        )
+        .await;
         assert_eq!(outcome(&r), "performed", "{r}");
-        let r = call(&app, "cap", "send_followup", args("c2", "a@example.com", "t")).await;
+        let r = call(
+            &app,
+            "cap",
+            "send_followup",
+            args("c2", "a@example.com", "t"),
+        )
+        .await;
         assert_eq!(outcome(&r), "limited", "{r}");
         assert_eq!(r["isError"], true);
         assert_eq!(d.count(), 5);
@@ -537,11 +658,23 @@ async fn approval_required_stores_the_draft_and_idem_delivers_it_once_approved()
         let mut doc = followup(port, "/send");
         doc["approval"] = json!("required");
         put_action(&app, "shop", "send_followup", doc).await;
-        let r = call(&app, "shop", "send_followup", args("a1", "ann@example.com", "Draft one")).await;
+        let r = call(
+            &app,
+            "shop",
+            "send_followup",
+            args("a1", "ann@example.com", "Draft one"),
+        )
+        .await;
         assert_eq!(outcome(&r), "awaiting_approval", "{r}");
         assert_eq!(r["isError"], false);
         assert_eq!(r["structuredContent"]["state"], "awaiting_approval");
-        let again = call(&app, "shop", "send_followup", args("a1", "ann@example.com", "Draft two")).await;
+        let again = call(
+            &app,
+            "shop",
+            "send_followup",
+            args("a1", "ann@example.com", "Draft two"),
+        )
+        .await;
         assert_eq!(outcome(&again), "awaiting_approval");
         assert_eq!(d.count(), 0, "nothing is sent before approval");
         let rec = app.record("shop", "a1:followup:v1").await;
@@ -552,7 +685,9 @@ async fn approval_required_stores_the_draft_and_idem_delivers_it_once_approved()
 
         // Approved: idem delivers the stored draft itself (the outbox), once; the agent is
         // not asked again, and a later call replays the delivery.
-        let ok = app.approve("shop", "a1:followup:v1", json!({"note": "fine"})).await;
+        let ok = app
+            .approve("shop", "a1:followup:v1", json!({"note": "fine"}))
+            .await;
         assert_eq!(ok.status, 200, "{}", ok.text);
         for _ in 0..100 {
             if d.count() > 0 {
@@ -569,17 +704,37 @@ async fn approval_required_stores_the_draft_and_idem_delivers_it_once_approved()
             }
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
-        let after = call(&app, "shop", "send_followup", args("a1", "ann@example.com", "Draft three")).await;
+        let after = call(
+            &app,
+            "shop",
+            "send_followup",
+            args("a1", "ann@example.com", "Draft three"),
+        )
+        .await;
         assert_eq!(outcome(&after), "completed", "{after}");
         assert_eq!(after["structuredContent"]["replayed"], true);
         assert_eq!(d.count(), 1, "delivered once");
 
         // Rejected: failed_permanent, replayed to later calls.
-        let r = call(&app, "shop", "send_followup", args("a2", "ann@example.com", "x")).await;
+        let r = call(
+            &app,
+            "shop",
+            "send_followup",
+            args("a2", "ann@example.com", "x"),
+        )
+        .await;
         assert_eq!(outcome(&r), "awaiting_approval");
-        let rej = app.reject("shop", "a2:followup:v1", json!({"note": "wrong tone"})).await;
+        let rej = app
+            .reject("shop", "a2:followup:v1", json!({"note": "wrong tone"}))
+            .await;
         assert_eq!(rej.status, 200, "{}", rej.text);
-        let r = call(&app, "shop", "send_followup", args("a2", "ann@example.com", "x")).await;
+        let r = call(
+            &app,
+            "shop",
+            "send_followup",
+            args("a2", "ann@example.com", "x"),
+        )
+        .await;
         assert_eq!(outcome(&r), "failed_permanent", "{r}");
         assert_eq!(r["isError"], true);
         assert_eq!(d.count(), 1, "a rejected draft is never sent");

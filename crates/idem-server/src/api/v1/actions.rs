@@ -51,14 +51,25 @@ pub fn routes() -> Vec<Route> {
             Some(Admin),
             delete(delete_action),
         ),
-        r("post", "/mcp/{ns}", Some(Worker), post(crate::actions::mcp::mcp)),
+        r(
+            "post",
+            "/mcp/{ns}",
+            Some(Worker),
+            post(crate::actions::mcp::mcp),
+        ),
     ]
 }
 
 /// The OpenAPI of this file.
 #[derive(OpenApi)]
 #[openapi(
-    paths(list_actions, put_action, get_action, delete_action, crate::actions::mcp::mcp),
+    paths(
+        list_actions,
+        put_action,
+        get_action,
+        delete_action,
+        crate::actions::mcp::mcp
+    ),
     components(schemas(
         ActionWriteDoc,
         ActionDoc,
@@ -224,8 +235,7 @@ pub async fn write(
         namespace: ns.as_str().to_owned(),
         name: name.to_owned(),
         config: input.action.doc.to_string(),
-        headers: (!input.headers.is_empty())
-            .then(|| Secret::new(input.headers.to_secret_text())),
+        headers: (!input.headers.is_empty()).then(|| Secret::new(input.headers.to_secret_text())),
     };
     let created = store.action_put(w, now).await?;
     tracing::info!(namespace = %ns, action = name, created, "action written");
@@ -264,7 +274,14 @@ pub async fn put_action(
 ) -> ApiResult<Response> {
     let ns = ns_of(&ns)?;
     let name = name_of(&name)?;
-    let created = write(st.ledger.store().as_ref(), st.ledger.now(), &ns, &name, &body).await?;
+    let created = write(
+        st.ledger.store().as_ref(),
+        st.ledger.now(),
+        &ns,
+        &name,
+        &body,
+    )
+    .await?;
     let l = existing(&st, &ns, &name).await?;
     let status = if created {
         StatusCode::CREATED

@@ -76,6 +76,10 @@ pub enum Command {
     /// they are forwarded): admin writes, operator reads.
     #[command(subcommand)]
     Source(SourceCmd),
+    /// A namespace's actions: side effects served to AI agents as MCP tools at /mcp/NS,
+    /// delivered once per business identity (admin writes, operator reads).
+    #[command(subcommand)]
+    Action(ActionCmd),
     /// Run a command exactly once per key (cron, scripts, queue consumers).
     ///
     /// Claims the key; runs COMMAND only when the claim is acquired, with IDEM_KEY,
@@ -880,6 +884,76 @@ pub struct SourceDeleteCmd {
     /// Delete even while events are not delivered.
     #[arg(long)]
     pub force: bool,
+    /// Confirm the deletion.
+    #[arg(long)]
+    pub yes: bool,
+    #[command(flatten)]
+    pub conn: Conn,
+}
+
+// ------------------------------------------------------------------ action
+
+#[derive(Debug, Subcommand)]
+pub enum ActionCmd {
+    /// Create or replace an action from a JSON document (the fields of
+    /// PUT /v1/namespaces/NS/actions/NAME), e.g. idem action put shop send_followup --file
+    /// followup.json --header-env Authorization=MAIL_API_AUTHORIZATION.
+    Put(ActionPutCmd),
+    /// Show an action (header values only as their last 4 characters).
+    Get(ActionTarget),
+    /// List a namespace's actions.
+    List(ActionList),
+    /// Delete an action (the records of its calls stay).
+    Delete(ActionDeleteCmd),
+}
+
+#[derive(Debug, Args)]
+pub struct ActionPutCmd {
+    /// Namespace.
+    pub namespace: String,
+    /// Action name: the tool name agents see (1-64 of A-Z a-z 0-9 _ -).
+    pub name: String,
+    /// The action document (JSON object) inline.
+    #[arg(long = "json", value_name = "JSON", conflicts_with = "file")]
+    pub doc: Option<String>,
+    /// The action document from a file.
+    #[arg(long, value_name = "FILE")]
+    pub file: Option<PathBuf>,
+    /// Set deliver.http.headers.HEADER from this environment variable (repeatable). Keeps
+    /// credentials off the command line.
+    #[arg(long = "header-env", value_name = "HEADER=VAR")]
+    pub header_env: Vec<String>,
+    /// Print the server's raw JSON answer (one line) instead of indented JSON.
+    #[arg(long)]
+    pub raw: bool,
+    #[command(flatten)]
+    pub server: Server,
+}
+
+#[derive(Debug, Args)]
+pub struct ActionTarget {
+    /// Namespace.
+    pub namespace: String,
+    /// Action name.
+    pub name: String,
+    #[command(flatten)]
+    pub conn: Conn,
+}
+
+#[derive(Debug, Args)]
+pub struct ActionList {
+    /// Namespace.
+    pub namespace: String,
+    #[command(flatten)]
+    pub conn: Conn,
+}
+
+#[derive(Debug, Args)]
+pub struct ActionDeleteCmd {
+    /// Namespace.
+    pub namespace: String,
+    /// Action name.
+    pub name: String,
     /// Confirm the deletion.
     #[arg(long)]
     pub yes: bool,

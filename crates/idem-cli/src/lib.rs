@@ -5,6 +5,7 @@
 //! secret, the command's own output, a table or the raw JSON answer); progress, warnings and
 //! errors go to stderr. Exit codes are in [`exit`].
 
+pub mod action;
 pub mod args;
 pub mod audit;
 pub mod bench;
@@ -20,7 +21,7 @@ pub mod table;
 pub mod util;
 pub mod verbs;
 
-use args::{Cli, Command, KeyCmd, NsCmd, SourceCmd, TokenCmd};
+use args::{ActionCmd, Cli, Command, KeyCmd, NsCmd, SourceCmd, TokenCmd};
 use exit::CliError;
 
 /// Runs one parsed command line; answers the process exit code.
@@ -62,6 +63,10 @@ async fn dispatch(command: Command) -> Result<u8, CliError> {
         Command::Source(SourceCmd::Get(c)) => source::get(c).await,
         Command::Source(SourceCmd::List(c)) => source::list(c).await,
         Command::Source(SourceCmd::Delete(c)) => source::delete(c).await,
+        Command::Action(ActionCmd::Put(c)) => action::put(c).await,
+        Command::Action(ActionCmd::Get(c)) => action::get(c).await,
+        Command::Action(ActionCmd::List(c)) => action::list(c).await,
+        Command::Action(ActionCmd::Delete(c)) => action::delete(c).await,
         Command::Run(c) => runner::run(c).await,
         Command::Drill(c) => drill::run(c).await,
         Command::Bench(c) => bench::run(c).await,

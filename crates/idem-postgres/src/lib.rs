@@ -44,6 +44,7 @@
 //! `reads` (record with events, pages), `namespaces`, `tokens`, `outbox`, `secrets`, `tls`, `janitor` (sweep, retention,
 //! stats, alert delivery leases), `analyze` (a young table's first statistics).
 
+mod actions;
 mod analyze;
 mod cache;
 mod conn;
@@ -452,6 +453,35 @@ impl Store for PgStore {
 
     async fn session_delete(&self, id_hash: &str) -> Result<(), StoreError> {
         self.console_session_delete(id_hash).await
+    }
+    // ------------------------------------------------------------ actions
+
+    async fn action_put(
+        &self,
+        w: idem_store::ActionWrite,
+        now: Timestamp,
+    ) -> Result<bool, StoreError> {
+        self.bounded(self.with_retries("action_put", || actions::action_put(self, &w, now)))
+            .await
+    }
+
+    async fn action_get(
+        &self,
+        ns: &str,
+        name: &str,
+    ) -> Result<Option<idem_store::ActionRow>, StoreError> {
+        self.bounded(self.with_retries("action_get", || actions::action_get(self, ns, name)))
+            .await
+    }
+
+    async fn action_list(&self, ns: &str) -> Result<Vec<idem_store::ActionRow>, StoreError> {
+        self.bounded(self.with_retries("action_list", || actions::action_list(self, ns)))
+            .await
+    }
+
+    async fn action_delete(&self, ns: &str, name: &str) -> Result<bool, StoreError> {
+        self.bounded(self.with_retries("action_delete", || actions::action_delete(self, ns, name)))
+            .await
     }
     // ------------------------------------------------------------ the intake
 

@@ -37,7 +37,21 @@ pub(crate) const MIGRATIONS: &[(i32, &str)] = &[
     (16, V16),
     (17, V17),
     (18, V18),
+    (19, ACTIONS),
 ];
+
+/// Actions: a namespace's tools served over MCP, the document as JSON text without header
+/// values (those are rows of `secrets`, kind `action_headers`).
+const ACTIONS: &str = r#"
+CREATE TABLE actions (
+    namespace  TEXT COLLATE "C" NOT NULL,
+    name       TEXT COLLATE "C" NOT NULL,
+    config     TEXT NOT NULL,
+    created_at BIGINT NOT NULL,
+    updated_at BIGINT NOT NULL,
+    PRIMARY KEY (namespace, name)
+);
+"#;
 
 /// Cost and recovery. Each record sums what its attempts reported spending (`retry_*` =
 /// attempts after the first; dollars in nano-dollars so sums are exact) and remembers when it

@@ -68,6 +68,9 @@ pub struct Config {
     /// Intake sources created or replaced at start (`[sources.NAME]`: the fields of
     /// `PUT /v1/sources/NAME`, secrets already read from `secrets_env` / `forward.secret_env`).
     pub sources: SourceDocs,
+    /// Actions created or replaced at start (`[namespaces.NS.actions.NAME]`: the fields of
+    /// `PUT /v1/namespaces/NS/actions/NAME`, header values already read from `headers_env`).
+    pub actions: ActionDocs,
     /// PEM certificate chain for HTTPS (with [`Config::tls_key`]); unset: plain HTTP.
     pub tls_cert: Option<PathBuf>,
     /// PEM private key of [`Config::tls_cert`].
@@ -97,6 +100,19 @@ pub struct SourceDocs(pub BTreeMap<String, Value>);
 impl std::fmt::Debug for SourceDocs {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_list().entries(self.0.keys()).finish()
+    }
+}
+
+/// The `[namespaces.NS.actions.NAME]` documents by (namespace, action). Its `Debug` shows
+/// only the names: the documents hold header values (credentials).
+#[derive(Clone, Default, PartialEq)]
+pub struct ActionDocs(pub BTreeMap<(String, String), Value>);
+
+impl std::fmt::Debug for ActionDocs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.0.keys().map(|(ns, a)| format!("{ns}/{a}")))
+            .finish()
     }
 }
 
@@ -164,6 +180,7 @@ impl std::fmt::Debug for Config {
             body_limit,
             namespaces,
             sources,
+            actions,
             tls_cert,
             tls_key,
             otlp_endpoint,
@@ -188,6 +205,7 @@ impl std::fmt::Debug for Config {
             .field("body_limit", body_limit)
             .field("namespaces", namespaces)
             .field("sources", sources)
+            .field("actions", actions)
             .field("tls_cert", tls_cert)
             .field("tls_key", tls_key)
             // A collector URL may carry credentials in its userinfo.
@@ -221,6 +239,7 @@ impl Default for Config {
             body_limit: 1024 * 1024,
             namespaces: NamespacePolicies::default(),
             sources: SourceDocs::default(),
+            actions: ActionDocs::default(),
             tls_cert: None,
             tls_key: None,
             otlp_endpoint: None,
@@ -469,7 +488,19 @@ impl Config {
                 }),
             )?;
         }
-        for (name, table) in file.namespaces {
+        for (name, mut table) in file.namespaces {
+            if let Some(actions) = table.remove("actions") {
+                let Some(actions) = actions.as_table() else {
+                    return Err(ConfigError::Setting {
+                        setting: format!("namespaces.{name}.actions"),
+                        message: "must be a table of actions by name".into(),
+                    });
+                };
+                for (action, t) in actions {
+                    let doc = action_from_toml(&name, action, t)?;
+                    self.actions.0.insert((name.clone(), action.clone()), doc);
+                }
+            }
             let patch = policy_from_toml(&table).map_err(|m| ConfigError::Setting {
                 setting: format!("namespaces.{name}"),
                 message: m,
@@ -530,6 +561,18 @@ impl Config {
                 .map_err(|e| bad(&format!("sources.{name}"), &e.to_string()))?;
             idem_intake::source::SourceInput::parse(name, doc)
                 .map_err(|e| bad(&format!("sources.{name}.{}", e.field()), &e.to_string()))?;
+        }
+        for ((ns, name), doc) in &self.actions.0 {
+            let at = format!("namespaces.{ns}.actions.{name}");
+            idem::Namespace::try_from(ns.as_str()).map_err(|e| bad(&at, &e.to_string()))?;
+            crate::actions::model::Action::parse(name, doc).map_err(|e| {
+                let field = match &e {
+                    crate::error::ApiError::InvalidField { field, .. }
+                    | crate::error::ApiError::UnknownField { field } => format!("{at}.{field}"),
+                    _ => at.clone(),
+                };
+                bad(&field, &e.to_string())
+            })?;
         }
         for (name, patch) in &self.namespaces {
             idem::Namespace::try_from(name.as_str())
@@ -721,6 +764,55 @@ fn source_from_toml(name: &str, table: &toml::Table) -> Result<Value, ConfigErro
     Ok(doc)
 }
 
+/// Turns a `[namespaces.NS.actions.NAME]` table into the JSON document of
+/// `PUT /v1/namespaces/NS/actions/NAME`: `deliver.http.headers_env = {Header = "VAR"}` becomes
+/// `deliver.http.headers`, read from the environment (an unset variable names the setting,
+/// never a value).
+fn action_from_toml(ns: &str, name: &str, table: &toml::Value) -> Result<Value, ConfigError> {
+    let setting = |s: &str| format!("namespaces.{ns}.actions.{name}{s}");
+    let bad = |s: &str, m: String| ConfigError::Setting {
+        setting: setting(s),
+        message: m,
+    };
+    let mut doc = serde_json::to_value(table)
+        .map_err(|e| bad("", format!("not representable as JSON: {e}")))?;
+    if !doc.is_object() {
+        return Err(bad("", "must be a table".into()));
+    }
+    for via in ["http", "mcp"] {
+        let Some(Value::Object(d)) = doc.pointer_mut(&format!("/deliver/{via}")) else {
+            continue;
+        };
+        let Some(vars) = d.shift_remove("headers_env") else {
+            continue;
+        };
+        let at = format!(".deliver.{via}.headers_env");
+        let Value::Object(vars) = vars else {
+            return Err(bad(&at, "must be a table of header = \"VARIABLE\"".into()));
+        };
+        let headers = d
+            .entry("headers")
+            .or_insert_with(|| Value::Object(Default::default()));
+        let Value::Object(headers) = headers else {
+            return Err(bad(
+                &format!(".deliver.{via}.headers"),
+                "must be a table".into(),
+            ));
+        };
+        for (header, var) in vars {
+            let var = var
+                .as_str()
+                .ok_or_else(|| bad(&at, "must be a table of header = \"VARIABLE\"".into()))?;
+            let value = std::env::var(var)
+                .ok()
+                .filter(|v| !v.is_empty())
+                .ok_or_else(|| bad(&at, format!("environment variable {var} is not set")))?;
+            headers.insert(header, Value::String(value));
+        }
+    }
+    Ok(doc)
+}
+
 /// Turns a `[namespaces.NAME]` table into a JSON policy patch (`*_ms` integers).
 /// A TOML error as line, column and message, without the excerpt of the file that
 /// `toml`'s `Display` prints: the offending line may hold the database password or an
@@ -897,6 +989,48 @@ mod tests {
         assert_eq!(c.db, "sqlite://idem.db");
         assert_eq!(c.janitor_interval, Duration::from_secs(30));
         assert_eq!(c.body_limit, 1 << 20);
+    }
+
+    #[test]
+    fn actions_come_from_the_namespace_tables_with_header_values_from_the_environment() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let p = dir.path().join("idem.toml");
+        let doc = "[namespaces.shop]\nlease = \"45s\"\n\
+             [namespaces.shop.actions.send_followup]\n\
+             description = \"Sends the follow-up.\"\nkey = \"{order_id}:followup:v1\"\n\
+             input_schema = { type = \"object\", required = [\"order_id\"], \
+             properties = { order_id = { type = \"string\" } } }\n\
+             [namespaces.shop.actions.send_followup.deliver.http]\n\
+             method = \"POST\"\nurl = \"https://mail.example/send\"\n\
+             headers_env = { Authorization = \"IDEM_TEST_ACTION_TOKEN_4711\" }\n";
+        std::fs::write(&p, doc).expect("write");
+        let args = ServeArgs {
+            config: Some(p.clone()),
+            ..Default::default()
+        };
+        let unset = Config::load(&args, &env(&[])).expect_err("the variable is not set");
+        assert!(unset.to_string().contains("headers_env"), "{unset}");
+        std::env::set_var("IDEM_TEST_ACTION_TOKEN_4711", "Bearer s3cr3t-from-env");
+        let c = Config::load(&args, &env(&[])).expect("ok");
+        let a = &c.actions.0[&("shop".to_owned(), "send_followup".to_owned())];
+        assert_eq!(
+            a["deliver"]["http"]["headers"]["Authorization"],
+            "Bearer s3cr3t-from-env"
+        );
+        assert!(a["deliver"]["http"].get("headers_env").is_none());
+        assert_eq!(
+            c.namespaces.get("shop").map(|p| p["lease_ms"].clone()),
+            Some(serde_json::json!(45000))
+        );
+        assert!(!format!("{c:?}").contains("s3cr3t"));
+        // A bad action is refused at load, naming it.
+        std::fs::write(&p, doc.replace("{order_id}:followup", "{nope}:followup")).expect("write");
+        let e = Config::load(&args, &env(&[])).expect_err("bad key");
+        assert!(
+            e.to_string()
+                .contains("namespaces.shop.actions.send_followup.key"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -8,6 +8,7 @@
 //! without any API token the server only runs on a loopback address (and says auth is off);
 //! the database URL is only ever logged without its password.
 
+pub mod actions;
 pub mod api;
 pub mod auth;
 pub mod background;
@@ -266,6 +267,14 @@ pub async fn run(
             .map_err(|e| anyhow::anyhow!("config sources.{name}: {e}"))?;
         tracing::info!(source = %name, created, "source applied from config");
     }
+    for ((ns, name), doc) in &config.actions.0 {
+        let at = format!("config namespaces.{ns}.actions.{name}");
+        let ns =
+            idem::Namespace::try_from(ns.as_str()).map_err(|e| anyhow::anyhow!("{at}: {e}"))?;
+        api::v1::actions::write(store.as_ref(), ledger.now(), &ns, name, doc)
+            .await
+            .map_err(|e| anyhow::anyhow!("{at}: {e}"))?;
+    }
 
     let egress = idem_egress::Egress::new(&idem_egress::EgressOptions {
         max_response_bytes: config.max_response_bytes,
@@ -336,6 +345,18 @@ pub async fn run(
             },
         ))
     };
+    let deliveries = {
+        let st = state.clone();
+        tokio::spawn(background::run_loop(
+            "action_deliveries",
+            config.forward_interval,
+            stop_rx.clone(),
+            move || {
+                let st = st.clone();
+                async move { actions::deliveries_once(&st).await }
+            },
+        ))
+    };
     let upkeep = tokio::spawn(background::run_loop(
         "metrics_upkeep",
         metrics::UPKEEP_INTERVAL,
@@ -374,6 +395,7 @@ pub async fn run(
     let _ = janitor.await;
     let _ = alerts.await;
     let _ = forwards.await;
+    let _ = deliveries.await;
     let _ = upkeep.await;
     drop(store);
     drop(ledger);

@@ -179,6 +179,10 @@ pub fn register_all() {
     // effects
     metrics::describe_counter!("idem_effects_total", "Effect calls by outcome.");
     metrics::describe_counter!(
+        "idem_action_calls_total",
+        "MCP tool calls of actions by namespace, action and outcome."
+    );
+    metrics::describe_counter!(
         "idem_intake_requests_total",
         "Webhook intake answers by source and result."
     );
@@ -367,6 +371,14 @@ pub fn render() -> String {
 /// Records one effect answer (`outcome` from the bounded set of the effect answers).
 pub fn effect(outcome: &'static str) {
     metrics::counter!("idem_effects_total", "outcome" => outcome).increment(1);
+}
+
+/// Records one action call (`idem_action_calls_total`): the namespace and the action are
+/// bounded by what admins declared, the outcome by the answers of a call.
+pub fn action_call(namespace: &str, action: &str, outcome: &'static str) {
+    metrics::counter!("idem_action_calls_total", "namespace" => namespace.to_owned(),
+        "action" => action.to_owned(), "outcome" => outcome)
+    .increment(1);
 }
 
 /// Records the duration of one outbound call.

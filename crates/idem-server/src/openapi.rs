@@ -228,6 +228,11 @@ fn describe_params(op: &mut Map<String, Value>) {
         return;
     };
     for p in params {
+        if p["in"] == "path" && p["name"] == "name" {
+            // An action's name: the tool name of `ACTIONS.md`.
+            p["schema"] = json!({"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$",
+                                 "minLength": 1, "maxLength": 64});
+        }
         if p["in"] == "query" {
             match p["name"].as_str() {
                 Some("state") => {
@@ -345,6 +350,14 @@ pub fn contract_refusals(operation_id: &str) -> Option<&'static str> {
              (`{\"main\": [[{node, type, index}]]}`)"
         }
         "put_source" => SOURCE_REFUSALS,
+        "put_action" => {
+            "`invalid_field`: `input_schema` is not a valid JSON Schema (draft 2020-12) of an \
+             object; a `{name}` of `key` is not a required string or integer property of \
+             `input_schema`; an `identity` name or a `{{name}}` placeholder of `deliver.http` \
+             is not one of its properties; the name in the path is not 1-64 of \
+             `[A-Za-z0-9_-]`; a URL's host or port is not valid by the URL standard; \
+             `deliver.mcp` (not served yet)"
+        }
         "patch_source" => {
             "`invalid_field`: the source after the merge is not a whole source (as for `PUT`, \
              with the stored provider: `public_url` for hubspot and twilio, `hmac` and \
@@ -463,6 +476,8 @@ fn errors_of(method: &str, path: &str, authed: bool, op: &Map<String, Value>) ->
         ("post", "audit") => e.push(invalid()),
         ("get", "readyz") => e.push(ApiError::store_unavailable(s())),
         ("put" | "patch", "{source}") | ("get", "events") => e.push(invalid()),
+        ("put", "{name}") => e.push(invalid()),
+        ("get" | "delete", "{name}") => e.extend([invalid(), ApiError::NotFound(s())]),
         ("delete", "{source}") => e.extend([invalid(), ApiError::InvalidTransition(s())]),
         ("post", "redeliver") if path.contains("/events/") => {
             e.extend([invalid(), ApiError::InvalidTransition(s())])

@@ -21,6 +21,7 @@
 //!   `version`, its events, the daily counter, the alerts (only with an `alert_url`).
 //! - The janitor touches only `processing` (sweep) and final states (retention).
 
+mod actions;
 pub mod backup;
 mod console;
 mod counts;
@@ -498,6 +499,35 @@ impl Store for SqliteStore {
     async fn session_delete(&self, id_hash: &str) -> Result<(), StoreError> {
         let h = id_hash.to_owned();
         self.write(move |c| console::session_delete_step(c, &h))
+            .await
+    }
+    // ------------------------------------------------------------ actions
+
+    async fn action_put(
+        &self,
+        w: idem_store::ActionWrite,
+        now: Timestamp,
+    ) -> Result<bool, StoreError> {
+        self.write(move |c| actions::action_put(c, &w, now)).await
+    }
+
+    async fn action_get(
+        &self,
+        ns: &str,
+        name: &str,
+    ) -> Result<Option<idem_store::ActionRow>, StoreError> {
+        let (ns, name) = (ns.to_owned(), name.to_owned());
+        self.read(move |c| actions::action_get(c, &ns, &name)).await
+    }
+
+    async fn action_list(&self, ns: &str) -> Result<Vec<idem_store::ActionRow>, StoreError> {
+        let ns = ns.to_owned();
+        self.read(move |c| actions::action_list(c, &ns)).await
+    }
+
+    async fn action_delete(&self, ns: &str, name: &str) -> Result<bool, StoreError> {
+        let (ns, name) = (ns.to_owned(), name.to_owned());
+        self.write(move |c| actions::action_delete(c, &ns, &name))
             .await
     }
     // ------------------------------------------------------------ the intake

@@ -331,6 +331,18 @@ CREATE TABLE destination_pace (
     PRIMARY KEY (source, destination)
 );
 "#,
+    // 16: actions: a namespace's tools served over MCP, the document as JSON text without header
+    // values (those are rows of `secrets`, kind `action_headers`).
+    r#"
+CREATE TABLE actions (
+    namespace  TEXT    NOT NULL,
+    name       TEXT    NOT NULL,
+    config     TEXT    NOT NULL,
+    created_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL,
+    PRIMARY KEY (namespace, name)
+) WITHOUT ROWID;
+"#,
 ];
 
 /// A namespace's alert signing secret moves out of the policy text into `secrets` (kind

@@ -13,6 +13,7 @@
 //! [`Ledger`] is the in-process API on top of a store: it supplies the clock and the random
 //! inputs, and turns replies into typed results.
 
+pub mod actions;
 pub mod console;
 pub mod engine;
 pub mod intake;
@@ -22,6 +23,7 @@ pub mod secrets;
 pub mod sql;
 mod types;
 
+pub use actions::{action_owner, ActionRow, ActionWrite};
 pub use console::{
     ConsoleSession, NamespaceActivity, NewConsoleSession, ReviewCursor, ReviewPage, ReviewQuery,
     REVIEW_STATES,
@@ -262,4 +264,19 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// costs what the backlog costs, never a scan of every event. Sources with none are left
     /// out.
     async fn intake_dead_letters(&self) -> Result<Vec<(String, u64)>, StoreError>;
+
+    // ------------------------------------------------------------ actions (see [`actions`])
+
+    /// Creates or replaces an action and its header values in one transaction; `true` when
+    /// created.
+    async fn action_put(&self, w: ActionWrite, now: Timestamp) -> Result<bool, StoreError>;
+
+    async fn action_get(&self, ns: &str, name: &str) -> Result<Option<ActionRow>, StoreError>;
+
+    /// The actions of a namespace, in name order.
+    async fn action_list(&self, ns: &str) -> Result<Vec<ActionRow>, StoreError>;
+
+    /// Deletes an action and its header values; `false` when there was none. The records of
+    /// its calls stay (they are the namespace's).
+    async fn action_delete(&self, ns: &str, name: &str) -> Result<bool, StoreError>;
 }

@@ -66,16 +66,24 @@ pub enum SecretKind {
     Source,
     /// Signs an intake source's forwards.
     Forward,
+    /// The header values of an action's delivery (`crate::actions`).
+    ActionHeaders,
 }
 
 impl SecretKind {
-    pub const ALL: [SecretKind; 3] = [SecretKind::Alert, SecretKind::Source, SecretKind::Forward];
+    pub const ALL: [SecretKind; 4] = [
+        SecretKind::Alert,
+        SecretKind::Source,
+        SecretKind::Forward,
+        SecretKind::ActionHeaders,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
             SecretKind::Alert => "alert",
             SecretKind::Source => "source",
             SecretKind::Forward => "forward",
+            SecretKind::ActionHeaders => "action_headers",
         }
     }
 

@@ -60,6 +60,7 @@ pub use idem_store::intake::{
     destination_owner as intake_destination_owner, forward_finish,
     forward_owner as intake_forward_owner, source_owner as intake_source_owner,
 };
+pub use idem_store::{action_owner, ActionRow, ActionWrite};
 pub use idem_store::{
     generate_secret, hash_secret, AlertOutcome, ApiToken, Cursor, ExecCtx, Executed, Ledger,
     LedgerError, ListQuery, NamespaceChange, NamespaceInfo, NamespaceStats, NewApiToken, Page,

@@ -5,6 +5,7 @@
 //! The PostgreSQL tests run when `IDEM_TEST_PG` (an admin URL) is set, each in a fresh
 //! database dropped afterwards.
 
+mod action;
 mod audit;
 mod bench;
 mod db_secrets;

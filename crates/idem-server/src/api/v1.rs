@@ -4,6 +4,7 @@
 //! file (and its name in that file's `Doc`); a new resource is one file plus a line in each
 //! list below.
 
+pub mod actions;
 pub mod audit;
 pub mod derive;
 pub mod effects;
@@ -31,6 +32,7 @@ pub fn routes() -> Vec<Route> {
         tokens::routes(),
         operations::routes(),
         sources::routes(),
+        actions::routes(),
     ]
     .into_iter()
     .flatten()
@@ -49,5 +51,6 @@ pub fn docs() -> Vec<utoipa::openapi::OpenApi> {
         tokens::Doc::openapi(),
         operations::Doc::openapi(),
         sources::Doc::openapi(),
+        actions::Doc::openapi(),
     ]
 }

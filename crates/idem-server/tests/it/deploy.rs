@@ -411,6 +411,34 @@ async fn effect_traffic(app: &TestApp, port: u16) {
             .await;
         assert_eq!(r.body["outcome"], outcome, "{key}: {}", r.text);
     }
+    // An action called over MCP (idem_action_calls_total).
+    let r = app
+        .send(
+            app.http
+                .put(format!("{}/v1/namespaces/deploy/actions/notify", app.base))
+                .json(&json!({
+                    "description": "Notifies once per order.",
+                    "input_schema": {"type": "object",
+                                     "properties": {"order_id": {"type": "string"}},
+                                     "required": ["order_id"]},
+                    "key": "{order_id}:notify",
+                    "deliver": {"http": {"method": "POST", "url": url("/ok")}}
+                })),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    let r = app
+        .post(
+            "/mcp/deploy",
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                   "params": {"name": "notify", "arguments": {"order_id": "o1"}}}),
+        )
+        .await;
+    assert_eq!(
+        r.body["result"]["structuredContent"]["outcome"], "performed",
+        "{}",
+        r.text
+    );
     let r = app
         .post(
             &format!("{}/effect", Api::key_path("deploy", "e-refused")),

@@ -438,6 +438,22 @@ impl Store for CountingStats {
     async fn intake_dead_letters(&self) -> Result<Vec<(String, u64)>, StoreError> {
         self.inner.intake_dead_letters().await
     }
+    async fn action_put(&self, w: idem::ActionWrite, now: Timestamp) -> Result<bool, StoreError> {
+        self.inner.action_put(w, now).await
+    }
+    async fn action_get(
+        &self,
+        ns: &str,
+        name: &str,
+    ) -> Result<Option<idem::ActionRow>, StoreError> {
+        self.inner.action_get(ns, name).await
+    }
+    async fn action_list(&self, ns: &str) -> Result<Vec<idem::ActionRow>, StoreError> {
+        self.inner.action_list(ns).await
+    }
+    async fn action_delete(&self, ns: &str, name: &str) -> Result<bool, StoreError> {
+        self.inner.action_delete(ns, name).await
+    }
 }
 
 /// A janitor draining a backlog runs batch after batch: none of them may recount every

@@ -220,6 +220,31 @@ async fn openapi_lists_the_problem_statuses_each_operation_answers_with() {
             "/v1/sources/{source}/redeliver".into(),
             &[200, 400, 401, 403, 404, 413, 422, 503],
         ),
+        (
+            "get",
+            "/v1/namespaces/{ns}/actions".into(),
+            &[200, 400, 401, 403, 503],
+        ),
+        (
+            "put",
+            "/v1/namespaces/{ns}/actions/{name}".into(),
+            &[200, 201, 400, 401, 403, 413, 422, 503],
+        ),
+        (
+            "get",
+            "/v1/namespaces/{ns}/actions/{name}".into(),
+            &[200, 400, 401, 403, 404, 422, 503],
+        ),
+        (
+            "delete",
+            "/v1/namespaces/{ns}/actions/{name}".into(),
+            &[204, 400, 401, 403, 404, 422, 503],
+        ),
+        (
+            "post",
+            "/mcp/{ns}".into(),
+            &[200, 202, 400, 401, 403, 413, 503],
+        ),
         ("get", "/healthz".into(), &[200]),
         ("get", "/readyz".into(), &[200, 503]),
         ("get", "/metrics".into(), &[200]),
@@ -361,6 +386,10 @@ async fn openapi_key_and_namespace_parameters_have_the_real_limits() {
                     Some("ns" | "source") => {
                         assert_eq!(schema["pattern"], r"^[A-Za-z0-9._:-]{1,128}$", "{path}");
                         assert_eq!(schema["maxLength"], 128, "{path}");
+                    }
+                    Some("name") => {
+                        assert!(path.ends_with("/actions/{name}"), "{path}");
+                        assert_eq!(schema["pattern"], "^[A-Za-z0-9_-]{1,64}$", "{path}");
                     }
                     Some("token_id") => {
                         assert_eq!(path, "/v1/tokens/{token_id}");
@@ -901,7 +930,7 @@ async fn openapi_documents_every_refusal_the_schemathesis_config_accepts() {
         }
     }
     assert_eq!(configured, documented);
-    assert_eq!(configured.len(), 7, "{configured:?}");
+    assert_eq!(configured.len(), 8, "{configured:?}");
     // Two of them for real: a retry cap below its base, two nodes of one name.
     let patch = op(&doc, "patch", "/v1/namespaces/{ns}");
     assert!(patch["description"]

@@ -382,8 +382,8 @@ struct Lookup {
     not_found: Vec<u16>,
 }
 
-/// An effect request, validated.
-struct Input {
+/// An effect request, validated (also what an action's delivery reads as).
+pub(crate) struct Input {
     method: EffMethod,
     url: String,
     headers: HeaderMap,
@@ -398,7 +398,7 @@ struct Input {
     correlation_id: Option<String>,
     wait_ms: i64,
     lease_ms: Option<i64>,
-    cost: Option<idem::AttemptCost>,
+    pub(crate) cost: Option<idem::AttemptCost>,
 }
 
 fn required<T>(v: Option<T>, field: &str, what: &str) -> ApiResult<T> {
@@ -406,7 +406,7 @@ fn required<T>(v: Option<T>, field: &str, what: &str) -> ApiResult<T> {
 }
 
 impl EffectBody {
-    fn into_input(self) -> ApiResult<Input> {
+    pub(crate) fn into_input(self) -> ApiResult<Input> {
         let req = required(self.request, "request", "the request to send")?;
         let method = required(req.method, "request.method", "POST, PUT, PATCH or DELETE")?.0;
         let url = required(req.url, "request.url", "an http(s) URL")?.0;
@@ -532,14 +532,15 @@ pub const OUTCOMES: [&str; 10] = [
     "limited",
 ];
 
-struct Answer {
-    outcome: &'static str,
-    status: StatusCode,
-    replayed: bool,
-    response: Option<Value>,
-    record: Option<Record>,
-    retry_after_ms: Option<i64>,
-    reconciled: Option<bool>,
+/// What an effect (or an action's delivery) answers.
+pub(crate) struct Answer {
+    pub(crate) outcome: &'static str,
+    pub(crate) status: StatusCode,
+    pub(crate) replayed: bool,
+    pub(crate) response: Option<Value>,
+    pub(crate) record: Option<Record>,
+    pub(crate) retry_after_ms: Option<i64>,
+    pub(crate) reconciled: Option<bool>,
 }
 
 impl IntoResponse for Answer {
@@ -557,7 +558,7 @@ impl IntoResponse for Answer {
 }
 
 /// The answer of a claim that did not acquire (replays carry the stored response).
-fn claim_answer(reply: ClaimReply) -> Answer {
+pub(crate) fn claim_answer(reply: ClaimReply) -> Answer {
     let replayed = reply.outcome.is_replay();
     let response = if replayed {
         reply.record.as_ref().and_then(|r| r.result.clone())
@@ -634,29 +635,71 @@ pub async fn effect(
 ) -> ApiResult<Response> {
     let input = body.into_input()?;
     let ns = st.ledger.store().namespace(&nk.ns).await?;
-    let policy = &ns.policy;
+    let guarded = guard(&st, &ns.policy, &input, nk.key.as_str()).await?;
+    let fp = fingerprint(input.method, &input.url, input.body.as_ref())
+        .map_err(|e| ApiError::invalid_field("request.body", e.to_string()))?;
+    let answer = match claim(&st, &nk, &input, fp, guarded.destination_idempotent).await? {
+        Claimed::Answered(a) => a,
+        Claimed::Acquired { token, .. } => send(&st, &nk, token, &input, &guarded).await?,
+    };
+    metrics::effect(answer.outcome);
+    Ok(answer.into_response())
+}
+
+/// The destinations of a request, checked by the egress guard, and whether the destination
+/// dedupes by the key.
+pub(crate) struct Guarded {
+    target: Target,
+    lookup: Option<Target>,
+    pub(crate) destination_idempotent: bool,
+}
+
+/// The egress guard over the request's URL and its lookup's (422 `destination_forbidden`
+/// naming it: nothing written, nothing sent).
+pub(crate) async fn guard(
+    st: &AppState,
+    policy: &idem::Policy,
+    input: &Input,
+    key: &str,
+) -> ApiResult<Guarded> {
     let target = st
         .egress
         .check(&policy.egress, &input.url)
         .await
         .map_err(|e| forbidden("request.url", e))?;
-    let lookup_target = match &input.reconcile {
+    let lookup = match &input.reconcile {
         None => None,
         Some(rc) => Some(
             st.egress
-                .check(
-                    &policy.egress,
-                    &effect::reconcile_url(&rc.url, nk.key.as_str()),
-                )
+                .check(&policy.egress, &effect::reconcile_url(&rc.url, key))
                 .await
                 .map_err(|e| forbidden("reconcile.url", e))?,
         ),
     };
-    let idem_dest = input
-        .destination_idempotent
-        .unwrap_or(policy.destination_idempotent);
-    let fp = fingerprint(input.method, &input.url, input.body.as_ref())
-        .map_err(|e| ApiError::invalid_field("request.body", e.to_string()))?;
+    Ok(Guarded {
+        target,
+        lookup,
+        destination_idempotent: input
+            .destination_idempotent
+            .unwrap_or(policy.destination_idempotent),
+    })
+}
+
+/// What the claim of an effect left: an answer (every outcome but `acquired`), or the lease.
+pub(crate) enum Claimed {
+    Answered(Answer),
+    Acquired { token: String, record: Box<Record> },
+}
+
+/// The claim under `fp` with the effect's lease (the attempt's timeout + margin) and lease
+/// expiry (review, unless the destination dedupes), waiting for a holder up to `wait_ms`.
+pub(crate) async fn claim(
+    st: &AppState,
+    nk: &NsKey,
+    input: &Input,
+    fp: idem::Fingerprint,
+    idem_dest: bool,
+) -> ApiResult<Claimed> {
     let lease_ms = (input.timeout_ms + effect::LEASE_MARGIN_MS).max(input.lease_ms.unwrap_or(0));
     let claim = ClaimRequest {
         fingerprint: Some(fp),
@@ -670,11 +713,11 @@ pub async fn effect(
             LeaseExpiry::Review
         }),
     };
-    let (mut reply, mut ex) = claim_of(exec(&st, &nk, Op::Claim(claim.clone()), None).await?)?;
+    let (mut reply, mut ex) = claim_of(exec(st, nk, Op::Claim(claim.clone()), None).await?)?;
     if reply.outcome == ClaimOutcome::InFlight && input.wait_ms > 0 {
         let deadline = Instant::now() + std::time::Duration::from_millis(input.wait_ms as u64);
-        if let WaitEnd::Changed = wait_for_holder(&st, &nk, deadline).await? {
-            (reply, ex) = claim_of(exec(&st, &nk, Op::Claim(claim), None).await?)?;
+        if let WaitEnd::Changed = wait_for_holder(st, nk, deadline).await? {
+            (reply, ex) = claim_of(exec(st, nk, Op::Claim(claim), None).await?)?;
         }
     }
     let duplicate = ex
@@ -685,32 +728,47 @@ pub async fn effect(
     if reply.outcome != ClaimOutcome::Acquired {
         log_op(
             "effect",
-            &nk,
+            nk,
             ex.from_state,
             reply.record.as_ref(),
             reply.outcome.as_str(),
         );
-        let answer = claim_answer(reply);
-        metrics::effect(answer.outcome);
-        return Ok(answer.into_response());
+        return Ok(Claimed::Answered(claim_answer(reply)));
     }
     let token = reply
         .token
         .as_ref()
         .map(|t| t.secret())
         .ok_or_else(|| ApiError::internal("acquired claim without a token"))?;
-    let run = Attempt {
-        st: &st,
-        nk: &nk,
+    let record = reply
+        .record
+        .ok_or_else(|| ApiError::internal("acquired claim without a record"))?;
+    Ok(Claimed::Acquired {
         token,
-        input: &input,
-        target: &target,
-        lookup: lookup_target.as_ref(),
-        destination_idempotent: idem_dest,
-    };
-    let answer = run.run().await?;
-    metrics::effect(answer.outcome);
-    Ok(answer.into_response())
+        record: Box::new(record),
+    })
+}
+
+/// One acquired attempt: `sent` (durably) → the request → classification → the lookup of
+/// an ambiguous answer → the report.
+pub(crate) async fn send(
+    st: &AppState,
+    nk: &NsKey,
+    token: String,
+    input: &Input,
+    guarded: &Guarded,
+) -> ApiResult<Answer> {
+    Attempt {
+        st,
+        nk,
+        token,
+        input,
+        target: &guarded.target,
+        lookup: guarded.lookup.as_ref(),
+        destination_idempotent: guarded.destination_idempotent,
+    }
+    .run()
+    .await
 }
 
 /// One acquired attempt.

@@ -214,12 +214,17 @@ pub async fn state_write(
     op: Op,
     actor: Option<String>,
 ) -> ApiResult<Json<StateResponse>> {
+    let approving = matches!(op, Op::Approve { .. });
     let Executed {
         reply, from_state, ..
     } = exec(st, nk, op, actor).await?;
     match record_reply(reply) {
         Ok(record) => {
             log_op(name, nk, from_state, Some(&record), "ok");
+            if approving {
+                // An approved action is delivered by idem itself (`crate::actions`).
+                crate::actions::approved(st, &nk.ns, &record).await;
+            }
             Ok(Json(StateResponse {
                 state: record.state,
                 record,

@@ -1,0 +1,106 @@
+//! The `actions` table in PostgreSQL: a namespace's tools (the action document as JSON text)
+//! with their header values in `secrets`, each write one transaction. This module must never
+//! log a header value (driver errors name no parameter values).
+
+use idem_core::Timestamp;
+use idem_store::{action_owner, ActionRow, ActionWrite};
+use tokio_postgres::Row;
+
+use crate::corrupt;
+use crate::error::PgError;
+use crate::PgStore;
+
+fn get<'a, T: tokio_postgres::types::FromSql<'a>>(r: &'a Row, i: usize) -> Result<T, PgError> {
+    r.try_get(i).map_err(|e| corrupt(&e))
+}
+
+pub(crate) async fn action_put(
+    store: &PgStore,
+    w: &ActionWrite,
+    now: Timestamp,
+) -> Result<bool, PgError> {
+    let mut client = store.client().await?;
+    let tx = client.transaction().await?;
+    // `xmax = 0` only for a freshly inserted row.
+    let row = tx
+        .query_one(
+            "INSERT INTO actions (namespace, name, config, created_at, updated_at) \
+             VALUES ($1, $2, $3, $4, $4) ON CONFLICT (namespace, name) DO UPDATE SET \
+             config = excluded.config, updated_at = excluded.updated_at RETURNING (xmax = 0)",
+            &[&w.namespace, &w.name, &w.config, &now.0],
+        )
+        .await?;
+    let created: bool = get(&row, 0)?;
+    let owner = action_owner(&w.namespace, &w.name);
+    tx.execute(
+        "DELETE FROM secrets WHERE kind = $1 AND owner = $2",
+        &[&owner.kind.as_str(), &owner.name],
+    )
+    .await?;
+    if let Some(h) = &w.headers {
+        tx.execute(
+            "INSERT INTO secrets (kind, owner, value, created_at) VALUES ($1, $2, $3, $4)",
+            &[&owner.kind.as_str(), &owner.name, &h.expose(), &now.0],
+        )
+        .await?;
+    }
+    tx.commit().await?;
+    Ok(created)
+}
+
+fn action_row(r: &Row) -> Result<ActionRow, PgError> {
+    Ok(ActionRow {
+        namespace: get(r, 0)?,
+        name: get(r, 1)?,
+        config: get(r, 2)?,
+        created_at: Timestamp(get(r, 3)?),
+        updated_at: Timestamp(get(r, 4)?),
+    })
+}
+
+pub(crate) async fn action_get(
+    store: &PgStore,
+    ns: &str,
+    name: &str,
+) -> Result<Option<ActionRow>, PgError> {
+    let client = store.client().await?;
+    let rows = client
+        .query(
+            "SELECT namespace, name, config, created_at, updated_at FROM actions \
+             WHERE namespace = $1 AND name = $2",
+            &[&ns, &name],
+        )
+        .await?;
+    rows.first().map(action_row).transpose()
+}
+
+pub(crate) async fn action_list(store: &PgStore, ns: &str) -> Result<Vec<ActionRow>, PgError> {
+    let client = store.client().await?;
+    let rows = client
+        .query(
+            "SELECT namespace, name, config, created_at, updated_at FROM actions \
+             WHERE namespace = $1 ORDER BY name",
+            &[&ns],
+        )
+        .await?;
+    rows.iter().map(action_row).collect()
+}
+
+pub(crate) async fn action_delete(store: &PgStore, ns: &str, name: &str) -> Result<bool, PgError> {
+    let mut client = store.client().await?;
+    let tx = client.transaction().await?;
+    let n = tx
+        .execute(
+            "DELETE FROM actions WHERE namespace = $1 AND name = $2",
+            &[&ns, &name],
+        )
+        .await?;
+    let owner = action_owner(ns, name);
+    tx.execute(
+        "DELETE FROM secrets WHERE kind = $1 AND owner = $2",
+        &[&owner.kind.as_str(), &owner.name],
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(n > 0)
+}

@@ -1,0 +1,300 @@
+//! `POST /mcp/{ns}`: the Model Context Protocol over Streamable HTTP, one JSON-RPC message
+//! per request, answered with one `application/json` body (the transport lets a server answer
+//! a request that way instead of opening an event stream; idem has nothing to stream).
+//!
+//! Revisions: the stateless one (`2026-07-28`: no handshake, `server/discover` instead, the
+//! revision in every request's `_meta`; every request stands alone) and the session ones (`2025-03-26`, `2025-06-18`, `2025-11-25`: `initialize`
+//! answers an `Mcp-Session-Id`). idem keeps no session state: every call is keyed by the
+//! identity of its arguments, so a session carries nothing a call needs and any session id is
+//! accepted — an instance behind a load balancer answers the same as the one that initialized.
+//! Auth is the API's (the worker role on `{ns}`, by the route table's gate). Methods:
+//! `initialize`, `server/discover`, `ping`, `tools/list`, `tools/call` and notifications (202,
+//! no body); a revision idem does not serve is HTTP 400 with `-32022`; any
+//! other method is `-32601`, an unknown tool `-32602`. A message that is not a JSON-RPC 2.0
+//! request, notification or response is HTTP 400 with a JSON-RPC error; nothing is stored.
+//!
+//! What it must never do: answer a header value or log an argument.
+
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::{json, Value};
+use utoipa::ToSchema;
+
+use super::call;
+use crate::api::v1::shared::Authed;
+use crate::error::ApiResult;
+use crate::input::{parse_json, NsPath, RawBody};
+
+/// The stateless revision.
+pub const STATELESS: &str = "2026-07-28";
+/// Every revision served, newest first.
+pub const REVISIONS: [&str; 4] = [STATELESS, "2025-11-25", "2025-06-18", "2025-03-26"];
+/// What `initialize` answers when the client asks for a revision idem does not serve.
+pub const DEFAULT_SESSION_REVISION: &str = "2025-11-25";
+
+/// A JSON-RPC message sent to `/mcp/{ns}`: a request (`id` and `method`), a notification
+/// (`method` only) or a response to the server (`id` with `result` or `error`).
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct McpMessage {
+    /// Always "2.0".
+    #[schema(pattern = "^2\\.0$")]
+    jsonrpc: String,
+    /// A string or an integer; absent for a notification.
+    #[schema(value_type = Option<Value>)]
+    id: Option<Value>,
+    /// initialize, ping, tools/list, tools/call, notifications/…; others answer -32601.
+    method: Option<String>,
+    #[schema(value_type = Option<Object>)]
+    params: Option<Value>,
+}
+
+/// A JSON-RPC answer: `result` or `error` (`{code, message}`).
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct McpAnswer {
+    jsonrpc: String,
+    #[schema(value_type = Option<Value>)]
+    id: Option<Value>,
+    #[schema(value_type = Option<Object>)]
+    result: Option<Value>,
+    #[schema(value_type = Option<Object>)]
+    error: Option<Value>,
+}
+
+/// Free-form object (for the schema).
+#[derive(ToSchema)]
+pub struct Object;
+
+/// The `_meta` member that carries the revision of a stateless request.
+pub const VERSION_META: &str = "io.modelcontextprotocol/protocolVersion";
+
+const INSTRUCTIONS: &str = "Each tool performs its side effect at most once per business \
+    identity. Read the text of every result: it says whether the action was done, is waiting \
+    for a person, or may be called again.";
+
+fn server_info() -> Value {
+    json!({"name": "idem", "title": "idem actions", "version": env!("CARGO_PKG_VERSION")})
+}
+
+/// HTTP 400 with JSON-RPC `-32022` (unsupported protocol version) naming what is served.
+fn unsupported(id: Value, asked: &str) -> Response {
+    let body = json!({"jsonrpc": "2.0", "id": id, "error": {
+        "code": -32022,
+        "message": format!("unsupported protocol version; served: {}", REVISIONS.join(", ")),
+        "data": {"supported": REVISIONS, "requested": asked},
+    }});
+    (StatusCode::BAD_REQUEST, Json(body)).into_response()
+}
+
+fn rpc_error(id: Value, code: i64, message: &str) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
+}
+
+fn bad(id: Value, code: i64, message: &str) -> Response {
+    (StatusCode::BAD_REQUEST, Json(rpc_error(id, code, message))).into_response()
+}
+
+/// The revision `initialize` settles on.
+pub fn negotiate(asked: Option<&str>) -> &'static str {
+    REVISIONS
+        .iter()
+        .find(|r| Some(**r) == asked)
+        .copied()
+        .unwrap_or(DEFAULT_SESSION_REVISION)
+}
+
+/// The MCP endpoint of a namespace.
+#[utoipa::path(post, path = "/mcp/{ns}", tag = "actions", operation_id = "mcp",
+    params(("ns" = String, Path)),
+    request_body = McpMessage,
+    responses(
+        (status = 200, description = "the JSON-RPC answer to a request (a result, or an \
+            error: -32601 unknown method, -32602 unknown tool or bad params); `initialize` \
+            of a session revision also sets `Mcp-Session-Id`", body = McpAnswer),
+        (status = 202, description = "a notification or a response was accepted"),
+        (status = 400, description = "not a JSON-RPC 2.0 message (-32700 parse error, -32600 \
+            invalid request), or an `MCP-Protocol-Version` idem does not serve",
+            body = McpAnswer),
+    ))]
+pub async fn mcp(Authed { st, .. }: Authed, NsPath(ns): NsPath, raw: RawBody) -> Response {
+    match handle(&st, &ns, &raw.headers, &raw.bytes).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn handle(
+    st: &crate::state::AppState,
+    ns: &idem::Namespace,
+    headers: &HeaderMap,
+    bytes: &[u8],
+) -> ApiResult<Response> {
+    if let Some(v) = headers.get("mcp-protocol-version") {
+        let v = v.to_str().unwrap_or_default();
+        if !REVISIONS.contains(&v) {
+            return Ok(unsupported(Value::Null, v));
+        }
+    }
+    let msg = match parse_json(bytes) {
+        Ok(Value::Object(m)) => m,
+        Ok(Value::Array(_)) => {
+            return Ok(bad(
+                Value::Null,
+                -32600,
+                "batches are not served: send one message",
+            ))
+        }
+        Ok(_) => return Ok(bad(Value::Null, -32600, "a JSON-RPC message is an object")),
+        Err(_) => {
+            return Ok(bad(
+                Value::Null,
+                -32700,
+                "parse error: the body is not JSON",
+            ))
+        }
+    };
+    let id = msg.get("id").cloned();
+    let id_ok = match &id {
+        None => true,
+        Some(Value::String(_)) => true,
+        Some(Value::Number(n)) => n.is_i64() || n.is_u64(),
+        Some(_) => false,
+    };
+    if msg.get("jsonrpc") != Some(&json!("2.0")) || !id_ok {
+        return Ok(bad(
+            Value::Null,
+            -32600,
+            "invalid request: `jsonrpc` must be \"2.0\" and `id` a string or an integer",
+        ));
+    }
+    let method = match msg.get("method") {
+        Some(Value::String(m)) => m.clone(),
+        Some(_) => {
+            return Ok(bad(
+                id.unwrap_or(Value::Null),
+                -32600,
+                "`method` must be a string",
+            ))
+        }
+        // A response to the server (idem never asks the client anything): accepted.
+        None if id.is_some() && (msg.contains_key("result") || msg.contains_key("error")) => {
+            return Ok(StatusCode::ACCEPTED.into_response())
+        }
+        None => {
+            return Ok(bad(
+                id.unwrap_or(Value::Null),
+                -32600,
+                "`method` is required",
+            ))
+        }
+    };
+    let params = match msg.get("params") {
+        None | Some(Value::Null) => None,
+        Some(p @ Value::Object(_)) => Some(p),
+        Some(_) => {
+            return Ok(bad(
+                id.unwrap_or(Value::Null),
+                -32600,
+                "`params` must be an object",
+            ))
+        }
+    };
+    // The stateless revision carries its version in every request's `_meta`.
+    if let Some(v) = params
+        .and_then(|p| p.get("_meta"))
+        .and_then(|m| m.get(VERSION_META))
+    {
+        let v = v.as_str().unwrap_or_default();
+        if !REVISIONS.contains(&v) {
+            return Ok(unsupported(id.unwrap_or(Value::Null), v));
+        }
+    }
+    let Some(id) = id else {
+        // Notifications (initialized, cancelled, …): nothing to answer.
+        return Ok(StatusCode::ACCEPTED.into_response());
+    };
+    let mut session = None;
+    let outcome: Result<Value, (i64, String)> = match method.as_str() {
+        "initialize" => {
+            let asked = params
+                .and_then(|p| p.get("protocolVersion"))
+                .and_then(Value::as_str);
+            let revision = negotiate(asked);
+            if revision != STATELESS {
+                session = Some(idem::generate_secret());
+            }
+            Ok(json!({
+                "protocolVersion": revision,
+                "capabilities": {"tools": {"listChanged": false}},
+                "serverInfo": server_info(),
+                "instructions": INSTRUCTIONS,
+            }))
+        }
+        // The stateless revision's handshake-free discovery.
+        "server/discover" => Ok(json!({
+            "supportedVersions": REVISIONS,
+            "capabilities": {"tools": {"listChanged": false}},
+            "serverInfo": server_info(),
+            "instructions": INSTRUCTIONS,
+            "cacheScope": "private",
+            "ttlMs": 0,
+        })),
+        "ping" => Ok(json!({})),
+        "tools/list" => {
+            let tools: Vec<Value> = super::load_all(st, ns)
+                .await?
+                .iter()
+                .map(|l| l.action.tool())
+                .collect();
+            Ok(json!({"tools": tools, "cacheScope": "private", "ttlMs": 0}))
+        }
+        "tools/call" => match params.and_then(|p| p.get("name")).and_then(Value::as_str) {
+            None => Err((-32602, "`params.name` (the tool) is required".to_owned())),
+            Some(name) => match super::load(st, ns, name).await? {
+                None => Err((-32602, format!("unknown tool: {name}"))),
+                Some(l) => {
+                    let p = params.unwrap_or(&Value::Null);
+                    let answer = call::call(
+                        st,
+                        ns,
+                        &l.action,
+                        &l.headers,
+                        p.get("arguments"),
+                        p.get("_meta"),
+                    )
+                    .await?;
+                    Ok(answer.to_json())
+                }
+            },
+        },
+        _ => Err((-32601, format!("method not found: {method}"))),
+    };
+    let body = match outcome {
+        Ok(mut result) => {
+            // Every answer is complete (idem never asks the client for more input).
+            result["resultType"] = json!("complete");
+            json!({"jsonrpc": "2.0", "id": id, "result": result})
+        }
+        Err((code, message)) => rpc_error(id, code, &message),
+    };
+    let mut resp = Json(body).into_response();
+    if let Some(s) = session.and_then(|s| HeaderValue::from_str(&s).ok()) {
+        resp.headers_mut().insert("mcp-session-id", s);
+    }
+    Ok(resp)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn initialize_settles_on_a_served_revision() {
+        assert_eq!(negotiate(Some("2025-06-18")), "2025-06-18");
+        assert_eq!(negotiate(Some(STATELESS)), STATELESS);
+        assert_eq!(negotiate(Some("2024-11-05")), DEFAULT_SESSION_REVISION);
+        assert_eq!(negotiate(None), DEFAULT_SESSION_REVISION);
+    }
+}

@@ -1,0 +1,190 @@
+//! Actions (`ACTIONS.md`): a namespace's side effects declared once and served as MCP tools,
+//! each call keyed by the business identity of its arguments and delivered exactly once
+//! through the effect path of `POST …/effect`.
+//!
+//! This module owns the action document ([`model`]: validation, key template, identity,
+//! placeholders), a call ([`call`]: the outcome table and what the agent is told) and the
+//! MCP endpoint ([`mcp`]: JSON-RPC over Streamable HTTP). The REST resource is
+//! `api::v1::actions`. What it must never do: send, classify or reconcile by itself (that is
+//! `api::v1::effects` and `idem-egress`, called, never copied), store anything for a call
+//! refused before its claim, or show a header value (they live in the secrets table and are
+//! answered as hints).
+
+pub mod call;
+pub mod mcp;
+pub mod model;
+
+use idem::{
+    action_owner, Namespace, NewOutboxItem, OutboxClaim, OutboxFinish, OutboxKind, OutboxOutcome,
+    Record, State, StoreError,
+};
+use serde_json::json;
+
+use crate::error::{ApiError, ApiResult};
+use crate::state::AppState;
+use model::{Action, Headers};
+
+/// The owner an action's calls claim with (shown on the record): names the action, so that
+/// an approval knows what to deliver.
+pub fn owner_of(action: &str) -> String {
+    format!("action:{action}")
+}
+
+/// After an approval (API or console): a record of an action, now `prepared`, is queued for
+/// delivery on the outbox (kind `effect`, one item per approved attempt). An item that cannot
+/// be queued leaves the record `prepared`: the next call of the tool delivers the approved
+/// arguments then.
+pub async fn approved(st: &AppState, ns: &Namespace, record: &Record) {
+    let Some(action) = record
+        .owner
+        .as_deref()
+        .and_then(|o| o.strip_prefix("action:"))
+    else {
+        return;
+    };
+    if record.state != State::Prepared {
+        return;
+    }
+    let now = st.ledger.now();
+    let item = NewOutboxItem {
+        kind: OutboxKind::Effect,
+        namespace: ns.as_str().to_owned(),
+        key: record.key.as_str().to_owned(),
+        dedupe: format!("approved:{}", record.attempt),
+        payload: json!({"action": action}).to_string().into_bytes(),
+        due_at: now,
+    };
+    if let Err(e) = st.ledger.store().outbox_enqueue(item, now).await {
+        tracing::warn!(namespace = %ns, error = %e,
+            "an approved action could not be queued; the next call of the tool delivers it");
+    }
+}
+
+/// Outbox items are held this long while their delivery runs (longer than any attempt).
+const DELIVERY_LEASE_MS: i64 = idem::effect::MAX_TIMEOUT_MS + 60_000;
+
+/// One step of the approved deliveries: claims due items and delivers each approved record's
+/// saved arguments through the effect path. `true` after a full batch.
+pub async fn deliveries_once(st: &AppState) -> Result<bool, StoreError> {
+    const BATCH: usize = 16;
+    let store = st.ledger.store();
+    let items = store
+        .outbox_claim(OutboxClaim {
+            kind: OutboxKind::Effect,
+            now: st.ledger.now(),
+            limit: BATCH,
+            lease_ms: DELIVERY_LEASE_MS,
+        })
+        .await?;
+    let full = items.len() == BATCH;
+    for item in items {
+        let Some(lease) = item.lease.clone() else {
+            continue;
+        };
+        let outcome = deliver_item(st, &item).await;
+        store
+            .outbox_finish(OutboxFinish {
+                id: item.id,
+                lease,
+                outcome,
+                now: st.ledger.now(),
+            })
+            .await?;
+    }
+    Ok(full)
+}
+
+async fn deliver_item(st: &AppState, item: &idem::OutboxItem) -> OutboxOutcome {
+    let later = |ms: i64, why: &str| OutboxOutcome::Retry {
+        at: idem::Timestamp(st.ledger.now().0 + ms),
+        error: Some(why.to_owned()),
+    };
+    let dead = |why: &str| OutboxOutcome::Dead {
+        error: Some(why.to_owned()),
+    };
+    let name = serde_json::from_slice::<serde_json::Value>(&item.payload)
+        .ok()
+        .and_then(|v| v.get("action").and_then(|a| a.as_str()).map(str::to_owned));
+    let (Some(name), Ok(ns), Ok(key)) = (
+        name,
+        Namespace::try_from(item.namespace.as_str()),
+        idem::Key::try_from(item.key.as_str()),
+    ) else {
+        return dead("not an action delivery");
+    };
+    let loaded = match load(st, &ns, &name).await {
+        Ok(Some(l)) => l,
+        Ok(None) => return dead("the action was deleted"),
+        Err(_) => return later(5_000, "the store did not answer"),
+    };
+    match call::deliver_saved(st, &ns, &loaded.action, &loaded.headers, &key).await {
+        Ok(None) => dead("the record holds no approved arguments"),
+        // Held by another call right now, or waiting for its retry time: come back later
+        // (the record's own budget and classification decide the rest).
+        Ok(Some("in_flight")) => later(1_000, "in flight"),
+        Ok(Some("backoff")) => match st.ledger.store().get(&ns, &key).await {
+            Ok(Some(r)) => {
+                let at = r
+                    .record
+                    .not_before
+                    .map_or(5_000, |nb| (nb.0 - st.ledger.now().0).max(0));
+                later(at, "backoff")
+            }
+            _ => later(5_000, "backoff"),
+        },
+        Ok(Some(_)) => OutboxOutcome::Done,
+        Err(e) if e.status().is_server_error() => later(5_000, "the store did not answer"),
+        Err(_) => dead("the delivery was refused"),
+    }
+}
+
+/// A stored action with its header values, ready to call.
+#[derive(Debug)]
+pub struct Loaded {
+    pub action: Action,
+    pub headers: Headers,
+    pub created_at: idem::Timestamp,
+    pub updated_at: idem::Timestamp,
+}
+
+/// Reads an action of `ns` from the store (`None` when there is none). A stored document
+/// that no longer reads is a damaged store, never a silent skip.
+pub async fn load(st: &AppState, ns: &Namespace, name: &str) -> ApiResult<Option<Loaded>> {
+    let store = st.ledger.store();
+    let Some(row) = store.action_get(ns.as_str(), name).await? else {
+        return Ok(None);
+    };
+    loaded(st, row).await.map(Some)
+}
+
+/// Every action of `ns`, in name order.
+pub async fn load_all(st: &AppState, ns: &Namespace) -> ApiResult<Vec<Loaded>> {
+    let mut out = vec![];
+    for row in st.ledger.store().action_list(ns.as_str()).await? {
+        out.push(loaded(st, row).await?);
+    }
+    Ok(out)
+}
+
+async fn loaded(st: &AppState, row: idem::ActionRow) -> ApiResult<Loaded> {
+    let doc: serde_json::Value = serde_json::from_str(&row.config)
+        .map_err(|e| ApiError::internal(format!("stored action {}: {e}", row.name)))?;
+    let action = Action::parse(&row.name, &doc)
+        .map_err(|e| ApiError::internal(format!("stored action {}: {e}", row.name)))?
+        .action;
+    let secrets = st
+        .ledger
+        .store()
+        .secrets(&action_owner(&row.namespace, &row.name), st.ledger.now())
+        .await?;
+    let headers = secrets
+        .first()
+        .map(|s| Headers::from_secret_text(s.value.expose()))
+        .unwrap_or_default();
+    Ok(Loaded {
+        action,
+        headers,
+        created_at: row.created_at,
+        updated_at: row.updated_at,
+    })
+}

@@ -1,0 +1,978 @@
+//! The action document (`ACTIONS.md`): reading and validating it when it is written, and the
+//! pure steps of a call — the identity check, argument validation against the compiled JSON
+//! Schema, the key from the template, the identity fingerprint and the placeholders of the
+//! delivery filled from the arguments.
+//!
+//! Invariants: an action that reads without error can always be called (its schema compiled,
+//! each `{name}` of `key` a required string or integer property, each `{{name}}` a declared
+//! property, exactly one of `deliver.http` / `deliver.mcp`, the HTTP delivery valid by the
+//! effect's own rules); header values are taken out of the document into [`Headers`] and
+//! never shown (`Debug` prints their names only). Nothing here does I/O.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde_json::{json, Map, Value};
+use sha2::{Digest, Sha256};
+
+use crate::api::v1::effects::EffectBody;
+use crate::error::ApiError;
+use crate::input::read_body;
+
+/// Longest `description`.
+pub const MAX_DESCRIPTION: usize = 4000;
+/// Longest `title`.
+pub const MAX_TITLE: usize = 200;
+
+/// The members of an action document.
+const FIELDS: &[&str] = &[
+    "title",
+    "description",
+    "input_schema",
+    "key",
+    "identity",
+    "deliver",
+    "approval",
+    "result",
+];
+const HTTP_FIELDS: &[&str] = &[
+    "method",
+    "url",
+    "headers",
+    "body",
+    "idempotency_header",
+    "timeout_ms",
+    "success",
+    "destination_idempotent",
+    "reconcile",
+];
+const MCP_FIELDS: &[&str] = &["url", "tool", "headers", "timeout_ms"];
+
+/// A tool name: 1–64 of `[A-Za-z0-9_-]`.
+pub fn valid_name(s: &str) -> bool {
+    (1..=64).contains(&s.len())
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-'))
+}
+
+/// `approval`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Approval {
+    None,
+    Required,
+}
+
+/// `result`: what a successful call returns to the agent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResultMode {
+    Response,
+    Summary,
+}
+
+/// The header values of a delivery (`deliver.http.headers`, `deliver.http.reconcile.headers`,
+/// `deliver.mcp.headers`), kept apart from the document.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Headers {
+    pub request: Map<String, Value>,
+    pub reconcile: Map<String, Value>,
+}
+
+impl std::fmt::Debug for Headers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<&String> = self.request.keys().chain(self.reconcile.keys()).collect();
+        write!(f, "Headers({names:?})")
+    }
+}
+
+impl Headers {
+    pub fn is_empty(&self) -> bool {
+        self.request.is_empty() && self.reconcile.is_empty()
+    }
+
+    /// The stored form (a secret's value).
+    pub fn to_secret_text(&self) -> String {
+        json!({"request": self.request, "reconcile": self.reconcile}).to_string()
+    }
+
+    /// Reads the stored form back (a damaged value reads as no headers).
+    pub fn from_secret_text(s: &str) -> Headers {
+        let v: Value = serde_json::from_str(s).unwrap_or(Value::Null);
+        let part = |n: &str| {
+            v.get(n)
+                .and_then(Value::as_object)
+                .cloned()
+                .unwrap_or_default()
+        };
+        Headers {
+            request: part("request"),
+            reconcile: part("reconcile"),
+        }
+    }
+
+    /// Header name → hint (the last 4 characters of a value longer than 8).
+    pub fn hints(m: &Map<String, Value>) -> Value {
+        Value::Object(
+            m.iter()
+                .map(|(k, v)| {
+                    let s = v.as_str().unwrap_or_default();
+                    (k.clone(), json!(idem::Secret::new(s).hint()))
+                })
+                .collect(),
+        )
+    }
+}
+
+/// One part of the key template.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Part {
+    Text(String),
+    Arg(String),
+}
+
+/// An action, validated.
+#[derive(Clone)]
+pub struct Action {
+    pub name: String,
+    /// The document as stored (no header values).
+    pub doc: Value,
+    pub title: Option<String>,
+    pub description: String,
+    pub input_schema: Value,
+    key: Vec<Part>,
+    /// The argument names of `key`, in template order.
+    pub key_args: Vec<String>,
+    pub identity: Vec<String>,
+    pub approval: Approval,
+    pub result: ResultMode,
+    /// `deliver.http` as written (without header values), or `None` for `deliver.mcp`.
+    pub http: Option<Value>,
+    pub mcp: Option<Value>,
+    validator: Arc<jsonschema::Validator>,
+}
+
+impl std::fmt::Debug for Action {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Action").field("name", &self.name).finish()
+    }
+}
+
+fn invalid(field: &str, msg: impl std::fmt::Display) -> ApiError {
+    ApiError::invalid_field(field, format!("`{field}` {msg}"))
+}
+
+fn unknown(m: &Map<String, Value>, allowed: &[&str], prefix: &str) -> Result<(), ApiError> {
+    match m.keys().find(|k| !allowed.contains(&k.as_str())) {
+        Some(k) => Err(ApiError::UnknownField {
+            field: format!("{prefix}{k}"),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// The names of the `{{name}}` placeholders in every string of `v`.
+fn placeholders(v: &Value, out: &mut Vec<String>) {
+    match v {
+        Value::String(s) => {
+            let mut rest = s.as_str();
+            while let Some(i) = rest.find("{{") {
+                let after = &rest[i + 2..];
+                match after.find("}}") {
+                    Some(j) => {
+                        out.push(after[..j].trim().to_owned());
+                        rest = &after[j + 2..];
+                    }
+                    None => break,
+                }
+            }
+        }
+        Value::Array(a) => a.iter().for_each(|x| placeholders(x, out)),
+        Value::Object(m) => m.values().for_each(|x| placeholders(x, out)),
+        _ => {}
+    }
+}
+
+/// The text of an argument inside a longer string.
+fn text_of(v: Option<&Value>) -> String {
+    match v {
+        None | Some(Value::Null) => String::new(),
+        Some(Value::String(s)) => s.clone(),
+        Some(other) => other.to_string(),
+    }
+}
+
+/// Fills the `{{name}}` placeholders of `v` from `args`: a string that is only a placeholder
+/// takes the argument's JSON value (null when absent), one inside a longer string its text
+/// (percent-encoded when `encode`).
+pub fn fill(v: &Value, args: &Map<String, Value>, encode: bool) -> Value {
+    match v {
+        Value::String(s) => {
+            if !encode {
+                if let Some(name) = whole_placeholder(s) {
+                    return args.get(name).cloned().unwrap_or(Value::Null);
+                }
+            }
+            let mut out = String::new();
+            let mut rest = s.as_str();
+            while let Some(i) = rest.find("{{") {
+                let after = &rest[i + 2..];
+                let Some(j) = after.find("}}") else { break };
+                out.push_str(&rest[..i]);
+                let text = text_of(args.get(after[..j].trim()));
+                if encode {
+                    out.extend(percent_encoding::utf8_percent_encode(&text, SEGMENT));
+                } else {
+                    out.push_str(&text);
+                }
+                rest = &after[j + 2..];
+            }
+            out.push_str(rest);
+            Value::String(out)
+        }
+        Value::Array(a) => Value::Array(a.iter().map(|x| fill(x, args, encode)).collect()),
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .map(|(k, x)| (k.clone(), fill(x, args, encode)))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+/// Everything but the unreserved characters of RFC 3986 is percent-encoded in a URL.
+const SEGMENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
+/// The name of a string that is one placeholder and nothing else (`"{{amount}}"`).
+fn whole_placeholder(s: &str) -> Option<&str> {
+    let inner = s.trim().strip_prefix("{{")?.strip_suffix("}}")?;
+    (!inner.contains("{{") && !inner.contains("}}")).then(|| inner.trim())
+}
+
+/// Parses the key template: literal text and `{name}` placeholders.
+fn parse_key(t: &str) -> Result<Vec<Part>, ApiError> {
+    let mut parts = vec![];
+    let mut rest = t;
+    while let Some(i) = rest.find('{') {
+        if i > 0 {
+            parts.push(Part::Text(rest[..i].to_owned()));
+        }
+        let after = &rest[i + 1..];
+        let Some(j) = after.find('}') else {
+            return Err(invalid("key", "has a `{` without its `}`"));
+        };
+        let name = &after[..j];
+        if name.is_empty() || name.contains('{') {
+            return Err(invalid("key", "has an empty or nested `{…}` placeholder"));
+        }
+        parts.push(Part::Arg(name.to_owned()));
+        rest = &after[j + 1..];
+    }
+    if rest.contains('}') {
+        return Err(invalid("key", "has a `}` without its `{`"));
+    }
+    if !rest.is_empty() {
+        parts.push(Part::Text(rest.to_owned()));
+    }
+    if !parts.iter().any(|p| matches!(p, Part::Arg(_))) {
+        return Err(invalid(
+            "key",
+            "must name at least one argument (`{order_id}`): a key without one would make \
+             every call the same operation",
+        ));
+    }
+    for p in &parts {
+        if let Part::Text(s) = p {
+            if !s.bytes().all(|b| (0x21..=0x7e).contains(&b)) {
+                return Err(invalid("key", "text must be visible ASCII (no spaces)"));
+            }
+        }
+    }
+    Ok(parts)
+}
+
+/// The JSON types a property schema allows (`type` as a string or a list).
+fn prop_types(schema: &Value, name: &str) -> Option<Vec<String>> {
+    let p = schema.get("properties")?.get(name)?;
+    Some(match p.get("type") {
+        Some(Value::String(s)) => vec![s.clone()],
+        Some(Value::Array(a)) => a
+            .iter()
+            .filter_map(|x| x.as_str().map(str::to_owned))
+            .collect(),
+        _ => vec![],
+    })
+}
+
+fn required_names(schema: &Value) -> Vec<&str> {
+    schema
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default()
+}
+
+fn opt_text(m: &Map<String, Value>, field: &str, max: usize) -> Result<Option<String>, ApiError> {
+    match m.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) if s.chars().count() <= max && !s.contains('\0') => {
+            Ok(Some(s.clone()))
+        }
+        Some(_) => Err(invalid(
+            field,
+            format!("must be a string of at most {max} characters"),
+        )),
+    }
+}
+
+/// Takes `headers` (object of name → string) out of `m`, checked like an effect's.
+fn take_headers(m: &mut Map<String, Value>, field: &str) -> Result<Map<String, Value>, ApiError> {
+    match m.shift_remove("headers") {
+        None | Some(Value::Null) => Ok(Map::new()),
+        Some(Value::Object(h)) => {
+            for (k, v) in &h {
+                let at = format!("{field}.{k}");
+                if axum::http::HeaderName::from_bytes(k.as_bytes()).is_err() {
+                    return Err(invalid(&at, "is not a valid header name"));
+                }
+                match v {
+                    // The value may be a credential: the message never repeats it.
+                    Value::String(s) if axum::http::HeaderValue::from_str(s).is_ok() => {}
+                    _ => return Err(invalid(&at, "must be a string of visible ASCII text")),
+                }
+            }
+            Ok(h)
+        }
+        Some(_) => Err(invalid(field, "must be an object of header → string")),
+    }
+}
+
+/// Renames the effect's member paths in an effect validation error to the action's.
+fn as_http_error(e: ApiError) -> ApiError {
+    let rename = |s: &str| {
+        s.replace("`request.", "`deliver.http.")
+            .replace("`request`", "`deliver.http`")
+            .replace("`reconcile.", "`deliver.http.reconcile.")
+            .replace("`timeout_ms`", "`deliver.http.timeout_ms`")
+            .replace("`success`", "`deliver.http.success`")
+            .replace("`idempotency_header`", "`deliver.http.idempotency_header`")
+    };
+    let path = |f: &str| {
+        if let Some(rest) = f.strip_prefix("request.") {
+            format!("deliver.http.{rest}")
+        } else if f == "request" {
+            "deliver.http".to_owned()
+        } else {
+            format!("deliver.http.{f}")
+        }
+    };
+    match e {
+        ApiError::InvalidField { field, message } => ApiError::InvalidField {
+            field: path(&field),
+            message: rename(&message),
+        },
+        ApiError::UnknownField { field } => ApiError::UnknownField {
+            field: path(&field),
+        },
+        other => other,
+    }
+}
+
+/// The effect body an HTTP delivery sends for `args` (placeholders filled, header values
+/// put back): read by the effect's own parser, so a delivery is validated and sent by the
+/// same code as `POST …/effect`.
+pub fn effect_body(http: &Value, headers: &Headers, args: &Map<String, Value>) -> Value {
+    let mut h = http.as_object().cloned().unwrap_or_default();
+    let mut request = Map::new();
+    for m in ["method", "url", "body"] {
+        if let Some(v) = h.shift_remove(m) {
+            let v = match m {
+                "url" => fill(&v, args, true),
+                "body" => fill(&v, args, false),
+                _ => v,
+            };
+            request.insert(m.to_owned(), v);
+        }
+    }
+    if !request.contains_key("body") {
+        request.insert("body".into(), Value::Object(args.clone()));
+    }
+    if !headers.request.is_empty() {
+        request.insert(
+            "headers".into(),
+            fill(&Value::Object(headers.request.clone()), args, false),
+        );
+    }
+    if let Some(Value::Object(rc)) = h.get_mut("reconcile") {
+        if let Some(u) = rc.get("url").cloned() {
+            rc.insert("url".into(), fill(&u, args, true));
+        }
+        if !headers.reconcile.is_empty() {
+            rc.insert(
+                "headers".into(),
+                fill(&Value::Object(headers.reconcile.clone()), args, false),
+            );
+        }
+    }
+    h.insert("request".into(), Value::Object(request));
+    Value::Object(h)
+}
+
+/// An action read from its document, with its header values apart.
+#[derive(Debug)]
+pub struct ActionInput {
+    pub action: Action,
+    pub headers: Headers,
+}
+
+impl Action {
+    /// Reads and validates an action document (`PUT …/actions/{name}`, the config file).
+    pub fn parse(name: &str, v: &Value) -> Result<ActionInput, ApiError> {
+        if !valid_name(name) {
+            return Err(ApiError::invalid_field(
+                "name",
+                "an action name is 1-64 characters of A-Z, a-z, 0-9, `_` and `-`",
+            ));
+        }
+        let Value::Object(m) = v else {
+            return Err(ApiError::InvalidJson(
+                "the request body must be a JSON object".into(),
+            ));
+        };
+        unknown(m, FIELDS, "")?;
+        let mut doc = m.clone();
+        let title = opt_text(m, "title", MAX_TITLE)?;
+        let description = opt_text(m, "description", MAX_DESCRIPTION)?
+            .filter(|d| !d.trim().is_empty())
+            .ok_or_else(|| {
+                invalid(
+                    "description",
+                    "is required: the agent reads it to decide when to call the tool",
+                )
+            })?;
+        let schema = match m.get("input_schema") {
+            Some(s @ Value::Object(_)) => s.clone(),
+            _ => {
+                return Err(invalid(
+                    "input_schema",
+                    "is required (a JSON Schema object)",
+                ))
+            }
+        };
+        if schema.get("type") != Some(&json!("object")) {
+            return Err(invalid(
+                "input_schema",
+                "must be an object schema (`\"type\": \"object\"`)",
+            ));
+        }
+        if let Err(e) = jsonschema::draft202012::meta::validate(&schema) {
+            return Err(invalid(
+                "input_schema",
+                format!("is not a valid JSON Schema (draft 2020-12): {}", e.masked()),
+            ));
+        }
+        let validator = jsonschema::draft202012::new(&schema)
+            .map_err(|e| invalid("input_schema", format!("does not compile: {}", e.masked())))?;
+        let template = match m.get("key") {
+            Some(Value::String(s)) if !s.is_empty() && s.len() <= 255 => s.clone(),
+            _ => {
+                return Err(invalid(
+                    "key",
+                    "is required (a template such as \"{order_id}:followup:v1\")",
+                ))
+            }
+        };
+        let key = parse_key(&template)?;
+        let required = required_names(&schema);
+        let mut key_args = vec![];
+        for p in &key {
+            if let Part::Arg(a) = p {
+                let types = prop_types(&schema, a).unwrap_or_default();
+                if !required.contains(&a.as_str())
+                    || types.is_empty()
+                    || !types.iter().all(|t| t == "string" || t == "integer")
+                {
+                    return Err(invalid(
+                        "key",
+                        format!(
+                            "names `{a}`, which must be a required property of `input_schema` \
+                             of type string or integer"
+                        ),
+                    ));
+                }
+                if !key_args.contains(a) {
+                    key_args.push(a.clone());
+                }
+            }
+        }
+        let identity = match m.get("identity") {
+            None | Some(Value::Null) => key_args.clone(),
+            Some(Value::Array(a)) if !a.is_empty() => {
+                let mut out = vec![];
+                for (i, x) in a.iter().enumerate() {
+                    let at = format!("identity[{i}]");
+                    let Some(n) = x.as_str() else {
+                        return Err(invalid(&at, "must be an argument name"));
+                    };
+                    if prop_types(&schema, n).is_none() {
+                        return Err(invalid(
+                            &at,
+                            format!("names `{n}`, not a property of `input_schema`"),
+                        ));
+                    }
+                    if !out.iter().any(|o: &String| o == n) {
+                        out.push(n.to_owned());
+                    }
+                }
+                out
+            }
+            Some(_) => {
+                return Err(invalid(
+                    "identity",
+                    "must be a non-empty list of argument names",
+                ))
+            }
+        };
+        let approval = match m.get("approval") {
+            None | Some(Value::Null) => Approval::None,
+            Some(Value::String(s)) if s == "none" => Approval::None,
+            Some(Value::String(s)) if s == "required" => Approval::Required,
+            Some(_) => return Err(invalid("approval", "must be \"none\" or \"required\"")),
+        };
+        let result = match m.get("result") {
+            None | Some(Value::Null) => ResultMode::Response,
+            Some(Value::String(s)) if s == "response" => ResultMode::Response,
+            Some(Value::String(s)) if s == "summary" => ResultMode::Summary,
+            Some(_) => return Err(invalid("result", "must be \"response\" or \"summary\"")),
+        };
+        let Some(Value::Object(deliver)) = m.get("deliver") else {
+            return Err(invalid(
+                "deliver",
+                "is required: an object with `http` or `mcp`",
+            ));
+        };
+        unknown(deliver, &["http", "mcp"], "deliver.")?;
+        let given = |k: &str| deliver.get(k).is_some_and(|v| !v.is_null());
+        let mut headers = Headers::default();
+        let mcp: Option<Value> = None;
+        let http = match (given("http"), given("mcp")) {
+            (true, false) => {
+                let Some(Value::Object(h)) = deliver.get("http") else {
+                    return Err(invalid("deliver.http", "must be an object"));
+                };
+                unknown(h, HTTP_FIELDS, "deliver.http.")?;
+                let mut h = h.clone();
+                headers.request = take_headers(&mut h, "deliver.http.headers")?;
+                if let Some(Value::Object(rc)) = h.get_mut("reconcile") {
+                    headers.reconcile = take_headers(rc, "deliver.http.reconcile.headers")?;
+                }
+                Some(Value::Object(h))
+            }
+            (false, true) => {
+                let Some(Value::Object(h)) = deliver.get("mcp") else {
+                    return Err(invalid("deliver.mcp", "must be an object"));
+                };
+                unknown(h, MCP_FIELDS, "deliver.mcp.")?;
+                take_headers(&mut h.clone(), "deliver.mcp.headers")?;
+                return Err(invalid(
+                    "deliver.mcp",
+                    "is not served by this server yet: deliver through `deliver.http`",
+                ));
+            }
+            _ => {
+                return Err(invalid(
+                    "deliver",
+                    "must have exactly one of `http` and `mcp`",
+                ))
+            }
+        };
+        // Every `{{name}}` names a declared argument.
+        let mut names = vec![];
+        if let Some(h) = &http {
+            placeholders(h, &mut names);
+        }
+        placeholders(&Value::Object(headers.request.clone()), &mut names);
+        placeholders(&Value::Object(headers.reconcile.clone()), &mut names);
+        for n in &names {
+            if prop_types(&schema, n).is_none() {
+                return Err(invalid(
+                    "deliver.http",
+                    format!("uses `{{{{{n}}}}}`, which is not a property of `input_schema`"),
+                ));
+            }
+        }
+        // The delivery must read as an effect, whatever the arguments: checked with sample
+        // values in the placeholders.
+        if let Some(h) = &http {
+            let sample: Map<String, Value> =
+                names.iter().map(|n| (n.clone(), json!("x"))).collect();
+            let body = effect_body(h, &headers, &sample);
+            read_body::<EffectBody>(body)
+                .and_then(EffectBody::into_input)
+                .map_err(as_http_error)?;
+        }
+        // The stored document holds no header value.
+        let mut deliver_doc = Map::new();
+        if let Some(h) = &http {
+            deliver_doc.insert("http".into(), h.clone());
+        }
+        if let Some(h) = &mcp {
+            deliver_doc.insert("mcp".into(), h.clone());
+        }
+        doc.insert("deliver".into(), Value::Object(deliver_doc));
+        Ok(ActionInput {
+            action: Action {
+                name: name.to_owned(),
+                doc: Value::Object(doc),
+                title,
+                description,
+                input_schema: schema,
+                key,
+                key_args,
+                identity,
+                approval,
+                result,
+                http,
+                mcp,
+                validator: Arc::new(validator),
+            },
+            headers,
+        })
+    }
+
+    /// The first key argument that is missing, `null` or `""`.
+    pub fn missing_identity(&self, args: &Map<String, Value>) -> Option<&str> {
+        self.key_args
+            .iter()
+            .find(|a| {
+                matches!(args.get(*a), None | Some(Value::Null)) || args.get(*a) == Some(&json!(""))
+            })
+            .map(String::as_str)
+    }
+
+    /// The arguments against `input_schema`: `Err((field, message))` naming the first
+    /// offending member (its JSON pointer; the root is `arguments`). The message never quotes
+    /// the value.
+    pub fn check_arguments(&self, args: &Value) -> Result<(), (String, String)> {
+        match self.validator.iter_errors(args).next() {
+            None => Ok(()),
+            Some(e) => {
+                let path = e.instance_path().as_str().to_owned();
+                let field = if path.is_empty() {
+                    "arguments".to_owned()
+                } else {
+                    path.trim_start_matches('/').replace('/', ".")
+                };
+                Err((field, e.masked().to_string()))
+            }
+        }
+    }
+
+    /// The key for `args` (already validated): each `{name}` is the argument as written
+    /// when it is at most 64 characters of `[A-Za-z0-9_.-]`, else the SHA-256 hex of its
+    /// canonical JSON (so e-mail addresses and free text never appear in a key).
+    pub fn key_for(&self, args: &Map<String, Value>) -> Result<idem::Key, ApiError> {
+        let mut out = String::new();
+        for p in &self.key {
+            match p {
+                Part::Text(t) => out.push_str(t),
+                Part::Arg(a) => {
+                    let v = args.get(a).cloned().unwrap_or(Value::Null);
+                    let plain = match &v {
+                        Value::String(s) => Some(s.clone()),
+                        Value::Number(n) if n.is_i64() || n.is_u64() => Some(n.to_string()),
+                        _ => None,
+                    }
+                    .filter(|s| {
+                        !s.is_empty()
+                            && s.len() <= 64
+                            && s.bytes().all(|b| {
+                                b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-')
+                            })
+                    });
+                    match plain {
+                        Some(s) => out.push_str(&s),
+                        None => {
+                            let canon = idem::fingerprint::canonical_json(&v)
+                                .map_err(|e| ApiError::invalid_field(a, e.to_string()))?;
+                            out.push_str(&hex(&Sha256::digest(canon.as_bytes())));
+                        }
+                    }
+                }
+            }
+        }
+        idem::Key::try_from(out.as_str()).map_err(|e| {
+            ApiError::invalid_field("key", format!("the key built from the arguments: {e}"))
+        })
+    }
+
+    /// The identity of a call: `{name: value}` of the `identity` arguments (null when
+    /// absent), whose RFC 8785 SHA-256 is the record's fingerprint.
+    pub fn identity_of(&self, args: &Map<String, Value>) -> Value {
+        let m: BTreeMap<&str, Value> = self
+            .identity
+            .iter()
+            .map(|n| (n.as_str(), args.get(n).cloned().unwrap_or(Value::Null)))
+            .collect();
+        json!(m)
+    }
+
+    /// The tool as `tools/list` shows it.
+    pub fn tool(&self) -> Value {
+        let mut t = json!({
+            "name": self.name,
+            "description": self.description,
+            "inputSchema": self.input_schema,
+            "annotations": {
+                "destructiveHint": true,
+                "idempotentHint": true,
+                "openWorldHint": true,
+            },
+        });
+        if let Some(title) = &self.title {
+            t["title"] = json!(title);
+            t["annotations"]["title"] = json!(title);
+        }
+        t
+    }
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn doc() -> Value {
+        json!({
+            "title": "Send the follow-up",
+            "description": "Sends the follow-up e-mail of an order.",
+            "input_schema": {
+                "type": "object",
+                "properties": {
+                    "order_id": {"type": "string"},
+                    "n": {"type": "integer"},
+                    "to": {"type": "string"},
+                    "text": {"type": "string", "maxLength": 50}
+                },
+                "required": ["order_id", "n", "text"]
+            },
+            "key": "{order_id}:followup:{n}",
+            "deliver": {"http": {
+                "method": "POST",
+                "url": "https://mail.example/orders/{{order_id}}/send",
+                "headers": {"Authorization": "Bearer s3cr3t-value-1234"},
+                "body": {"to": "{{to}}", "subject": "Order {{order_id}}", "text": "{{text}}"}
+            }}
+        })
+    }
+
+    fn field_of(v: Value) -> String {
+        match Action::parse("send_followup", &v) {
+            Ok(_) => "ok".into(),
+            Err(ApiError::InvalidField { field, message }) => {
+                assert!(!message.contains("s3cr3t"), "{message}");
+                field
+            }
+            Err(ApiError::UnknownField { field }) => format!("unknown:{field}"),
+            Err(e) => format!("{e:?}"),
+        }
+    }
+
+    fn with(path: &str, v: Value) -> Value {
+        let mut d = doc();
+        let mut at = &mut d;
+        let parts: Vec<&str> = path.split('.').collect();
+        for p in &parts[..parts.len() - 1] {
+            at = &mut at[*p];
+        }
+        at[parts[parts.len() - 1]] = v;
+        d
+    }
+
+    #[test]
+    fn a_valid_action_reads_and_keeps_no_header_value() {
+        let a = Action::parse("send_followup", &doc()).expect("valid");
+        assert_eq!(a.action.key_args, ["order_id", "n"]);
+        assert_eq!(a.action.identity, ["order_id", "n"]);
+        assert_eq!(a.action.approval, Approval::None);
+        assert!(!a.action.doc.to_string().contains("s3cr3t"));
+        assert!(a.headers.to_secret_text().contains("s3cr3t"));
+        assert!(!format!("{:?}", a.headers).contains("s3cr3t"));
+        let back = Headers::from_secret_text(&a.headers.to_secret_text());
+        assert_eq!(back, a.headers);
+        assert_eq!(
+            Headers::hints(&a.headers.request),
+            json!({"Authorization": "1234"})
+        );
+    }
+
+    #[test]
+    fn invalid_actions_name_the_member() {
+        for (v, want) in [
+            (with("description", json!(null)), "description"),
+            (with("description", json!("x".repeat(4001))), "description"),
+            (
+                with("input_schema", json!({"type": "string"})),
+                "input_schema",
+            ),
+            (
+                with(
+                    "input_schema",
+                    json!({"type": "object", "minProperties": "x"}),
+                ),
+                "input_schema",
+            ),
+            (with("key", json!("static")), "key"),
+            (with("key", json!("{to}:x")), "key"),
+            (with("key", json!("{text}:{missing}")), "key"),
+            (with("key", json!("{order_id} x")), "key"),
+            (with("key", json!("{order_id")), "key"),
+            (with("identity", json!(["nope"])), "identity[0]"),
+            (with("approval", json!("maybe")), "approval"),
+            (with("result", json!("all")), "result"),
+            (with("deliver", json!({})), "deliver"),
+            (
+                with(
+                    "deliver",
+                    json!({"http": {"method": "POST", "url": "https://x.example/"},
+                                        "mcp": {"url": "https://y.example/mcp", "tool": "t"}}),
+                ),
+                "deliver",
+            ),
+            (
+                with("deliver.http.method", json!("GET")),
+                "deliver.http.method",
+            ),
+            (
+                with("deliver.http.url", json!("ftp://x/")),
+                "deliver.http.url",
+            ),
+            (
+                with("deliver.http.timeout_ms", json!(0)),
+                "deliver.http.timeout_ms",
+            ),
+            (
+                with("deliver.http.headers", json!({"X-A": 1})),
+                "deliver.http.headers.X-A",
+            ),
+            (with("deliver.http.body", json!("{{nope}}")), "deliver.http"),
+            (
+                with("deliver.http.extra", json!(1)),
+                "unknown:deliver.http.extra",
+            ),
+            (with("extra", json!(1)), "unknown:extra"),
+        ] {
+            assert_eq!(field_of(v.clone()), want, "{v}");
+        }
+        assert!(matches!(
+            Action::parse("bad name", &doc()),
+            Err(ApiError::InvalidField { .. })
+        ));
+    }
+
+    #[test]
+    fn the_key_keeps_plain_values_and_hashes_the_rest() {
+        let a = Action::parse("send_followup", &doc())
+            .expect("valid")
+            .action;
+        let args = json!({"order_id": "847", "n": 1, "text": "hi"});
+        let m = args.as_object().expect("obj");
+        assert_eq!(a.key_for(m).expect("key").as_str(), "847:followup:1");
+        let mail = json!({"order_id": "ann@example.com", "n": 1, "text": "hi"});
+        let k = a.key_for(mail.as_object().expect("obj")).expect("key");
+        assert!(!k.as_str().contains('@'), "{k:?}");
+        assert_eq!(k.as_str().len(), 64 + ":followup:1".len());
+    }
+
+    #[test]
+    fn identity_is_checked_first_and_other_text_does_not_change_it() {
+        let a = Action::parse("send_followup", &doc())
+            .expect("valid")
+            .action;
+        let m = |v: Value| v.as_object().cloned().expect("obj");
+        assert_eq!(a.missing_identity(&m(json!({"n": 1}))), Some("order_id"));
+        assert_eq!(
+            a.missing_identity(&m(json!({"order_id": "", "n": 1}))),
+            Some("order_id")
+        );
+        assert_eq!(
+            a.missing_identity(&m(json!({"order_id": "1", "n": null}))),
+            Some("n")
+        );
+        let one = a.identity_of(&m(json!({"order_id": "1", "n": 2, "text": "a"})));
+        let two = a.identity_of(&m(json!({"order_id": "1", "n": 2, "text": "b"})));
+        assert_eq!(one, two);
+        assert_eq!(one, json!({"n": 2, "order_id": "1"}));
+    }
+
+    #[test]
+    fn arguments_are_validated_naming_the_member_without_its_value() {
+        let a = Action::parse("send_followup", &doc())
+            .expect("valid")
+            .action;
+        let (f, msg) = a
+            .check_arguments(&json!({"order_id": "1", "n": 1, "text": "s3cr3t".repeat(20)}))
+            .expect_err("too long");
+        assert_eq!(f, "text");
+        assert!(!msg.contains("s3cr3t"), "{msg}");
+        let (f, _) = a
+            .check_arguments(&json!({"order_id": "1", "n": "x", "text": "t"}))
+            .expect_err("type");
+        assert_eq!(f, "n");
+        assert!(a
+            .check_arguments(&json!({"order_id": "1", "n": 1, "text": "t"}))
+            .is_ok());
+    }
+
+    #[test]
+    fn placeholders_take_the_value_or_its_text() {
+        let args = json!({"id": "a b/c", "n": 3, "o": {"x": 1}});
+        let m = args.as_object().expect("obj");
+        assert_eq!(fill(&json!("{{n}}"), m, false), json!(3));
+        assert_eq!(fill(&json!("{{o}}"), m, false), json!({"x": 1}));
+        assert_eq!(
+            fill(&json!("n={{n}}, id={{id}}"), m, false),
+            json!("n=3, id=a b/c")
+        );
+        assert_eq!(
+            fill(&json!("https://x.example/o/{{id}}"), m, true),
+            json!("https://x.example/o/a%20b%2Fc")
+        );
+        assert_eq!(fill(&json!("{{missing}}"), m, false), Value::Null);
+        assert_eq!(
+            fill(&json!([{"k": "{{id}}"}]), m, false),
+            json!([{"k": "a b/c"}])
+        );
+    }
+
+    #[test]
+    fn the_effect_body_is_what_an_effect_would_be_sent() {
+        let a = Action::parse("send_followup", &doc()).expect("valid");
+        let args = json!({"order_id": "847", "n": 1, "to": "ann@example.com", "text": "Hello"});
+        let body = effect_body(
+            a.action.http.as_ref().expect("http"),
+            &a.headers,
+            args.as_object().expect("obj"),
+        );
+        assert_eq!(
+            body["request"]["url"],
+            "https://mail.example/orders/847/send"
+        );
+        assert_eq!(
+            body["request"]["body"],
+            json!({"to": "ann@example.com", "subject": "Order 847", "text": "Hello"})
+        );
+        assert_eq!(
+            body["request"]["headers"]["Authorization"],
+            "Bearer s3cr3t-value-1234"
+        );
+        read_body::<EffectBody>(body)
+            .and_then(EffectBody::into_input)
+            .expect("an effect");
+    }
+}

@@ -1,0 +1,742 @@
+//! Actions end to end on both stores: the resource (`PUT/GET/DELETE …/actions/{name}`), the
+//! MCP endpoint (`POST /mcp/{ns}`: initialize, ping, tools/list, tools/call) and every row of
+//! the outcome table of a call, against a loopback destination written here that counts every
+//! request it receives. Each call test asserts that count: an action's promise is that the
+//! destination sees the request once (or never).
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+use axum::extract::{Request, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::any;
+use axum::Router;
+use serde_json::{json, Value};
+
+use idem_testkit::app::*;
+
+#[derive(Clone, Default)]
+struct Dest {
+    /// (path, body) of every request received.
+    seen: Arc<Mutex<Vec<(String, Value, Option<String>)>>>,
+    /// Statuses to answer with, in order (then 201).
+    script: Arc<Mutex<VecDeque<u16>>>,
+}
+
+impl Dest {
+    fn count(&self) -> usize {
+        self.seen.lock().expect("lock").len()
+    }
+    fn bodies(&self) -> Vec<Value> {
+        self.seen
+            .lock()
+            .expect("lock")
+            .iter()
+            .map(|s| s.1.clone())
+            .collect()
+    }
+    fn script(&self, statuses: &[u16]) {
+        self.script.lock().expect("lock").extend(statuses);
+    }
+}
+
+async fn handle(State(d): State<Dest>, req: Request) -> Response {
+    let (parts, body) = req.into_parts();
+    let body = axum::body::to_bytes(body, 1 << 20)
+        .await
+        .unwrap_or_default();
+    let auth = parts
+        .headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let n = {
+        let mut seen = d.seen.lock().expect("lock");
+        seen.push((
+            parts.uri.path().to_owned(),
+            serde_json::from_slice(&body).unwrap_or(Value::Null),
+            auth,
+        ));
+        seen.len()
+    };
+    if parts.uri.path().starts_with("/slow") {
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    }
+    let status = d.script.lock().expect("lock").pop_front().unwrap_or(201);
+    let mut resp = (
+        StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+        [("content-type", "application/json")],
+        json!({"id": format!("msg_{n}"), "status": status}).to_string(),
+    )
+        .into_response();
+    if status == 503 {
+        resp.headers_mut()
+            .insert("retry-after", "2".parse().expect("header"));
+    }
+    resp
+}
+
+async fn destination() -> (Dest, u16) {
+    let d = Dest::default();
+    let app = Router::new().fallback(any(handle)).with_state(d.clone());
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = l.local_addr().expect("addr").port();
+    tokio::spawn(async move { axum::serve(l, app).await });
+    (d, port)
+}
+
+/// The follow-up action: keyed by the order, identity the order and the recipient, the text
+/// free (a regenerated draft).
+fn followup(port: u16, path: &str) -> Value {
+    json!({
+        "title": "Send the follow-up",
+        "description": "Sends the follow-up e-mail of an order to its customer.",
+        "input_schema": {
+            "type": "object",
+            "properties": {
+                "order_id": {"type": "string"},
+                "to": {"type": "string"},
+                "text": {"type": "string", "maxLength": 200}
+            },
+            "required": ["order_id", "to", "text"]
+        },
+        "key": "{order_id}:followup:v1",
+        "identity": ["order_id", "to"],
+        "deliver": {"http": {
+            "method": "POST",
+            "url": format!("http://127.0.0.1:{port}{path}/{{{{order_id}}}}"),
+            "headers": {"Authorization": "Bearer s3cr3t-mail-token-9876"},
+            "body": {"to": "{{to}}", "text": "{{text}}", "order": "{{order_id}}"}
+        }}
+    })
+}
+
+async fn put_action(app: &TestApp, ns: &str, name: &str, doc: Value) -> Resp {
+    app.send(
+        app.http
+            .put(format!("{}/v1/namespaces/{ns}/actions/{name}", app.base))
+            .json(&doc),
+    )
+    .await
+}
+
+async fn rpc(app: &TestApp, ns: &str, method: &str, params: Value) -> Resp {
+    app.post(
+        &format!("/mcp/{ns}"),
+        json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": params}),
+    )
+    .await
+}
+
+/// `tools/call`: the `CallToolResult`.
+async fn call(app: &TestApp, ns: &str, tool: &str, args: Value) -> Value {
+    let r = rpc(
+        app,
+        ns,
+        "tools/call",
+        json!({"name": tool, "arguments": args}),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.body["id"], 7, "{}", r.text);
+    r.body["result"].clone()
+}
+
+fn outcome(res: &Value) -> &str {
+    res["structuredContent"]["outcome"].as_str().unwrap_or("?")
+}
+
+/// A server on `backend` whose namespace `shop` may reach the destination.
+async fn app_for(backend: Backend, port: u16) -> TestApp {
+    let app = spawn_on(backend).await;
+    let r = app
+        .patch_namespace(
+            "shop",
+            json!({"egress": {"allow": [format!("127.0.0.1:{port}")]}}),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    app
+}
+
+fn args(order: &str, to: &str, text: &str) -> Value {
+    json!({"order_id": order, "to": to, "text": text})
+}
+
+#[tokio::test]
+async fn actions_are_validated_stored_and_read_back_without_header_values() {
+    for backend in backends() {
+        let app = spawn_on(backend).await;
+        let doc = followup(9, "/send");
+        let r = put_action(&app, "shop", "send_followup", doc.clone()).await;
+        assert_eq!(r.status, 201, "{}", r.text);
+        assert_eq!(r.body["name"], "send_followup");
+        assert_eq!(r.body["header_hints"], json!({"Authorization": "9876"}));
+        assert_eq!(r.body["identity"], json!(["order_id", "to"]));
+        assert_eq!(r.body["approval"], "none");
+        assert!(!r.text.contains("s3cr3t"), "{}", r.text);
+        let again = put_action(&app, "shop", "send_followup", doc.clone()).await;
+        assert_eq!(again.status, 200, "{}", again.text);
+        let got = app.get("/v1/namespaces/shop/actions/send_followup").await;
+        assert_eq!(got.status, 200, "{}", got.text);
+        assert!(!got.text.contains("s3cr3t"), "{}", got.text);
+        let list = app.get("/v1/namespaces/shop/actions").await;
+        assert_eq!(list.body["items"].as_array().map(Vec::len), Some(1));
+        assert_eq!(
+            app.get("/v1/namespaces/other/actions").await.body["items"],
+            json!([])
+        );
+
+        // A key placeholder that is not a required string/integer property: 422 naming `key`,
+        // nothing written.
+        let mut bad = doc.clone();
+        bad["key"] = json!("{text_missing}:x");
+        put_action(&app, "shop", "bad", bad)
+            .await
+            .problem(422, "invalid_field");
+        let mut both = doc.clone();
+        both["deliver"]["mcp"] = json!({"url": "http://127.0.0.1:9/mcp", "tool": "t"});
+        let p = put_action(&app, "shop", "bad", both).await;
+        assert_eq!(p.problem(422, "invalid_field")["field"], "deliver");
+        let mut not_object = doc.clone();
+        not_object["input_schema"] = json!({"type": "array"});
+        let p = put_action(&app, "shop", "bad", not_object).await;
+        assert_eq!(p.problem(422, "invalid_field")["field"], "input_schema");
+        put_action(&app, "shop", "bad name!", doc.clone())
+            .await
+            .problem(422, "invalid_field");
+        let mut unknown = doc.clone();
+        unknown["colour"] = json!("red");
+        put_action(&app, "shop", "bad", unknown)
+            .await
+            .problem(400, "unknown_field");
+        app.get("/v1/namespaces/shop/actions/bad")
+            .await
+            .problem(404, "not_found");
+
+        let del = app
+            .send(app.http.delete(format!(
+                "{}/v1/namespaces/shop/actions/send_followup",
+                app.base
+            )))
+            .await;
+        assert_eq!(del.status, 204, "{}", del.text);
+        app.get("/v1/namespaces/shop/actions/send_followup")
+            .await
+            .problem(404, "not_found");
+        // The header values went with it.
+        let left = app
+            .store
+            .secrets(&idem::action_owner("shop", "send_followup"), app.now())
+            .await
+            .expect("secrets");
+        assert!(left.is_empty());
+    }
+}
+
+#[tokio::test]
+async fn the_mcp_endpoint_speaks_the_session_and_the_stateless_revisions() {
+    for backend in backends() {
+        let app = spawn_on(backend).await;
+        put_action(&app, "shop", "send_followup", followup(9, "/send")).await;
+
+        for (asked, session) in [
+            ("2025-06-18", true),
+            ("2025-11-25", true),
+            ("2026-07-28", false),
+        ] {
+            let init = rpc(
+                &app,
+                "shop",
+                "initialize",
+                json!({"protocolVersion": asked, "capabilities": {},
+                       "clientInfo": {"name": "test", "version": "1"}}),
+            )
+            .await;
+            assert_eq!(init.status, 200, "{}", init.text);
+            assert_eq!(init.body["result"]["protocolVersion"], asked);
+            assert_eq!(init.body["result"]["serverInfo"]["name"], "idem");
+            assert!(init.body["result"]["capabilities"]["tools"].is_object());
+            assert_eq!(init.header("mcp-session-id").is_some(), session, "{asked}");
+        }
+        let note = app
+            .post(
+                "/mcp/shop",
+                json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+            )
+            .await;
+        assert_eq!(note.status, 202, "{}", note.text);
+        assert_eq!(
+            rpc(&app, "shop", "ping", json!({})).await.body["result"],
+            json!({"resultType": "complete"})
+        );
+        // The stateless revision: discovery without a handshake, its version in `_meta`.
+        let discover = rpc(
+            &app,
+            "shop",
+            "server/discover",
+            json!({"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}}),
+        )
+        .await;
+        assert_eq!(discover.status, 200, "{}", discover.text);
+        assert!(discover.body["result"]["supportedVersions"]
+            .as_array()
+            .is_some_and(|v| v.contains(&json!("2026-07-28"))));
+        assert!(discover.header("mcp-session-id").is_none());
+        let old = rpc(
+            &app,
+            "shop",
+            "tools/list",
+            json!({"_meta": {"io.modelcontextprotocol/protocolVersion": "2024-01-01"}}),
+        )
+        .await;
+        assert_eq!(old.status, 400, "{}", old.text);
+        assert_eq!(old.body["error"]["code"], -32022);
+
+        let list = rpc(&app, "shop", "tools/list", json!({})).await;
+        let tools = list.body["result"]["tools"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(tools.len(), 1, "{}", list.text);
+        assert_eq!(tools[0]["name"], "send_followup");
+        assert_eq!(tools[0]["title"], "Send the follow-up");
+        assert_eq!(
+            tools[0]["inputSchema"]["required"],
+            json!(["order_id", "to", "text"])
+        );
+        assert_eq!(
+            tools[0]["annotations"],
+            json!({"destructiveHint": true, "idempotentHint": true, "openWorldHint": true,
+                   "title": "Send the follow-up"})
+        );
+        assert!(!list.text.contains("s3cr3t"));
+
+        let other = rpc(&app, "shop", "resources/list", json!({})).await;
+        assert_eq!(other.status, 200);
+        assert_eq!(other.body["error"]["code"], -32601);
+        let unknown = rpc(
+            &app,
+            "shop",
+            "tools/call",
+            json!({"name": "nope", "arguments": {}}),
+        )
+        .await;
+        assert_eq!(unknown.body["error"]["code"], -32602);
+
+        let bad = app
+            .post(
+                "/mcp/shop",
+                json!({"jsonrpc": "1.0", "id": 1, "method": "ping"}),
+            )
+            .await;
+        assert_eq!(bad.status, 400);
+        assert_eq!(bad.body["error"]["code"], -32600);
+        let garbage = app.post_raw("/mcp/shop", "{not json").await;
+        assert_eq!(garbage.status, 400);
+        assert_eq!(garbage.body["error"]["code"], -32700);
+        let wrong_version = app
+            .send(
+                app.http
+                    .post(format!("{}/mcp/shop", app.base))
+                    .header("mcp-protocol-version", "1999-01-01")
+                    .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "ping"})),
+            )
+            .await;
+        assert_eq!(wrong_version.status, 400);
+        let get = app.get("/mcp/shop").await;
+        assert_eq!(get.status, 405, "no event stream: {}", get.text);
+    }
+}
+
+#[tokio::test]
+async fn the_mcp_endpoint_needs_a_worker_token_of_the_namespace() {
+    let app = spawn_with(Options {
+        tokens: vec![(idem::Role::Worker, "shop"), (idem::Role::Worker, "other")],
+        ..Default::default()
+    })
+    .await;
+    let ping = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"});
+    let none = app.as_token(None).post("/mcp/shop", ping.clone()).await;
+    none.problem(401, "unauthorized");
+    let other = app
+        .as_token(Some(&app.tokens[1]))
+        .post("/mcp/shop", ping.clone())
+        .await;
+    other.problem(403, "forbidden");
+    let ok = app
+        .as_token(Some(&app.tokens[0]))
+        .post("/mcp/shop", ping)
+        .await;
+    assert_eq!(ok.status, 200, "{}", ok.text);
+}
+
+#[tokio::test]
+async fn a_call_is_delivered_once_and_a_regenerated_draft_is_replayed() {
+    for backend in backends() {
+        let (d, port) = destination().await;
+        let app = app_for(backend, port).await;
+        put_action(&app, "shop", "send_followup", followup(port, "/send")).await;
+
+        let first = call(
+            &app,
+            "shop",
+            "send_followup",
+            args("847", "ann@example.com", "Hi Ann"),
+        )
+        .await;
+        assert_eq!(outcome(&first), "performed", "{first}");
+        assert_eq!(first["isError"], false);
+        assert_eq!(first["structuredContent"]["key"], "847:followup:v1");
+        assert_eq!(first["structuredContent"]["state"], "completed");
+        assert_eq!(first["structuredContent"]["replayed"], false);
+        assert_eq!(first["structuredContent"]["response"]["status"], 201);
+        assert!(first["content"][0]["text"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("Done"));
+        assert_eq!(d.count(), 1);
+        {
+            let seen = d.seen.lock().expect("lock");
+            assert_eq!(seen[0].0, "/send/847");
+            assert_eq!(
+                seen[0].1,
+                json!({"to": "ann@example.com", "text": "Hi Ann", "order": "847"})
+            );
+            assert_eq!(seen[0].2.as_deref(), Some("Bearer s3cr3t-mail-token-9876"));
+        }
+
+        // The model regenerates the draft: same identity, other text → the first delivery
+        // stands, nothing new is sent.
+        let again = call(
+            &app,
+            "shop",
+            "send_followup",
+            args("847", "ann@example.com", "Hello again"),
+        )
+        .await;
+        assert_eq!(outcome(&again), "completed", "{again}");
+        assert_eq!(again["isError"], false);
+        assert_eq!(again["structuredContent"]["replayed"], true);
+        assert_eq!(
+            again["structuredContent"]["response"],
+            first["structuredContent"]["response"]
+        );
+        assert_eq!(d.count(), 1, "a regenerated draft sent nothing");
+
+        // Another recipient under the same key: conflict, nothing sent.
+        let other = call(
+            &app,
+            "shop",
+            "send_followup",
+            args("847", "bob@example.com", "Hi Bob"),
+        )
+        .await;
+        assert_eq!(outcome(&other), "conflict", "{other}");
+        assert_eq!(other["isError"], true);
+        assert_eq!(d.count(), 1, "a conflict sent nothing");
+
+        // The record is the key's, with the first call's arguments as its prepared payload.
+        let rec = app.record("shop", "847:followup:v1").await;
+        assert_eq!(rec.body["record"]["state"], "completed");
+        assert_eq!(
+            rec.body["record"]["prepared_payload"],
+            args("847", "ann@example.com", "Hi Ann")
+        );
+        assert!(!rec.text.contains("s3cr3t"));
+        assert_eq!(
+            app.event_types("shop", "847:followup:v1").await,
+            [
+                "acquired",
+                "prepared",
+                "sent",
+                "completed",
+                "duplicate_hit",
+                "conflict"
+            ]
+        );
+    }
+}
+
+#[tokio::test]
+async fn twenty_concurrent_calls_with_one_identity_send_one_request() {
+    for backend in backends() {
+        let (d, port) = destination().await;
+        let app = app_for(backend, port).await;
+        put_action(&app, "shop", "send_followup", followup(port, "/slow")).await;
+        let calls = (0..20).map(|i| {
+            let app = &app;
+            async move {
+                call(
+                    app,
+                    "shop",
+                    "send_followup",
+                    args("9", "ann@example.com", &format!("draft {i}")),
+                )
+                .await
+            }
+        });
+        let results = futures::future::join_all(calls).await;
+        let outcomes: Vec<&str> = results.iter().map(outcome).collect();
+        assert_eq!(
+            outcomes.iter().filter(|o| **o == "performed").count(),
+            1,
+            "{outcomes:?}"
+        );
+        assert!(
+            outcomes
+                .iter()
+                .all(|o| matches!(*o, "performed" | "in_flight" | "completed")),
+            "{outcomes:?}"
+        );
+        for r in &results {
+            assert_eq!(r["isError"], false, "{r}");
+        }
+        assert_eq!(d.count(), 1, "one request at the destination");
+        let after = call(
+            &app,
+            "shop",
+            "send_followup",
+            args("9", "ann@example.com", "late"),
+        )
+        .await;
+        assert_eq!(outcome(&after), "completed");
+        assert_eq!(d.count(), 1);
+    }
+}
+
+#[tokio::test]
+async fn every_failure_row_of_the_outcome_table() {
+    for backend in backends() {
+        let (d, port) = destination().await;
+        let app = app_for(backend, port).await;
+        put_action(&app, "shop", "send_followup", followup(port, "/send")).await;
+        let send = |order: &'static str| {
+            let app = &app;
+            async move {
+                call(
+                    app,
+                    "shop",
+                    "send_followup",
+                    args(order, "a@example.com", "t"),
+                )
+                .await
+            }
+        };
+
+        // Missing identity (checked first, even with other arguments wrong too): nothing stored.
+        let r = call(
+            &app,
+            "shop",
+            "send_followup",
+            json!({"to": "a@example.com", "text": 5}),
+        )
+        .await;
+        assert_eq!(outcome(&r), "missing_identity_field", "{r}");
+        assert_eq!(r["isError"], true);
+        assert_eq!(r["structuredContent"]["field"], "order_id");
+        let r = call(
+            &app,
+            "shop",
+            "send_followup",
+            args("", "a@example.com", "t"),
+        )
+        .await;
+        assert_eq!(outcome(&r), "missing_identity_field");
+        // Invalid arguments: a tool error naming the field, nothing stored.
+        let r = call(
+            &app,
+            "shop",
+            "send_followup",
+            args("1", "a@example.com", &"x".repeat(201)),
+        )
+        .await;
+        assert_eq!(outcome(&r), "invalid_field", "{r}");
+        assert_eq!(r["isError"], true);
+        assert_eq!(r["structuredContent"]["field"], "text");
+        app.record("shop", "1:followup:v1")
+            .await
+            .problem(404, "not_found");
+        assert_eq!(d.count(), 0);
+
+        // 402: failed_permanent, replayed later.
+        d.script(&[402]);
+        let r = send("p1").await;
+        assert_eq!(outcome(&r), "failed_permanent", "{r}");
+        assert_eq!(r["isError"], true);
+        assert!(r["content"][0]["text"]
+            .as_str()
+            .unwrap_or("")
+            .contains("HTTP 402"));
+        let r = send("p1").await;
+        assert_eq!(outcome(&r), "failed_permanent");
+        assert_eq!(r["structuredContent"]["replayed"], true);
+        assert_eq!(d.count(), 1);
+
+        // 503: backoff with retry_after_ms, nothing delivered; the retry after it sends the
+        // stored arguments with the same key.
+        d.script(&[503]);
+        let r = send("b1").await;
+        assert_eq!(outcome(&r), "backoff", "{r}");
+        assert_eq!(r["isError"], true);
+        assert!(
+            r["structuredContent"]["retry_after_ms"]
+                .as_i64()
+                .unwrap_or(0)
+                >= 2000
+        );
+        let early = send("b1").await;
+        assert_eq!(outcome(&early), "backoff");
+        assert_eq!(d.count(), 2);
+        app.advance(10_000);
+        let regenerated = call(
+            &app,
+            "shop",
+            "send_followup",
+            args("b1", "a@example.com", "other text"),
+        )
+        .await;
+        assert_eq!(outcome(&regenerated), "performed", "{regenerated}");
+        assert_eq!(d.count(), 3);
+        assert_eq!(d.bodies()[2]["text"], "t", "the stored arguments were sent");
+
+        // 500: the outcome is unknown → needs_review, not an error, never resent.
+        d.script(&[500]);
+        let r = send("r1").await;
+        assert_eq!(outcome(&r), "needs_review", "{r}");
+        assert_eq!(r["isError"], false);
+        let r = send("r1").await;
+        assert_eq!(outcome(&r), "needs_review");
+        assert_eq!(d.count(), 4);
+
+        // Paused namespace: not now, nothing sent.
+        assert_eq!(app.pause("shop").await.status, 200);
+        let r = send("z1").await;
+        assert_eq!(outcome(&r), "paused", "{r}");
+        assert_eq!(r["isError"], true);
+        assert_eq!(app.resume("shop").await.status, 200);
+
+        // Daily ceiling (a namespace of its own, limit 1): the second first-time call is
+        // limited.
+        put_action(&app, "cap", "send_followup", followup(port, "/send")).await;
+        let r = app
+            .patch_namespace(
+                "cap",
+                json!({"daily_limit": 1, "egress": {"allow": [format!("127.0.0.1:{port}")]}}),
+            )
+            .await;
+        assert_eq!(r.status, 200, "{}", r.text);
+        let r = call(
+            &app,
+            "cap",
+            "send_followup",
+            args("c1", "a@example.com", "t"),
+        )
+        .await;
+        assert_eq!(outcome(&r), "performed", "{r}");
+        let r = call(
+            &app,
+            "cap",
+            "send_followup",
+            args("c2", "a@example.com", "t"),
+        )
+        .await;
+        assert_eq!(outcome(&r), "limited", "{r}");
+        assert_eq!(r["isError"], true);
+        assert_eq!(d.count(), 5);
+    }
+}
+
+#[tokio::test]
+async fn approval_required_stores_the_draft_and_idem_delivers_it_once_approved() {
+    for backend in backends() {
+        let (d, port) = destination().await;
+        let app = app_for(backend, port).await;
+        let mut doc = followup(port, "/send");
+        doc["approval"] = json!("required");
+        put_action(&app, "shop", "send_followup", doc).await;
+        let r = call(
+            &app,
+            "shop",
+            "send_followup",
+            args("a1", "ann@example.com", "Draft one"),
+        )
+        .await;
+        assert_eq!(outcome(&r), "awaiting_approval", "{r}");
+        assert_eq!(r["isError"], false);
+        assert_eq!(r["structuredContent"]["state"], "awaiting_approval");
+        let again = call(
+            &app,
+            "shop",
+            "send_followup",
+            args("a1", "ann@example.com", "Draft two"),
+        )
+        .await;
+        assert_eq!(outcome(&again), "awaiting_approval");
+        assert_eq!(d.count(), 0, "nothing is sent before approval");
+        let rec = app.record("shop", "a1:followup:v1").await;
+        assert_eq!(
+            rec.body["record"]["prepared_payload"],
+            args("a1", "ann@example.com", "Draft one")
+        );
+
+        // Approved: idem delivers the stored draft itself (the outbox), once; the agent is
+        // not asked again, and a later call replays the delivery.
+        let ok = app
+            .approve("shop", "a1:followup:v1", json!({"note": "fine"}))
+            .await;
+        assert_eq!(ok.status, 200, "{}", ok.text);
+        for _ in 0..100 {
+            if d.count() > 0 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        assert_eq!(d.count(), 1, "the approved draft was delivered");
+        assert_eq!(d.bodies()[0]["text"], "Draft one");
+        for _ in 0..100 {
+            let rec = app.record("shop", "a1:followup:v1").await;
+            if rec.body["record"]["state"] == "completed" {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        let after = call(
+            &app,
+            "shop",
+            "send_followup",
+            args("a1", "ann@example.com", "Draft three"),
+        )
+        .await;
+        assert_eq!(outcome(&after), "completed", "{after}");
+        assert_eq!(after["structuredContent"]["replayed"], true);
+        assert_eq!(d.count(), 1, "delivered once");
+
+        // Rejected: failed_permanent, replayed to later calls.
+        let r = call(
+            &app,
+            "shop",
+            "send_followup",
+            args("a2", "ann@example.com", "x"),
+        )
+        .await;
+        assert_eq!(outcome(&r), "awaiting_approval");
+        let rej = app
+            .reject("shop", "a2:followup:v1", json!({"note": "wrong tone"}))
+            .await;
+        assert_eq!(rej.status, 200, "{}", rej.text);
+        let r = call(
+            &app,
+            "shop",
+            "send_followup",
+            args("a2", "ann@example.com", "x"),
+        )
+        .await;
+        assert_eq!(outcome(&r), "failed_permanent", "{r}");
+        assert_eq!(r["isError"], true);
+        assert_eq!(d.count(), 1, "a rejected draft is never sent");
+    }
+}

@@ -3,7 +3,9 @@
 // Every POST is counted per Idempotency-Key header (or ?key=, or the path when neither is given)
 // and answered 200 after a short delay (SINK_DELAY_MS, default 400) that widens the race window
 // of concurrent deliveries — or with status NNN when the key contains `@NNN` (to drive the
-// error branch). GET /counts answers {"<key>": n, …}. Loopback only.
+// error branch). A POST with ?slow=1 is answered only after SINK_SLOW_MS (default 5000): the
+// caller's timeout fires first, after the effect was counted (a timeout that did act).
+// GET /counts answers {"<key>": n, …}. Loopback only.
 //   node sink.js --port-file FILE   (listens on 127.0.0.1, port 0 = any free port)
 'use strict';
 const http = require('node:http');
@@ -12,6 +14,7 @@ const fs = require('node:fs');
 const args = process.argv.slice(2);
 const portFile = args[args.indexOf('--port-file') + 1];
 const delay = Number(process.env.SINK_DELAY_MS ?? 400);
+const slowDelay = Number(process.env.SINK_SLOW_MS ?? 5000);
 const counts = Object.create(null);
 // The Authorization header last seen per key (GET /auth?key=K), so a test can tell that a
 // credential reached the destination while it must reach nothing else.
@@ -43,10 +46,16 @@ const server = http.createServer((req, res) => {
 		const id = `eff_${++seq}`;
 		const forced = /@([1-5][0-9][0-9])(?![0-9])/.exec(String(key));
 		const status = forced ? Number(forced[1]) : 200;
-		setTimeout(() => {
-			res.writeHead(status, { 'content-type': 'application/json', ...(status === 503 ? { 'retry-after': '2' } : {}) });
-			res.end(JSON.stringify({ id, key, count: counts[key] }));
-		}, delay);
+		setTimeout(
+			() => {
+				res.writeHead(status, {
+					'content-type': 'application/json',
+					...(status === 503 ? { 'retry-after': '2' } : {}),
+				});
+				res.end(JSON.stringify({ id, key, count: counts[key] }));
+			},
+			url.searchParams.get('slow') === '1' ? slowDelay : delay,
+		);
 	});
 });
 server.listen(0, '127.0.0.1', () => {

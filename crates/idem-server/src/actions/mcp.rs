@@ -159,7 +159,13 @@ async fn handle(
     let id_ok = match &id {
         None => true,
         Some(Value::String(_)) => true,
-        Some(Value::Number(n)) => n.is_i64() || n.is_u64(),
+        // An integer, also when written as `7.0` (one JSON number, however it is spelled).
+        Some(Value::Number(n)) => {
+            n.is_i64()
+                || n.is_u64()
+                || n.as_f64()
+                    .is_some_and(|f| f.fract() == 0.0 && f.abs() < 9.1e15)
+        }
         Some(_) => false,
     };
     if msg.get("jsonrpc") != Some(&json!("2.0")) || !id_ok {

@@ -16,10 +16,12 @@ use serde_json::{json, Value};
 
 use idem_testkit::app::*;
 
+/// One request the destination received: path, JSON body, `Authorization` header.
+type Seen = (String, Value, Option<String>);
+
 #[derive(Clone, Default)]
 struct Dest {
-    /// (path, body) of every request received.
-    seen: Arc<Mutex<Vec<(String, Value, Option<String>)>>>,
+    seen: Arc<Mutex<Vec<Seen>>>,
     /// Statuses to answer with, in order (then 201).
     script: Arc<Mutex<VecDeque<u16>>>,
 }

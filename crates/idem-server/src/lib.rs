@@ -285,6 +285,7 @@ pub async fn run(
         gauges: tokio::sync::Mutex::new(None),
         egress,
         sources: Arc::new(intake::SourceCache::new(store.clone())),
+        actions: Arc::new(actions::ActionCache::default()),
     });
 
     let janitor = {

@@ -259,7 +259,7 @@ async fn handle(
         }
         "tools/call" => match params.and_then(|p| p.get("name")).and_then(Value::as_str) {
             None => Err((-32602, "`params.name` (the tool) is required".to_owned())),
-            Some(name) => match super::load(st, ns, name).await? {
+            Some(name) => match super::cached(st, ns, name).await? {
                 None => Err((-32602, format!("unknown tool: {name}"))),
                 Some(l) => {
                     let p = params.unwrap_or(&Value::Null);

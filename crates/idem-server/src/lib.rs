@@ -293,6 +293,7 @@ pub async fn run(
         gauges: tokio::sync::Mutex::new(None),
         egress,
         sources: Arc::new(intake::SourceCache::new(store.clone())),
+        actions: Arc::new(actions::ActionCache::default()),
     });
 
     let janitor = {

@@ -399,6 +399,35 @@ fn body_optional(method: &str, path: &str) -> bool {
     method == "post" && matches!(last, "claim" | "approve" | "reject" | "pause" | "resume")
 }
 
+/// Actions and the MCP endpoint: an action document takes its members and no others (400
+/// `unknown_field`); a JSON-RPC message is a request or notification (`method`) or a response
+/// (`id` with `result` or `error`), `jsonrpc` exactly "2.0", `id` a string or an integer.
+fn refine_actions(schemas: &mut Map<String, Value>) {
+    for name in ["ActionWriteDoc", "DeliverDoc", "HttpDeliverDoc"] {
+        if let Some(body) = schemas.get_mut(name) {
+            body["additionalProperties"] = json!(false);
+        }
+    }
+    if let Some(m) = schemas.get_mut("McpMessage") {
+        m["properties"]["jsonrpc"] = json!({"type": "string", "enum": ["2.0"]});
+        m["properties"]["id"] = json!({"oneOf": [
+            {"type": "string"},
+            {"type": "integer", "minimum": -9_007_199_254_740_991_i64,
+             "maximum": 9_007_199_254_740_991_i64},
+        ]});
+        m["properties"]["method"] = json!({"type": "string"});
+        m["properties"]["params"] = json!({"type": ["object", "null"]});
+        m["properties"]["result"] = json!({});
+        m["properties"]["error"] = json!({});
+        m["required"] = json!(["jsonrpc"]);
+        m["anyOf"] = json!([
+            {"required": ["method"], "properties": {"method": {"type": "string"}}},
+            {"required": ["id", "result"]},
+            {"required": ["id", "error"]},
+        ]);
+    }
+}
+
 /// Every refusal an operation can answer with (one value of each kind; only its status,
 /// code and field matter here).
 fn errors_of(method: &str, path: &str, authed: bool, op: &Map<String, Value>) -> Vec<ApiError> {
@@ -532,6 +561,7 @@ fn add_problems(op: &mut Map<String, Value>, errors: &[ApiError]) {
 /// The rules of request bodies that are alternatives of whole members, and the `code` list
 /// of the problem document.
 fn refine_schemas(schemas: &mut Map<String, Value>) {
+    refine_actions(schemas);
     let (write, patch) = source_write_schemas();
     schemas.insert("SourceWrite".into(), write);
     schemas.insert("SourcePatch".into(), patch);

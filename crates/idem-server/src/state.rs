@@ -29,6 +29,8 @@ pub struct Shared {
     pub egress: idem_egress::Egress,
     /// Sources as the intake and the forwarder read them (reused for up to 1 s).
     pub sources: Arc<crate::intake::SourceCache>,
+    /// Actions as calls read them (reused for up to 1 s).
+    pub actions: Arc<crate::actions::ActionCache>,
 }
 
 impl AppState {

@@ -9,7 +9,7 @@ use idem_postgres::{PgOptions, PgStore};
 use idem_store::Store;
 use idem_testkit::contract::{self, Backend};
 use idem_testkit::pg::{self, PgDb};
-use idem_testkit::{contract_suite, outbox_suite};
+use idem_testkit::{action_suite, contract_suite, outbox_suite};
 
 struct Pg {
     db: PgDb,
@@ -70,3 +70,4 @@ impl Backend for Pg {
 
 contract_suite!(Pg);
 outbox_suite!(Pg);
+action_suite!(Pg);

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use idem_sqlite::SqliteStore;
 use idem_store::Store;
 use idem_testkit::contract::{self, Backend};
-use idem_testkit::{contract_suite, outbox_suite};
+use idem_testkit::{action_suite, contract_suite, outbox_suite};
 
 struct Sqlite {
     // Held so the directory (and the database) lives as long as the case.
@@ -59,3 +59,4 @@ impl Backend for Sqlite {
 
 contract_suite!(Sqlite);
 outbox_suite!(Sqlite);
+action_suite!(Sqlite);

@@ -107,3 +107,103 @@ fn config_actions_and_the_action_verbs() {
         "{log}"
     );
 }
+
+/// A destination on 127.0.0.1 that reads each request, counts it and never answers.
+fn hanging_destination() -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::io::Read;
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = l.local_addr().expect("addr").port();
+    let n = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = n.clone();
+    std::thread::spawn(move || {
+        for conn in l.incoming() {
+            let Ok(mut s) = conn else { continue };
+            let count = count.clone();
+            std::thread::spawn(move || {
+                let mut got = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut buf) {
+                        Ok(0) | Err(_) => return,
+                        Ok(k) => got.extend_from_slice(&buf[..k]),
+                    }
+                }
+                count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                std::thread::sleep(Duration::from_secs(60));
+            });
+        }
+    });
+    (port, n)
+}
+
+/// `kill -9` of `idem serve` between sending an action's request and recording its answer:
+/// after the lease the record is in review, the agent's next call is told `needs_review`,
+/// and the destination saw exactly one request.
+#[test]
+fn a_killed_server_leaves_the_action_to_review_never_resends() {
+    use std::sync::atomic::Ordering;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("idem.db");
+    let srv = crate::helpers::Server::start_on(&db);
+    let (port, n) = hanging_destination();
+    let http = reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .expect("client");
+    let r = http
+        .patch(format!("{}/v1/namespaces/shop", srv.url))
+        .json(&json!({"egress": {"allow": [format!("127.0.0.1:{port}")]}}))
+        .send()
+        .expect("patch");
+    assert_eq!(r.status().as_u16(), 200);
+    let r = http
+        .put(format!("{}/v1/namespaces/shop/actions/notify", srv.url))
+        .json(&json!({
+            "description": "Notifies the customer of an order, once.",
+            "input_schema": {"type": "object", "required": ["order_id"],
+                             "properties": {"order_id": {"type": "string"}}},
+            "key": "{order_id}:notify",
+            "deliver": {"http": {"method": "POST", "timeout_ms": 2000,
+                                 "url": format!("http://127.0.0.1:{port}/notify")}}
+        }))
+        .send()
+        .expect("put");
+    assert_eq!(r.status().as_u16(), 201);
+    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                      "params": {"name": "notify", "arguments": {"order_id": "o-9"}}});
+    let (c, u, body) = (http.clone(), format!("{}/mcp/shop", srv.url), call.clone());
+    let inflight = std::thread::spawn(move || {
+        let _ = c.post(u).json(&body).send();
+    });
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while n.load(Ordering::SeqCst) == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the destination never got the request"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // kill -9 (Child::kill is SIGKILL) mid-request.
+    drop(srv);
+    let _ = inflight.join();
+    let srv = crate::helpers::Server::start_on(&db);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let r: serde_json::Value = http
+            .post(format!("{}/mcp/shop", srv.url))
+            .json(&call)
+            .send()
+            .expect("post")
+            .json()
+            .expect("json");
+        let outcome = r["result"]["structuredContent"]["outcome"].clone();
+        if outcome == "needs_review" {
+            assert_eq!(r["result"]["isError"], false, "{r}");
+            break;
+        }
+        assert_eq!(outcome, "in_flight", "held until the lease runs out: {r}");
+        assert!(Instant::now() < deadline, "never moved to review: {r}");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    assert_eq!(n.load(Ordering::SeqCst), 1, "never resent");
+}

@@ -110,7 +110,10 @@ pub(super) fn claim(
                 // Approved and waiting for the delivering claim.
                 return resume(rec, req, ctx, false);
             }
-            if rec.state == State::Processing && rec.lease_expiry == LeaseExpiry::Review {
+            // An effect's request may have left under the lost lease (its `sent` is on the
+            // record): a prepared record is then no safer to resend than a processing one.
+            let may_have_sent = rec.state == State::Processing || rec.request.is_some();
+            if may_have_sent && rec.lease_expiry == LeaseExpiry::Review {
                 return to_review(
                     rec,
                     ReviewReason::LeaseExpired,

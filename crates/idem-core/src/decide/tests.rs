@@ -2057,6 +2057,31 @@ fn prepared_payload_survives_a_retryable_failure_and_the_resume_is_prepared() {
 }
 
 #[test]
+fn an_expired_prepared_record_whose_request_was_sent_goes_to_review_never_resends() {
+    let mut h = H::new();
+    h.policy.lease_expiry = LeaseExpiry::Review;
+    let tok = h.acquire();
+    h.prepare(&tok, json!({"draft": "hello"}), false)
+        .expect("prepare");
+    h.sent(&tok).expect("sent");
+    h.advance(DAY_MS / 4);
+    let c = h.claim();
+    assert_eq!(c.outcome, ClaimOutcome::NeedsReview, "never a blind resend");
+    assert_eq!(h.state(), State::NeedsReview);
+
+    // Without a `sent`, an expired prepared record still resumes with its payload.
+    let mut h = H::new();
+    h.policy.lease_expiry = LeaseExpiry::Review;
+    let tok = h.acquire();
+    h.prepare(&tok, json!({"draft": "hello"}), false)
+        .expect("prepare");
+    h.advance(DAY_MS / 4);
+    let c = h.claim();
+    assert_eq!(c.outcome, ClaimOutcome::Acquired);
+    assert_eq!(c.record.expect("record").state, State::Prepared);
+}
+
+#[test]
 fn resolve_retry_of_a_rejected_draft_starts_from_scratch() {
     let (mut h, _) = H::in_state(State::AwaitingApproval);
     h.reject().expect("reject");

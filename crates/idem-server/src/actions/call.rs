@@ -236,7 +236,7 @@ pub async fn call(
     };
     let claimed = effects::claim(st, &nk, &input, fp, guarded.destination_idempotent).await?;
     let (token, record) = match claimed {
-        Claimed::Answered(a) => return Ok(finish(action, &nk, &key, a)),
+        Claimed::Answered(a) => return Ok(finish(action, &nk, &key, *a)),
         Claimed::Acquired { token, record } => (token, record),
     };
     match &record.prepared_payload {
@@ -304,7 +304,7 @@ pub async fn deliver_saved(
     let info = st.ledger.store().namespace(ns).await?;
     let guarded = effects::guard(st, &info.policy, &input, key.as_str()).await?;
     let a = match effects::claim(st, &nk, &input, fp, guarded.destination_idempotent).await? {
-        Claimed::Answered(a) => a,
+        Claimed::Answered(a) => *a,
         Claimed::Acquired { token, .. } => effects::send(st, &nk, token, &input, &guarded).await?,
     };
     crate::metrics::action_call(ns.as_str(), &action.name, a.outcome);

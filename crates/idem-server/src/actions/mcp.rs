@@ -67,6 +67,9 @@ pub struct McpAnswer {
 #[derive(ToSchema)]
 pub struct Object;
 
+/// The largest JSON-RPC integer id (2^53 - 1, what the OpenAPI document states).
+const MAX_ID: f64 = 9_007_199_254_740_991.0;
+
 /// The `_meta` member that carries the revision of a stateless request.
 pub const VERSION_META: &str = "io.modelcontextprotocol/protocolVersion";
 
@@ -159,7 +162,11 @@ async fn handle(
     let id_ok = match &id {
         None => true,
         Some(Value::String(_)) => true,
-        Some(Value::Number(n)) => n.is_i64() || n.is_u64(),
+        // An integer that every client can hold exactly (|id| < 2^53), also when written as
+        // `7.0` (one JSON number, however it is spelled).
+        Some(Value::Number(n)) => n
+            .as_f64()
+            .is_some_and(|f| f.fract() == 0.0 && f.abs() <= MAX_ID),
         Some(_) => false,
     };
     if msg.get("jsonrpc") != Some(&json!("2.0")) || !id_ok {
@@ -252,7 +259,7 @@ async fn handle(
         }
         "tools/call" => match params.and_then(|p| p.get("name")).and_then(Value::as_str) {
             None => Err((-32602, "`params.name` (the tool) is required".to_owned())),
-            Some(name) => match super::load(st, ns, name).await? {
+            Some(name) => match super::cached(st, ns, name).await? {
                 None => Err((-32602, format!("unknown tool: {name}"))),
                 Some(l) => {
                     let p = params.unwrap_or(&Value::Null);

@@ -147,6 +147,64 @@ pub struct Loaded {
     pub updated_at: idem::Timestamp,
 }
 
+/// How long a loaded action is reused by calls.
+pub const ACTION_TTL: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Loaded actions for the call path: each is reused for [`ACTION_TTL`] (its JSON Schema
+/// compiled once, not on every call); [`ActionCache::forget`] drops one at once (a write or a
+/// delete through this instance). A missing action is never cached. Another instance on the
+/// same ledger sees a change within [`ACTION_TTL`].
+#[derive(Default)]
+pub struct ActionCache {
+    entries: std::sync::Mutex<std::collections::HashMap<(String, String), Cached>>,
+    /// Bumped by every `forget`: a load that began before a change is not kept.
+    generation: std::sync::atomic::AtomicU64,
+}
+
+type Cached = (std::time::Instant, std::sync::Arc<Loaded>);
+
+impl ActionCache {
+    fn entries(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<(String, String), Cached>> {
+        self.entries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Drops the cached `ns`/`name` (after a write or a delete).
+    pub fn forget(&self, ns: &str, name: &str) {
+        self.generation
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        self.entries().remove(&(ns.to_owned(), name.to_owned()));
+    }
+}
+
+/// The action `name` of `ns` as loaded at most [`ACTION_TTL`] ago (the call path).
+pub async fn cached(
+    st: &AppState,
+    ns: &Namespace,
+    name: &str,
+) -> ApiResult<Option<std::sync::Arc<Loaded>>> {
+    let cache = &st.actions;
+    let k = (ns.as_str().to_owned(), name.to_owned());
+    if let Some((at, l)) = cache.entries().get(&k) {
+        if at.elapsed() < ACTION_TTL {
+            return Ok(Some(l.clone()));
+        }
+    }
+    let generation = cache.generation.load(std::sync::atomic::Ordering::Acquire);
+    let loaded = load(st, ns, name).await?.map(std::sync::Arc::new);
+    if let Some(l) = &loaded {
+        if cache.generation.load(std::sync::atomic::Ordering::Acquire) == generation {
+            cache
+                .entries()
+                .insert(k, (std::time::Instant::now(), l.clone()));
+        }
+    }
+    Ok(loaded)
+}
+
 /// Reads an action of `ns` from the store (`None` when there is none). A stored document
 /// that no longer reads is a damaged store, never a silent skip.
 pub async fn load(st: &AppState, ns: &Namespace, name: &str) -> ApiResult<Option<Loaded>> {

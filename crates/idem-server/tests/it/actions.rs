@@ -16,10 +16,12 @@ use serde_json::{json, Value};
 
 use idem_testkit::app::*;
 
+/// One request the destination received: path, JSON body, `Authorization` header.
+type Seen = (String, Value, Option<String>);
+
 #[derive(Clone, Default)]
 struct Dest {
-    /// (path, body) of every request received.
-    seen: Arc<Mutex<Vec<(String, Value, Option<String>)>>>,
+    seen: Arc<Mutex<Vec<Seen>>>,
     /// Statuses to answer with, in order (then 201).
     script: Arc<Mutex<VecDeque<u16>>>,
 }
@@ -335,6 +337,24 @@ async fn the_mcp_endpoint_speaks_the_session_and_the_stateless_revisions() {
             .await;
         assert_eq!(bad.status, 400);
         assert_eq!(bad.body["error"]["code"], -32600);
+        let big_id = app
+            .post(
+                "/mcp/shop",
+                json!({"jsonrpc": "2.0", "id": 9_007_199_254_740_992_u64, "method": "ping"}),
+            )
+            .await;
+        assert_eq!(big_id.status, 400, "an id no client holds exactly");
+        let no_method = app
+            .post("/mcp/shop", json!({"jsonrpc": "2.0", "id": 3}))
+            .await;
+        assert_eq!(no_method.status, 400);
+        let response = app
+            .post(
+                "/mcp/shop",
+                json!({"jsonrpc": "2.0", "id": 3, "result": {}}),
+            )
+            .await;
+        assert_eq!(response.status, 202, "a response to the server is accepted");
         let garbage = app.post_raw("/mcp/shop", "{not json").await;
         assert_eq!(garbage.status, 400);
         assert_eq!(garbage.body["error"]["code"], -32700);

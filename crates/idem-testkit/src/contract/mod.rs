@@ -26,6 +26,7 @@ use idem_store::{
     ExecCtx, Executed, Ledger, LedgerError, NamespaceChange, NamespaceInfo, RecordWithEvents, Store,
 };
 
+pub mod action_cases;
 pub mod cases;
 pub mod cost_cases;
 pub mod model;

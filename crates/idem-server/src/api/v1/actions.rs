@@ -282,6 +282,7 @@ pub async fn put_action(
         &body,
     )
     .await?;
+    st.actions.forget(ns.as_str(), &name);
     let l = existing(&st, &ns, &name).await?;
     let status = if created {
         StatusCode::CREATED
@@ -315,7 +316,9 @@ pub async fn delete_action(
 ) -> ApiResult<Response> {
     let ns = ns_of(&ns)?;
     let name = name_of(&name)?;
-    if !st.ledger.store().action_delete(ns.as_str(), &name).await? {
+    let deleted = st.ledger.store().action_delete(ns.as_str(), &name).await;
+    st.actions.forget(ns.as_str(), &name);
+    if !deleted? {
         return Err(ApiError::NotFound(format!(
             "no action named {name:?} in this namespace"
         )));

@@ -639,7 +639,7 @@ pub async fn effect(
     let fp = fingerprint(input.method, &input.url, input.body.as_ref())
         .map_err(|e| ApiError::invalid_field("request.body", e.to_string()))?;
     let answer = match claim(&st, &nk, &input, fp, guarded.destination_idempotent).await? {
-        Claimed::Answered(a) => a,
+        Claimed::Answered(a) => *a,
         Claimed::Acquired { token, .. } => send(&st, &nk, token, &input, &guarded).await?,
     };
     metrics::effect(answer.outcome);
@@ -687,7 +687,7 @@ pub(crate) async fn guard(
 
 /// What the claim of an effect left: an answer (every outcome but `acquired`), or the lease.
 pub(crate) enum Claimed {
-    Answered(Answer),
+    Answered(Box<Answer>),
     Acquired { token: String, record: Box<Record> },
 }
 
@@ -733,7 +733,7 @@ pub(crate) async fn claim(
             reply.record.as_ref(),
             reply.outcome.as_str(),
         );
-        return Ok(Claimed::Answered(claim_answer(reply)));
+        return Ok(Claimed::Answered(Box::new(claim_answer(reply))));
     }
     let token = reply
         .token

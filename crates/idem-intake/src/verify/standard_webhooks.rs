@@ -11,10 +11,7 @@ use super::parts::{any_equal, decode_b64, opt_header, parse_ts};
 use super::{Refusal, Request, VerifyConfig};
 
 /// The `webhook-{name}` header, else `svix-{name}` (Svix's spelling of the same scheme).
-fn sw_header<'h>(
-    headers: &'h http::HeaderMap,
-    name: &str,
-) -> Result<Option<&'h str>, Refusal> {
+fn sw_header<'h>(headers: &'h http::HeaderMap, name: &str) -> Result<Option<&'h str>, Refusal> {
     match opt_header(headers, &format!("webhook-{name}"))? {
         Some(v) => Ok(Some(v)),
         None => opt_header(headers, &format!("svix-{name}")),

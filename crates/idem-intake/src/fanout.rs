@@ -67,9 +67,8 @@ impl Rate {
     /// The smallest spacing between two deliveries, ms (the stricter of both limits, at
     /// least 1).
     pub fn interval_ms(&self) -> i64 {
-        let spacing = |per: Option<u32>, window: u64| {
-            per.map_or(0, |n| window.div_ceil(u64::from(n.max(1))))
-        };
+        let spacing =
+            |per: Option<u32>, window: u64| per.map_or(0, |n| window.div_ceil(u64::from(n.max(1))));
         let ms = spacing(self.per_second, 1000).max(spacing(self.per_minute, 60_000));
         i64::try_from(ms).unwrap_or(i64::MAX).max(1)
     }
@@ -151,7 +150,11 @@ mod tests {
             header: "x-mode".into(),
             values: vec!["live".into()],
         };
-        let dests = [("crm", None), ("receipt", Some(&paid)), ("slack", Some(&live))];
+        let dests = [
+            ("crm", None),
+            ("receipt", Some(&paid)),
+            ("slack", Some(&live)),
+        ];
         let body = br#"{"id":"evt_1","type":"invoice.paid"}"#;
         assert_eq!(
             matching(dests, body, &headers(&[("x-mode", "live")])),

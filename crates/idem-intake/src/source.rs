@@ -908,9 +908,7 @@ fn parse_forward(path: &str, v: &Value) -> Result<(Forward, Option<Option<String
 fn parse_filter(path: &str, v: &Value) -> Result<Filter, SourceError> {
     let o = Obj::new(path, v, &["pointer", "header", "in"])?;
     let values = match o.get("in") {
-        Some(Value::Array(items)) if !items.is_empty() && items.len() <= MAX_FILTER_VALUES => {
-            items
-        }
+        Some(Value::Array(items)) if !items.is_empty() && items.len() <= MAX_FILTER_VALUES => items,
         _ => {
             return Err(o.bad(
                 "in",

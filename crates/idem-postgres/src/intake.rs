@@ -449,9 +449,7 @@ pub(crate) async fn intake_update(store: &PgStore, u: &IntakeUpdate) -> Result<(
     Ok(())
 }
 
-pub(crate) async fn intake_backlog(
-    store: &PgStore,
-) -> Result<Vec<(String, String, u64)>, PgError> {
+pub(crate) async fn intake_backlog(store: &PgStore) -> Result<Vec<(String, String, u64)>, PgError> {
     let client = store.client().await?;
     let rows = client
         .query(

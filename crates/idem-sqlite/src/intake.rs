@@ -301,9 +301,7 @@ pub(crate) fn intake_update(conn: &Connection, u: &IntakeUpdate) -> Result<(), S
     Ok(())
 }
 
-pub(crate) fn intake_backlog(
-    conn: &Connection,
-) -> Result<Vec<(String, String, u64)>, StoreError> {
+pub(crate) fn intake_backlog(conn: &Connection) -> Result<Vec<(String, String, u64)>, StoreError> {
     let mut stmt = conn
         .prepare_cached(
             "SELECT source, COALESCE(destination, 'default'), COUNT(*) FROM intake_events \

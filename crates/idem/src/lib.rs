@@ -75,9 +75,8 @@ pub use idem_store::{
     REVIEW_STATES,
 };
 pub use idem_store::{
-    Delivered, IntakeEventRow, IntakeQuery, IntakeUpdate, NewDelivery, NewIntakeEvent,
-    ReportRider, Rider,
-    SourceDelete, SourceRow, SourceWrite,
+    Delivered, IntakeEventRow, IntakeQuery, IntakeUpdate, NewDelivery, NewIntakeEvent, ReportRider,
+    Rider, SourceDelete, SourceRow, SourceWrite,
 };
 
 #[derive(Debug, thiserror::Error)]

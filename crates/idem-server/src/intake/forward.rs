@@ -42,10 +42,10 @@ use serde_json::json;
 use tokio::sync::{Notify, Semaphore};
 
 use super::receive::ForwardItem;
-use idem_intake::fanout::DEFAULT;
-use idem_intake::source::Forward;
 use super::{LoadedSource, SourceCache};
 use crate::telemetry::TraceHeaders;
+use idem_intake::fanout::DEFAULT;
+use idem_intake::source::Forward;
 use tracing::Instrument;
 
 /// Added to `forward.timeout_ms` for the record's lease of one attempt.
@@ -226,7 +226,10 @@ impl Forwarder {
             let error = Some("source deleted".to_owned());
             return self.finish(&item, OutboxOutcome::Dead { error }).await;
         };
-        let dest = queued.destination.clone().unwrap_or_else(|| DEFAULT.to_owned());
+        let dest = queued
+            .destination
+            .clone()
+            .unwrap_or_else(|| DEFAULT.to_owned());
         let Some(fwd) = src.source.destination(&dest).cloned() else {
             // A destination removed from the source forwards nothing more (its record stays).
             let error = Some("destination removed".to_owned());
@@ -316,8 +319,7 @@ impl Forwarder {
         let row = &event;
         // Each attempt is an `intake.forward` span in the trace of the request that queued the
         // item (a root span for items queued without one), from the send to the report.
-        let span =
-            crate::telemetry::forward_span(&src_name, ns.as_str(), &dest, attempt, &fwd.url);
+        let span = crate::telemetry::forward_span(&src_name, ns.as_str(), &dest, attempt, &fwd.url);
         let trace = crate::telemetry::continue_outbound(
             &span,
             queued.traceparent.as_deref(),

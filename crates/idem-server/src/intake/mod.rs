@@ -202,10 +202,12 @@ async fn newest_forward_secret(
 ) -> Result<Option<AlertSecret>, StoreError> {
     match store.secrets(owner, now).await?.into_iter().next() {
         None => Ok(None),
-        Some(s) => Ok(Some(AlertSecret::parse(s.value.expose()).map_err(|_| {
-            StoreError::Corrupt(format!(
-                "source {name}: stored forward secret is not whsec_"
-            ))
-        })?)),
+        Some(s) => Ok(Some(AlertSecret::parse(s.value.expose()).map_err(
+            |_| {
+                StoreError::Corrupt(format!(
+                    "source {name}: stored forward secret is not whsec_"
+                ))
+            },
+        )?)),
     }
 }

@@ -1120,7 +1120,12 @@ async fn an_event_page_shows_its_destinations_and_replays_one_alone() {
         assert_eq!(c.sign_in(&app.tokens[1]).await.status, 303);
         let page = c.get(&event_page("pay", &key)).await;
         assert_eq!(page.status, 200);
-        for needle in ["Destinations", "evt_1:crm", "evt_1:slack", "Redeliver to slack"] {
+        for needle in [
+            "Destinations",
+            "evt_1:crm",
+            "evt_1:slack",
+            "Redeliver to slack",
+        ] {
             assert!(page.text.contains(needle), "{needle}: {}", page.text);
         }
         let csrf = page.csrf();
@@ -1128,7 +1133,11 @@ async fn an_event_page_shows_its_destinations_and_replays_one_alone() {
         let p = c
             .post(
                 &path,
-                &[("csrf", &csrf), ("note", "slack only"), ("destination", "slack")],
+                &[
+                    ("csrf", &csrf),
+                    ("note", "slack only"),
+                    ("destination", "slack"),
+                ],
             )
             .await;
         assert_eq!(p.status, 303, "{}", p.text);

@@ -32,7 +32,11 @@ fn body(id: &str, kind: &str) -> Vec<u8> {
 async fn states(app: &TestApp, source: &str, key: &str) -> Value {
     let e = event(app, source, key).await;
     let mut m = serde_json::Map::new();
-    for d in e.body["destinations"].as_array().cloned().unwrap_or_default() {
+    for d in e.body["destinations"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+    {
         m.insert(
             d["name"].as_str().unwrap_or_default().to_owned(),
             d["state"].clone(),
@@ -69,7 +73,10 @@ async fn three_destinations_one_failing_is_dead_lettered_and_redelivered_alone()
         assert_eq!(r.body["forwards"]["slack"]["url"], json!(slack.url));
         let r = post_stripe(&app, "pay", SECRET, &body("evt_1", "invoice.paid")).await;
         assert_eq!(r.status, 200, "{}", r.text);
-        assert_eq!(r.body["events"], json!([{"key": "evt_1", "status": "accepted"}]));
+        assert_eq!(
+            r.body["events"],
+            json!([{"key": "evt_1", "status": "accepted"}])
+        );
         let settled = until_states(
             &app,
             "pay",
@@ -109,7 +116,9 @@ async fn three_destinations_one_failing_is_dead_lettered_and_redelivered_alone()
             "{m}"
         );
         assert!(
-            m.contains(r#"idem_deliveries_total{source="pay",destination="crm",result="delivered"}"#),
+            m.contains(
+                r#"idem_deliveries_total{source="pay",destination="crm",result="delivered"}"#
+            ),
             "{m}"
         );
 
@@ -189,8 +198,7 @@ async fn a_filter_sends_an_event_to_its_destinations_only() {
         let receipt = Sink::start(vec![]).await;
         let mut doc = three(&crm.url, &receipt.url, &crm.url);
         doc["forwards"]["receipt"]["filter"] = json!({"pointer": "/type", "in": ["invoice.paid"]});
-        doc["forwards"]["crm"]["filter"] =
-            json!({"pointer": "/type", "in": ["customer.created"]});
+        doc["forwards"]["crm"]["filter"] = json!({"pointer": "/type", "in": ["customer.created"]});
         doc["forwards"]["slack"]["filter"] = json!({"header": "X-Mode", "in": ["live"]});
         let r = put_source(&app, "pay", &doc).await;
         assert_eq!(r.status, 201, "{}", r.text);
@@ -302,16 +310,32 @@ async fn a_forward_only_source_keeps_its_keys_and_records_when_it_gains_destinat
 #[tokio::test]
 async fn bad_destinations_are_refused_with_the_field_and_write_nothing() {
     let app = spawn_on(backends()[0]).await;
-    let doc = three("http://127.0.0.1:9/a", "http://127.0.0.1:9/b", "http://127.0.0.1:9/c");
+    let doc = three(
+        "http://127.0.0.1:9/a",
+        "http://127.0.0.1:9/b",
+        "http://127.0.0.1:9/c",
+    );
     let cases = [
-        (json!({"forwards": {"Bad Name": {"url": "http://x/"}}}), 422, "forwards.Bad Name"),
-        (json!({"forwards": {"crm": {"url": "http://x/", "rate": {}}}}), 422, "forwards.crm.rate"),
+        (
+            json!({"forwards": {"Bad Name": {"url": "http://x/"}}}),
+            422,
+            "forwards.Bad Name",
+        ),
+        (
+            json!({"forwards": {"crm": {"url": "http://x/", "rate": {}}}}),
+            422,
+            "forwards.crm.rate",
+        ),
         (
             json!({"forwards": {"crm": {"url": "http://x/", "filter": {"pointer": "/t"}}}}),
             422,
             "forwards.crm.filter.in",
         ),
-        (json!({"forwards": {"crm": {"url": "http://x/", "nope": 1}}}), 400, "forwards.crm.nope"),
+        (
+            json!({"forwards": {"crm": {"url": "http://x/", "nope": 1}}}),
+            400,
+            "forwards.crm.nope",
+        ),
         (json!({"forwards": {}}), 422, "forward"),
     ];
     for (patch, status, field) in cases {
@@ -412,7 +436,10 @@ async fn a_paced_destination_keeps_its_rate_across_instances() {
             1 + usize::from(b.is_some()),
             span.as_secs_f64()
         );
-        assert!(most_in_a_second <= 5 + 1, "{most_in_a_second} in one second");
+        assert!(
+            most_in_a_second <= 5 + 1,
+            "{most_in_a_second} in one second"
+        );
         let mut keys = keys(&sink);
         keys.sort();
         keys.dedup();

@@ -170,7 +170,12 @@ async fn delete(app: &TestApp, path: &str) -> Resp {
 }
 
 /// POSTs raw bytes to `/in/{source}` with these headers (no bearer token).
-pub(crate) async fn post_in(app: &TestApp, source: &str, body: &[u8], headers: &[(String, String)]) -> Resp {
+pub(crate) async fn post_in(
+    app: &TestApp,
+    source: &str,
+    body: &[u8],
+    headers: &[(String, String)],
+) -> Resp {
     let mut req = app
         .http
         .post(format!("{}/in/{source}", app.base))

@@ -312,7 +312,6 @@ fn a_rider_reaches_only_the_step_that_creates_the_record() {
     let mut b = Script {
         record: Some(record()),
         ..Script::default()
-        deliveries: vec![],
     };
     let ran = run_ready(execute(&mut b, &ns(), &key(), &claim(), &ctx, 1)).expect("ran");
     assert_eq!(b.persists, 1);

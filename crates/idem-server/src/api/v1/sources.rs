@@ -28,10 +28,10 @@ use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult};
 use crate::input::JsonBody;
 use crate::intake::receive::ForwardItem;
-use idem_intake::fanout::{delivery_key, DEFAULT};
 use crate::intake::{load, LoadedSource};
 use crate::routes::{r, Route};
 use crate::state::AppState;
+use idem_intake::fanout::{delivery_key, DEFAULT};
 
 /// The routes of this file.
 pub fn routes() -> Vec<Route> {
@@ -863,8 +863,7 @@ pub async fn redeliver_many(
             };
             // An event row delivers under its own key only to `default`; its other
             // destinations are rows of their own in this list.
-            if row.event_key.is_none() && !row.destination_names().iter().any(|n| n == DEFAULT)
-            {
+            if row.event_key.is_none() && !row.destination_names().iter().any(|n| n == DEFAULT) {
                 continue;
             }
             let dest = row.destination_name();

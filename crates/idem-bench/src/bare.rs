@@ -93,6 +93,7 @@ pub async fn run(
                 | Workload::Effect256k
                 | Workload::EffectTls
                 | Workload::Intake
+                | Workload::IntakeFanout3
                 | Workload::IntakeDuplicate => {
                     anyhow::bail!("effect and intake workloads run over HTTP only")
                 }
@@ -154,6 +155,7 @@ pub async fn run(
                 | Workload::Effect256k
                 | Workload::EffectTls
                 | Workload::Intake
+                | Workload::IntakeFanout3
                 | Workload::IntakeDuplicate => {
                     anyhow::bail!("effect and intake workloads run over HTTP only")
                 }

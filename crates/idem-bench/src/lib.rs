@@ -123,6 +123,9 @@ pub enum Workload {
     Effect256k,
     EffectTls,
     Intake,
+    /// First-time events of a source with three destinations (three deliveries each).
+    #[serde(rename = "intake_fanout3")]
+    IntakeFanout3,
     IntakeDuplicate,
 }
 
@@ -135,6 +138,7 @@ impl Workload {
             Workload::Effect256k => "effect_256k",
             Workload::EffectTls => "effect_tls",
             Workload::Intake => "intake",
+            Workload::IntakeFanout3 => "intake_fanout3",
             Workload::IntakeDuplicate => "intake_duplicate",
         }
     }
@@ -143,9 +147,11 @@ impl Workload {
     /// effects and first-time intake events, duplicate claims for duplicate events.
     pub fn claims_row(self) -> Option<Workload> {
         match self {
-            Workload::Effect | Workload::Effect256k | Workload::EffectTls | Workload::Intake => {
-                Some(Workload::FirstTimePair)
-            }
+            Workload::Effect
+            | Workload::Effect256k
+            | Workload::EffectTls
+            | Workload::Intake
+            | Workload::IntakeFanout3 => Some(Workload::FirstTimePair),
             Workload::IntakeDuplicate => Some(Workload::Duplicate),
             Workload::FirstTimePair | Workload::Duplicate => None,
         }
@@ -159,6 +165,7 @@ impl Workload {
             Workload::FirstTimePair
             | Workload::Duplicate
             | Workload::Intake
+            | Workload::IntakeFanout3
             | Workload::IntakeDuplicate => None,
         }
     }
@@ -171,7 +178,9 @@ impl Workload {
             Workload::Effect | Workload::Effect256k | Workload::EffectTls => {
                 matches!(mode, Mode::Http | Mode::Direct)
             }
-            Workload::Intake | Workload::IntakeDuplicate => mode == Mode::Http,
+            Workload::Intake | Workload::IntakeFanout3 | Workload::IntakeDuplicate => {
+                mode == Mode::Http
+            }
             Workload::FirstTimePair | Workload::Duplicate => mode != Mode::Direct,
         }
     }
@@ -663,6 +672,7 @@ async fn run_library(
         | Workload::Effect256k
         | Workload::EffectTls
         | Workload::Intake
+        | Workload::IntakeFanout3
         | Workload::IntakeDuplicate => {
             anyhow::bail!("effect and intake workloads run over HTTP only")
         }
@@ -995,13 +1005,22 @@ impl http::ClientOp for IntakeDuplicates {
     }
 }
 
-/// Creates the intake source on `server`, forwarding to `sink`.
-async fn intake_source(server: &ServerProcess, sink: &dest::Destination) -> anyhow::Result<()> {
-    let source = serde_json::json!({
+/// Creates the intake source on `server`, forwarding to `sink`: `forward` alone, or with
+/// `fanout` two more destinations on the same sink (three deliveries per event).
+async fn intake_source(
+    server: &ServerProcess,
+    sink: &dest::Destination,
+    fanout: bool,
+) -> anyhow::Result<()> {
+    let url = format!("http://{}/webhook", sink.addr);
+    let mut source = serde_json::json!({
         "provider": "stripe",
         "secrets": [INTAKE_SECRET],
-        "forward": {"url": format!("http://{}/webhook", sink.addr)},
+        "forward": {"url": url},
     });
+    if fanout {
+        source["forwards"] = serde_json::json!({"crm": {"url": url}, "slack": {"url": url}});
+    }
     http::put(
         &server.target,
         &format!("/v1/sources/{INTAKE_SOURCE}"),
@@ -1129,11 +1148,11 @@ async fn run_http(
                 let body = http::effect_body(&url)?;
                 HttpOp::Effects(HttpEffects { run_id, body }, d)
             }
-            Workload::Intake | Workload::IntakeDuplicate => {
+            Workload::Intake | Workload::IntakeFanout3 | Workload::IntakeDuplicate => {
                 let sink = dest::Destination::start(dest::json_of_size(24)).await?;
-                intake_source(&server, &sink).await?;
+                intake_source(&server, &sink, workload == Workload::IntakeFanout3).await?;
                 let uri = hyper::Uri::try_from(format!("/in/{INTAKE_SOURCE}"))?;
-                if workload == Workload::Intake {
+                if workload != Workload::IntakeDuplicate {
                     HttpOp::Intake(IntakeEvents { run_id, uri }, sink)
                 } else {
                     let bodies: Vec<bytes::Bytes> = (0..opts.duplicate_keys.max(1))

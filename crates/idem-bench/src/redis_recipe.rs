@@ -255,6 +255,7 @@ pub async fn run(
         | Workload::Effect256k
         | Workload::EffectTls
         | Workload::Intake
+        | Workload::IntakeFanout3
         | Workload::IntakeDuplicate => {
             anyhow::bail!("the redis rows run the claim workloads only")
         }

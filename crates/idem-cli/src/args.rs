@@ -259,8 +259,9 @@ pub struct BenchCmd {
     )]
     pub redis_server: PathBuf,
     /// Workloads, comma-separated: first_time_pair, duplicate, effect, effect_256k,
-    /// effect_tls (to an HTTPS destination), intake, intake_duplicate (effects run in the http
-    /// and direct modes only, intake in http only).
+    /// effect_tls (to an HTTPS destination), intake, intake_fanout3 (events of a source with
+    /// three destinations), intake_duplicate (effects run in the http and direct modes only,
+    /// intake in http only).
     #[arg(
         long,
         value_name = "LIST",

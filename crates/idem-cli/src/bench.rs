@@ -49,10 +49,11 @@ fn parse_workloads(v: &[String]) -> Result<Vec<Workload>, CliError> {
             "effect_256k" => Ok(Workload::Effect256k),
             "effect_tls" => Ok(Workload::EffectTls),
             "intake" => Ok(Workload::Intake),
+            "intake_fanout3" => Ok(Workload::IntakeFanout3),
             "intake_duplicate" => Ok(Workload::IntakeDuplicate),
             other => Err(CliError::input(format!(
                 "unknown workload {other:?} (first_time_pair, duplicate, effect, effect_256k, \
-                 effect_tls, intake, intake_duplicate)"
+                 effect_tls, intake, intake_fanout3, intake_duplicate)"
             ))),
         })
         .collect()

@@ -33,6 +33,8 @@ mod read_ops;
 mod readers;
 mod rows;
 mod schema;
+
+pub use schema::latest_version as schema_version;
 mod secrets;
 mod write_ops;
 mod writer;

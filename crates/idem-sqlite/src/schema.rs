@@ -357,7 +357,7 @@ UPDATE namespaces SET policy = json_remove(policy, '$.alert_secret')
 "#;
 
 /// The schema version this build writes.
-pub(crate) fn latest_version() -> i64 {
+pub fn latest_version() -> i64 {
     MIGRATIONS.len() as i64
 }
 

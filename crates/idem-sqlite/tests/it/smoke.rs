@@ -446,7 +446,7 @@ async fn reopen_keeps_records_events_namespaces_tokens_and_schema() {
     let version: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .expect("user_version");
-    assert_eq!(version, 16);
+    assert_eq!(version, idem_sqlite::schema_version());
     let mode: String = conn
         .query_row("PRAGMA journal_mode", [], |r| r.get(0))
         .expect("journal_mode");

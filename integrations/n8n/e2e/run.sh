@@ -3,7 +3,9 @@
 #
 #   bash integrations/n8n/e2e/run.sh
 #
-# 1. installs n8n (pinned, 2.8.4) into ${IDEM_N8N_CACHE:-~/.cache/idem-n8n} once (≈ 5–8 min);
+# 1. installs n8n (IDEM_N8N_VERSION, default 2.8.4) into ${IDEM_N8N_CACHE:-~/.cache/idem-n8n}
+#    once (≈ 5–8 min); the newest 2.x needs Node 24 first on PATH (ci.sh takes it from
+#    node24.sh: PATH="$(bash e2e/node24.sh):$PATH" IDEM_N8N_VERSION=2.41.1 bash e2e/run.sh);
 # 2. builds the community node (integrations/n8n/node) and installs it into a temp n8n user folder;
 # 3. starts idem (IDEM_BIN, default target/release/idem, then target/debug/idem) on a free
 #    loopback port with a temp SQLite file and a worker token, and a counting sink;
@@ -328,7 +330,9 @@ if rest -o "$WORK/owner.json" -d '{"email":"e2e@example.com","firstName":"Idem",
 	"$N8N_REST/owner/setup"; then
 	cred_test() { # TOKEN → n8n's status ("OK" or "Error") and message
 		local body
-		body="$(node -e 'console.log(JSON.stringify({ credentials: { name: "idem test", type: "idemApi", data: { baseUrl: process.argv[1], token: process.argv[2] } } }))' "$IDEM_URL" "$1")"
+		# The stored credential's id with the data to test in its place (n8n 2.41 requires the
+		# id; 2.8.4 looks the stored credential up by it too).
+		body="$(node -e 'console.log(JSON.stringify({ credentials: { id: "idemNodeCredent1", name: "idem test", type: "idemApi", data: { baseUrl: process.argv[1], token: process.argv[2] } } }))' "$IDEM_URL" "$1")"
 		rest -d "$body" "$N8N_REST/credentials/test" >"$WORK/credtest.json" || true
 		json "$WORK/credtest.json" '(d.data ? d.data.status + ": " + d.data.message : JSON.stringify(d))'
 	}
@@ -641,9 +645,10 @@ stripe_headers() {
 		"$(node -e 'console.log(JSON.stringify({ provider: "stripe", secret: process.argv[1], timestamp_ms: Date.now() }))' "$1")"
 }
 # executions STATUS: how many executions of the intake template n8n holds (STATUS: all, success,
-# error), read through n8n's UI API with the owner's session; -999 when it cannot be read.
+# error), read through n8n's UI API with the owner's session (at most 100, the newest n8n's
+# limit; the test makes fewer); -999 when it cannot be read.
 executions() {
-	rest -G --data-urlencode "filter={\"workflowId\":\"$INTAKE_ID\"}" --data-urlencode limit=250 \
+	rest -G --data-urlencode "filter={\"workflowId\":\"$INTAKE_ID\"}" --data-urlencode limit=100 \
 		"$N8N_REST/executions" >"$WORK/executions.json" 2>/dev/null || {
 		echo -999
 		return

@@ -98,7 +98,13 @@ wait_for() {
 }
 json() { node -e 'const d=JSON.parse(require("fs").readFileSync(process.argv[1],"utf8"));const v=('"$2"');process.stdout.write(typeof v==="string"?v:JSON.stringify(v))' "$1"; }
 
-for c in node npm curl setsid psql redis-server; do command -v "$c" >/dev/null || die "$c is not installed"; done
+# redis-server from the distribution when it is missing (CI runs as root on Debian).
+if ! command -v redis-server >/dev/null && command -v apt-get >/dev/null && [[ "$(id -u)" == 0 ]]; then
+	log "installing redis-server (apt-get)"
+	{ apt-get install -y -qq --no-install-recommends redis-server ||
+		{ apt-get update -qq && apt-get install -y -qq --no-install-recommends redis-server; }; } >/dev/null 2>&1 || true
+fi
+for c in node npm curl setsid psql redis-server redis-cli; do command -v "$c" >/dev/null || die "$c is not installed"; done
 
 # ---------------------------------------------------------------- n8n, the node, idem
 IDEM_N8N_VERSION="$N8N_VERSION" IDEM_N8N_CACHE="$CACHE" bash "$E2E/install-n8n.sh" >/dev/null || die "n8n install failed"

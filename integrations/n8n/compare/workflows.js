@@ -255,7 +255,7 @@ W.staticdata = workflow(
 	chain(['Webhook', 'Seen before?', 'Crash point', 'Side effect']),
 );
 
-// 4. Redis. The Redis node's Set has no NX flag (n8n 2.8.4); its Increment (INCR, then
+// 4. Redis. The Redis node's Set has no NX flag (n8n 2.8.4, 2.41.1); its Increment (INCR, then
 //    EXPIRE) is the atomic first-writer test the node offers: the caller that reads 1 acts.
 W.redis = workflow(
 	'cmpRedisIncr0001',

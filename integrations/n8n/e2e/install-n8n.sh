@@ -2,7 +2,8 @@
 # Installs n8n (pinned) from npm into a cache folder OUTSIDE the clone, once.
 # Later runs find the stamp file and return at once.
 #
-# Facts this follows (see shared n8n-facts): with Node 20 the newest n8n that runs is 2.8.4;
+# Facts this follows: with Node 20 the newest n8n that runs is 2.8.4; the newest 2.x needs
+# Node 24 (put node24.sh's folder first on PATH; the Node headers then come from that package);
 # n8n-nodes-base's xlsx dependency points at an unreachable CDN (override to 0.18.5 from npm);
 # several install scripts download from the internet, so install with --ignore-scripts and
 # build the one native module n8n needs (sqlite3) with npm's own node-gyp afterwards.

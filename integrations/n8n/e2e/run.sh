@@ -3,7 +3,9 @@
 #
 #   bash integrations/n8n/e2e/run.sh
 #
-# 1. installs n8n (pinned, 2.8.4) into ${IDEM_N8N_CACHE:-~/.cache/idem-n8n} once (≈ 5–8 min);
+# 1. installs n8n (IDEM_N8N_VERSION, default 2.8.4) into ${IDEM_N8N_CACHE:-~/.cache/idem-n8n}
+#    once (≈ 5–8 min); the newest 2.x needs Node 24 first on PATH (ci.sh takes it from
+#    node24.sh: PATH="$(bash e2e/node24.sh):$PATH" IDEM_N8N_VERSION=2.41.1 bash e2e/run.sh);
 # 2. builds the community node (integrations/n8n/node) and installs it into a temp n8n user folder;
 # 3. starts idem (IDEM_BIN, default target/release/idem, then target/debug/idem) on a free
 #    loopback port with a temp SQLite file and a worker token, and a counting sink;
@@ -215,16 +217,18 @@ cp -R "$N8N_INT/node/dist" "$PKG_DIR/dist"
 printf '{"name":"installed-nodes","private":true,"dependencies":{"n8n-nodes-idem":"file:./node_modules/n8n-nodes-idem"}}\n' \
 	>"$N8N_USER_FOLDER/.n8n/nodes/package.json"
 
+# The Idem Intake Trigger's forward secret (Standard Webhooks form), in the node's credential.
+TRIGGER_SECRET="whsec_$(node -e 'process.stdout.write(require("crypto").randomBytes(32).toString("base64"))')"
 node -e '
-const [url, token, operator] = process.argv.slice(1);
+const [url, token, operator, forwardSecret] = process.argv.slice(1);
 console.log(JSON.stringify([
   { id: "idemWorkerToken1", name: "idem worker token", type: "httpHeaderAuth",
     data: { name: "Authorization", value: "Bearer " + token } },
   { id: "idemOperatorTok1", name: "idem operator token", type: "httpHeaderAuth",
     data: { name: "Authorization", value: "Bearer " + operator } },
   { id: "idemNodeCredent1", name: "idem", type: "idemApi",
-    data: { baseUrl: url, token } },
-]));' "$IDEM_URL" "$TOKEN" "$OPERATOR_TOKEN" >"$WORK/credentials.json"
+    data: { baseUrl: url, token, forwardSecret } },
+]));' "$IDEM_URL" "$TOKEN" "$OPERATOR_TOKEN" "$TRIGGER_SECRET" >"$WORK/credentials.json"
 
 STOCK_WF="$N8N_INT/templates/stripe-webhook-crm-receipt.json"
 ERR_WF="$N8N_INT/templates/error-branch-fail-classify.json"
@@ -236,6 +240,7 @@ EFF_WF="$N8N_INT/templates/stripe-charge-via-effect.json"
 NODE_EFF_WF="$N8N_INT/node/examples/stripe-charge-effect-node.json"
 NODE_DERIVE_WF="$N8N_INT/node/examples/derive-key-single-output-node.json"
 INTAKE_WF="$N8N_INT/templates/intake-forward-gate-effects.json"
+NODE_INTAKE_WF="$N8N_INT/node/examples/intake-trigger-node.json"
 STOCK_ID="$(json "$STOCK_WF" d.id)"
 ERR_ID="$(json "$ERR_WF" d.id)"
 AI_ID="$(json "$AI_WF" d.id)"
@@ -244,6 +249,7 @@ NODE_ID="$(json "$NODE_WF" d.id)"
 EFF_ID="$(json "$EFF_WF" d.id)"
 NODE_EFF_ID="$(json "$NODE_EFF_WF" d.id)"
 NODE_DERIVE_ID="$(json "$NODE_DERIVE_WF" d.id)"
+NODE_INTAKE_ID="$(json "$NODE_INTAKE_WF" d.id)"
 INTAKE_ID="$(json "$INTAKE_WF" d.id)"
 # The intake source's secrets: the provider's (Stripe's form) and the forward's (Standard
 # Webhooks: whsec_ + base64 of 32 random bytes), which the template checks.
@@ -253,12 +259,12 @@ FORWARD_SECRET="whsec_$(node -e 'process.stdout.write(require("crypto").randomBy
 log "n8n: importing credentials and workflows (n8n stopped)"
 "$N8N_BIN" import:credentials --input="$WORK/credentials.json" >>"$WORK/n8n-cli.log" 2>&1 ||
 	abort "n8n import:credentials failed (see $WORK/n8n-cli.log)"
-for wf in "$STOCK_WF" "$ERR_WF" "$AI_WF" "$FAN_WF" "$CRON_WF" "$NODE_WF" "$EFF_WF" "$NODE_EFF_WF" "$NODE_DERIVE_WF" "$INTAKE_WF"; do
+for wf in "$STOCK_WF" "$ERR_WF" "$AI_WF" "$FAN_WF" "$CRON_WF" "$NODE_WF" "$EFF_WF" "$NODE_EFF_WF" "$NODE_DERIVE_WF" "$INTAKE_WF" "$NODE_INTAKE_WF"; do
 	"$N8N_BIN" import:workflow --input="$wf" >>"$WORK/n8n-cli.log" 2>&1 ||
 		abort "n8n import:workflow $(basename "$wf") failed (see $WORK/n8n-cli.log)"
 done
-pass "workflows import without edits (all 7 stock templates + the 3 community-node examples)"
-for id in "$STOCK_ID" "$ERR_ID" "$AI_ID" "$FAN_ID" "$NODE_ID" "$EFF_ID" "$NODE_EFF_ID" "$NODE_DERIVE_ID" "$INTAKE_ID"; do
+pass "workflows import without edits (all 7 stock templates + the 4 community-node examples)"
+for id in "$STOCK_ID" "$ERR_ID" "$AI_ID" "$FAN_ID" "$NODE_ID" "$EFF_ID" "$NODE_EFF_ID" "$NODE_DERIVE_ID" "$INTAKE_ID" "$NODE_INTAKE_ID"; do
 	"$N8N_BIN" publish:workflow --id="$id" >>"$WORK/n8n-cli.log" 2>&1 ||
 		abort "n8n publish:workflow --id=$id failed (see $WORK/n8n-cli.log)"
 done
@@ -294,6 +300,8 @@ wait_for 60 "webhook idem-node-derive-refund" webhook_live idem-node-derive-refu
 	abort "n8n did not register the Derive Key example's webhook within 60 s"
 wait_for 60 "webhook idem-intake-events" webhook_live idem-intake-events ||
 	abort "n8n did not register the intake template's webhook within 60 s"
+wait_for 60 "webhook idem-node-intake" webhook_live idem-node-intake ||
+	abort "n8n did not register the Idem Intake Trigger example's webhook within 60 s"
 pass "n8n $N8N_VERSION started headless; the production webhooks are registered"
 
 if grep -q 'n8n-nodes-idem' "$WORK/n8n.log" && grep -qiE 'error.*n8n-nodes-idem|n8n-nodes-idem.*error' "$WORK/n8n.log"; then
@@ -328,7 +336,9 @@ if rest -o "$WORK/owner.json" -d '{"email":"e2e@example.com","firstName":"Idem",
 	"$N8N_REST/owner/setup"; then
 	cred_test() { # TOKEN → n8n's status ("OK" or "Error") and message
 		local body
-		body="$(node -e 'console.log(JSON.stringify({ credentials: { name: "idem test", type: "idemApi", data: { baseUrl: process.argv[1], token: process.argv[2] } } }))' "$IDEM_URL" "$1")"
+		# The stored credential's id with the data to test in its place (n8n 2.41 requires the
+		# id; 2.8.4 looks the stored credential up by it too).
+		body="$(node -e 'console.log(JSON.stringify({ credentials: { id: "idemNodeCredent1", name: "idem test", type: "idemApi", data: { baseUrl: process.argv[1], token: process.argv[2] } } }))' "$IDEM_URL" "$1")"
 		rest -d "$body" "$N8N_REST/credentials/test" >"$WORK/credtest.json" || true
 		json "$WORK/credtest.json" '(d.data ? d.data.status + ": " + d.data.message : JSON.stringify(d))'
 	}
@@ -640,10 +650,12 @@ stripe_headers() {
 	printf '%s' "$2" | "$SIGNERS/venv/bin/python" "$SIGN_PY" \
 		"$(node -e 'console.log(JSON.stringify({ provider: "stripe", secret: process.argv[1], timestamp_ms: Date.now() }))' "$1")"
 }
-# executions STATUS: how many executions of the intake template n8n holds (STATUS: all, success,
-# error), read through n8n's UI API with the owner's session; -999 when it cannot be read.
+# executions STATUS [WORKFLOW_ID]: how many executions of the intake template (or the given
+# workflow) n8n holds (STATUS: all, success,
+# error), read through n8n's UI API with the owner's session (at most 100, the newest n8n's
+# limit; the test makes fewer); -999 when it cannot be read.
 executions() {
-	rest -G --data-urlencode "filter={\"workflowId\":\"$INTAKE_ID\"}" --data-urlencode limit=250 \
+	rest -G --data-urlencode "filter={\"workflowId\":\"${2:-$INTAKE_ID}\"}" --data-urlencode limit=100 \
 		"$N8N_REST/executions" >"$WORK/executions.json" 2>/dev/null || {
 		echo -999
 		return
@@ -752,6 +764,77 @@ else
 	fail "intake: after the bad signature idem holds [$bad] (want http 404), effects [$n] (want 0,0,0,0), executions $exec1 → $exec2 (want one more: the direct forgery, refused for an invalid idem forward signature: [$why]), failed $err1 → $err2 (want no more), n8n answered the forgery [$got] (want 401)"
 fi
 
+# 6d. The Idem Intake Trigger (community node) as the receiving end: a second source forwards,
+#     signed with the credential's Forward Secret, to the node example (trigger → claim →
+#     effect → complete). The provider side is a generic HMAC (the event id at /id).
+NODE_SRC=node-intake
+NODE_IN="$IDEM_URL/in/$NODE_SRC"
+NODE_FWD="http://127.0.0.1:$N8N_PORT/webhook/idem-node-intake"
+NODE_HMAC="hmac-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"
+SRC_DOC="$(node -e 'console.log(JSON.stringify({ provider: "hmac", namespace: process.argv[1],
+  hmac: { header: "X-Signature", algorithm: "sha256", encoding: "hex" }, event_id: { pointer: "/id" },
+  forward: { url: process.argv[2], timeout_ms: 15000, retry: { max_attempts: 200, base_ms: 250, max_ms: 2000 } } }))' \
+	"$NODE_SRC" "$NODE_FWD")"
+if NODE_HMAC="$NODE_HMAC" TRIGGER_SECRET="$TRIGGER_SECRET" "$IDEM_BIN" source put "$NODE_SRC" \
+	--url "$IDEM_URL" --token "$ADMIN_TOKEN" --json "$SRC_DOC" \
+	--secret-env NODE_HMAC --forward-secret-env TRIGGER_SECRET --raw >"$WORK/node-source.json" 2>"$WORK/node-source.err"; then
+	pass "trigger: idem source put $NODE_SRC (forward to the Idem Intake Trigger's production webhook, signed)"
+else
+	fail "trigger: idem source put $NODE_SRC failed: $(head -c 300 "$WORK/node-source.err")"
+fi
+# node_post ID: the event {id} posted to the source, signed the provider's way, 1 time or $2.
+node_post() {
+	local body hdrs
+	body="{\"id\":\"$1\",\"type\":\"invoice.paid\",\"amount\":4200}"
+	hdrs="$(node -e 'const c=require("crypto");console.log(JSON.stringify([["x-signature",c.createHmac("sha256",process.argv[1]).update(process.argv[2]).digest("hex")]]))' "$NODE_HMAC" "$body")"
+	node "$HERE/fire.js" "$NODE_IN" "$body" "${2:-1}" 30000 "$hdrs"
+}
+node_effects() { # ID → POSTs at the sink under the example's key {event key}:effect
+	curl -fsS --max-time 10 "$SINK_URL/counts" | node -e 'let s="";process.stdin.on("data",c=>s+=c).on("end",()=>console.log(JSON.parse(s)[process.argv[1]+":effect"]||0))' "$1"
+}
+node_event() { # ID EXPR → EXPR over idem's read of the node-intake event
+	curl -sS --max-time 10 -H "Authorization: Bearer $OPERATOR_TOKEN" "$IDEM_URL/v1/sources/$NODE_SRC/events/$1" -o "$WORK/node-event.json" 2>/dev/null &&
+		json "$WORK/node-event.json" "$2" 2>/dev/null || echo "unreadable"
+}
+NX0="$(executions all "$NODE_INTAKE_ID")"
+NEVT="evt_e2e_trigger_$(date +%s)_$RANDOM"
+node_post "$NEVT" 5 >"$WORK/node.burst.json"
+got="$(json "$WORK/node.burst.json" 'd.map(r => r.status + ":" + (r.body && r.body.events ? r.body.events.map(e => e.status).join("+") : r.body && r.body.code)).sort().join(" ")')"
+node_done() { [[ "$(node_effects "$NEVT")" == 1 && "$(node_event "$NEVT" 'd.record.state')" == completed ]]; }
+if [[ "$got" == "200:accepted 200:duplicate 200:duplicate 200:duplicate 200:duplicate" ]] && wait_for 60 "trigger: $NEVT delivered" node_done; then
+	sleep 2
+	n="$(node_effects "$NEVT")"
+	st="$(node_event "$NEVT" 'd.record.state + " " + d.attempts.map(a => a.attempt + ":" + a.status).join(",")')"
+	if [[ "$n" == 1 && "$st" == "completed 1:200" ]]; then
+		pass "trigger: 5 concurrent deliveries → one forward, verified by the Idem Intake Trigger, answered 200 once the workflow ran; the effect once"
+	else
+		fail "trigger: effects [$n] (want 1), idem [$st] (want completed 1:200)"
+	fi
+else
+	fail "trigger: deliveries answered [$got]; effects [$(node_effects "$NEVT")], idem [$(node_event "$NEVT" 'd.record.state + " " + JSON.stringify(d.attempts)')]"
+fi
+NX1="$(executions all "$NODE_INTAKE_ID")"
+NOK1="$(executions success "$NODE_INTAKE_ID")"
+if [[ "$NX0" -ge 0 && "$NX1" == "$((NX0 + 1))" && "$NOK1" == "$NX1" ]]; then
+	pass "trigger: one successful n8n execution for the event"
+else
+	fail "trigger: executions of the trigger example went $NX0 → $NX1 ($NOK1 successful; want one more, successful)"
+fi
+# A forward idem did not sign (another secret), sent straight to the trigger: 401, no execution.
+FBODY="{\"id\":\"evt_e2e_trigger_forged\",\"amount\":1}"
+FHDRS="$(node -e 'const c=require("crypto");const id="evt_e2e_trigger_forged",ts=Math.floor(Date.now()/1000);
+const mac=c.createHmac("sha256",c.randomBytes(32)).update(id+"."+ts+"."+process.argv[1]).digest("base64");
+console.log(JSON.stringify([["webhook-id",id],["webhook-timestamp",String(ts)],["webhook-signature","v1,"+mac],["idem-key",id],["idem-attempt","1"]]))' "$FBODY")"
+node "$HERE/fire.js" "$NODE_FWD" "$FBODY" 1 30000 "$FHDRS" >"$WORK/node.forged.json"
+sleep 2
+got="$(json "$WORK/node.forged.json" 'd.map(r => r.status + ":" + (r.body && r.body.code)).join(" ")')"
+NX2="$(executions all "$NODE_INTAKE_ID")"
+if [[ "$got" == "401:invalid_signature" && "$NX2" == "$NX1" && "$(node_effects evt_e2e_trigger_forged)" == 0 ]]; then
+	pass "trigger: a forward signed with another secret is refused 401 by the node and starts no execution"
+else
+	fail "trigger: the forgery answered [$got] (want 401:invalid_signature), executions $NX1 → $NX2 (want no more), effects $(node_effects evt_e2e_trigger_forged)"
+fi
+
 # 6c. n8n down: events keep being acked and kept; the forwards fail and back off; once n8n is
 #     back every event arrives, each effect exactly once.
 stop_pid "$N8N_PID"
@@ -769,6 +852,9 @@ for i in 1 2 3; do
 	node "$HERE/fire.js" "$INTAKE_IN" "$BODY" "$reps" 30000 "$HDRS" >"$WORK/intake.outage.json"
 	got+="$(json "$WORK/intake.outage.json" 'd.map(r => r.status + ":" + (r.body && r.body.events ? r.body.events.map(e => e.status).join("+") : r.body && r.body.code)).sort().join(" ")') "
 done
+# The trigger's source too: two events while n8n is down.
+NODE_OUT=("evt_e2e_trigger_outage_$(date +%s)_${RANDOM}_1" "evt_e2e_trigger_outage_$(date +%s)_${RANDOM}_2")
+for e in "${NODE_OUT[@]}"; do node_post "$e" >>"$WORK/node.outage.json"; done
 if [[ "$got" == "200:accepted 200:duplicate 200:accepted 200:accepted " ]]; then
 	pass "intake outage: 3 events (one sent twice) acked 200 while n8n is down"
 else
@@ -804,6 +890,20 @@ if wait_for 240 "n8n restarted: webhook idem-intake-events" webhook_live idem-in
 			pass "intake outage: $e arrived after n8n was back, each effect once (delivered by attempt $(source_event "$e" 'd.attempts.length'))"
 		else
 			fail "intake outage: $e effects crm,notify [$n] (want 1,1), idem [$st] (want completed, one 2xx attempt)"
+		fi
+	done
+	node_arrived() {
+		local e
+		for e in "${NODE_OUT[@]}"; do [[ "$(node_effects "$e")" == 1 && "$(node_event "$e" 'd.record.state')" == completed ]] || return 1; done
+	}
+	wait_for 60 "trigger outage: both events delivered" node_arrived || true
+	for e in "${NODE_OUT[@]}"; do
+		n="$(node_effects "$e")"
+		st="$(node_event "$e" 'd.record.state + " " + d.attempts.filter(a => a.status !== null && a.status >= 200 && a.status < 300).length')"
+		if [[ "$n" == 1 && "$st" == "completed 1" ]]; then
+			pass "trigger outage: $e arrived through the Idem Intake Trigger after n8n was back, the effect once"
+		else
+			fail "trigger outage: $e effects [$n] (want 1), idem [$st] (want completed, one 2xx attempt)"
 		fi
 	done
 	exec3="$(executions all)"

@@ -1288,6 +1288,73 @@ function nodeDeriveSingleExample() {
 	return w;
 }
 
+// Idem Intake Trigger → gate → side effect: the receiving end of the intake in one node. The
+// trigger checks idem's forward signature (credential: Forward Secret) and answers idem when
+// the workflow has finished, so idem's 2xx means an execution ran; a forgery gets 401 and no
+// execution. One claim per side effect, keyed {event key}:effect.
+function nodeIntakeTriggerExample() {
+	const w = new L.Workflow({ id: 'idemNodeIntake01', name: 'idem node · intake forward → trigger → gated side effect' });
+	const cred = { idemApi: { id: 'idemNodeCredent1', name: 'idem' } };
+	const gate = (name, pos, parameters) => ({
+		name,
+		type: 'n8n-nodes-idem.idempotencyGate',
+		typeVersion: 1,
+		position: pos,
+		parameters,
+		credentials: cred,
+	});
+	w.add(
+		L.sticky(
+			'About this example',
+			"## Idem Intake Trigger\nReceives idem's intake forwards: checks idem's signature with the credential's **Forward Secret** (a forgery gets 401 and starts nothing), then one claim per side effect, keyed `{event key}:effect`.\nidem hears 2xx once the workflow has finished.",
+			[-420, -40],
+			{ width: 400, height: 260 },
+		),
+	);
+	const trigger = w.add({
+		name: 'Idem Intake Trigger',
+		type: 'n8n-nodes-idem.idemIntakeTrigger',
+		typeVersion: 1,
+		position: [0, 300],
+		webhookId: '9e3c1f0a-7b2d-4e8f-a1c4-5d6e7f8a9b0c',
+		parameters: { path: 'idem-node-intake', respond: 'lastNode', options: {} },
+		credentials: cred,
+	});
+	const claimName = w.add(
+		gate('Claim', [220, 300], {
+			operation: 'claim',
+			namespace: 'n8n-node-intake',
+			key: '={{ $json.key }}:effect',
+			fingerprintMode: 'none',
+			claimOptions: { waitMs: 10000 },
+		}),
+	);
+	w.link(trigger, claimName);
+	const act = w.add(
+		L.sideEffect('Side effect (replace me)', [500, 200], {
+			url: "={{ $vars.EFFECT_URL || 'https://api.example.invalid/effects' }}",
+			body: "{ event: $('Idem Intake Trigger').item.json.body, attempt: $('Idem Intake Trigger').item.json.attempt }",
+			idempotencyKey: '$json.idem.key',
+		}),
+	);
+	delete w.nodes[w.nodes.length - 1].onError; // an error fails the run: idem retries the forward, the claim decides
+	w.link(claimName, act, 0);
+	const done = w.add(
+		gate('Complete', [740, 200], {
+			operation: 'complete',
+			namespace: 'n8n-node-intake',
+			key: "={{ $('Claim').item.json.idem.key }}",
+			leaseToken: "={{ $('Claim').item.json.idem.token }}",
+			sendResult: true,
+			result: '={{ { status: $json.statusCode } }}',
+			externalRef: '',
+		}),
+	);
+	w.nodes[w.nodes.length - 1].retryOnFail = true;
+	w.link(act, done);
+	return w;
+}
+
 // ------------------------------------------------------------------------------------------------
 
 const OUTPUTS = [
@@ -1302,6 +1369,7 @@ const OUTPUTS = [
 	[path.join(EXAMPLES, 'webhook-gate-node.json'), nodeWebhookExample],
 	[path.join(EXAMPLES, 'stripe-charge-effect-node.json'), nodeEffectExample],
 	[path.join(EXAMPLES, 'derive-key-single-output-node.json'), nodeDeriveSingleExample],
+	[path.join(EXAMPLES, 'intake-trigger-node.json'), nodeIntakeTriggerExample],
 ];
 
 function main() {

@@ -43,6 +43,15 @@ export class IdemApi implements ICredentialType {
 			description:
 				'Worker token printed by `idem token create --role worker --namespace NS`. Leave empty only for a server without tokens (loopback).',
 		},
+		{
+			displayName: 'Forward Secret',
+			name: 'forwardSecret',
+			type: 'string',
+			typeOptions: { password: true },
+			default: '',
+			description:
+				"Only for the Idem Intake Trigger: the source's forward.secret (whsec_…). Several, separated by spaces, while rotating.",
+		},
 	];
 
 	/** `Authorization: Bearer <token>`; no header at all when Token is empty. */

@@ -504,10 +504,11 @@ fn header_name(field: &str, s: &str) -> Result<String, SourceError> {
 fn pointer(field: &str, s: &str) -> Result<String, SourceError> {
     match s {
         "" | "/" => Ok(String::new()),
-        p if p.starts_with('/') => Ok(p.to_owned()),
+        p if crate::ids::valid_pointer(p) => Ok(p.to_owned()),
         _ => Err(SourceError::invalid(
             field,
-            "must be a JSON pointer (RFC 6901): \"\" or starting with \"/\"",
+            "must be a JSON pointer (RFC 6901): \"\" or starting with \"/\", with \"~\" only \
+             as \"~0\" or \"~1\"",
         )),
     }
 }
@@ -1090,6 +1091,17 @@ mod tests {
         let mut d = stripe();
         d["split"] = json!("items");
         assert_eq!(err(d).field(), "split");
+        // A `~` that is not `~0` or `~1` names nothing (RFC 6901): refused when written, not
+        // found to hold every event later.
+        for (field, bad) in [("split", "/items~2"), ("event_id.pointer", "/id~")] {
+            let mut d = stripe();
+            if field == "split" {
+                d["split"] = json!(bad);
+            } else {
+                d["event_id"] = json!({"pointer": bad});
+            }
+            assert_eq!(err(d).field(), field, "{bad}");
+        }
         let mut d = stripe();
         d["event_id"] = json!({"header": "X", "pointer": "/id"});
         assert_eq!(err(d).field(), "event_id");

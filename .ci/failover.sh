@@ -43,8 +43,10 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
+trap "exit 130" INT TERM
 
-# new_primary DIR PORT SYNC(on|off)
+# new_primary DIR PORT (replication becomes synchronous later, once a standby streams: a commit
+# would otherwise wait for a standby that does not exist yet)
 new_primary() {
   as_pg "$PGBIN/initdb" -D "$1" -U postgres --auth=trust -A trust >/dev/null
   cat >>"$1/postgresql.conf" <<CONF
@@ -56,25 +58,34 @@ max_wal_senders = 4
 wal_keep_size = '256MB'
 max_connections = 100
 shared_buffers = '64MB'
-synchronous_standby_names = '$([ "$3" = on ] && echo '*' || echo '')'
 CONF
   echo "host replication postgres 127.0.0.1/32 trust" >>"$1/pg_hba.conf"
   as_pg "$PGBIN/pg_ctl" -D "$1" -l "$1.log" -w start >/dev/null
   as_pg "$PGBIN/createdb" -h 127.0.0.1 -p "$2" -U postgres idem
 }
 
-# new_standby DIR PORT PRIMARY_PORT
+# new_standby DIR PORT PRIMARY_PORT SYNC(on|off)
 new_standby() {
-  as_pg "$PGBIN/pg_basebackup" -h 127.0.0.1 -p "$3" -U postgres -D "$1" -R -X stream >/dev/null
+  as_pg "$PGBIN/pg_basebackup" -h 127.0.0.1 -p "$3" -U postgres -D "$1" -R -X stream -c fast >/dev/null
   echo "port = $2" >>"$1/postgresql.conf"
   as_pg "$PGBIN/pg_ctl" -D "$1" -l "$1.log" -w start >/dev/null
   for _ in $(seq 1 100); do
     n="$(psql -XAtq -h 127.0.0.1 -p "$3" -U postgres -c \
       "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'")"
+    [ "$n" = 1 ] && break
+    sleep 0.1
+  done
+  [ "$n" = 1 ] || { echo "the standby did not start streaming" >&2; return 1; }
+  [ "$4" = on ] || return 0
+  psql -XAtq -h 127.0.0.1 -p "$3" -U postgres \
+    -c "ALTER SYSTEM SET synchronous_standby_names = '*'" -c "SELECT pg_reload_conf()" >/dev/null
+  for _ in $(seq 1 100); do
+    n="$(psql -XAtq -h 127.0.0.1 -p "$3" -U postgres -c \
+      "SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'sync'")"
     [ "$n" = 1 ] && return 0
     sleep 0.1
   done
-  echo "the standby did not start streaming" >&2
+  echo "the standby did not become synchronous" >&2
   return 1
 }
 
@@ -112,7 +123,7 @@ for run in "${runs[@]}"; do
   case "$run" in
     outage)
       d="$work/o$n"; p="$(free_port)"
-      new_primary "$d" "$p" off
+      new_primary "$d" "$p"
       bport="$(IDEM_TEST_PG="postgres://postgres@127.0.0.1:$p/postgres" \
         bash .ci/pgbouncer.sh --start "$work/o$n-pgbouncer" transaction)"
       url="postgres://postgres@127.0.0.1:$bport/idem?pooler=transaction"
@@ -123,8 +134,8 @@ for run in "${runs[@]}"; do
       ;;
     sync | async)
       a="$work/a$n"; b="$work/b$n"; pa="$(free_port)"; pb="$(free_port)"
-      new_primary "$a" "$pa" "$([ "$run" = sync ] && echo on || echo off)"
-      new_standby "$b" "$pb" "$pa"
+      new_primary "$a" "$pa"
+      new_standby "$b" "$pb" "$pa" "$([ "$run" = sync ] && echo on || echo off)"
       url="postgres://postgres@127.0.0.1:$pa,127.0.0.1:$pb/idem?target_session_attrs=read-write"
       { declare -f crash as_pg
         echo "crash '$a'; as_pg '$PGBIN/pg_ctl' -D '$b' -w promote >/dev/null"

@@ -6,7 +6,9 @@
 #            streaming replication, synchronous_standby_names = '*'), idem given both hosts with
 #            target_session_attrs=read-write; the primary killed with kill -9 (postmaster and
 #            every backend, as a crashed machine) and the standby promoted with pg_ctl promote;
-#   async    the same with asynchronous replication (what it loses is measured, not judged).
+#   async    the same with asynchronous replication (what it loses is measured, not judged);
+#   sync-lag, async-lag  the same with a standby that has fallen behind: the primary's WAL
+#            sender stopped for IDEM_FAULT_LAG_MS (300) before the primary dies.
 # Every server runs as the postgres user on free loopback ports in a temp dir.
 # Usage: .ci/failover.sh PATH/TO/idem [outage|sync|async ...]   (default: outage sync)
 # Env: IDEM_FAULT_ROUND (load before and after the fault, default 3s), IDEM_FAULT_CLIENTS (16).
@@ -132,19 +134,30 @@ for run in "${runs[@]}"; do
       } >"$work/fault$n.sh"
       fault_run "outage-through-pgbouncer" 1 "$url" "bash $work/fault$n.sh"
       ;;
-    sync | async)
+    sync | async | sync-lag | async-lag)
       a="$work/a$n"; b="$work/b$n"; pa="$(free_port)"; pb="$(free_port)"
+      sync="$([ "${run%-lag}" = sync ] && echo on || echo off)"
       new_primary "$a" "$pa"
-      new_standby "$b" "$pb" "$pa" "$([ "$run" = sync ] && echo on || echo off)"
+      new_standby "$b" "$pb" "$pa" "$sync"
       url="postgres://postgres@127.0.0.1:$pa,127.0.0.1:$pb/idem?target_session_attrs=read-write"
       { declare -f crash as_pg
-        echo "crash '$a'; as_pg '$PGBIN/pg_ctl' -D '$b' -w promote >/dev/null"
+        if [ "$run" != "${run%-lag}" ]; then
+          # A standby that has fallen behind: the primary's WAL sender (a child of its
+          # postmaster) is stopped for IDEM_FAULT_LAG_MS before the primary dies, so what
+          # was committed in that time never left the primary.
+          echo "ws=\$(ps -o pid=,args= --ppid \$(head -n1 '$a/postmaster.pid') | awk '/walsender/ {print \$1}')"
+          echo "kill -STOP \$ws; sleep $(awk "BEGIN {print ${IDEM_FAULT_LAG_MS:-300} / 1000}")"
+          echo "crash '$a'"
+        else
+          echo "crash '$a'"
+        fi
+        echo "as_pg '$PGBIN/pg_ctl' -D '$b' -w promote >/dev/null"
       } >"$work/fault$n.sh"
-      fault_run "failover-$run" "$([ "$run" = sync ] && echo 1 || echo 0)" "$url" \
+      fault_run "failover-$run" "$([ "$sync" = on ] && echo 1 || echo 0)" "$url" \
         "bash $work/fault$n.sh"
       ;;
     *)
-      echo "unknown run $run (outage, sync, async)" >&2
+      echo "unknown run $run (outage, sync, async, sync-lag, async-lag)" >&2
       exit 2
       ;;
   esac

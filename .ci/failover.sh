@@ -68,6 +68,7 @@ CONF
 
 # new_standby DIR PORT PRIMARY_PORT SYNC(on|off)
 new_standby() {
+  local n=0
   as_pg "$PGBIN/pg_basebackup" -h 127.0.0.1 -p "$3" -U postgres -D "$1" -R -X stream -c fast >/dev/null
   echo "port = $2" >>"$1/postgresql.conf"
   as_pg "$PGBIN/pg_ctl" -D "$1" -l "$1.log" -w start >/dev/null

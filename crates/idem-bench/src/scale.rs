@@ -226,7 +226,9 @@ async fn fill(url: &str, backend: Backend, n: u64, age_ms: i64) -> anyhow::Resul
             tokio::task::spawn_blocking(move || sqlite_double(&path, n)).await?
         }
         Backend::Postgres => pg_double(url, n).await,
-        Backend::PostgresPooled | Backend::Redis => anyhow::bail!("redis is a reference row, not an idem ledger"),
+        Backend::PostgresPooled | Backend::Redis => {
+            anyhow::bail!("redis is a reference row, not an idem ledger")
+        }
     }
 }
 
@@ -358,7 +360,9 @@ async fn age_records(url: &str, backend: Backend, by_ms: i64) -> anyhow::Result<
             .await?
         }
         Backend::Postgres => bare::pg_admin(url, &sql).await,
-        Backend::PostgresPooled | Backend::Redis => anyhow::bail!("redis is a reference row, not an idem ledger"),
+        Backend::PostgresPooled | Backend::Redis => {
+            anyhow::bail!("redis is a reference row, not an idem ledger")
+        }
     }
 }
 

@@ -203,8 +203,7 @@ async fn one_server_connection_per_transaction(client: &mut Conn) -> Result<(), 
             "the statements of one transaction ran on different server connections; {WHY}"
         ))),
         Err(e)
-            if e
-                .as_db_error()
+            if e.as_db_error()
                 .is_some_and(|d| d.message().contains("statement pooling")) =>
         {
             let said = e.as_db_error().map(|d| d.message()).unwrap_or_default();

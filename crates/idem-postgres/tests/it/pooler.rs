@@ -4,8 +4,8 @@
 //! these tests check the mechanism on a direct connection, where it can be observed.
 
 use idem_core::{CompleteRequest, TestClock, Timestamp};
-use idem_store::Store as _;
 use idem_postgres::{PgOptions, PgStore};
+use idem_store::Store as _;
 
 use crate::helpers::*;
 
@@ -56,13 +56,22 @@ async fn pooler_transaction_leaves_no_named_statement_on_the_server_connection()
     let pooled = one_connection(&format!("{}{sep}pooler=transaction", db.url())).await;
     exercise(pooled.clone(), "pooled").await;
     assert_eq!(
-        pooled.named_statements_on_a_connection().await.expect("count"),
+        pooled
+            .named_statements_on_a_connection()
+            .await
+            .expect("count"),
         0
     );
     // The same calls connected directly do leave named statements (the check can fail).
     let direct = one_connection(&idem_testkit::pg::driver_url(db.url())).await;
     exercise(direct.clone(), "direct").await;
-    assert!(direct.named_statements_on_a_connection().await.expect("count") > 5);
+    assert!(
+        direct
+            .named_statements_on_a_connection()
+            .await
+            .expect("count")
+            > 5
+    );
 }
 
 #[tokio::test]
@@ -70,7 +79,10 @@ async fn an_unknown_pooler_mode_is_refused_at_start_with_the_choices() {
     let Some(db) = PgDb::create("an_unknown_pooler_mode_is_refused") else {
         return;
     };
-    let url = format!("{}?pooler=statement", idem_testkit::pg::driver_url(db.url()));
+    let url = format!(
+        "{}?pooler=statement",
+        idem_testkit::pg::driver_url(db.url())
+    );
     let err = PgStore::connect(&url).await.expect_err("refused");
     let msg = err.to_string();
     assert!(msg.contains("none, session, transaction"), "{msg}");

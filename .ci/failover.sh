@@ -6,7 +6,9 @@
 #            streaming replication, synchronous_standby_names = '*'), idem given both hosts with
 #            target_session_attrs=read-write; the primary killed with kill -9 (postmaster and
 #            every backend, as a crashed machine) and the standby promoted with pg_ctl promote;
-#   async    the same with asynchronous replication (what it loses is measured, not judged).
+#   async    the same with asynchronous replication (what it loses is measured, not judged);
+#   sync-lag, async-lag  the same with a standby that has fallen behind: the primary's WAL
+#            sender stopped for IDEM_FAULT_LAG_MS (300) before the primary dies.
 # Every server runs as the postgres user on free loopback ports in a temp dir.
 # Usage: .ci/failover.sh PATH/TO/idem [outage|sync|async ...]   (default: outage sync)
 # Env: IDEM_FAULT_ROUND (load before and after the fault, default 3s), IDEM_FAULT_CLIENTS (16).
@@ -43,8 +45,10 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
+trap "exit 130" INT TERM
 
-# new_primary DIR PORT SYNC(on|off)
+# new_primary DIR PORT (replication becomes synchronous later, once a standby streams: a commit
+# would otherwise wait for a standby that does not exist yet)
 new_primary() {
   as_pg "$PGBIN/initdb" -D "$1" -U postgres --auth=trust -A trust >/dev/null
   cat >>"$1/postgresql.conf" <<CONF
@@ -56,25 +60,35 @@ max_wal_senders = 4
 wal_keep_size = '256MB'
 max_connections = 100
 shared_buffers = '64MB'
-synchronous_standby_names = '$([ "$3" = on ] && echo '*' || echo '')'
 CONF
   echo "host replication postgres 127.0.0.1/32 trust" >>"$1/pg_hba.conf"
   as_pg "$PGBIN/pg_ctl" -D "$1" -l "$1.log" -w start >/dev/null
   as_pg "$PGBIN/createdb" -h 127.0.0.1 -p "$2" -U postgres idem
 }
 
-# new_standby DIR PORT PRIMARY_PORT
+# new_standby DIR PORT PRIMARY_PORT SYNC(on|off)
 new_standby() {
-  as_pg "$PGBIN/pg_basebackup" -h 127.0.0.1 -p "$3" -U postgres -D "$1" -R -X stream >/dev/null
+  local n=0
+  as_pg "$PGBIN/pg_basebackup" -h 127.0.0.1 -p "$3" -U postgres -D "$1" -R -X stream -c fast >/dev/null
   echo "port = $2" >>"$1/postgresql.conf"
   as_pg "$PGBIN/pg_ctl" -D "$1" -l "$1.log" -w start >/dev/null
   for _ in $(seq 1 100); do
     n="$(psql -XAtq -h 127.0.0.1 -p "$3" -U postgres -c \
       "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'")"
+    [ "$n" = 1 ] && break
+    sleep 0.1
+  done
+  [ "$n" = 1 ] || { echo "the standby did not start streaming" >&2; return 1; }
+  [ "$4" = on ] || return 0
+  psql -XAtq -h 127.0.0.1 -p "$3" -U postgres \
+    -c "ALTER SYSTEM SET synchronous_standby_names = '*'" -c "SELECT pg_reload_conf()" >/dev/null
+  for _ in $(seq 1 100); do
+    n="$(psql -XAtq -h 127.0.0.1 -p "$3" -U postgres -c \
+      "SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'sync'")"
     [ "$n" = 1 ] && return 0
     sleep 0.1
   done
-  echo "the standby did not start streaming" >&2
+  echo "the standby did not become synchronous" >&2
   return 1
 }
 
@@ -112,7 +126,7 @@ for run in "${runs[@]}"; do
   case "$run" in
     outage)
       d="$work/o$n"; p="$(free_port)"
-      new_primary "$d" "$p" off
+      new_primary "$d" "$p"
       bport="$(IDEM_TEST_PG="postgres://postgres@127.0.0.1:$p/postgres" \
         bash .ci/pgbouncer.sh --start "$work/o$n-pgbouncer" transaction)"
       url="postgres://postgres@127.0.0.1:$bport/idem?pooler=transaction"
@@ -121,19 +135,30 @@ for run in "${runs[@]}"; do
       } >"$work/fault$n.sh"
       fault_run "outage-through-pgbouncer" 1 "$url" "bash $work/fault$n.sh"
       ;;
-    sync | async)
+    sync | async | sync-lag | async-lag)
       a="$work/a$n"; b="$work/b$n"; pa="$(free_port)"; pb="$(free_port)"
-      new_primary "$a" "$pa" "$([ "$run" = sync ] && echo on || echo off)"
-      new_standby "$b" "$pb" "$pa"
+      sync="$([ "${run%-lag}" = sync ] && echo on || echo off)"
+      new_primary "$a" "$pa"
+      new_standby "$b" "$pb" "$pa" "$sync"
       url="postgres://postgres@127.0.0.1:$pa,127.0.0.1:$pb/idem?target_session_attrs=read-write"
       { declare -f crash as_pg
-        echo "crash '$a'; as_pg '$PGBIN/pg_ctl' -D '$b' -w promote >/dev/null"
+        if [ "$run" != "${run%-lag}" ]; then
+          # A standby that has fallen behind: the primary's WAL sender (a child of its
+          # postmaster) is stopped for IDEM_FAULT_LAG_MS before the primary dies, so what
+          # was committed in that time never left the primary.
+          echo "ws=\$(ps -o pid=,args= --ppid \$(head -n1 '$a/postmaster.pid') | awk '/walsender/ {print \$1}')"
+          echo "kill -STOP \$ws; sleep $(awk "BEGIN {print ${IDEM_FAULT_LAG_MS:-300} / 1000}")"
+          echo "crash '$a'"
+        else
+          echo "crash '$a'"
+        fi
+        echo "as_pg '$PGBIN/pg_ctl' -D '$b' -w promote >/dev/null"
       } >"$work/fault$n.sh"
-      fault_run "failover-$run" "$([ "$run" = sync ] && echo 1 || echo 0)" "$url" \
+      fault_run "failover-$run" "$([ "$sync" = on ] && echo 1 || echo 0)" "$url" \
         "bash $work/fault$n.sh"
       ;;
     *)
-      echo "unknown run $run (outage, sync, async)" >&2
+      echo "unknown run $run (outage, sync, async, sync-lag, async-lag)" >&2
       exit 2
       ;;
   esac

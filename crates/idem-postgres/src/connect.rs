@@ -202,9 +202,16 @@ async fn one_server_connection_per_transaction(client: &mut Conn) -> Result<(), 
         Ok(false) => Err(StoreError::Internal(format!(
             "the statements of one transaction ran on different server connections; {WHY}"
         ))),
-        Err(e) if e.to_string().contains("statement pooling") => Err(StoreError::Internal(
-            format!("the database refused a transaction ({e}); {WHY}"),
-        )),
+        Err(e)
+            if e.as_db_error()
+                .is_some_and(|d| d.message().contains("statement pooling")) =>
+        {
+            let said = e.as_db_error().map(|d| d.message()).unwrap_or_default();
+            Err(StoreError::Internal(format!(
+                "the database refused a transaction (\"{said}\"): a pooler in statement mode; \
+                 {WHY}"
+            )))
+        }
         Err(e) => Err(store_err(e)),
     }
 }

@@ -176,6 +176,9 @@ fn check_cursor(inp: &Input) {
             attempts: "[]".into(),
             delivered_at: None,
             state: None,
+            event_key: None,
+            destination: None,
+            destinations: None,
         };
         let c = events_cursor(&row);
         assert_eq!(

@@ -19,7 +19,10 @@
 #    An event signed with Stripe's official library, posted 5 times concurrently to /in → five
 #    200s, one n8n execution, each effect once; a bad signature → 401, nothing forwarded; n8n
 #    stopped while events come in → all acked, the forwards back off, and after n8n is started
-#    again every event arrives, each effect exactly once.
+#    again every event arrives, each effect exactly once. Fan-out: a Stripe source with two
+#    destinations (two copies of the fan-out destination template) → each workflow runs once,
+#    each effect once; one destination replayed alone from idem's console → only that
+#    workflow runs again and its gate answers "already done".
 #
 # Prints `N passed, M failed` and exits non-zero on any failure. Every wait is bounded; every
 # process it starts is stopped on exit. Only loopback traffic.

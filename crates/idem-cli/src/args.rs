@@ -856,7 +856,8 @@ pub struct SourcePutCmd {
     /// first); replaces `secrets` of the document. Keeps secrets off the command line.
     #[arg(long = "secret-env", value_name = "VAR")]
     pub secret_env: Vec<String>,
-    /// Read forward.secret (whsec_…) from this environment variable.
+    /// Read forward.secret (whsec_…) from this environment variable; also the secret of every
+    /// `forwards` destination that names none.
     #[arg(long = "forward-secret-env", value_name = "VAR")]
     pub forward_secret_env: Option<String>,
     /// Merge into the existing source (PATCH) instead of replacing it.

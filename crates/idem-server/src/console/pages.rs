@@ -29,7 +29,7 @@ use crate::state::AppState;
 const PAGE: usize = 50;
 
 /// The namespace of a path, within the viewer's scope (403 page otherwise).
-fn scoped_ns(viewer: &Viewer, raw: &str) -> ConsoleResult<Namespace> {
+pub(super) fn scoped_ns(viewer: &Viewer, raw: &str) -> ConsoleResult<Namespace> {
     let ns = parse_namespace(raw)?;
     viewer.caller.authorize(Role::Operator, Some(&ns))?;
     Ok(ns)
@@ -211,6 +211,16 @@ async fn record_page(
         r.state,
         idem::State::NeedsReview | idem::State::FailedRetryable | idem::State::FailedPermanent
     ) || lease_expired;
+    // A record of an action names it (its owner); the page shows which tool the draft is of.
+    let action = super::actions::action_of(r.owner.as_deref());
+    let declared = match action {
+        Some(name) => Some(
+            crate::actions::load(st, &nk.ns, name)
+                .await
+                .map(|l| l.map(|l| l.action.title)),
+        ),
+        None => None,
+    };
     let body = html! {
         p.crumbs { a href=(ns_href(r.namespace.as_str())) { (r.namespace.as_str()) } " / record" }
         h1.key { (r.key.as_str()) }
@@ -225,6 +235,17 @@ async fn record_page(
             dt { "Attempt" } dd { (r.attempt) }
             dt { "Namespace" } dd { (r.namespace.as_str()) }
             dt { "Owner" } dd { (r.owner.as_deref().unwrap_or("—")) }
+            @if let Some(name) = action {
+                dt { "Action" } dd {
+                    a href=(super::actions::action_href(r.namespace.as_str(), name)) { (name) }
+                    @match &declared {
+                        Some(Ok(Some(Some(title)))) => { " — " (title) }
+                        Some(Ok(None)) => { " (no longer declared)" }
+                        Some(Err(_)) => { " (could not be read)" }
+                        _ => {}
+                    }
+                }
+            }
             dt { "Correlation id" } dd { (r.correlation_id.as_deref().unwrap_or("—")) }
             dt { "External ref" } dd { (r.external_ref.as_deref().unwrap_or("—")) }
             dt { "Last error" } dd {
@@ -245,6 +266,20 @@ async fn record_page(
         @if r.state == idem::State::AwaitingApproval {
             section aria-labelledby="draft-h" {
                 h2 #draft-h { "Draft to approve" }
+                @if let Some(name) = action {
+                    p #draft-about {
+                        "The arguments the agent's call of action " strong { (name) }
+                        " stored. Approve makes idem deliver exactly these arguments, once, \
+                         through its outbox; the agent is not asked again and a later call \
+                         with other text does not replace them. Reject fails the call for good."
+                    }
+                    @if matches!(declared, Some(Ok(None))) {
+                        p.error role="alert" {
+                            "The action " (name) " is no longer declared: an approval is \
+                             recorded, but nothing can be delivered."
+                        }
+                    }
+                }
                 @match &r.prepared_payload {
                     Some(p) => (view::json_block(p, false)),
                     None => p { "—" },
@@ -261,7 +296,9 @@ async fn record_page(
             }
         } @else {
             section aria-labelledby="payload-h" {
-                h2 #payload-h { "Prepared payload" }
+                h2 #payload-h {
+                    @if action.is_some() { "Arguments (prepared payload)" } @else { "Prepared payload" }
+                }
                 @match &r.prepared_payload {
                     Some(p) => (view::json_block(p, true)),
                     None => p { "—" },
@@ -447,6 +484,7 @@ pub async fn namespace(
     let href = ns_href(ns.as_str());
     let state_q = query.state.map(|s| s.as_str()).unwrap_or("");
     let policy = info.policy.to_json();
+    let actions = super::actions::read(&st, &viewer, &ns).await?;
     Ok(layout(
         ns.as_str(),
         Some(&viewer),
@@ -479,6 +517,22 @@ pub async fn namespace(
                     ". Oldest processing: "
                     (activity.oldest_processing_at.map_or_else(|| "—".to_owned(), |t| view::age(now.0 - t.0)))
                     "."
+                }
+            }
+            @if !actions.is_empty() {
+                section aria-labelledby="actions-h" {
+                    h2 #actions-h { "Actions" }
+                    p {
+                        (actions.len()) @if actions.len() == 1 { " action" } @else { " actions" }
+                        " served to agents at " code { "/mcp/" (ns.as_str()) } ": "
+                        @for (i, a) in actions.iter().enumerate() {
+                            @if i > 0 { ", " }
+                            @let name = a.get("name").and_then(Value::as_str).unwrap_or("?");
+                            a href=(super::actions::action_href(ns.as_str(), name)) { (name) }
+                        }
+                        ". "
+                        a href=(super::actions::actions_href(ns.as_str())) { "All actions" }
+                    }
                 }
             }
             section aria-labelledby="policy-h" {

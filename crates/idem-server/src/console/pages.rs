@@ -17,7 +17,8 @@ use super::session::{FormData, Viewer};
 use super::view::{self, csrf, enc, layout, ns_href, record_href};
 use super::{ConsoleError, ConsoleResult};
 use crate::api::v1::namespaces::visible_namespaces;
-use crate::api::v1::review::{review_page, review_query};
+use crate::api::v1::review::{self, review_page, review_query};
+use crate::api::v1::shared::Acting;
 use crate::api::v1::shared::{query_pairs, query_state};
 use crate::api::{NoteBody, ResolveBody};
 use crate::error::ApiError;
@@ -344,13 +345,25 @@ async fn record_page(
 
 /// Runs one operator action; a refusal re-renders the record page with the API's message.
 async fn act(a: RecordAction, op: Result<Op, ApiError>, done: &str) -> ConsoleResult<Response> {
-    let RecordAction { st, viewer, nk, .. } = a;
     let outcome = match op {
         Ok(op) => {
-            crate::api::v1::shared::state_write(&st, &nk, done, op, viewer.caller.actor()).await
+            crate::api::v1::shared::state_write(&a.st, &a.nk, done, op, a.viewer.caller.actor())
+                .await
+                .map(drop)
         }
         Err(e) => Err(e),
     };
+    answer(a, outcome, done).await
+}
+
+/// After an operator action: a redirect to the record saying it is done, or the record page
+/// with the API's message when it was refused.
+async fn answer(
+    a: RecordAction,
+    outcome: Result<(), ApiError>,
+    done: &str,
+) -> ConsoleResult<Response> {
+    let RecordAction { st, viewer, nk, .. } = a;
     match outcome {
         Ok(_) => {
             let to = format!(
@@ -398,13 +411,29 @@ fn resolve_op(form: &FormData) -> Result<Op, ApiError> {
 }
 
 /// The approve/reject form as the API's body (the note is optional).
-fn note_of(form: &FormData) -> Result<Option<String>, ApiError> {
+fn note_body(form: &FormData) -> Result<NoteBody, ApiError> {
     let mut body = Map::new();
     if let Some(n) = form.get("note").filter(|n| !n.trim().is_empty()) {
         body.insert("note".into(), json!(n));
     }
-    let b: NoteBody = read_body(Value::Object(body))?;
-    Ok(b.into_note())
+    read_body(Value::Object(body))
+}
+
+/// The note of a form (pause and resume), read as the API's body.
+fn note_of(form: &FormData) -> Result<Option<String>, ApiError> {
+    note_body(form).map(NoteBody::into_note)
+}
+
+/// A decision on a draft as the API's own request: the API's handler runs it (the same
+/// transition, the same refusals, and for an action's draft the same queueing of its
+/// delivery), with the session's caller as actor.
+fn acting(a: &RecordAction, body: NoteBody) -> Acting<NsKey, NoteBody> {
+    Acting {
+        st: a.st.clone(),
+        caller: a.viewer.caller.clone(),
+        path: a.nk.clone(),
+        body,
+    }
 }
 
 /// An operator's action on a record from its page: who acts, the submitted form, and the
@@ -446,13 +475,19 @@ pub async fn resolve(a: RecordAction) -> ConsoleResult<Response> {
 }
 
 pub async fn approve(a: RecordAction) -> ConsoleResult<Response> {
-    let op = note_of(&a.form).map(|note| Op::Approve { note });
-    act(a, op, "approved").await
+    let outcome = match note_body(&a.form) {
+        Ok(body) => review::approve(acting(&a, body)).await.map(drop),
+        Err(e) => Err(e),
+    };
+    answer(a, outcome, "approved").await
 }
 
 pub async fn reject(a: RecordAction) -> ConsoleResult<Response> {
-    let op = note_of(&a.form).map(|note| Op::Reject { note });
-    act(a, op, "rejected").await
+    let outcome = match note_body(&a.form) {
+        Ok(body) => review::reject(acting(&a, body)).await.map(drop),
+        Err(e) => Err(e),
+    };
+    answer(a, outcome, "rejected").await
 }
 
 // ------------------------------------------------------------------ namespace

@@ -123,7 +123,7 @@ fn row(ns: &str, a: &Value) -> Markup {
         tr id={ "action-" (enc(name)) } {
             td.mono { (name) }
             td { (a.get("title").and_then(Value::as_str).unwrap_or("—")) }
-            td { (short_description(description)) }
+            td.desc { (short_description(description)) }
             td.mono { (text(a, "key")) }
             td.mono { (identity.join(", ")) }
             td {

@@ -11,6 +11,7 @@ import { test, before, after, afterEach } from 'node:test';
 import assert from 'node:assert/strict';
 import path from 'node:path';
 import { createHmac } from 'node:crypto';
+import http from 'node:http';
 import { chromium } from 'playwright-core';
 
 const BASE = process.env.IDEM_BASE;
@@ -315,4 +316,123 @@ test('a held webhook is redelivered with a note from its event page, seen throug
   const resolved = rec.json.events.find((e) => e.type === 'resolved');
   assert.ok(resolved, rec.text);
   assert.equal(resolved.note, 'Order checked by hand; forward it again.');
+});
+
+/** A loopback destination that keeps every request (path and JSON body) and answers 201. */
+async function countingSink() {
+  const seen = [];
+  const server = http.createServer((req, res) => {
+    let body = '';
+    req.on('data', (c) => { body += c; });
+    req.on('end', () => {
+      let json = null;
+      try { json = JSON.parse(body); } catch { /* not JSON */ }
+      seen.push({ path: req.url, body: json });
+      res.writeHead(201, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ id: `msg_${seen.length}` }));
+    });
+  });
+  await new Promise((ok) => server.listen(0, '127.0.0.1', ok));
+  return { seen, port: server.address().port, close: () => server.close() };
+}
+
+/** `tools/call` over MCP's stateless revision (a plain HTTP POST): the CallToolResult. */
+async function toolCall(ns, name, args) {
+  const r = await fetch(`${BASE}/mcp/${ns}`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${T.worker}`, 'content-type': 'application/json',
+      accept: 'application/json, text/event-stream' },
+    body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/call', params: {
+      name, arguments: args,
+      _meta: { 'io.modelcontextprotocol/protocolVersion': '2026-07-28' } } }),
+  });
+  const text = await r.text();
+  assert.equal(r.status, 200, text);
+  return JSON.parse(text).result;
+}
+
+async function until(what, f, ms = 15000) {
+  const end = Date.now() + ms;
+  while (Date.now() < end) {
+    if (await f()) return;
+    await new Promise((ok) => setTimeout(ok, 100));
+  }
+  assert.fail(`timed out waiting for ${what}`);
+}
+
+test('an action draft awaiting approval shows its stored arguments; Approve delivers it once', async () => {
+  const sink = await countingSink();
+  try {
+    const egress = await api('PATCH', '/v1/namespaces/agents',
+      { egress: { allow: [`127.0.0.1:${sink.port}`] } });
+    assert.equal(egress.status, 200, egress.text);
+    const put = await api('PUT', '/v1/namespaces/agents/actions/send_followup', {
+      title: 'Send the follow-up',
+      description: 'Sends the follow-up e-mail of an order to its customer. Call it once per order; the result text is authoritative.',
+      input_schema: {
+        type: 'object',
+        properties: { order_id: { type: 'string' }, to: { type: 'string' }, text: { type: 'string' } },
+        required: ['order_id', 'to', 'text'],
+      },
+      key: '{order_id}:followup:v1',
+      identity: ['order_id', 'to'],
+      approval: 'required',
+      deliver: { http: {
+        method: 'POST',
+        url: `http://127.0.0.1:${sink.port}/send/{{order_id}}`,
+        headers: { Authorization: 'Bearer mail-provider-secret-4242' },
+        body: { to: '{{to}}', text: '{{text}}' },
+      } },
+    });
+    assert.equal(put.status, 201, put.text);
+
+    const stored = { order_id: '847', to: 'ada@example.com',
+      text: 'Hello Ada,\n\nyour order 847 shipped today <b>with tracking 1Z999</b>.\n\nBest, the shop' };
+    const first = await toolCall('agents', 'send_followup', stored);
+    assert.equal(first.structuredContent.outcome, 'awaiting_approval', JSON.stringify(first));
+    assert.equal(first.isError, false);
+    assert.equal(sink.seen.length, 0, 'nothing is sent before approval');
+
+    const { page } = await newPage();
+    await signIn(page, T.operator);
+    // The namespace lists its actions; the actions page shows hints, never a header value.
+    await page.goto(BASE + '/console/ns/agents');
+    await page.getByRole('link', { name: 'All actions' }).click();
+    await page.getByRole('heading', { name: 'Actions' }).waitFor();
+    await page.getByRole('cell', { name: 'send_followup', exact: true }).waitFor();
+    await page.getByText('{order_id}:followup:v1').waitFor();
+    await page.getByText('Authorization: …4242').waitFor();
+    assert.equal(await page.getByText('mail-provider-secret').count(), 0, 'no header value');
+    await shot(page, 'actions');
+
+    // The record of the call: the action named, the stored arguments in full, as text.
+    await page.goto(recordUrl('agents', '847:followup:v1'));
+    await page.getByRole('heading', { name: 'Draft to approve' }).waitFor();
+    await page.getByRole('link', { name: 'send_followup' }).first().waitFor();
+    const draft = page.locator('section[aria-labelledby=draft-h] pre.json');
+    assert.deepEqual(JSON.parse(await draft.textContent()), stored, 'the stored arguments in full');
+    assert.equal(await page.locator('main b').count(), 0, 'the arguments are text');
+    await shot(page, 'record-action-approval');
+    const form = page.getByRole('form', { name: 'Approve or reject' });
+    await form.getByLabel('Note').fill('Wording checked.');
+    await form.getByRole('button', { name: 'Approve' }).click();
+    await page.getByRole('status').filter({ hasText: 'Done: approved' }).waitFor();
+
+    // idem delivers the stored draft itself, through its outbox: one request, these arguments.
+    await until('the delivery', () => sink.seen.length >= 1);
+    await until('the record to complete', async () => (await state('agents', '847:followup:v1')) === 'completed');
+    assert.equal(sink.seen.length, 1);
+    assert.equal(sink.seen[0].path, '/send/847');
+    assert.deepEqual(sink.seen[0].body, { to: stored.to, text: stored.text });
+
+    // A regenerated draft (same identity, other text) is replayed; nothing new is sent.
+    const again = await toolCall('agents', 'send_followup',
+      { order_id: '847', to: 'ada@example.com', text: 'Hi Ada! A different wording.' });
+    assert.equal(again.structuredContent.outcome, 'completed', JSON.stringify(again));
+    assert.equal(again.structuredContent.replayed, true);
+    await new Promise((ok) => setTimeout(ok, 500));
+    assert.equal(sink.seen.length, 1, 'delivered exactly once');
+  } finally {
+    sink.close();
+  }
 });

@@ -94,8 +94,10 @@ pub async fn run(
                 | Workload::EffectTls
                 | Workload::Intake
                 | Workload::IntakeFanout3
-                | Workload::IntakeDuplicate => {
-                    anyhow::bail!("effect and intake workloads run over HTTP only")
+                | Workload::IntakeDuplicate
+                | Workload::Action
+                | Workload::ActionDuplicate => {
+                    anyhow::bail!("effect, intake and action workloads run over HTTP only")
                 }
                 Workload::Duplicate => {
                     let mut conn = sqlite_conn(&path)?;
@@ -156,8 +158,10 @@ pub async fn run(
                 | Workload::EffectTls
                 | Workload::Intake
                 | Workload::IntakeFanout3
-                | Workload::IntakeDuplicate => {
-                    anyhow::bail!("effect and intake workloads run over HTTP only")
+                | Workload::IntakeDuplicate
+                | Workload::Action
+                | Workload::ActionDuplicate => {
+                    anyhow::bail!("effect, intake and action workloads run over HTTP only")
                 }
                 Workload::Duplicate => {
                     let keys: Arc<Vec<String>> = Arc::new(

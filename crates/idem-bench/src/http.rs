@@ -276,6 +276,71 @@ pub async fn effect(conn: &mut Conn, key: &str, body: Bytes) -> anyhow::Result<(
     Ok(())
 }
 
+/// The MCP endpoint of the bench namespace.
+pub const MCP_PATH: &str = "/mcp/bench";
+
+/// The bench's action (`PUT /v1/namespaces/bench/actions/bench_charge`): the effect rows'
+/// charge as a tool, keyed and identified by `order_id`, delivered by HTTP to `url`.
+pub const ACTION: &str = "bench_charge";
+
+/// The action document of [`ACTION`], delivering to `url`.
+pub fn action_doc(url: &str) -> serde_json::Value {
+    serde_json::json!({
+        "title": "Charge an order",
+        "description": "Charges an order once (idem bench).",
+        "input_schema": {
+            "type": "object",
+            "properties": {
+                "order_id": {"type": "string", "maxLength": 128},
+                "amount": {"type": "integer"}
+            },
+            "required": ["order_id", "amount"]
+        },
+        "key": "{order_id}:charge",
+        "identity": ["order_id"],
+        "deliver": {"http": {
+            "method": "POST",
+            "url": url,
+            "body": {"amount": "{{amount}}", "currency": "eur"}
+        }}
+    })
+}
+
+/// A `tools/call` of [`ACTION`] for `order_id` in MCP's stateless revision (the revision in
+/// the request's `_meta`, no session): one JSON-RPC request, as an agent's client sends it.
+pub fn action_call_body(order_id: &str) -> anyhow::Result<Bytes> {
+    let v = serde_json::json!({
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {
+            "name": ACTION,
+            "arguments": {"order_id": order_id, "amount": 1000},
+            "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}
+        }
+    });
+    Ok(Bytes::from(serde_json::to_vec(&v)?))
+}
+
+/// One `tools/call` on the MCP endpoint: must answer HTTP 200 with a tool result (not an
+/// error) whose outcome is `want` (`performed` for a first call, `completed` for a repeated
+/// identity); the whole answer is read.
+pub async fn action_call(conn: &mut Conn, body: Bytes, want: &str) -> anyhow::Result<()> {
+    let r = conn.post(Uri::from_static(MCP_PATH), body).await?;
+    let status = r.status();
+    let answer = body_bytes(r).await?;
+    anyhow::ensure!(status == StatusCode::OK, "tools/call answered {status}");
+    let outcome = format!("\"outcome\":\"{want}\"");
+    anyhow::ensure!(
+        answer
+            .windows(outcome.len())
+            .any(|w| w == outcome.as_bytes()),
+        "tools/call did not answer {want}: {}",
+        String::from_utf8_lossy(&answer[..answer.len().min(300)])
+    );
+    Ok(())
+}
+
 /// A direct POST to the destination (no idem): must answer 2xx; the body is read.
 pub async fn direct(conn: &mut Conn, uri: Uri, body: Bytes) -> anyhow::Result<()> {
     let r = conn.post(uri, body).await?;

@@ -26,10 +26,15 @@
 //! destination on loopback that offers HTTP/2; its `direct` row calls it over one kept TLS
 //! connection per client), `intake` / `intake_duplicate` (Stripe-signed 1 KiB events
 //! posted to `/in/{source}`: fresh event ids, or redeliveries of accepted ones; the source
-//! forwards to a loopback sink meanwhile; `http` only). Every figure is printed with its
-//! ratio to the bare row of the same backend, workload and concurrency; effect and intake
-//! rows also with their ratio to the HTTP claim row they stand in for (`x claims`: the
-//! claim+complete pair, or duplicate claims for duplicate events); claim rows, when the redis
+//! forwards to a loopback sink meanwhile; `http` only), `action` / `action_duplicate` (an
+//! agent's MCP `tools/call` of an action, stateless revision, on `POST /mcp/{ns}`: a fresh
+//! identity each call, delivered by HTTP to the effect rows' loopback destination, or a
+//! repeated identity whose call already completed, replayed; `http` only). Every figure is
+//! printed with its ratio to the bare row of the same backend, workload and concurrency;
+//! effect, intake and action rows also with their ratio to the HTTP claim row they stand in
+//! for (`x claims`: the claim+complete pair, or duplicate claims for duplicate events and
+//! duplicate calls); first-time action rows also with their ratio to the HTTP effect row
+//! (`x effect`: the same delivery through `POST …/effect`); claim rows, when the redis
 //! rows ran, with their ratio to the Redis AOF row of the same workload and concurrency
 //! (`x redis`).
 
@@ -127,6 +132,10 @@ pub enum Workload {
     #[serde(rename = "intake_fanout3")]
     IntakeFanout3,
     IntakeDuplicate,
+    /// An MCP `tools/call` of an action with a fresh identity (delivered by HTTP).
+    Action,
+    /// An MCP `tools/call` of an action whose identity was already delivered (replayed).
+    ActionDuplicate,
 }
 
 impl Workload {
@@ -140,6 +149,8 @@ impl Workload {
             Workload::Intake => "intake",
             Workload::IntakeFanout3 => "intake_fanout3",
             Workload::IntakeDuplicate => "intake_duplicate",
+            Workload::Action => "action",
+            Workload::ActionDuplicate => "action_duplicate",
         }
     }
 
@@ -151,16 +162,26 @@ impl Workload {
             | Workload::Effect256k
             | Workload::EffectTls
             | Workload::Intake
-            | Workload::IntakeFanout3 => Some(Workload::FirstTimePair),
-            Workload::IntakeDuplicate => Some(Workload::Duplicate),
+            | Workload::IntakeFanout3
+            | Workload::Action => Some(Workload::FirstTimePair),
+            Workload::IntakeDuplicate | Workload::ActionDuplicate => Some(Workload::Duplicate),
             Workload::FirstTimePair | Workload::Duplicate => None,
         }
+    }
+
+    /// The HTTP effect workload a row is compared with (`ratio_to_effect`): a first-time
+    /// action call delivers what one `POST …/effect` delivers.
+    pub fn effect_row(self) -> Option<Workload> {
+        (self == Workload::Action).then_some(Workload::Effect)
     }
 
     /// The destination's answer size for effect workloads.
     pub fn response_bytes(self) -> Option<usize> {
         match self {
-            Workload::Effect | Workload::EffectTls => Some(64),
+            Workload::Effect
+            | Workload::EffectTls
+            | Workload::Action
+            | Workload::ActionDuplicate => Some(64),
             Workload::Effect256k => Some(256 * 1024),
             Workload::FirstTimePair
             | Workload::Duplicate
@@ -171,16 +192,18 @@ impl Workload {
     }
 
     /// Whether a row of this workload exists in `mode`: effects run through idem over HTTP
-    /// and straight to the destination, intake only over HTTP, the ledger workloads in every
-    /// mode but `direct` (the Redis recipe's included).
+    /// and straight to the destination, intake and action calls only over HTTP, the ledger
+    /// workloads in every mode but `direct` (the Redis recipe's included).
     pub fn runs_in(self, mode: Mode) -> bool {
         match self {
             Workload::Effect | Workload::Effect256k | Workload::EffectTls => {
                 matches!(mode, Mode::Http | Mode::Direct)
             }
-            Workload::Intake | Workload::IntakeFanout3 | Workload::IntakeDuplicate => {
-                mode == Mode::Http
-            }
+            Workload::Intake
+            | Workload::IntakeFanout3
+            | Workload::IntakeDuplicate
+            | Workload::Action
+            | Workload::ActionDuplicate => mode == Mode::Http,
             Workload::FirstTimePair | Workload::Duplicate => mode != Mode::Direct,
         }
     }
@@ -227,6 +250,10 @@ pub struct Row {
     /// in for ([`Workload::claims_row`]; same backend and concurrency).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ratio_to_claims: Option<f64>,
+    /// First-time action rows: ops_per_s divided by that of the HTTP effect row
+    /// ([`Workload::effect_row`]; same backend and concurrency).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ratio_to_effect: Option<f64>,
     /// Pooled rows: ops_per_s divided by that of the direct PostgreSQL row of the same mode,
     /// workload and concurrency.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -438,6 +465,21 @@ fn fill_ratios(rows: &mut [Row]) {
             .filter(|(_, _, _, ops)| *ops > 0.0)
             .map(|(_, _, _, ops)| ratio(r.ops_per_s, *ops));
     }
+    let effects: Vec<(Backend, Workload, usize, f64)> = rows
+        .iter()
+        .filter(|r| r.mode == Mode::Http && r.workload.response_bytes().is_some())
+        .map(|r| (r.backend, r.workload, r.concurrency, r.ops_per_s))
+        .collect();
+    for r in rows.iter_mut().filter(|r| r.mode == Mode::Http) {
+        let Some(want) = r.workload.effect_row() else {
+            continue;
+        };
+        r.ratio_to_effect = effects
+            .iter()
+            .find(|(b, w, c, _)| *b == r.backend && *w == want && *c == r.concurrency)
+            .filter(|(_, _, _, ops)| *ops > 0.0)
+            .map(|(_, _, _, ops)| ratio(r.ops_per_s, *ops));
+    }
     let direct: Vec<(Mode, Workload, usize, f64)> = rows
         .iter()
         .filter(|r| r.backend == Backend::Postgres)
@@ -581,6 +623,7 @@ fn row_of(
         ratio_to_bare: None,
         ratio_to_direct: None,
         ratio_to_claims: None,
+        ratio_to_effect: None,
         ratio_to_redis: None,
         errors: m.errors,
         server_peak_rss_mib: extra.as_ref().map(|e| e.rss_mib),
@@ -673,8 +716,10 @@ async fn run_library(
         | Workload::EffectTls
         | Workload::Intake
         | Workload::IntakeFanout3
-        | Workload::IntakeDuplicate => {
-            anyhow::bail!("effect and intake workloads run over HTTP only")
+        | Workload::IntakeDuplicate
+        | Workload::Action
+        | Workload::ActionDuplicate => {
+            anyhow::bail!("effect, intake and action workloads run over HTTP only")
         }
         Workload::Duplicate => {
             let keys = prepopulate(opts.duplicate_keys, run_id, |k| {
@@ -901,6 +946,82 @@ impl http::ClientOp for HttpEffects {
     }
 }
 
+/// Action calls with a fresh identity each (`tools/call` on `/mcp/bench`, delivered by HTTP).
+struct ActionCalls {
+    run_id: u64,
+}
+
+impl http::ClientOp for ActionCalls {
+    fn run(
+        &self,
+        conn: &mut http::Conn,
+        client: usize,
+        seq: u64,
+    ) -> impl std::future::Future<Output = anyhow::Result<()>> + Send {
+        let body = http::action_call_body(&key_for(self.run_id, client, seq));
+        async move { http::action_call(conn, body?, "performed").await }
+    }
+}
+
+/// Action calls of identities already delivered (answered `completed`, replayed; bodies
+/// built once).
+struct ActionDuplicates {
+    bodies: Vec<bytes::Bytes>,
+}
+
+impl http::ClientOp for ActionDuplicates {
+    fn run(
+        &self,
+        conn: &mut http::Conn,
+        client: usize,
+        seq: u64,
+    ) -> impl std::future::Future<Output = anyhow::Result<()>> + Send {
+        let body = load::pick(&self.bodies, client, seq).clone();
+        http::action_call(conn, body, "completed")
+    }
+}
+
+/// Declares the bench's action on `server`, delivering to the effect rows' destination `d`
+/// (its address opened in the namespace's egress, as for the effect rows).
+async fn declare_action(server: &ServerProcess, d: &dest::Destination) -> anyhow::Result<()> {
+    let (url, entry) = effect_url(d);
+    let allow = serde_json::json!({"egress": {"allow": [entry]}});
+    http::patch(
+        &server.target,
+        "/v1/namespaces/bench",
+        bytes::Bytes::from(serde_json::to_vec(&allow)?),
+    )
+    .await?;
+    http::put(
+        &server.target,
+        &format!("/v1/namespaces/bench/actions/{}", http::ACTION),
+        bytes::Bytes::from(serde_json::to_vec(&http::action_doc(&url))?),
+    )
+    .await
+}
+
+/// Calls every body once on `conns` connections (each takes every `conns`-th): the
+/// identities a duplicate row repeats, each delivered once before the row starts.
+async fn first_calls(
+    target: &http::Target,
+    conns: usize,
+    bodies: &[bytes::Bytes],
+) -> anyhow::Result<()> {
+    let conns = conns.max(1);
+    futures::future::try_join_all((0..conns).map(|i| async move {
+        let (mut conn, driver) = http::connect(target).await?;
+        http::on_conn(driver, async {
+            for b in bodies.iter().skip(i).step_by(conns) {
+                http::action_call(&mut conn, b.clone(), "performed").await?;
+            }
+            anyhow::Ok(())
+        })
+        .await
+    }))
+    .await?;
+    Ok(())
+}
+
 /// The effect's request sent straight to the destination.
 struct DirectPosts {
     uri: hyper::Uri,
@@ -1095,6 +1216,9 @@ enum HttpOp {
     Pairs(HttpPairs),
     Duplicates(HttpDuplicates),
     Effects(HttpEffects, dest::Destination),
+    Actions(ActionCalls, dest::Destination),
+    /// The calls, the destination, and how many requests it had before the row.
+    ActionDuplicates(ActionDuplicates, dest::Destination, u64),
     Intake(IntakeEvents, dest::Destination),
     IntakeDuplicates(IntakeDuplicates, dest::Destination),
 }
@@ -1107,9 +1231,11 @@ async fn run_http(
 ) -> anyhow::Result<(Measurement, HttpExtra)> {
     // An effect row's destination first: a TLS one gives the server its CA.
     let effect_dest = match workload {
-        Workload::Effect | Workload::Effect256k | Workload::EffectTls => {
-            Some(destination(workload).await?)
-        }
+        Workload::Effect
+        | Workload::Effect256k
+        | Workload::EffectTls
+        | Workload::Action
+        | Workload::ActionDuplicate => Some(destination(workload).await?),
         _ => None,
     };
     let mut extra: Vec<&std::ffi::OsStr> = Vec::new();
@@ -1148,6 +1274,27 @@ async fn run_http(
                 let body = http::effect_body(&url)?;
                 HttpOp::Effects(HttpEffects { run_id, body }, d)
             }
+            Workload::Action => {
+                let d = effect_dest.context("no destination")?;
+                declare_action(&server, &d).await?;
+                HttpOp::Actions(ActionCalls { run_id }, d)
+            }
+            Workload::ActionDuplicate => {
+                let d = effect_dest.context("no destination")?;
+                declare_action(&server, &d).await?;
+                let bodies = (0..opts.duplicate_keys.max(1))
+                    .map(|i| http::action_call_body(&format!("dup-{run_id:x}-{i}")))
+                    .collect::<anyhow::Result<Vec<_>>>()?;
+                // 16 at a time, as the duplicate claims' keys are prepared.
+                first_calls(&server.target, 16, &bodies).await?;
+                let before = d.requests();
+                anyhow::ensure!(
+                    before == bodies.len() as u64,
+                    "{} first calls, {before} requests at the destination",
+                    bodies.len()
+                );
+                HttpOp::ActionDuplicates(ActionDuplicates { bodies }, d, before)
+            }
             Workload::Intake | Workload::IntakeFanout3 | Workload::IntakeDuplicate => {
                 let sink = dest::Destination::start(dest::json_of_size(24)).await?;
                 intake_source(&server, &sink, workload == Workload::IntakeFanout3).await?;
@@ -1180,6 +1327,21 @@ async fn run_http(
             HttpOp::Effects(e, d) => {
                 let m = http::drive(c, opts.duration, &server.target, e).await?;
                 check_one_request_each(&m, &d)?;
+                m
+            }
+            HttpOp::Actions(a, d) => {
+                let m = http::drive(c, opts.duration, &server.target, a).await?;
+                check_one_request_each(&m, &d)?;
+                m
+            }
+            // A replayed call sends nothing: the destination's count does not move.
+            HttpOp::ActionDuplicates(a, d, before) => {
+                let m = http::drive(c, opts.duration, &server.target, a).await?;
+                anyhow::ensure!(
+                    d.requests() == before,
+                    "{} requests at the destination during duplicate calls",
+                    d.requests() - before
+                );
                 m
             }
             // The sink keeps receiving forwards during the row: the forwarder shares the
@@ -1219,7 +1381,7 @@ async fn run_http(
 pub fn render_table(rows: &[Row]) -> String {
     let mut out = String::new();
     out.push_str(&format!(
-        "{:<9} {:<10} {:<16} {:>5} {:>12} {:>9} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8} {:>7} {:>9} {:>10} {:>10}\n",
+        "{:<9} {:<10} {:<16} {:>5} {:>12} {:>9} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7} {:>9} {:>10} {:>10}\n",
         "backend",
         "mode",
         "workload",
@@ -1230,6 +1392,7 @@ pub fn render_table(rows: &[Row]) -> String {
         "max ms",
         "x bare",
         "x claims",
+        "x effect",
         "x redis",
         "x direct",
         "errors",
@@ -1239,7 +1402,7 @@ pub fn render_table(rows: &[Row]) -> String {
     ));
     for r in rows {
         out.push_str(&format!(
-            "{:<9} {:<10} {:<16} {:>5} {:>12.0} {:>9.3} {:>9.3} {:>9.3} {:>8} {:>8} {:>8} {:>8} {:>7} {:>9} {:>10} {:>10}\n",
+            "{:<9} {:<10} {:<16} {:>5} {:>12.0} {:>9.3} {:>9.3} {:>9.3} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7} {:>9} {:>10} {:>10}\n",
             r.backend.as_str(),
             r.mode.as_str(),
             r.workload.as_str(),
@@ -1250,6 +1413,7 @@ pub fn render_table(rows: &[Row]) -> String {
             r.max_ms,
             r.ratio_to_bare.map_or("-".into(), ratio_cell),
             r.ratio_to_claims.map_or("-".into(), ratio_cell),
+            r.ratio_to_effect.map_or("-".into(), ratio_cell),
             r.ratio_to_redis.map_or("-".into(), ratio_cell),
             r.ratio_to_direct.map_or("-".into(), ratio_cell),
             r.errors,
@@ -1362,7 +1526,158 @@ pub async fn run_soak_sqlite(
 
 #[cfg(test)]
 mod tests {
-    use super::{ratio, ratio_cell};
+    use super::{fill_ratios, plan, ratio, ratio_cell, Backend, BenchOpts, Mode, Row, Workload};
+
+    fn opts(workloads: Vec<Workload>) -> BenchOpts {
+        BenchOpts {
+            backends: vec![Backend::Sqlite, Backend::Postgres],
+            pg_url: String::new(),
+            pooler_url: None,
+            duration: std::time::Duration::from_millis(1),
+            concurrency: vec![4],
+            modes: vec![Mode::Bare, Mode::Library, Mode::Http, Mode::Direct],
+            workloads,
+            idem_bin: "idem".into(),
+            tmp_dir: None,
+            duplicate_keys: 1,
+            redis_server: "redis-server".into(),
+            progress: false,
+        }
+    }
+
+    fn row(backend: Backend, mode: Mode, workload: Workload, ops_per_s: f64) -> Row {
+        Row {
+            backend,
+            mode,
+            workload,
+            concurrency: 4,
+            ops_per_s,
+            p50_ms: 1.0,
+            p99_ms: 2.0,
+            max_ms: 3.0,
+            ratio_to_bare: None,
+            ratio_to_claims: None,
+            ratio_to_effect: None,
+            ratio_to_direct: None,
+            ratio_to_redis: None,
+            errors: 0,
+            server_peak_rss_mib: None,
+            server_cpu_us_per_op: None,
+            loadgen_cpu_us_per_op: None,
+            server_threads_cpu_us_per_op: None,
+        }
+    }
+
+    #[test]
+    fn action_rows_run_over_http_on_both_backends_beside_the_effect_and_duplicate_rows() {
+        let specs = plan(
+            &opts(vec![
+                Workload::Duplicate,
+                Workload::ActionDuplicate,
+                Workload::Effect,
+                Workload::Action,
+            ]),
+            false,
+        );
+        for w in [Workload::Action, Workload::ActionDuplicate] {
+            let rows: Vec<(Backend, Mode)> = specs
+                .iter()
+                .filter(|s| s.2 == w)
+                .map(|s| (s.0, s.1))
+                .collect();
+            assert_eq!(
+                rows,
+                [
+                    (Backend::Sqlite, Mode::Http),
+                    (Backend::Postgres, Mode::Http)
+                ],
+                "{w:?}"
+            );
+            assert!(w.runs_in(Mode::Http));
+            for m in [Mode::Bare, Mode::Library, Mode::Direct, Mode::RedisAof] {
+                assert!(!w.runs_in(m), "{w:?} in {m:?}");
+            }
+        }
+        assert_eq!(Workload::Action.as_str(), "action");
+        assert_eq!(Workload::ActionDuplicate.as_str(), "action_duplicate");
+        // Each action row comes right after the row it is compared with.
+        let sqlite: Vec<(Mode, Workload)> = specs
+            .iter()
+            .filter(|s| s.0 == Backend::Sqlite && s.1 == Mode::Http)
+            .map(|s| (s.1, s.2))
+            .collect();
+        assert_eq!(
+            sqlite.iter().map(|s| s.1).collect::<Vec<_>>(),
+            [
+                Workload::Duplicate,
+                Workload::ActionDuplicate,
+                Workload::Effect,
+                Workload::Action
+            ]
+        );
+    }
+
+    #[test]
+    fn a_first_time_call_is_compared_with_the_effect_row_and_a_duplicate_with_duplicate_claims() {
+        assert_eq!(Workload::Action.effect_row(), Some(Workload::Effect));
+        assert_eq!(Workload::ActionDuplicate.effect_row(), None);
+        assert_eq!(Workload::Action.claims_row(), Some(Workload::FirstTimePair));
+        assert_eq!(
+            Workload::ActionDuplicate.claims_row(),
+            Some(Workload::Duplicate)
+        );
+        let mut rows = vec![
+            row(Backend::Sqlite, Mode::Http, Workload::FirstTimePair, 1000.0),
+            row(Backend::Sqlite, Mode::Http, Workload::Duplicate, 4000.0),
+            row(Backend::Sqlite, Mode::Http, Workload::Effect, 800.0),
+            row(Backend::Sqlite, Mode::Http, Workload::Action, 600.0),
+            row(
+                Backend::Sqlite,
+                Mode::Http,
+                Workload::ActionDuplicate,
+                3000.0,
+            ),
+            row(Backend::Postgres, Mode::Http, Workload::Effect, 500.0),
+            row(Backend::Postgres, Mode::Http, Workload::Action, 450.0),
+        ];
+        fill_ratios(&mut rows);
+        let action = &rows[3];
+        assert_eq!(action.ratio_to_effect, Some(0.75));
+        assert_eq!(action.ratio_to_claims, Some(0.6));
+        let dup = &rows[4];
+        assert_eq!(dup.ratio_to_claims, Some(0.75));
+        assert_eq!(dup.ratio_to_effect, None);
+        // Same backend only: PostgreSQL's action row against PostgreSQL's effect row.
+        assert_eq!(rows[6].ratio_to_effect, Some(0.9));
+        assert_eq!(rows[6].ratio_to_claims, None, "no PostgreSQL claim row ran");
+        assert_eq!(rows[2].ratio_to_effect, None);
+        let table = super::render_table(&rows);
+        assert!(table.contains("x effect"), "{table}");
+        let line = table
+            .lines()
+            .find(|l| l.starts_with("sqlite") && l.contains(" action "))
+            .unwrap_or_default();
+        assert!(line.contains("0.75") && line.contains("0.60"), "{line}");
+    }
+
+    #[test]
+    fn an_action_call_is_a_stateless_tools_call_of_the_bench_action() {
+        let body = super::http::action_call_body("k-1-0-7").expect("body");
+        let v: serde_json::Value = serde_json::from_slice(&body).expect("json");
+        assert_eq!(v["method"], "tools/call");
+        assert_eq!(v["params"]["name"], super::http::ACTION);
+        assert_eq!(v["params"]["arguments"]["order_id"], "k-1-0-7");
+        assert_eq!(
+            v["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"],
+            "2026-07-28"
+        );
+        let doc = super::http::action_doc("http://127.0.0.1:9/v1/charges");
+        assert_eq!(doc["identity"], serde_json::json!(["order_id"]));
+        assert_eq!(
+            doc["deliver"]["http"]["url"],
+            "http://127.0.0.1:9/v1/charges"
+        );
+    }
 
     #[test]
     fn a_ratio_keeps_three_significant_figures_and_a_slow_row_never_reads_zero() {

@@ -256,7 +256,9 @@ pub async fn run(
         | Workload::EffectTls
         | Workload::Intake
         | Workload::IntakeFanout3
-        | Workload::IntakeDuplicate => {
+        | Workload::IntakeDuplicate
+        | Workload::Action
+        | Workload::ActionDuplicate => {
             anyhow::bail!("the redis rows run the claim workloads only")
         }
     }

@@ -260,12 +260,13 @@ pub struct BenchCmd {
     pub redis_server: PathBuf,
     /// Workloads, comma-separated: first_time_pair, duplicate, effect, effect_256k,
     /// effect_tls (to an HTTPS destination), intake, intake_fanout3 (events of a source with
-    /// three destinations), intake_duplicate (effects run in the http and direct modes only,
-    /// intake in http only).
+    /// three destinations), intake_duplicate, action (an MCP tools/call of a fresh identity),
+    /// action_duplicate (a repeated identity, replayed) (effects run in the http and direct
+    /// modes only, intake and actions in http only).
     #[arg(
         long,
         value_name = "LIST",
-        default_value = "first_time_pair,duplicate,effect,effect_256k,effect_tls,intake,intake_duplicate",
+        default_value = "first_time_pair,duplicate,action_duplicate,effect,action,effect_256k,effect_tls,intake,intake_duplicate",
         value_delimiter = ','
     )]
     pub workloads: Vec<String>,

@@ -51,9 +51,11 @@ fn parse_workloads(v: &[String]) -> Result<Vec<Workload>, CliError> {
             "intake" => Ok(Workload::Intake),
             "intake_fanout3" => Ok(Workload::IntakeFanout3),
             "intake_duplicate" => Ok(Workload::IntakeDuplicate),
+            "action" => Ok(Workload::Action),
+            "action_duplicate" => Ok(Workload::ActionDuplicate),
             other => Err(CliError::input(format!(
                 "unknown workload {other:?} (first_time_pair, duplicate, effect, effect_256k, \
-                 effect_tls, intake, intake_fanout3, intake_duplicate)"
+                 effect_tls, intake, intake_fanout3, intake_duplicate, action, action_duplicate)"
             ))),
         })
         .collect()
@@ -317,4 +319,44 @@ pub async fn run(c: BenchCmd) -> Result<u8, CliError> {
         eprintln!("idem bench: report written to {}", path.display());
     }
     Ok(exit::OK)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn list(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn workloads_parse_by_name_and_an_unknown_one_names_the_known_ones() {
+        let w = parse_workloads(&list(&[
+            "effect",
+            " action",
+            "action_duplicate",
+            "duplicate",
+        ]));
+        assert_eq!(
+            w.ok(),
+            Some(vec![
+                Workload::Effect,
+                Workload::Action,
+                Workload::ActionDuplicate,
+                Workload::Duplicate
+            ])
+        );
+        for name in ["first_time_pair", "duplicate", "effect", "intake", "action"] {
+            let parsed = parse_workloads(&list(&[name])).ok();
+            assert_eq!(parsed.map(|w| w[0].as_str()), Some(name));
+        }
+        let Err(e) = parse_workloads(&list(&["actions"])) else {
+            panic!("an unknown workload was accepted");
+        };
+        let msg = e.to_string();
+        assert!(
+            msg.contains("\"actions\"") && msg.contains("action_duplicate"),
+            "{msg}"
+        );
+    }
 }

@@ -57,7 +57,9 @@ fn check_side_by_side(out: &Out, json: &Value, backend: &str) {
             r["mode"].as_str().expect("mode").to_owned(),
             r["workload"].as_str().expect("workload").to_owned(),
         );
-        let effect = workload.starts_with("effect") || workload.starts_with("intake");
+        let effect = workload.starts_with("effect")
+            || workload.starts_with("intake")
+            || workload.starts_with("action");
         match (mode.as_str(), effect) {
             ("bare", false) => assert_eq!(f("ratio_to_bare"), 1.0, "{r}"),
             ("library", false) => assert!(f("ratio_to_bare") > 0.0, "{r}"),
@@ -68,6 +70,12 @@ fn check_side_by_side(out: &Out, json: &Value, backend: &str) {
             // Effects and intake are compared with the HTTP claim rows, not with a bare row.
             ("http", true) => {
                 assert!(f("ratio_to_claims") > 0.0, "{r}");
+                // A first-time action call is also compared with the effect it delivers.
+                assert_eq!(
+                    r.get("ratio_to_effect").is_some(),
+                    workload == "action",
+                    "{r}"
+                );
                 assert!(r.get("ratio_to_bare").is_none(), "{r}");
                 assert!(f("server_peak_rss_mib") > 1.0, "{r}");
             }
@@ -103,9 +111,10 @@ fn check_side_by_side(out: &Out, json: &Value, backend: &str) {
         &["effect", "effect_256k", "effect_tls"],
     ))
     .chain(pairs(&["http"], &["intake", "intake_duplicate"]))
+    .chain(pairs(&["http"], &["action", "action_duplicate"]))
     .collect();
     assert_eq!(seen, want);
-    assert_eq!(rows.len(), 14);
+    assert_eq!(rows.len(), 16);
 }
 
 #[test]

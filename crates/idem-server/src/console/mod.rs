@@ -1,8 +1,8 @@
 //! The operator console at `/console`: server-rendered pages for the decisions the ledger
 //! leaves to a person (the review queue, a record with its history and the resolve /
-//! approve / reject forms, a namespace with its pause switch, the intake's sources with
-//! their events and the redeliver forms ([`sources`])), served by the same binary
-//! on SQLite and PostgreSQL alike.
+//! approve / reject forms, a namespace with its pause switch, a namespace's actions and the
+//! action a draft belongs to ([`actions`]), the intake's sources with their events and the
+//! redeliver forms ([`sources`])), served by the same binary on SQLite and PostgreSQL alike.
 //!
 //! It owns: the console's routes, its sign-in sessions and CSRF check ([`session`]), its HTML
 //! ([`view`], [maud](https://maud.lambda.xyz) templates: compiled with the binary, every
@@ -18,6 +18,7 @@
 //! carries `Content-Security-Policy: default-src 'self'`, and no page has inline script),
 //! or log a token or a session id.
 
+mod actions;
 mod pages;
 pub mod session;
 mod sources;
@@ -52,6 +53,7 @@ pub fn router(state: AppState) -> Router<AppState> {
             "/console/ns/{ns}/resume",
             get(pages::confirm_resume).post(pages::resume),
         )
+        .route("/console/ns/{ns}/actions", get(actions::list))
         .route("/console/ns/{ns}/keys/{key}", get(pages::record))
         .route("/console/ns/{ns}/keys/{key}/resolve", post(pages::resolve))
         .route("/console/ns/{ns}/keys/{key}/approve", post(pages::approve))

@@ -17,7 +17,8 @@ use super::session::{FormData, Viewer};
 use super::view::{self, csrf, enc, layout, ns_href, record_href};
 use super::{ConsoleError, ConsoleResult};
 use crate::api::v1::namespaces::visible_namespaces;
-use crate::api::v1::review::{review_page, review_query};
+use crate::api::v1::review::{self, review_page, review_query};
+use crate::api::v1::shared::Acting;
 use crate::api::v1::shared::{query_pairs, query_state};
 use crate::api::{NoteBody, ResolveBody};
 use crate::error::ApiError;
@@ -29,7 +30,7 @@ use crate::state::AppState;
 const PAGE: usize = 50;
 
 /// The namespace of a path, within the viewer's scope (403 page otherwise).
-fn scoped_ns(viewer: &Viewer, raw: &str) -> ConsoleResult<Namespace> {
+pub(super) fn scoped_ns(viewer: &Viewer, raw: &str) -> ConsoleResult<Namespace> {
     let ns = parse_namespace(raw)?;
     viewer.caller.authorize(Role::Operator, Some(&ns))?;
     Ok(ns)
@@ -211,6 +212,16 @@ async fn record_page(
         r.state,
         idem::State::NeedsReview | idem::State::FailedRetryable | idem::State::FailedPermanent
     ) || lease_expired;
+    // A record of an action names it (its owner); the page shows which tool the draft is of.
+    let action = super::actions::action_of(r.owner.as_deref());
+    let declared = match action {
+        Some(name) => Some(
+            crate::actions::load(st, &nk.ns, name)
+                .await
+                .map(|l| l.map(|l| l.action.title)),
+        ),
+        None => None,
+    };
     let body = html! {
         p.crumbs { a href=(ns_href(r.namespace.as_str())) { (r.namespace.as_str()) } " / record" }
         h1.key { (r.key.as_str()) }
@@ -225,6 +236,17 @@ async fn record_page(
             dt { "Attempt" } dd { (r.attempt) }
             dt { "Namespace" } dd { (r.namespace.as_str()) }
             dt { "Owner" } dd { (r.owner.as_deref().unwrap_or("—")) }
+            @if let Some(name) = action {
+                dt { "Action" } dd {
+                    a href=(super::actions::action_href(r.namespace.as_str(), name)) { (name) }
+                    @match &declared {
+                        Some(Ok(Some(Some(title)))) => { " — " (title) }
+                        Some(Ok(None)) => { " (no longer declared)" }
+                        Some(Err(_)) => { " (could not be read)" }
+                        _ => {}
+                    }
+                }
+            }
             dt { "Correlation id" } dd { (r.correlation_id.as_deref().unwrap_or("—")) }
             dt { "External ref" } dd { (r.external_ref.as_deref().unwrap_or("—")) }
             dt { "Last error" } dd {
@@ -245,6 +267,20 @@ async fn record_page(
         @if r.state == idem::State::AwaitingApproval {
             section aria-labelledby="draft-h" {
                 h2 #draft-h { "Draft to approve" }
+                @if let Some(name) = action {
+                    p #draft-about {
+                        "The arguments the agent's call of action " strong { (name) }
+                        " stored. Approve makes idem deliver exactly these arguments, once, \
+                         through its outbox; the agent is not asked again and a later call \
+                         with other text does not replace them. Reject fails the call for good."
+                    }
+                    @if matches!(declared, Some(Ok(None))) {
+                        p.error role="alert" {
+                            "The action " (name) " is no longer declared: an approval is \
+                             recorded, but nothing can be delivered."
+                        }
+                    }
+                }
                 @match &r.prepared_payload {
                     Some(p) => (view::json_block(p, false)),
                     None => p { "—" },
@@ -261,7 +297,9 @@ async fn record_page(
             }
         } @else {
             section aria-labelledby="payload-h" {
-                h2 #payload-h { "Prepared payload" }
+                h2 #payload-h {
+                    @if action.is_some() { "Arguments (prepared payload)" } @else { "Prepared payload" }
+                }
                 @match &r.prepared_payload {
                     Some(p) => (view::json_block(p, true)),
                     None => p { "—" },
@@ -307,13 +345,25 @@ async fn record_page(
 
 /// Runs one operator action; a refusal re-renders the record page with the API's message.
 async fn act(a: RecordAction, op: Result<Op, ApiError>, done: &str) -> ConsoleResult<Response> {
-    let RecordAction { st, viewer, nk, .. } = a;
     let outcome = match op {
         Ok(op) => {
-            crate::api::v1::shared::state_write(&st, &nk, done, op, viewer.caller.actor()).await
+            crate::api::v1::shared::state_write(&a.st, &a.nk, done, op, a.viewer.caller.actor())
+                .await
+                .map(drop)
         }
         Err(e) => Err(e),
     };
+    answer(a, outcome, done).await
+}
+
+/// After an operator action: a redirect to the record saying it is done, or the record page
+/// with the API's message when it was refused.
+async fn answer(
+    a: RecordAction,
+    outcome: Result<(), ApiError>,
+    done: &str,
+) -> ConsoleResult<Response> {
+    let RecordAction { st, viewer, nk, .. } = a;
     match outcome {
         Ok(_) => {
             let to = format!(
@@ -361,13 +411,29 @@ fn resolve_op(form: &FormData) -> Result<Op, ApiError> {
 }
 
 /// The approve/reject form as the API's body (the note is optional).
-fn note_of(form: &FormData) -> Result<Option<String>, ApiError> {
+fn note_body(form: &FormData) -> Result<NoteBody, ApiError> {
     let mut body = Map::new();
     if let Some(n) = form.get("note").filter(|n| !n.trim().is_empty()) {
         body.insert("note".into(), json!(n));
     }
-    let b: NoteBody = read_body(Value::Object(body))?;
-    Ok(b.into_note())
+    read_body(Value::Object(body))
+}
+
+/// The note of a form (pause and resume), read as the API's body.
+fn note_of(form: &FormData) -> Result<Option<String>, ApiError> {
+    note_body(form).map(NoteBody::into_note)
+}
+
+/// A decision on a draft as the API's own request: the API's handler runs it (the same
+/// transition, the same refusals, and for an action's draft the same queueing of its
+/// delivery), with the session's caller as actor.
+fn acting(a: &RecordAction, body: NoteBody) -> Acting<NsKey, NoteBody> {
+    Acting {
+        st: a.st.clone(),
+        caller: a.viewer.caller.clone(),
+        path: a.nk.clone(),
+        body,
+    }
 }
 
 /// An operator's action on a record from its page: who acts, the submitted form, and the
@@ -409,13 +475,19 @@ pub async fn resolve(a: RecordAction) -> ConsoleResult<Response> {
 }
 
 pub async fn approve(a: RecordAction) -> ConsoleResult<Response> {
-    let op = note_of(&a.form).map(|note| Op::Approve { note });
-    act(a, op, "approved").await
+    let outcome = match note_body(&a.form) {
+        Ok(body) => review::approve(acting(&a, body)).await.map(drop),
+        Err(e) => Err(e),
+    };
+    answer(a, outcome, "approved").await
 }
 
 pub async fn reject(a: RecordAction) -> ConsoleResult<Response> {
-    let op = note_of(&a.form).map(|note| Op::Reject { note });
-    act(a, op, "rejected").await
+    let outcome = match note_body(&a.form) {
+        Ok(body) => review::reject(acting(&a, body)).await.map(drop),
+        Err(e) => Err(e),
+    };
+    answer(a, outcome, "rejected").await
 }
 
 // ------------------------------------------------------------------ namespace
@@ -447,6 +519,7 @@ pub async fn namespace(
     let href = ns_href(ns.as_str());
     let state_q = query.state.map(|s| s.as_str()).unwrap_or("");
     let policy = info.policy.to_json();
+    let actions = super::actions::read(&st, &viewer, &ns).await?;
     Ok(layout(
         ns.as_str(),
         Some(&viewer),
@@ -479,6 +552,22 @@ pub async fn namespace(
                     ". Oldest processing: "
                     (activity.oldest_processing_at.map_or_else(|| "—".to_owned(), |t| view::age(now.0 - t.0)))
                     "."
+                }
+            }
+            @if !actions.is_empty() {
+                section aria-labelledby="actions-h" {
+                    h2 #actions-h { "Actions" }
+                    p {
+                        (actions.len()) @if actions.len() == 1 { " action" } @else { " actions" }
+                        " served to agents at " code { "/mcp/" (ns.as_str()) } ": "
+                        @for (i, a) in actions.iter().enumerate() {
+                            @if i > 0 { ", " }
+                            @let name = a.get("name").and_then(Value::as_str).unwrap_or("?");
+                            a href=(super::actions::action_href(ns.as_str(), name)) { (name) }
+                        }
+                        ". "
+                        a href=(super::actions::actions_href(ns.as_str())) { "All actions" }
+                    }
                 }
             }
             section aria-labelledby="policy-h" {

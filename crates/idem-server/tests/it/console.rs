@@ -491,6 +491,7 @@ async fn a_scoped_session_neither_lists_nor_reaches_another_namespace() {
             rec("b", "theirs"),
             "/console/review?namespace=b".to_owned(),
             "/console/ns/b/pause".to_owned(),
+            "/console/ns/b/actions".to_owned(),
         ] {
             let p = c.get(&path).await;
             assert_eq!(p.status, 403, "{backend:?} {path}: {}", p.text);
@@ -1155,5 +1156,222 @@ async fn an_event_page_shows_its_destinations_and_replays_one_alone() {
             "the other destination is untouched: {}",
             crm.text
         );
+    }
+}
+
+type Seen = std::sync::Arc<std::sync::Mutex<Vec<Value>>>;
+
+async fn sink_handler(
+    axum::extract::State(seen): axum::extract::State<Seen>,
+    req: axum::extract::Request,
+) -> impl axum::response::IntoResponse {
+    let body = axum::body::to_bytes(req.into_body(), 1 << 20)
+        .await
+        .unwrap_or_default();
+    let mut s = seen.lock().expect("lock");
+    s.push(serde_json::from_slice(&body).unwrap_or(Value::Null));
+    (
+        axum::http::StatusCode::CREATED,
+        [("content-type", "application/json")],
+        json!({"id": format!("msg_{}", s.len())}).to_string(),
+    )
+}
+
+/// A loopback destination that keeps every request body it receives (and answers 201).
+async fn counting_sink() -> (Seen, u16) {
+    let seen = Seen::default();
+    let app = axum::Router::new()
+        .fallback(axum::routing::any(sink_handler))
+        .with_state(seen.clone());
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = l.local_addr().expect("addr").port();
+    tokio::spawn(async move { axum::serve(l, app).await });
+    (seen, port)
+}
+
+/// An action that asks a person first: keyed by the order, identity order and recipient,
+/// the text free (a regenerated draft), a credential in its headers.
+fn followup_action(port: u16) -> Value {
+    json!({
+        "title": "Send the follow-up",
+        "description": format!("Sends the follow-up e-mail of an order to its customer. {}", "Call it once per order. ".repeat(12)),
+        "input_schema": {
+            "type": "object",
+            "properties": {
+                "order_id": {"type": "string"},
+                "to": {"type": "string"},
+                "text": {"type": "string"}
+            },
+            "required": ["order_id", "to", "text"]
+        },
+        "key": "{order_id}:followup:v1",
+        "identity": ["order_id", "to"],
+        "approval": "required",
+        "deliver": {"http": {
+            "method": "POST",
+            "url": format!("http://127.0.0.1:{port}/send/{{{{order_id}}}}?api_key=query-secret-1234"),
+            "headers": {"Authorization": "Bearer s3cr3t-mail-token-9876"},
+            "body": {"to": "{{to}}", "text": "{{text}}"}
+        }}
+    })
+}
+
+/// `tools/call` over the stateless revision: the `CallToolResult`.
+async fn tool_call(api: &Api, ns: &str, tool: &str, args: Value) -> Value {
+    let r = api
+        .post(
+            &format!("/mcp/{ns}"),
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                   "params": {"name": tool, "arguments": args,
+                              "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}}}),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    r.body["result"].clone()
+}
+
+#[tokio::test]
+async fn actions_are_listed_and_an_action_draft_is_shown_in_full_and_delivered_once_approved() {
+    for backend in backends() {
+        let (seen, port) = counting_sink().await;
+        let app = app_with_tokens(backend).await;
+        let admin = app.as_token(Some(&app.tokens[0]));
+        let operator = app.as_token(Some(&app.tokens[1]));
+        let worker = app.as_token(Some(&app.tokens[2]));
+        let r = admin
+            .patch(
+                "/v1/namespaces/shop",
+                json!({"egress": {"allow": [format!("127.0.0.1:{port}")]}}),
+            )
+            .await;
+        assert_eq!(r.status, 200, "{}", r.text);
+        let r = admin
+            .send(
+                admin
+                    .http
+                    .put(format!(
+                        "{}/v1/namespaces/shop/actions/send_followup",
+                        admin.base
+                    ))
+                    .json(&followup_action(port)),
+            )
+            .await;
+        assert_eq!(r.status, 201, "{}", r.text);
+
+        let mut c = Console::new(&app);
+        assert_eq!(c.sign_in(&app.tokens[1]).await.status, 303);
+        // The namespace page links its actions; the actions page lists them without secrets.
+        let ns = c.get("/console/ns/shop").await;
+        assert_eq!(ns.status, 200, "{}", ns.text);
+        assert!(
+            ns.text.contains("href=\"/console/ns/shop/actions\""),
+            "{}",
+            ns.text
+        );
+        let list = c.get("/console/ns/shop/actions").await;
+        assert_eq!(list.status, 200, "{}", list.text);
+        list.assert_secure_headers();
+        for shown in [
+            "send_followup",
+            "Send the follow-up",
+            "{order_id}:followup:v1",
+            "order_id, to",
+            "required",
+            "HTTP POST",
+            &format!("127.0.0.1:{port}/send/{{{{order_id}}}}"),
+            "Authorization: …9876",
+            "<details><summary>show all",
+        ] {
+            assert!(list.text.contains(shown), "{shown:?} in {}", list.text);
+        }
+        for hidden in ["s3cr3t-mail-token", "query-secret-1234", "api_key"] {
+            assert!(
+                !list.text.contains(hidden),
+                "{hidden:?} leaked: {}",
+                list.text
+            );
+        }
+
+        // The agent's first call stores the draft; nothing is sent.
+        let args = json!({"order_id": "847", "to": "ada@example.com",
+                          "text": "Hello Ada, <b>your order</b> shipped & is on its way."});
+        let r = tool_call(&worker, "shop", "send_followup", args.clone()).await;
+        assert_eq!(
+            r["structuredContent"]["outcome"], "awaiting_approval",
+            "{r}"
+        );
+        assert_eq!(seen.lock().expect("lock").len(), 0);
+
+        let page = c.get(&rec("shop", "847:followup:v1")).await;
+        assert_eq!(page.status, 200, "{}", page.text);
+        assert!(page.text.contains("Draft to approve"));
+        assert!(
+            page.text.contains("href=\"/console/ns/shop/actions#action-send_followup\">send_followup</a> — Send the follow-up"),
+            "{}",
+            page.text
+        );
+        // The stored arguments in full, pretty-printed and escaped.
+        let pretty = serde_json::to_string_pretty(&args).expect("json");
+        let escaped = pretty
+            .replace('&', "&amp;")
+            .replace('<', "&lt;")
+            .replace('>', "&gt;")
+            .replace('"', "&quot;");
+        assert!(page.text.contains(&escaped), "{escaped} in {}", page.text);
+        assert!(!page.text.contains("<b>your order</b>"));
+        assert!(!page.text.contains("s3cr3t-mail-token"));
+
+        // Approve in the console: idem delivers the stored arguments once, through its outbox.
+        let csrf = page.csrf();
+        let p = c
+            .post(
+                &format!("{}/approve", rec("shop", "847:followup:v1")),
+                &[("csrf", &csrf), ("note", "wording checked")],
+            )
+            .await;
+        assert_eq!(p.status, 303, "{backend:?}: {}", p.text);
+        let delivered = eventually(std::time::Duration::from_secs(10), || {
+            let seen = seen.clone();
+            async move { !seen.lock().expect("lock").is_empty() }
+        })
+        .await;
+        assert!(
+            delivered,
+            "{backend:?}: the approved draft was not delivered"
+        );
+        let done = eventually(std::time::Duration::from_secs(10), || async {
+            operator.record("shop", "847:followup:v1").await.body["record"]["state"] == "completed"
+        })
+        .await;
+        assert!(done, "{backend:?}: the record did not complete");
+        {
+            let s = seen.lock().expect("lock");
+            assert_eq!(s.len(), 1, "{s:?}");
+            assert_eq!(s[0], json!({"to": "ada@example.com", "text": args["text"]}));
+        }
+        // A regenerated draft (other text, same identity) is replayed; nothing new is sent.
+        let again = tool_call(
+            &worker,
+            "shop",
+            "send_followup",
+            json!({"order_id": "847", "to": "ada@example.com", "text": "Hi Ada, another wording."}),
+        )
+        .await;
+        assert_eq!(
+            again["structuredContent"]["outcome"], "completed",
+            "{again}"
+        );
+        assert_eq!(again["structuredContent"]["replayed"], true);
+        assert_eq!(seen.lock().expect("lock").len(), 1);
+        // The completed record still names its action, and its arguments.
+        let after = c.get(&rec("shop", "847:followup:v1")).await;
+        assert!(
+            after.text.contains("Arguments (prepared payload)"),
+            "{}",
+            after.text
+        );
+        assert!(!after.text.contains(">Approve</button>"));
     }
 }

@@ -12,6 +12,7 @@
 
 pub mod call;
 pub mod mcp;
+pub mod upstream;
 pub mod model;
 
 use idem::{

@@ -405,7 +405,12 @@ fn body_optional(method: &str, path: &str) -> bool {
 /// `unknown_field`); a JSON-RPC message is a request or notification (`method`) or a response
 /// (`id` with `result` or `error`), `jsonrpc` exactly "2.0", `id` a string or an integer.
 fn refine_actions(schemas: &mut Map<String, Value>) {
-    for name in ["ActionWriteDoc", "DeliverDoc", "HttpDeliverDoc", "McpDeliverDoc"] {
+    for name in [
+        "ActionWriteDoc",
+        "DeliverDoc",
+        "HttpDeliverDoc",
+        "McpDeliverDoc",
+    ] {
         if let Some(body) = schemas.get_mut(name) {
             body["additionalProperties"] = json!(false);
         }

@@ -12,8 +12,8 @@
 
 pub mod call;
 pub mod mcp;
-pub mod upstream;
 pub mod model;
+pub mod upstream;
 
 use idem::{
     action_owner, Namespace, NewOutboxItem, OutboxClaim, OutboxFinish, OutboxKind, OutboxOutcome,

@@ -976,9 +976,11 @@ mod tests {
             d["deliver"] = json!({"mcp": m});
             d
         };
-        let ok = mcp(json!({"url": "https://mail.example/mcp", "tool": "send_mail",
+        let ok = mcp(
+            json!({"url": "https://mail.example/mcp", "tool": "send_mail",
                             "headers": {"Authorization": "Bearer s3cr3t-1234"},
-                            "timeout_ms": 2000}));
+                            "timeout_ms": 2000}),
+        );
         let a = Action::parse("mail", &ok).expect("valid");
         assert!(a.action.http.is_none());
         assert_eq!(a.action.doc["deliver"]["mcp"]["tool"], "send_mail");

@@ -32,8 +32,8 @@
 use std::time::Duration;
 
 use idem::effect::{self, classify, Lost, NotSent, Success, Transport, Verdict};
-use idem_egress::{Answer, Egress, HeaderMap, HeaderName, HeaderValue, Method, Outbound, Outcome};
 use idem_egress::Target;
+use idem_egress::{Answer, Egress, HeaderMap, HeaderName, HeaderValue, Method, Outbound, Outcome};
 use serde_json::{json, Map, Value};
 use tokio::time::Instant;
 
@@ -102,7 +102,10 @@ pub enum Called {
     /// The `CallToolResult`.
     Result(Value),
     /// A JSON-RPC error.
-    Error { code: i64, message: String },
+    Error {
+        code: i64,
+        message: String,
+    },
     /// A 2xx without the response.
     Unreadable,
 }
@@ -531,7 +534,9 @@ pub(crate) fn call_step(c: Called, tool: &str, destination_idempotent: bool) -> 
             verdict: Verdict::Permanent,
             response: Some(json!({"error": {"code": code, "message": message}})),
             category: "mcp",
-            message: format!("the upstream MCP server answered tools/call with JSON-RPC error {code}"),
+            message: format!(
+                "the upstream MCP server answered tools/call with JSON-RPC error {code}"
+            ),
             http_status: None,
             sent: true,
         },
@@ -574,7 +579,10 @@ mod tests {
             r#"{"jsonrpc":"2.0","id":1,"result":{"content":[]}}"#,
         );
         assert!(response_of(&a, &id).is_some_and(|m| m.contains_key("result")));
-        let other = answer("application/json", r#"{"jsonrpc":"2.0","id":2,"result":{}}"#);
+        let other = answer(
+            "application/json",
+            r#"{"jsonrpc":"2.0","id":2,"result":{}}"#,
+        );
         assert!(response_of(&other, &id).is_none());
         // A notification and a server request first, CRLF lines, a multi-line data field.
         let stream = "event: message\r\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\"}\r\n\r\n\
@@ -594,10 +602,14 @@ mod tests {
         assert!(stateless_only(&m(
             json!({"id": 0, "error": {"code": -32601, "message": "no"}})
         )));
-        assert!(stateless_only(&m(json!({"id": 0, "error": {"code": -32022,
-            "message": "no", "data": {"supported": [STATELESS]}}}))));
-        assert!(!stateless_only(&m(json!({"id": 0, "error": {"code": -32022,
-            "message": "no", "data": {"supported": ["2030-01-01"]}}}))));
+        assert!(stateless_only(&m(
+            json!({"id": 0, "error": {"code": -32022,
+            "message": "no", "data": {"supported": [STATELESS]}}})
+        )));
+        assert!(!stateless_only(&m(
+            json!({"id": 0, "error": {"code": -32022,
+            "message": "no", "data": {"supported": ["2030-01-01"]}}})
+        )));
         assert!(!stateless_only(&m(json!({"id": 0, "result": {}}))));
     }
 

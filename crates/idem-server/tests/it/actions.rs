@@ -890,12 +890,17 @@ async fn upstream(mode: &str) -> Option<Upstream> {
         if let Ok(Some(status)) = child.try_wait() {
             let said = std::fs::read_to_string(&err_path).unwrap_or_default();
             if status.code() == Some(3) && !required {
-                eprintln!("SKIPPED the deliver.mcp tests: the MCP SDK is missing ({python}); {hint}");
+                eprintln!(
+                    "SKIPPED the deliver.mcp tests: the MCP SDK is missing ({python}); {hint}"
+                );
                 return None;
             }
             panic!("the upstream MCP server did not start ({python}): {said}; {hint}");
         }
-        if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_ok()
+        {
             return Some(Upstream {
                 child,
                 port,
@@ -955,7 +960,13 @@ async fn deliver_mcp_calls_the_upstream_tool_once_per_identity() {
         };
         for backend in backends() {
             let app = app_reaching(backend, &[up.port]).await;
-            let r = put_action(&app, "shop", "mail", mcp_action(up.port, "send_mail", 5_000)).await;
+            let r = put_action(
+                &app,
+                "shop",
+                "mail",
+                mcp_action(up.port, "send_mail", 5_000),
+            )
+            .await;
             assert_eq!(r.status, 201, "{}", r.text);
             assert_eq!(r.body["header_hints"], json!({"Authorization": "4321"}));
             assert_eq!(r.body["deliver"]["mcp"]["tool"], "send_mail");
@@ -988,7 +999,11 @@ async fn deliver_mcp_calls_the_upstream_tool_once_per_identity() {
                     .all(|o| matches!(*o, "performed" | "in_flight" | "completed")),
                 "{mode}: {outcomes:?}"
             );
-            assert_eq!(up.count("send_mail", &order), 1, "{mode}: one call upstream");
+            assert_eq!(
+                up.count("send_mail", &order),
+                1,
+                "{mode}: one call upstream"
+            );
             let performed = results
                 .iter()
                 .find(|r| outcome(r) == "performed")
@@ -1004,11 +1019,21 @@ async fn deliver_mcp_calls_the_upstream_tool_once_per_identity() {
             );
 
             // A replay: the first delivery stands, the tool is not called again.
-            let again = call(&app, "shop", "mail", args(&order, "ann@example.com", "other")).await;
+            let again = call(
+                &app,
+                "shop",
+                "mail",
+                args(&order, "ann@example.com", "other"),
+            )
+            .await;
             assert_eq!(outcome(&again), "completed", "{again}");
             assert_eq!(again["structuredContent"]["replayed"], true);
             assert_eq!(again["structuredContent"]["response"], *response);
-            assert_eq!(up.count("send_mail", &order), 1, "{mode}: a replay calls nothing");
+            assert_eq!(
+                up.count("send_mail", &order),
+                1,
+                "{mode}: a replay calls nothing"
+            );
             let key = format!("{order}:mail:v1");
             let rec = app.record("shop", &key).await;
             assert_eq!(rec.body["record"]["state"], "completed");
@@ -1057,7 +1082,11 @@ async fn deliver_mcp_failures_are_classified_as_the_contract_says() {
         assert!(r["structuredContent"]["retry_after_ms"].is_i64(), "{r}");
         let key = format!("{order}:mail:v1");
         let rec = app.record("shop", &key).await;
-        assert_eq!(rec.body["record"]["state"], "failed_retryable", "{}", rec.text);
+        assert_eq!(
+            rec.body["record"]["state"], "failed_retryable",
+            "{}",
+            rec.text
+        );
         assert_eq!(rec.body["record"]["last_error"]["category"], "connection");
         assert!(rec.body["record"]["last_error"]["message"]
             .as_str()
@@ -1083,7 +1112,13 @@ async fn deliver_mcp_failures_are_classified_as_the_contract_says() {
         assert_eq!(rec.body["record"]["last_error"]["category"], "timeout");
 
         // A tool the upstream does not have: failed_permanent, nothing done upstream.
-        put_action(&app, "shop", "nope", mcp_action(up.port, "no_such_tool", 5_000)).await;
+        put_action(
+            &app,
+            "shop",
+            "nope",
+            mcp_action(up.port, "no_such_tool", 5_000),
+        )
+        .await;
         let order = format!("nope-{b}");
         let r = call(&app, "shop", "nope", args(&order, "a@example.com", "t")).await;
         assert_eq!(outcome(&r), "failed_permanent", "{r}");
@@ -1092,7 +1127,13 @@ async fn deliver_mcp_failures_are_classified_as_the_contract_says() {
         // The egress policy holds: an upstream outside it is refused before anything is
         // stored.
         let other = free_port();
-        put_action(&app, "shop", "outside", mcp_action(other, "send_mail", 5_000)).await;
+        put_action(
+            &app,
+            "shop",
+            "outside",
+            mcp_action(other, "send_mail", 5_000),
+        )
+        .await;
         let r = call(&app, "shop", "outside", args("out-1", "a@example.com", "t")).await;
         assert_eq!(outcome(&r), "destination_forbidden", "{r}");
         app.record("shop", "out-1:mail:v1")
@@ -1113,9 +1154,21 @@ async fn deliver_mcp_with_approval_is_called_once_by_the_outbox() {
         put_action(&app, "shop", "mail", doc).await;
         let order = format!("appr-{backend:?}");
         let key = format!("{order}:mail:v1");
-        let r = call(&app, "shop", "mail", args(&order, "ann@example.com", "Draft one")).await;
+        let r = call(
+            &app,
+            "shop",
+            "mail",
+            args(&order, "ann@example.com", "Draft one"),
+        )
+        .await;
         assert_eq!(outcome(&r), "awaiting_approval", "{r}");
-        let r = call(&app, "shop", "mail", args(&order, "ann@example.com", "Draft two")).await;
+        let r = call(
+            &app,
+            "shop",
+            "mail",
+            args(&order, "ann@example.com", "Draft two"),
+        )
+        .await;
         assert_eq!(outcome(&r), "awaiting_approval", "{r}");
         assert_eq!(up.count("send_mail", &order), 0, "nothing before approval");
 
@@ -1137,7 +1190,13 @@ async fn deliver_mcp_with_approval_is_called_once_by_the_outbox() {
             .collect();
         assert_eq!(sent.len(), 1, "the approved draft was delivered once");
         assert_eq!(sent[0].2, "Draft one", "the approved arguments were sent");
-        let after = call(&app, "shop", "mail", args(&order, "ann@example.com", "Draft three")).await;
+        let after = call(
+            &app,
+            "shop",
+            "mail",
+            args(&order, "ann@example.com", "Draft three"),
+        )
+        .await;
         assert_eq!(outcome(&after), "completed", "{after}");
         assert_eq!(after["structuredContent"]["replayed"], true);
         assert_eq!(up.count("send_mail", &order), 1, "delivered once");

@@ -957,8 +957,12 @@ impl Attempt<'_> {
             input.method.as_str(),
             self.target.url(),
         );
-        let client =
-            upstream::Upstream::new(&self.st.egress, self.target, &input.headers, input.timeout_ms);
+        let client = upstream::Upstream::new(
+            &self.st.egress,
+            self.target,
+            &input.headers,
+            input.timeout_ms,
+        );
         let started = Instant::now();
         let step = match client.open().instrument(span.clone()).await {
             Err(h) => upstream::handshake_step(h),

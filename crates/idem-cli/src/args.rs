@@ -116,7 +116,7 @@ pub enum Command {
     ///
     /// Reads the JSON of n8n's Download or `n8n export:workflow` (one workflow or an array,
     /// as `--all` writes); a DIR is searched recursively for *.json, `-` reads stdin. Rules
-    /// IDEM001–IDEM016: see docs/audit.md. Prints a table (one line per finding and a
+    /// IDEM001–IDEM017: see docs/audit.md. Prints a table (one line per finding and a
     /// summary), JSON ({findings, errors}) or SARIF 2.1.0 for code-scanning upload.
     ///
     /// Example, in CI: idem audit --format sarif workflows/ > idem-audit.sarif

@@ -920,8 +920,8 @@ pub struct ActionPutCmd {
     /// The action document from a file.
     #[arg(long, value_name = "FILE")]
     pub file: Option<PathBuf>,
-    /// Set deliver.http.headers.HEADER from this environment variable (repeatable). Keeps
-    /// credentials off the command line.
+    /// Set deliver.http.headers.HEADER (deliver.mcp.headers.HEADER for an MCP delivery) from
+    /// this environment variable (repeatable). Keeps credentials off the command line.
     #[arg(long = "header-env", value_name = "HEADER=VAR")]
     pub header_env: Vec<String>,
     /// Print the server's raw JSON answer (one line) instead of indented JSON.

@@ -18,6 +18,12 @@ pub const IF: &str = "n8n-nodes-base.if";
 pub const SWITCH: &str = "n8n-nodes-base.switch";
 pub const SET: &str = "n8n-nodes-base.set";
 pub const CRYPTO: &str = "n8n-nodes-base.crypto";
+/// An agent's HTTP Request tool (`n8n-nodes-base` since n8n 1.7x).
+pub const HTTP_REQUEST_TOOL: &str = "n8n-nodes-base.httpRequestTool";
+/// The older HTTP Request tool of the AI nodes.
+pub const LANGCHAIN_HTTP_TOOL: &str = "@n8n/n8n-nodes-langchain.toolHttpRequest";
+/// An agent's MCP Client Tool: every tool of one MCP server.
+pub const MCP_CLIENT_TOOL: &str = "@n8n/n8n-nodes-langchain.mcpClientTool";
 /// Nodes whose parameters are JavaScript (read as text, like expressions).
 pub const CODE_NODES: &[&str] = &[
     "n8n-nodes-base.code",

@@ -1,8 +1,8 @@
 //! `idem-audit`: the articles' release checklist as a linter for exported n8n workflows.
 //!
 //! It owns the reading of n8n's workflow export ([`workflow`]), the node lists as data
-//! ([`catalog`]), the graph of paths from triggers ([`flow`]), the sixteen rules of the audit
-//! contract ([`rules`], `IDEM001`…`IDEM016`) and the three renderings of their findings
+//! ([`catalog`]), the graph of paths from triggers ([`flow`]), the seventeen rules of the audit
+//! contract ([`rules`], `IDEM001`…`IDEM017`) and the three renderings of their findings
 //! ([`output`]: table, JSON, SARIF 2.1.0). It is pure and must stay so: no I/O, no network,
 //! no clock, no evaluation of expressions or JavaScript (they are read as text). It takes
 //! workflow JSON and returns findings; the CLI reads files and the server reads bodies.

@@ -371,7 +371,7 @@ mod tests {
                 .as_array()
                 .unwrap()
                 .len(),
-            16
+            17
         );
         assert_eq!(s["runs"][0]["invocations"][0]["executionSuccessful"], false);
     }

@@ -133,6 +133,9 @@ pub struct Workflow {
     pub id: Option<String>,
     pub nodes: Vec<Node>,
     pub edges: Vec<Edge>,
+    /// `(tool, agent)` of each `ai_tool` connection: the tool node attached to an agent (no
+    /// items flow through it; the agent's model decides when to call it).
+    pub tools: Vec<(usize, usize)>,
     /// `settings.errorWorkflow` (the id of the workflow that runs when this one fails).
     pub error_workflow: Option<String>,
 }
@@ -204,9 +207,12 @@ pub fn parse_workflow(v: &Value, at: &str) -> Result<Workflow, ParseError> {
         nodes.push(node);
     }
     let conn_path = join(at, "connections");
-    let edges = match obj.get("connections") {
-        None | Some(Value::Null) => Vec::new(),
-        Some(Value::Object(c)) => parse_connections(c, &by_name, &conn_path)?,
+    let (edges, tools) = match obj.get("connections") {
+        None | Some(Value::Null) => (Vec::new(), Vec::new()),
+        Some(Value::Object(c)) => (
+            parse_connections(c, &by_name, &conn_path)?,
+            tool_links(c, &by_name),
+        ),
         Some(_) => return Err(err(conn_path, "must be an object keyed by node name")),
     };
     let name = match obj.get("name") {
@@ -232,8 +238,37 @@ pub fn parse_workflow(v: &Value, at: &str) -> Result<Workflow, ParseError> {
         id,
         nodes,
         edges,
+        tools,
         error_workflow,
     })
+}
+
+/// The `ai_tool` connections `(tool, agent)`, read leniently: a link of another shape or to a
+/// node that does not exist is skipped (it attaches nothing in n8n either).
+fn tool_links(c: &Map<String, Value>, by_name: &HashMap<String, usize>) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    for (src, kinds) in c {
+        let Some(&from) = by_name.get(src) else {
+            continue;
+        };
+        let Some(Value::Array(outputs)) = kinds.get("ai_tool") else {
+            continue;
+        };
+        for targets in outputs.iter().filter_map(Value::as_array) {
+            for t in targets {
+                if let Some(&to) = t
+                    .get("node")
+                    .and_then(Value::as_str)
+                    .and_then(|n| by_name.get(n))
+                {
+                    if !out.contains(&(from, to)) {
+                        out.push((from, to));
+                    }
+                }
+            }
+        }
+    }
+    out
 }
 
 fn parse_node(v: &Value, path: &str) -> Result<Node, ParseError> {

@@ -41,20 +41,29 @@ pub async fn put(cmd: ActionPutCmd) -> Result<u8, CliError> {
             .ok()
             .filter(|v| !v.is_empty())
             .ok_or_else(|| CliError::input(format!("environment variable {var} is not set")))?;
-        let Some(http) = doc
-            .pointer_mut("/deliver/http")
+        let via = if doc.pointer("/deliver/mcp").is_some_and(Value::is_object) {
+            "mcp"
+        } else {
+            "http"
+        };
+        let Some(delivery) = doc
+            .pointer_mut(&format!("/deliver/{via}"))
             .and_then(Value::as_object_mut)
         else {
             return Err(CliError::input(
-                "--header-env needs a deliver.http object in the action",
+                "--header-env needs a deliver.http or deliver.mcp object in the action",
             ));
         };
-        let headers = http.entry("headers").or_insert_with(|| json!({}));
+        let headers = delivery.entry("headers").or_insert_with(|| json!({}));
         match headers.as_object_mut() {
             Some(h) => {
                 h.insert(header.to_owned(), Value::String(value));
             }
-            None => return Err(CliError::input("deliver.http.headers must be an object")),
+            None => {
+                return Err(CliError::input(format!(
+                    "deliver.{via}.headers must be an object"
+                )))
+            }
         }
     }
     let c = Client::new(&cmd.server.url, cmd.server.token.clone())?;

@@ -116,7 +116,7 @@ pub enum Command {
     ///
     /// Reads the JSON of n8n's Download or `n8n export:workflow` (one workflow or an array,
     /// as `--all` writes); a DIR is searched recursively for *.json, `-` reads stdin. Rules
-    /// IDEM001–IDEM016: see docs/audit.md. Prints a table (one line per finding and a
+    /// IDEM001–IDEM017: see docs/audit.md. Prints a table (one line per finding and a
     /// summary), JSON ({findings, errors}) or SARIF 2.1.0 for code-scanning upload.
     ///
     /// Example, in CI: idem audit --format sarif workflows/ > idem-audit.sarif
@@ -927,8 +927,8 @@ pub struct ActionPutCmd {
     /// The action document from a file.
     #[arg(long, value_name = "FILE")]
     pub file: Option<PathBuf>,
-    /// Set deliver.http.headers.HEADER from this environment variable (repeatable). Keeps
-    /// credentials off the command line.
+    /// Set deliver.http.headers.HEADER (deliver.mcp.headers.HEADER for an MCP delivery) from
+    /// this environment variable (repeatable). Keeps credentials off the command line.
     #[arg(long = "header-env", value_name = "HEADER=VAR")]
     pub header_env: Vec<String>,
     /// Print the server's raw JSON answer (one line) instead of indented JSON.

@@ -356,7 +356,9 @@ pub fn contract_refusals(operation_id: &str) -> Option<&'static str> {
              `input_schema`; an `identity` name or a `{{name}}` placeholder of `deliver.http` \
              is not one of its properties; the name in the path is not 1-64 of \
              `[A-Za-z0-9_-]`; a URL's host or port is not valid by the URL standard; \
-             `deliver.mcp` (not served yet)"
+             `deliver.mcp.tool` is not 1-128 visible ASCII characters; a header of \
+             `deliver.mcp.headers` is one idem sets itself (`Accept`, `Content-Type`, \
+             `Mcp-Session-Id`, `MCP-Protocol-Version`, `Idempotency-Key`, …)"
         }
         "patch_source" => {
             "`invalid_field`: the source after the merge is not a whole source (as for `PUT`, \
@@ -403,10 +405,22 @@ fn body_optional(method: &str, path: &str) -> bool {
 /// `unknown_field`); a JSON-RPC message is a request or notification (`method`) or a response
 /// (`id` with `result` or `error`), `jsonrpc` exactly "2.0", `id` a string or an integer.
 fn refine_actions(schemas: &mut Map<String, Value>) {
-    for name in ["ActionWriteDoc", "DeliverDoc", "HttpDeliverDoc"] {
+    for name in [
+        "ActionWriteDoc",
+        "DeliverDoc",
+        "HttpDeliverDoc",
+        "McpDeliverDoc",
+    ] {
         if let Some(body) = schemas.get_mut(name) {
             body["additionalProperties"] = json!(false);
         }
+    }
+    // `deliver`: exactly one of `http` and `mcp` (a null member counts as absent).
+    if let Some(d) = schemas.get_mut("DeliverDoc") {
+        d["oneOf"] = json!([
+            {"required": ["http"], "properties": {"http": {"type": "object"}}},
+            {"required": ["mcp"], "properties": {"mcp": {"type": "object"}}},
+        ]);
     }
     if let Some(m) = schemas.get_mut("McpMessage") {
         m["properties"]["jsonrpc"] = json!({"type": "string", "enum": ["2.0"]});

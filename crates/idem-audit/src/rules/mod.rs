@@ -1,14 +1,16 @@
-//! The sixteen rules of the audit contract. Each rule is one small pure function over a
+//! The seventeen rules of the audit contract. Each rule is one small pure function over a
 //! [`Cx`] (the workflow, the roles of its nodes and the states of paths from triggers) that
 //! returns its findings; [`run_all`] runs them in order and applies the cross-rule readings
 //! (IDEM002 replaces IDEM001 for the same node). The table [`RULES`] gives each rule its id,
 //! name, severity and help text (also the SARIF `tool.driver.rules`).
 
+mod agents;
 mod gating;
 mod keys;
 mod misc;
 mod nodes;
 
+pub use agents::idem017;
 pub use gating::{idem001, idem002, idem005, idem006, idem007, idem012, idem014};
 pub use keys::{idem003, idem004};
 pub use misc::{idem011, idem015, idem016};
@@ -101,6 +103,9 @@ pub const RULES: &[RuleInfo] = &[
     rule("IDEM016", "no-error-workflow", Severity::Info,
         "A workflow with side effects has no error workflow in its settings.",
         "Open Workflow Settings and choose an Error Workflow that alerts a person."),
+    rule("IDEM017", "agent-tool-side-effect", Severity::Warning,
+        "An AI agent's tool writes (an HTTP Request tool with POST/PUT/PATCH/DELETE, a mail, chat, CRM, sheet or database tool, an MCP Client Tool of another server) and is not behind idem: the agent may call it twice.",
+        "Declare the side effect as an idem action keyed by the business identity of its arguments, and give the agent an MCP Client Tool pointing at idem's /mcp/{namespace} instead of the tool."),
 ];
 
 /// The facts of a rule by id.
@@ -324,7 +329,7 @@ pub fn run_all(wf: &Workflow, opts: &Options) -> Vec<Finding> {
     out.extend(gate_after);
     for rule in [
         idem003, idem004, idem005, idem006, idem007, idem008, idem009, idem010, idem011, idem012,
-        idem013, idem014, idem015, idem016,
+        idem013, idem014, idem015, idem016, idem017,
     ] {
         out.extend(rule(&cx));
     }
@@ -354,7 +359,7 @@ mod tests {
 
     #[test]
     fn rules_table_is_complete_and_ordered() {
-        assert_eq!(RULES.len(), 16);
+        assert_eq!(RULES.len(), 17);
         for (i, r) in RULES.iter().enumerate() {
             assert_eq!(r.id, format!("IDEM{:03}", i + 1));
             assert!(!r.help.is_empty() && !r.summary.is_empty());

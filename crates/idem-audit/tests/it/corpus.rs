@@ -115,7 +115,7 @@ fn every_fixture_raises_its_rule_and_every_near_miss_does_not() {
             seen_rules.insert(rule);
         }
     }
-    assert_eq!(seen_rules.len(), 16, "{seen_rules:?}");
+    assert_eq!(seen_rules.len(), 17, "{seen_rules:?}");
 }
 
 #[test]

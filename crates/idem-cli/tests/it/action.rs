@@ -20,6 +20,14 @@ fn config_actions_and_the_action_verbs() {
          properties = { order_id = { type = \"string\" } } }\n\
          [namespaces.shop.actions.notify.deliver.http]\n\
          method = \"POST\"\nurl = \"https://mail.example/notify\"\n\
+         headers_env = { Authorization = \"MAIL_TOKEN\" }\n\
+         [namespaces.shop.actions.ticket]\n\
+         description = \"Opens a support ticket through the desk's MCP server, once.\"\n\
+         key = \"{order_id}:ticket\"\n\
+         input_schema = { type = \"object\", required = [\"order_id\"], \
+         properties = { order_id = { type = \"string\" } } }\n\
+         [namespaces.shop.actions.ticket.deliver.mcp]\n\
+         url = \"https://desk.example/mcp\"\ntool = \"open_ticket\"\n\
          headers_env = { Authorization = \"MAIL_TOKEN\" }\n",
     )
     .expect("config");
@@ -51,6 +59,35 @@ fn config_actions_and_the_action_verbs() {
     assert_eq!(got.code, 0, "{got:?}");
     assert_eq!(got.json()["header_hints"], json!({"Authorization": "7777"}));
     assert!(!got.stdout.contains("from-env"), "{got:?}");
+    let ticket = run(&["action", "get", "shop", "ticket", "--json"], &[]);
+    assert_eq!(ticket.code, 0, "{ticket:?}");
+    assert_eq!(ticket.json()["deliver"]["mcp"]["tool"], "open_ticket");
+    assert_eq!(
+        ticket.json()["header_hints"],
+        json!({"Authorization": "7777"})
+    );
+    assert!(!ticket.stdout.contains("from-env"), "{ticket:?}");
+    let mcp_doc = r#"{"description": "Closes a ticket once.",
+        "input_schema": {"type": "object", "required": ["ticket_id"],
+                         "properties": {"ticket_id": {"type": "string"}}},
+        "key": "{ticket_id}:close",
+        "deliver": {"mcp": {"url": "https://desk.example/mcp", "tool": "close_ticket"}}}"#;
+    let put = run(
+        &[
+            "action",
+            "put",
+            "shop",
+            "close",
+            "--json",
+            mcp_doc,
+            "--header-env",
+            "Authorization=DESK_KEY",
+        ],
+        &[("DESK_KEY", "Bearer desk_secret_5678")],
+    );
+    assert_eq!(put.code, 0, "{put:?}");
+    assert_eq!(put.json()["header_hints"], json!({"Authorization": "5678"}));
+    assert!(!put.stdout.contains("desk_secret"), "{put:?}");
 
     let doc = r#"{"description": "Refunds an order once.",
         "input_schema": {"type": "object", "required": ["order_id"],
@@ -103,7 +140,7 @@ fn config_actions_and_the_action_verbs() {
     let _ = child.wait();
     let log = std::fs::read_to_string(dir.path().join("log")).unwrap_or_default();
     assert!(
-        !log.contains("from-env") && !log.contains("refund_secret"),
+        !log.contains("from-env") && !log.contains("refund_secret") && !log.contains("desk_secret"),
         "{log}"
     );
 }

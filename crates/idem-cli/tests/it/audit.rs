@@ -191,7 +191,7 @@ fn sarif_output_names_rules_files_and_nodes() {
             .as_array()
             .expect("rules")
             .len(),
-        16
+        17
     );
     let results = run["results"].as_array().expect("results");
     let res = results

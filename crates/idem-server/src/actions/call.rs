@@ -13,7 +13,9 @@
 use idem::{Fingerprint, Op, PrepareRequest, Record, Reply};
 use serde_json::{json, Map, Value};
 
-use super::model::{effect_body, Action, Approval, Headers, ResultMode};
+use super::model::{
+    effect_body, mcp_effect_body, upstream_tool, Action, Approval, Headers, ResultMode,
+};
 use crate::api::v1::effects::{self, Answer, Claimed, EffectBody};
 use crate::api::v1::shared::{exec, log_op};
 use crate::error::{ApiError, ApiResult};
@@ -147,25 +149,36 @@ fn tool_answer(action: &Action, key: &str, a: &Answer) -> ToolAnswer {
     }
 }
 
-/// The effect input of a delivery for `args`, read by the effect's own parser; `_meta`
-/// `idem/cost` is the attempt's cost.
+/// The effect input of a delivery for `args` (`deliver.http`, or `deliver.mcp` as the
+/// `tools/call` of its tool), read by the effect's own parser; `_meta` `idem/cost` is the
+/// attempt's cost.
 fn input_for(
     action: &Action,
     headers: &Headers,
     args: &Map<String, Value>,
     cost: Option<&Value>,
 ) -> ApiResult<effects::Input> {
-    let http = action
-        .http
-        .as_ref()
-        .ok_or_else(|| ApiError::internal("an action without an HTTP delivery"))?;
-    let mut body = effect_body(http, headers, args);
+    let (mut body, tool) = match (&action.http, &action.mcp) {
+        (Some(http), _) => (effect_body(http, headers, args), None),
+        (None, Some(mcp)) => (
+            mcp_effect_body(mcp, headers, args),
+            Some(
+                upstream_tool(mcp)
+                    .ok_or_else(|| ApiError::internal("an MCP delivery without its tool"))?,
+            ),
+        ),
+        (None, None) => return Err(ApiError::internal("an action without a delivery")),
+    };
     if let Some(c) = cost {
         body["cost"] = c.clone();
     }
     // The record names its action, so an approval knows what to deliver.
     body["owner"] = json!(super::owner_of(&action.name));
-    read_body::<EffectBody>(body)?.into_input()
+    let input = read_body::<EffectBody>(body)?.into_input()?;
+    Ok(match tool {
+        Some(t) => input.calling_tool(t),
+        None => input,
+    })
 }
 
 /// Runs one call of `action` in `ns`, counted in `idem_action_calls_total` under its

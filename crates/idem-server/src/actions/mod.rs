@@ -13,6 +13,7 @@
 pub mod call;
 pub mod mcp;
 pub mod model;
+pub mod upstream;
 
 use idem::{
     action_owner, Namespace, NewOutboxItem, OutboxClaim, OutboxFinish, OutboxKind, OutboxOutcome,

@@ -420,6 +420,74 @@ pub fn effect_body(http: &Value, headers: &Headers, args: &Map<String, Value>) -
     Value::Object(h)
 }
 
+/// Headers of the MCP transport, set by idem on every request to an upstream MCP server.
+const MCP_RESERVED_HEADERS: &[&str] = &[
+    "accept",
+    "content-type",
+    "mcp-session-id",
+    "mcp-protocol-version",
+    "last-event-id",
+];
+
+/// An upstream tool name: 1–128 visible ASCII characters (the names MCP servers use).
+fn valid_upstream_tool(s: &str) -> bool {
+    (1..=128).contains(&s.len()) && s.bytes().all(|b| (0x21..=0x7e).contains(&b))
+}
+
+/// The upstream tool of an MCP delivery (`deliver.mcp.tool`).
+pub fn upstream_tool(mcp: &Value) -> Option<&str> {
+    mcp.get("tool").and_then(Value::as_str)
+}
+
+/// The effect body of an MCP delivery for `args`: the `tools/call` is POSTed to
+/// `deliver.mcp.url` with the header values, the key in `Idempotency-Key`, within
+/// `timeout_ms`; the upstream is never taken to dedupe (a timeout after the call left is
+/// ambiguous). Read by the effect's own parser, like an HTTP delivery.
+pub fn mcp_effect_body(mcp: &Value, headers: &Headers, args: &Map<String, Value>) -> Value {
+    let mut request = Map::new();
+    request.insert("method".into(), json!("POST"));
+    if let Some(u) = mcp.get("url") {
+        request.insert("url".into(), u.clone());
+    }
+    request.insert("body".into(), Value::Object(args.clone()));
+    if !headers.request.is_empty() {
+        request.insert("headers".into(), Value::Object(headers.request.clone()));
+    }
+    let mut body = json!({"request": request, "destination_idempotent": false});
+    if let Some(t) = mcp.get("timeout_ms") {
+        body["timeout_ms"] = t.clone();
+    }
+    body
+}
+
+/// Renames the effect's member paths in an effect validation error to `deliver.mcp`'s.
+fn as_mcp_error(e: ApiError) -> ApiError {
+    let rename = |s: &str| {
+        s.replace("`request.", "`deliver.mcp.")
+            .replace("`request`", "`deliver.mcp`")
+            .replace("`timeout_ms`", "`deliver.mcp.timeout_ms`")
+    };
+    let path = |f: &str| {
+        if let Some(rest) = f.strip_prefix("request.") {
+            format!("deliver.mcp.{rest}")
+        } else if f == "request" {
+            "deliver.mcp".to_owned()
+        } else {
+            format!("deliver.mcp.{f}")
+        }
+    };
+    match e {
+        ApiError::InvalidField { field, message } => ApiError::InvalidField {
+            field: path(&field),
+            message: rename(&message),
+        },
+        ApiError::UnknownField { field } => ApiError::UnknownField {
+            field: path(&field),
+        },
+        other => other,
+    }
+}
+
 /// An action read from its document, with its header values apart.
 #[derive(Debug)]
 pub struct ActionInput {
@@ -556,7 +624,7 @@ impl Action {
         unknown(deliver, &["http", "mcp"], "deliver.")?;
         let given = |k: &str| deliver.get(k).is_some_and(|v| !v.is_null());
         let mut headers = Headers::default();
-        let mcp: Option<Value> = None;
+        let mut mcp: Option<Value> = None;
         let http = match (given("http"), given("mcp")) {
             (true, false) => {
                 let Some(Value::Object(h)) = deliver.get("http") else {
@@ -575,11 +643,29 @@ impl Action {
                     return Err(invalid("deliver.mcp", "must be an object"));
                 };
                 unknown(h, MCP_FIELDS, "deliver.mcp.")?;
-                take_headers(&mut h.clone(), "deliver.mcp.headers")?;
-                return Err(invalid(
-                    "deliver.mcp",
-                    "is not served by this server yet: deliver through `deliver.http`",
-                ));
+                let mut h = h.clone();
+                headers.request = take_headers(&mut h, "deliver.mcp.headers")?;
+                for name in headers.request.keys() {
+                    let lower = name.to_ascii_lowercase();
+                    if MCP_RESERVED_HEADERS.contains(&lower.as_str()) {
+                        return Err(invalid(
+                            &format!("deliver.mcp.headers.{name}"),
+                            "is set by idem itself (the MCP transport's own header)",
+                        ));
+                    }
+                }
+                match h.get("tool") {
+                    Some(Value::String(t)) if valid_upstream_tool(t) => {}
+                    _ => {
+                        return Err(invalid(
+                            "deliver.mcp.tool",
+                            "is required: the upstream tool's name, 1-128 visible ASCII \
+                             characters",
+                        ))
+                    }
+                }
+                mcp = Some(Value::Object(h));
+                None
             }
             _ => {
                 return Err(invalid(
@@ -593,8 +679,10 @@ impl Action {
         if let Some(h) = &http {
             placeholders(h, &mut names);
         }
-        placeholders(&Value::Object(headers.request.clone()), &mut names);
-        placeholders(&Value::Object(headers.reconcile.clone()), &mut names);
+        if http.is_some() {
+            placeholders(&Value::Object(headers.request.clone()), &mut names);
+            placeholders(&Value::Object(headers.reconcile.clone()), &mut names);
+        }
         for n in &names {
             if prop_types(&schema, n).is_none() {
                 return Err(invalid(
@@ -612,6 +700,12 @@ impl Action {
             read_body::<EffectBody>(body)
                 .and_then(EffectBody::into_input)
                 .map_err(as_http_error)?;
+        }
+        if let Some(m) = &mcp {
+            let body = mcp_effect_body(m, &headers, &Map::new());
+            read_body::<EffectBody>(body)
+                .and_then(EffectBody::into_input)
+                .map_err(as_mcp_error)?;
         }
         // The stored document holds no header value.
         let mut deliver_doc = Map::new();
@@ -873,6 +967,64 @@ mod tests {
             Action::parse("bad name", &doc()),
             Err(ApiError::InvalidField { .. })
         ));
+    }
+
+    #[test]
+    fn an_mcp_delivery_is_validated_and_keeps_its_header_values_apart() {
+        let mcp = |m: Value| {
+            let mut d = doc();
+            d["deliver"] = json!({"mcp": m});
+            d
+        };
+        let ok = mcp(
+            json!({"url": "https://mail.example/mcp", "tool": "send_mail",
+                            "headers": {"Authorization": "Bearer s3cr3t-1234"},
+                            "timeout_ms": 2000}),
+        );
+        let a = Action::parse("mail", &ok).expect("valid");
+        assert!(a.action.http.is_none());
+        assert_eq!(a.action.doc["deliver"]["mcp"]["tool"], "send_mail");
+        assert!(!a.action.doc.to_string().contains("s3cr3t"));
+        assert_eq!(
+            a.headers.request.get("Authorization"),
+            Some(&json!("Bearer s3cr3t-1234"))
+        );
+        let m = a.action.mcp.as_ref().expect("mcp");
+        assert_eq!(upstream_tool(m), Some("send_mail"));
+        let args = json!({"order_id": "847", "n": 1});
+        let body = mcp_effect_body(m, &a.headers, args.as_object().expect("obj"));
+        assert_eq!(body["request"]["body"], args);
+        assert_eq!(body["request"]["method"], "POST");
+        assert_eq!(body["timeout_ms"], 2000);
+        assert_eq!(body["destination_idempotent"], false);
+        for (m, want) in [
+            (json!({"tool": "t"}), "deliver.mcp.url"),
+            (json!({"url": "ftp://x/", "tool": "t"}), "deliver.mcp.url"),
+            (json!({"url": "https://x.example/mcp"}), "deliver.mcp.tool"),
+            (
+                json!({"url": "https://x.example/mcp", "tool": "a b"}),
+                "deliver.mcp.tool",
+            ),
+            (
+                json!({"url": "https://x.example/mcp", "tool": "t", "timeout_ms": 0}),
+                "deliver.mcp.timeout_ms",
+            ),
+            (
+                json!({"url": "https://x.example/mcp", "tool": "t",
+                       "headers": {"Mcp-Session-Id": "s3cr3t"}}),
+                "deliver.mcp.headers.Mcp-Session-Id",
+            ),
+            (
+                json!({"url": "https://x.example/mcp", "tool": "t", "headers": {"X": 1}}),
+                "deliver.mcp.headers.X",
+            ),
+            (
+                json!({"url": "https://x.example/mcp", "tool": "t", "method": "GET"}),
+                "unknown:deliver.mcp.method",
+            ),
+        ] {
+            assert_eq!(field_of(mcp(m.clone())), want, "{m}");
+        }
     }
 
     #[test]

@@ -760,3 +760,445 @@ async fn approval_required_stores_the_draft_and_idem_delivers_it_once_approved()
         assert_eq!(d.count(), 1, "a rejected draft is never sent");
     }
 }
+
+// ------------------------------------------------------------------ deliver.mcp
+
+/// An upstream MCP server written with the official Python SDK (`mcp` from PyPI: its
+/// `MCPServer` over Streamable HTTP on a loopback port). Every call of a tool appends a line
+/// to a file before the tool does anything else, so the file is what the upstream did.
+/// `session` mode answers in event streams with an `Mcp-Session-Id`; `json` mode is the SDK's
+/// stateless server answering `application/json`.
+const UPSTREAM: &str = r#"
+import asyncio, json, sys
+try:
+    from mcp.server.mcpserver import MCPServer
+except ImportError as e:
+    print("cannot import mcp:", e)
+    sys.exit(3)
+port, log, mode = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+server = MCPServer("upstream", log_level="WARNING")
+
+def note(tool, order_id, text):
+    with open(log, "a") as f:
+        f.write(json.dumps({"tool": tool, "order_id": order_id, "text": text}) + "\n")
+
+@server.tool()
+async def send_mail(order_id: str, to: str, text: str) -> str:
+    """Sends a mail."""
+    note("send_mail", order_id, text)
+    await asyncio.sleep(0.3)
+    return f"mail for order {order_id} sent"
+
+@server.tool()
+def refuse(order_id: str, to: str, text: str) -> str:
+    """Always fails."""
+    note("refuse", order_id, text)
+    raise ValueError("mailbox full")
+
+@server.tool()
+async def hang(order_id: str, to: str, text: str) -> str:
+    """Never answers in time."""
+    note("hang", order_id, text)
+    await asyncio.sleep(30)
+    return "late"
+
+server.run(transport="streamable-http", host="127.0.0.1", port=port,
+           json_response=(mode == "json"), stateless_http=(mode == "json"))
+"#;
+
+struct Upstream {
+    child: std::process::Child,
+    port: u16,
+    log: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Upstream {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Upstream {
+    /// The calls the upstream received: (tool, order_id, text).
+    fn calls(&self) -> Vec<(String, String, String)> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .map(|v| {
+                let s = |k: &str| v[k].as_str().unwrap_or_default().to_owned();
+                (s("tool"), s("order_id"), s("text"))
+            })
+            .collect()
+    }
+    fn count(&self, tool: &str, order: &str) -> usize {
+        self.calls()
+            .iter()
+            .filter(|(t, o, _)| t == tool && o == order)
+            .count()
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// Starts [`UPSTREAM`] with `IDEM_TEST_MCP_PYTHON`, else `IDEM_TEST_PYTHON`, else `python3`.
+/// `None` (the caller skips with a note) when the SDK is not importable and neither `CI` nor
+/// `IDEM_TEST_MCP_PYTHON` is set; with either set, a missing SDK fails the test.
+async fn upstream(mode: &str) -> Option<Upstream> {
+    let pinned = std::env::var("IDEM_TEST_MCP_PYTHON")
+        .ok()
+        .filter(|s| !s.is_empty());
+    let required = pinned.is_some() || std::env::var_os("CI").is_some();
+    let python = pinned
+        .or_else(|| {
+            std::env::var("IDEM_TEST_PYTHON")
+                .ok()
+                .filter(|s| !s.is_empty())
+        })
+        .unwrap_or_else(|| "python3".into());
+    let hint = "install the official MCP SDK with `pip install mcp==2.3.0` (.ci/run does so \
+                into $HOME/.cache/idem/venv) and set IDEM_TEST_MCP_PYTHON to that Python";
+    let dir = tempfile::tempdir().expect("tmp");
+    let log = dir.path().join("calls.jsonl");
+    let err_path = dir.path().join("stderr");
+    let port = free_port();
+    let spawned = std::process::Command::new(&python)
+        .arg("-c")
+        .arg(UPSTREAM)
+        .arg(port.to_string())
+        .arg(&log)
+        .arg(mode)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&err_path).expect("stderr file"))
+        .spawn();
+    let mut child = match spawned {
+        Ok(c) => c,
+        Err(e) if required => panic!("cannot run {python}: {e}; {hint}"),
+        Err(e) => {
+            eprintln!("SKIPPED the deliver.mcp tests: cannot run {python}: {e}; {hint}");
+            return None;
+        }
+    };
+    for _ in 0..300 {
+        if let Ok(Some(status)) = child.try_wait() {
+            let said = std::fs::read_to_string(&err_path).unwrap_or_default();
+            if status.code() == Some(3) && !required {
+                eprintln!(
+                    "SKIPPED the deliver.mcp tests: the MCP SDK is missing ({python}); {hint}"
+                );
+                return None;
+            }
+            panic!("the upstream MCP server did not start ({python}): {said}; {hint}");
+        }
+        if tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_ok()
+        {
+            return Some(Upstream {
+                child,
+                port,
+                log,
+                _dir: dir,
+            });
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let _ = child.kill();
+    panic!(
+        "the upstream MCP server did not listen within 15 s: {}",
+        std::fs::read_to_string(&err_path).unwrap_or_default()
+    );
+}
+
+/// The mail action delivered through the upstream's `tool`.
+fn mcp_action(port: u16, tool: &str, timeout_ms: i64) -> Value {
+    json!({
+        "description": "Sends the mail of an order through the mail server's tool.",
+        "input_schema": {
+            "type": "object",
+            "properties": {
+                "order_id": {"type": "string"},
+                "to": {"type": "string"},
+                "text": {"type": "string"}
+            },
+            "required": ["order_id", "to", "text"]
+        },
+        "key": "{order_id}:mail:v1",
+        "identity": ["order_id", "to"],
+        "deliver": {"mcp": {
+            "url": format!("http://127.0.0.1:{port}/mcp"),
+            "tool": tool,
+            "headers": {"Authorization": "Bearer s3cr3t-upstream-4321"},
+            "timeout_ms": timeout_ms
+        }}
+    })
+}
+
+/// A server on `backend` whose namespace `shop` may reach `ports` on the loopback.
+async fn app_reaching(backend: Backend, ports: &[u16]) -> TestApp {
+    let app = spawn_on(backend).await;
+    let allow: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    let r = app
+        .patch_namespace("shop", json!({"egress": {"allow": allow}}))
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    app
+}
+
+#[tokio::test]
+async fn deliver_mcp_calls_the_upstream_tool_once_per_identity() {
+    for mode in ["session", "json"] {
+        let Some(up) = upstream(mode).await else {
+            return;
+        };
+        for backend in backends() {
+            let app = app_reaching(backend, &[up.port]).await;
+            let r = put_action(
+                &app,
+                "shop",
+                "mail",
+                mcp_action(up.port, "send_mail", 5_000),
+            )
+            .await;
+            assert_eq!(r.status, 201, "{}", r.text);
+            assert_eq!(r.body["header_hints"], json!({"Authorization": "4321"}));
+            assert_eq!(r.body["deliver"]["mcp"]["tool"], "send_mail");
+            assert!(!r.text.contains("s3cr3t"), "{}", r.text);
+
+            // 20 concurrent calls of one identity (each its own draft): the tool runs once.
+            let order = format!("{mode}-{backend:?}");
+            let calls = (0..20).map(|i| {
+                let (app, order) = (&app, &order);
+                async move {
+                    call(
+                        app,
+                        "shop",
+                        "mail",
+                        args(order, "ann@example.com", &format!("draft {i}")),
+                    )
+                    .await
+                }
+            });
+            let results = futures::future::join_all(calls).await;
+            let outcomes: Vec<&str> = results.iter().map(outcome).collect();
+            assert_eq!(
+                outcomes.iter().filter(|o| **o == "performed").count(),
+                1,
+                "{mode}: {outcomes:?}"
+            );
+            assert!(
+                outcomes
+                    .iter()
+                    .all(|o| matches!(*o, "performed" | "in_flight" | "completed")),
+                "{mode}: {outcomes:?}"
+            );
+            assert_eq!(
+                up.count("send_mail", &order),
+                1,
+                "{mode}: one call upstream"
+            );
+            let performed = results
+                .iter()
+                .find(|r| outcome(r) == "performed")
+                .expect("performed");
+            assert_eq!(performed["isError"], false);
+            // The upstream's CallToolResult is the response.
+            let response = &performed["structuredContent"]["response"];
+            assert_eq!(response["isError"], false, "{performed}");
+            assert_eq!(
+                response["content"][0]["text"],
+                format!("mail for order {order} sent"),
+                "{performed}"
+            );
+
+            // A replay: the first delivery stands, the tool is not called again.
+            let again = call(
+                &app,
+                "shop",
+                "mail",
+                args(&order, "ann@example.com", "other"),
+            )
+            .await;
+            assert_eq!(outcome(&again), "completed", "{again}");
+            assert_eq!(again["structuredContent"]["replayed"], true);
+            assert_eq!(again["structuredContent"]["response"], *response);
+            assert_eq!(
+                up.count("send_mail", &order),
+                1,
+                "{mode}: a replay calls nothing"
+            );
+            let key = format!("{order}:mail:v1");
+            let rec = app.record("shop", &key).await;
+            assert_eq!(rec.body["record"]["state"], "completed");
+            assert!(!rec.text.contains("s3cr3t"));
+            let events: Vec<String> = app
+                .event_types("shop", &key)
+                .await
+                .into_iter()
+                .filter(|e| !matches!(e.as_str(), "in_flight" | "duplicate_hit"))
+                .collect();
+            assert_eq!(events, ["acquired", "prepared", "sent", "completed"]);
+        }
+    }
+}
+
+#[tokio::test]
+async fn deliver_mcp_failures_are_classified_as_the_contract_says() {
+    let Some(up) = upstream("session").await else {
+        return;
+    };
+    for backend in backends() {
+        let closed = free_port();
+        let app = app_reaching(backend, &[up.port, closed]).await;
+        let b = format!("{backend:?}");
+
+        // The tool answers isError: true → failed_permanent, replayed, called once.
+        put_action(&app, "shop", "refuse", mcp_action(up.port, "refuse", 5_000)).await;
+        let r = call(&app, "shop", "refuse", args(&b, "a@example.com", "t")).await;
+        assert_eq!(outcome(&r), "failed_permanent", "{r}");
+        assert_eq!(r["isError"], true);
+        assert_eq!(r["structuredContent"]["response"]["isError"], true, "{r}");
+        let again = call(&app, "shop", "refuse", args(&b, "a@example.com", "t")).await;
+        assert_eq!(outcome(&again), "failed_permanent", "{again}");
+        assert_eq!(again["structuredContent"]["replayed"], true);
+        assert_eq!(up.count("refuse", &b), 1);
+        let rec = app.record("shop", &format!("{b}:mail:v1")).await;
+        assert_eq!(rec.body["record"]["state"], "failed_permanent");
+        assert_eq!(rec.body["record"]["last_error"]["category"], "mcp");
+
+        // An upstream that is not listening: backoff, nothing recorded as sent.
+        put_action(&app, "shop", "down", mcp_action(closed, "send_mail", 5_000)).await;
+        let order = format!("down-{b}");
+        let r = call(&app, "shop", "down", args(&order, "a@example.com", "t")).await;
+        assert_eq!(outcome(&r), "backoff", "{r}");
+        assert_eq!(r["isError"], true);
+        assert!(r["structuredContent"]["retry_after_ms"].is_i64(), "{r}");
+        let key = format!("{order}:mail:v1");
+        let rec = app.record("shop", &key).await;
+        assert_eq!(
+            rec.body["record"]["state"], "failed_retryable",
+            "{}",
+            rec.text
+        );
+        assert_eq!(rec.body["record"]["last_error"]["category"], "connection");
+        assert!(rec.body["record"]["last_error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("nothing was sent"));
+        let events = app.event_types("shop", &key).await;
+        assert!(!events.iter().any(|e| e == "sent"), "{events:?}");
+
+        // An upstream tool that hangs past timeout_ms: the call left, the outcome is unknown
+        // → needs_review, never called again.
+        put_action(&app, "shop", "hang", mcp_action(up.port, "hang", 1_000)).await;
+        let order = format!("hang-{b}");
+        let started = std::time::Instant::now();
+        let r = call(&app, "shop", "hang", args(&order, "a@example.com", "t")).await;
+        assert!(started.elapsed() < std::time::Duration::from_secs(10));
+        assert_eq!(outcome(&r), "needs_review", "{r}");
+        assert_eq!(r["isError"], false);
+        let again = call(&app, "shop", "hang", args(&order, "a@example.com", "t")).await;
+        assert_eq!(outcome(&again), "needs_review", "{again}");
+        assert_eq!(up.count("hang", &order), 1);
+        let rec = app.record("shop", &format!("{order}:mail:v1")).await;
+        assert_eq!(rec.body["record"]["state"], "needs_review");
+        assert_eq!(rec.body["record"]["last_error"]["category"], "timeout");
+
+        // A tool the upstream does not have: failed_permanent, nothing done upstream.
+        put_action(
+            &app,
+            "shop",
+            "nope",
+            mcp_action(up.port, "no_such_tool", 5_000),
+        )
+        .await;
+        let order = format!("nope-{b}");
+        let r = call(&app, "shop", "nope", args(&order, "a@example.com", "t")).await;
+        assert_eq!(outcome(&r), "failed_permanent", "{r}");
+        assert!(!up.calls().iter().any(|(_, o, _)| *o == order));
+
+        // The egress policy holds: an upstream outside it is refused before anything is
+        // stored.
+        let other = free_port();
+        put_action(
+            &app,
+            "shop",
+            "outside",
+            mcp_action(other, "send_mail", 5_000),
+        )
+        .await;
+        let r = call(&app, "shop", "outside", args("out-1", "a@example.com", "t")).await;
+        assert_eq!(outcome(&r), "destination_forbidden", "{r}");
+        app.record("shop", "out-1:mail:v1")
+            .await
+            .problem(404, "not_found");
+    }
+}
+
+#[tokio::test]
+async fn deliver_mcp_with_approval_is_called_once_by_the_outbox() {
+    let Some(up) = upstream("session").await else {
+        return;
+    };
+    for backend in backends() {
+        let app = app_reaching(backend, &[up.port]).await;
+        let mut doc = mcp_action(up.port, "send_mail", 5_000);
+        doc["approval"] = json!("required");
+        put_action(&app, "shop", "mail", doc).await;
+        let order = format!("appr-{backend:?}");
+        let key = format!("{order}:mail:v1");
+        let r = call(
+            &app,
+            "shop",
+            "mail",
+            args(&order, "ann@example.com", "Draft one"),
+        )
+        .await;
+        assert_eq!(outcome(&r), "awaiting_approval", "{r}");
+        let r = call(
+            &app,
+            "shop",
+            "mail",
+            args(&order, "ann@example.com", "Draft two"),
+        )
+        .await;
+        assert_eq!(outcome(&r), "awaiting_approval", "{r}");
+        assert_eq!(up.count("send_mail", &order), 0, "nothing before approval");
+
+        let ok = app.approve("shop", &key, json!({"note": "fine"})).await;
+        assert_eq!(ok.status, 200, "{}", ok.text);
+        for _ in 0..200 {
+            let rec = app.record("shop", &key).await;
+            if rec.body["record"]["state"] == "completed" {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        let rec = app.record("shop", &key).await;
+        assert_eq!(rec.body["record"]["state"], "completed", "{}", rec.text);
+        let sent: Vec<_> = up
+            .calls()
+            .into_iter()
+            .filter(|(t, o, _)| t == "send_mail" && *o == order)
+            .collect();
+        assert_eq!(sent.len(), 1, "the approved draft was delivered once");
+        assert_eq!(sent[0].2, "Draft one", "the approved arguments were sent");
+        let after = call(
+            &app,
+            "shop",
+            "mail",
+            args(&order, "ann@example.com", "Draft three"),
+        )
+        .await;
+        assert_eq!(outcome(&after), "completed", "{after}");
+        assert_eq!(after["structuredContent"]["replayed"], true);
+        assert_eq!(up.count("send_mail", &order), 1, "delivered once");
+    }
+}

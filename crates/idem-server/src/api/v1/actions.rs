@@ -76,6 +76,7 @@ pub fn routes() -> Vec<Route> {
         ActionList,
         DeliverDoc,
         HttpDeliverDoc,
+        McpDeliverDoc,
         crate::actions::mcp::McpMessage,
         crate::actions::mcp::McpAnswer
     ))
@@ -114,11 +115,32 @@ pub struct HttpDeliverDoc {
     reconcile: Option<Value>,
 }
 
+/// `deliver.mcp`: a tool of an upstream MCP server (Streamable HTTP) called with the
+/// arguments; its `CallToolResult` is the response.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct McpDeliverDoc {
+    /// http(s) URL of the upstream's MCP endpoint, taken as written.
+    #[schema(max_length = 2048)]
+    url: String,
+    /// The upstream tool's name.
+    #[schema(min_length = 1, max_length = 128)]
+    tool: String,
+    /// Header → string, sent on every request to the upstream; secrets: never answered, only
+    /// their hints.
+    #[schema(value_type = Option<Object>)]
+    headers: Option<Value>,
+    /// The whole call, handshake included; default 30000.
+    #[schema(minimum = 1, maximum = 300_000)]
+    timeout_ms: Option<i64>,
+}
+
 /// `deliver`: exactly one of `http` or `mcp`.
 #[derive(ToSchema)]
 #[allow(dead_code)]
 pub struct DeliverDoc {
-    http: HttpDeliverDoc,
+    http: Option<HttpDeliverDoc>,
+    mcp: Option<McpDeliverDoc>,
 }
 
 /// `PUT …/actions/{name}`.

@@ -50,7 +50,7 @@ pub struct AuditBody {
 #[derive(ToSchema)]
 #[allow(dead_code)]
 pub struct AuditFindingDoc {
-    /// IDEM001 … IDEM016 (see docs/audit.md).
+    /// IDEM001 … IDEM017 (see docs/audit.md).
     rule: String,
     /// error | warning | info
     severity: String,

@@ -36,6 +36,7 @@ use utoipa::{OpenApi, ToSchema};
 
 use super::keys::{wait_for_holder, CostBody, WaitEnd};
 use super::shared::{answer_headers, claim_of, exec, log_op, refused};
+use crate::actions::upstream;
 use crate::api::RecordDoc;
 use crate::error::{outcome_status, ApiError, ApiResult};
 use crate::fields::{CorrelationId, LeaseMs, Member, Owner, WaitMs};
@@ -399,6 +400,17 @@ pub(crate) struct Input {
     wait_ms: i64,
     lease_ms: Option<i64>,
     pub(crate) cost: Option<idem::AttemptCost>,
+    /// An action's MCP delivery: the request's JSON body is the arguments of a `tools/call`
+    /// of this upstream tool at the URL (`actions::upstream`), not a request of its own.
+    mcp_tool: Option<String>,
+}
+
+impl Input {
+    /// This input as the `tools/call` of `tool` (an action's `deliver.mcp`).
+    pub(crate) fn calling_tool(mut self, tool: &str) -> Input {
+        self.mcp_tool = Some(tool.to_owned());
+        self
+    }
 }
 
 fn required<T>(v: Option<T>, field: &str, what: &str) -> ApiResult<T> {
@@ -473,6 +485,7 @@ impl EffectBody {
             wait_ms: self.wait_ms.map_or(0, WaitMs::ms),
             lease_ms: self.lease_ms.map(|l| l.0),
             cost: CostBody::of(self.cost)?,
+            mcp_tool: None,
         })
     }
 }
@@ -771,6 +784,17 @@ pub(crate) async fn send(
     .await
 }
 
+/// What the send step of one attempt left: the verdict, the kept answer, the `last_error` of
+/// a failure (category, message, HTTP status) and whether anything left (`sent`).
+pub(crate) struct Step {
+    pub(crate) verdict: Verdict,
+    pub(crate) response: Option<Value>,
+    pub(crate) category: &'static str,
+    pub(crate) message: String,
+    pub(crate) http_status: Option<u16>,
+    pub(crate) sent: bool,
+}
+
 /// One acquired attempt.
 struct Attempt<'a> {
     st: &'a AppState,
@@ -784,6 +808,80 @@ struct Attempt<'a> {
 
 impl Attempt<'_> {
     async fn run(&self) -> ApiResult<Answer> {
+        let input = self.input;
+        let step = match &input.mcp_tool {
+            Some(tool) => self.call_tool(tool).await?,
+            None => self.request().await?,
+        };
+        let Step {
+            mut verdict,
+            mut response,
+            category,
+            message,
+            http_status,
+            sent,
+        } = step;
+        let mut reconciled = None;
+        if let (Verdict::Ambiguous, Some(rc), Some(target), false) = (
+            verdict,
+            &input.reconcile,
+            self.lookup,
+            self.destination_idempotent,
+        ) {
+            let (result, lookup_response) = self.reconcile(rc, target).await;
+            metrics::reconcile(result.as_str());
+            reconciled = Some(result);
+            match result {
+                Reconciled::Found => {
+                    verdict = Verdict::Performed;
+                    response = lookup_response;
+                }
+                Reconciled::NotFound => {
+                    verdict = Verdict::Retryable {
+                        retry_after_ms: None,
+                    }
+                }
+                Reconciled::Unknown => {}
+            }
+        }
+        let op = Op::EffectReport(EffectReportRequest {
+            token: self.token.clone(),
+            verdict,
+            response: response.clone(),
+            category: category.to_owned(),
+            message,
+            http_status,
+            sent,
+            reconciled,
+            cost: self.input.cost,
+        });
+        let ex = exec(self.st, self.nk, op, None).await?;
+        let record = match ex.reply {
+            Ok(Reply::Record(r)) => r,
+            Ok(Reply::Fail(f)) => {
+                metrics::fail(f.class.as_str(), http_status);
+                f.record
+            }
+            Ok(other) => return Err(ApiError::internal(format!("unexpected reply {other:?}"))),
+            Err(e) => return Err(refused("effect", self.nk, ex.from_state, e.into())),
+        };
+        log_op(
+            "effect",
+            self.nk,
+            ex.from_state,
+            Some(&record),
+            record.state.as_str(),
+        );
+        Ok(attempt_answer(
+            record,
+            response,
+            reconciled.is_some(),
+            self.st.ledger.now(),
+        ))
+    }
+
+    /// The HTTP request of an effect: `sent` (durably), the request, its classification.
+    async fn request(&self) -> ApiResult<Step> {
         let input = self.input;
         let (transport, response, span) = if self.target.unresolvable() {
             // Nothing can leave: no `sent` event, a retryable failure (and no span: no call).
@@ -829,71 +927,74 @@ impl Attempt<'_> {
             let (transport, response) = self.read(outcome);
             (transport, response, span)
         };
-        let mut verdict = classify(&transport, &input.success, self.destination_idempotent);
+        let verdict = classify(&transport, &input.success, self.destination_idempotent);
         record_transport(&span, &transport);
         span.record("outcome", verdict_name(verdict));
-        // The span ends with its call (the lookup, if any, is a span of its own).
-        drop(span);
-        let mut response = response;
-        let mut reconciled = None;
-        if let (Verdict::Ambiguous, Some(rc), Some(target), false) = (
-            verdict,
-            &input.reconcile,
-            self.lookup,
-            self.destination_idempotent,
-        ) {
-            let (result, lookup_response) = self.reconcile(rc, target).await;
-            metrics::reconcile(result.as_str());
-            reconciled = Some(result);
-            match result {
-                Reconciled::Found => {
-                    verdict = Verdict::Performed;
-                    response = lookup_response;
-                }
-                Reconciled::NotFound => {
-                    verdict = Verdict::Retryable {
-                        retry_after_ms: None,
-                    }
-                }
-                Reconciled::Unknown => {}
-            }
-        }
         let (category, message, http_status) = effect::failure(&transport);
-        let sent = !matches!(transport, Transport::NotSent(_));
-        let op = Op::EffectReport(EffectReportRequest {
-            token: self.token.clone(),
+        Ok(Step {
             verdict,
-            response: response.clone(),
-            category: category.to_owned(),
+            response,
+            category,
             message,
             http_status,
-            sent,
-            reconciled,
-            cost: self.input.cost,
-        });
-        let ex = exec(self.st, self.nk, op, None).await?;
-        let record = match ex.reply {
-            Ok(Reply::Record(r)) => r,
-            Ok(Reply::Fail(f)) => {
-                metrics::fail(f.class.as_str(), http_status);
-                f.record
-            }
-            Ok(other) => return Err(ApiError::internal(format!("unexpected reply {other:?}"))),
-            Err(e) => return Err(refused("effect", self.nk, ex.from_state, e.into())),
-        };
-        log_op(
-            "effect",
-            self.nk,
-            ex.from_state,
-            Some(&record),
-            record.state.as_str(),
+            sent: !matches!(transport, Transport::NotSent(_)),
+        })
+    }
+
+    /// An action's MCP delivery: the upstream's handshake (it reaches no tool: nothing is
+    /// recorded as sent), `sent` (durably), then the `tools/call` with the arguments, read
+    /// by `actions::upstream`.
+    async fn call_tool(&self, tool: &str) -> ApiResult<Step> {
+        let input = self.input;
+        if self.target.unresolvable() {
+            return Ok(upstream::handshake_step(upstream::Handshake::NotSent(
+                effect::NotSent::Dns,
+            )));
+        }
+        let span = crate::telemetry::effect_span(
+            "effect.send",
+            self.nk.ns.as_str(),
+            input.method.as_str(),
+            self.target.url(),
         );
-        Ok(attempt_answer(
-            record,
-            response,
-            reconciled.is_some(),
-            self.st.ledger.now(),
-        ))
+        let client = upstream::Upstream::new(
+            &self.st.egress,
+            self.target,
+            &input.headers,
+            input.timeout_ms,
+        );
+        let started = Instant::now();
+        let step = match client.open().instrument(span.clone()).await {
+            Err(h) => upstream::handshake_step(h),
+            Ok(session) => {
+                self.record_sent().await?;
+                let mut extra = HeaderMap::new();
+                if let Some(t) = crate::telemetry::outbound_trace(&span) {
+                    t.set_on(&mut extra);
+                }
+                if let Some(h) = &input.idempotency_header {
+                    let v = HeaderValue::from_str(self.nk.key.as_str())
+                        .map_err(|_| ApiError::internal("key is not a header value"))?;
+                    extra.insert(h.clone(), v);
+                }
+                let arguments = match &input.body {
+                    Some(EffBody::Json(v)) => v.clone(),
+                    _ => Value::Object(Default::default()),
+                };
+                let called = client
+                    .call(&session, tool, &arguments, self.nk.key.as_str(), extra)
+                    .instrument(span.clone())
+                    .await;
+                client.close(session);
+                upstream::call_step(called, tool, self.destination_idempotent)
+            }
+        };
+        metrics::effect_duration(started.elapsed().as_secs_f64());
+        if let Some(s) = step.http_status {
+            span.record("http.response.status_code", s);
+        }
+        span.record("outcome", verdict_name(step.verdict));
+        Ok(step)
     }
 
     /// `sent`, durably, before the first byte leaves.

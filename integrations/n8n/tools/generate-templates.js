@@ -400,7 +400,9 @@ const AGENT_NOTE = [
 function aiAgentMcpApproval() {
 	const NS = 'shop';
 	const w = new L.Workflow({ id: 'idemTplAgentMcp1', name: 'idem · AI Agent + MCP Client Tool → approval → idem delivers the saved draft' });
-	const ORDER = "$('Order needs a follow-up').item.json.body";
+	// One item per execution: read earlier nodes with .first() (paired items do not survive
+	// the agent's sub-node calls in every n8n version).
+	const ORDER = "$('Order needs a follow-up').first().json.body";
 	const KEY = `${ORDER}.order_id + ':followup:v1'`;
 	const APPROVE_KEY = "$('Approve link').item.json.query.order + ':followup:v1'";
 
@@ -493,14 +495,14 @@ function aiAgentMcpApproval() {
 	const r202 = w.add(
 		L.respond('Respond 202: awaiting approval', [1760, 120], {
 			code: 202,
-			body: `{ status: 'awaiting_approval', key: $('Read the record').item.json.body.record.key, draft: $('Read the record').item.json.body.record.prepared_payload, approve: ${S}.approve_link + '?order=' + encodeURIComponent(${ORDER}.order_id), answer: $('AI Agent').item.json.output }`,
+			body: `{ status: 'awaiting_approval', key: $('Read the record').first().json.body.record.key, draft: $('Read the record').first().json.body.record.prepared_payload, approve: ${S}.approve_link + '?order=' + encodeURIComponent(${ORDER}.order_id), answer: $('AI Agent').first().json.output }`,
 		}),
 	);
 	w.link(notify, r202);
 	const r200 = w.add(
 		L.respond('Respond 200: what idem did', [1540, 320], {
 			code: 200,
-			body: `{ status: $json.statusCode === 200 ? $json.body.record.state : 'no_record', key: ${KEY}, answer: $('AI Agent').item.json.output }`,
+			body: `{ status: $json.statusCode === 200 ? $json.body.record.state : 'no_record', key: ${KEY}, answer: $('AI Agent').first().json.output }`,
 		}),
 	);
 	w.link(waiting, r200, 1);

@@ -9,7 +9,10 @@
 //! events, paced at about 100 per second (new traffic next to the drain, not a second
 //! saturating load); the run ends when every accepted event reached the sink. The sink records
 //! each forward's `Idem-Key`, so the run also checks that no accepted event was lost and
-//! none was delivered twice. It only ever binds and calls 127.0.0.1.
+//! none was delivered twice. With `destinations` above 1 the source fans each event out to
+//! that many named destinations on the same sink (`forwards`), so every event is that many
+//! deliveries, each under its own `Idem-Key`; the drain is then counted in deliveries. It only
+//! ever binds and calls 127.0.0.1.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -32,6 +35,8 @@ pub struct BacklogReport {
     pub backend: Backend,
     /// Events in the backlog when deliveries resumed.
     pub backlog: u64,
+    /// Destinations per event (`forward` alone for 1, else `forwards` d1…dN).
+    pub destinations: u32,
     /// Connections that filled the backlog.
     pub clients: usize,
     /// The source's `forward.concurrency`.
@@ -40,14 +45,16 @@ pub struct BacklogReport {
     pub fill_per_s: f64,
     /// The server's resident memory with the whole backlog stored, before the drain.
     pub rss_mib_with_backlog: f64,
-    /// From the resume to the delivery of as many events as the backlog held, and that
-    /// count divided by it.
+    /// From the resume to as many deliveries as the backlog held (events × destinations),
+    /// the backlog's events divided by it, and its deliveries divided by it.
     pub drain_s: f64,
     pub drain_per_s: f64,
+    pub deliveries_per_s: f64,
     /// Fresh events accepted while the backlog drained, per second.
     pub intake_during_drain_per_s: f64,
-    /// Every accepted event (backlog and during the drain), and the distinct ones the sink
-    /// received: `lost` must be 0, `doubled` (forwards beyond the first per event) too.
+    /// Every accepted event (backlog and during the drain), and the distinct deliveries
+    /// (`Idem-Key`s) the sink received: `lost` (deliveries owed, events × destinations, that
+    /// never came) must be 0, `doubled` (forwards beyond the first per key) too.
     pub accepted: u64,
     pub delivered_distinct: u64,
     pub lost: u64,
@@ -115,9 +122,11 @@ pub async fn run(
     db_url: &str,
     backlog: u64,
     clients: usize,
+    destinations: u32,
 ) -> anyhow::Result<BacklogReport> {
+    anyhow::ensure!(destinations >= 1, "at least one destination");
     let server = ServerProcess::start(bin, db_url).await?;
-    let result = drain_run(backend, &server, backlog, clients).await;
+    let result = drain_run(backend, &server, backlog, clients, destinations).await;
     server.stop().await;
     result
 }
@@ -127,16 +136,10 @@ async fn drain_run(
     server: &ServerProcess,
     backlog: u64,
     clients: usize,
+    destinations: u32,
 ) -> anyhow::Result<BacklogReport> {
     let sink = dest::Destination::start_recording(dest::json_of_size(24)).await?;
-    let source = serde_json::json!({
-        "provider": "stripe",
-        "secrets": [crate::INTAKE_SECRET],
-        "forward": {
-            "url": format!("http://{}/webhook", sink.addr),
-            "concurrency": FORWARD_CONCURRENCY,
-        },
-    });
+    let source = source_doc(&sink.addr.to_string(), destinations);
     let json = |v: serde_json::Value| bytes::Bytes::from(v.to_string());
     http::put(
         &server.target,
@@ -155,6 +158,7 @@ async fn drain_run(
     let run: u64 = rand::random();
     let never = Arc::new(AtomicBool::new(false));
     let t0 = Instant::now();
+    let d = u64::from(destinations);
     let filled = post_events(
         &server.target,
         run,
@@ -192,10 +196,11 @@ async fn drain_run(
     // The drain: as many deliveries as the backlog held (new events are delivered meanwhile
     // too, in no promised order).
     let limit = Duration::from_secs(600);
-    while sink.requests() < filled {
+    let owed = filled * d;
+    while sink.requests() < owed {
         anyhow::ensure!(
             resumed.elapsed() < limit,
-            "the backlog did not drain within {limit:?}: {} of {filled} delivered",
+            "the backlog did not drain within {limit:?}: {} of {owed} deliveries made",
             sink.requests()
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -206,7 +211,7 @@ async fn drain_run(
     let accepted = filled + during_n;
     // Everything accepted is delivered in the end.
     let settle = Instant::now();
-    while sink.distinct() < accepted && settle.elapsed() < Duration::from_secs(120) {
+    while sink.distinct() < accepted * d && settle.elapsed() < Duration::from_secs(120) {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     // A moment more: a second forward of an event would show now.
@@ -215,16 +220,18 @@ async fn drain_run(
     Ok(BacklogReport {
         backend,
         backlog: filled,
+        destinations,
         clients,
         forward_concurrency: FORWARD_CONCURRENCY,
         fill_per_s: filled as f64 / fill_s,
         rss_mib_with_backlog,
         drain_s: (drain_s * 100.0).round() / 100.0,
         drain_per_s: filled as f64 / drain_s,
+        deliveries_per_s: owed as f64 / drain_s,
         intake_during_drain_per_s: during_n as f64 / drain_s,
         accepted,
         delivered_distinct: distinct,
-        lost: accepted.saturating_sub(distinct),
+        lost: (accepted * d).saturating_sub(distinct),
         doubled: sink.requests().saturating_sub(distinct),
         peak_rss_mib: server.peak_rss_mib(),
     })
@@ -233,15 +240,17 @@ async fn drain_run(
 /// The report as a table of one line per backend.
 pub fn render(rows: &[BacklogReport]) -> String {
     let mut out = format!(
-        "{:<9} {:>8} {:>5} {:>5} {:>9} {:>11} {:>8} {:>10} {:>12} {:>9} {:>5} {:>7} {:>9}\n",
+        "{:<9} {:>8} {:>5} {:>5} {:>5} {:>9} {:>11} {:>8} {:>10} {:>12} {:>12} {:>9} {:>5} {:>7} {:>9}\n",
         "backend",
         "backlog",
+        "dests",
         "conc",
         "fwd",
         "fill/s",
         "rss@backlog",
         "drain s",
         "drain/s",
+        "deliveries/s",
         "intake/s",
         "accepted",
         "lost",
@@ -250,15 +259,17 @@ pub fn render(rows: &[BacklogReport]) -> String {
     );
     for r in rows {
         out.push_str(&format!(
-            "{:<9} {:>8} {:>5} {:>5} {:>9.0} {:>11.1} {:>8.2} {:>10.0} {:>12.0} {:>9} {:>5} {:>7} {:>9.1}\n",
+            "{:<9} {:>8} {:>5} {:>5} {:>5} {:>9.0} {:>11.1} {:>8.2} {:>10.0} {:>12.0} {:>12.0} {:>9} {:>5} {:>7} {:>9.1}\n",
             r.backend.as_str(),
             r.backlog,
+            r.destinations,
             r.clients,
             r.forward_concurrency,
             r.fill_per_s,
             r.rss_mib_with_backlog,
             r.drain_s,
             r.drain_per_s,
+            r.deliveries_per_s,
             r.intake_during_drain_per_s,
             r.accepted,
             r.lost,
@@ -267,4 +278,48 @@ pub fn render(rows: &[BacklogReport]) -> String {
         ));
     }
     out
+}
+
+/// The backlog source: `forward` to the sink for one destination, else `forwards` `d1`…`dN`,
+/// each to its own path on the same sink and each with the drain's concurrency.
+fn source_doc(sink: &str, destinations: u32) -> serde_json::Value {
+    let dest = |name: &str| {
+        serde_json::json!({
+            "url": format!("http://{sink}/{name}"),
+            "concurrency": FORWARD_CONCURRENCY,
+        })
+    };
+    let mut doc = serde_json::json!({
+        "provider": "stripe",
+        "secrets": [crate::INTAKE_SECRET],
+    });
+    if destinations <= 1 {
+        doc["forward"] = dest("webhook");
+    } else {
+        let forwards: serde_json::Map<String, serde_json::Value> = (1..=destinations)
+            .map(|i| (format!("d{i}"), dest(&format!("d{i}"))))
+            .collect();
+        doc["forwards"] = serde_json::Value::Object(forwards);
+    }
+    doc
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_destination_is_the_plain_forward_and_more_are_named_forwards() {
+        let one = source_doc("127.0.0.1:9", 1);
+        assert_eq!(one["forward"]["url"], "http://127.0.0.1:9/webhook");
+        assert!(one.get("forwards").is_none());
+        let three = source_doc("127.0.0.1:9", 3);
+        assert!(three.get("forward").is_none());
+        let names: Vec<&String> = three["forwards"]
+            .as_object()
+            .map_or(vec![], |m| m.keys().collect());
+        assert_eq!(names, ["d1", "d2", "d3"]);
+        assert_eq!(three["forwards"]["d2"]["url"], "http://127.0.0.1:9/d2");
+        assert_eq!(three["forwards"]["d3"]["concurrency"], FORWARD_CONCURRENCY);
+    }
 }

@@ -1339,9 +1339,10 @@ pub async fn run_backlog_on(
     bin: &std::path::Path,
     events: u64,
     clients: usize,
+    destinations: u32,
 ) -> anyhow::Result<BacklogReport> {
     let ledger = FreshLedger::create(backend, pg_url, "backlog").await?;
-    let report = backlog::run(backend, bin, &ledger.url, events, clients).await;
+    let report = backlog::run(backend, bin, &ledger.url, events, clients, destinations).await;
     ledger.drop_db(pg_url).await;
     report
 }

@@ -321,6 +321,11 @@ pub struct BenchCmd {
     /// RSS with the backlog stored, and that nothing was lost or delivered twice.
     #[arg(long, value_name = "N")]
     pub backlog: Option<u64>,
+    /// Backlog run: destinations per event, a comma-separated list run side by side (1: the
+    /// plain `forward`; more: that many named `forwards` on the same sink, the drain counted
+    /// in deliveries).
+    #[arg(long, value_name = "N,…", value_delimiter = ',', default_value = "1")]
+    pub destinations: Vec<u32>,
     /// Soak: sampling window.
     #[arg(long, value_name = "DURATION", default_value = "10s")]
     pub soak_window: String,
@@ -851,7 +856,8 @@ pub struct SourcePutCmd {
     /// first); replaces `secrets` of the document. Keeps secrets off the command line.
     #[arg(long = "secret-env", value_name = "VAR")]
     pub secret_env: Vec<String>,
-    /// Read forward.secret (whsec_…) from this environment variable.
+    /// Read forward.secret (whsec_…) from this environment variable; also the secret of every
+    /// `forwards` destination that names none.
     #[arg(long = "forward-secret-env", value_name = "VAR")]
     pub forward_secret_env: Option<String>,
     /// Merge into the existing source (PATCH) instead of replacing it.

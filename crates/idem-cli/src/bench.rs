@@ -114,10 +114,18 @@ pub async fn run(c: BenchCmd) -> Result<u8, CliError> {
         }
         let clients = c.concurrency.iter().copied().max().unwrap_or(16);
         let bin = std::env::current_exe().map_err(anyhow::Error::from)?;
+        if c.destinations.iter().any(|&d| d == 0 || d > 16) {
+            return Err(CliError::input(
+                "--destinations: each must be 1 to 16 (a source's most)",
+            ));
+        }
         let mut rows = Vec::new();
         for backend in backends(c.backend) {
-            let r = idem_bench::run_backlog_on(backend, &c.db, &bin, events, clients).await?;
-            rows.push(r);
+            for &d in &c.destinations {
+                let r =
+                    idem_bench::run_backlog_on(backend, &c.db, &bin, events, clients, d).await?;
+                rows.push(r);
+            }
         }
         print!("{}", idem_bench::render_backlog(&rows));
         let json = serde_json::to_string_pretty(&rows).map_err(anyhow::Error::from)?;

@@ -60,14 +60,7 @@ pub async fn put(cmd: SourcePutCmd) -> Result<u8, CliError> {
         obj.insert("secrets".into(), json!(secrets));
     }
     if let Some(var) = &cmd.forward_secret_env {
-        let s = env_secret(var)?;
-        let fwd = obj.entry("forward").or_insert_with(|| json!({}));
-        match fwd.as_object_mut() {
-            Some(f) => {
-                f.insert("secret".into(), Value::String(s));
-            }
-            None => return Err(CliError::input("forward must be a JSON object")),
-        }
+        set_forward_secret(obj, env_secret(var)?)?;
     }
     let c = server_client(&cmd.server)?;
     let url = c.url(&["v1", "sources", &cmd.name]);
@@ -82,6 +75,46 @@ pub async fn put(cmd: SourcePutCmd) -> Result<u8, CliError> {
     }
     show(&ans, cmd.raw);
     Ok(exit::OK)
+}
+
+/// `--forward-secret-env`: the secret of `forward`, and of every destination in `forwards`
+/// that names none of its own (a fan-out source signs all its forwards with one secret unless
+/// the document says otherwise). A document with `forwards` and no `forward` gains no
+/// `forward`.
+fn set_forward_secret(
+    obj: &mut serde_json::Map<String, Value>,
+    secret: String,
+) -> Result<(), CliError> {
+    let named = match obj.get_mut("forwards") {
+        None | Some(Value::Null) => false,
+        Some(Value::Object(m)) => {
+            for (name, d) in m.iter_mut() {
+                let Some(d) = d.as_object_mut() else {
+                    return Err(CliError::input(format!(
+                        "forwards.{name} must be a JSON object"
+                    )));
+                };
+                d.entry("secret")
+                    .or_insert_with(|| Value::String(secret.clone()));
+            }
+            true
+        }
+        Some(_) => return Err(CliError::input("forwards must be a JSON object")),
+    };
+    if named && !obj.contains_key("forward") {
+        return Ok(());
+    }
+    match obj
+        .entry("forward")
+        .or_insert_with(|| json!({}))
+        .as_object_mut()
+    {
+        Some(f) => {
+            f.insert("secret".into(), Value::String(secret));
+            Ok(())
+        }
+        None => Err(CliError::input("forward must be a JSON object")),
+    }
 }
 
 pub async fn get(t: SourceTarget) -> Result<u8, CliError> {
@@ -137,4 +170,48 @@ pub async fn delete(cmd: SourceDeleteCmd) -> Result<u8, CliError> {
     c.send(Method::DELETE, url, None).await?.ok()?;
     eprintln!("deleted source {}", cmd.name);
     Ok(exit::OK)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_secret(doc: Value) -> Result<Value, CliError> {
+        let mut doc = doc;
+        let obj = doc.as_object_mut().expect("object");
+        set_forward_secret(obj, "whsec_x".into())?;
+        Ok(doc)
+    }
+
+    #[test]
+    fn the_forward_secret_goes_to_forward_and_to_destinations_without_their_own() {
+        let d = with_secret(json!({"forward": {"url": "u"}})).expect("ok");
+        assert_eq!(d["forward"]["secret"], "whsec_x");
+        // --patch without a document: forward.secret alone.
+        let d = with_secret(json!({})).expect("ok");
+        assert_eq!(d, json!({"forward": {"secret": "whsec_x"}}));
+        let d = with_secret(json!({"forwards": {
+            "crm": {"url": "a"},
+            "slack": {"url": "b", "secret": "whsec_own"},
+        }}))
+        .expect("ok");
+        assert_eq!(d["forwards"]["crm"]["secret"], "whsec_x");
+        assert_eq!(d["forwards"]["slack"]["secret"], "whsec_own");
+        assert!(d.get("forward").is_none(), "{d}");
+        let d = with_secret(json!({"forward": {"url": "u"}, "forwards": {"crm": {"url": "a"}}}))
+            .expect("ok");
+        assert_eq!(d["forward"]["secret"], "whsec_x");
+        assert_eq!(d["forwards"]["crm"]["secret"], "whsec_x");
+    }
+
+    #[test]
+    fn a_forward_or_destination_that_is_not_an_object_is_refused() {
+        for bad in [
+            json!({"forward": "u"}),
+            json!({"forwards": ["a"]}),
+            json!({"forwards": {"crm": "a"}}),
+        ] {
+            assert!(with_secret(bad.clone()).is_err(), "{bad}");
+        }
+    }
 }

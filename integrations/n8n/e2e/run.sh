@@ -19,7 +19,10 @@
 #    An event signed with Stripe's official library, posted 5 times concurrently to /in → five
 #    200s, one n8n execution, each effect once; a bad signature → 401, nothing forwarded; n8n
 #    stopped while events come in → all acked, the forwards back off, and after n8n is started
-#    again every event arrives, each effect exactly once.
+#    again every event arrives, each effect exactly once. Fan-out: a Stripe source with two
+#    destinations (two copies of the fan-out destination template) → each workflow runs once,
+#    each effect once; one destination replayed alone from idem's console → only that
+#    workflow runs again and its gate answers "already done".
 #
 # Prints `N passed, M failed` and exits non-zero on any failure. Every wait is bounded; every
 # process it starts is stopped on exit. Only loopback traffic.
@@ -262,6 +265,23 @@ AGENT_WF="$N8N_INT/templates/ai-agent-mcp-approval.json"
 MCP_NODE_WF="$HERE/workflows/mcp-client-node.json"
 AGENT_ID="$(json "$AGENT_WF" d.id)"
 MCP_NODE_ID="$(json "$MCP_NODE_WF" d.id)"
+# The fan-out destination template, imported twice as two destinations of one source (crm and
+# receipt): each copy gets its own id, name, webhook path and webhook id, nothing else changes.
+fan_copy() { # NAME → the copy's file
+	node -e '
+const fs = require("fs"), crypto = require("crypto");
+const [src, name, out] = process.argv.slice(1);
+const w = JSON.parse(fs.readFileSync(src, "utf8"));
+w.id = ("idemE2eFan" + name + "000000").slice(0, 16);
+w.name = w.name + " (" + name + ")";
+for (const n of w.nodes) {
+  if (n.type === "n8n-nodes-base.webhook") { n.parameters.path = "idem-fan-" + name; n.webhookId = crypto.randomUUID(); }
+}
+fs.writeFileSync(out, JSON.stringify(w));
+console.log(w.id);' "$N8N_INT/templates/intake-fan-out-destinations.json" "$1" "$WORK/fan-$1.json"
+}
+FAN_CRM_ID="$(fan_copy crm)"
+FAN_RECEIPT_ID="$(fan_copy receipt)"
 # The intake source's secrets: the provider's (Stripe's form) and the forward's (Standard
 # Webhooks: whsec_ + base64 of 32 random bytes), which the template checks.
 STRIPE_WHSEC="whsec_$(od -An -N18 -tx1 /dev/urandom | tr -d ' \n')"
@@ -270,12 +290,12 @@ FORWARD_SECRET="whsec_$(node -e 'process.stdout.write(require("crypto").randomBy
 log "n8n: importing credentials and workflows (n8n stopped)"
 "$N8N_BIN" import:credentials --input="$WORK/credentials.json" >>"$WORK/n8n-cli.log" 2>&1 ||
 	abort "n8n import:credentials failed (see $WORK/n8n-cli.log)"
-for wf in "$STOCK_WF" "$ERR_WF" "$AI_WF" "$FAN_WF" "$CRON_WF" "$NODE_WF" "$EFF_WF" "$NODE_EFF_WF" "$NODE_DERIVE_WF" "$INTAKE_WF" "$NODE_INTAKE_WF" "$AGENT_WF" "$MCP_NODE_WF"; do
+for wf in "$STOCK_WF" "$ERR_WF" "$AI_WF" "$FAN_WF" "$CRON_WF" "$NODE_WF" "$EFF_WF" "$NODE_EFF_WF" "$NODE_DERIVE_WF" "$INTAKE_WF" "$NODE_INTAKE_WF" "$AGENT_WF" "$MCP_NODE_WF" "$WORK/fan-crm.json" "$WORK/fan-receipt.json"; do
 	"$N8N_BIN" import:workflow --input="$wf" >>"$WORK/n8n-cli.log" 2>&1 ||
 		abort "n8n import:workflow $(basename "$wf") failed (see $WORK/n8n-cli.log)"
 done
-pass "workflows import without edits (8 stock templates + the 4 community-node examples + the MCP Client node workflow)"
-for id in "$STOCK_ID" "$ERR_ID" "$AI_ID" "$FAN_ID" "$NODE_ID" "$EFF_ID" "$NODE_EFF_ID" "$NODE_DERIVE_ID" "$INTAKE_ID" "$NODE_INTAKE_ID" "$AGENT_ID" "$MCP_NODE_ID"; do
+pass "workflows import (8 stock templates, the 4 community-node examples and the MCP Client node workflow without edits; the fan-out destination template twice, renamed)"
+for id in "$STOCK_ID" "$ERR_ID" "$AI_ID" "$FAN_ID" "$NODE_ID" "$EFF_ID" "$NODE_EFF_ID" "$NODE_DERIVE_ID" "$INTAKE_ID" "$NODE_INTAKE_ID" "$AGENT_ID" "$MCP_NODE_ID" "$FAN_CRM_ID" "$FAN_RECEIPT_ID"; do
 	"$N8N_BIN" publish:workflow --id="$id" >>"$WORK/n8n-cli.log" 2>&1 ||
 		abort "n8n publish:workflow --id=$id failed (see $WORK/n8n-cli.log)"
 done
@@ -313,6 +333,8 @@ wait_for 60 "webhook idem-intake-events" webhook_live idem-intake-events ||
 	abort "n8n did not register the intake template's webhook within 60 s"
 wait_for 60 "webhook idem-node-intake" webhook_live idem-node-intake ||
 	abort "n8n did not register the Idem Intake Trigger example's webhook within 60 s"
+wait_for 60 "webhook idem-fan-crm" webhook_live idem-fan-crm && wait_for 60 "webhook idem-fan-receipt" webhook_live idem-fan-receipt ||
+	abort "n8n did not register the fan-out destinations' webhooks within 60 s"
 wait_for 60 "webhook idem-agent-followup" webhook_live idem-agent-followup ||
 	abort "n8n did not register the AI-agent template's webhook within 60 s"
 wait_for 60 "webhook idem-e2e-mcp-client" webhook_live idem-e2e-mcp-client ||
@@ -848,6 +870,78 @@ if [[ "$got" == "401:invalid_signature" && "$NX2" == "$NX1" && "$(node_effects e
 	pass "trigger: a forward signed with another secret is refused 401 by the node and starts no execution"
 else
 	fail "trigger: the forgery answered [$got] (want 401:invalid_signature), executions $NX1 → $NX2 (want no more), effects $(node_effects evt_e2e_trigger_forged)"
+fi
+
+# 6d. fan-out: one Stripe event, two destinations (two copies of the fan-out destination
+#     template: crm and receipt). Each workflow runs once and does its one effect once, under
+#     the event's key with the destination's name; then one destination is replayed alone from
+#     idem's console (the form an operator's "Redeliver to receipt" posts): only that workflow
+#     runs again, its gate answers "already done", and no effect is repeated.
+FANSRC=stripe-fanout
+FAN_IN="$IDEM_URL/in/$FANSRC"
+FAN_DOC="$(node -e 'const [ns, crm, receipt, secret, whsec] = process.argv.slice(1);
+const dest = (url) => ({ url, secret, timeout_ms: 15000, retry: { max_attempts: 50, base_ms: 250, max_ms: 2000 } });
+console.log(JSON.stringify({ provider: "stripe", namespace: ns, secrets: [whsec],
+  forwards: { crm: dest(crm), receipt: dest(receipt) } }));' \
+	"$FANSRC" "http://127.0.0.1:$N8N_PORT/webhook/idem-fan-crm" "http://127.0.0.1:$N8N_PORT/webhook/idem-fan-receipt" \
+	"$FORWARD_SECRET" "$STRIPE_WHSEC")"
+code="$(curl -sS --max-time 10 -o "$WORK/fan-source.json" -w '%{http_code}' -X PUT -H "Authorization: Bearer $ADMIN_TOKEN" \
+	-H 'Content-Type: application/json' --data-binary "$FAN_DOC" "$IDEM_URL/v1/sources/$FANSRC" 2>/dev/null || echo 000)"
+if [[ "$code" == 201 ]] && [[ "$(json "$WORK/fan-source.json" 'Object.keys(d.forwards).sort().join(",")')" == "crm,receipt" ]] &&
+	! grep -qF -e "$STRIPE_WHSEC" -e "$FORWARD_SECRET" "$WORK/fan-source.json"; then
+	pass "fan-out: source $FANSRC with destinations crm and receipt (the two workflows' production webhooks), secrets not echoed"
+else
+	fail "fan-out: PUT /v1/sources/$FANSRC answered $code: $(head -c 300 "$WORK/fan-source.json")"
+fi
+fan_event() { # KEY EXPR → EXPR over idem's read of the fan-out event
+	curl -sS --max-time 10 -H "Authorization: Bearer $OPERATOR_TOKEN" \
+		"$IDEM_URL/v1/sources/$FANSRC/events/$(node -e 'console.log(encodeURIComponent(process.argv[1]))' "$1")" \
+		-o "$WORK/fan-event.json" 2>/dev/null && json "$WORK/fan-event.json" "$2" 2>/dev/null || echo "unreadable"
+}
+fan_effects() { # EVT → "<crm>,<receipt>" effects at the sink under {EVT}:crm and {EVT}:receipt
+	curl -fsS --max-time 10 "$SINK_URL/counts" | node -e '
+let s="";process.stdin.on("data",c=>s+=c).on("end",()=>{const d=JSON.parse(s);const k=process.argv[1];
+console.log((d[k+":crm"]||0)+","+(d[k+":receipt"]||0))})' "$1"
+}
+# "<state>/<attempts>" per destination, in name order: "completed/1 completed/1".
+fan_dests() { fan_event "$1" 'd.destinations.map(x => x.state + "/" + x.attempts.length).join(" ")'; }
+FC0="$(executions all "$FAN_CRM_ID")"
+FR0="$(executions all "$FAN_RECEIPT_ID")"
+FEVT="evt_e2e_fanout_$(date +%s)_$RANDOM"
+BODY="$(stripe_event "$FEVT")"
+HDRS="$(stripe_headers "$STRIPE_WHSEC" "$BODY")" || HDRS='[]'
+node "$HERE/fire.js" "$FAN_IN" "$BODY" 3 30000 "$HDRS" >"$WORK/fan.burst.json"
+got="$(json "$WORK/fan.burst.json" 'd.map(r => r.status + ":" + (r.body && r.body.events ? r.body.events.map(e => e.status).join("+") : r.body && r.body.code)).sort().join(" ")')"
+fan_done() { [[ "$(fan_effects "$FEVT")" == "1,1" && "$(fan_dests "$FEVT")" == "completed/1 completed/1" ]]; }
+if [[ "$got" == "200:accepted 200:duplicate 200:duplicate" ]] && wait_for 60 "fan-out: $FEVT at both destinations" fan_done; then
+	sleep 3 # a second forward or execution would show by now
+	FC1="$(executions success "$FAN_CRM_ID")"
+	FR1="$(executions success "$FAN_RECEIPT_ID")"
+	if [[ "$(fan_effects "$FEVT")" == "1,1" && "$(fan_dests "$FEVT")" == "completed/1 completed/1" &&
+		"$FC0" -ge 0 && "$FC1" == "$((FC0 + 1))" && "$FR1" == "$((FR0 + 1))" ]]; then
+		pass "fan-out: 3 deliveries of one Stripe-signed event → each destination's workflow ran once, its effect once ($FEVT:crm, $FEVT:receipt)"
+	else
+		fail "fan-out: effects [$(fan_effects "$FEVT")] (want 1,1), destinations [$(fan_dests "$FEVT")], executions crm $FC0 → $FC1, receipt $FR0 → $FR1 (want one more each)"
+	fi
+	node "$HERE/console-redeliver.js" "$IDEM_URL" "$OPERATOR_TOKEN" "$FANSRC" "$FEVT" receipt "e2e: replay the receipt alone" \
+		>"$WORK/fan-console.json" 2>&1 || true
+	got="$(json "$WORK/fan-console.json" '[d.login, d.page, d.destination_row, d.redeliver, /done=redelivered/.test(d.location || "")].join(" ")' 2>/dev/null || head -c 200 "$WORK/fan-console.json")"
+	replayed() { [[ "$(fan_dests "$FEVT")" == "completed/1 completed/2" ]]; }
+	if [[ "$got" == "303 200 true 303 true" ]] && wait_for 60 "fan-out: receipt replayed" replayed; then
+		sleep 3
+		FC2="$(executions all "$FAN_CRM_ID")"
+		FR2="$(executions success "$FAN_RECEIPT_ID")"
+		if [[ "$(fan_effects "$FEVT")" == "1,1" && "$(fan_dests "$FEVT")" == "completed/1 completed/2" &&
+			"$FC2" == "$(executions all "$FAN_CRM_ID")" && "$FC2" -ge "$FC1" && "$FC2" == "$((FC0 + 1))" && "$FR2" == "$((FR1 + 1))" ]]; then
+			pass "fan-out: \"Redeliver to receipt\" in the console replayed that destination alone: the receipt workflow ran again and its gate answered already done; crm untouched; no effect repeated"
+		else
+			fail "fan-out: after the console's replay effects [$(fan_effects "$FEVT")] (want 1,1), destinations [$(fan_dests "$FEVT")] (want completed/1 completed/2), executions crm $FC0 → $FC2 (want +1 in all), receipt $FR1 → $FR2 (want one more)"
+		fi
+	else
+		fail "fan-out: the console's redeliver answered [$got] (want login 303, page 200, the receipt row, redeliver 303 → done=redelivered); destinations [$(fan_dests "$FEVT")]"
+	fi
+else
+	fail "fan-out: deliveries answered [$got] (want 200:accepted, 2× 200:duplicate); effects [$(fan_effects "$FEVT")], destinations [$(fan_dests "$FEVT")]"
 fi
 
 # 6c. n8n down: events keep being acked and kept; the forwards fail and back off; once n8n is

@@ -170,3 +170,63 @@ fn bench_scale_measures_ledger_sizes_and_the_janitor() {
         .as_f64()
         .is_some_and(|v| v > 0.0));
 }
+
+#[test]
+fn bench_backlog_drains_one_and_three_destinations_losing_and_doubling_nothing() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let tmp = dir.path().to_str().expect("utf-8 path");
+    let (out, r) = bench(
+        &[
+            "--backlog",
+            "300",
+            "--destinations",
+            "1,3",
+            "--backend",
+            "sqlite",
+            "--tmp-dir",
+            tmp,
+        ],
+        dir.path(),
+    );
+    assert!(out.stdout.contains("deliveries/s"), "{out:?}");
+    let rows = r.as_array().expect("one row per destinations count");
+    let dests: Vec<u64> = rows
+        .iter()
+        .map(|row| row["destinations"].as_u64().expect("destinations"))
+        .collect();
+    assert_eq!(dests, [1, 3], "{r}");
+    for row in rows {
+        assert_eq!(row["backlog"], 300, "{row}");
+        assert_eq!(row["lost"], 0, "{row}");
+        assert_eq!(row["doubled"], 0, "{row}");
+        let d = row["destinations"].as_u64().expect("destinations");
+        let accepted = row["accepted"].as_u64().expect("accepted");
+        assert_eq!(
+            row["delivered_distinct"].as_u64(),
+            Some(accepted * d),
+            "one delivery per event and destination: {row}"
+        );
+        let (per_event, per_delivery) = (
+            row["drain_per_s"].as_f64().expect("drain_per_s"),
+            row["deliveries_per_s"].as_f64().expect("deliveries_per_s"),
+        );
+        assert!(per_event > 0.0, "{row}");
+        assert!(
+            (per_delivery - per_event * d as f64).abs() < 1e-6 * per_delivery.max(1.0),
+            "{row}"
+        );
+    }
+}
+
+#[test]
+fn bench_backlog_refuses_a_destinations_count_a_source_cannot_have() {
+    for bad in ["0", "17"] {
+        let out = run_with(
+            &["bench", "--backlog", "10", "--destinations", bad],
+            "",
+            &[],
+        );
+        assert_eq!(out.code, 1, "--destinations {bad}: {out:?}");
+        assert!(out.stderr.contains("--destinations"), "{out:?}");
+    }
+}

@@ -168,8 +168,23 @@ fn input_for(
     read_body::<EffectBody>(body)?.into_input()
 }
 
-/// Runs one call of `action` in `ns`.
+/// Runs one call of `action` in `ns`, counted in `idem_action_calls_total` under its
+/// outcome: refusals (`missing_identity_field`, `invalid_field`, `destination_forbidden`)
+/// too, so an agent that keeps leaving out its identity shows on the dashboard.
 pub async fn call(
+    st: &AppState,
+    ns: &idem::Namespace,
+    action: &Action,
+    headers: &Headers,
+    arguments: Option<&Value>,
+    meta: Option<&Value>,
+) -> ApiResult<ToolAnswer> {
+    let answer = answer_call(st, ns, action, headers, arguments, meta).await?;
+    crate::metrics::action_call(ns.as_str(), &action.name, answer.outcome);
+    Ok(answer)
+}
+
+async fn answer_call(
     st: &AppState,
     ns: &idem::Namespace,
     action: &Action,
@@ -236,7 +251,7 @@ pub async fn call(
     };
     let claimed = effects::claim(st, &nk, &input, fp, guarded.destination_idempotent).await?;
     let (token, record) = match claimed {
-        Claimed::Answered(a) => return Ok(finish(action, &nk, &key, *a)),
+        Claimed::Answered(a) => return Ok(finish(action, &key, *a)),
         Claimed::Acquired { token, record } => (token, record),
     };
     match &record.prepared_payload {
@@ -271,12 +286,12 @@ pub async fn call(
                     retry_after_ms: None,
                     reconciled: None,
                 };
-                return Ok(finish(action, &nk, &key, a));
+                return Ok(finish(action, &key, a));
             }
         }
     }
     let a = effects::send(st, &nk, token, &input, &guarded).await?;
-    Ok(finish(action, &nk, &key, a))
+    Ok(finish(action, &key, a))
 }
 
 /// Delivers an approved record's saved arguments (the outbox's work after an approval): the
@@ -312,8 +327,7 @@ pub async fn deliver_saved(
     Ok(Some(a.outcome))
 }
 
-fn finish(action: &Action, nk: &NsKey, key: &str, a: Answer) -> ToolAnswer {
-    crate::metrics::action_call(nk.ns.as_str(), &action.name, a.outcome);
+fn finish(action: &Action, key: &str, a: Answer) -> ToolAnswer {
     tool_answer(action, key, &a)
 }
 

@@ -450,3 +450,81 @@ async fn a_paced_destination_keeps_its_rate_across_instances() {
         a.stop().await.expect("stop");
     }
 }
+
+/// The `destination` label through a dead letter and its redeliver: the dead destination's
+/// backlog reads 1 at the scrape right after it died and 0 right after its redeliver landed,
+/// the other destination's 0 throughout, and the redelivered destination gains its
+/// `delivered` series. A source name no other test uses: the registry is shared by every test
+/// of this binary, and each scrape sets the gauges from the scraping server's ledger.
+#[tokio::test]
+async fn the_destination_label_follows_a_dead_letter_through_its_redeliver() {
+    let line = |m: &str, prefix: &str| -> Option<String> {
+        m.lines()
+            .find(|l| l.starts_with(prefix))
+            .map(|l| l[prefix.len()..].trim().to_owned())
+    };
+    for backend in backends() {
+        let app = spawn_on(backend).await;
+        let ok = Sink::start(vec![]).await;
+        let flaky = Sink::start(vec![answer(500), answer(500), answer(500)]).await;
+        let retry = json!({"max_attempts": 3, "base_ms": 1, "max_ms": 1});
+        let doc = json!({
+            "provider": "stripe",
+            "secrets": [SECRET],
+            "forwards": {
+                "ok": {"url": ok.url, "timeout_ms": 1000, "retry": retry},
+                "flaky": {"url": flaky.url, "timeout_ms": 1000, "retry": retry},
+            },
+        });
+        let r = put_source(&app, "fanlabel", &doc).await;
+        assert_eq!(r.status, 201, "{}", r.text);
+        let r = post_stripe(&app, "fanlabel", SECRET, &body("evt_l", "invoice.paid")).await;
+        assert_eq!(r.status, 200, "{}", r.text);
+        let dead = until_states(
+            &app,
+            "fanlabel",
+            "evt_l",
+            json!({"ok": "completed", "flaky": "needs_review"}),
+        )
+        .await;
+        assert!(dead, "{}", states(&app, "fanlabel", "evt_l").await);
+        let m = app.get("/metrics").await.text;
+        let backlog =
+            |d: &str| format!(r#"idem_intake_backlog{{source="fanlabel",destination="{d}"}}"#);
+        assert_eq!(line(&m, &backlog("flaky")).as_deref(), Some("1"), "{m}");
+        assert_eq!(line(&m, &backlog("ok")).as_deref(), Some("0"), "{m}");
+        assert!(
+            m.contains(
+                r#"idem_deliveries_total{source="fanlabel",destination="flaky",result="dead"}"#
+            ),
+            "{m}"
+        );
+
+        let r = app
+            .post(
+                "/v1/sources/fanlabel/events/evt_l/redeliver",
+                json!({"note": "flaky is back", "destination": "flaky"}),
+            )
+            .await;
+        assert_eq!(r.status, 202, "{}", r.text);
+        let back = until_states(
+            &app,
+            "fanlabel",
+            "evt_l",
+            json!({"ok": "completed", "flaky": "completed"}),
+        )
+        .await;
+        assert!(back, "{}", states(&app, "fanlabel", "evt_l").await);
+        let m = app.get("/metrics").await.text;
+        assert_eq!(line(&m, &backlog("flaky")).as_deref(), Some("0"), "{m}");
+        assert_eq!(line(&m, &backlog("ok")).as_deref(), Some("0"), "{m}");
+        assert!(
+            m.contains(
+                r#"idem_deliveries_total{source="fanlabel",destination="flaky",result="delivered"}"#
+            ),
+            "{m}"
+        );
+        assert_eq!((ok.count(), flaky.count()), (1, 4));
+        app.stop().await.expect("stop");
+    }
+}

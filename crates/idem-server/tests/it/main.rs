@@ -3,6 +3,7 @@
 //! fresh PostgreSQL database when `IDEM_TEST_PG` (an admin URL) is set; the server, the
 //! databases and the typed HTTP helpers come from `idem_testkit::app`.
 
+mod action_edges;
 mod actions;
 mod alerts;
 mod audit;

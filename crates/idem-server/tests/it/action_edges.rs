@@ -1,0 +1,188 @@
+//! The edges of the actions contract a client hits first: the tool-name syntax at its limits
+//! (64 characters, the allowed set, percent-encoded names in the path) and
+//! `idem_action_calls_total` read at the scrape right after a call (a counter that lags would
+//! hide a doubled call from an alert). On both stores.
+
+use serde_json::{json, Value};
+
+use idem_testkit::app::*;
+
+use super::intake::Sink;
+
+/// An action delivering to `url`, keyed by `ref`.
+fn ping(url: &str) -> Value {
+    json!({
+        "description": "Pings the destination once per ref.",
+        "input_schema": {
+            "type": "object",
+            "properties": {"ref": {"type": "string"}, "note": {"type": "string"}},
+            "required": ["ref"]
+        },
+        "key": "{ref}:ping",
+        "deliver": {"http": {"method": "POST", "url": url}}
+    })
+}
+
+async fn put(app: &TestApp, ns: &str, raw_name: &str, doc: &Value) -> Resp {
+    app.send(
+        app.http
+            .put(format!(
+                "{}/v1/namespaces/{ns}/actions/{raw_name}",
+                app.base
+            ))
+            .json(doc),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn tool_names_at_the_edges_of_their_syntax() {
+    for backend in backends() {
+        let app = spawn_on(backend).await;
+        let doc = ping("http://127.0.0.1:9/x");
+        let longest = "a".repeat(64);
+        for ok in [longest.as_str(), "A-b_9", "x", "-", "_"] {
+            let r = put(&app, "edges", ok, &doc).await;
+            assert_eq!(r.status, 201, "{ok:?}: {}", r.text);
+            assert_eq!(r.body["name"], ok, "{}", r.text);
+            let back = app.get(&format!("/v1/namespaces/edges/actions/{ok}")).await;
+            assert_eq!(back.status, 200, "{ok:?}: {}", back.text);
+        }
+        let too_long = "a".repeat(65);
+        // Raw path segments: a space, a dot, a non-ASCII letter, a colon, percent-encoded.
+        for bad in [
+            too_long.as_str(),
+            "send%20it",
+            "a.b",
+            "caf%C3%A9",
+            "a%3Ab",
+            "a%2Fb",
+        ] {
+            let r = put(&app, "edges", bad, &doc).await;
+            let p = r.problem(422, "invalid_field");
+            assert_eq!(p["field"], "name", "{bad:?}: {}", r.text);
+        }
+        // Nothing of the refused ones was written: the five good names only.
+        let list = app.get("/v1/namespaces/edges/actions").await;
+        assert_eq!(list.status, 200, "{}", list.text);
+        let mut names: Vec<String> = list.body["items"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|i| i["name"].as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default();
+        names.sort();
+        let mut want = vec![
+            longest.clone(),
+            "A-b_9".into(),
+            "x".into(),
+            "-".into(),
+            "_".into(),
+        ];
+        want.sort();
+        assert_eq!(names, want);
+        // tools/list serves them under the same names.
+        let r = app
+            .post(
+                "/mcp/edges",
+                json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}),
+            )
+            .await;
+        assert_eq!(r.status, 200, "{}", r.text);
+        let mut tools: Vec<String> = r.body["result"]["tools"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|t| t["name"].as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default();
+        tools.sort();
+        assert_eq!(tools, want);
+        app.stop().await.expect("stop");
+    }
+}
+
+/// The value of the first `/metrics` line that starts with `prefix`.
+fn sample(m: &str, prefix: &str) -> Option<f64> {
+    m.lines()
+        .find(|l| l.starts_with(prefix))
+        .and_then(|l| l[prefix.len()..].trim().parse().ok())
+}
+
+#[tokio::test]
+async fn the_call_counter_is_current_at_the_scrape_right_after_a_call() {
+    for (i, backend) in backends().into_iter().enumerate() {
+        let app = spawn_on(backend).await;
+        let sink = Sink::start(vec![]).await;
+        // A namespace of its own per backend: the registry is shared by this test binary.
+        let ns = format!("callcount{i}");
+        let port = sink
+            .url
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.split('/').next())
+            .unwrap_or_default()
+            .to_owned();
+        let r = app
+            .patch_namespace(
+                &ns,
+                json!({"egress": {"allow": [format!("127.0.0.1:{port}")]}}),
+            )
+            .await;
+        assert_eq!(r.status, 200, "{}", r.text);
+        let r = put(&app, &ns, "ping_it", &ping(&sink.url)).await;
+        assert_eq!(r.status, 201, "{}", r.text);
+        let series = |outcome: &str| {
+            format!(
+                r#"idem_action_calls_total{{namespace="{ns}",action="ping_it",outcome="{outcome}"}}"#
+            )
+        };
+        let call = |reference: &str, note: &str| {
+            json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+                   "params": {"name": "ping_it", "arguments": {"ref": reference, "note": note}}})
+        };
+        let mcp = format!("/mcp/{ns}");
+        let r = app.post(&mcp, call("r1", "first")).await;
+        assert_eq!(
+            r.body["result"]["structuredContent"]["outcome"], "performed",
+            "{}",
+            r.text
+        );
+        let m = app.get("/metrics").await.text;
+        assert_eq!(sample(&m, &series("performed")), Some(1.0), "{m}");
+        assert_eq!(sample(&m, &series("completed")), None, "{m}");
+        let r = app.post(&mcp, call("r1", "regenerated")).await;
+        assert_eq!(
+            r.body["result"]["structuredContent"]["outcome"], "completed",
+            "{}",
+            r.text
+        );
+        let m = app.get("/metrics").await.text;
+        assert_eq!(sample(&m, &series("performed")), Some(1.0), "{m}");
+        assert_eq!(sample(&m, &series("completed")), Some(1.0), "{m}");
+        // A refused call (the key argument missing) counts under its outcome, nothing sent.
+        let r = app
+            .post(
+                &mcp,
+                json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call",
+                       "params": {"name": "ping_it", "arguments": {"note": "no ref"}}}),
+            )
+            .await;
+        assert_eq!(
+            r.body["result"]["structuredContent"]["outcome"], "missing_identity_field",
+            "{}",
+            r.text
+        );
+        let m = app.get("/metrics").await.text;
+        assert_eq!(
+            sample(&m, &series("missing_identity_field")),
+            Some(1.0),
+            "{m}"
+        );
+        assert_eq!(sink.count(), 1);
+        app.stop().await.expect("stop");
+    }
+}

@@ -23,6 +23,10 @@
 #    destinations (two copies of the fan-out destination template) → each workflow runs once,
 #    each effect once; one destination replayed alone from idem's console → only that
 #    workflow runs again and its gate answers "already done".
+# 7. actions over MCP: n8n's MCP Client node calls an idem action from 5 concurrent executions
+#    + 1 replay → one delivery; the AI-agent template, its chat model a scripted
+#    OpenAI-compatible stub (model-stub.js) that writes a new draft each time → the first draft
+#    waits for approval, the template's approve link → idem delivers it once.
 #
 # Prints `N passed, M failed` and exits non-zero on any failure. Every wait is bounded; every
 # process it starts is stopped on exit. Only loopback traffic.

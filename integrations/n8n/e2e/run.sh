@@ -23,6 +23,10 @@
 #    destinations (two copies of the fan-out destination template) → each workflow runs once,
 #    each effect once; one destination replayed alone from idem's console → only that
 #    workflow runs again and its gate answers "already done".
+# 7. actions over MCP: n8n's MCP Client node calls an idem action from 5 concurrent executions
+#    + 1 replay → one delivery; the AI-agent template, its chat model a scripted
+#    OpenAI-compatible stub (model-stub.js) that writes a new draft each time → the first draft
+#    waits for approval, the template's approve link → idem delivers it once.
 #
 # Prints `N passed, M failed` and exits non-zero on any failure. Every wait is bounded; every
 # process it starts is stopped on exit. Only loopback traffic.
@@ -222,8 +226,13 @@ printf '{"name":"installed-nodes","private":true,"dependencies":{"n8n-nodes-idem
 
 # The Idem Intake Trigger's forward secret (Standard Webhooks form), in the node's credential.
 TRIGGER_SECRET="whsec_$(node -e 'process.stdout.write(require("crypto").randomBytes(32).toString("base64"))')"
+# The chat model of the AI-agent template: a scripted OpenAI-compatible stub on loopback
+# (model-stub.js), reached through the OpenAI credential's Base URL.
+start MODEL "$WORK/model-stub.log" node "$HERE/model-stub.js" --port-file "$WORK/model-stub.port"
+wait_for 20 "model stub" test -s "$WORK/model-stub.port" || abort "the model stub did not start"
+MODEL_URL="http://127.0.0.1:$(cat "$WORK/model-stub.port")"
 node -e '
-const [url, token, operator, forwardSecret] = process.argv.slice(1);
+const [url, token, operator, forwardSecret, modelUrl] = process.argv.slice(1);
 console.log(JSON.stringify([
   { id: "idemWorkerToken1", name: "idem worker token", type: "httpHeaderAuth",
     data: { name: "Authorization", value: "Bearer " + token } },
@@ -231,7 +240,9 @@ console.log(JSON.stringify([
     data: { name: "Authorization", value: "Bearer " + operator } },
   { id: "idemNodeCredent1", name: "idem", type: "idemApi",
     data: { baseUrl: url, token, forwardSecret } },
-]));' "$IDEM_URL" "$TOKEN" "$OPERATOR_TOKEN" "$TRIGGER_SECRET" >"$WORK/credentials.json"
+  { id: "idemOpenAiCred01", name: "OpenAI account", type: "openAiApi",
+    data: { apiKey: "sk-e2e-model-stub", url: modelUrl + "/v1" } },
+]));' "$IDEM_URL" "$TOKEN" "$OPERATOR_TOKEN" "$TRIGGER_SECRET" "$MODEL_URL" >"$WORK/credentials.json"
 
 STOCK_WF="$N8N_INT/templates/stripe-webhook-crm-receipt.json"
 ERR_WF="$N8N_INT/templates/error-branch-fail-classify.json"
@@ -254,6 +265,10 @@ NODE_EFF_ID="$(json "$NODE_EFF_WF" d.id)"
 NODE_DERIVE_ID="$(json "$NODE_DERIVE_WF" d.id)"
 NODE_INTAKE_ID="$(json "$NODE_INTAKE_WF" d.id)"
 INTAKE_ID="$(json "$INTAKE_WF" d.id)"
+AGENT_WF="$N8N_INT/templates/ai-agent-mcp-approval.json"
+MCP_NODE_WF="$HERE/workflows/mcp-client-node.json"
+AGENT_ID="$(json "$AGENT_WF" d.id)"
+MCP_NODE_ID="$(json "$MCP_NODE_WF" d.id)"
 # The fan-out destination template, imported twice as two destinations of one source (crm and
 # receipt): each copy gets its own id, name, webhook path and webhook id, nothing else changes.
 fan_copy() { # NAME → the copy's file
@@ -279,12 +294,12 @@ FORWARD_SECRET="whsec_$(node -e 'process.stdout.write(require("crypto").randomBy
 log "n8n: importing credentials and workflows (n8n stopped)"
 "$N8N_BIN" import:credentials --input="$WORK/credentials.json" >>"$WORK/n8n-cli.log" 2>&1 ||
 	abort "n8n import:credentials failed (see $WORK/n8n-cli.log)"
-for wf in "$STOCK_WF" "$ERR_WF" "$AI_WF" "$FAN_WF" "$CRON_WF" "$NODE_WF" "$EFF_WF" "$NODE_EFF_WF" "$NODE_DERIVE_WF" "$INTAKE_WF" "$NODE_INTAKE_WF" "$WORK/fan-crm.json" "$WORK/fan-receipt.json"; do
+for wf in "$STOCK_WF" "$ERR_WF" "$AI_WF" "$FAN_WF" "$CRON_WF" "$NODE_WF" "$EFF_WF" "$NODE_EFF_WF" "$NODE_DERIVE_WF" "$INTAKE_WF" "$NODE_INTAKE_WF" "$AGENT_WF" "$MCP_NODE_WF" "$WORK/fan-crm.json" "$WORK/fan-receipt.json"; do
 	"$N8N_BIN" import:workflow --input="$wf" >>"$WORK/n8n-cli.log" 2>&1 ||
 		abort "n8n import:workflow $(basename "$wf") failed (see $WORK/n8n-cli.log)"
 done
-pass "workflows import (the 7 stock templates and the 4 community-node examples without edits; the fan-out destination template twice, renamed)"
-for id in "$STOCK_ID" "$ERR_ID" "$AI_ID" "$FAN_ID" "$NODE_ID" "$EFF_ID" "$NODE_EFF_ID" "$NODE_DERIVE_ID" "$INTAKE_ID" "$NODE_INTAKE_ID" "$FAN_CRM_ID" "$FAN_RECEIPT_ID"; do
+pass "workflows import (8 stock templates, the 4 community-node examples and the MCP Client node workflow without edits; the fan-out destination template twice, renamed)"
+for id in "$STOCK_ID" "$ERR_ID" "$AI_ID" "$FAN_ID" "$NODE_ID" "$EFF_ID" "$NODE_EFF_ID" "$NODE_DERIVE_ID" "$INTAKE_ID" "$NODE_INTAKE_ID" "$AGENT_ID" "$MCP_NODE_ID" "$FAN_CRM_ID" "$FAN_RECEIPT_ID"; do
 	"$N8N_BIN" publish:workflow --id="$id" >>"$WORK/n8n-cli.log" 2>&1 ||
 		abort "n8n publish:workflow --id=$id failed (see $WORK/n8n-cli.log)"
 done
@@ -324,6 +339,10 @@ wait_for 60 "webhook idem-node-intake" webhook_live idem-node-intake ||
 	abort "n8n did not register the Idem Intake Trigger example's webhook within 60 s"
 wait_for 60 "webhook idem-fan-crm" webhook_live idem-fan-crm && wait_for 60 "webhook idem-fan-receipt" webhook_live idem-fan-receipt ||
 	abort "n8n did not register the fan-out destinations' webhooks within 60 s"
+wait_for 60 "webhook idem-agent-followup" webhook_live idem-agent-followup ||
+	abort "n8n did not register the AI-agent template's webhook within 60 s"
+wait_for 60 "webhook idem-e2e-mcp-client" webhook_live idem-e2e-mcp-client ||
+	abort "n8n did not register the MCP Client node workflow's webhook within 60 s"
 pass "n8n $N8N_VERSION started headless; the production webhooks are registered"
 
 if grep -q 'n8n-nodes-idem' "$WORK/n8n.log" && grep -qiE 'error.*n8n-nodes-idem|n8n-nodes-idem.*error' "$WORK/n8n.log"; then
@@ -1044,6 +1063,151 @@ else
 	tail -n 40 "$WORK/n8n-restart.log"
 fi
 log "intake part took $(($(date +%s) - T_INTAKE)) s"
+
+# ---------------------------------------------------------------- 7. actions: idem as the agent's tools (MCP)
+# Two actions served at /mcp/{ns}, each delivering to the sink (which the namespaces' egress
+# policy allows): mcp-e2e/send_receipt (no approval), called by n8n's MCP Client node; and
+# shop/send_followup (approval required), called by the AI-agent template's agent through the
+# MCP Client Tool, its chat model being the scripted stub (model-stub.js).
+T_ACTIONS=$(date +%s)
+action_put() { # NS NAME JSON
+	local code
+	code="$(curl -sS --max-time 10 -o "$WORK/action.json" -w '%{http_code}' -X PUT \
+		-H "Authorization: Bearer $ADMIN_TOKEN" -H 'Content-Type: application/json' -d "$3" \
+		"$IDEM_URL/v1/namespaces/$1/actions/$2")"
+	if [[ "$code" == 201 || "$code" == 200 ]]; then
+		pass "actions: PUT $1/$2 answered $code"
+	else
+		fail "actions: PUT $1/$2 answered $code: $(head -c 300 "$WORK/action.json")"
+	fi
+}
+for ns in mcp-e2e shop; do
+	code="$(curl -sS --max-time 10 -o "$WORK/policy.json" -w '%{http_code}' -X PATCH \
+		-H "Authorization: Bearer $ADMIN_TOKEN" -H 'Content-Type: application/json' \
+		-d "{\"egress\":{\"allow\":[\"$SINK_HOSTPORT\"]}}" "$IDEM_URL/v1/namespaces/$ns")"
+	[[ "$code" == 200 ]] || fail "actions: PATCH egress policy of $ns answered $code: $(head -c 300 "$WORK/policy.json")"
+done
+action_doc() { # TOOL PATH APPROVAL KEY_SUFFIX
+	node -e 'const [tool, url, approval, suffix] = process.argv.slice(1);
+console.log(JSON.stringify({
+  description: "Sends the " + tool + " e-mail of an order to its customer. One call per order is enough; the result text is authoritative.",
+  input_schema: { type: "object", required: ["order_id", "to", "text"], properties: {
+    order_id: { type: "string" }, to: { type: "string" }, text: { type: "string", maxLength: 4000 } } },
+  key: "{order_id}:" + suffix + ":v1", identity: ["order_id", "to"],
+  deliver: { http: { method: "POST", url, body: { to: "{{to}}", text: "{{text}}" }, timeout_ms: 10000 } },
+  approval }));' "$1" "$SINK_URL/$2" "$3" "$4"
+}
+action_put mcp-e2e send_receipt "$(action_doc receipt mail/receipt none receipt)"
+action_put shop send_followup "$(action_doc follow-up mail/followup required followup)"
+for hook in idem-e2e-mcp-client idem-agent-followup; do
+	wait_for 120 "webhook $hook" webhook_live "$hook" || fail "actions: webhook $hook is not live after the restart"
+done
+sink_count() { # KEY → POSTs at the sink under KEY (the action's key, sent as Idempotency-Key)
+	curl -fsS --max-time 10 "$SINK_URL/counts" | node -e 'let s="";process.stdin.on("data",c=>s+=c).on("end",()=>console.log(JSON.parse(s)[process.argv[1]]||0))' "$1"
+}
+sink_text() { # KEY → the text of the first body the sink received under KEY
+	curl -fsS --max-time 10 "$SINK_URL/bodies?key=$(node -e 'console.log(encodeURIComponent(process.argv[1]))' "$1")" |
+		node -e 'let s="";process.stdin.on("data",c=>s+=c).on("end",()=>{const d=JSON.parse(s);console.log(d.length?d[0].text:"(nothing)")})'
+}
+# idem's sentence → its outcome (n8n's MCP Client node passes on the result's text only).
+OUTCOME_OF='t => !t ? "none" : /^Done:/.test(t) ? "performed" : /^Already done earlier/.test(t) ? "completed" : /^In progress/.test(t) ? "in_flight" : /^Saved for a person/.test(t) ? "awaiting_approval" : "other:" + String(t).slice(0, 80)'
+
+# 7a. The MCP Client node: one order's receipt requested 5 times concurrently, then once more
+#     with the same identity (a replayed execution) → one delivery at the sink.
+ORD="ord_mcp_$(date +%s)_$RANDOM"
+BODY="$(node -e 'console.log(JSON.stringify({ order_id: process.argv[1], to: "ada@example.com", text: "Your receipt for " + process.argv[1] }))' "$ORD")"
+MCP_HOOK="http://127.0.0.1:$N8N_PORT/webhook/idem-e2e-mcp-client"
+node "$HERE/fire.js" "$MCP_HOOK" "$BODY" 5 120000 >"$WORK/mcp.burst.json"
+sleep 1
+node "$HERE/fire.js" "$MCP_HOOK" "$BODY" 1 120000 >"$WORK/mcp.replay.json"
+burst="$(json "$WORK/mcp.burst.json" 'd.map(r => r.status + ":" + ('"$OUTCOME_OF"')(r.body && r.body.text)).sort().join(" ")')"
+replay="$(json "$WORK/mcp.replay.json" 'd.map(r => r.status + ":" + ('"$OUTCOME_OF"')(r.body && r.body.text)).join(" ")')"
+sleep 1
+n="$(sink_count "$ORD:receipt:v1")"
+log "mcp client node: burst [$burst]; replay [$replay]; deliveries at the sink: $n"
+if [[ "$n" == 1 ]]; then
+	pass "mcp client node: 5 concurrent executions + 1 replay → exactly one delivery of $ORD:receipt:v1"
+else
+	fail "mcp client node: $n deliveries of $ORD:receipt:v1 (want 1); burst [$burst] $(head -c 400 "$WORK/mcp.burst.json")"
+fi
+performed="$(json "$WORK/mcp.burst.json" 'd.filter(r => r.status === 200 && ('"$OUTCOME_OF"')(r.body && r.body.text) === "performed").length')"
+others="$(json "$WORK/mcp.burst.json" 'd.filter(r => r.status === 200 && ["completed", "in_flight"].includes(('"$OUTCOME_OF"')(r.body && r.body.text))).length')"
+if [[ "$performed" == 1 && "$others" == 4 ]]; then
+	pass "mcp client node: one execution was told performed, the 4 concurrent others completed or in_flight ([$burst])"
+else
+	fail "mcp client node: burst answers [$burst] (want 1× performed, 4× completed/in_flight)"
+fi
+if [[ "$replay" == "200:completed" ]]; then
+	pass "mcp client node: the replayed execution was told completed (already done earlier, not repeated)"
+else
+	fail "mcp client node: the replay answered [$replay] (want 200:completed)"
+fi
+ledger mcp-e2e "$ORD:receipt:v1"
+
+# 7b. The AI-agent template: the stub model asks for send_followup for one order with a new
+#     text in every execution. The first execution's draft is saved and waits for approval;
+#     later executions (one alone, then two at once) keep it; the approve link → idem delivers
+#     the saved (first) draft itself, once; an execution after that is told completed.
+AO="ord_agent_$(date +%s)_$RANDOM"
+AKEY="$AO:followup:v1"
+ABODY="$(node -e 'console.log(JSON.stringify({ order_id: process.argv[1], customer_email: "ada@example.com", items: [{ sku: "A1", qty: 1 }] }))' "$AO")"
+AGENT_HOOK="http://127.0.0.1:$N8N_PORT/webhook/idem-agent-followup"
+stub_calls() { curl -fsS --max-time 10 "$MODEL_URL/calls" >"$WORK/stub-calls.json" && json "$WORK/stub-calls.json" "$1"; }
+agent_run() { # N FILE: N concurrent executions; prints "status:body.status …" (sorted)
+	node "$HERE/fire.js" "$AGENT_HOOK" "$ABODY" "$1" 180000 >"$2"
+	json "$2" 'd.map(r => r.status + ":" + (r.body && r.body.status)).sort().join(" ")'
+}
+got="$(agent_run 1 "$WORK/agent.1.json")"
+FIRST_TEXT="$(stub_calls '(d.find(c => c.order_id === "'"$AO"'") || { text: "" }).text')"
+draft="$(json "$WORK/agent.1.json" 'd[0].body && d[0].body.draft ? d[0].body.draft.text : ""')"
+if [[ "$got" == "202:awaiting_approval" && -n "$FIRST_TEXT" && "$draft" == "$FIRST_TEXT" ]]; then
+	pass "ai agent: the first execution's tool call was saved for approval (202 awaiting_approval), the saved draft is the model's text"
+else
+	fail "ai agent: first execution answered [$got] (want 202:awaiting_approval), saved draft [$draft], the model's text [$FIRST_TEXT]; $(head -c 600 "$WORK/agent.1.json")"
+fi
+got2="$(agent_run 1 "$WORK/agent.2.json")"
+got3="$(agent_run 2 "$WORK/agent.3.json")"
+texts="$(stub_calls 'd.filter(c => c.order_id === "'"$AO"'").length + " calls, " + new Set(d.filter(c => c.order_id === "'"$AO"'").map(c => c.text)).size + " texts"')"
+kept() { json "$1" 'd.every(r => r.body && r.body.draft && r.body.draft.text === process.env.FIRST_TEXT)'; }
+drafts="$(FIRST_TEXT="$FIRST_TEXT" kept "$WORK/agent.2.json"),$(FIRST_TEXT="$FIRST_TEXT" kept "$WORK/agent.3.json")"
+if [[ "$got2 $got3" == "202:awaiting_approval 202:awaiting_approval 202:awaiting_approval" && "$texts" == "4 calls, 4 texts" && "$drafts" == "true,true" ]]; then
+	pass "ai agent: 3 more executions asked for the tool with other texts ($texts): all still awaiting approval, the first draft kept"
+else
+	fail "ai agent: later executions answered [$got2 $got3] (want 3× 202:awaiting_approval); model asked [$texts] (want 4 calls, 4 texts); the first draft kept [$drafts] (want true,true)"
+fi
+n="$(sink_count "$AKEY")"
+[[ "$n" == 0 ]] && pass "ai agent: nothing delivered before a person approved" ||
+	fail "ai agent: $n deliveries of $AKEY before the approval (want 0)"
+code="$(curl -sS --max-time 60 -o "$WORK/agent.approve.json" -w '%{http_code}' \
+	"http://127.0.0.1:$N8N_PORT/webhook/idem-agent-approve?order=$AO")"
+if [[ "$code" == 200 && "$(json "$WORK/agent.approve.json" 'd.status')" == approved ]]; then
+	pass "ai agent: the template's approve link approved $AKEY in idem (200 approved)"
+else
+	fail "ai agent: the approve link answered $code $(head -c 300 "$WORK/agent.approve.json")"
+fi
+agent_delivered() { [[ "$(sink_count "$AKEY")" -ge 1 ]]; }
+wait_for 60 "ai agent: idem delivers the approved draft" agent_delivered || true
+sleep 2
+n="$(sink_count "$AKEY")"
+text="$(sink_text "$AKEY")"
+if [[ "$n" == 1 && "$text" == "$FIRST_TEXT" ]]; then
+	pass "ai agent: idem delivered the approved draft once, and it is the first execution's text"
+else
+	fail "ai agent: $n deliveries of $AKEY (want 1), text [$text] (want the first execution's [$FIRST_TEXT])"
+fi
+got="$(agent_run 1 "$WORK/agent.4.json")"
+sleep 1
+n="$(sink_count "$AKEY")"
+if [[ "$got" == "200:completed" && "$n" == 1 ]]; then
+	pass "ai agent: an execution after the delivery is told completed (replayed) and sends nothing ($n delivery)"
+else
+	fail "ai agent: the execution after delivery answered [$got] (want 200:completed), deliveries $n (want 1); $(head -c 400 "$WORK/agent.4.json")"
+fi
+ledger shop "$AKEY"
+if grep -q 'sk-e2e-model-stub' "$WORK/idem.log" || grep -q "$TOKEN" "$WORK/model-stub.log"; then
+	fail "ai agent: a credential reached a log it does not belong in"
+fi
+log "actions part took $(($(date +%s) - T_ACTIONS)) s"
 
 log "done in $(($(date +%s) - T0)) s"
 summary

@@ -1,5 +1,6 @@
 #!/usr/bin/env node
-// Generates ../templates/*.json (stock nodes only) and ../node/examples/*.json (community node).
+// Generates ../templates/*.json (stock nodes only), ../node/examples/*.json (community node) and
+// ../e2e/workflows/*.json (workflows only the end-to-end test runs).
 // Usage: node integrations/n8n/tools/generate-templates.js [--check]
 //   --check: exit 1 if a committed file differs from what this script generates.
 'use strict';
@@ -12,6 +13,7 @@ const { OUT, S } = L;
 const HERE = __dirname;
 const TEMPLATES = path.join(HERE, '..', 'templates');
 const EXAMPLES = path.join(HERE, '..', 'node', 'examples');
+const E2E_WORKFLOWS = path.join(HERE, '..', 'e2e', 'workflows');
 
 // Shared respond nodes of the webhook templates -------------------------------------------------
 
@@ -371,6 +373,196 @@ function aiDraftApproval() {
 	]) {
 		w.link(n, down, o);
 	}
+	return w;
+}
+
+// (b2) AI Agent + MCP Client Tool: the agent's side effect is an idem action ------------------------
+
+/** Where n8n's MCP Client Tool / MCP Client reach idem: `{IDEM_URL}/mcp/{namespace}`. */
+const MCP_ENDPOINT = (ns) => `={{ ($vars.IDEM_URL || 'http://127.0.0.1:7780').replace(/\\/+$/, '') }}/mcp/${ns}`;
+
+/** The chat model's credential in the templates: an OpenAI account (its Base URL may point at any OpenAI-compatible server). */
+const OPENAI_CREDENTIAL = { openAiApi: { id: 'idemOpenAiCred01', name: 'OpenAI account' } };
+
+const AGENT_NOTE = [
+	'## An AI agent whose e-mail goes out once, after a person approved it',
+	'The agent has **one** tool: idem\'s action `send_followup`, reached through the **MCP Client Tool** (Endpoint `{IDEM_URL}/mcp/shop`, HTTP Streamable, Header Auth = **idem worker token**). idem keys the call by the order (`{order_id}:followup:v1`), never by the generated text.',
+	'',
+	'Declare the action in idem with `"approval": "required"` (docs/agents.md). Then:',
+	'1. **Order needs a follow-up** → the agent drafts and calls the tool → idem **saves the draft** and answers *awaiting_approval* (nothing is sent). *Read the record* shows the saved draft; *Respond* hands back the approve link.',
+	'2. A retried / replayed execution drafts **other** text: idem keeps the **first** draft and answers *awaiting_approval* again.',
+	'3. **Approve link** (GET `?order=…`, operator token) → idem `approve` → **idem delivers the saved draft itself** (outbox, retries, classification). Approving in idem\'s console does the same.',
+	'4. Later executions are told *completed, replayed*: nothing new is sent.',
+	'',
+	'Setup: credentials **OpenAI account**, **idem worker token**, **idem operator token**; Variable `IDEM_URL`. Attach no other tool that sends the same e-mail: that path would bypass idem.',
+].join('\n');
+
+function aiAgentMcpApproval() {
+	const NS = 'shop';
+	const w = new L.Workflow({ id: 'idemTplAgentMcp1', name: 'idem · AI Agent + MCP Client Tool → approval → idem delivers the saved draft' });
+	// One item per execution: read earlier nodes with .first() (paired items do not survive
+	// the agent's sub-node calls in every n8n version).
+	const ORDER = "$('Order needs a follow-up').first().json.body";
+	const KEY = `${ORDER}.order_id + ':followup:v1'`;
+	const APPROVE_KEY = "$('Approve link').item.json.query.order + ':followup:v1'";
+
+	w.add(L.sticky('About this template', AGENT_NOTE, [-460, -120], { width: 560, height: 640 }));
+	const hookA = w.add(L.webhook('Order needs a follow-up', 'idem-agent-followup', [120, 240]));
+	const hookB = w.add(L.webhook('Approve link', 'idem-agent-approve', [120, 560], { method: 'GET' }));
+	const set = w.add(
+		L.settings([340, 400], NS, [
+			['approve_link', "={{ $vars.AGENT_APPROVE_LINK || 'http://localhost:5678/webhook/idem-agent-approve' }}"],
+		]),
+	);
+	w.link(hookA, set);
+	w.link(hookB, set);
+	const which = w.add(L.ifExpr('Approval click?', [560, 400], "={{ $('Approve link').isExecuted }}"));
+	w.link(set, which);
+
+	// The agent: a chat model and idem's tools, nothing else that acts.
+	const agent = w.add({
+		name: 'AI Agent',
+		type: '@n8n/n8n-nodes-langchain.agent',
+		typeVersion: 3,
+		position: [820, 220],
+		parameters: {
+			promptType: 'define',
+			text: `=Write and send the follow-up e-mail for this order: {{ JSON.stringify({ order_id: ${ORDER}.order_id, to: ${ORDER}.customer_email, items: ${ORDER}.items }) }}`,
+			options: {
+				systemMessage:
+					'You write short, friendly follow-up e-mails for orders and send them with the send_followup tool: call it once per order, with the order_id and to of the order. The tool result is authoritative: if it says the e-mail waits for approval, was already sent or is in progress, do not call it again; report what it said.',
+			},
+		},
+	});
+	w.link(which, agent, 1);
+	const model = w.add({
+		name: 'OpenAI Chat Model',
+		type: '@n8n/n8n-nodes-langchain.lmChatOpenAi',
+		typeVersion: 1.3,
+		position: [760, 460],
+		// Chat Completions (not the Responses API): what OpenAI-compatible servers (vLLM, LiteLLM,
+		// Ollama's /v1) speak too; set the credential's Base URL to use one.
+		parameters: { model: { __rl: true, mode: 'list', value: 'gpt-4o-mini' }, responsesApiEnabled: false, options: {} },
+		credentials: OPENAI_CREDENTIAL,
+	});
+	w.linkSub(model, agent, 'ai_languageModel');
+	const tool = w.add({
+		name: 'idem actions (MCP)',
+		type: '@n8n/n8n-nodes-langchain.mcpClientTool',
+		typeVersion: 1.2,
+		position: [940, 460],
+		parameters: {
+			endpointUrl: MCP_ENDPOINT(NS),
+			serverTransport: 'httpStreamable',
+			authentication: 'headerAuth',
+			include: 'all',
+			options: {},
+		},
+		credentials: L.IDEM_CREDENTIAL,
+		notes: 'idem serves each action of the namespace as a tool; one call per business identity is delivered.',
+		notesInFlow: true,
+	});
+	w.linkSub(tool, agent, 'ai_tool');
+
+	// What idem holds for the order: the saved draft while it waits for a person.
+	const read = w.add({
+		name: 'Read the record',
+		type: 'n8n-nodes-base.httpRequest',
+		typeVersion: 4.2,
+		position: [1100, 220],
+		parameters: {
+			method: 'GET',
+			url: `={{ ${S}.idem_url }}/v1/namespaces/{{ encodeURIComponent(${S}.namespace) }}/keys/{{ encodeURIComponent(${KEY}) }}`,
+			authentication: 'genericCredentialType',
+			genericAuthType: 'httpHeaderAuth',
+			options: { response: { response: { fullResponse: true, neverError: true, responseFormat: 'json' } }, timeout: 10000 },
+		},
+		credentials: L.IDEM_CREDENTIAL,
+	});
+	w.link(agent, read);
+	const waiting = w.add(
+		L.ifExpr('Waiting for approval?', [1320, 220], "={{ $json.statusCode === 200 && $json.body.record.state === 'awaiting_approval' }}"),
+	);
+	w.link(read, waiting);
+	const notify = w.add(
+		L.noop(
+			'Tell a person (replace me)',
+			[1540, 120],
+			'Post the saved draft ($json.body.record.prepared_payload) and the approve link to Slack / e-mail.',
+		),
+	);
+	w.link(waiting, notify, 0);
+	const r202 = w.add(
+		L.respond('Respond 202: awaiting approval', [1760, 120], {
+			code: 202,
+			body: `{ status: 'awaiting_approval', key: $('Read the record').first().json.body.record.key, draft: $('Read the record').first().json.body.record.prepared_payload, approve: ${S}.approve_link + '?order=' + encodeURIComponent(${ORDER}.order_id), answer: $('AI Agent').first().json.output }`,
+		}),
+	);
+	w.link(notify, r202);
+	const r200 = w.add(
+		L.respond('Respond 200: what idem did', [1540, 320], {
+			code: 200,
+			body: `{ status: $json.statusCode === 200 ? $json.body.record.state : 'no_record', key: ${KEY}, answer: $('AI Agent').first().json.output }`,
+		}),
+	);
+	w.link(waiting, r200, 1);
+
+	// The approval: idem delivers the saved draft itself, in the background.
+	const approve = w.add(
+		L.idemRequest('Approve in idem', [820, 640], {
+			url: L.keyUrl(APPROVE_KEY, 'approve'),
+			body: "{ note: 'approved via the n8n approval link' }",
+			credential: L.IDEM_OPERATOR_CREDENTIAL,
+		}),
+	);
+	w.link(which, approve, 0);
+	const approved = w.add(
+		L.respond('Respond: approval recorded', [1100, 600], {
+			code: '={{ $json.statusCode }}',
+			body: "{ status: $json.statusCode === 200 ? 'approved' : ($json.body.code || $json.body.title || 'refused'), key: $json.body.key || ($json.body.record && $json.body.record.key) || null }",
+		}),
+	);
+	w.link(approve, approved, 0);
+	const down = w.add(
+		L.respond('Respond 503: idem unreachable', [1100, 760], {
+			code: 503,
+			body: "{ status: 'gate_unavailable' }",
+			headers: [['Retry-After', '30']],
+		}),
+	);
+	w.link(approve, down, 1);
+	return w;
+}
+
+// End-to-end test workflow (not a template): n8n's MCP Client node calls one idem action ---------
+
+function e2eMcpClientNode() {
+	const w = new L.Workflow({ id: 'idemE2eMcpClient', name: 'idem e2e · MCP Client node calls an idem action' });
+	const hook = w.add(L.webhook('Receipt requested', 'idem-e2e-mcp-client', [0, 0]));
+	const call = w.add({
+		name: 'Send receipt (idem action)',
+		type: '@n8n/n8n-nodes-langchain.mcpClient',
+		typeVersion: 1,
+		position: [240, 0],
+		parameters: {
+			serverTransport: 'httpStreamable',
+			endpointUrl: MCP_ENDPOINT('mcp-e2e'),
+			authentication: 'headerAuth',
+			tool: { __rl: true, mode: 'id', value: 'send_receipt' },
+			inputMode: 'json',
+			jsonInput: '={{ JSON.stringify({ order_id: $json.body.order_id, to: $json.body.to, text: $json.body.text }) }}',
+			options: { timeout: 30000 },
+		},
+		credentials: L.IDEM_CREDENTIAL,
+		onError: 'continueErrorOutput',
+	});
+	w.link(hook, call);
+	// The node's output holds the result's `content` only (no structuredContent, no isError):
+	// the outcome is in idem's sentence.
+	const ok = w.add(L.respond('Respond: what idem said', [480, -80], { code: 200, body: '{ text: ($json.content || [])[0] && $json.content[0].text, content: $json.content }' }));
+	w.link(call, ok, 0);
+	const err = w.add(L.respond('Respond 500: the node failed', [480, 80], { code: 500, body: '{ error: $json.error }' }));
+	w.link(call, err, 1);
 	return w;
 }
 
@@ -1360,6 +1552,7 @@ function nodeIntakeTriggerExample() {
 const OUTPUTS = [
 	[path.join(TEMPLATES, 'stripe-webhook-crm-receipt.json'), stripeWebhook],
 	[path.join(TEMPLATES, 'ai-draft-approval-deliver.json'), aiDraftApproval],
+	[path.join(TEMPLATES, 'ai-agent-mcp-approval.json'), aiAgentMcpApproval],
 	[path.join(TEMPLATES, 'cron-sweep-job-date.json'), cronSweep],
 	[path.join(TEMPLATES, 'fan-out-one-key-per-effect.json'), fanOut],
 	[path.join(TEMPLATES, 'error-branch-fail-classify.json'), errorBranch],
@@ -1370,6 +1563,7 @@ const OUTPUTS = [
 	[path.join(EXAMPLES, 'stripe-charge-effect-node.json'), nodeEffectExample],
 	[path.join(EXAMPLES, 'derive-key-single-output-node.json'), nodeDeriveSingleExample],
 	[path.join(EXAMPLES, 'intake-trigger-node.json'), nodeIntakeTriggerExample],
+	[path.join(E2E_WORKFLOWS, 'mcp-client-node.json'), e2eMcpClientNode],
 ];
 
 function main() {

@@ -45,9 +45,16 @@ class Workflow {
 
 	/** Connect output `out` of `from` to input 0 of `to`. */
 	link(from, to, out = 0) {
-		const c = (this.connections[from] ??= { main: [] });
+		const c = (this.connections[from] ??= {});
+		c.main ??= [];
 		while (c.main.length <= out) c.main.push([]);
 		c.main[out].push({ node: to, type: 'main', index: 0 });
+	}
+
+	/** Attach a sub-node (chat model, tool, memory) to an AI node: `type` is e.g. `ai_tool`. */
+	linkSub(from, to, type) {
+		const c = (this.connections[from] ??= {});
+		(c[type] ??= [[]])[0].push({ node: to, type, index: 0 });
 	}
 
 	toJSON() {

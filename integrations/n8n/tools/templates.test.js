@@ -27,14 +27,23 @@ for (const [file] of OUTPUTS) {
 		}
 		for (const [from, c] of Object.entries(wf.connections)) {
 			assert.ok(names.has(from), `connection from unknown node ${from}`);
-			for (const out of c.main) for (const l of out) assert.ok(names.has(l.node), `${from} → unknown ${l.node}`);
+			for (const [type, outs] of Object.entries(c)) {
+				assert.match(type, /^(main|ai_languageModel|ai_tool)$/, `${from}: connection type ${type}`);
+				for (const out of outs) {
+					for (const l of out) {
+						assert.ok(names.has(l.node), `${from} → unknown ${l.node}`);
+						assert.equal(l.type, type, `${from} → ${l.node}`);
+					}
+				}
+			}
 		}
 	});
 
 	test(`${name}: stock nodes only (the community-node example aside)`, () => {
+		// n8n's AI nodes (Agent, chat models, MCP Client Tool) ship with n8n in @n8n/n8n-nodes-langchain.
 		for (const n of wf.nodes) {
-			if (name.startsWith('templates/')) assert.match(n.type, /^n8n-nodes-base\./, n.name);
-			else assert.match(n.type, /^(n8n-nodes-base|n8n-nodes-idem)\./, n.name);
+			if (name.startsWith('templates/')) assert.match(n.type, /^(n8n-nodes-base|@n8n\/n8n-nodes-langchain)\./, n.name);
+			else assert.match(n.type, /^(n8n-nodes-base|n8n-nodes-idem|@n8n\/n8n-nodes-langchain)\./, n.name);
 		}
 	});
 
@@ -257,4 +266,38 @@ test('fan-out destination template: verifies the forward, then claims the signed
 	const note = wf.nodes.find((n) => n.type === 'n8n-nodes-base.stickyNote');
 	assert.match(note.parameters.content, /"forwards"/);
 	assert.match(note.parameters.content, /"destination": "slack"/);
+});
+
+test('AI agent template: the agent acts only through idem (MCP Client Tool on /mcp/{ns}), approval with the operator token', () => {
+	const file = path.join(__dirname, '..', 'templates', 'ai-agent-mcp-approval.json');
+	const wf = JSON.parse(fs.readFileSync(file, 'utf8'));
+	const byType = (t) => wf.nodes.filter((n) => n.type === t);
+	const [agent] = byType('@n8n/n8n-nodes-langchain.agent');
+	assert.ok(agent, 'an AI Agent');
+	// Every sub-node attached to the agent: one chat model, and tools that are all idem's MCP endpoint.
+	const into = (type) =>
+		Object.entries(wf.connections)
+			.filter(([, c]) => (c[type] ?? []).flat().some((l) => l.node === agent.name))
+			.map(([from]) => wf.nodes.find((n) => n.name === from));
+	const models = into('ai_languageModel');
+	assert.equal(models.length, 1);
+	assert.ok(models[0].credentials.openAiApi, 'the chat model takes an OpenAI(-compatible) credential');
+	const tools = into('ai_tool');
+	assert.ok(tools.length >= 1);
+	for (const t of tools) {
+		assert.equal(t.type, '@n8n/n8n-nodes-langchain.mcpClientTool', `${t.name}: a side effect the agent reaches outside idem`);
+		assert.match(t.parameters.endpointUrl, /\$vars\.IDEM_URL.*\}\}\/mcp\/[A-Za-z0-9_-]+$/, t.name);
+		assert.equal(t.parameters.serverTransport, 'httpStreamable', t.name);
+		assert.equal(t.parameters.authentication, 'headerAuth', t.name);
+		assert.deepEqual(t.credentials, { httpHeaderAuth: { id: 'idemWorkerToken1', name: 'idem worker token' } }, t.name);
+	}
+	// The approval calls idem's approve with the operator token; nothing in n8n sends the draft.
+	const approve = wf.nodes.filter((n) => n.type === 'n8n-nodes-base.httpRequest' && /\/approve$/.test(n.parameters.url));
+	assert.equal(approve.length, 1);
+	assert.equal(approve[0].credentials.httpHeaderAuth.id, 'idemOperatorTok1');
+	const posts = wf.nodes.filter((n) => n.type === 'n8n-nodes-base.httpRequest' && n.parameters.method !== 'GET');
+	assert.deepEqual(posts.map((n) => n.name), [approve[0].name], 'the only POST is the approval');
+	const note = wf.nodes.find((n) => n.type === 'n8n-nodes-base.stickyNote');
+	assert.match(note.parameters.content, /"approval": "required"/);
+	assert.match(note.parameters.content, /MCP Client Tool/);
 });

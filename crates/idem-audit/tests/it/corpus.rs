@@ -47,22 +47,26 @@ fn shipped_templates_have_no_error_or_warning() {
 fn shipped_templates_only_lack_an_error_workflow() {
     // The templates leave Settings → Error Workflow to the installer (an id of their own
     // instance), so IDEM016 is the one (info) finding each of them has — except a template
-    // whose only outbound call is an idem effect: idem performs and records that call itself,
-    // so the workflow has no side effect of its own to lose between the effect and a report.
-    let mut effect_only = 0;
+    // whose only outbound calls are made by idem: an effect, or an action an agent calls
+    // through the MCP Client Tool. idem performs and records those calls itself, so the
+    // workflow has no side effect of its own to lose between the call and a report.
+    let mut idem_performs = 0;
     for p in json_files(&repo().join("integrations/n8n/templates")) {
         let rules: Vec<&str> = audit_file(&p).iter().map(|f| f.rule).collect();
         let text = std::fs::read_to_string(&p).expect("template readable");
-        if text.contains("}}/effect\"") && !text.contains("}}/claim\"") {
-            effect_only += 1;
+        let effect_only = text.contains("}}/effect\"") && !text.contains("}}/claim\"");
+        let agent_via_mcp = text.contains("\"@n8n/n8n-nodes-langchain.mcpClientTool\"")
+            && !text.contains("}}/claim\"");
+        if effect_only || agent_via_mcp {
+            idem_performs += 1;
             assert!(rules.is_empty(), "{}: {rules:?}", p.display());
         } else {
             assert_eq!(rules, ["IDEM016"], "{}", p.display());
         }
     }
     assert_eq!(
-        effect_only, 1,
-        "the Stripe-charge-via-effect template is audited"
+        idem_performs, 2,
+        "the Stripe-charge-via-effect and the AI-agent-over-MCP templates are audited"
     );
 }
 

@@ -24,6 +24,7 @@ pub mod metrics;
 pub mod middleware;
 pub mod openapi;
 pub mod outage;
+pub mod policies;
 pub mod routes;
 pub mod state;
 pub mod telemetry;
@@ -294,6 +295,7 @@ pub async fn run(
         egress,
         sources: Arc::new(intake::SourceCache::new(store.clone())),
         actions: Arc::new(actions::ActionCache::default()),
+        policies: Arc::new(policies::PolicyCache::default()),
     });
 
     let janitor = {

@@ -31,6 +31,8 @@ pub struct Shared {
     pub sources: Arc<crate::intake::SourceCache>,
     /// Actions as calls read them (reused for up to 1 s).
     pub actions: Arc<crate::actions::ActionCache>,
+    /// Namespace policies as effect and action calls read them (reused for up to 1 s).
+    pub policies: Arc<crate::policies::PolicyCache>,
 }
 
 impl AppState {

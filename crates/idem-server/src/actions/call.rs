@@ -32,12 +32,16 @@ pub struct ToolAnswer {
 }
 
 impl ToolAnswer {
-    pub fn to_json(&self) -> Value {
-        json!({
-            "content": [{"type": "text", "text": self.text}],
-            "structuredContent": self.structured,
-            "isError": self.is_error,
-        })
+    /// The `CallToolResult` object (its members moved, not copied).
+    pub fn into_json(self) -> Value {
+        let mut text = Map::with_capacity(2);
+        text.insert("type".into(), Value::String("text".into()));
+        text.insert("text".into(), Value::String(self.text));
+        let mut out = Map::with_capacity(3);
+        out.insert("content".into(), Value::Array(vec![Value::Object(text)]));
+        out.insert("structuredContent".into(), self.structured);
+        out.insert("isError".into(), Value::Bool(self.is_error));
+        Value::Object(out)
     }
 
     /// A call refused before anything was stored (`missing_identity_field`, `invalid_field`,
@@ -124,8 +128,9 @@ fn reason_of(record: Option<&Record>, response: Option<&Value>) -> String {
 }
 
 /// The agent's answer for an effect answer.
-fn tool_answer(action: &Action, key: &str, a: &Answer) -> ToolAnswer {
+fn tool_answer(action: &Action, key: &str, a: Answer) -> ToolAnswer {
     let outcome = a.outcome;
+    let reason = reason_of(a.record.as_ref(), a.response.as_ref());
     let mut structured = json!({
         "outcome": outcome,
         "key": key,
@@ -133,14 +138,13 @@ fn tool_answer(action: &Action, key: &str, a: &Answer) -> ToolAnswer {
         "replayed": a.replayed,
     });
     if action.result == ResultMode::Response {
-        if let Some(r) = &a.response {
-            structured["response"] = r.clone();
+        if let Some(r) = a.response {
+            structured["response"] = r;
         }
     }
     if let Some(ms) = a.retry_after_ms {
         structured["retry_after_ms"] = json!(ms);
     }
-    let reason = reason_of(a.record.as_ref(), a.response.as_ref());
     ToolAnswer {
         outcome,
         is_error: is_error(outcome),
@@ -250,8 +254,8 @@ async fn answer_call(
         key,
     };
     let key = nk.key.as_str().to_owned();
-    let info = st.ledger.store().namespace(ns).await?;
-    let mut guarded = match effects::guard(st, &info.policy, &input, &key).await {
+    let policy = st.policies.get(st.ledger.store().as_ref(), ns).await?;
+    let mut guarded = match effects::guard(st, &policy, &input, &key).await {
         Ok(g) => g,
         Err(ApiError::DestinationForbidden { field, message }) => {
             return Ok(ToolAnswer::refused(
@@ -272,7 +276,7 @@ async fn answer_call(
         // never this call's arguments.
         Some(Value::Object(saved)) if *saved != args => {
             input = input_for(action, headers, saved, cost)?;
-            guarded = effects::guard(st, &info.policy, &input, &key).await?;
+            guarded = effects::guard(st, &policy, &input, &key).await?;
         }
         Some(_) => {}
         None => {
@@ -329,8 +333,8 @@ pub async fn deliver_saved(
         ns: ns.clone(),
         key: key.clone(),
     };
-    let info = st.ledger.store().namespace(ns).await?;
-    let guarded = effects::guard(st, &info.policy, &input, key.as_str()).await?;
+    let policy = st.policies.get(st.ledger.store().as_ref(), ns).await?;
+    let guarded = effects::guard(st, &policy, &input, key.as_str()).await?;
     let a = match effects::claim(st, &nk, &input, fp, guarded.destination_idempotent).await? {
         Claimed::Answered(a) => *a,
         Claimed::Acquired { token, .. } => effects::send(st, &nk, token, &input, &guarded).await?,
@@ -341,7 +345,7 @@ pub async fn deliver_saved(
 }
 
 fn finish(action: &Action, key: &str, a: Answer) -> ToolAnswer {
-    tool_answer(action, key, &a)
+    tool_answer(action, key, a)
 }
 
 #[cfg(test)]

@@ -272,7 +272,7 @@ async fn handle(
                         p.get("_meta"),
                     )
                     .await?;
-                    Ok(answer.to_json())
+                    Ok(answer.into_json())
                 }
             },
         },

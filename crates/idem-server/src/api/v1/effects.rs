@@ -647,8 +647,8 @@ pub async fn effect(
     Body(body): Body<EffectBody>,
 ) -> ApiResult<Response> {
     let input = body.into_input()?;
-    let ns = st.ledger.store().namespace(&nk.ns).await?;
-    let guarded = guard(&st, &ns.policy, &input, nk.key.as_str()).await?;
+    let policy = st.policies.get(st.ledger.store().as_ref(), &nk.ns).await?;
+    let guarded = guard(&st, &policy, &input, nk.key.as_str()).await?;
     let fp = fingerprint(input.method, &input.url, input.body.as_ref())
         .map_err(|e| ApiError::invalid_field("request.body", e.to_string()))?;
     let answer = match claim(&st, &nk, &input, fp, guarded.destination_idempotent).await? {

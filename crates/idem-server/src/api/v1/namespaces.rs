@@ -353,6 +353,7 @@ pub async fn patch_namespace(
         .store()
         .update_namespace(&ns, NamespaceChange::Patch(body), st.ledger.now())
         .await?;
+    st.policies.forget(&ns);
     tracing::info!(namespace = %ns, actor = caller.actor(), "namespace policy changed");
     ns_response(&st, info).await
 }

@@ -1,4 +1,3 @@
-
 use super::js::{js_free_names, LOCAL_TEXT_MAX};
 use super::*;
 

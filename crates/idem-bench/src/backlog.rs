@@ -21,7 +21,8 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use serde::Serialize;
 
-use crate::{dest, http, intake_body, stripe_headers, Backend, ServerProcess};
+use crate::signed::{intake_body, stripe_headers};
+use crate::{dest, http, Backend, ServerProcess};
 
 /// The backlog run's source (its namespace has the same name).
 const SOURCE: &str = "bench-backlog";
@@ -291,7 +292,7 @@ fn source_doc(sink: &str, destinations: u32) -> serde_json::Value {
     };
     let mut doc = serde_json::json!({
         "provider": "stripe",
-        "secrets": [crate::INTAKE_SECRET],
+        "secrets": [crate::signed::INTAKE_SECRET],
     });
     if destinations <= 1 {
         doc["forward"] = dest("webhook");

@@ -336,7 +336,7 @@ pub async fn prepare(addr: &str, effects_ns: &str, sink: &FaultSink) -> anyhow::
     let mut c = Conn::new(addr);
     let source = json!({
         "provider": "stripe",
-        "secrets": [crate::INTAKE_SECRET],
+        "secrets": [crate::signed::INTAKE_SECRET],
         "forward": {
             "url": format!("http://{}/webhook", sink.addr),
             "timeout_ms": FORWARD_TIMEOUT_MS,
@@ -392,9 +392,9 @@ async fn intake_worker(addr: String, id: usize, stop: Arc<AtomicBool>) -> Vec<In
                 format!("evt_{run:08x}_{id}_{seq}")
             }
         };
-        let body = crate::intake_body(&event_id);
+        let body = crate::signed::intake_body(&event_id);
         let text = String::from_utf8_lossy(&body).into_owned();
-        let Ok(headers) = crate::stripe_headers(&body) else {
+        let Ok(headers) = crate::signed::stripe_headers(&body) else {
             break;
         };
         let path = format!("/in/{SOURCE}");

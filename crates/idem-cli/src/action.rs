@@ -7,40 +7,20 @@ use reqwest::Method;
 use serde_json::{json, Value};
 
 use crate::args::{ActionDeleteCmd, ActionList, ActionPutCmd, ActionTarget};
-use crate::client::{Answer, Client};
+use crate::client::Client;
 use crate::exit::{self, CliError};
+use crate::put::{document, env_value, show, write};
 use crate::table::render;
-use crate::util::json_arg;
-
-fn show(ans: &Answer, raw: bool) {
-    if raw {
-        println!("{}", ans.text.trim_end());
-    } else {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&ans.body).unwrap_or_else(|_| ans.text.clone())
-        );
-    }
-}
 
 pub async fn put(cmd: ActionPutCmd) -> Result<u8, CliError> {
-    let mut doc = match (&cmd.doc, &cmd.file) {
-        (Some(j), _) => json_arg("--json", j)?,
-        (None, Some(f)) => {
-            let text = std::fs::read_to_string(f)
-                .map_err(|e| CliError::input(format!("--file {}: {e}", f.display())))?;
-            json_arg("--file", &text)?
-        }
-        (None, None) => return Err(CliError::input("give the action as --json or --file")),
+    let Some(mut doc) = document(&cmd.doc, &cmd.file)? else {
+        return Err(CliError::input("give the action as --json or --file"));
     };
     for spec in &cmd.header_env {
         let (header, var) = spec
             .split_once('=')
             .ok_or_else(|| CliError::input(format!("--header-env {spec}: use Header=VAR")))?;
-        let value = std::env::var(var)
-            .ok()
-            .filter(|v| !v.is_empty())
-            .ok_or_else(|| CliError::input(format!("environment variable {var} is not set")))?;
+        let value = env_value(var)?;
         let via = if doc.pointer("/deliver/mcp").is_some_and(Value::is_object) {
             "mcp"
         } else {
@@ -68,12 +48,8 @@ pub async fn put(cmd: ActionPutCmd) -> Result<u8, CliError> {
     }
     let c = Client::new(&cmd.server.url, cmd.server.token.clone())?;
     let url = c.url(&["v1", "namespaces", &cmd.namespace, "actions", &cmd.name]);
-    let ans = c.send(Method::PUT, url, Some(&doc)).await?.ok()?;
-    if ans.status == 201 {
-        eprintln!("created action {} in {}", cmd.name, cmd.namespace);
-    }
-    show(&ans, cmd.raw);
-    Ok(exit::OK)
+    let created = format!("created action {} in {}", cmd.name, cmd.namespace);
+    write(&c, Method::PUT, url, &doc, &created, cmd.raw).await
 }
 
 pub async fn get(t: ActionTarget) -> Result<u8, CliError> {

@@ -15,6 +15,7 @@ pub mod exit;
 pub mod gate;
 pub mod offline;
 pub mod ops;
+pub mod put;
 pub mod runner;
 pub mod source;
 pub mod table;

@@ -6,10 +6,10 @@ use reqwest::Method;
 use serde_json::{json, Value};
 
 use crate::args::{SourceDeleteCmd, SourceList, SourcePutCmd, SourceTarget};
-use crate::client::{Answer, Client};
+use crate::client::Client;
 use crate::exit::{self, CliError};
+use crate::put::{document, env_value, show, write};
 use crate::table::render;
-use crate::util::json_arg;
 
 fn client(c: &crate::args::Conn) -> Result<Client, CliError> {
     server_client(&c.server)
@@ -19,34 +19,11 @@ fn server_client(s: &crate::args::Server) -> Result<Client, CliError> {
     Ok(Client::new(&s.url, s.token.clone())?)
 }
 
-fn env_secret(var: &str) -> Result<String, CliError> {
-    std::env::var(var)
-        .ok()
-        .filter(|v| !v.is_empty())
-        .ok_or_else(|| CliError::input(format!("environment variable {var} is not set")))
-}
-
-fn show(ans: &Answer, raw: bool) {
-    if raw {
-        println!("{}", ans.text.trim_end());
-    } else {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&ans.body).unwrap_or_else(|_| ans.text.clone())
-        );
-    }
-}
-
 pub async fn put(cmd: SourcePutCmd) -> Result<u8, CliError> {
-    let mut doc = match (&cmd.doc, &cmd.file) {
-        (Some(j), _) => json_arg("--json", j)?,
-        (None, Some(f)) => {
-            let text = std::fs::read_to_string(f)
-                .map_err(|e| CliError::input(format!("--file {}: {e}", f.display())))?;
-            json_arg("--file", &text)?
-        }
-        (None, None) if cmd.patch => json!({}),
-        (None, None) => return Err(CliError::input("give the source as --json or --file")),
+    let mut doc = match document(&cmd.doc, &cmd.file)? {
+        Some(doc) => doc,
+        None if cmd.patch => json!({}),
+        None => return Err(CliError::input("give the source as --json or --file")),
     };
     let Some(obj) = doc.as_object_mut() else {
         return Err(CliError::input("the source document must be a JSON object"));
@@ -55,12 +32,12 @@ pub async fn put(cmd: SourcePutCmd) -> Result<u8, CliError> {
         let secrets = cmd
             .secret_env
             .iter()
-            .map(|v| env_secret(v))
+            .map(|v| env_value(v))
             .collect::<Result<Vec<_>, _>>()?;
         obj.insert("secrets".into(), json!(secrets));
     }
     if let Some(var) = &cmd.forward_secret_env {
-        set_forward_secret(obj, env_secret(var)?)?;
+        set_forward_secret(obj, env_value(var)?)?;
     }
     let c = server_client(&cmd.server)?;
     let url = c.url(&["v1", "sources", &cmd.name]);
@@ -69,12 +46,8 @@ pub async fn put(cmd: SourcePutCmd) -> Result<u8, CliError> {
     } else {
         Method::PUT
     };
-    let ans = c.send(method, url, Some(&doc)).await?.ok()?;
-    if ans.status == 201 {
-        eprintln!("created source {}", cmd.name);
-    }
-    show(&ans, cmd.raw);
-    Ok(exit::OK)
+    let created = format!("created source {}", cmd.name);
+    write(&c, method, url, &doc, &created, cmd.raw).await
 }
 
 /// `--forward-secret-env`: the secret of `forward`, and of every destination in `forwards`

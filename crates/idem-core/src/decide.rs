@@ -32,6 +32,7 @@ use crate::record::{
 use crate::time::Timestamp;
 
 mod claim;
+mod common;
 mod complete;
 mod effect;
 mod heartbeat;

@@ -9,7 +9,8 @@
 //!     cargo run --release -p idem-postgres --example rate [-- SECONDS]
 //! ```
 //!
-//! Works in a fresh database `idem_t_<random>` that is dropped at the end.
+//! Works in a fresh database `idem_t_<random>` that is dropped at the end. The example needs
+//! nothing beyond the store and the driver: the scratch database is made and dropped here.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -18,11 +19,50 @@ use std::time::{Duration, Instant};
 use idem_core::{ClaimRequest, CompleteRequest, Key, Namespace};
 use idem_postgres::{PgOptions, PgStore};
 use idem_store::{Ledger, Store};
-use idem_testkit::pg::{admin, PgDb};
 use serde_json::json;
 use tokio_postgres::NoTls;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// `url` without idem's own `pooler=…` parameter (the driver refuses parameters it does not
+/// know).
+fn driver_url(url: &str) -> String {
+    let Some((base, query)) = url.split_once('?') else {
+        return url.to_owned();
+    };
+    let kept: Vec<&str> = query
+        .split('&')
+        .filter(|p| !p.is_empty() && *p != "pooler" && !p.starts_with("pooler="))
+        .collect();
+    if kept.is_empty() {
+        base.to_owned()
+    } else {
+        format!("{base}?{}", kept.join("&"))
+    }
+}
+
+/// `base` with its database name replaced by `db` (the query string, if any, is kept).
+fn with_db(base: &str, db: &str) -> String {
+    let (main, query) = match base.split_once('?') {
+        Some((m, q)) => (m, format!("?{q}")),
+        None => (base, String::new()),
+    };
+    let after_scheme = main.find("://").map_or(0, |i| i + 3);
+    let host_end = main[after_scheme..]
+        .find('/')
+        .map_or(main.len(), |i| after_scheme + i);
+    format!("{}/{db}{query}", &main[..host_end])
+}
+
+/// Runs one statement (batch) on its own connection to `url`.
+async fn admin(url: &str, sql: &str) -> Result<(), BoxError> {
+    let (client, conn) = tokio_postgres::connect(&driver_url(url), NoTls).await?;
+    let task = tokio::spawn(conn);
+    let r = client.batch_execute(sql).await;
+    drop(client);
+    let _ = task.await;
+    Ok(r?)
+}
 
 async fn ledger_rate(url: &str, clients: usize, secs: u64, run: u32) -> Result<f64, BoxError> {
     let store = PgStore::connect_with(
@@ -130,9 +170,9 @@ async fn main() -> Result<(), BoxError> {
         .map(|s| s.parse())
         .transpose()?
         .unwrap_or(5);
-    // Dropped (with every connection to it) when `db` goes, also on an error.
-    let db = PgDb::create_on(&base);
-    let (name, url) = (db.name(), db.url());
+    let name = format!("idem_t_{:016x}", rand::random::<u64>());
+    admin(&base, &format!("CREATE DATABASE {name}")).await?;
+    let url = &with_db(&base, &name);
     let result = async {
         admin(
             url,
@@ -157,6 +197,14 @@ async fn main() -> Result<(), BoxError> {
         Ok::<(), BoxError>(())
     }
     .await;
-    drop(db);
+    // Dropped (with every connection to it) also when the measurement failed.
+    let dropped = admin(
+        &base,
+        &format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"),
+    )
+    .await;
+    if let Err(e) = dropped {
+        eprintln!("warning: could not drop database {name}: {e}");
+    }
     result
 }

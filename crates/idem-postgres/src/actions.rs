@@ -6,13 +6,9 @@ use idem_core::Timestamp;
 use idem_store::{action_owner, ActionRow, ActionWrite};
 use tokio_postgres::Row;
 
-use crate::corrupt;
+use crate::column;
 use crate::error::PgError;
 use crate::PgStore;
-
-fn get<'a, T: tokio_postgres::types::FromSql<'a>>(r: &'a Row, i: usize) -> Result<T, PgError> {
-    r.try_get(i).map_err(|e| corrupt(&e))
-}
 
 pub(crate) async fn action_put(
     store: &PgStore,
@@ -30,7 +26,7 @@ pub(crate) async fn action_put(
             &[&w.namespace, &w.name, &w.config, &now.0],
         )
         .await?;
-    let created: bool = get(&row, 0)?;
+    let created: bool = column(&row, 0)?;
     let owner = action_owner(&w.namespace, &w.name);
     tx.execute(
         "DELETE FROM secrets WHERE kind = $1 AND owner = $2",
@@ -50,11 +46,11 @@ pub(crate) async fn action_put(
 
 fn action_row(r: &Row) -> Result<ActionRow, PgError> {
     Ok(ActionRow {
-        namespace: get(r, 0)?,
-        name: get(r, 1)?,
-        config: get(r, 2)?,
-        created_at: Timestamp(get(r, 3)?),
-        updated_at: Timestamp(get(r, 4)?),
+        namespace: column(r, 0)?,
+        name: column(r, 1)?,
+        config: column(r, 2)?,
+        created_at: Timestamp(column(r, 3)?),
+        updated_at: Timestamp(column(r, 4)?),
     })
 }
 

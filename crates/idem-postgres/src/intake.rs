@@ -14,14 +14,10 @@ use idem_store::{
 use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
 
-use crate::corrupt;
+use crate::column;
 use crate::error::PgError;
 use crate::rows::typed_params;
 use crate::PgStore;
-
-fn get<'a, T: tokio_postgres::types::FromSql<'a>>(r: &'a Row, i: usize) -> Result<T, PgError> {
-    r.try_get(i).map_err(|e| corrupt(&e))
-}
 
 pub(crate) async fn source_put(
     store: &PgStore,
@@ -39,7 +35,7 @@ pub(crate) async fn source_put(
             &[&w.name, &w.config, &now.0],
         )
         .await?;
-    let created: bool = get(&row, 0)?;
+    let created: bool = column(&row, 0)?;
     let mut writes: Vec<(idem_store::SecretOwner, Vec<String>)> = vec![];
     if let Some(list) = &w.secrets {
         writes.push((
@@ -79,10 +75,10 @@ pub(crate) async fn source_put(
 
 fn source_row(r: &Row) -> Result<SourceRow, PgError> {
     Ok(SourceRow {
-        name: get(r, 0)?,
-        config: get(r, 1)?,
-        created_at: Timestamp(get(r, 2)?),
-        updated_at: Timestamp(get(r, 3)?),
+        name: column(r, 0)?,
+        config: column(r, 1)?,
+        created_at: Timestamp(column(r, 2)?),
+        updated_at: Timestamp(column(r, 3)?),
     })
 }
 
@@ -130,7 +126,7 @@ pub(crate) async fn source_delete(
                 &[&name],
             )
             .await?;
-        let n: i64 = get(&row, 0)?;
+        let n: i64 = column(&row, 0)?;
         if n > 0 {
             return Ok(SourceDelete::Undelivered(n as u64));
         }
@@ -293,18 +289,18 @@ const EVENT_COLS: &str = "e.namespace, e.key, e.source, e.event_id, e.content_ty
      e.destinations";
 
 fn event_row(r: &Row) -> Result<IntakeEventRow, PgError> {
-    let state: Option<String> = get(r, 10)?;
+    let state: Option<String> = column(r, 10)?;
     Ok(IntakeEventRow {
-        namespace: get(r, 0)?,
-        key: get(r, 1)?,
-        source: get(r, 2)?,
-        event_id: get(r, 3)?,
-        content_type: get(r, 4)?,
-        headers: get(r, 5)?,
-        body: get(r, 6)?,
-        received_at: Timestamp(get(r, 7)?),
-        attempts: get(r, 8)?,
-        delivered_at: get::<Option<i64>>(r, 9)?.map(Timestamp),
+        namespace: column(r, 0)?,
+        key: column(r, 1)?,
+        source: column(r, 2)?,
+        event_id: column(r, 3)?,
+        content_type: column(r, 4)?,
+        headers: column(r, 5)?,
+        body: column(r, 6)?,
+        received_at: Timestamp(column(r, 7)?),
+        attempts: column(r, 8)?,
+        delivered_at: column::<Option<i64>>(r, 9)?.map(Timestamp),
         state: match state {
             None => None,
             Some(s) => {
@@ -313,9 +309,9 @@ fn event_row(r: &Row) -> Result<IntakeEventRow, PgError> {
                 })?)
             }
         },
-        event_key: get(r, 11)?,
-        destination: get(r, 12)?,
-        destinations: get(r, 13)?,
+        event_key: column(r, 11)?,
+        destination: column(r, 12)?,
+        destinations: column(r, 13)?,
     })
 }
 
@@ -461,9 +457,9 @@ pub(crate) async fn intake_backlog(store: &PgStore) -> Result<Vec<(String, Strin
     rows.iter()
         .map(|r| {
             Ok((
-                get::<String>(r, 0)?,
-                get::<String>(r, 1)?,
-                get::<i64>(r, 2)? as u64,
+                column::<String>(r, 0)?,
+                column::<String>(r, 1)?,
+                column::<i64>(r, 2)? as u64,
             ))
         })
         .collect()
@@ -479,7 +475,7 @@ pub(crate) async fn intake_dead_letters(store: &PgStore) -> Result<Vec<(String, 
     );
     let rows = client.query(&sql, &[]).await?;
     rows.iter()
-        .map(|r| Ok((get::<String>(r, 0)?, get::<i64>(r, 1)? as u64)))
+        .map(|r| Ok((column::<String>(r, 0)?, column::<i64>(r, 1)? as u64)))
         .collect()
 }
 
@@ -518,5 +514,5 @@ pub(crate) async fn pace_take(
             &[&source, &destination],
         )
         .await?;
-    Ok(Some(Timestamp(get(&row, 0)?)))
+    Ok(Some(Timestamp(column(&row, 0)?)))
 }

@@ -207,6 +207,14 @@ fn corrupt(e: &tokio_postgres::Error) -> PgError {
     PgError::Store(StoreError::Corrupt(format!("postgres row: {e}")))
 }
 
+/// Column `i` of `r`; a value that does not read as `T` is a damaged row ([`corrupt`]).
+fn column<'a, T: tokio_postgres::types::FromSql<'a>>(
+    r: &'a tokio_postgres::Row,
+    i: usize,
+) -> Result<T, PgError> {
+    r.try_get(i).map_err(|e| corrupt(&e))
+}
+
 /// An alert draft as owned SQL parameters for [`INSERT_ALERT`] (its outbox item).
 struct AlertParams(idem_store::NewOutboxItem);
 

@@ -10,29 +10,14 @@
 //! the step's [`Tally`] for the namespace stats and the metrics. A repeated identical
 //! completion is an answer, not a new spend: its cost is not counted again.
 
-use super::worker::holder_may_report;
+use super::common::{book_cost, holder_may_report};
 use super::Tally;
 use super::{
     canon_eq, event, invalid, review_alert, sanitize_message, successor, with_note,
     CompleteRequest, Ctx, FailReply, FailRequest, Op, OpError, Reply, RetryDecision, Transition,
 };
 use crate::classify::{backoff_ms, classify, Class, FailSignal};
-use crate::record::{AttemptCost, EventDraft, EventType, LastError, Record, ReviewReason, State};
-
-/// Books `cost` (if any) of the attempt `attempt` on `next`'s sums and on `event`, and
-/// returns the tally entry.
-pub(super) fn book_cost(
-    next: &mut Record,
-    event: &mut EventDraft,
-    cost: Option<AttemptCost>,
-    attempt: u32,
-) -> Option<(AttemptCost, bool)> {
-    let c = cost?;
-    let retry = attempt > 1;
-    next.cost.add(c, retry);
-    event.cost = Some(c);
-    Some((c, retry))
-}
+use crate::record::{EventType, LastError, Record, ReviewReason, State};
 
 pub(super) fn repeat_complete(rec: &Record, c: &CompleteRequest) -> Transition {
     let same_ref = rec.external_ref == c.external_ref;

@@ -13,13 +13,13 @@
 //! record's sums (the only change to the record; `updated_at` stays, since nothing the
 //! record says about the operation changed).
 
-use super::complete::book_cost;
+use super::common::book_cost;
 use super::{
     complete, effect, event, heartbeat, invalid, prepare, token_is_current, with_note, Ctx, Op,
     OpError, Tally, Transition, Write,
 };
 use crate::ids::Token;
-use crate::record::{AlertDraft, AlertReason, EventType, Record, ReviewReason, State};
+use crate::record::{AlertDraft, AlertReason, EventType, Record, State};
 
 /// The note of a fenced completion's `lease_lost` event starts with this.
 pub const FENCED_COMPLETION_NOTE: &str = "fenced_completion";
@@ -104,23 +104,6 @@ fn lease_lost(rec: &Record, token: &str, op: &Op, ctx: &Ctx<'_>) -> Transition {
             ..Tally::default()
         },
         ..Transition::refuse(OpError::LeaseLost)
-    }
-}
-
-/// A record the current token holder may still write to: leased states, and `needs_review`
-/// reached while the holder had not reported yet (a late report resolves the doubt). That is
-/// lease expiry or stuck detection, and also a claim that found the lease expired but could
-/// not resume it because the budget was spent: nobody acquired since, so the holder's token is
-/// still the newest. (`worker_write` refuses once the holder reported; operator decisions
-/// clear the lease id, so no token reaches here after them.)
-pub(super) fn holder_may_report(rec: &Record) -> bool {
-    match rec.state {
-        State::Processing | State::Prepared => true,
-        State::NeedsReview => matches!(
-            rec.review_reason,
-            Some(ReviewReason::LeaseExpired | ReviewReason::Stuck | ReviewReason::BudgetExhausted)
-        ),
-        _ => false,
     }
 }
 

@@ -1,6 +1,6 @@
 //! The JSON shapes of the HTTP API that several resources share (records, events, the
 //! `{state, record}` answer, the note body), and the resources themselves in [`v1`]. Each
-//! request body is one struct declared with [`request_body!`](crate::request_body): its
+//! request body is one struct declared with [`request_body!`](crate::fields::request_body): its
 //! schema, its member list and its validation at once; the strict reader refuses any other
 //! member, and a test checks that the OpenAPI schema documents exactly these members.
 //!
@@ -140,7 +140,7 @@ pub(crate) fn json_schema(v: Value) -> utoipa::openapi::RefOr<utoipa::openapi::s
     serde_json::from_value(v).unwrap_or_else(|_| utoipa::openapi::RefOr::T(Default::default()))
 }
 
-crate::request_body! {
+crate::fields::request_body! {
     optional;
     /// `POST …/approve`, `…/reject`, `/pause`, `/resume` (body optional).
     #[derive(Debug, ToSchema)]

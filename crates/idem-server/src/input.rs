@@ -84,7 +84,7 @@ impl FromRequest<AppState> for JsonBody {
 
 /// A typed request body: its struct is the OpenAPI schema (`ToSchema`), its member list (the
 /// unknown-field refusal) and its validation (each member's type reads itself). Declared with
-/// [`request_body!`](crate::request_body), which writes `FIELDS` and `read` from the struct.
+/// [`request_body!`](crate::fields::request_body), which writes `FIELDS` and `read` from the struct.
 pub trait RequestBody: Sized {
     /// The members the body may have, in the order they are read.
     fn fields() -> &'static [&'static str];
@@ -112,56 +112,6 @@ impl<T: RequestBody> FromRequest<AppState> for Body<T> {
 pub fn read_body<T: RequestBody>(v: Value) -> Result<T, ApiError> {
     let mut o = Obj::body(v, T::fields(), T::EMPTY_OK)?;
     T::read(&mut o)
-}
-
-/// Declares a request body: the struct as written (derive `ToSchema` and document it there),
-/// plus its `FIELDS` (the member names, which are also what the schema lists) and its
-/// [`RequestBody`] impl reading each member through its type's [`Member`](crate::fields::Member)
-/// impl, in declaration order. `optional` bodies may be empty (`{}`), `required` ones not.
-#[macro_export]
-macro_rules! request_body {
-    (@empty optional) => { true };
-    (@empty required) => { false };
-    (
-        $kind:ident;
-        $(#[$meta:meta])*
-        pub struct $name:ident {
-            $( $(#[$fmeta:meta])* pub $field:ident : $ty:ty ),* $(,)?
-        }
-    ) => {
-        $(#[$meta])*
-        pub struct $name {
-            $( $(#[$fmeta])* pub $field: $ty ),*
-        }
-
-        impl $name {
-            /// The members this body accepts (any other is 400 `unknown_field`).
-            pub const FIELDS: &'static [&'static str] = &[$(stringify!($field)),*];
-        }
-
-        impl $crate::input::RequestBody for $name {
-            fn fields() -> &'static [&'static str] {
-                Self::FIELDS
-            }
-            const EMPTY_OK: bool = $crate::request_body!(@empty $kind);
-            fn read(o: &mut $crate::input::Obj) -> Result<Self, $crate::error::ApiError> {
-                Ok($name {
-                    $( $field: <$ty as $crate::fields::Member>::read(o, stringify!($field))? ),*
-                })
-            }
-        }
-
-        impl $crate::fields::Member for Option<$name> {
-            fn read(o: &mut $crate::input::Obj, name: &str) -> Result<Self, $crate::error::ApiError> {
-                match o.opt_obj(name, $name::FIELDS)? {
-                    None => Ok(None),
-                    Some(mut nested) => {
-                        <$name as $crate::input::RequestBody>::read(&mut nested).map(Some)
-                    }
-                }
-            }
-        }
-    };
 }
 
 /// Parses a body: empty (or only whitespace) means `null` (no body). A body that is the JSON

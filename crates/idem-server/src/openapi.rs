@@ -25,6 +25,7 @@ use crate::api::{
     RequestDoc, StateResponse,
 };
 use crate::error::{ApiError, ErrorCode, Problem};
+use crate::outcome::EffectOutcome;
 
 #[derive(OpenApi)]
 #[openapi(
@@ -739,7 +740,7 @@ fn refine_schemas(schemas: &mut Map<String, Value>) {
         schemas,
         "EffectResponse",
         "outcome",
-        json!({"type": "string", "enum": crate::api::v1::effects::OUTCOMES}),
+        json!({"type": "string", "enum": EffectOutcome::ALL.map(EffectOutcome::as_str)}),
     );
     let outcomes: Vec<&str> = idem::ClaimOutcome::ALL.iter().map(|o| o.as_str()).collect();
     set(

@@ -15,7 +15,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::error::RaisedAt;
+/// Where in the server an error was raised (logged with 5xx answers, never sent).
+pub type RaisedAt = &'static std::panic::Location<'static>;
 
 /// How often a count is written while the store stays unavailable.
 pub const REPORT_EVERY: Duration = Duration::from_secs(10);

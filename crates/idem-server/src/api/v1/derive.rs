@@ -33,7 +33,7 @@ pub fn routes() -> Vec<Route> {
 )]
 pub struct Doc;
 
-crate::request_body! {
+crate::fields::request_body! {
     required;
     /// `POST /v1/keys/derive`.
     #[derive(Debug, ToSchema)]

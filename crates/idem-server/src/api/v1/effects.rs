@@ -42,6 +42,7 @@ use crate::error::{outcome_status, ApiError, ApiResult};
 use crate::fields::{CorrelationId, LeaseMs, Member, Owner, WaitMs};
 use crate::input::{Body, NsKey, Obj};
 use crate::metrics;
+use crate::outcome::EffectOutcome;
 use crate::routes::{r, Route};
 use crate::state::AppState;
 
@@ -286,7 +287,7 @@ impl Member for Option<GetOnly> {
 
 // ------------------------------------------------------------------ body
 
-crate::request_body! {
+crate::fields::request_body! {
     required;
     /// `request`: what to send.
     #[derive(Debug, ToSchema)]
@@ -313,7 +314,7 @@ crate::request_body! {
     }
 }
 
-crate::request_body! {
+crate::fields::request_body! {
     required;
     /// `reconcile`: how to ask the destination whether an ambiguous attempt landed.
     #[derive(Debug, ToSchema)]
@@ -336,7 +337,7 @@ crate::request_body! {
     }
 }
 
-crate::request_body! {
+crate::fields::request_body! {
     required;
     /// `POST …/effect`.
     #[derive(Debug, ToSchema)]
@@ -531,20 +532,6 @@ pub struct EffectResponse {
     pub reconciled: Option<bool>,
 }
 
-/// Every `outcome` an effect answers with (the metric's label set).
-pub const OUTCOMES: [&str; 10] = [
-    "performed",
-    "completed",
-    "failed_permanent",
-    "backoff",
-    "needs_review",
-    "in_flight",
-    "awaiting_approval",
-    "conflict",
-    "paused",
-    "limited",
-];
-
 /// What an effect (or an action's delivery) answers.
 pub(crate) struct Answer {
     pub(crate) outcome: &'static str,
@@ -597,15 +584,15 @@ fn attempt_answer(
     now: idem::Timestamp,
 ) -> Answer {
     let (outcome, status) = match record.state {
-        RecState::Completed => ("performed", StatusCode::OK),
-        RecState::FailedPermanent => ("failed_permanent", StatusCode::OK),
-        RecState::FailedRetryable => ("backoff", StatusCode::CONFLICT),
-        _ => ("needs_review", StatusCode::CONFLICT),
+        RecState::Completed => (EffectOutcome::Performed, StatusCode::OK),
+        RecState::FailedPermanent => (EffectOutcome::FailedPermanent, StatusCode::OK),
+        RecState::FailedRetryable => (EffectOutcome::Backoff, StatusCode::CONFLICT),
+        _ => (EffectOutcome::NeedsReview, StatusCode::CONFLICT),
     };
     let retry_after_ms = (record.state == RecState::FailedRetryable)
         .then(|| record.not_before.map_or(0, |nb| (nb.0 - now.0).max(0)));
     Answer {
-        outcome,
+        outcome: outcome.as_str(),
         status,
         replayed: false,
         response,

@@ -106,7 +106,7 @@ pub struct Doc;
 
 // ------------------------------------------------------------------ claim
 
-crate::request_body! {
+crate::fields::request_body! {
     optional;
     /// `POST …/claim` (every member optional; an empty body is `{}`). A `null` member counts as
     /// absent. `payload` and `fingerprint` together are refused (422 `invalid_field`).
@@ -285,7 +285,7 @@ fn claim_response(reply: ClaimReply) -> Response {
 
 // ------------------------------------------------------------------ worker writes
 
-crate::request_body! {
+crate::fields::request_body! {
     required;
     /// `POST …/prepare`.
     #[derive(Debug, ToSchema)]
@@ -318,7 +318,7 @@ pub async fn prepare(
     state_write(&st, &nk, "prepare", op, None).await
 }
 
-crate::request_body! {
+crate::fields::request_body! {
     required;
     /// `POST …/heartbeat`.
     #[derive(Debug, ToSchema)]
@@ -348,7 +348,7 @@ pub async fn heartbeat(
     state_write(&st, &nk, "heartbeat", op, None).await
 }
 
-crate::request_body! {
+crate::fields::request_body! {
     required;
     /// `POST …/complete`.
     #[derive(Debug, ToSchema)]
@@ -367,7 +367,7 @@ crate::request_body! {
     }
 }
 
-crate::request_body! {
+crate::fields::request_body! {
     optional;
     /// `cost` of complete, fail (and effect): what the attempt spent. Absent members count
     /// as 0; negative or non-numeric values are 422 `invalid_field` naming `cost.tokens` or
@@ -417,7 +417,7 @@ pub async fn complete(
     state_write(&st, &nk, "complete", op, None).await
 }
 
-crate::request_body! {
+crate::fields::request_body! {
     required;
     /// `POST …/fail`. The server must be able to classify the failure: give `kind`, or an
     /// `http_status` of 400–599, or (without `http_status`) an `error.category` of timeout,
@@ -446,7 +446,7 @@ crate::request_body! {
     }
 }
 
-crate::request_body! {
+crate::fields::request_body! {
     required;
     #[derive(Debug, ToSchema)]
     #[serde(deny_unknown_fields)]

@@ -58,7 +58,7 @@ pub fn routes() -> Vec<Route> {
 )]
 pub struct Doc;
 
-crate::request_body! {
+crate::fields::request_body! {
     required;
     /// `POST …/resolve` (operator).
     #[derive(Debug, ToSchema)]

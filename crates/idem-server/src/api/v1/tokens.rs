@@ -49,7 +49,7 @@ pub fn routes() -> Vec<Route> {
 )]
 pub struct Doc;
 
-crate::request_body! {
+crate::fields::request_body! {
     required;
     /// `POST /v1/tokens` (admin).
     #[derive(Debug, ToSchema)]

@@ -19,7 +19,12 @@ use idem::{Key, Namespace, ValidationError};
 use serde_json::{Map, Value};
 
 use crate::error::ApiError;
-use crate::state::AppState;
+
+/// The state the body extractors read their limit from (the server's `body_limit`): this
+/// module sits below the server state, which implements it.
+pub trait BodyLimit {
+    fn body_limit(&self) -> usize;
+}
 
 /// Reads a whole body of at most `limit` bytes: a declared `Content-Length` over the limit is
 /// refused before a byte is read, a body that grows past it while streaming too.
@@ -61,11 +66,11 @@ impl RawBody {
     }
 }
 
-impl FromRequest<AppState> for RawBody {
+impl<S: BodyLimit + Send + Sync> FromRequest<S> for RawBody {
     type Rejection = ApiError;
 
-    async fn from_request(req: Request, state: &AppState) -> Result<Self, Self::Rejection> {
-        RawBody::read(req, state.config.body_limit).await
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        RawBody::read(req, state.body_limit()).await
     }
 }
 
@@ -73,11 +78,11 @@ impl FromRequest<AppState> for RawBody {
 #[derive(Debug)]
 pub struct JsonBody(pub Value);
 
-impl FromRequest<AppState> for JsonBody {
+impl<S: BodyLimit + Send + Sync> FromRequest<S> for JsonBody {
     type Rejection = ApiError;
 
-    async fn from_request(req: Request, state: &AppState) -> Result<Self, Self::Rejection> {
-        let (_, bytes) = read_limited(req, state.config.body_limit).await?;
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let (_, bytes) = read_limited(req, state.body_limit()).await?;
         parse_json(&bytes).map(JsonBody)
     }
 }
@@ -98,10 +103,10 @@ pub trait RequestBody: Sized {
 #[derive(Debug)]
 pub struct Body<T>(pub T);
 
-impl<T: RequestBody> FromRequest<AppState> for Body<T> {
+impl<S: BodyLimit + Send + Sync, T: RequestBody> FromRequest<S> for Body<T> {
     type Rejection = ApiError;
 
-    async fn from_request(req: Request, state: &AppState) -> Result<Self, Self::Rejection> {
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
         let JsonBody(v) = JsonBody::from_request(req, state).await?;
         read_body(v).map(Body)
     }
@@ -136,9 +141,9 @@ pub struct NsKey {
     pub key: Key,
 }
 
-impl FromRequestParts<AppState> for NsKey {
+impl<S: Send + Sync> FromRequestParts<S> for NsKey {
     type Rejection = ApiError;
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
         let ns = NsPath::from_request_parts(parts, state).await?.0;
         let raw = raw_param(parts, "key").await?;
         Ok(NsKey {
@@ -152,9 +157,9 @@ impl FromRequestParts<AppState> for NsKey {
 #[derive(Debug, Clone)]
 pub struct NsPath(pub Namespace);
 
-impl FromRequestParts<AppState> for NsPath {
+impl<S: Send + Sync> FromRequestParts<S> for NsPath {
     type Rejection = ApiError;
-    async fn from_request_parts(parts: &mut Parts, _: &AppState) -> Result<Self, ApiError> {
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
         let raw = raw_param(parts, "ns").await?;
         parse_namespace(&raw).map(NsPath)
     }

@@ -30,12 +30,18 @@ pub struct Shared {
     /// Sources as the intake and the forwarder read them (reused for up to 1 s).
     pub sources: Arc<crate::intake::SourceCache>,
     /// Actions as calls read them (reused for up to 1 s).
-    pub actions: Arc<crate::actions::ActionCache>,
+    pub actions: Arc<crate::actions::cache::ActionCache>,
 }
 
 impl AppState {
     pub fn new(shared: Shared) -> AppState {
         AppState(Arc::new(shared))
+    }
+}
+
+impl crate::input::BodyLimit for AppState {
+    fn body_limit(&self) -> usize {
+        self.config.body_limit
     }
 }
 

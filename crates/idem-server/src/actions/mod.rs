@@ -10,10 +10,13 @@
 //! refused before its claim, or show a header value (they live in the secrets table and are
 //! answered as hints).
 
+pub mod cache;
 pub mod call;
 pub mod mcp;
 pub mod model;
 pub mod upstream;
+
+pub use cache::{ActionCache, Loaded, ACTION_TTL};
 
 use idem::{
     action_owner, Namespace, NewOutboxItem, OutboxClaim, OutboxFinish, OutboxKind, OutboxOutcome,
@@ -136,48 +139,6 @@ async fn deliver_item(st: &AppState, item: &idem::OutboxItem) -> OutboxOutcome {
         Ok(Some(_)) => OutboxOutcome::Done,
         Err(e) if e.status().is_server_error() => later(5_000, "the store did not answer"),
         Err(_) => dead("the delivery was refused"),
-    }
-}
-
-/// A stored action with its header values, ready to call.
-#[derive(Debug)]
-pub struct Loaded {
-    pub action: Action,
-    pub headers: Headers,
-    pub created_at: idem::Timestamp,
-    pub updated_at: idem::Timestamp,
-}
-
-/// How long a loaded action is reused by calls.
-pub const ACTION_TTL: std::time::Duration = std::time::Duration::from_secs(1);
-
-/// Loaded actions for the call path: each is reused for [`ACTION_TTL`] (its JSON Schema
-/// compiled once, not on every call); [`ActionCache::forget`] drops one at once (a write or a
-/// delete through this instance). A missing action is never cached. Another instance on the
-/// same ledger sees a change within [`ACTION_TTL`].
-#[derive(Default)]
-pub struct ActionCache {
-    entries: std::sync::Mutex<std::collections::HashMap<(String, String), Cached>>,
-    /// Bumped by every `forget`: a load that began before a change is not kept.
-    generation: std::sync::atomic::AtomicU64,
-}
-
-type Cached = (std::time::Instant, std::sync::Arc<Loaded>);
-
-impl ActionCache {
-    fn entries(
-        &self,
-    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<(String, String), Cached>> {
-        self.entries
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// Drops the cached `ns`/`name` (after a write or a delete).
-    pub fn forget(&self, ns: &str, name: &str) {
-        self.generation
-            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-        self.entries().remove(&(ns.to_owned(), name.to_owned()));
     }
 }
 

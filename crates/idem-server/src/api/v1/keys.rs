@@ -13,9 +13,9 @@ use axum::routing::{get, post};
 use axum::Json;
 use idem::classify::parse_retry_after;
 use idem::{
-    AttemptCost, ClaimOutcome, ClaimReply, ClaimRequest, Class, CompleteRequest, EventType,
-    FailErrorInput, FailRequest, Fingerprint, HeartbeatRequest, LeaseExpiry, ListQuery, Op,
-    PrepareRequest, Record, Reply, Role,
+    ClaimOutcome, ClaimReply, ClaimRequest, Class, CompleteRequest, EventType, FailErrorInput,
+    FailRequest, Fingerprint, HeartbeatRequest, LeaseExpiry, ListQuery, Op, PrepareRequest, Record,
+    Reply, Role,
 };
 use serde::Serialize;
 use serde_json::Value;
@@ -25,11 +25,13 @@ use super::shared::{
     answer_headers, claim_of, exec, log_op, query_limit, query_pairs, query_state, refused,
     state_write,
 };
-use crate::api::{json_schema, LeaseExpiryDoc, RecordDoc, RecordWithEventsDoc, StateResponse};
+use crate::api::{
+    json_schema, CostBody, LeaseExpiryDoc, RecordDoc, RecordWithEventsDoc, StateResponse,
+};
 use crate::error::{outcome_status, ApiError, ApiResult};
 use crate::fields::{
-    Category, CorrelationId, CostTokens, CostUsd, ErrorMessage, ExternalRef, FencingToken,
-    FingerprintText, HttpStatus, LeaseMs, Owner, WaitMs,
+    Category, CorrelationId, ErrorMessage, ExternalRef, FencingToken, FingerprintText, HttpStatus,
+    LeaseMs, Owner, WaitMs,
 };
 use crate::input::{Body, NsKey, NsPath};
 use crate::metrics;
@@ -364,38 +366,6 @@ crate::fields::request_body! {
         /// What this attempt spent: recorded on its event and summed on the record.
         #[schema(value_type = Option<CostBody>)]
         pub cost: Option<CostBody>,
-    }
-}
-
-crate::fields::request_body! {
-    optional;
-    /// `cost` of complete, fail (and effect): what the attempt spent. Absent members count
-    /// as 0; negative or non-numeric values are 422 `invalid_field` naming `cost.tokens` or
-    /// `cost.usd`.
-    #[derive(Debug, ToSchema)]
-    #[serde(deny_unknown_fields)]
-    pub struct CostBody {
-        /// Model tokens (a non-negative integer).
-        #[schema(value_type = Option<u64>, minimum = 0, maximum = 1_000_000_000_000_000i64)]
-        pub tokens: Option<CostTokens>,
-        /// US dollars (a non-negative number; kept to the nano-dollar).
-        #[schema(value_type = Option<f64>, minimum = 0, maximum = 1_000_000)]
-        pub usd: Option<CostUsd>,
-    }
-}
-
-impl CostBody {
-    /// The core's cost (the members are already validated; a refusal still names them).
-    pub fn into_cost(self) -> ApiResult<AttemptCost> {
-        AttemptCost::new(self.tokens.map(|t| t.0), self.usd.map(|u| u.0)).map_err(|e| {
-            let field = format!("cost.{}", e.field);
-            ApiError::invalid_field(field.clone(), format!("`{field}` {}", e.message))
-        })
-    }
-
-    /// An optional body member as the core's optional cost.
-    pub fn of(body: Option<CostBody>) -> ApiResult<Option<AttemptCost>> {
-        body.map(CostBody::into_cost).transpose()
     }
 }
 

@@ -6,6 +6,7 @@
 
 pub mod actions;
 pub mod audit;
+pub(crate) mod claim_wait;
 pub mod derive;
 pub mod effects;
 pub mod keys;

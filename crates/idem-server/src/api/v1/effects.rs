@@ -34,8 +34,8 @@ use serde_json::Value;
 use tracing::Instrument;
 use utoipa::{OpenApi, ToSchema};
 
-use super::keys::{wait_for_holder, WaitEnd};
-use super::shared::{answer_headers, claim_of, exec, log_op, refused};
+use super::claim_wait::claim_and_wait;
+use super::shared::{answer_headers, exec, log_op, refused};
 use crate::actions::upstream::{self, Step};
 pub use crate::api::effect_request::{
     EffectBody, EffectRequestBody, ReconcileBody, MAX_HEADERS, MAX_URL, RESERVED_HEADERS,
@@ -410,13 +410,7 @@ pub(crate) async fn claim(
             LeaseExpiry::Review
         }),
     };
-    let (mut reply, mut ex) = claim_of(exec(st, nk, Op::Claim(claim.clone()), None).await?)?;
-    if reply.outcome == ClaimOutcome::InFlight && input.wait_ms > 0 {
-        let deadline = Instant::now() + std::time::Duration::from_millis(input.wait_ms as u64);
-        if let WaitEnd::Changed = wait_for_holder(st, nk, deadline).await? {
-            (reply, ex) = claim_of(exec(st, nk, Op::Claim(claim), None).await?)?;
-        }
-    }
+    let (reply, ex) = claim_and_wait(st, nk, claim, input.wait_ms).await?;
     let duplicate = ex
         .events
         .iter()

@@ -5,25 +5,22 @@
 //! product lives here (those are in `idem-core`). Invariant: a request refused while reading
 //! its input never reaches the store, so it writes nothing.
 
-use std::time::{Duration, Instant};
-
 use axum::extract::{RawQuery, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Json;
 use idem::classify::parse_retry_after;
 use idem::{
-    ClaimOutcome, ClaimReply, ClaimRequest, Class, CompleteRequest, EventType, FailErrorInput,
-    FailRequest, Fingerprint, HeartbeatRequest, LeaseExpiry, ListQuery, Op, PrepareRequest, Record,
-    Reply, Role,
+    ClaimReply, ClaimRequest, Class, CompleteRequest, EventType, FailErrorInput, FailRequest,
+    Fingerprint, HeartbeatRequest, LeaseExpiry, ListQuery, Op, PrepareRequest, Record, Reply, Role,
 };
 use serde::Serialize;
 use serde_json::Value;
 use utoipa::{OpenApi, ToSchema};
 
+use super::claim_wait::claim_and_wait;
 use super::shared::{
-    answer_headers, claim_of, exec, log_op, query_limit, query_pairs, query_state, refused,
-    state_write,
+    answer_headers, exec, log_op, query_limit, query_pairs, query_state, refused, state_write,
 };
 use crate::api::{
     json_schema, CostBody, LeaseExpiryDoc, RecordDoc, RecordWithEventsDoc, StateResponse,
@@ -37,9 +34,6 @@ use crate::input::{Body, NsKey, NsPath};
 use crate::metrics;
 use crate::routes::{r, Route};
 use crate::state::AppState;
-
-/// How often a `wait_ms` claim looks at the record again.
-const WAIT_POLL: Duration = Duration::from_millis(50);
 
 /// The routes of this file.
 pub fn routes() -> Vec<Route> {
@@ -212,21 +206,7 @@ pub async fn claim(
     Body(body): Body<ClaimBody>,
 ) -> ApiResult<Response> {
     let (req, wait_ms) = body.into_request()?;
-    let again = (wait_ms > 0).then(|| req.clone());
-    let (mut reply, mut ex) = claim_of(exec(&st, &nk, Op::Claim(req), None).await?)?;
-    if let (ClaimOutcome::InFlight, Some(req)) = (reply.outcome, again) {
-        let deadline = Instant::now() + Duration::from_millis(wait_ms as u64);
-        match wait_for_holder(&st, &nk, deadline).await? {
-            WaitEnd::Changed => {
-                (reply, ex) = claim_of(exec(&st, &nk, Op::Claim(req), None).await?)?;
-            }
-            WaitEnd::Still(Some(rec)) => {
-                reply.retry_after_ms = Some(rec.lease_remaining_ms(st.ledger.now()));
-                reply.record = Some(*rec);
-            }
-            WaitEnd::Still(None) => {}
-        }
-    }
+    let (reply, ex) = claim_and_wait(&st, &nk, req, wait_ms).await?;
     let duplicate = ex.events.iter().any(|e| e.kind == EventType::DuplicateHit);
     metrics::claim(reply.outcome, reply.resumed, reply.reclaimed, duplicate);
     log_op(
@@ -237,39 +217,6 @@ pub async fn claim(
         reply.outcome.as_str(),
     );
     Ok(claim_response(reply))
-}
-
-pub(super) enum WaitEnd {
-    /// The holder finished or the lease expired: claim again.
-    Changed,
-    /// Deadline (or shutdown) reached; the newest record seen.
-    Still(Option<Box<Record>>),
-}
-
-/// Polls the record read-only (no event per look) until the lease is no longer held.
-pub(super) async fn wait_for_holder(
-    st: &AppState,
-    nk: &NsKey,
-    deadline: Instant,
-) -> ApiResult<WaitEnd> {
-    let mut shutdown = st.shutdown.clone();
-    let mut last = None;
-    loop {
-        let now = Instant::now();
-        if now >= deadline || *shutdown.borrow() {
-            return Ok(WaitEnd::Still(last));
-        }
-        let nap = WAIT_POLL.min(deadline - now);
-        tokio::select! {
-            _ = tokio::time::sleep(nap) => {}
-            _ = shutdown.changed() => return Ok(WaitEnd::Still(last)),
-        }
-        match st.ledger.store().get(&nk.ns, &nk.key).await? {
-            None => return Ok(WaitEnd::Changed),
-            Some(rw) if !rw.record.lease_valid(st.ledger.now()) => return Ok(WaitEnd::Changed),
-            Some(rw) => last = Some(Box::new(rw.record)),
-        }
-    }
 }
 
 fn claim_response(reply: ClaimReply) -> Response {

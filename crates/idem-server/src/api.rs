@@ -189,3 +189,10 @@ impl CostBody {
         body.map(CostBody::into_cost).transpose()
     }
 }
+
+/// The states the review queue can be filtered by.
+pub(crate) const QUEUE_STATES: [idem::State; 3] = [
+    idem::State::NeedsReview,
+    idem::State::AwaitingApproval,
+    idem::State::Processing,
+];

@@ -405,7 +405,7 @@ mod tests {
 
     #[test]
     fn the_schema_states_the_limits_these_types_check() {
-        let schemas = &crate::openapi::document()["components"]["schemas"];
+        let schemas = &crate::routes::document()["components"]["schemas"];
         let text = |n: usize| i64::try_from(n).ok();
         for (schema, member, key, want) in [
             ("ClaimBody", "owner", "maxLength", text(Owner::MAX)),

@@ -25,6 +25,7 @@ pub mod middleware;
 pub mod openapi;
 pub mod outage;
 pub mod outcome;
+pub mod route;
 pub mod routes;
 pub mod state;
 pub mod telemetry;

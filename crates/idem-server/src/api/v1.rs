@@ -19,7 +19,7 @@ pub mod tokens;
 
 use utoipa::OpenApi;
 
-use crate::routes::Route;
+use crate::route::Route;
 
 /// Every route of the resources, in the order the route table lists them.
 pub fn routes() -> Vec<Route> {

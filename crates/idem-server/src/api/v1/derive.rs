@@ -13,7 +13,7 @@ use utoipa::{OpenApi, ToSchema};
 use crate::error::{ApiError, ApiResult};
 use crate::fields::{Event, KeyAffix, Pointers};
 use crate::input::Body;
-use crate::routes::{r, Route};
+use crate::route::{r, Route};
 
 /// The routes of this file.
 pub fn routes() -> Vec<Route> {

@@ -46,7 +46,7 @@ use crate::fields::{CorrelationId, Owner, WaitMs};
 use crate::input::{Body, NsKey};
 use crate::metrics;
 use crate::outcome::EffectOutcome;
-use crate::routes::{r, Route};
+use crate::route::{r, Route};
 use crate::state::AppState;
 
 /// The routes of this file.

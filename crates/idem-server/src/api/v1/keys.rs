@@ -32,7 +32,7 @@ use crate::fields::{
 };
 use crate::input::{Body, NsKey, NsPath};
 use crate::metrics;
-use crate::routes::{r, Route};
+use crate::route::{r, Route};
 use crate::state::AppState;
 
 /// The routes of this file.

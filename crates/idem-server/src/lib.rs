@@ -305,7 +305,7 @@ pub async fn run(
             stop_rx.clone(),
             move || {
                 let st = st.clone();
-                async move { actions::deliveries_once(&st).await }
+                async move { actions::delivery::deliveries_once(&st).await }
             },
         ))
     };

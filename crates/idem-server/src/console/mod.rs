@@ -7,10 +7,11 @@
 //! It owns: the console's routes, its sign-in sessions and CSRF check ([`session`]), its HTML
 //! ([`view`], [maud](https://maud.lambda.xyz) templates: compiled with the binary, every
 //! interpolation HTML-escaped) and the one asset it serves (a CSS file embedded with
-//! `include_str!`), and what every page below shares: who is looking ([`Viewer`]) and the
-//! scope check of a namespace in a path. It is a client of the same rules as the API: the same roles and scopes
-//! ([`crate::auth::Caller`]), the same request validation (the API's request bodies read
-//! the forms), and every change goes through the ledger ([`idem::Ledger`]) like an API call.
+//! `include_str!`), and what every page shares: who is looking ([`Viewer`]) and the scope
+//! check of a namespace in a path. It is a client of the same rules as the API: the same
+//! roles and scopes ([`crate::auth::Caller`]), the same request validation (the API's request
+//! bodies read the forms), and every change goes through the ledger ([`idem::Ledger`]) like
+//! an API call.
 //!
 //! What it must never do: bypass the ledger's rules (write to the store directly, or decide
 //! a transition itself), show anything a client sent without escaping it, answer a POST

@@ -1,5 +1,9 @@
 //! The JSON shapes of the HTTP API that several resources share (records, events, the
-//! `{state, record}` answer, the note body), and the resources themselves in [`v1`]. Each
+//! `{state, record}` answer, the note body, the cost of an attempt, the review queue's
+//! states, the effect request in [`effect_request`]), and the resources themselves in [`v1`].
+//! The shapes here sit below every handler: they import only the member readers, never a
+//! resource (the `pub use` lines below re-export resource bodies for the crate's users).
+//! Each
 //! request body is one struct declared with [`request_body!`](crate::fields::request_body): its
 //! schema, its member list and its validation at once; the strict reader refuses any other
 //! member, and a test checks that the OpenAPI schema documents exactly these members.

@@ -9,6 +9,9 @@
 //! required: n8n and curl users often send JSON without it, and an idempotency gate that
 //! refuses such a call would only push people to skip it. A body declared as something other
 //! than JSON is still parsed as JSON. Nothing here logs a body.
+//!
+//! It sits below the server state: the extractors work for any state that gives a body
+//! limit ([`BodyLimit`]), so authentication and the state can use the path readers here.
 
 use axum::body::Bytes;
 use axum::extract::rejection::RawPathParamsRejection;

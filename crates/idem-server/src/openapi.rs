@@ -11,8 +11,8 @@
 //!   not map to;
 //! - the request-body rules JSON Schema can only state as alternatives (`anyOf`/`not`).
 //!
-//! It is given the route table and the resources' `Doc`s by the assembly ([`crate::routes`]),
-//! and imports neither. A test checks that every route of `routes::routes()` is in it and that
+//! It is given the route table and the resources' `Doc`s by the assembly
+//! ([`crate::routes`]), and imports neither. A test checks that every route of `routes::routes()` is in it and that
 //! nothing else is.
 
 use std::collections::BTreeMap;

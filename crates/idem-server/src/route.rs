@@ -1,7 +1,7 @@
 //! One line of the route table: (method, path, role, handler). Each resource file of
-//! [`crate::api::v1`] lists its own lines with [`r`]; the router and the OpenAPI document are
-//! assembled from them in [`crate::routes`]. The role column is the authorization rule of the
-//! contract, one line per route.
+//! [`crate::api::v1`] lists its own lines with [`r`]; the router and the OpenAPI document
+//! are assembled from them in [`crate::routes`]. The role column is the authorization rule
+//! of the contract, one line per route.
 //!
 //! It only names the type: what it must never do is import a resource or build the router
 //! (that would tie every resource file to all the others).

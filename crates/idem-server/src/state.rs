@@ -1,4 +1,8 @@
 //! Shared state of one running server.
+//!
+//! It sits above the configuration, the token cache, the source and action caches and the
+//! request readers, and below every handler and the middleware: it holds them, it never
+//! imports a handler.
 
 use std::ops::Deref;
 use std::sync::Arc;

@@ -3,8 +3,8 @@
 //! through the effect path of `POST …/effect`.
 //!
 //! This module owns the action document ([`model`]: validation, key template, identity,
-//! placeholders), a call ([`call`]: the outcome table and what the agent is told) and the
-//! MCP endpoint ([`mcp`]: JSON-RPC over Streamable HTTP), the loaded actions calls reuse
+//! placeholders), a call ([`call`]: the outcome table and what the agent is told), the MCP
+//! endpoint ([`mcp`]: JSON-RPC over Streamable HTTP), the loaded actions calls reuse
 //! ([`cache`]), the MCP client of a `deliver.mcp` ([`upstream`]) and the background step of
 //! approved deliveries ([`delivery`]). This file holds only what they share, below all of
 //! them: the owner an action's calls claim with, loading an action, and queueing an approved

@@ -1,5 +1,6 @@
 //! The operations endpoints: liveness, readiness and Prometheus metrics (the OpenAPI
-//! document is served by the assembly, `crate::routes`). None needs a token (probes and scrapers carry none); none takes a body.
+//! document is served by the assembly, `crate::routes`). None needs a token (probes and
+//! scrapers carry none); none takes a body.
 //!
 //! What this must never do: write to the store, or let a store that does not answer fail
 //! the scrape of every other metric.

@@ -4,7 +4,7 @@
 //! The shapes here sit below every handler: they import only the member readers, never a
 //! resource (the `pub use` lines below re-export resource bodies for the crate's users).
 //! Each
-//! request body is one struct declared with [`request_body!`](crate::fields::request_body): its
+//! request body is one struct declared with `fields::request_body!`: its
 //! schema, its member list and its validation at once; the strict reader refuses any other
 //! member, and a test checks that the OpenAPI schema documents exactly these members.
 //!

@@ -2,7 +2,7 @@
 //! object ([`Obj`]) under its member name and refuses what the contract refuses, with the
 //! member's name in the error. A value of one of these types has passed its check, so a
 //! handler never re-checks a length, a range or a NUL. A request body is a struct of such
-//! members, declared with [`request_body!`] (defined here, beside [`Member`]).
+//! members, declared with `request_body!` (defined here, beside [`Member`]).
 //!
 //! What this module must never do: log or format a member's value into an error (owners,
 //! notes and tokens are the caller's data; a token is half a credential), or accept a member

@@ -92,7 +92,7 @@ impl<S: BodyLimit + Send + Sync> FromRequest<S> for JsonBody {
 
 /// A typed request body: its struct is the OpenAPI schema (`ToSchema`), its member list (the
 /// unknown-field refusal) and its validation (each member's type reads itself). Declared with
-/// [`request_body!`](crate::fields::request_body), which writes `FIELDS` and `read` from the struct.
+/// `fields::request_body!`, which writes `FIELDS` and `read` from the struct.
 pub trait RequestBody: Sized {
     /// The members the body may have, in the order they are read.
     fn fields() -> &'static [&'static str];

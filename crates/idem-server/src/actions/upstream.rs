@@ -25,7 +25,7 @@
 //! | nothing: timeout or broken connection after the request left | ambiguous |
 //! | a 2xx without the response (stream ended early, not JSON-RPC) | ambiguous |
 //!
-//! It also owns [`Step`], what one send step left (verdict, kept answer, `last_error`), which
+//! It also owns `Step`, what one send step left (verdict, kept answer, `last_error`), which
 //! the effect path reads alike for a plain request and for this delivery, and the revision
 //! names the MCP endpoint (`actions::mcp`) shares with it: it imports nothing of the
 //! handlers.

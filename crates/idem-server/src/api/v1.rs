@@ -3,6 +3,12 @@
 //! that names the files. A new endpoint is one handler plus one route line in its resource's
 //! file (and its name in that file's `Doc`); a new resource is one file plus a line in each
 //! list below.
+//!
+//! Two files are not resources: `shared` (running one ledger operation, the log line, the
+//! common answers) and `claim_wait` (the claim-and-wait of every claiming path), which the
+//! resources import and which import no resource. Shapes more than one resource (or the
+//! action model) reads live below, in [`crate::api`]; the route type is [`crate::route`]. The
+//! router and the OpenAPI document are assembled from the lists below in [`crate::routes`].
 
 pub mod actions;
 pub mod audit;

@@ -1,27 +1,31 @@
 //! The JSON shapes of the HTTP API that several resources share (records, events, the
-//! `{state, record}` answer, the note body), and the resources themselves in [`v1`]. Each
-//! request body is one struct declared with [`request_body!`](crate::request_body): its
+//! `{state, record}` answer, the note body, the cost of an attempt, the review queue's
+//! states, the effect request in [`effect_request`]), and the resources themselves in [`v1`].
+//! The shapes here sit below every handler: they import only the member readers, never a
+//! resource (the `pub use` lines below re-export resource bodies for the crate's users).
+//! Each
+//! request body is one struct declared with `fields::request_body!`: its
 //! schema, its member list and its validation at once; the strict reader refuses any other
 //! member, and a test checks that the OpenAPI schema documents exactly these members.
 //!
 //! What must never be here: a rule of the product (those are in `idem-core`) or a status
 //! mapping (those are in [`crate::error`]).
 
+pub mod effect_request;
 pub mod v1;
 
 use serde::Serialize;
 use serde_json::Value;
 use utoipa::ToSchema;
 
-use idem::Record;
+use idem::{AttemptCost, Record};
 
-use crate::fields::Note;
+use crate::error::{ApiError, ApiResult};
+use crate::fields::{CostTokens, CostUsd, Note};
 
+pub use effect_request::{EffectBody, EffectRequestBody, ReconcileBody};
 pub use v1::derive::DeriveBody;
-pub use v1::effects::{EffectBody, EffectRequestBody, ReconcileBody};
-pub use v1::keys::{
-    ClaimBody, CompleteBody, CostBody, FailBody, FailErrorBody, HeartbeatBody, PrepareBody,
-};
+pub use v1::keys::{ClaimBody, CompleteBody, FailBody, FailErrorBody, HeartbeatBody, PrepareBody};
 pub use v1::namespaces::PolicyPatchBody;
 pub use v1::review::ResolveBody;
 pub use v1::tokens::TokenBody;
@@ -140,7 +144,7 @@ pub(crate) fn json_schema(v: Value) -> utoipa::openapi::RefOr<utoipa::openapi::s
     serde_json::from_value(v).unwrap_or_else(|_| utoipa::openapi::RefOr::T(Default::default()))
 }
 
-crate::request_body! {
+crate::fields::request_body! {
     optional;
     /// `POST …/approve`, `…/reject`, `/pause`, `/resume` (body optional).
     #[derive(Debug, ToSchema)]
@@ -157,3 +161,42 @@ impl NoteBody {
         self.note.map(Note::into_string)
     }
 }
+
+crate::fields::request_body! {
+    optional;
+    /// `cost` of complete, fail (and effect): what the attempt spent. Absent members count
+    /// as 0; negative or non-numeric values are 422 `invalid_field` naming `cost.tokens` or
+    /// `cost.usd`.
+    #[derive(Debug, ToSchema)]
+    #[serde(deny_unknown_fields)]
+    pub struct CostBody {
+        /// Model tokens (a non-negative integer).
+        #[schema(value_type = Option<u64>, minimum = 0, maximum = 1_000_000_000_000_000i64)]
+        pub tokens: Option<CostTokens>,
+        /// US dollars (a non-negative number; kept to the nano-dollar).
+        #[schema(value_type = Option<f64>, minimum = 0, maximum = 1_000_000)]
+        pub usd: Option<CostUsd>,
+    }
+}
+
+impl CostBody {
+    /// The core's cost (the members are already validated; a refusal still names them).
+    pub fn into_cost(self) -> ApiResult<AttemptCost> {
+        AttemptCost::new(self.tokens.map(|t| t.0), self.usd.map(|u| u.0)).map_err(|e| {
+            let field = format!("cost.{}", e.field);
+            ApiError::invalid_field(field.clone(), format!("`{field}` {}", e.message))
+        })
+    }
+
+    /// An optional body member as the core's optional cost.
+    pub fn of(body: Option<CostBody>) -> ApiResult<Option<AttemptCost>> {
+        body.map(CostBody::into_cost).transpose()
+    }
+}
+
+/// The states the review queue can be filtered by.
+pub(crate) const QUEUE_STATES: [idem::State; 3] = [
+    idem::State::NeedsReview,
+    idem::State::AwaitingApproval,
+    idem::State::Processing,
+];

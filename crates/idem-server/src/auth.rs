@@ -26,7 +26,6 @@ use subtle::ConstantTimeEq;
 
 use crate::error::ApiError;
 use crate::input::{parse_namespace, path_params};
-use crate::state::AppState;
 
 /// Entries kept before the lookup cache is cleared (bounds memory under random tokens).
 const MAX_CACHED: usize = 10_000;
@@ -199,20 +198,25 @@ pub fn bearer(req: &Request) -> Result<Option<String>, ApiError> {
 
 /// Authenticates the caller and checks the route's `role` and the `{ns}` scope; puts the
 /// [`Caller`] into the request extensions for handlers (run by [`crate::middleware::Gate`]).
-pub async fn check(role: Role, state: &AppState, req: Request) -> Result<Request, ApiError> {
+pub async fn check(
+    role: Role,
+    auth: &AuthCache,
+    ledger: &idem::Ledger,
+    req: Request,
+) -> Result<Request, ApiError> {
     let secret = bearer(&req)?;
-    let caller = if state.auth.token_count().await? == 0 {
+    let caller = if auth.token_count().await? == 0 {
         Caller::Anonymous
     } else {
         let secret =
             secret.ok_or_else(|| ApiError::Unauthorized("a bearer token is required".into()))?;
-        let now = state.ledger.now();
-        match state.auth.lookup(&secret).await? {
+        let now = ledger.now();
+        match auth.lookup(&secret).await? {
             Some(t) if t.expired(now) => {
                 return Err(ApiError::Unauthorized("this token has expired".into()))
             }
             Some(t) => {
-                state.auth.touch(&t, now).await;
+                auth.touch(&t, now).await;
                 Caller::Token(t)
             }
             None => return Err(ApiError::Unauthorized("unknown token".into())),

@@ -15,10 +15,57 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::ServeArgs;
+pub use crate::fields::MAX_WAIT_MS;
 
-/// Longest `wait_ms` honoured on claim (the contract caps it at 30 s).
-pub const MAX_WAIT_MS: i64 = 30_000;
+/// What `idem serve` was given on the command line (each overrides config file and env).
+/// `Debug` shows the database URL redacted.
+#[derive(Clone, Default)]
+pub struct ServeArgs {
+    pub listen: Option<String>,
+    pub db: Option<String>,
+    pub config: Option<PathBuf>,
+    pub janitor_interval: Option<String>,
+    pub log_format: Option<String>,
+    pub tls_cert: Option<String>,
+    pub tls_key: Option<String>,
+    pub otlp_endpoint: Option<String>,
+    /// Effects: cap of a stored response body (`256KiB`).
+    pub max_response_bytes: Option<String>,
+    /// Effects: PEM file of extra CA certificates for outbound HTTPS.
+    pub extra_ca: Option<String>,
+}
+
+impl std::fmt::Debug for ServeArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let ServeArgs {
+            listen,
+            db,
+            config,
+            janitor_interval,
+            log_format,
+            tls_cert,
+            tls_key,
+            otlp_endpoint,
+            max_response_bytes,
+            extra_ca,
+        } = self;
+        f.debug_struct("ServeArgs")
+            .field("listen", listen)
+            .field("db", &db.as_deref().map(idem::redact_db_url))
+            .field("config", config)
+            .field("janitor_interval", janitor_interval)
+            .field("log_format", log_format)
+            .field("tls_cert", tls_cert)
+            .field("tls_key", tls_key)
+            .field(
+                "otlp_endpoint",
+                &otlp_endpoint.as_deref().map(idem::redact_db_url),
+            )
+            .field("max_response_bytes", max_response_bytes)
+            .field("extra_ca", extra_ca)
+            .finish()
+    }
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LogFormat {

@@ -15,8 +15,7 @@ use axum::response::{IntoResponse, Response};
 use idem::{ClaimOutcome, LedgerError, OpError, PolicyError, StoreError};
 use serde::Serialize;
 
-/// Where in the server an error was raised (logged with 5xx answers, never sent).
-pub type RaisedAt = &'static Location<'static>;
+pub use crate::outage::RaisedAt;
 
 /// Everything a request can fail with.
 #[derive(Debug, thiserror::Error)]

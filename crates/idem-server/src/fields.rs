@@ -1,7 +1,8 @@
 //! The members of request bodies as validated types: each type reads itself from a strict
 //! object ([`Obj`]) under its member name and refuses what the contract refuses, with the
 //! member's name in the error. A value of one of these types has passed its check, so a
-//! handler never re-checks a length, a range or a NUL.
+//! handler never re-checks a length, a range or a NUL. A request body is a struct of such
+//! members, declared with `request_body!` (defined here, beside [`Member`]).
 //!
 //! What this module must never do: log or format a member's value into an error (owners,
 //! notes and tokens are the caller's data; a token is half a credential), or accept a member
@@ -12,14 +13,66 @@ use idem::policy::MAX_LEASE_MS;
 use idem::{Class, LeaseExpiry, ResolveAction, Role};
 use serde_json::Value;
 
-use crate::config::MAX_WAIT_MS;
 use crate::error::ApiError;
 use crate::input::Obj;
+
+/// Longest `wait_ms` honoured on claim (the contract caps it at 30 s).
+pub const MAX_WAIT_MS: i64 = 30_000;
 
 /// A value read from the member `name` of a body.
 pub trait Member: Sized {
     fn read(o: &mut Obj, name: &str) -> Result<Self, ApiError>;
 }
+
+/// Declares a request body: the struct as written (derive `ToSchema` and document it there),
+/// plus its `FIELDS` (the member names, which are also what the schema lists) and its
+/// [`RequestBody`](crate::input::RequestBody) impl reading each member through its type's [`Member`]
+/// impl, in declaration order. `optional` bodies may be empty (`{}`), `required` ones not.
+macro_rules! request_body {
+    (@empty optional) => { true };
+    (@empty required) => { false };
+    (
+        $kind:ident;
+        $(#[$meta:meta])*
+        pub struct $name:ident {
+            $( $(#[$fmeta:meta])* pub $field:ident : $ty:ty ),* $(,)?
+        }
+    ) => {
+        $(#[$meta])*
+        pub struct $name {
+            $( $(#[$fmeta])* pub $field: $ty ),*
+        }
+
+        impl $name {
+            /// The members this body accepts (any other is 400 `unknown_field`).
+            pub const FIELDS: &'static [&'static str] = &[$(stringify!($field)),*];
+        }
+
+        impl $crate::input::RequestBody for $name {
+            fn fields() -> &'static [&'static str] {
+                Self::FIELDS
+            }
+            const EMPTY_OK: bool = $crate::fields::request_body!(@empty $kind);
+            fn read(o: &mut $crate::input::Obj) -> Result<Self, $crate::error::ApiError> {
+                Ok($name {
+                    $( $field: <$ty as $crate::fields::Member>::read(o, stringify!($field))? ),*
+                })
+            }
+        }
+
+        impl $crate::fields::Member for Option<$name> {
+            fn read(o: &mut $crate::input::Obj, name: &str) -> Result<Self, $crate::error::ApiError> {
+                match o.opt_obj(name, $name::FIELDS)? {
+                    None => Ok(None),
+                    Some(mut nested) => {
+                        <$name as $crate::input::RequestBody>::read(&mut nested).map(Some)
+                    }
+                }
+            }
+        }
+    };
+}
+pub(crate) use request_body;
 
 /// Text members: at most `MAX` characters and no U+0000 (a store may not keep it: PostgreSQL
 /// text cannot hold NUL, so it is refused the same on every store). Required ones must be
@@ -353,7 +406,7 @@ mod tests {
 
     #[test]
     fn the_schema_states_the_limits_these_types_check() {
-        let schemas = &crate::openapi::document()["components"]["schemas"];
+        let schemas = &crate::routes::document()["components"]["schemas"];
         let text = |n: usize| i64::try_from(n).ok();
         for (schema, member, key, want) in [
             ("ClaimBody", "owner", "maxLength", text(Owner::MAX)),

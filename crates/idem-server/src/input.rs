@@ -9,6 +9,9 @@
 //! required: n8n and curl users often send JSON without it, and an idempotency gate that
 //! refuses such a call would only push people to skip it. A body declared as something other
 //! than JSON is still parsed as JSON. Nothing here logs a body.
+//!
+//! It sits below the server state: the extractors work for any state that gives a body
+//! limit ([`BodyLimit`]), so authentication and the state can use the path readers here.
 
 use axum::body::Bytes;
 use axum::extract::rejection::RawPathParamsRejection;
@@ -19,7 +22,12 @@ use idem::{Key, Namespace, ValidationError};
 use serde_json::{Map, Value};
 
 use crate::error::ApiError;
-use crate::state::AppState;
+
+/// The state the body extractors read their limit from (the server's `body_limit`): this
+/// module sits below the server state, which implements it.
+pub trait BodyLimit {
+    fn body_limit(&self) -> usize;
+}
 
 /// Reads a whole body of at most `limit` bytes: a declared `Content-Length` over the limit is
 /// refused before a byte is read, a body that grows past it while streaming too.
@@ -61,11 +69,11 @@ impl RawBody {
     }
 }
 
-impl FromRequest<AppState> for RawBody {
+impl<S: BodyLimit + Send + Sync> FromRequest<S> for RawBody {
     type Rejection = ApiError;
 
-    async fn from_request(req: Request, state: &AppState) -> Result<Self, Self::Rejection> {
-        RawBody::read(req, state.config.body_limit).await
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        RawBody::read(req, state.body_limit()).await
     }
 }
 
@@ -73,18 +81,18 @@ impl FromRequest<AppState> for RawBody {
 #[derive(Debug)]
 pub struct JsonBody(pub Value);
 
-impl FromRequest<AppState> for JsonBody {
+impl<S: BodyLimit + Send + Sync> FromRequest<S> for JsonBody {
     type Rejection = ApiError;
 
-    async fn from_request(req: Request, state: &AppState) -> Result<Self, Self::Rejection> {
-        let (_, bytes) = read_limited(req, state.config.body_limit).await?;
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let (_, bytes) = read_limited(req, state.body_limit()).await?;
         parse_json(&bytes).map(JsonBody)
     }
 }
 
 /// A typed request body: its struct is the OpenAPI schema (`ToSchema`), its member list (the
 /// unknown-field refusal) and its validation (each member's type reads itself). Declared with
-/// [`request_body!`](crate::request_body), which writes `FIELDS` and `read` from the struct.
+/// `fields::request_body!`, which writes `FIELDS` and `read` from the struct.
 pub trait RequestBody: Sized {
     /// The members the body may have, in the order they are read.
     fn fields() -> &'static [&'static str];
@@ -98,10 +106,10 @@ pub trait RequestBody: Sized {
 #[derive(Debug)]
 pub struct Body<T>(pub T);
 
-impl<T: RequestBody> FromRequest<AppState> for Body<T> {
+impl<S: BodyLimit + Send + Sync, T: RequestBody> FromRequest<S> for Body<T> {
     type Rejection = ApiError;
 
-    async fn from_request(req: Request, state: &AppState) -> Result<Self, Self::Rejection> {
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
         let JsonBody(v) = JsonBody::from_request(req, state).await?;
         read_body(v).map(Body)
     }
@@ -112,56 +120,6 @@ impl<T: RequestBody> FromRequest<AppState> for Body<T> {
 pub fn read_body<T: RequestBody>(v: Value) -> Result<T, ApiError> {
     let mut o = Obj::body(v, T::fields(), T::EMPTY_OK)?;
     T::read(&mut o)
-}
-
-/// Declares a request body: the struct as written (derive `ToSchema` and document it there),
-/// plus its `FIELDS` (the member names, which are also what the schema lists) and its
-/// [`RequestBody`] impl reading each member through its type's [`Member`](crate::fields::Member)
-/// impl, in declaration order. `optional` bodies may be empty (`{}`), `required` ones not.
-#[macro_export]
-macro_rules! request_body {
-    (@empty optional) => { true };
-    (@empty required) => { false };
-    (
-        $kind:ident;
-        $(#[$meta:meta])*
-        pub struct $name:ident {
-            $( $(#[$fmeta:meta])* pub $field:ident : $ty:ty ),* $(,)?
-        }
-    ) => {
-        $(#[$meta])*
-        pub struct $name {
-            $( $(#[$fmeta])* pub $field: $ty ),*
-        }
-
-        impl $name {
-            /// The members this body accepts (any other is 400 `unknown_field`).
-            pub const FIELDS: &'static [&'static str] = &[$(stringify!($field)),*];
-        }
-
-        impl $crate::input::RequestBody for $name {
-            fn fields() -> &'static [&'static str] {
-                Self::FIELDS
-            }
-            const EMPTY_OK: bool = $crate::request_body!(@empty $kind);
-            fn read(o: &mut $crate::input::Obj) -> Result<Self, $crate::error::ApiError> {
-                Ok($name {
-                    $( $field: <$ty as $crate::fields::Member>::read(o, stringify!($field))? ),*
-                })
-            }
-        }
-
-        impl $crate::fields::Member for Option<$name> {
-            fn read(o: &mut $crate::input::Obj, name: &str) -> Result<Self, $crate::error::ApiError> {
-                match o.opt_obj(name, $name::FIELDS)? {
-                    None => Ok(None),
-                    Some(mut nested) => {
-                        <$name as $crate::input::RequestBody>::read(&mut nested).map(Some)
-                    }
-                }
-            }
-        }
-    };
 }
 
 /// Parses a body: empty (or only whitespace) means `null` (no body). A body that is the JSON
@@ -186,9 +144,9 @@ pub struct NsKey {
     pub key: Key,
 }
 
-impl FromRequestParts<AppState> for NsKey {
+impl<S: Send + Sync> FromRequestParts<S> for NsKey {
     type Rejection = ApiError;
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
         let ns = NsPath::from_request_parts(parts, state).await?.0;
         let raw = raw_param(parts, "key").await?;
         Ok(NsKey {
@@ -202,9 +160,9 @@ impl FromRequestParts<AppState> for NsKey {
 #[derive(Debug, Clone)]
 pub struct NsPath(pub Namespace);
 
-impl FromRequestParts<AppState> for NsPath {
+impl<S: Send + Sync> FromRequestParts<S> for NsPath {
     type Rejection = ApiError;
-    async fn from_request_parts(parts: &mut Parts, _: &AppState) -> Result<Self, ApiError> {
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
         let raw = raw_param(parts, "ns").await?;
         parse_namespace(&raw).map(NsPath)
     }

@@ -24,7 +24,9 @@ pub mod metrics;
 pub mod middleware;
 pub mod openapi;
 pub mod outage;
+pub mod outcome;
 pub mod policies;
+pub mod route;
 pub mod routes;
 pub mod state;
 pub mod telemetry;
@@ -51,67 +53,16 @@ pub mod fuzzing {
 }
 
 use std::future::Future;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-pub use config::{Config, ConfigError, LogFormat};
+pub use config::{Config, ConfigError, LogFormat, ServeArgs};
 pub use error::ApiError;
 pub use logging::init_logging;
 pub use routes::{route_table, router};
-
-/// What `idem serve` was given on the command line (each overrides config file and env).
-/// `Debug` shows the database URL redacted.
-#[derive(Clone, Default)]
-pub struct ServeArgs {
-    pub listen: Option<String>,
-    pub db: Option<String>,
-    pub config: Option<PathBuf>,
-    pub janitor_interval: Option<String>,
-    pub log_format: Option<String>,
-    pub tls_cert: Option<String>,
-    pub tls_key: Option<String>,
-    pub otlp_endpoint: Option<String>,
-    /// Effects: cap of a stored response body (`256KiB`).
-    pub max_response_bytes: Option<String>,
-    /// Effects: PEM file of extra CA certificates for outbound HTTPS.
-    pub extra_ca: Option<String>,
-}
-
-impl std::fmt::Debug for ServeArgs {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let ServeArgs {
-            listen,
-            db,
-            config,
-            janitor_interval,
-            log_format,
-            tls_cert,
-            tls_key,
-            otlp_endpoint,
-            max_response_bytes,
-            extra_ca,
-        } = self;
-        f.debug_struct("ServeArgs")
-            .field("listen", listen)
-            .field("db", &db.as_deref().map(idem::redact_db_url))
-            .field("config", config)
-            .field("janitor_interval", janitor_interval)
-            .field("log_format", log_format)
-            .field("tls_cert", tls_cert)
-            .field("tls_key", tls_key)
-            .field(
-                "otlp_endpoint",
-                &otlp_endpoint.as_deref().map(idem::redact_db_url),
-            )
-            .field("max_response_bytes", max_response_bytes)
-            .field("extra_ca", extra_ca)
-            .finish()
-    }
-}
 
 /// A commented example configuration file (`idem default-config`).
 pub fn default_config_toml() -> &'static str {
@@ -356,7 +307,7 @@ pub async fn run(
             stop_rx.clone(),
             move || {
                 let st = st.clone();
-                async move { actions::deliveries_once(&st).await }
+                async move { actions::delivery::deliveries_once(&st).await }
             },
         ))
     };

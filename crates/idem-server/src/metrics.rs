@@ -211,8 +211,8 @@ pub fn register_all() {
         "idem_egress_refused_total",
         "Effect destinations refused by the egress guard."
     );
-    for o in crate::api::v1::effects::OUTCOMES {
-        metrics::counter!("idem_effects_total", "outcome" => o).increment(0);
+    for o in crate::outcome::EffectOutcome::ALL {
+        metrics::counter!("idem_effects_total", "outcome" => o.as_str()).increment(0);
     }
     for r in idem::Reconciled::ALL {
         metrics::counter!("idem_reconciles_total", "result" => r.as_str()).increment(0);

@@ -129,10 +129,12 @@ where
         let mut inner = std::mem::replace(&mut self.inner, ready);
         let fut = async move {
             let resp = match (role, state) {
-                (Some(role), Some(state)) => match crate::auth::check(role, &state, req).await {
-                    Ok(req) => into_response(inner.call(req).await),
-                    Err(e) => e.into_response(),
-                },
+                (Some(role), Some(state)) => {
+                    match crate::auth::check(role, &state.auth, &state.ledger, req).await {
+                        Ok(req) => into_response(inner.call(req).await),
+                        Err(e) => e.into_response(),
+                    }
+                }
                 _ => into_response(inner.call(req).await),
             };
             let latency = start.elapsed();

@@ -11,10 +11,11 @@
 //!   not map to;
 //! - the request-body rules JSON Schema can only state as alternatives (`anyOf`/`not`).
 //!
-//! A test checks that every route of `routes::routes()` is in it and that nothing else is.
+//! It is given the route table and the resources' `Doc`s by the assembly
+//! ([`crate::routes`]), and imports neither. A test checks that every route of `routes::routes()` is in it and that
+//! nothing else is.
 
 use std::collections::BTreeMap;
-use std::sync::OnceLock;
 
 use serde_json::{json, Map, Value};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
@@ -25,6 +26,8 @@ use crate::api::{
     RequestDoc, StateResponse,
 };
 use crate::error::{ApiError, ErrorCode, Problem};
+use crate::outcome::EffectOutcome;
+use crate::route::Route;
 
 #[derive(OpenApi)]
 #[openapi(
@@ -73,22 +76,18 @@ pub const HEADER_NAME_PATTERN: &str = r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$";
 pub const URL_PATTERN: &str =
     r"^[Hh][Tt][Tt][Pp][Ss]?://[^/?#\\@\s\x00-\x1F\x7F-\x9F]+(?:[/?#\\][^\x00]*)?$";
 
-/// The generated document (built once).
-pub fn document() -> &'static Value {
-    static DOC: OnceLock<Value> = OnceLock::new();
-    DOC.get_or_init(build)
-}
-
-fn build() -> Value {
+/// The document of the routes `routes` whose paths and shapes the resources' `docs` give
+/// (the assembly, `crate::routes::document`, builds it once and serves it).
+pub fn build(routes: &[Route], docs: Vec<utoipa::openapi::OpenApi>) -> Value {
     let mut api = ApiDoc::openapi();
-    for resource in crate::api::v1::docs() {
+    for resource in docs {
         api.merge(resource);
     }
     let mut doc = serde_json::to_value(api).unwrap_or_else(|_| json!({}));
     if let Some(root) = doc.as_object_mut() {
         root.shift_remove("security");
     }
-    for route in crate::routes::routes() {
+    for route in routes {
         let Some(op) = doc
             .pointer_mut(&format!("/paths/{}/{}", escape(route.path), route.method))
             .and_then(Value::as_object_mut)
@@ -237,7 +236,7 @@ fn describe_params(op: &mut Map<String, Value>) {
             match p["name"].as_str() {
                 Some("state") => {
                     let mut states: Vec<&str> = if review {
-                        crate::api::v1::review::QUEUE_STATES
+                        crate::api::QUEUE_STATES
                             .iter()
                             .map(|s| s.as_str())
                             .collect()
@@ -739,7 +738,7 @@ fn refine_schemas(schemas: &mut Map<String, Value>) {
         schemas,
         "EffectResponse",
         "outcome",
-        json!({"type": "string", "enum": crate::api::v1::effects::OUTCOMES}),
+        json!({"type": "string", "enum": EffectOutcome::ALL.map(EffectOutcome::as_str)}),
     );
     let outcomes: Vec<&str> = idem::ClaimOutcome::ALL.iter().map(|o| o.as_str()).collect();
     set(
@@ -759,10 +758,10 @@ fn refine_schemas(schemas: &mut Map<String, Value>) {
 /// The effect body's members as the server reads them: header names and values, at most one
 /// request body, base64 that decodes, `success` and the reconcile statuses.
 fn refine_effect(schemas: &mut Map<String, Value>) {
-    let url = json!({"type": "string", "maxLength": crate::api::v1::effects::MAX_URL,
+    let url = json!({"type": "string", "maxLength": crate::api::effect_request::MAX_URL,
         "pattern": URL_PATTERN});
     // A header name idem does not set itself (compared without regard to case).
-    let reserved = crate::api::v1::effects::RESERVED_HEADERS
+    let reserved = crate::api::effect_request::RESERVED_HEADERS
         .iter()
         .map(|h| {
             h.chars()
@@ -780,7 +779,7 @@ fn refine_effect(schemas: &mut Map<String, Value>) {
     let headers = json!({"anyOf": [
         {
             "type": "object",
-            "maxProperties": crate::api::v1::effects::MAX_HEADERS,
+            "maxProperties": crate::api::effect_request::MAX_HEADERS,
             "propertyNames": name,
             // Any byte but control characters (tab allowed).
             "additionalProperties": {

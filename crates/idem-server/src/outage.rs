@@ -3,6 +3,9 @@
 //! down, one INFO line when it answers again, and the counter
 //! `idem_store_unavailable_total` for every 503 `store_unavailable`.
 //!
+//! It also names where an error was raised ([`RaisedAt`], logged with 5xx answers), so that
+//! it imports nothing of this crate and [`crate::error`] can count a refusal here.
+//!
 //! It exists so that an outage cannot become a log flood (a line per refused request was
 //! thousands of lines a second). It owns only that bookkeeping: it never decides an answer,
 //! and what it logs is the cause of the first refusal (a driver message, never a payload)
@@ -15,7 +18,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::error::RaisedAt;
+/// Where in the server an error was raised (logged with 5xx answers, never sent).
+pub type RaisedAt = &'static std::panic::Location<'static>;
 
 /// How often a count is written while the store stays unavailable.
 pub const REPORT_EVERY: Duration = Duration::from_secs(10);

@@ -1,47 +1,58 @@
-//! The route table: one list of (method, path, role, handler) from which the router is built,
-//! made of the route lines each resource file of [`crate::api::v1`] keeps beside its
-//! handlers. The OpenAPI test walks the same list, so a route cannot exist without being
-//! documented. The role column is the authorization rule of the contract, one line per route.
+//! The assembly: the route table (the route lines each resource file of [`crate::api::v1`]
+//! keeps beside its handlers, plus `/openapi.json`), the router built from it, and the OpenAPI
+//! document generated from the same table and the resources' `Doc`s (by [`crate::openapi`]),
+//! served here. The OpenAPI test walks the same list, so a route cannot exist without being
+//! documented.
+//!
+//! This is the top of the handlers' layers: it imports the resources, the console and the
+//! middleware; nothing below imports it. What it must never do: hold a handler's logic or a
+//! rule of the contract (those are in the resource files and `idem-core`).
 
 use axum::handler::Handler;
 use axum::http::{HeaderValue, Method};
 use axum::response::{IntoResponse, Response};
-use axum::routing::MethodRouter;
-use axum::Router;
+use std::sync::OnceLock;
+
+use axum::routing::{get, MethodRouter};
+use axum::{Json, Router};
 use idem::Role;
+use serde_json::Value;
 use tower::Layer;
+use utoipa::OpenApi;
 
 use crate::error::ApiError;
 use crate::middleware::{Gate, UNMATCHED};
+pub use crate::route::{r, Route};
 use crate::state::AppState;
 
-/// One route of the service.
-pub struct Route {
-    pub method: &'static str,
-    pub path: &'static str,
-    /// Lowest role allowed (`None`: no token needed).
-    pub role: Option<Role>,
-    pub handler: MethodRouter<AppState>,
-}
-
-/// One line of the route table.
-pub fn r(
-    method: &'static str,
-    path: &'static str,
-    role: Option<Role>,
-    handler: MethodRouter<AppState>,
-) -> Route {
-    Route {
-        method,
-        path,
-        role,
-        handler,
-    }
-}
-
-/// Every route the server answers (each resource file lists its own).
+/// Every route the server answers (each resource file lists its own; this document's line
+/// is the assembly's).
 pub fn routes() -> Vec<Route> {
-    crate::api::v1::routes()
+    let mut all = crate::api::v1::routes();
+    all.push(r("get", "/openapi.json", None, get(openapi_json)));
+    all
+}
+
+/// The OpenAPI paths of this file.
+#[derive(OpenApi)]
+#[openapi(paths(openapi_json))]
+struct Doc;
+
+/// The generated document (built once, from [`routes`] and every resource's `Doc`).
+pub fn document() -> &'static Value {
+    static DOC: OnceLock<Value> = OnceLock::new();
+    DOC.get_or_init(|| {
+        let mut docs = crate::api::v1::docs();
+        docs.push(Doc::openapi());
+        crate::openapi::build(&routes(), docs)
+    })
+}
+
+/// This document.
+#[utoipa::path(get, path = "/openapi.json", tag = "ops",
+    responses((status = 200, description = "OpenAPI 3.1", content_type = "application/json", body = Object)))]
+pub async fn openapi_json() -> Response {
+    Json(document()).into_response()
 }
 
 /// The `Allow` header of a path's 405 answer (RFC 9110): its methods, HEAD with GET.

@@ -1,4 +1,8 @@
 //! Shared state of one running server.
+//!
+//! It sits above the configuration, the token cache, the source and action caches and the
+//! request readers, and below every handler and the middleware: it holds them, it never
+//! imports a handler.
 
 use std::ops::Deref;
 use std::sync::Arc;
@@ -30,7 +34,7 @@ pub struct Shared {
     /// Sources as the intake and the forwarder read them (reused for up to 1 s).
     pub sources: Arc<crate::intake::SourceCache>,
     /// Actions as calls read them (reused for up to 1 s).
-    pub actions: Arc<crate::actions::ActionCache>,
+    pub actions: Arc<crate::actions::cache::ActionCache>,
     /// Namespace policies as effect and action calls read them (reused for up to 1 s).
     pub policies: Arc<crate::policies::PolicyCache>,
 }
@@ -38,6 +42,12 @@ pub struct Shared {
 impl AppState {
     pub fn new(shared: Shared) -> AppState {
         AppState(Arc::new(shared))
+    }
+}
+
+impl crate::input::BodyLimit for AppState {
+    fn body_limit(&self) -> usize {
+        self.config.body_limit
     }
 }
 

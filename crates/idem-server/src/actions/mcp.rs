@@ -22,12 +22,11 @@ use serde_json::{json, Value};
 use utoipa::ToSchema;
 
 use super::call;
+pub use super::upstream::{STATELESS, VERSION_META};
 use crate::api::v1::shared::Authed;
 use crate::error::ApiResult;
 use crate::input::{parse_json, NsPath, RawBody};
 
-/// The stateless revision.
-pub const STATELESS: &str = "2026-07-28";
 /// Every revision served, newest first.
 pub const REVISIONS: [&str; 4] = [STATELESS, "2025-11-25", "2025-06-18", "2025-03-26"];
 /// What `initialize` answers when the client asks for a revision idem does not serve.
@@ -69,9 +68,6 @@ pub struct Object;
 
 /// The largest JSON-RPC integer id (2^53 - 1, what the OpenAPI document states).
 const MAX_ID: f64 = 9_007_199_254_740_991.0;
-
-/// The `_meta` member that carries the revision of a stateless request.
-pub const VERSION_META: &str = "io.modelcontextprotocol/protocolVersion";
 
 const INSTRUCTIONS: &str = "Each tool performs its side effect at most once per business \
     identity. Read the text of every result: it says whether the action was done, is waiting \

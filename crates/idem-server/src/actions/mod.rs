@@ -3,22 +3,27 @@
 //! through the effect path of `POST …/effect`.
 //!
 //! This module owns the action document ([`model`]: validation, key template, identity,
-//! placeholders), a call ([`call`]: the outcome table and what the agent is told) and the
-//! MCP endpoint ([`mcp`]: JSON-RPC over Streamable HTTP). The REST resource is
+//! placeholders), a call ([`call`]: the outcome table and what the agent is told), the MCP
+//! endpoint ([`mcp`]: JSON-RPC over Streamable HTTP), the loaded actions calls reuse
+//! ([`cache`]), the MCP client of a `deliver.mcp` ([`upstream`]) and the background step of
+//! approved deliveries ([`delivery`]). This file holds only what they share, below all of
+//! them: the owner an action's calls claim with, loading an action, and queueing an approved
+//! record's delivery (called by the approval paths). The REST resource is
 //! `api::v1::actions`. What it must never do: send, classify or reconcile by itself (that is
 //! `api::v1::effects` and `idem-egress`, called, never copied), store anything for a call
 //! refused before its claim, or show a header value (they live in the secrets table and are
 //! answered as hints).
 
+pub mod cache;
 pub mod call;
+pub mod delivery;
 pub mod mcp;
 pub mod model;
 pub mod upstream;
 
-use idem::{
-    action_owner, Namespace, NewOutboxItem, OutboxClaim, OutboxFinish, OutboxKind, OutboxOutcome,
-    Record, State, StoreError,
-};
+pub use cache::{ActionCache, Loaded, ACTION_TTL};
+
+use idem::{action_owner, Namespace, NewOutboxItem, OutboxKind, Record, State};
 use serde_json::json;
 
 use crate::error::{ApiError, ApiResult};
@@ -58,126 +63,6 @@ pub async fn approved(st: &AppState, ns: &Namespace, record: &Record) {
     if let Err(e) = st.ledger.store().outbox_enqueue(item, now).await {
         tracing::warn!(namespace = %ns, error = %e,
             "an approved action could not be queued; the next call of the tool delivers it");
-    }
-}
-
-/// Outbox items are held this long while their delivery runs (longer than any attempt).
-const DELIVERY_LEASE_MS: i64 = idem::effect::MAX_TIMEOUT_MS + 60_000;
-
-/// One step of the approved deliveries: claims due items and delivers each approved record's
-/// saved arguments through the effect path. `true` after a full batch.
-pub async fn deliveries_once(st: &AppState) -> Result<bool, StoreError> {
-    const BATCH: usize = 16;
-    let store = st.ledger.store();
-    let items = store
-        .outbox_claim(OutboxClaim {
-            kind: OutboxKind::Effect,
-            now: st.ledger.now(),
-            limit: BATCH,
-            lease_ms: DELIVERY_LEASE_MS,
-        })
-        .await?;
-    let full = items.len() == BATCH;
-    for item in items {
-        let Some(lease) = item.lease.clone() else {
-            continue;
-        };
-        let outcome = deliver_item(st, &item).await;
-        store
-            .outbox_finish(OutboxFinish {
-                id: item.id,
-                lease,
-                outcome,
-                now: st.ledger.now(),
-            })
-            .await?;
-    }
-    Ok(full)
-}
-
-async fn deliver_item(st: &AppState, item: &idem::OutboxItem) -> OutboxOutcome {
-    let later = |ms: i64, why: &str| OutboxOutcome::Retry {
-        at: idem::Timestamp(st.ledger.now().0 + ms),
-        error: Some(why.to_owned()),
-    };
-    let dead = |why: &str| OutboxOutcome::Dead {
-        error: Some(why.to_owned()),
-    };
-    let name = serde_json::from_slice::<serde_json::Value>(&item.payload)
-        .ok()
-        .and_then(|v| v.get("action").and_then(|a| a.as_str()).map(str::to_owned));
-    let (Some(name), Ok(ns), Ok(key)) = (
-        name,
-        Namespace::try_from(item.namespace.as_str()),
-        idem::Key::try_from(item.key.as_str()),
-    ) else {
-        return dead("not an action delivery");
-    };
-    let loaded = match load(st, &ns, &name).await {
-        Ok(Some(l)) => l,
-        Ok(None) => return dead("the action was deleted"),
-        Err(_) => return later(5_000, "the store did not answer"),
-    };
-    match call::deliver_saved(st, &ns, &loaded.action, &loaded.headers, &key).await {
-        Ok(None) => dead("the record holds no approved arguments"),
-        // Held by another call right now, or waiting for its retry time: come back later
-        // (the record's own budget and classification decide the rest).
-        Ok(Some("in_flight")) => later(1_000, "in flight"),
-        Ok(Some("backoff")) => match st.ledger.store().get(&ns, &key).await {
-            Ok(Some(r)) => {
-                let at = r
-                    .record
-                    .not_before
-                    .map_or(5_000, |nb| (nb.0 - st.ledger.now().0).max(0));
-                later(at, "backoff")
-            }
-            _ => later(5_000, "backoff"),
-        },
-        Ok(Some(_)) => OutboxOutcome::Done,
-        Err(e) if e.status().is_server_error() => later(5_000, "the store did not answer"),
-        Err(_) => dead("the delivery was refused"),
-    }
-}
-
-/// A stored action with its header values, ready to call.
-#[derive(Debug)]
-pub struct Loaded {
-    pub action: Action,
-    pub headers: Headers,
-    pub created_at: idem::Timestamp,
-    pub updated_at: idem::Timestamp,
-}
-
-/// How long a loaded action is reused by calls.
-pub const ACTION_TTL: std::time::Duration = std::time::Duration::from_secs(1);
-
-/// Loaded actions for the call path: each is reused for [`ACTION_TTL`] (its JSON Schema
-/// compiled once, not on every call); [`ActionCache::forget`] drops one at once (a write or a
-/// delete through this instance). A missing action is never cached. Another instance on the
-/// same ledger sees a change within [`ACTION_TTL`].
-#[derive(Default)]
-pub struct ActionCache {
-    entries: std::sync::Mutex<std::collections::HashMap<(String, String), Cached>>,
-    /// Bumped by every `forget`: a load that began before a change is not kept.
-    generation: std::sync::atomic::AtomicU64,
-}
-
-type Cached = (std::time::Instant, std::sync::Arc<Loaded>);
-
-impl ActionCache {
-    fn entries(
-        &self,
-    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<(String, String), Cached>> {
-        self.entries
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// Drops the cached `ns`/`name` (after a write or a delete).
-    pub fn forget(&self, ns: &str, name: &str) {
-        self.generation
-            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-        self.entries().remove(&(ns.to_owned(), name.to_owned()));
     }
 }
 

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 
-use crate::api::v1::effects::EffectBody;
+use crate::api::effect_request::EffectBody;
 use crate::error::ApiError;
 use crate::input::read_body;
 

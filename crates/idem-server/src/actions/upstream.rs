@@ -25,6 +25,11 @@
 //! | nothing: timeout or broken connection after the request left | ambiguous |
 //! | a 2xx without the response (stream ended early, not JSON-RPC) | ambiguous |
 //!
+//! It also owns `Step`, what one send step left (verdict, kept answer, `last_error`), which
+//! the effect path reads alike for a plain request and for this delivery, and the revision
+//! names the MCP endpoint (`actions::mcp`) shares with it: it imports nothing of the
+//! handlers.
+//!
 //! What it must never do: log or answer a header value or the arguments (the messages of a
 //! failure name the step and the status only), or send the `tools/call` before `sent` is
 //! recorded.
@@ -37,8 +42,21 @@ use idem_egress::{Answer, Egress, HeaderMap, HeaderName, HeaderValue, Method, Ou
 use serde_json::{json, Map, Value};
 use tokio::time::Instant;
 
-use crate::actions::mcp::{STATELESS, VERSION_META};
-use crate::api::v1::effects::Step;
+/// The stateless revision.
+pub const STATELESS: &str = "2026-07-28";
+/// The `_meta` member that carries the revision of a stateless request.
+pub const VERSION_META: &str = "io.modelcontextprotocol/protocolVersion";
+
+/// What the send step of one attempt left: the verdict, the kept answer, the `last_error` of
+/// a failure (category, message, HTTP status) and whether anything left (`sent`).
+pub(crate) struct Step {
+    pub(crate) verdict: Verdict,
+    pub(crate) response: Option<Value>,
+    pub(crate) category: &'static str,
+    pub(crate) message: String,
+    pub(crate) http_status: Option<u16>,
+    pub(crate) sent: bool,
+}
 
 /// The session revision idem offers in `initialize`.
 pub const CLIENT_REVISION: &str = "2025-11-25";

@@ -3,9 +3,16 @@
 //! that names the files. A new endpoint is one handler plus one route line in its resource's
 //! file (and its name in that file's `Doc`); a new resource is one file plus a line in each
 //! list below.
+//!
+//! Two files are not resources: `shared` (running one ledger operation, the log line, the
+//! common answers) and `claim_wait` (the claim-and-wait of every claiming path), which the
+//! resources import and which import no resource. Shapes more than one resource (or the
+//! action model) reads live below, in [`crate::api`]; the route type is [`crate::route`]. The
+//! router and the OpenAPI document are assembled from the lists below in [`crate::routes`].
 
 pub mod actions;
 pub mod audit;
+pub(crate) mod claim_wait;
 pub mod derive;
 pub mod effects;
 pub mod keys;
@@ -18,7 +25,7 @@ pub mod tokens;
 
 use utoipa::OpenApi;
 
-use crate::routes::Route;
+use crate::route::Route;
 
 /// Every route of the resources, in the order the route table lists them.
 pub fn routes() -> Vec<Route> {

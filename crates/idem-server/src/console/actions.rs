@@ -67,7 +67,7 @@ pub async fn list(
     Extension(viewer): Extension<Viewer>,
     Path(ns): Path<String>,
 ) -> ConsoleResult<Html<String>> {
-    let ns = super::pages::scoped_ns(&viewer, &ns)?;
+    let ns = super::scoped_ns(&viewer, &ns)?;
     let items = read(&st, &viewer, &ns).await?;
     let columns = [
         "Name",

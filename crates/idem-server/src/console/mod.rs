@@ -7,9 +7,11 @@
 //! It owns: the console's routes, its sign-in sessions and CSRF check ([`session`]), its HTML
 //! ([`view`], [maud](https://maud.lambda.xyz) templates: compiled with the binary, every
 //! interpolation HTML-escaped) and the one asset it serves (a CSS file embedded with
-//! `include_str!`). It is a client of the same rules as the API: the same roles and scopes
-//! ([`crate::auth::Caller`]), the same request validation (the API's request bodies read
-//! the forms), and every change goes through the ledger ([`idem::Ledger`]) like an API call.
+//! `include_str!`), and what every page shares: who is looking ([`Viewer`]) and the scope
+//! check of a namespace in a path. It is a client of the same rules as the API: the same
+//! roles and scopes ([`crate::auth::Caller`]), the same request validation (the API's request
+//! bodies read the forms), and every change goes through the ledger ([`idem::Ledger`]) like
+//! an API call.
 //!
 //! What it must never do: bypass the ledger's rules (write to the store directly, or decide
 //! a transition itself), show anything a client sent without escaping it, answer a POST
@@ -29,9 +31,30 @@ use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
+use idem::{Namespace, Role};
 
+use crate::auth::Caller;
 use crate::error::ApiError;
+use crate::input::parse_namespace;
 use crate::state::AppState;
+
+/// Who is looking, as [`session::gate`] found them: the API's caller plus the session's CSRF token.
+#[derive(Clone)]
+pub struct Viewer {
+    pub caller: Caller,
+    pub csrf: String,
+    /// The session's hash (for sign-out).
+    id_hash: String,
+    /// Whether the console is open (no token exists): no sign-out then.
+    pub open: bool,
+}
+
+/// The namespace of a path, within the viewer's scope (403 page otherwise).
+fn scoped_ns(viewer: &Viewer, raw: &str) -> ConsoleResult<Namespace> {
+    let ns = parse_namespace(raw)?;
+    viewer.caller.authorize(Role::Operator, Some(&ns))?;
+    Ok(ns)
+}
 
 /// The console's routes (merged into the application router).
 pub fn router(state: AppState) -> Router<AppState> {

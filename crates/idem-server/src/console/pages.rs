@@ -9,18 +9,19 @@ use axum::http::request::Parts;
 use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::Extension;
-use idem::{Key, ListQuery, Namespace, NamespaceChange, Op, ResolveRequest, Role};
+use idem::{Key, ListQuery, Namespace, NamespaceChange, Op, ResolveRequest};
 use maud::html;
 use serde_json::{json, Map, Value};
 
 use super::session::{FormData, Viewer};
 use super::view::{self, csrf, enc, layout, ns_href, record_href};
-use super::{ConsoleError, ConsoleResult};
+use super::{scoped_ns, ConsoleError, ConsoleResult};
 use crate::api::v1::namespaces::visible_namespaces;
+use crate::api::v1::review::ResolveBody;
 use crate::api::v1::review::{self, review_page, review_query};
 use crate::api::v1::shared::Acting;
 use crate::api::v1::shared::{query_pairs, query_state};
-use crate::api::{NoteBody, ResolveBody};
+use crate::api::NoteBody;
 use crate::error::ApiError;
 use crate::fields::ExternalRef;
 use crate::input::{parse_key, parse_namespace, read_body, NsKey};
@@ -28,13 +29,6 @@ use crate::state::AppState;
 
 /// Records per page on the namespace page.
 const PAGE: usize = 50;
-
-/// The namespace of a path, within the viewer's scope (403 page otherwise).
-pub(super) fn scoped_ns(viewer: &Viewer, raw: &str) -> ConsoleResult<Namespace> {
-    let ns = parse_namespace(raw)?;
-    viewer.caller.authorize(Role::Operator, Some(&ns))?;
-    Ok(ns)
-}
 
 fn scoped_key(viewer: &Viewer, ns: &str, key: &str) -> ConsoleResult<NsKey> {
     let ns = scoped_ns(viewer, ns)?;

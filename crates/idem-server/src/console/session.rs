@@ -26,6 +26,7 @@ use idem::{NewConsoleSession, Role};
 use sha2::Digest;
 use subtle::ConstantTimeEq;
 
+pub use super::Viewer;
 use super::{is_write, path_and_query, view, ConsoleError};
 use crate::auth::Caller;
 use crate::state::AppState;
@@ -36,17 +37,6 @@ pub const COOKIE: &str = "idem_session";
 const LOGIN_COOKIE: &str = "idem_login";
 /// How long a session lives.
 pub const SESSION_MS: i64 = 12 * 3_600_000;
-
-/// Who is looking, as [`gate`] found them: the API's caller plus the session's CSRF token.
-#[derive(Clone)]
-pub struct Viewer {
-    pub caller: Caller,
-    pub csrf: String,
-    /// The session's hash (for sign-out).
-    id_hash: String,
-    /// Whether the console is open (no token exists): no sign-out then.
-    pub open: bool,
-}
 
 /// A POST's form fields, read (and CSRF-checked) by [`gate`].
 #[derive(Clone, Default)]

@@ -9,7 +9,7 @@ use idem::{Event, Record, State, Timestamp};
 use maud::{html, Markup, DOCTYPE};
 use serde_json::Value;
 
-use super::session::Viewer;
+use super::Viewer;
 
 /// Values longer than this are folded behind a "show all" (no script needed: `<details>`).
 pub const FOLD_BYTES: usize = 4096;

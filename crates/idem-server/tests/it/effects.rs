@@ -922,6 +922,43 @@ async fn concurrent_duplicates_wait_for_the_holder_and_get_the_stored_answer() {
 }
 
 #[tokio::test]
+async fn a_wait_that_ends_still_held_answers_with_the_lease_left_when_it_ended() {
+    for backend in backends() {
+        let (d, port) = destination().await;
+        let app = app_for(backend, port).await;
+        // The holder's attempt hangs until its 2 s timeout: a lease of 2000 + 5000 ms.
+        let mut body = post(format!("http://127.0.0.1:{port}/hang"));
+        body["timeout_ms"] = json!(2000);
+        let holder = effect(&app, "pay", "evt_wait:charge", body.clone());
+        let waiter = async {
+            while d.count() == 0 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            let mut waiting = body.clone();
+            waiting["wait_ms"] = json!(600);
+            let call = effect(&app, "pay", "evt_wait:charge", waiting);
+            // The ledger's clock moves 3 s while the call waits; the lease is still held.
+            let tick = async {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                app.advance(3000);
+            };
+            tokio::join!(call, tick).0
+        };
+        let (_, r) = tokio::join!(holder, waiter);
+        assert_eq!(r.status, 409, "{backend:?} {}", r.text);
+        assert_eq!(r.body["outcome"], "in_flight", "{backend:?} {}", r.text);
+        // As on `POST …/claim`: the time left when the wait ended, not when it began.
+        assert_eq!(r.body["retry_after_ms"], 4000, "{backend:?} {}", r.text);
+        assert_eq!(
+            r.body["record"]["state"], "processing",
+            "{backend:?} {}",
+            r.text
+        );
+        assert_eq!(d.count(), 1, "the waiting call sent nothing");
+    }
+}
+
+#[tokio::test]
 async fn an_effect_reports_its_cost_like_complete_and_fail_and_a_bad_cost_sends_nothing() {
     for backend in backends() {
         let (d, port) = destination().await;

@@ -20,7 +20,7 @@ use crate::actions::model::{self, Action, Headers};
 use crate::actions::{load, load_all, Loaded};
 use crate::error::{ApiError, ApiResult};
 use crate::input::{parse_namespace, JsonBody};
-use crate::routes::{r, Route};
+use crate::route::{r, Route};
 use crate::state::AppState;
 
 /// The routes of this file.

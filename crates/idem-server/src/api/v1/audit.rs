@@ -16,7 +16,7 @@ use utoipa::{OpenApi, ToSchema};
 
 use crate::error::{ApiError, ApiResult};
 use crate::input::JsonBody;
-use crate::routes::{r, Route};
+use crate::route::{r, Route};
 
 /// The routes of this file.
 pub fn routes() -> Vec<Route> {

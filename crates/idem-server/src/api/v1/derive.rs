@@ -13,7 +13,7 @@ use utoipa::{OpenApi, ToSchema};
 use crate::error::{ApiError, ApiResult};
 use crate::fields::{Event, KeyAffix, Pointers};
 use crate::input::Body;
-use crate::routes::{r, Route};
+use crate::route::{r, Route};
 
 /// The routes of this file.
 pub fn routes() -> Vec<Route> {
@@ -33,7 +33,7 @@ pub fn routes() -> Vec<Route> {
 )]
 pub struct Doc;
 
-crate::request_body! {
+crate::fields::request_body! {
     required;
     /// `POST /v1/keys/derive`.
     #[derive(Debug, ToSchema)]

@@ -5,39 +5,35 @@
 //! product lives here (those are in `idem-core`). Invariant: a request refused while reading
 //! its input never reaches the store, so it writes nothing.
 
-use std::time::{Duration, Instant};
-
 use axum::extract::{RawQuery, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Json;
 use idem::classify::parse_retry_after;
 use idem::{
-    AttemptCost, ClaimOutcome, ClaimReply, ClaimRequest, Class, CompleteRequest, EventType,
-    FailErrorInput, FailRequest, Fingerprint, HeartbeatRequest, LeaseExpiry, ListQuery, Op,
-    PrepareRequest, Record, Reply, Role,
+    ClaimReply, ClaimRequest, Class, CompleteRequest, EventType, FailErrorInput, FailRequest,
+    Fingerprint, HeartbeatRequest, LeaseExpiry, ListQuery, Op, PrepareRequest, Record, Reply, Role,
 };
 use serde::Serialize;
 use serde_json::Value;
 use utoipa::{OpenApi, ToSchema};
 
+use super::claim_wait::claim_and_wait;
 use super::shared::{
-    answer_headers, claim_of, exec, log_op, query_limit, query_pairs, query_state, refused,
-    state_write,
+    answer_headers, exec, log_op, query_limit, query_pairs, query_state, refused, state_write,
 };
-use crate::api::{json_schema, LeaseExpiryDoc, RecordDoc, RecordWithEventsDoc, StateResponse};
+use crate::api::{
+    json_schema, CostBody, LeaseExpiryDoc, RecordDoc, RecordWithEventsDoc, StateResponse,
+};
 use crate::error::{outcome_status, ApiError, ApiResult};
 use crate::fields::{
-    Category, CorrelationId, CostTokens, CostUsd, ErrorMessage, ExternalRef, FencingToken,
-    FingerprintText, HttpStatus, LeaseMs, Owner, WaitMs,
+    Category, CorrelationId, ErrorMessage, ExternalRef, FencingToken, FingerprintText, HttpStatus,
+    LeaseMs, Owner, WaitMs,
 };
 use crate::input::{Body, NsKey, NsPath};
 use crate::metrics;
-use crate::routes::{r, Route};
+use crate::route::{r, Route};
 use crate::state::AppState;
-
-/// How often a `wait_ms` claim looks at the record again.
-const WAIT_POLL: Duration = Duration::from_millis(50);
 
 /// The routes of this file.
 pub fn routes() -> Vec<Route> {
@@ -106,7 +102,7 @@ pub struct Doc;
 
 // ------------------------------------------------------------------ claim
 
-crate::request_body! {
+crate::fields::request_body! {
     optional;
     /// `POST …/claim` (every member optional; an empty body is `{}`). A `null` member counts as
     /// absent. `payload` and `fingerprint` together are refused (422 `invalid_field`).
@@ -210,21 +206,7 @@ pub async fn claim(
     Body(body): Body<ClaimBody>,
 ) -> ApiResult<Response> {
     let (req, wait_ms) = body.into_request()?;
-    let again = (wait_ms > 0).then(|| req.clone());
-    let (mut reply, mut ex) = claim_of(exec(&st, &nk, Op::Claim(req), None).await?)?;
-    if let (ClaimOutcome::InFlight, Some(req)) = (reply.outcome, again) {
-        let deadline = Instant::now() + Duration::from_millis(wait_ms as u64);
-        match wait_for_holder(&st, &nk, deadline).await? {
-            WaitEnd::Changed => {
-                (reply, ex) = claim_of(exec(&st, &nk, Op::Claim(req), None).await?)?;
-            }
-            WaitEnd::Still(Some(rec)) => {
-                reply.retry_after_ms = Some(rec.lease_remaining_ms(st.ledger.now()));
-                reply.record = Some(*rec);
-            }
-            WaitEnd::Still(None) => {}
-        }
-    }
+    let (reply, ex) = claim_and_wait(&st, &nk, req, wait_ms).await?;
     let duplicate = ex.events.iter().any(|e| e.kind == EventType::DuplicateHit);
     metrics::claim(reply.outcome, reply.resumed, reply.reclaimed, duplicate);
     log_op(
@@ -235,39 +217,6 @@ pub async fn claim(
         reply.outcome.as_str(),
     );
     Ok(claim_response(reply))
-}
-
-pub(super) enum WaitEnd {
-    /// The holder finished or the lease expired: claim again.
-    Changed,
-    /// Deadline (or shutdown) reached; the newest record seen.
-    Still(Option<Box<Record>>),
-}
-
-/// Polls the record read-only (no event per look) until the lease is no longer held.
-pub(super) async fn wait_for_holder(
-    st: &AppState,
-    nk: &NsKey,
-    deadline: Instant,
-) -> ApiResult<WaitEnd> {
-    let mut shutdown = st.shutdown.clone();
-    let mut last = None;
-    loop {
-        let now = Instant::now();
-        if now >= deadline || *shutdown.borrow() {
-            return Ok(WaitEnd::Still(last));
-        }
-        let nap = WAIT_POLL.min(deadline - now);
-        tokio::select! {
-            _ = tokio::time::sleep(nap) => {}
-            _ = shutdown.changed() => return Ok(WaitEnd::Still(last)),
-        }
-        match st.ledger.store().get(&nk.ns, &nk.key).await? {
-            None => return Ok(WaitEnd::Changed),
-            Some(rw) if !rw.record.lease_valid(st.ledger.now()) => return Ok(WaitEnd::Changed),
-            Some(rw) => last = Some(Box::new(rw.record)),
-        }
-    }
 }
 
 fn claim_response(reply: ClaimReply) -> Response {
@@ -285,7 +234,7 @@ fn claim_response(reply: ClaimReply) -> Response {
 
 // ------------------------------------------------------------------ worker writes
 
-crate::request_body! {
+crate::fields::request_body! {
     required;
     /// `POST …/prepare`.
     #[derive(Debug, ToSchema)]
@@ -318,7 +267,7 @@ pub async fn prepare(
     state_write(&st, &nk, "prepare", op, None).await
 }
 
-crate::request_body! {
+crate::fields::request_body! {
     required;
     /// `POST …/heartbeat`.
     #[derive(Debug, ToSchema)]
@@ -348,7 +297,7 @@ pub async fn heartbeat(
     state_write(&st, &nk, "heartbeat", op, None).await
 }
 
-crate::request_body! {
+crate::fields::request_body! {
     required;
     /// `POST …/complete`.
     #[derive(Debug, ToSchema)]
@@ -364,38 +313,6 @@ crate::request_body! {
         /// What this attempt spent: recorded on its event and summed on the record.
         #[schema(value_type = Option<CostBody>)]
         pub cost: Option<CostBody>,
-    }
-}
-
-crate::request_body! {
-    optional;
-    /// `cost` of complete, fail (and effect): what the attempt spent. Absent members count
-    /// as 0; negative or non-numeric values are 422 `invalid_field` naming `cost.tokens` or
-    /// `cost.usd`.
-    #[derive(Debug, ToSchema)]
-    #[serde(deny_unknown_fields)]
-    pub struct CostBody {
-        /// Model tokens (a non-negative integer).
-        #[schema(value_type = Option<u64>, minimum = 0, maximum = 1_000_000_000_000_000i64)]
-        pub tokens: Option<CostTokens>,
-        /// US dollars (a non-negative number; kept to the nano-dollar).
-        #[schema(value_type = Option<f64>, minimum = 0, maximum = 1_000_000)]
-        pub usd: Option<CostUsd>,
-    }
-}
-
-impl CostBody {
-    /// The core's cost (the members are already validated; a refusal still names them).
-    pub fn into_cost(self) -> ApiResult<AttemptCost> {
-        AttemptCost::new(self.tokens.map(|t| t.0), self.usd.map(|u| u.0)).map_err(|e| {
-            let field = format!("cost.{}", e.field);
-            ApiError::invalid_field(field.clone(), format!("`{field}` {}", e.message))
-        })
-    }
-
-    /// An optional body member as the core's optional cost.
-    pub fn of(body: Option<CostBody>) -> ApiResult<Option<AttemptCost>> {
-        body.map(CostBody::into_cost).transpose()
     }
 }
 
@@ -417,7 +334,7 @@ pub async fn complete(
     state_write(&st, &nk, "complete", op, None).await
 }
 
-crate::request_body! {
+crate::fields::request_body! {
     required;
     /// `POST …/fail`. The server must be able to classify the failure: give `kind`, or an
     /// `http_status` of 400–599, or (without `http_status`) an `error.category` of timeout,
@@ -446,7 +363,7 @@ crate::request_body! {
     }
 }
 
-crate::request_body! {
+crate::fields::request_body! {
     required;
     #[derive(Debug, ToSchema)]
     #[serde(deny_unknown_fields)]

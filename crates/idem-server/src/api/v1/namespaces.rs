@@ -19,7 +19,7 @@ use crate::api::{LeaseExpiryDoc, NoteBody};
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult};
 use crate::input::{JsonBody, NsPath};
-use crate::routes::{r, Route};
+use crate::route::{r, Route};
 use crate::state::AppState;
 
 /// The routes of this file.

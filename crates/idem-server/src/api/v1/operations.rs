@@ -1,5 +1,6 @@
-//! The operations endpoints: liveness, readiness, Prometheus metrics and the OpenAPI
-//! document. None needs a token (probes and scrapers carry none); none takes a body.
+//! The operations endpoints: liveness, readiness and Prometheus metrics (the OpenAPI
+//! document is served by the assembly, `crate::routes`). None needs a token (probes and
+//! scrapers carry none); none takes a body.
 //!
 //! What this must never do: write to the store, or let a store that does not answer fail
 //! the scrape of every other metric.
@@ -13,7 +14,7 @@ use utoipa::{OpenApi, ToSchema};
 
 use crate::error::ApiResult;
 use crate::metrics;
-use crate::routes::{r, Route};
+use crate::route::{r, Route};
 use crate::state::AppState;
 
 /// The routes of this file.
@@ -22,14 +23,13 @@ pub fn routes() -> Vec<Route> {
         r("get", "/healthz", None, get(healthz)),
         r("get", "/readyz", None, get(readyz)),
         r("get", "/metrics", None, get(metrics_text)),
-        r("get", "/openapi.json", None, get(openapi_json)),
     ]
 }
 
 /// The OpenAPI of this file.
 #[derive(OpenApi)]
 #[openapi(
-    paths(healthz, readyz, metrics_text, openapi_json),
+    paths(healthz, readyz, metrics_text),
     components(schemas(StatusResponse))
 )]
 pub struct Doc;
@@ -92,11 +92,4 @@ async fn refresh_gauges(st: &AppState) {
         Ok(stats) => *cached = Some((began, stats)),
         Err(e) => tracing::warn!(error = %e, "metrics: store gauges not refreshed"),
     }
-}
-
-/// This document.
-#[utoipa::path(get, path = "/openapi.json", tag = "ops",
-    responses((status = 200, description = "OpenAPI 3.1", content_type = "application/json", body = Object)))]
-pub async fn openapi_json() -> Response {
-    Json(crate::openapi::document()).into_response()
 }

@@ -16,12 +16,12 @@ use utoipa::{OpenApi, ToSchema};
 
 use super::keys::filter_text;
 use super::shared::{query_limit, query_pairs, state_write, Acting, Authed};
-use crate::api::{NoteBody, RecordDoc, StateResponse};
+use crate::api::{NoteBody, RecordDoc, StateResponse, QUEUE_STATES};
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult};
 use crate::fields::{ExternalRef, Note};
 use crate::input::{Body, NsKey};
-use crate::routes::{r, Route};
+use crate::route::{r, Route};
 use crate::state::AppState;
 
 /// The routes of this file.
@@ -58,7 +58,7 @@ pub fn routes() -> Vec<Route> {
 )]
 pub struct Doc;
 
-crate::request_body! {
+crate::fields::request_body! {
     required;
     /// `POST …/resolve` (operator).
     #[derive(Debug, ToSchema)]
@@ -137,13 +137,6 @@ pub struct ReviewResponse {
     /// null at the end.
     pub next_cursor: Option<String>,
 }
-
-/// The states the review queue can be filtered by.
-pub(crate) const QUEUE_STATES: [idem::State; 3] = [
-    idem::State::NeedsReview,
-    idem::State::AwaitingApproval,
-    idem::State::Processing,
-];
 
 /// Reads the review queue's query string (`namespace, state, owner, correlation_id, limit,
 /// cursor`; empty values count as absent) and applies the caller's scope: a token of one

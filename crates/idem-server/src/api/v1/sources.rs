@@ -29,7 +29,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::input::JsonBody;
 use crate::intake::receive::ForwardItem;
 use crate::intake::{load, LoadedSource};
-use crate::routes::{r, Route};
+use crate::route::{r, Route};
 use crate::state::AppState;
 use idem_intake::fanout::{delivery_key, DEFAULT};
 

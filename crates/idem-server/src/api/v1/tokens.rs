@@ -23,7 +23,7 @@ use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult};
 use crate::fields::{ExpiresInMs, Label, ScopeText};
 use crate::input::{path_params, read_body, JsonBody};
-use crate::routes::{r, Route};
+use crate::route::{r, Route};
 use crate::state::AppState;
 
 /// The routes of this file.
@@ -49,7 +49,7 @@ pub fn routes() -> Vec<Route> {
 )]
 pub struct Doc;
 
-crate::request_body! {
+crate::fields::request_body! {
     required;
     /// `POST /v1/tokens` (admin).
     #[derive(Debug, ToSchema)]

@@ -695,6 +695,31 @@ async fn the_egress_guard_refuses_before_anything_is_written_or_sent() {
     }
 }
 
+/// The egress rules a call checks are reused for up to a second, but a change through this
+/// instance applies to the very next call: narrowing the allow list refuses at once, and
+/// widening it again lets the next call through.
+#[tokio::test]
+async fn a_policy_change_applies_to_the_next_effect_at_once() {
+    for backend in backends() {
+        let (d, port) = destination().await;
+        let app = app_for(backend, port).await;
+        let url = format!("http://127.0.0.1:{port}/x");
+        let r = effect(&app, "pay", "k1", post(url.clone())).await;
+        assert_eq!(r.body["outcome"], "performed", "{}", r.text);
+        allow(&app, "pay", json!([format!("127.0.0.1:{}", closed_port())])).await;
+        let r = effect(&app, "pay", "k2", post(url.clone())).await;
+        assert_eq!(
+            r.problem(422, "destination_forbidden")["field"],
+            "request.url"
+        );
+        assert_eq!(app.record("pay", "k2").await.status, 404, "nothing written");
+        allow(&app, "pay", json!([format!("127.0.0.1:{port}")])).await;
+        let r = effect(&app, "pay", "k2", post(url)).await;
+        assert_eq!(r.body["outcome"], "performed", "{}", r.text);
+        assert_eq!(d.count(), 2, "the refused call sent nothing");
+    }
+}
+
 /// With a non-empty allow list, a name it does not list is refused by name before any lookup:
 /// 422 `destination_forbidden`, nothing written, nothing sent, whether the name resolves or
 /// not (here it cannot: a retryable "did not resolve" would be the wrong answer).

@@ -16,38 +16,40 @@
 use std::time::Instant;
 
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use axum::Json;
 use idem::effect::{
     self, capture, classify, fingerprint, reconcile_result, url_without_query, Body as EffBody,
     Method as EffMethod, Reconciled, RequestSummary, Success, Transport, Verdict,
 };
 use idem::{
-    ClaimOutcome, ClaimReply, ClaimRequest, EffectReportRequest, EffectSentRequest, LeaseExpiry,
-    Op, Record, Reply, Role, State as RecState,
+    ClaimOutcome, ClaimRequest, EffectReportRequest, EffectSentRequest, LeaseExpiry, Op, Record,
+    Reply, Role,
 };
 use idem_egress::{Forbidden, Outbound, Outcome, Target};
-use serde::Serialize;
 use serde_json::Value;
 use tracing::Instrument;
-use utoipa::{OpenApi, ToSchema};
+use utoipa::OpenApi;
+
+mod answer;
 
 use super::claim_wait::claim_and_wait;
-use super::shared::{answer_headers, exec, log_op, refused};
+use super::shared::{exec, log_op, refused};
 use crate::actions::upstream::{self, Step};
 pub use crate::api::effect_request::{
     EffectBody, EffectRequestBody, ReconcileBody, MAX_HEADERS, MAX_URL, RESERVED_HEADERS,
 };
-use crate::api::{CostBody, RecordDoc};
-use crate::error::{outcome_status, ApiError, ApiResult};
+use crate::api::CostBody;
+use crate::error::{ApiError, ApiResult};
 use crate::fields::{CorrelationId, Owner, WaitMs};
 use crate::input::{Body, NsKey};
 use crate::metrics;
-use crate::outcome::EffectOutcome;
 use crate::route::{r, Route};
 use crate::state::AppState;
+use answer::attempt_answer;
+pub(crate) use answer::{claim_answer, Answer};
+pub use answer::{EffectResponse, Object, ResponseDoc};
 
 /// The routes of this file.
 pub fn routes() -> Vec<Route> {
@@ -185,117 +187,6 @@ impl EffectBody {
             cost: CostBody::of(self.cost)?,
             mcp_tool: None,
         })
-    }
-}
-
-// ------------------------------------------------------------------ answer
-
-/// A response as stored and answered.
-#[derive(ToSchema)]
-#[allow(dead_code)]
-pub struct ResponseDoc {
-    status: u16,
-    /// Only content-type, location, retry-after, request-id, x-request-id, idempotency-key,
-    /// idempotent-replayed (lowercase).
-    headers: Object,
-    /// JSON when the destination sent JSON, else text (absent when `body_base64` is given).
-    body: Option<Value>,
-    /// The bytes, base64, when they are neither JSON nor text.
-    body_base64: Option<String>,
-    /// The body was longer than the server's max_response_bytes.
-    truncated: bool,
-}
-
-/// Free-form object (for the schema).
-#[derive(ToSchema)]
-pub struct Object;
-
-/// The answer to an effect.
-#[derive(Serialize, ToSchema)]
-pub struct EffectResponse {
-    /// performed | completed | failed_permanent | backoff | needs_review | in_flight |
-    /// awaiting_approval | conflict | paused | limited
-    pub outcome: &'static str,
-    /// The destination's answer of this attempt, or the stored one on a replay; null when
-    /// none came back.
-    #[schema(value_type = Option<ResponseDoc>)]
-    pub response: Option<Value>,
-    #[schema(value_type = Option<RecordDoc>)]
-    pub record: Option<Record>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub retry_after_ms: Option<i64>,
-    /// Present (true) only when a reconcile lookup ran.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub reconciled: Option<bool>,
-}
-
-/// What an effect (or an action's delivery) answers.
-pub(crate) struct Answer {
-    pub(crate) outcome: &'static str,
-    pub(crate) status: StatusCode,
-    pub(crate) replayed: bool,
-    pub(crate) response: Option<Value>,
-    pub(crate) record: Option<Record>,
-    pub(crate) retry_after_ms: Option<i64>,
-    pub(crate) reconciled: Option<bool>,
-}
-
-impl IntoResponse for Answer {
-    fn into_response(self) -> Response {
-        let headers = answer_headers(self.replayed, self.retry_after_ms);
-        let body = EffectResponse {
-            outcome: self.outcome,
-            response: self.response,
-            record: self.record,
-            retry_after_ms: self.retry_after_ms,
-            reconciled: self.reconciled,
-        };
-        (self.status, headers, Json(body)).into_response()
-    }
-}
-
-/// The answer of a claim that did not acquire (replays carry the stored response).
-pub(crate) fn claim_answer(reply: ClaimReply) -> Answer {
-    let replayed = reply.outcome.is_replay();
-    let response = if replayed {
-        reply.record.as_ref().and_then(|r| r.result.clone())
-    } else {
-        None
-    };
-    Answer {
-        outcome: reply.outcome.as_str(),
-        status: outcome_status(reply.outcome),
-        replayed,
-        response,
-        record: reply.record,
-        retry_after_ms: reply.retry_after_ms,
-        reconciled: None,
-    }
-}
-
-/// The answer after this call's attempt was reported, read from the record it left.
-fn attempt_answer(
-    record: Record,
-    response: Option<Value>,
-    reconciled: bool,
-    now: idem::Timestamp,
-) -> Answer {
-    let (outcome, status) = match record.state {
-        RecState::Completed => (EffectOutcome::Performed, StatusCode::OK),
-        RecState::FailedPermanent => (EffectOutcome::FailedPermanent, StatusCode::OK),
-        RecState::FailedRetryable => (EffectOutcome::Backoff, StatusCode::CONFLICT),
-        _ => (EffectOutcome::NeedsReview, StatusCode::CONFLICT),
-    };
-    let retry_after_ms = (record.state == RecState::FailedRetryable)
-        .then(|| record.not_before.map_or(0, |nb| (nb.0 - now.0).max(0)));
-    Answer {
-        outcome: outcome.as_str(),
-        status,
-        replayed: false,
-        response,
-        record: Some(record),
-        retry_after_ms,
-        reconciled: reconciled.then_some(true),
     }
 }
 
@@ -823,164 +714,4 @@ fn canonical_header_name(h: &str) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::input::read_body;
-    use serde_json::json;
-
-    fn input(v: Value) -> ApiResult<Input> {
-        read_body::<EffectBody>(v)?.into_input()
-    }
-    fn field(r: ApiResult<Input>) -> String {
-        match r {
-            Err(ApiError::InvalidField { field, message }) => {
-                assert!(!message.contains("s3cr3t"), "{message}");
-                field
-            }
-            Err(ApiError::UnknownField { field }) => format!("unknown:{field}"),
-            Err(e) => format!("{e:?}"),
-            Ok(_) => "ok".into(),
-        }
-    }
-
-    #[test]
-    fn requests_are_validated_naming_the_member() {
-        let url = "https://api.example.com/v1/x";
-        for (body, want) in [
-            (json!({}), "request"),
-            (json!({"request": {"url": url}}), "request.method"),
-            (
-                json!({"request": {"method": "GET", "url": url}}),
-                "request.method",
-            ),
-            (json!({"request": {"method": "POST"}}), "request.url"),
-            (
-                json!({"request": {"method": "POST", "url": "ftp://x/"}}),
-                "request.url",
-            ),
-            (
-                json!({"request": {"method": "POST", "url": "/relative"}}),
-                "request.url",
-            ),
-            (
-                json!({"request": {"method": "POST", "url": "https://u:p@x.example/"}}),
-                "request.url",
-            ),
-            (
-                json!({"request": {"method": "POST", "url": url, "body": {}, "body_text": "x"}}),
-                "request.body",
-            ),
-            (
-                json!({"request": {"method": "POST", "url": url, "body_base64": "!!"}}),
-                "request.body_base64",
-            ),
-            (
-                json!({"request": {"method": "POST", "url": url, "headers": {"X-A": 1}}}),
-                "request.headers.X-A",
-            ),
-            (
-                json!({"request": {"method": "POST", "url": url, "headers": {"X-A": "s3cr3t\n"}}}),
-                "request.headers.X-A",
-            ),
-            (
-                json!({"request": {"method": "POST", "url": url, "headers": {"Host": "x"}}}),
-                "request.headers.Host",
-            ),
-            (
-                json!({"request": {"method": "POST", "url": url,
-                       "headers": {"Idempotency-Key": "s3cr3t"}}}),
-                "request.headers.idempotency-key",
-            ),
-            (
-                json!({"request": {"method": "POST", "url": url}, "timeout_ms": 300_001}),
-                "timeout_ms",
-            ),
-            (
-                json!({"request": {"method": "POST", "url": url}, "timeout_ms": 0}),
-                "timeout_ms",
-            ),
-            (
-                json!({"request": {"method": "POST", "url": url}, "success": "3xx"}),
-                "success",
-            ),
-            (
-                json!({"request": {"method": "POST", "url": url}, "success": [700]}),
-                "success",
-            ),
-            (
-                json!({"request": {"method": "POST", "url": url}, "success": []}),
-                "success",
-            ),
-            (
-                json!({"request": {"method": "POST", "url": url}, "idempotency_header": "a b"}),
-                "idempotency_header",
-            ),
-            (
-                json!({"request": {"method": "POST", "url": url},
-                       "reconcile": {"url": url, "found": [200]}}),
-                "reconcile.not_found",
-            ),
-            (
-                json!({"request": {"method": "POST", "url": url},
-                       "reconcile": {"method": "POST", "url": url, "found": [200], "not_found": [404]}}),
-                "reconcile.method",
-            ),
-            (
-                json!({"request": {"method": "POST", "url": url, "extra": 1}}),
-                "unknown:request.extra",
-            ),
-            (
-                json!({"request": {"method": "POST", "url": url}, "cost": {"tokens": -1}}),
-                "cost.tokens",
-            ),
-            (
-                json!({"request": {"method": "POST", "url": url}, "cost": {"eur": 1}}),
-                "unknown:cost.eur",
-            ),
-        ] {
-            assert_eq!(field(input(body.clone())), want, "{body}");
-        }
-    }
-
-    #[test]
-    fn defaults_and_the_idempotency_header() {
-        let i = input(json!({"request": {"method": "POST", "url": "https://x.example/a?b=1",
-                                          "body": {"a": 1}, "headers": {"Authorization": "s3cr3t"}}}))
-        .expect("valid");
-        assert_eq!(i.timeout_ms, 30_000);
-        assert_eq!(i.success, Success::TwoXx);
-        assert_eq!(
-            i.idempotency_header.as_ref().map(HeaderName::as_str),
-            Some("idempotency-key")
-        );
-        assert_eq!(
-            i.headers.get("content-type").map(|v| v.as_bytes()),
-            Some(&b"application/json"[..])
-        );
-        assert_eq!(i.bytes.as_deref(), Some(&br#"{"a":1}"#[..]));
-        let shown = format!(
-            "{:?}",
-            read_body::<EffectBody>(json!({"request": {"method": "POST",
-            "url": "https://x.example/", "headers": {"Authorization": "s3cr3t"}}}))
-        );
-        assert!(!shown.contains("s3cr3t"), "{shown}");
-        let none = input(
-            json!({"request": {"method": "PUT", "url": "https://x.example/"},
-                                 "idempotency_header": null}),
-        )
-        .expect("valid");
-        assert_eq!(none.idempotency_header, None);
-        assert!(none.body.is_none() && none.bytes.is_none());
-        let text = input(
-            json!({"request": {"method": "PATCH", "url": "https://x.example/",
-                                 "body_text": "hi", "headers": {"content-type": "text/plain"}}}),
-        )
-        .expect("valid");
-        assert_eq!(
-            text.headers.get("content-type").map(|v| v.as_bytes()),
-            Some(&b"text/plain"[..])
-        );
-        assert_eq!(canonical_header_name("idempotency-key"), "Idempotency-Key");
-        assert_eq!(canonical_header_name("x-idem"), "X-Idem");
-    }
-}
+mod tests;

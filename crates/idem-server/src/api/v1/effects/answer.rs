@@ -1,0 +1,128 @@
+//! The answer of an effect: the response and record an effect (or an action's delivery)
+//! answers with, its OpenAPI schemas, and how a claim's reply or a reported attempt turns
+//! into it.
+//!
+//! It owns only the shape of the answer and the mapping from outcome to status. It must
+//! never send, claim or write anything, nor carry a request header into what it answers.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use idem::{ClaimReply, Record, State as RecState};
+use serde::Serialize;
+use serde_json::Value;
+use utoipa::ToSchema;
+
+use crate::api::v1::shared::answer_headers;
+use crate::api::RecordDoc;
+use crate::error::outcome_status;
+use crate::outcome::EffectOutcome;
+
+/// A response as stored and answered.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct ResponseDoc {
+    status: u16,
+    /// Only content-type, location, retry-after, request-id, x-request-id, idempotency-key,
+    /// idempotent-replayed (lowercase).
+    headers: Object,
+    /// JSON when the destination sent JSON, else text (absent when `body_base64` is given).
+    body: Option<Value>,
+    /// The bytes, base64, when they are neither JSON nor text.
+    body_base64: Option<String>,
+    /// The body was longer than the server's max_response_bytes.
+    truncated: bool,
+}
+
+/// Free-form object (for the schema).
+#[derive(ToSchema)]
+pub struct Object;
+
+/// The answer to an effect.
+#[derive(Serialize, ToSchema)]
+pub struct EffectResponse {
+    /// performed | completed | failed_permanent | backoff | needs_review | in_flight |
+    /// awaiting_approval | conflict | paused | limited
+    pub outcome: &'static str,
+    /// The destination's answer of this attempt, or the stored one on a replay; null when
+    /// none came back.
+    #[schema(value_type = Option<ResponseDoc>)]
+    pub response: Option<Value>,
+    #[schema(value_type = Option<RecordDoc>)]
+    pub record: Option<Record>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_after_ms: Option<i64>,
+    /// Present (true) only when a reconcile lookup ran.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reconciled: Option<bool>,
+}
+
+/// What an effect (or an action's delivery) answers.
+pub(crate) struct Answer {
+    pub(crate) outcome: &'static str,
+    pub(crate) status: StatusCode,
+    pub(crate) replayed: bool,
+    pub(crate) response: Option<Value>,
+    pub(crate) record: Option<Record>,
+    pub(crate) retry_after_ms: Option<i64>,
+    pub(crate) reconciled: Option<bool>,
+}
+
+impl IntoResponse for Answer {
+    fn into_response(self) -> Response {
+        let headers = answer_headers(self.replayed, self.retry_after_ms);
+        let body = EffectResponse {
+            outcome: self.outcome,
+            response: self.response,
+            record: self.record,
+            retry_after_ms: self.retry_after_ms,
+            reconciled: self.reconciled,
+        };
+        (self.status, headers, Json(body)).into_response()
+    }
+}
+
+/// The answer of a claim that did not acquire (replays carry the stored response).
+pub(crate) fn claim_answer(reply: ClaimReply) -> Answer {
+    let replayed = reply.outcome.is_replay();
+    let response = if replayed {
+        reply.record.as_ref().and_then(|r| r.result.clone())
+    } else {
+        None
+    };
+    Answer {
+        outcome: reply.outcome.as_str(),
+        status: outcome_status(reply.outcome),
+        replayed,
+        response,
+        record: reply.record,
+        retry_after_ms: reply.retry_after_ms,
+        reconciled: None,
+    }
+}
+
+/// The answer after this call's attempt was reported, read from the record it left.
+pub(crate) fn attempt_answer(
+    record: Record,
+    response: Option<Value>,
+    reconciled: bool,
+    now: idem::Timestamp,
+) -> Answer {
+    let (outcome, status) = match record.state {
+        RecState::Completed => (EffectOutcome::Performed, StatusCode::OK),
+        RecState::FailedPermanent => (EffectOutcome::FailedPermanent, StatusCode::OK),
+        RecState::FailedRetryable => (EffectOutcome::Backoff, StatusCode::CONFLICT),
+        _ => (EffectOutcome::NeedsReview, StatusCode::CONFLICT),
+    };
+    let retry_after_ms = (record.state == RecState::FailedRetryable)
+        .then(|| record.not_before.map_or(0, |nb| (nb.0 - now.0).max(0)));
+    Answer {
+        outcome: outcome.as_str(),
+        status,
+        replayed: false,
+        response,
+        record: Some(record),
+        retry_after_ms,
+        reconciled: reconciled.then_some(true),
+    }
+}

@@ -186,7 +186,6 @@ pub(super) fn action_from_toml(
     Ok(doc)
 }
 
-/// Turns a `[namespaces.NAME]` table into a JSON policy patch (`*_ms` integers).
 /// A TOML error as line, column and message, without the excerpt of the file that
 /// `toml`'s `Display` prints: the offending line may hold the database password or an
 /// `alert_secret`, and this message reaches the log.
@@ -202,6 +201,7 @@ pub(super) fn toml_error_without_text(text: &str, e: &toml::de::Error) -> String
     }
 }
 
+/// Turns a `[namespaces.NAME]` table into a JSON policy patch (`*_ms` integers).
 pub(super) fn policy_from_toml(table: &toml::Table) -> Result<Value, String> {
     let mut out = serde_json::Map::new();
     for (k, v) in table {

@@ -220,23 +220,42 @@ fn take_headers(m: &mut Map<String, Value>, field: &str) -> Result<Map<String, V
     }
 }
 
-/// Renames the effect's member paths in an effect validation error to the action's.
+/// Renames the effect's member paths in an effect validation error to `deliver.http`'s.
 fn as_http_error(e: ApiError) -> ApiError {
+    renamed_error(
+        e,
+        "deliver.http",
+        &[
+            "reconcile.",
+            "timeout_ms`",
+            "success`",
+            "idempotency_header`",
+        ],
+    )
+}
+
+/// Renames the effect's member paths in an effect validation error to those under `to`
+/// (`deliver.http`, `deliver.mcp`): `request` and `request.*` become `to` and `to.*`, every
+/// other field is put under `to`; in the message, `request`, `request.*` and each of
+/// `members` (what follows a member name's opening backtick, such as "timeout_ms" with its
+/// closing backtick, or "reconcile.") are renamed the same way.
+fn renamed_error(e: ApiError, to: &str, members: &[&str]) -> ApiError {
     let rename = |s: &str| {
-        s.replace("`request.", "`deliver.http.")
-            .replace("`request`", "`deliver.http`")
-            .replace("`reconcile.", "`deliver.http.reconcile.")
-            .replace("`timeout_ms`", "`deliver.http.timeout_ms`")
-            .replace("`success`", "`deliver.http.success`")
-            .replace("`idempotency_header`", "`deliver.http.idempotency_header`")
+        let mut s = s
+            .replace("`request.", &format!("`{to}."))
+            .replace("`request`", &format!("`{to}`"));
+        for m in members {
+            s = s.replace(&format!("`{m}"), &format!("`{to}.{m}"));
+        }
+        s
     };
     let path = |f: &str| {
         if let Some(rest) = f.strip_prefix("request.") {
-            format!("deliver.http.{rest}")
+            format!("{to}.{rest}")
         } else if f == "request" {
-            "deliver.http".to_owned()
+            to.to_owned()
         } else {
-            format!("deliver.http.{f}")
+            format!("{to}.{f}")
         }
     };
     match e {
@@ -267,30 +286,7 @@ fn valid_upstream_tool(s: &str) -> bool {
 
 /// Renames the effect's member paths in an effect validation error to `deliver.mcp`'s.
 fn as_mcp_error(e: ApiError) -> ApiError {
-    let rename = |s: &str| {
-        s.replace("`request.", "`deliver.mcp.")
-            .replace("`request`", "`deliver.mcp`")
-            .replace("`timeout_ms`", "`deliver.mcp.timeout_ms`")
-    };
-    let path = |f: &str| {
-        if let Some(rest) = f.strip_prefix("request.") {
-            format!("deliver.mcp.{rest}")
-        } else if f == "request" {
-            "deliver.mcp".to_owned()
-        } else {
-            format!("deliver.mcp.{f}")
-        }
-    };
-    match e {
-        ApiError::InvalidField { field, message } => ApiError::InvalidField {
-            field: path(&field),
-            message: rename(&message),
-        },
-        ApiError::UnknownField { field } => ApiError::UnknownField {
-            field: path(&field),
-        },
-        other => other,
-    }
+    renamed_error(e, "deliver.mcp", &["timeout_ms`"])
 }
 
 /// An action read from its document, with its header values apart.

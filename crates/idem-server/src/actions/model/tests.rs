@@ -286,3 +286,38 @@ fn the_effect_body_is_what_an_effect_would_be_sent() {
         .and_then(EffectBody::into_input)
         .expect("an effect");
 }
+
+#[test]
+fn effect_errors_are_renamed_to_the_delivery_members_in_field_and_message() {
+    let e = || ApiError::InvalidField {
+        field: "request.url".into(),
+        message: "`request.url` bad; `request` odd; `timeout_ms` low; `reconcile.url` far; \
+                  `success` empty; `idempotency_header` long; `reconcile` kept"
+            .into(),
+    };
+    let ApiError::InvalidField { field, message } = as_http_error(e()) else {
+        panic!("not an invalid_field");
+    };
+    assert_eq!(field, "deliver.http.url");
+    assert_eq!(
+        message,
+        "`deliver.http.url` bad; `deliver.http` odd; `deliver.http.timeout_ms` low; \
+         `deliver.http.reconcile.url` far; `deliver.http.success` empty; \
+         `deliver.http.idempotency_header` long; `reconcile` kept"
+    );
+    let ApiError::InvalidField { field, message } = as_mcp_error(e()) else {
+        panic!("not an invalid_field");
+    };
+    assert_eq!(field, "deliver.mcp.url");
+    assert_eq!(
+        message,
+        "`deliver.mcp.url` bad; `deliver.mcp` odd; `deliver.mcp.timeout_ms` low; \
+         `reconcile.url` far; `success` empty; `idempotency_header` long; `reconcile` kept"
+    );
+    let ApiError::UnknownField { field } = as_mcp_error(ApiError::UnknownField {
+        field: "extra".into(),
+    }) else {
+        panic!("not an unknown_field");
+    };
+    assert_eq!(field, "deliver.mcp.extra");
+}

@@ -19,6 +19,7 @@
 
 use std::collections::BTreeMap;
 
+use serde::Serialize;
 use serde_json::{json, Map, Value};
 
 use crate::fanout::{Filter, Rate, DEFAULT};
@@ -168,6 +169,43 @@ pub fn default_event_id(p: Provider) -> Option<EventIdRule> {
     }
 }
 
+/// A source as reads show it: defaults filled in, secrets only as hints (the last 4
+/// characters). Its members are the contract's (`INTAKE.md`); `retry`, `filter`, `rate`,
+/// `event_id` and `hmac` are the same small objects a source document is written with.
+#[derive(Debug, Serialize)]
+pub struct SourceRead {
+    pub source: String,
+    pub provider: String,
+    pub namespace: String,
+    pub tolerance_ms: i64,
+    pub event_id: Option<Value>,
+    pub split: Option<String>,
+    /// The destination `default`; `None` when the source has only named destinations.
+    pub forward: Option<ForwardRead>,
+    /// The named destinations.
+    pub forwards: BTreeMap<String, ForwardRead>,
+    pub hmac: Option<Value>,
+    pub public_url: Option<String>,
+    pub max_body_bytes: usize,
+    pub secret_hints: Vec<String>,
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+/// One destination of a source as reads show it.
+#[derive(Debug, Serialize)]
+pub struct ForwardRead {
+    pub url: String,
+    pub timeout_ms: i64,
+    pub concurrency: u32,
+    pub headers: Vec<String>,
+    pub retry: Value,
+    /// The last 4 characters of the destination's signing secret, when it has one.
+    pub secret_hint: Option<String>,
+    pub filter: Option<Value>,
+    pub rate: Option<Value>,
+}
+
 impl Source {
     /// The ledger namespace of this source's events.
     pub fn namespace(&self) -> &str {
@@ -287,46 +325,43 @@ impl Source {
         &self,
         hints: &[String],
         forward_hints: &BTreeMap<String, String>,
-        created_at: Value,
-        updated_at: Value,
-    ) -> Value {
-        let read = |name: &str, f: &Forward| {
-            json!({
-                "url": f.url,
-                "timeout_ms": f.timeout_ms,
-                "concurrency": f.concurrency,
-                "headers": self.headers_of(f),
-                "retry": retry_json(&f.retry),
-                "secret_hint": forward_hints.get(name),
-                "filter": f.filter.as_ref().map(filter_json),
-                "rate": f.rate.as_ref().map(rate_json),
-            })
+        created_at: String,
+        updated_at: String,
+    ) -> SourceRead {
+        let read = |name: &str, f: &Forward| ForwardRead {
+            url: f.url.clone(),
+            timeout_ms: f.timeout_ms,
+            concurrency: f.concurrency,
+            headers: self.headers_of(f),
+            retry: retry_json(&f.retry),
+            secret_hint: forward_hints.get(name).cloned(),
+            filter: f.filter.as_ref().map(filter_json),
+            rate: f.rate.as_ref().map(rate_json),
         };
-        let forwards: Map<String, Value> = self
-            .forwards
-            .iter()
-            .map(|(n, f)| (n.clone(), read(n, f)))
-            .collect();
         let event_id = self
             .event_id
             .clone()
             .or_else(|| default_event_id(self.provider));
-        json!({
-            "source": self.name,
-            "provider": self.provider.as_str(),
-            "namespace": self.namespace(),
-            "tolerance_ms": self.tolerance_ms,
-            "event_id": event_id.as_ref().map(rule_json),
-            "split": self.split(),
-            "forward": self.forward.as_ref().map(|f| read(DEFAULT, f)),
-            "forwards": forwards,
-            "hmac": self.hmac.as_ref().map(hmac_json),
-            "public_url": self.public_url,
-            "max_body_bytes": self.max_body_bytes,
-            "secret_hints": hints,
-            "created_at": created_at,
-            "updated_at": updated_at,
-        })
+        SourceRead {
+            source: self.name.clone(),
+            provider: self.provider.as_str().to_owned(),
+            namespace: self.namespace().to_owned(),
+            tolerance_ms: self.tolerance_ms,
+            event_id: event_id.as_ref().map(rule_json),
+            split: self.split().map(str::to_owned),
+            forward: self.forward.as_ref().map(|f| read(DEFAULT, f)),
+            forwards: self
+                .forwards
+                .iter()
+                .map(|(n, f)| (n.clone(), read(n, f)))
+                .collect(),
+            hmac: self.hmac.as_ref().map(hmac_json),
+            public_url: self.public_url.clone(),
+            max_body_bytes: self.max_body_bytes,
+            secret_hints: hints.to_vec(),
+            created_at,
+            updated_at,
+        }
     }
 
     /// Merges `patch` (recursively; `null` removes a member, so it takes its default) into

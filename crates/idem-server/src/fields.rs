@@ -10,7 +10,7 @@
 //! field (`#[schema(...)]`); a test here keeps the two limits equal.
 
 use idem::policy::MAX_LEASE_MS;
-use idem::{Class, LeaseExpiry, ResolveAction, Role};
+use idem::{Class, LeaseExpiry, ResolveAction, Role, State as RecState, Timestamp};
 use serde_json::Value;
 
 use crate::error::ApiError;
@@ -139,6 +139,9 @@ text_member! {
     KeyAffix, 255;
     /// A token's scope before it is checked: a namespace or `*`.
     ScopeText, 128;
+    /// A destination of an intake source, by name (whether the event has it is the
+    /// handler's question).
+    DestinationName, 255;
 }
 
 /// A failure's message: any text (the core sanitizes and cuts it before it is stored), at
@@ -313,7 +316,40 @@ macro_rules! enum_member {
     )*};
 }
 
+/// The states a bulk redeliver selects by: the ones an operator sends again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RedeliverState(pub RecState);
+
+impl RedeliverState {
+    fn parse(s: &str) -> Option<RedeliverState> {
+        match RecState::parse(s)? {
+            s @ (RecState::NeedsReview | RecState::FailedRetryable | RecState::Completed) => {
+                Some(RedeliverState(s))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// An RFC 3339 time (`2026-01-31T12:00:00Z`, any offset), kept to the millisecond.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rfc3339(pub Timestamp);
+
+impl Member for Option<Rfc3339> {
+    fn read(o: &mut Obj, name: &str) -> Result<Self, ApiError> {
+        match o.value(name) {
+            None => Ok(None),
+            Some(Value::String(s)) => chrono::DateTime::parse_from_rfc3339(&s)
+                .map(|t| Some(Rfc3339(Timestamp(t.timestamp_millis()))))
+                .map_err(|_| o.invalid(name, "must be an RFC 3339 time")),
+            Some(_) => Err(o.invalid(name, "must be an RFC 3339 time")),
+        }
+    }
+}
+
 enum_member! {
+    RedeliverState, RedeliverState::parse, "needs_review, failed_retryable, completed",
+        "is required: needs_review, failed_retryable or completed";
     LeaseExpiry, LeaseExpiry::parse, "reclaim, review", "is required: reclaim or review";
     Class, Class::parse, "retryable, permanent, ambiguous",
         "is required: retryable, permanent or ambiguous";

@@ -13,6 +13,7 @@ use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::{Extension, Json};
 use idem::Role;
+use idem_intake::source::SourceRead;
 use maud::{html, Markup};
 use serde_json::{json, Value};
 
@@ -58,7 +59,7 @@ fn event_href(source: &str, key: &str) -> String {
 /// A source the viewer may see; another namespace's source is answered as a missing one.
 async fn scoped_source(st: &AppState, viewer: &Viewer, raw: &str) -> ConsoleResult<LoadedSource> {
     let name = api::source_name(raw)?;
-    let missing = || ConsoleError::NotFound(format!("There is no source named {name:?}."));
+    let missing = || ConsoleError::not_found(format!("There is no source named {name:?}."));
     let l = match api::existing(st, &name).await {
         Ok(l) => l,
         Err(ApiError::NotFound(_)) => return Err(missing()),
@@ -138,22 +139,18 @@ fn authed(st: &AppState, viewer: &Viewer) -> Authed {
 pub(crate) async fn sources_rows(
     st: &AppState,
     viewer: &Viewer,
-) -> ConsoleResult<Vec<(Value, u64, u64)>> {
+) -> ConsoleResult<Vec<(SourceRead, u64, u64)>> {
     let Json(list) = api::list_sources(authed(st, viewer)).await?;
     let backlog = per_source(st.ledger.store().intake_backlog().await?);
     let dead = st.ledger.store().intake_dead_letters().await?;
-    let items = list
-        .get("items")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    Ok(items
+    Ok(list
+        .items
         .into_iter()
         .map(|item| {
             let of = |counts: &[(String, u64)]| {
                 counts
                     .iter()
-                    .find(|(name, _)| name == s(&item, "/source"))
+                    .find(|(name, _)| *name == item.source)
                     .map_or(0, |(_, n)| *n)
             };
             let (n, d) = (of(&backlog), of(&dead));
@@ -163,7 +160,7 @@ pub(crate) async fn sources_rows(
 }
 
 /// The table of sources (the sources page and the overview).
-pub(crate) fn sources_table(rows: &[(Value, u64, u64)]) -> Markup {
+pub(crate) fn sources_table(rows: &[(SourceRead, u64, u64)]) -> Markup {
     let columns = [
         "Source",
         "Provider",
@@ -174,9 +171,9 @@ pub(crate) fn sources_table(rows: &[(Value, u64, u64)]) -> Markup {
     let body = html! {
         @for (item, backlog, dead) in rows {
             tr {
-                td { a href=(source_href(s(item, "/source"))) { (s(item, "/source")) } }
-                td { (s(item, "/provider")) }
-                td { a href=(view::ns_href(s(item, "/namespace"))) { (s(item, "/namespace")) } }
+                td { a href=(source_href(&item.source)) { (item.source) } }
+                td { (item.provider) }
+                td { a href=(view::ns_href(&item.namespace)) { (item.namespace) } }
                 td.num { (backlog) }
                 td.num { (dead) }
             }
@@ -235,15 +232,12 @@ async fn source_page(
     let scheduled = param(raw, "scheduled").filter(|n| n.parse::<u64>().is_ok());
     let href = source_href(&name);
     let hints = doc
-        .get("secret_hints")
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .map(|h| format!("…{}", h.as_str().unwrap_or("")))
-                .collect::<Vec<_>>()
-                .join(", ")
-        })
-        .unwrap_or_default();
+        .secret_hints
+        .iter()
+        .map(|h| format!("…{h}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let forward = doc.forward.as_ref();
     let body = html! {
         p.crumbs { a href="/console/sources" { "Sources" } " / source" }
         h1 { (name) }
@@ -254,18 +248,18 @@ async fn source_page(
             p.done role="status" { "Done: " (n) " dead letters scheduled again." }
         }
         dl.fields {
-            dt { "Provider" } dd { (s(&doc, "/provider")) }
-            dt { "Namespace" } dd { a href=(view::ns_href(s(&doc, "/namespace"))) { (s(&doc, "/namespace")) } }
-            dt { "Forward URL" } dd.mono { (s(&doc, "/forward/url")) }
+            dt { "Provider" } dd { (doc.provider) }
+            dt { "Namespace" } dd { a href=(view::ns_href(&doc.namespace)) { (doc.namespace) } }
+            dt { "Forward URL" } dd.mono { (forward.map_or("—", |f| f.url.as_str())) }
             dt { "Signing secrets" } dd { @if hints.is_empty() { "—" } @else { "hints: " (hints) } }
-            dt { "Forward secret" } dd { (doc.pointer("/forward/secret_hint").and_then(Value::as_str).map_or_else(|| "—".to_owned(), |h| format!("hint: …{h}"))) }
+            dt { "Forward secret" } dd { (forward.and_then(|f| f.secret_hint.as_deref()).map_or_else(|| "—".to_owned(), |h| format!("hint: …{h}"))) }
             dt { "Backlog (not delivered)" } dd { (backlog) }
-            dt { "Created" } dd { (s(&doc, "/created_at")) }
-            dt { "Updated" } dd { (s(&doc, "/updated_at")) }
+            dt { "Created" } dd { (doc.created_at) }
+            dt { "Updated" } dd { (doc.updated_at) }
         }
         details {
             summary { "Configuration (secrets shown as hints only)" }
-            (view::json_block(&doc, false))
+            (view::json_block(&serde_json::to_value(&doc).unwrap_or_default(), false))
         }
         section aria-labelledby="events-h" {
             h2 #events-h { "Events" }
@@ -368,6 +362,8 @@ async fn event_page(
     let name = l.source.name.clone();
     let Json(doc) =
         api::get_event(authed(st, viewer), Path((name.clone(), key.to_owned()))).await?;
+    // The page reads the answer as the JSON a client gets.
+    let doc = serde_json::to_value(doc).unwrap_or_default();
     let ev = &doc["event"];
     let rec = &doc["record"];
     let ns = s(&doc, "/record/namespace");

@@ -47,7 +47,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use idem::{AlertSecret, Secret, Store, StoreError, Timestamp};
-use idem_intake::source::Source;
+use idem_intake::source::{Source, SourceRead};
 use serde_json::Value;
 
 /// A source as the intake uses it: the configuration and its secrets.
@@ -64,8 +64,7 @@ pub struct LoadedSource {
 
 impl LoadedSource {
     /// The contract's read shape (hints only, never a secret).
-    pub fn read_shape(&self) -> Value {
-        let hints: Vec<String> = self.secrets.iter().map(Secret::hint).collect();
+    pub fn read_shape(&self) -> SourceRead {
         let hint = |s: &AlertSecret| Secret::new(s.expose()).hint();
         let mut forward_hints: BTreeMap<String, String> = self
             .destination_secrets
@@ -76,10 +75,10 @@ impl LoadedSource {
             forward_hints.insert(idem_intake::fanout::DEFAULT.to_owned(), hint(s));
         }
         self.source.read_shape(
-            &hints,
+            &self.secrets.iter().map(Secret::hint).collect::<Vec<_>>(),
             &forward_hints,
-            Value::String(self.created_at.to_rfc3339()),
-            Value::String(self.updated_at.to_rfc3339()),
+            self.created_at.to_rfc3339(),
+            self.updated_at.to_rfc3339(),
         )
     }
 

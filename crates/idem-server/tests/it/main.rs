@@ -22,5 +22,6 @@ mod namespace;
 mod observability;
 mod openapi;
 mod operator;
+mod source_bodies;
 mod tokens;
 mod worker;

@@ -18,7 +18,7 @@ use idem::{
     Delivered, IntakeQuery, IntakeUpdate, Key, Namespace, Op, Reply, Role, Secret, SourceDelete,
     SourceWrite, State as RecState, Timestamp,
 };
-use idem_intake::source::{Source, SourceInput};
+use idem_intake::source::{Source, SourceInput, SourceRead};
 use serde::Serialize;
 use serde_json::{json, Value};
 use utoipa::{OpenApi, ToSchema};
@@ -26,7 +26,8 @@ use utoipa::{OpenApi, ToSchema};
 use super::shared::{query_limit, query_pairs, query_state, Authed};
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult};
-use crate::input::JsonBody;
+use crate::fields::{DestinationName, Note, RedeliverState, Rfc3339};
+use crate::input::{read_body, JsonBody};
 use crate::intake::receive::ForwardItem;
 use crate::intake::{load, LoadedSource};
 use crate::route::{r, Route};
@@ -114,6 +115,7 @@ pub fn routes() -> Vec<Route> {
         EventList,
         RedeliverBody,
         BulkRedeliverBody,
+        RedeliverStateDoc,
         RedeliverResponse,
         ScheduledDelivery,
         Scheduled,
@@ -156,10 +158,10 @@ pub struct SourceDoc {
 #[allow(dead_code)]
 pub struct Object {}
 
-#[derive(ToSchema)]
-#[allow(dead_code)]
+#[derive(Serialize, ToSchema)]
 pub struct SourceList {
-    items: Vec<SourceDoc>,
+    #[schema(value_type = Vec<SourceDoc>)]
+    pub items: Vec<SourceRead>,
 }
 
 /// One event of a source, as the list shows it.
@@ -183,28 +185,51 @@ pub struct EventList {
     pub next_cursor: Option<String>,
 }
 
-/// `POST …/events/{key}/redeliver`.
-#[derive(ToSchema)]
-#[allow(dead_code)]
-pub struct RedeliverBody {
-    /// Why (required, 1 to 2000 characters, no NUL; recorded with who).
-    note: String,
-    /// Only this destination; without it every destination of the event not `completed`
-    /// (the only one, whatever its state, for an event with one destination).
-    destination: Option<String>,
+crate::fields::request_body! {
+    optional;
+    /// `POST …/events/{key}/redeliver`.
+    #[derive(Debug, ToSchema)]
+    #[serde(deny_unknown_fields)]
+    pub struct RedeliverBody {
+        /// Why (required, 1 to 2000 characters, no NUL; recorded with who).
+        #[schema(value_type = String, min_length = 1, max_length = 2000, pattern = "^[^\\x00]*$")]
+        pub note: Note,
+        /// Only this destination; without it every destination of the event not `completed`
+        /// (the only one, whatever its state, for an event with one destination).
+        #[schema(value_type = Option<String>, max_length = 255, pattern = "^[^\\x00]*$")]
+        pub destination: Option<DestinationName>,
+    }
 }
 
-/// `POST /v1/sources/{source}/redeliver`.
+crate::fields::request_body! {
+    optional;
+    /// `POST /v1/sources/{source}/redeliver`.
+    #[derive(Debug, ToSchema)]
+    #[serde(deny_unknown_fields)]
+    pub struct BulkRedeliverBody {
+        /// needs_review (default), failed_retryable or completed.
+        #[schema(value_type = Option<RedeliverStateDoc>)]
+        pub state: Option<RedeliverState>,
+        /// RFC 3339 lower bound on `received_at`.
+        #[schema(value_type = Option<String>, format = DateTime)]
+        pub since: Option<Rfc3339>,
+        /// RFC 3339 upper bound on `received_at`.
+        #[schema(value_type = Option<String>, format = DateTime)]
+        pub until: Option<Rfc3339>,
+        /// Why (required, 1 to 2000 characters, no NUL; recorded with who).
+        #[schema(value_type = String, min_length = 1, max_length = 2000, pattern = "^[^\\x00]*$")]
+        pub note: Note,
+    }
+}
+
+/// The states a bulk redeliver selects by.
 #[derive(ToSchema)]
+#[serde(rename_all = "snake_case")]
 #[allow(dead_code)]
-pub struct BulkRedeliverBody {
-    /// needs_review (default), failed_retryable or completed.
-    state: Option<String>,
-    /// RFC 3339 lower bound on `received_at`.
-    since: Option<String>,
-    /// RFC 3339 upper bound on `received_at`.
-    until: Option<String>,
-    note: String,
+pub enum RedeliverStateDoc {
+    NeedsReview,
+    FailedRetryable,
+    Completed,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -259,16 +284,18 @@ pub(crate) async fn existing(st: &AppState, name: &str) -> ApiResult<LoadedSourc
         .ok_or_else(|| ApiError::NotFound(format!("no source named {name:?}")))
 }
 
-/// A source the caller may see (a scoped token sees sources of its namespace).
+/// The source named by the path segment `raw`, when the caller may see it with `role` (a
+/// scoped token sees sources of its namespace): its checked name and the source.
 async fn visible(
     st: &AppState,
     caller: &Caller,
-    name: &str,
+    raw: &str,
     role: Role,
-) -> ApiResult<LoadedSource> {
-    let l = existing(st, name).await?;
+) -> ApiResult<(String, LoadedSource)> {
+    let name = source_name(raw)?;
+    let l = existing(st, &name).await?;
     caller.authorize(role, Some(&source_ns(&l.source)?))?;
-    Ok(l)
+    Ok((name, l))
 }
 
 async fn write(
@@ -338,7 +365,7 @@ pub(crate) fn destination_secret_writes(
 /// List sources (operator).
 #[utoipa::path(get, path = "/v1/sources", tag = "intake",
     responses((status = 200, description = "every source the token may see, by name", body = SourceList)))]
-pub async fn list_sources(Authed { st, caller }: Authed) -> ApiResult<Json<Value>> {
+pub async fn list_sources(Authed { st, caller }: Authed) -> ApiResult<Json<SourceList>> {
     let mut items = vec![];
     for row in st.ledger.store().source_list().await? {
         if let Some(l) = load(st.ledger.store(), &row.name, st.ledger.now()).await? {
@@ -350,7 +377,7 @@ pub async fn list_sources(Authed { st, caller }: Authed) -> ApiResult<Json<Value
             }
         }
     }
-    Ok(Json(json!({ "items": items })))
+    Ok(Json(SourceList { items }))
 }
 
 /// Create or replace a source (admin): 201 when created, 200 when replaced.
@@ -383,9 +410,8 @@ pub async fn patch_source(
     Authed { st, caller }: Authed,
     Path(name): Path<String>,
     JsonBody(body): JsonBody,
-) -> ApiResult<Json<Value>> {
-    let name = source_name(&name)?;
-    let l = visible(&st, &caller, &name, Role::Admin).await?;
+) -> ApiResult<Json<SourceRead>> {
+    let (_, l) = visible(&st, &caller, &name, Role::Admin).await?;
     let input = l.source.patch(&body)?;
     let (_, l) = write(&st, &caller, input, false).await?;
     Ok(Json(l.read_shape()))
@@ -398,13 +424,9 @@ pub async fn patch_source(
 pub async fn get_source(
     Authed { st, caller }: Authed,
     Path(name): Path<String>,
-) -> ApiResult<Json<Value>> {
-    let name = source_name(&name)?;
-    Ok(Json(
-        visible(&st, &caller, &name, Role::Operator)
-            .await?
-            .read_shape(),
-    ))
+) -> ApiResult<Json<SourceRead>> {
+    let (_, l) = visible(&st, &caller, &name, Role::Operator).await?;
+    Ok(Json(l.read_shape()))
 }
 
 /// Delete a source (admin); refused (409) while some of its events are not delivered,
@@ -501,8 +523,7 @@ pub async fn list_events(
     Path(name): Path<String>,
     RawQuery(q): RawQuery,
 ) -> ApiResult<Json<EventList>> {
-    let name = source_name(&name)?;
-    visible(&st, &caller, &name, Role::Operator).await?;
+    let (name, _) = visible(&st, &caller, &name, Role::Operator).await?;
     let mut query = IntakeQuery {
         source: name,
         limit: 100,
@@ -546,9 +567,8 @@ fn event_key(s: &str) -> ApiResult<Key> {
 pub async fn get_event(
     Authed { st, caller }: Authed,
     Path((name, key)): Path<(String, String)>,
-) -> ApiResult<Json<Value>> {
-    let name = source_name(&name)?;
-    let l = visible(&st, &caller, &name, Role::Operator).await?;
+) -> ApiResult<Json<EventDoc>> {
+    let (name, l) = visible(&st, &caller, &name, Role::Operator).await?;
     let key = event_key(&key)?;
     let ns = source_ns(&l.source)?;
     let row = st
@@ -558,34 +578,67 @@ pub async fn get_event(
         .await?
         .filter(|r| r.source == name)
         .ok_or_else(|| ApiError::NotFound("no such event for this source".into()))?;
-    let record = st.ledger.store().get(&ns, &key).await?;
-    let headers: Value = serde_json::from_str(&row.headers).unwrap_or_else(|_| json!({}));
-    let mut event = json!({
-        "key": row.key,
-        "event_id": row.event_id,
-        "received_at": ts(row.received_at),
-        "content_type": row.content_type,
-        "headers": headers,
-    });
-    match &row.body {
-        None => event["body"] = Value::Null,
-        Some(b) => match std::str::from_utf8(b) {
-            Ok(s) => event["body"] = Value::String(s.to_owned()),
-            Err(_) => {
-                event["body_base64"] =
-                    Value::String(base64::engine::general_purpose::STANDARD.encode(b))
-            }
-        },
-    }
-    let attempts: Value = serde_json::from_str(&row.attempts).unwrap_or_else(|_| json!([]));
+    let stored = st.ledger.store().get(&ns, &key).await?;
     let destinations = destination_reads(&st, &ns, &row).await?;
-    Ok(Json(json!({
-        "event": event,
-        "record": record.as_ref().map(|r| &r.record),
-        "events": record.as_ref().map(|r| &r.events),
-        "attempts": attempts,
-        "destinations": destinations,
-    })))
+    let body = match row.body {
+        None => StoredBody::Text { body: None },
+        Some(b) => match String::from_utf8(b) {
+            Ok(s) => StoredBody::Text { body: Some(s) },
+            Err(e) => StoredBody::Base64 {
+                body_base64: base64::engine::general_purpose::STANDARD.encode(e.as_bytes()),
+            },
+        },
+    };
+    let (record, events) = stored.map(|r| (r.record, r.events)).unzip();
+    Ok(Json(EventDoc {
+        event: StoredEvent {
+            key: row.key,
+            event_id: row.event_id,
+            received_at: ts(row.received_at),
+            content_type: row.content_type,
+            headers: serde_json::from_str(&row.headers).unwrap_or_else(|_| json!({})),
+            body,
+        },
+        record,
+        events,
+        attempts: serde_json::from_str(&row.attempts).unwrap_or_else(|_| json!([])),
+        destinations,
+    }))
+}
+
+/// One event as `GET …/events/{key}` answers it.
+#[derive(Serialize)]
+pub struct EventDoc {
+    pub event: StoredEvent,
+    /// The event's record (`null` while it is not made yet).
+    pub record: Option<idem::Record>,
+    /// The record's history.
+    pub events: Option<Vec<idem::Event>>,
+    /// Every forwarding attempt of the event's own key.
+    pub attempts: Value,
+    pub destinations: Vec<DeliveryRead>,
+}
+
+/// The event as it was received.
+#[derive(Serialize)]
+pub struct StoredEvent {
+    pub key: String,
+    pub event_id: Option<String>,
+    pub received_at: String,
+    pub content_type: Option<String>,
+    /// Lowercase header names to values.
+    pub headers: Value,
+    #[serde(flatten)]
+    pub body: StoredBody,
+}
+
+/// The stored body: text as `body` (`null` once retention dropped it), other bytes as
+/// `body_base64`.
+#[derive(Serialize)]
+#[serde(untagged)]
+pub enum StoredBody {
+    Text { body: Option<String> },
+    Base64 { body_base64: String },
 }
 
 /// One delivery of an event as reads show it.
@@ -630,36 +683,6 @@ pub async fn destination_reads(
         });
     }
     Ok(out)
-}
-
-fn note_of(body: &Value) -> ApiResult<String> {
-    match body.get("note") {
-        Some(Value::String(s))
-            if !s.is_empty() && s.chars().count() <= 2000 && !s.contains('\0') =>
-        {
-            Ok(s.clone())
-        }
-        Some(Value::String(_)) | None | Some(Value::Null) => Err(ApiError::invalid_field(
-            "note",
-            "is required: 1 to 2000 characters, no NUL",
-        )),
-        Some(_) => Err(ApiError::invalid_field("note", "must be a string")),
-    }
-}
-
-fn members(body: &Value, known: &[&str]) -> ApiResult<()> {
-    let Value::Object(m) = body else {
-        return Err(ApiError::invalid_field(
-            "",
-            "the body must be a JSON object",
-        ));
-    };
-    let mut names: Vec<&String> = m.keys().collect();
-    names.sort();
-    match names.into_iter().find(|k| !known.contains(&k.as_str())) {
-        Some(k) => Err(ApiError::UnknownField { field: k.clone() }),
-        None => Ok(()),
-    }
 }
 
 /// Redelivers one delivery (the event's own key for `default`, else the destination's
@@ -727,16 +750,11 @@ pub async fn redeliver_one(
     Path((name, key)): Path<(String, String)>,
     JsonBody(body): JsonBody,
 ) -> ApiResult<Response> {
-    let name = source_name(&name)?;
-    let l = visible(&st, &caller, &name, Role::Operator).await?;
+    let (name, l) = visible(&st, &caller, &name, Role::Operator).await?;
     let key = event_key(&key)?;
-    members(&body, &["note", "destination"])?;
-    let note = note_of(&body)?;
-    let wanted = match body.get("destination") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(s)) => Some(s.clone()),
-        Some(_) => return Err(ApiError::invalid_field("destination", "must be a string")),
-    };
+    let body: RedeliverBody = read_body(body)?;
+    let note = body.note.into_string();
+    let wanted = body.destination.map(DestinationName::into_string);
     let ns = source_ns(&l.source)?;
     let row = st
         .ledger
@@ -803,16 +821,6 @@ pub async fn redeliver_one(
         .into_response())
 }
 
-fn rfc3339(field: &str, v: &Value) -> ApiResult<Option<Timestamp>> {
-    match v {
-        Value::Null => Ok(None),
-        Value::String(s) => chrono::DateTime::parse_from_rfc3339(s)
-            .map(|t| Some(Timestamp(t.timestamp_millis())))
-            .map_err(|_| ApiError::invalid_field(field, "must be an RFC 3339 time")),
-        _ => Err(ApiError::invalid_field(field, "must be an RFC 3339 time")),
-    }
-}
-
 /// Schedules many events again (operator): by state (default `needs_review`) and
 /// `received_at` bounds.
 #[utoipa::path(post, path = "/v1/sources/{source}/redeliver", tag = "intake",
@@ -823,33 +831,15 @@ pub async fn redeliver_many(
     Path(name): Path<String>,
     JsonBody(body): JsonBody,
 ) -> ApiResult<Json<Scheduled>> {
-    let name = source_name(&name)?;
-    let l = visible(&st, &caller, &name, Role::Operator).await?;
-    members(&body, &["state", "since", "until", "note"])?;
-    let state = match body.get("state") {
-        None | Some(Value::Null) => RecState::NeedsReview,
-        Some(Value::String(s)) => match RecState::parse(s) {
-            Some(s @ (RecState::NeedsReview | RecState::FailedRetryable | RecState::Completed)) => {
-                s
-            }
-            _ => {
-                return Err(ApiError::invalid_field(
-                    "state",
-                    "must be needs_review, failed_retryable or completed",
-                ))
-            }
-        },
-        Some(_) => return Err(ApiError::invalid_field("state", "must be a string")),
-    };
-    let since = rfc3339("since", body.get("since").unwrap_or(&Value::Null))?;
-    let until = rfc3339("until", body.get("until").unwrap_or(&Value::Null))?;
-    let note = note_of(&body)?;
+    let (name, l) = visible(&st, &caller, &name, Role::Operator).await?;
+    let body: BulkRedeliverBody = read_body(body)?;
+    let note = body.note.into_string();
     let mut query = IntakeQuery {
         source: name,
-        state: Some(state),
+        state: Some(body.state.map_or(RecState::NeedsReview, |s| s.0)),
         limit: 500,
-        since,
-        until,
+        since: body.since.map(|t| t.0),
+        until: body.until.map(|t| t.0),
         deliveries: true,
         ..IntakeQuery::default()
     };

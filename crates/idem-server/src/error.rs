@@ -16,6 +16,7 @@ use idem::{ClaimOutcome, LedgerError, OpError, PolicyError, StoreError};
 use serde::Serialize;
 
 pub use crate::outage::RaisedAt;
+use crate::outcome::EffectOutcome;
 
 /// Everything a request can fail with.
 #[derive(Debug, thiserror::Error)]
@@ -196,6 +197,24 @@ pub fn outcome_status(outcome: ClaimOutcome) -> StatusCode {
         | ClaimOutcome::AwaitingApproval => StatusCode::CONFLICT,
         ClaimOutcome::Paused => StatusCode::SERVICE_UNAVAILABLE,
         ClaimOutcome::Limited => StatusCode::TOO_MANY_REQUESTS,
+    }
+}
+
+/// The HTTP status the contract gives an effect's (or an action delivery's) outcome: a
+/// claim outcome's own where the effect answers one ([`outcome_status`]), 200 for an effect
+/// that ran to an end this call, 409 for one that needs a later call or a person.
+pub fn effect_status(outcome: EffectOutcome) -> StatusCode {
+    match outcome {
+        EffectOutcome::Performed | EffectOutcome::Completed | EffectOutcome::FailedPermanent => {
+            StatusCode::OK
+        }
+        EffectOutcome::Backoff
+        | EffectOutcome::NeedsReview
+        | EffectOutcome::InFlight
+        | EffectOutcome::AwaitingApproval => StatusCode::CONFLICT,
+        EffectOutcome::Conflict => StatusCode::UNPROCESSABLE_ENTITY,
+        EffectOutcome::Paused => StatusCode::SERVICE_UNAVAILABLE,
+        EffectOutcome::Limited => StatusCode::TOO_MANY_REQUESTS,
     }
 }
 
@@ -410,6 +429,20 @@ pub type ApiResult<T> = Result<T, ApiError>;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_effect_answers_a_claim_outcome_with_the_claim_status() {
+        for c in ClaimOutcome::ALL {
+            if let Some(e) = EffectOutcome::ALL
+                .into_iter()
+                .find(|e| e.as_str() == c.as_str())
+            {
+                assert_eq!(effect_status(e), outcome_status(c), "{}", c.as_str());
+            }
+        }
+        assert_eq!(effect_status(EffectOutcome::Performed), StatusCode::OK);
+        assert_eq!(effect_status(EffectOutcome::Backoff), StatusCode::CONFLICT);
+    }
 
     #[test]
     fn the_table_has_one_row_per_code() {

@@ -27,14 +27,14 @@ mod sources;
 mod view;
 
 use axum::extract::Request;
-use axum::http::{header, HeaderValue, Method, StatusCode};
+use axum::http::{header, HeaderValue, Method};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use idem::{Namespace, Role};
 
 use crate::auth::Caller;
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorCode};
 use crate::input::parse_namespace;
 use crate::state::AppState;
 
@@ -117,12 +117,12 @@ async fn stylesheet() -> Response {
 }
 
 async fn not_found() -> ConsoleError {
-    ConsoleError::NotFound("There is no such page.".into())
+    ConsoleError::not_found("There is no such page.")
 }
 
 async fn method_not_allowed() -> ConsoleError {
-    ConsoleError::Status(
-        StatusCode::METHOD_NOT_ALLOWED,
+    ConsoleError::Page(
+        ErrorCode::MethodNotAllowed,
         "This page does not accept that method.".into(),
     )
 }
@@ -159,19 +159,31 @@ fn is_write(method: &Method) -> bool {
 /// A console page that could not be shown: rendered as an HTML error page.
 #[derive(Debug)]
 pub enum ConsoleError {
-    NotFound(String),
-    Forbidden(String),
-    Status(StatusCode, String),
+    /// A refusal of the console's own, shown with the status of its code in the one table
+    /// of the service's statuses ([`ErrorCode`]).
+    Page(ErrorCode, String),
     /// Anything the API would refuse with, shown with the API's status and message.
     Api(ApiError),
+}
+
+impl ConsoleError {
+    /// 404: the page, or what it shows, does not exist (or is not the viewer's to see).
+    pub fn not_found(message: impl Into<String>) -> ConsoleError {
+        ConsoleError::Page(ErrorCode::NotFound, message.into())
+    }
+
+    /// 403: the viewer may not do this.
+    pub fn forbidden(message: impl Into<String>) -> ConsoleError {
+        ConsoleError::Page(ErrorCode::Forbidden, message.into())
+    }
 }
 
 impl From<ApiError> for ConsoleError {
     #[track_caller]
     fn from(e: ApiError) -> Self {
         match e {
-            ApiError::Forbidden(m) => ConsoleError::Forbidden(m),
-            ApiError::NotFound(m) => ConsoleError::NotFound(m),
+            ApiError::Forbidden(m) => ConsoleError::Page(ErrorCode::Forbidden, m),
+            ApiError::NotFound(m) => ConsoleError::Page(ErrorCode::NotFound, m),
             e => ConsoleError::Api(e),
         }
     }
@@ -187,9 +199,7 @@ impl From<idem::StoreError> for ConsoleError {
 impl IntoResponse for ConsoleError {
     fn into_response(self) -> Response {
         let (status, message) = match self {
-            ConsoleError::NotFound(m) => (StatusCode::NOT_FOUND, m),
-            ConsoleError::Forbidden(m) => (StatusCode::FORBIDDEN, m),
-            ConsoleError::Status(s, m) => (s, m),
+            ConsoleError::Page(code, m) => (code.status(), m),
             ConsoleError::Api(e) => {
                 let status = e.status();
                 // 5xx details are logged (by the API error's own rendering), never shown.

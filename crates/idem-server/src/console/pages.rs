@@ -192,7 +192,7 @@ async fn record_page(
     notice: Notice,
 ) -> ConsoleResult<Response> {
     let Some(rw) = st.ledger.store().get(&nk.ns, &nk.key).await? else {
-        return Err(ConsoleError::NotFound(format!(
+        return Err(ConsoleError::not_found(format!(
             "No record for this key in namespace {}.",
             nk.ns
         )));

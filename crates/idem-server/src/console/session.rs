@@ -29,6 +29,7 @@ use subtle::ConstantTimeEq;
 pub use super::Viewer;
 use super::{is_write, path_and_query, view, ConsoleError};
 use crate::auth::Caller;
+use crate::error::ErrorCode;
 use crate::state::AppState;
 
 /// The session cookie.
@@ -184,8 +185,8 @@ async fn read_form(st: &AppState, body: Body) -> Result<FormData, ConsoleError> 
     let bytes = axum::body::to_bytes(body, st.config.body_limit)
         .await
         .map_err(|_| {
-            ConsoleError::Status(
-                StatusCode::PAYLOAD_TOO_LARGE,
+            ConsoleError::Page(
+                ErrorCode::BodyTooLarge,
                 format!(
                     "The form is larger than {} bytes; nothing was changed.",
                     st.config.body_limit
@@ -200,10 +201,9 @@ async fn read_form(st: &AppState, body: Body) -> Result<FormData, ConsoleError> 
 }
 
 fn csrf_refused() -> ConsoleError {
-    ConsoleError::Forbidden(
+    ConsoleError::forbidden(
         "This form's security token is missing or out of date; nothing was changed. \
-         Go back, reload the page and try again."
-            .into(),
+         Go back, reload the page and try again.",
     )
 }
 
@@ -249,7 +249,7 @@ async fn gate_inner(st: &AppState, req: Request, next: Next) -> Result<Response,
             return Ok(login_response(
                 st,
                 req.headers(),
-                StatusCode::UNAUTHORIZED,
+                ErrorCode::Unauthorized.status(),
                 message,
                 &next_path,
             ));
@@ -368,7 +368,15 @@ pub async fn login(
         return Ok(Redirect::to(&next).into_response());
     }
     let secret = form.get("token").unwrap_or_default().trim();
-    let refused = |m: &str| login_response(&st, &headers, StatusCode::UNAUTHORIZED, Some(m), &next);
+    let refused = |m: &str| {
+        login_response(
+            &st,
+            &headers,
+            ErrorCode::Unauthorized.status(),
+            Some(m),
+            &next,
+        )
+    };
     if secret.is_empty() {
         return Ok(refused("Enter a token."));
     }

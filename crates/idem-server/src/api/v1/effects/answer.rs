@@ -15,7 +15,7 @@ use utoipa::ToSchema;
 
 use crate::api::v1::shared::answer_headers;
 use crate::api::RecordDoc;
-use crate::error::outcome_status;
+use crate::error::{effect_status, outcome_status};
 use crate::outcome::EffectOutcome;
 
 /// A response as stored and answered.
@@ -108,17 +108,17 @@ pub(crate) fn attempt_answer(
     reconciled: bool,
     now: idem::Timestamp,
 ) -> Answer {
-    let (outcome, status) = match record.state {
-        RecState::Completed => (EffectOutcome::Performed, StatusCode::OK),
-        RecState::FailedPermanent => (EffectOutcome::FailedPermanent, StatusCode::OK),
-        RecState::FailedRetryable => (EffectOutcome::Backoff, StatusCode::CONFLICT),
-        _ => (EffectOutcome::NeedsReview, StatusCode::CONFLICT),
+    let outcome = match record.state {
+        RecState::Completed => EffectOutcome::Performed,
+        RecState::FailedPermanent => EffectOutcome::FailedPermanent,
+        RecState::FailedRetryable => EffectOutcome::Backoff,
+        _ => EffectOutcome::NeedsReview,
     };
     let retry_after_ms = (record.state == RecState::FailedRetryable)
         .then(|| record.not_before.map_or(0, |nb| (nb.0 - now.0).max(0)));
     Answer {
         outcome: outcome.as_str(),
-        status,
+        status: effect_status(outcome),
         replayed: false,
         response,
         record: Some(record),

@@ -45,6 +45,23 @@ pub struct ServeArgs {
     pub extra_ca: Option<String>,
 }
 
+/// The Debug members the serve arguments and the configuration end with: TLS files and the
+/// outbound settings. A collector URL may carry credentials in its userinfo: it is redacted.
+fn tls_and_outbound(
+    d: &mut std::fmt::DebugStruct<'_, '_>,
+    tls_cert: &dyn std::fmt::Debug,
+    tls_key: &dyn std::fmt::Debug,
+    otlp_endpoint: Option<&str>,
+    max_response_bytes: &dyn std::fmt::Debug,
+    extra_ca: &dyn std::fmt::Debug,
+) {
+    d.field("tls_cert", tls_cert)
+        .field("tls_key", tls_key)
+        .field("otlp_endpoint", &otlp_endpoint.map(idem::redact_db_url))
+        .field("max_response_bytes", max_response_bytes)
+        .field("extra_ca", extra_ca);
+}
+
 impl std::fmt::Debug for ServeArgs {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let ServeArgs {
@@ -59,21 +76,21 @@ impl std::fmt::Debug for ServeArgs {
             max_response_bytes,
             extra_ca,
         } = self;
-        f.debug_struct("ServeArgs")
-            .field("listen", listen)
+        let mut d = f.debug_struct("ServeArgs");
+        d.field("listen", listen)
             .field("db", &db.as_deref().map(idem::redact_db_url))
             .field("config", config)
             .field("janitor_interval", janitor_interval)
-            .field("log_format", log_format)
-            .field("tls_cert", tls_cert)
-            .field("tls_key", tls_key)
-            .field(
-                "otlp_endpoint",
-                &otlp_endpoint.as_deref().map(idem::redact_db_url),
-            )
-            .field("max_response_bytes", max_response_bytes)
-            .field("extra_ca", extra_ca)
-            .finish()
+            .field("log_format", log_format);
+        tls_and_outbound(
+            &mut d,
+            tls_cert,
+            tls_key,
+            otlp_endpoint.as_deref(),
+            max_response_bytes,
+            extra_ca,
+        );
+        d.finish()
     }
 }
 
@@ -246,8 +263,8 @@ impl std::fmt::Debug for Config {
             http,
             upgrade_warnings,
         } = self;
-        f.debug_struct("Config")
-            .field("listen", listen)
+        let mut d = f.debug_struct("Config");
+        d.field("listen", listen)
             .field("db", &self.db_redacted())
             .field("janitor_interval", janitor_interval)
             .field("janitor_batch", janitor_batch)
@@ -262,17 +279,16 @@ impl std::fmt::Debug for Config {
             .field("body_limit", body_limit)
             .field("namespaces", namespaces)
             .field("sources", sources)
-            .field("actions", actions)
-            .field("tls_cert", tls_cert)
-            .field("tls_key", tls_key)
-            // A collector URL may carry credentials in its userinfo.
-            .field(
-                "otlp_endpoint",
-                &otlp_endpoint.as_deref().map(idem::redact_db_url),
-            )
-            .field("max_response_bytes", max_response_bytes)
-            .field("extra_ca", extra_ca)
-            .field("http", http)
+            .field("actions", actions);
+        tls_and_outbound(
+            &mut d,
+            tls_cert,
+            tls_key,
+            otlp_endpoint.as_deref(),
+            max_response_bytes,
+            extra_ca,
+        );
+        d.field("http", http)
             .field("upgrade_warnings", upgrade_warnings)
             .finish()
     }
@@ -378,10 +394,7 @@ impl Config {
         ];
         for (var, setting) in vars {
             if let Some(v) = env(var).filter(|v| !v.is_empty()) {
-                c.set(setting, &v).map_err(|m| ConfigError::Setting {
-                    setting: var.into(),
-                    message: m,
-                })?;
+                c.set_from(var, setting, &v)?;
             }
         }
         let flags = [
@@ -405,14 +418,20 @@ impl Config {
         ];
         for (flag, setting, v) in flags {
             if let Some(v) = v {
-                c.set(setting, v).map_err(|m| ConfigError::Setting {
-                    setting: flag.into(),
-                    message: m,
-                })?;
+                c.set_from(flag, setting, v)?;
             }
         }
         c.validate()?;
         Ok(c)
+    }
+
+    /// Sets `setting` from `v` as given under `given` (an environment variable or a flag,
+    /// which a refusal names).
+    fn set_from(&mut self, given: &str, setting: &str, v: &str) -> Result<(), ConfigError> {
+        self.set(setting, v).map_err(|m| ConfigError::Setting {
+            setting: given.into(),
+            message: m,
+        })
     }
 
     /// Sets one scalar setting from its text form.

@@ -18,8 +18,9 @@ use super::model::{
 };
 use crate::api::v1::effects::{self, Answer, Claimed, EffectBody};
 use crate::api::v1::shared::{exec, log_op};
-use crate::error::{ApiError, ApiResult};
+use crate::error::{effect_status, ApiError, ApiResult};
 use crate::input::{read_body, NsKey};
+use crate::outcome::EffectOutcome;
 use crate::state::AppState;
 
 /// What the agent is told: a `CallToolResult`.
@@ -196,119 +197,114 @@ pub async fn call(
     arguments: Option<&Value>,
     meta: Option<&Value>,
 ) -> ApiResult<ToolAnswer> {
-    let answer = answer_call(st, ns, action, headers, arguments, meta).await?;
-    crate::metrics::action_call(ns.as_str(), &action.name, answer.outcome);
-    Ok(answer)
-}
-
-async fn answer_call(
-    st: &AppState,
-    ns: &idem::Namespace,
-    action: &Action,
-    headers: &Headers,
-    arguments: Option<&Value>,
-    meta: Option<&Value>,
-) -> ApiResult<ToolAnswer> {
-    let args = match arguments {
-        None | Some(Value::Null) => Map::new(),
-        Some(Value::Object(m)) => m.clone(),
-        Some(_) => {
+    let answer: ApiResult<ToolAnswer> = async {
+        let args = match arguments {
+            None | Some(Value::Null) => Map::new(),
+            Some(Value::Object(m)) => m.clone(),
+            Some(_) => {
+                return Ok(ToolAnswer::refused(
+                    "invalid_field",
+                    "arguments",
+                    "`arguments` must be an object".into(),
+                ))
+            }
+        };
+        // The identity first: the agent learns which one it left out.
+        if let Some(missing) = action.missing_identity(&args) {
+            return Ok(ToolAnswer::refused(
+                "missing_identity_field",
+                missing,
+                format!("the identity argument `{missing}` is missing or empty"),
+            ));
+        }
+        if let Err((field, message)) = action.check_arguments(&Value::Object(args.clone())) {
             return Ok(ToolAnswer::refused(
                 "invalid_field",
-                "arguments",
-                "`arguments` must be an object".into(),
-            ))
-        }
-    };
-    // The identity first: the agent learns which one it left out.
-    if let Some(missing) = action.missing_identity(&args) {
-        return Ok(ToolAnswer::refused(
-            "missing_identity_field",
-            missing,
-            format!("the identity argument `{missing}` is missing or empty"),
-        ));
-    }
-    if let Err((field, message)) = action.check_arguments(&Value::Object(args.clone())) {
-        return Ok(ToolAnswer::refused(
-            "invalid_field",
-            &field,
-            format!("argument `{field}` is invalid: {message}"),
-        ));
-    }
-    let key = match action.key_for(&args) {
-        Ok(k) => k,
-        Err(e) => return Ok(ToolAnswer::refused("invalid_field", "key", e.to_string())),
-    };
-    let fp = Fingerprint::of_payload(&action.identity_of(&args))
-        .map_err(|e| ApiError::internal(format!("identity fingerprint: {e}")))?;
-    let cost = meta.and_then(|m| m.get("idem/cost"));
-    let mut input = match input_for(action, headers, &args, cost) {
-        Ok(i) => i,
-        Err(ApiError::InvalidField { field, message }) => {
-            return Ok(ToolAnswer::refused("invalid_field", &field, message))
-        }
-        Err(e) => return Err(e),
-    };
-    let nk = NsKey {
-        ns: ns.clone(),
-        key,
-    };
-    let key = nk.key.as_str().to_owned();
-    let policy = st.policies.get(st.ledger.store().as_ref(), ns).await?;
-    let mut guarded = match effects::guard(st, &policy, &input, &key).await {
-        Ok(g) => g,
-        Err(ApiError::DestinationForbidden { field, message }) => {
-            return Ok(ToolAnswer::refused(
-                "destination_forbidden",
                 &field,
-                message,
-            ))
+                format!("argument `{field}` is invalid: {message}"),
+            ));
         }
-        Err(e) => return Err(e),
-    };
-    let claimed = effects::claim(st, &nk, &input, fp, guarded.destination_idempotent).await?;
-    let (token, record) = match claimed {
-        Claimed::Answered(a) => return Ok(finish(action, &key, *a)),
-        Claimed::Acquired { token, record } => (token, record),
-    };
-    match &record.prepared_payload {
-        // A resumed record delivers what was saved (approved, or prepared by the first call),
-        // never this call's arguments.
-        Some(Value::Object(saved)) if *saved != args => {
-            input = input_for(action, headers, saved, cost)?;
-            guarded = effects::guard(st, &policy, &input, &key).await?;
-        }
-        Some(_) => {}
-        None => {
-            let approval = action.approval == Approval::Required;
-            let op = Op::Prepare(PrepareRequest {
-                token: token.clone(),
-                payload: Value::Object(args.clone()),
-                approval_required: approval,
-            });
-            let ex = exec(st, &nk, op, None).await?;
-            let rec = match ex.reply {
-                Ok(Reply::Record(r)) => r,
-                Ok(other) => return Err(ApiError::internal(format!("unexpected reply {other:?}"))),
-                Err(e) => return Err(e.into()),
-            };
-            log_op("action", &nk, ex.from_state, Some(&rec), rec.state.as_str());
-            if approval {
-                let a = Answer {
-                    outcome: "awaiting_approval",
-                    status: axum::http::StatusCode::CONFLICT,
-                    replayed: false,
-                    response: None,
-                    record: Some(rec),
-                    retry_after_ms: None,
-                    reconciled: None,
+        let key = match action.key_for(&args) {
+            Ok(k) => k,
+            Err(e) => return Ok(ToolAnswer::refused("invalid_field", "key", e.to_string())),
+        };
+        let fp = Fingerprint::of_payload(&action.identity_of(&args))
+            .map_err(|e| ApiError::internal(format!("identity fingerprint: {e}")))?;
+        let cost = meta.and_then(|m| m.get("idem/cost"));
+        let mut input = match input_for(action, headers, &args, cost) {
+            Ok(i) => i,
+            Err(ApiError::InvalidField { field, message }) => {
+                return Ok(ToolAnswer::refused("invalid_field", &field, message))
+            }
+            Err(e) => return Err(e),
+        };
+        let nk = NsKey {
+            ns: ns.clone(),
+            key,
+        };
+        let key = nk.key.as_str().to_owned();
+        let policy = st.policies.get(st.ledger.store().as_ref(), ns).await?;
+        let mut guarded = match effects::guard(st, &policy, &input, &key).await {
+            Ok(g) => g,
+            Err(ApiError::DestinationForbidden { field, message }) => {
+                return Ok(ToolAnswer::refused(
+                    "destination_forbidden",
+                    &field,
+                    message,
+                ))
+            }
+            Err(e) => return Err(e),
+        };
+        let claimed = effects::claim(st, &nk, &input, fp, guarded.destination_idempotent).await?;
+        let (token, record) = match claimed {
+            Claimed::Answered(a) => return Ok(finish(action, &key, *a)),
+            Claimed::Acquired { token, record } => (token, record),
+        };
+        match &record.prepared_payload {
+            // A resumed record delivers what was saved (approved, or prepared by the first call),
+            // never this call's arguments.
+            Some(Value::Object(saved)) if *saved != args => {
+                input = input_for(action, headers, saved, cost)?;
+                guarded = effects::guard(st, &policy, &input, &key).await?;
+            }
+            Some(_) => {}
+            None => {
+                let approval = action.approval == Approval::Required;
+                let op = Op::Prepare(PrepareRequest {
+                    token: token.clone(),
+                    payload: Value::Object(args.clone()),
+                    approval_required: approval,
+                });
+                let ex = exec(st, &nk, op, None).await?;
+                let rec = match ex.reply {
+                    Ok(Reply::Record(r)) => r,
+                    Ok(other) => {
+                        return Err(ApiError::internal(format!("unexpected reply {other:?}")))
+                    }
+                    Err(e) => return Err(e.into()),
                 };
-                return Ok(finish(action, &key, a));
+                log_op("action", &nk, ex.from_state, Some(&rec), rec.state.as_str());
+                if approval {
+                    let a = Answer {
+                        outcome: EffectOutcome::AwaitingApproval.as_str(),
+                        status: effect_status(EffectOutcome::AwaitingApproval),
+                        replayed: false,
+                        response: None,
+                        record: Some(rec),
+                        retry_after_ms: None,
+                        reconciled: None,
+                    };
+                    return Ok(finish(action, &key, a));
+                }
             }
         }
+        let a = effects::send(st, &nk, token, &input, &guarded).await?;
+        Ok(finish(action, &key, a))
     }
-    let a = effects::send(st, &nk, token, &input, &guarded).await?;
-    Ok(finish(action, &key, a))
+    .await;
+    let answer = answer?;
+    crate::metrics::action_call(ns.as_str(), &action.name, answer.outcome);
+    Ok(answer)
 }
 
 /// Delivers an approved record's saved arguments (the outbox's work after an approval): the

@@ -4,9 +4,6 @@
 //! request it receives. Each call test asserts that count: an action's promise is that the
 //! destination sees the request once (or never).
 
-use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
-
 use axum::extract::{Request, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -16,30 +13,17 @@ use serde_json::{json, Value};
 
 use idem_testkit::app::*;
 
+use crate::loopback::{self, closed_port};
+
 /// One request the destination received: path, JSON body, `Authorization` header.
 type Seen = (String, Value, Option<String>);
 
-#[derive(Clone, Default)]
-struct Dest {
-    seen: Arc<Mutex<Vec<Seen>>>,
-    /// Statuses to answer with, in order (then 201).
-    script: Arc<Mutex<VecDeque<u16>>>,
-}
+/// The destination: answers its script, then 201.
+type Dest = loopback::Dest<Seen>;
 
 impl Dest {
-    fn count(&self) -> usize {
-        self.seen.lock().expect("lock").len()
-    }
     fn bodies(&self) -> Vec<Value> {
-        self.seen
-            .lock()
-            .expect("lock")
-            .iter()
-            .map(|s| s.1.clone())
-            .collect()
-    }
-    fn script(&self, statuses: &[u16]) {
-        self.script.lock().expect("lock").extend(statuses);
+        self.all().into_iter().map(|s| s.1).collect()
     }
 }
 
@@ -53,19 +37,15 @@ async fn handle(State(d): State<Dest>, req: Request) -> Response {
         .get("authorization")
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
-    let n = {
-        let mut seen = d.seen.lock().expect("lock");
-        seen.push((
-            parts.uri.path().to_owned(),
-            serde_json::from_slice(&body).unwrap_or(Value::Null),
-            auth,
-        ));
-        seen.len()
-    };
+    let n = d.push((
+        parts.uri.path().to_owned(),
+        serde_json::from_slice(&body).unwrap_or(Value::Null),
+        auth,
+    ));
     if parts.uri.path().starts_with("/slow") {
         tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     }
-    let status = d.script.lock().expect("lock").pop_front().unwrap_or(201);
+    let status = d.next_status(201);
     let mut resp = (
         StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
         [("content-type", "application/json")],
@@ -81,13 +61,18 @@ async fn handle(State(d): State<Dest>, req: Request) -> Response {
 
 async fn destination() -> (Dest, u16) {
     let d = Dest::default();
-    let app = Router::new().fallback(any(handle)).with_state(d.clone());
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let port = l.local_addr().expect("addr").port();
-    tokio::spawn(async move { axum::serve(l, app).await });
+    let port = loopback::serve(Router::new().fallback(any(handle)).with_state(d.clone())).await;
     (d, port)
+}
+
+/// The input schema of the mail actions: an order, a recipient and a `text` as given, all
+/// required.
+fn order_schema(text: Value) -> Value {
+    json!({
+        "type": "object",
+        "properties": {"order_id": {"type": "string"}, "to": {"type": "string"}, "text": text},
+        "required": ["order_id", "to", "text"]
+    })
 }
 
 /// The follow-up action: keyed by the order, identity the order and the recipient, the text
@@ -96,15 +81,7 @@ fn followup(port: u16, path: &str) -> Value {
     json!({
         "title": "Send the follow-up",
         "description": "Sends the follow-up e-mail of an order to its customer.",
-        "input_schema": {
-            "type": "object",
-            "properties": {
-                "order_id": {"type": "string"},
-                "to": {"type": "string"},
-                "text": {"type": "string", "maxLength": 200}
-            },
-            "required": ["order_id", "to", "text"]
-        },
+        "input_schema": order_schema(json!({"type": "string", "maxLength": 200})),
         "key": "{order_id}:followup:v1",
         "identity": ["order_id", "to"],
         "deliver": {"http": {
@@ -133,6 +110,11 @@ async fn rpc(app: &TestApp, ns: &str, method: &str, params: Value) -> Resp {
     .await
 }
 
+/// The params of a request of the stateless revision at protocol `version`.
+fn at_version(version: &str) -> Value {
+    json!({"_meta": {"io.modelcontextprotocol/protocolVersion": version}})
+}
+
 /// `tools/call`: the `CallToolResult`.
 async fn call(app: &TestApp, ns: &str, tool: &str, args: Value) -> Value {
     let r = rpc(
@@ -153,19 +135,53 @@ fn outcome(res: &Value) -> &str {
 
 /// A server on `backend` whose namespace `shop` may reach the destination.
 async fn app_for(backend: Backend, port: u16) -> TestApp {
-    let app = spawn_on(backend).await;
-    let r = app
-        .patch_namespace(
-            "shop",
-            json!({"egress": {"allow": [format!("127.0.0.1:{port}")]}}),
-        )
-        .await;
-    assert_eq!(r.status, 200, "{}", r.text);
-    app
+    app_reaching(backend, &[port]).await
+}
+
+/// A destination, and a server on `backend` whose `shop` has the `send_followup` action
+/// delivering to the destination's `path`.
+async fn followup_app(backend: Backend, path: &str) -> (Dest, u16, TestApp) {
+    let (d, port) = destination().await;
+    let app = app_for(backend, port).await;
+    put_action(&app, "shop", "send_followup", followup(port, path)).await;
+    (d, port, app)
+}
+
+/// Exactly one of the concurrent `results` performed, the others were in flight or replayed it.
+fn assert_one_performed(results: &[Value], label: &str) {
+    let outcomes: Vec<&str> = results.iter().map(outcome).collect();
+    assert_eq!(
+        outcomes.iter().filter(|o| **o == "performed").count(),
+        1,
+        "{label}{outcomes:?}"
+    );
+    assert!(
+        outcomes
+            .iter()
+            .all(|o| matches!(*o, "performed" | "in_flight" | "completed")),
+        "{label}{outcomes:?}"
+    );
 }
 
 fn args(order: &str, to: &str, text: &str) -> Value {
     json!({"order_id": order, "to": to, "text": text})
+}
+
+/// [`call_args`] of the `send_followup` action.
+async fn followup_call(app: &TestApp, ns: &str, order: &str, to: &str, text: &str) -> Value {
+    call_args(app, ns, "send_followup", order, to, text).await
+}
+
+/// [`call`] of `tool` in `ns` with [`args`].
+async fn call_args(
+    app: &TestApp,
+    ns: &str,
+    tool: &str,
+    order: &str,
+    to: &str,
+    text: &str,
+) -> Value {
+    call(app, ns, tool, args(order, to, text)).await
 }
 
 #[tokio::test]
@@ -276,25 +292,13 @@ async fn the_mcp_endpoint_speaks_the_session_and_the_stateless_revisions() {
             json!({"resultType": "complete"})
         );
         // The stateless revision: discovery without a handshake, its version in `_meta`.
-        let discover = rpc(
-            &app,
-            "shop",
-            "server/discover",
-            json!({"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}}),
-        )
-        .await;
+        let discover = rpc(&app, "shop", "server/discover", at_version("2026-07-28")).await;
         assert_eq!(discover.status, 200, "{}", discover.text);
         assert!(discover.body["result"]["supportedVersions"]
             .as_array()
             .is_some_and(|v| v.contains(&json!("2026-07-28"))));
         assert!(discover.header("mcp-session-id").is_none());
-        let old = rpc(
-            &app,
-            "shop",
-            "tools/list",
-            json!({"_meta": {"io.modelcontextprotocol/protocolVersion": "2024-01-01"}}),
-        )
-        .await;
+        let old = rpc(&app, "shop", "tools/list", at_version("2024-01-01")).await;
         assert_eq!(old.status, 400, "{}", old.text);
         assert_eq!(old.body["error"]["code"], -32022);
 
@@ -329,31 +333,17 @@ async fn the_mcp_endpoint_speaks_the_session_and_the_stateless_revisions() {
         .await;
         assert_eq!(unknown.body["error"]["code"], -32602);
 
-        let bad = app
-            .post(
-                "/mcp/shop",
-                json!({"jsonrpc": "1.0", "id": 1, "method": "ping"}),
-            )
-            .await;
+        let post_mcp = |body: Value| app.post("/mcp/shop", body);
+        let bad = post_mcp(json!({"jsonrpc": "1.0", "id": 1, "method": "ping"})).await;
         assert_eq!(bad.status, 400);
         assert_eq!(bad.body["error"]["code"], -32600);
-        let big_id = app
-            .post(
-                "/mcp/shop",
-                json!({"jsonrpc": "2.0", "id": 9_007_199_254_740_992_u64, "method": "ping"}),
-            )
-            .await;
+        let big_id =
+            post_mcp(json!({"jsonrpc": "2.0", "id": 9_007_199_254_740_992_u64, "method": "ping"}))
+                .await;
         assert_eq!(big_id.status, 400, "an id no client holds exactly");
-        let no_method = app
-            .post("/mcp/shop", json!({"jsonrpc": "2.0", "id": 3}))
-            .await;
+        let no_method = post_mcp(json!({"jsonrpc": "2.0", "id": 3})).await;
         assert_eq!(no_method.status, 400);
-        let response = app
-            .post(
-                "/mcp/shop",
-                json!({"jsonrpc": "2.0", "id": 3, "result": {}}),
-            )
-            .await;
+        let response = post_mcp(json!({"jsonrpc": "2.0", "id": 3, "result": {}})).await;
         assert_eq!(response.status, 202, "a response to the server is accepted");
         let garbage = app.post_raw("/mcp/shop", "{not json").await;
         assert_eq!(garbage.status, 400);
@@ -397,17 +387,9 @@ async fn the_mcp_endpoint_needs_a_worker_token_of_the_namespace() {
 #[tokio::test]
 async fn a_call_is_delivered_once_and_a_regenerated_draft_is_replayed() {
     for backend in backends() {
-        let (d, port) = destination().await;
-        let app = app_for(backend, port).await;
-        put_action(&app, "shop", "send_followup", followup(port, "/send")).await;
+        let (d, _, app) = followup_app(backend, "/send").await;
 
-        let first = call(
-            &app,
-            "shop",
-            "send_followup",
-            args("847", "ann@example.com", "Hi Ann"),
-        )
-        .await;
+        let first = followup_call(&app, "shop", "847", "ann@example.com", "Hi Ann").await;
         assert_eq!(outcome(&first), "performed", "{first}");
         assert_eq!(first["isError"], false);
         assert_eq!(first["structuredContent"]["key"], "847:followup:v1");
@@ -420,7 +402,7 @@ async fn a_call_is_delivered_once_and_a_regenerated_draft_is_replayed() {
             .starts_with("Done"));
         assert_eq!(d.count(), 1);
         {
-            let seen = d.seen.lock().expect("lock");
+            let seen = d.all();
             assert_eq!(seen[0].0, "/send/847");
             assert_eq!(
                 seen[0].1,
@@ -431,13 +413,7 @@ async fn a_call_is_delivered_once_and_a_regenerated_draft_is_replayed() {
 
         // The model regenerates the draft: same identity, other text → the first delivery
         // stands, nothing new is sent.
-        let again = call(
-            &app,
-            "shop",
-            "send_followup",
-            args("847", "ann@example.com", "Hello again"),
-        )
-        .await;
+        let again = followup_call(&app, "shop", "847", "ann@example.com", "Hello again").await;
         assert_eq!(outcome(&again), "completed", "{again}");
         assert_eq!(again["isError"], false);
         assert_eq!(again["structuredContent"]["replayed"], true);
@@ -448,13 +424,7 @@ async fn a_call_is_delivered_once_and_a_regenerated_draft_is_replayed() {
         assert_eq!(d.count(), 1, "a regenerated draft sent nothing");
 
         // Another recipient under the same key: conflict, nothing sent.
-        let other = call(
-            &app,
-            "shop",
-            "send_followup",
-            args("847", "bob@example.com", "Hi Bob"),
-        )
-        .await;
+        let other = followup_call(&app, "shop", "847", "bob@example.com", "Hi Bob").await;
         assert_eq!(outcome(&other), "conflict", "{other}");
         assert_eq!(other["isError"], true);
         assert_eq!(d.count(), 1, "a conflict sent nothing");
@@ -484,45 +454,20 @@ async fn a_call_is_delivered_once_and_a_regenerated_draft_is_replayed() {
 #[tokio::test]
 async fn twenty_concurrent_calls_with_one_identity_send_one_request() {
     for backend in backends() {
-        let (d, port) = destination().await;
-        let app = app_for(backend, port).await;
-        put_action(&app, "shop", "send_followup", followup(port, "/slow")).await;
+        let (d, _, app) = followup_app(backend, "/slow").await;
         let calls = (0..20).map(|i| {
             let app = &app;
             async move {
-                call(
-                    app,
-                    "shop",
-                    "send_followup",
-                    args("9", "ann@example.com", &format!("draft {i}")),
-                )
-                .await
+                followup_call(app, "shop", "9", "ann@example.com", &format!("draft {i}")).await
             }
         });
         let results = futures::future::join_all(calls).await;
-        let outcomes: Vec<&str> = results.iter().map(outcome).collect();
-        assert_eq!(
-            outcomes.iter().filter(|o| **o == "performed").count(),
-            1,
-            "{outcomes:?}"
-        );
-        assert!(
-            outcomes
-                .iter()
-                .all(|o| matches!(*o, "performed" | "in_flight" | "completed")),
-            "{outcomes:?}"
-        );
+        assert_one_performed(&results, "");
         for r in &results {
             assert_eq!(r["isError"], false, "{r}");
         }
         assert_eq!(d.count(), 1, "one request at the destination");
-        let after = call(
-            &app,
-            "shop",
-            "send_followup",
-            args("9", "ann@example.com", "late"),
-        )
-        .await;
+        let after = followup_call(&app, "shop", "9", "ann@example.com", "late").await;
         assert_eq!(outcome(&after), "completed");
         assert_eq!(d.count(), 1);
     }
@@ -531,20 +476,10 @@ async fn twenty_concurrent_calls_with_one_identity_send_one_request() {
 #[tokio::test]
 async fn every_failure_row_of_the_outcome_table() {
     for backend in backends() {
-        let (d, port) = destination().await;
-        let app = app_for(backend, port).await;
-        put_action(&app, "shop", "send_followup", followup(port, "/send")).await;
+        let (d, port, app) = followup_app(backend, "/send").await;
         let send = |order: &'static str| {
             let app = &app;
-            async move {
-                call(
-                    app,
-                    "shop",
-                    "send_followup",
-                    args(order, "a@example.com", "t"),
-                )
-                .await
-            }
+            async move { followup_call(app, "shop", order, "a@example.com", "t").await }
         };
 
         // Missing identity (checked first, even with other arguments wrong too): nothing stored.
@@ -558,22 +493,10 @@ async fn every_failure_row_of_the_outcome_table() {
         assert_eq!(outcome(&r), "missing_identity_field", "{r}");
         assert_eq!(r["isError"], true);
         assert_eq!(r["structuredContent"]["field"], "order_id");
-        let r = call(
-            &app,
-            "shop",
-            "send_followup",
-            args("", "a@example.com", "t"),
-        )
-        .await;
+        let r = followup_call(&app, "shop", "", "a@example.com", "t").await;
         assert_eq!(outcome(&r), "missing_identity_field");
         // Invalid arguments: a tool error naming the field, nothing stored.
-        let r = call(
-            &app,
-            "shop",
-            "send_followup",
-            args("1", "a@example.com", &"x".repeat(201)),
-        )
-        .await;
+        let r = followup_call(&app, "shop", "1", "a@example.com", &"x".repeat(201)).await;
         assert_eq!(outcome(&r), "invalid_field", "{r}");
         assert_eq!(r["isError"], true);
         assert_eq!(r["structuredContent"]["field"], "text");
@@ -612,13 +535,7 @@ async fn every_failure_row_of_the_outcome_table() {
         assert_eq!(outcome(&early), "backoff");
         assert_eq!(d.count(), 2);
         app.advance(10_000);
-        let regenerated = call(
-            &app,
-            "shop",
-            "send_followup",
-            args("b1", "a@example.com", "other text"),
-        )
-        .await;
+        let regenerated = followup_call(&app, "shop", "b1", "a@example.com", "other text").await;
         assert_eq!(outcome(&regenerated), "performed", "{regenerated}");
         assert_eq!(d.count(), 3);
         assert_eq!(d.bodies()[2]["text"], "t", "the stored arguments were sent");
@@ -649,21 +566,9 @@ async fn every_failure_row_of_the_outcome_table() {
             )
             .await;
         assert_eq!(r.status, 200, "{}", r.text);
-        let r = call(
-            &app,
-            "cap",
-            "send_followup",
-            args("c1", "a@example.com", "t"),
-        )
-        .await;
+        let r = followup_call(&app, "cap", "c1", "a@example.com", "t").await;
         assert_eq!(outcome(&r), "performed", "{r}");
-        let r = call(
-            &app,
-            "cap",
-            "send_followup",
-            args("c2", "a@example.com", "t"),
-        )
-        .await;
+        let r = followup_call(&app, "cap", "c2", "a@example.com", "t").await;
         assert_eq!(outcome(&r), "limited", "{r}");
         assert_eq!(r["isError"], true);
         assert_eq!(d.count(), 5);
@@ -678,23 +583,11 @@ async fn approval_required_stores_the_draft_and_idem_delivers_it_once_approved()
         let mut doc = followup(port, "/send");
         doc["approval"] = json!("required");
         put_action(&app, "shop", "send_followup", doc).await;
-        let r = call(
-            &app,
-            "shop",
-            "send_followup",
-            args("a1", "ann@example.com", "Draft one"),
-        )
-        .await;
+        let r = followup_call(&app, "shop", "a1", "ann@example.com", "Draft one").await;
         assert_eq!(outcome(&r), "awaiting_approval", "{r}");
         assert_eq!(r["isError"], false);
         assert_eq!(r["structuredContent"]["state"], "awaiting_approval");
-        let again = call(
-            &app,
-            "shop",
-            "send_followup",
-            args("a1", "ann@example.com", "Draft two"),
-        )
-        .await;
+        let again = followup_call(&app, "shop", "a1", "ann@example.com", "Draft two").await;
         assert_eq!(outcome(&again), "awaiting_approval");
         assert_eq!(d.count(), 0, "nothing is sent before approval");
         let rec = app.record("shop", "a1:followup:v1").await;
@@ -724,37 +617,19 @@ async fn approval_required_stores_the_draft_and_idem_delivers_it_once_approved()
             }
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
-        let after = call(
-            &app,
-            "shop",
-            "send_followup",
-            args("a1", "ann@example.com", "Draft three"),
-        )
-        .await;
+        let after = followup_call(&app, "shop", "a1", "ann@example.com", "Draft three").await;
         assert_eq!(outcome(&after), "completed", "{after}");
         assert_eq!(after["structuredContent"]["replayed"], true);
         assert_eq!(d.count(), 1, "delivered once");
 
         // Rejected: failed_permanent, replayed to later calls.
-        let r = call(
-            &app,
-            "shop",
-            "send_followup",
-            args("a2", "ann@example.com", "x"),
-        )
-        .await;
+        let r = followup_call(&app, "shop", "a2", "ann@example.com", "x").await;
         assert_eq!(outcome(&r), "awaiting_approval");
         let rej = app
             .reject("shop", "a2:followup:v1", json!({"note": "wrong tone"}))
             .await;
         assert_eq!(rej.status, 200, "{}", rej.text);
-        let r = call(
-            &app,
-            "shop",
-            "send_followup",
-            args("a2", "ann@example.com", "x"),
-        )
-        .await;
+        let r = followup_call(&app, "shop", "a2", "ann@example.com", "x").await;
         assert_eq!(outcome(&r), "failed_permanent", "{r}");
         assert_eq!(r["isError"], true);
         assert_eq!(d.count(), 1, "a rejected draft is never sent");
@@ -841,13 +716,6 @@ impl Upstream {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
 /// Starts [`UPSTREAM`] with `IDEM_TEST_MCP_PYTHON`, else `IDEM_TEST_PYTHON`, else `python3`.
 /// `None` (the caller skips with a note) when the SDK is not importable and neither `CI` nor
 /// `IDEM_TEST_MCP_PYTHON` is set; with either set, a missing SDK fails the test.
@@ -868,7 +736,7 @@ async fn upstream(mode: &str) -> Option<Upstream> {
     let dir = tempfile::tempdir().expect("tmp");
     let log = dir.path().join("calls.jsonl");
     let err_path = dir.path().join("stderr");
-    let port = free_port();
+    let port = closed_port();
     let spawned = std::process::Command::new(&python)
         .arg("-c")
         .arg(UPSTREAM)
@@ -921,15 +789,7 @@ async fn upstream(mode: &str) -> Option<Upstream> {
 fn mcp_action(port: u16, tool: &str, timeout_ms: i64) -> Value {
     json!({
         "description": "Sends the mail of an order through the mail server's tool.",
-        "input_schema": {
-            "type": "object",
-            "properties": {
-                "order_id": {"type": "string"},
-                "to": {"type": "string"},
-                "text": {"type": "string"}
-            },
-            "required": ["order_id", "to", "text"]
-        },
+        "input_schema": order_schema(json!({"type": "string"})),
         "key": "{order_id}:mail:v1",
         "identity": ["order_id", "to"],
         "deliver": {"mcp": {
@@ -977,28 +837,19 @@ async fn deliver_mcp_calls_the_upstream_tool_once_per_identity() {
             let calls = (0..20).map(|i| {
                 let (app, order) = (&app, &order);
                 async move {
-                    call(
+                    call_args(
                         app,
                         "shop",
                         "mail",
-                        args(order, "ann@example.com", &format!("draft {i}")),
+                        order,
+                        "ann@example.com",
+                        &format!("draft {i}"),
                     )
                     .await
                 }
             });
             let results = futures::future::join_all(calls).await;
-            let outcomes: Vec<&str> = results.iter().map(outcome).collect();
-            assert_eq!(
-                outcomes.iter().filter(|o| **o == "performed").count(),
-                1,
-                "{mode}: {outcomes:?}"
-            );
-            assert!(
-                outcomes
-                    .iter()
-                    .all(|o| matches!(*o, "performed" | "in_flight" | "completed")),
-                "{mode}: {outcomes:?}"
-            );
+            assert_one_performed(&results, &format!("{mode}: "));
             assert_eq!(
                 up.count("send_mail", &order),
                 1,
@@ -1019,13 +870,7 @@ async fn deliver_mcp_calls_the_upstream_tool_once_per_identity() {
             );
 
             // A replay: the first delivery stands, the tool is not called again.
-            let again = call(
-                &app,
-                "shop",
-                "mail",
-                args(&order, "ann@example.com", "other"),
-            )
-            .await;
+            let again = call_args(&app, "shop", "mail", &order, "ann@example.com", "other").await;
             assert_eq!(outcome(&again), "completed", "{again}");
             assert_eq!(again["structuredContent"]["replayed"], true);
             assert_eq!(again["structuredContent"]["response"], *response);
@@ -1055,17 +900,17 @@ async fn deliver_mcp_failures_are_classified_as_the_contract_says() {
         return;
     };
     for backend in backends() {
-        let closed = free_port();
+        let closed = closed_port();
         let app = app_reaching(backend, &[up.port, closed]).await;
         let b = format!("{backend:?}");
 
         // The tool answers isError: true → failed_permanent, replayed, called once.
         put_action(&app, "shop", "refuse", mcp_action(up.port, "refuse", 5_000)).await;
-        let r = call(&app, "shop", "refuse", args(&b, "a@example.com", "t")).await;
+        let r = call_args(&app, "shop", "refuse", &b, "a@example.com", "t").await;
         assert_eq!(outcome(&r), "failed_permanent", "{r}");
         assert_eq!(r["isError"], true);
         assert_eq!(r["structuredContent"]["response"]["isError"], true, "{r}");
-        let again = call(&app, "shop", "refuse", args(&b, "a@example.com", "t")).await;
+        let again = call_args(&app, "shop", "refuse", &b, "a@example.com", "t").await;
         assert_eq!(outcome(&again), "failed_permanent", "{again}");
         assert_eq!(again["structuredContent"]["replayed"], true);
         assert_eq!(up.count("refuse", &b), 1);
@@ -1076,7 +921,7 @@ async fn deliver_mcp_failures_are_classified_as_the_contract_says() {
         // An upstream that is not listening: backoff, nothing recorded as sent.
         put_action(&app, "shop", "down", mcp_action(closed, "send_mail", 5_000)).await;
         let order = format!("down-{b}");
-        let r = call(&app, "shop", "down", args(&order, "a@example.com", "t")).await;
+        let r = call_args(&app, "shop", "down", &order, "a@example.com", "t").await;
         assert_eq!(outcome(&r), "backoff", "{r}");
         assert_eq!(r["isError"], true);
         assert!(r["structuredContent"]["retry_after_ms"].is_i64(), "{r}");
@@ -1100,11 +945,11 @@ async fn deliver_mcp_failures_are_classified_as_the_contract_says() {
         put_action(&app, "shop", "hang", mcp_action(up.port, "hang", 1_000)).await;
         let order = format!("hang-{b}");
         let started = std::time::Instant::now();
-        let r = call(&app, "shop", "hang", args(&order, "a@example.com", "t")).await;
+        let r = call_args(&app, "shop", "hang", &order, "a@example.com", "t").await;
         assert!(started.elapsed() < std::time::Duration::from_secs(10));
         assert_eq!(outcome(&r), "needs_review", "{r}");
         assert_eq!(r["isError"], false);
-        let again = call(&app, "shop", "hang", args(&order, "a@example.com", "t")).await;
+        let again = call_args(&app, "shop", "hang", &order, "a@example.com", "t").await;
         assert_eq!(outcome(&again), "needs_review", "{again}");
         assert_eq!(up.count("hang", &order), 1);
         let rec = app.record("shop", &format!("{order}:mail:v1")).await;
@@ -1120,13 +965,13 @@ async fn deliver_mcp_failures_are_classified_as_the_contract_says() {
         )
         .await;
         let order = format!("nope-{b}");
-        let r = call(&app, "shop", "nope", args(&order, "a@example.com", "t")).await;
+        let r = call_args(&app, "shop", "nope", &order, "a@example.com", "t").await;
         assert_eq!(outcome(&r), "failed_permanent", "{r}");
         assert!(!up.calls().iter().any(|(_, o, _)| *o == order));
 
         // The egress policy holds: an upstream outside it is refused before anything is
         // stored.
-        let other = free_port();
+        let other = closed_port();
         put_action(
             &app,
             "shop",
@@ -1134,7 +979,7 @@ async fn deliver_mcp_failures_are_classified_as_the_contract_says() {
             mcp_action(other, "send_mail", 5_000),
         )
         .await;
-        let r = call(&app, "shop", "outside", args("out-1", "a@example.com", "t")).await;
+        let r = call_args(&app, "shop", "outside", "out-1", "a@example.com", "t").await;
         assert_eq!(outcome(&r), "destination_forbidden", "{r}");
         app.record("shop", "out-1:mail:v1")
             .await
@@ -1154,21 +999,9 @@ async fn deliver_mcp_with_approval_is_called_once_by_the_outbox() {
         put_action(&app, "shop", "mail", doc).await;
         let order = format!("appr-{backend:?}");
         let key = format!("{order}:mail:v1");
-        let r = call(
-            &app,
-            "shop",
-            "mail",
-            args(&order, "ann@example.com", "Draft one"),
-        )
-        .await;
+        let r = call_args(&app, "shop", "mail", &order, "ann@example.com", "Draft one").await;
         assert_eq!(outcome(&r), "awaiting_approval", "{r}");
-        let r = call(
-            &app,
-            "shop",
-            "mail",
-            args(&order, "ann@example.com", "Draft two"),
-        )
-        .await;
+        let r = call_args(&app, "shop", "mail", &order, "ann@example.com", "Draft two").await;
         assert_eq!(outcome(&r), "awaiting_approval", "{r}");
         assert_eq!(up.count("send_mail", &order), 0, "nothing before approval");
 
@@ -1190,11 +1023,13 @@ async fn deliver_mcp_with_approval_is_called_once_by_the_outbox() {
             .collect();
         assert_eq!(sent.len(), 1, "the approved draft was delivered once");
         assert_eq!(sent[0].2, "Draft one", "the approved arguments were sent");
-        let after = call(
+        let after = call_args(
             &app,
             "shop",
             "mail",
-            args(&order, "ann@example.com", "Draft three"),
+            &order,
+            "ann@example.com",
+            "Draft three",
         )
         .await;
         assert_eq!(outcome(&after), "completed", "{after}");

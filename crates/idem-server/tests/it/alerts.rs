@@ -5,7 +5,11 @@ use axum::routing::post;
 use axum::{Json, Router};
 use serde_json::{json, Value};
 
+use idem_server::background::{AlertSender, AlertsReport};
 use idem_testkit::app::*;
+
+use crate::loopback;
+use crate::standard_webhooks::official_verify;
 
 /// A local alert receiver; `fail_first` answers 500 that many times first.
 async fn receiver(fail_first: usize) -> (String, Arc<Mutex<Vec<Value>>>) {
@@ -30,22 +34,14 @@ async fn receiver(fail_first: usize) -> (String, Arc<Mutex<Vec<Value>>>) {
             }
         }),
     );
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let url = format!("http://{}/alert", l.local_addr().expect("addr"));
-    tokio::spawn(async move { axum::serve(l, app).await });
-    (url, got)
+    let port = loopback::serve(app).await;
+    (format!("http://127.0.0.1:{port}/alert"), got)
 }
 
 #[tokio::test]
 async fn needs_review_alert_is_delivered_once_without_payloads() {
     let (url, got) = receiver(0).await;
-    let app = spawn_with(Options {
-        alert_interval: Duration::from_millis(50),
-        ..Default::default()
-    })
-    .await;
+    let app = alerting(Backend::Sqlite).await;
     app.patch_namespace("pay", json!({"alert_url": url})).await;
     let t = Api::acquired(
         &app.claim(
@@ -125,23 +121,15 @@ async fn failed_deliveries_are_retried_with_a_bounded_budget() {
     let (url, got) = receiver(1).await;
     let app = spawn_app().await;
     app.patch_namespace("pay", json!({"alert_url": url})).await;
-    let t = Api::acquired(&app.claim("pay", "k", json!({})).await);
-    app.fail("pay", "k", json!({"token": t, "kind": "ambiguous"}))
-        .await;
+    into_review(&app, "pay", "k").await;
     let client = client();
-    let first = idem_server::background::alerts_once(&app.store, &client, app.now(), 6)
-        .await
-        .expect("step");
+    let first = alerts_step(&app, &client, 6).await;
     assert_eq!((first.sent, first.retried), (0, 1));
     // Not due again before its backoff.
-    let early = idem_server::background::alerts_once(&app.store, &client, app.now(), 6)
-        .await
-        .expect("step");
+    let early = alerts_step(&app, &client, 6).await;
     assert_eq!(early.sent + early.retried, 0);
     app.advance(120_000);
-    let second = idem_server::background::alerts_once(&app.store, &client, app.now(), 6)
-        .await
-        .expect("step");
+    let second = alerts_step(&app, &client, 6).await;
     assert_eq!(second.sent, 1);
     assert_eq!(got.lock().expect("lock").len(), 1);
 }
@@ -150,19 +138,13 @@ async fn failed_deliveries_are_retried_with_a_bounded_budget() {
 async fn an_unreachable_receiver_is_given_up_after_the_budget() {
     let app = spawn_app().await;
     // Nothing listens on this port (bound then dropped).
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let url = format!("http://{}/a", l.local_addr().expect("addr"));
-    drop(l);
+    let url = format!("http://127.0.0.1:{}/a", loopback::closed_port());
     app.patch_namespace("pay", json!({"alert_url": url})).await;
-    let t = Api::acquired(&app.claim("pay", "k", json!({})).await);
-    app.fail("pay", "k", json!({"token": t, "kind": "ambiguous"}))
-        .await;
+    into_review(&app, "pay", "k").await;
     let client = client();
     let mut gave_up = 0;
     for _ in 0..10 {
-        let r = idem_server::background::alerts_once(&app.store, &client, app.now(), 3)
-            .await
-            .expect("step");
+        let r = alerts_step(&app, &client, 3).await;
         gave_up += r.gave_up;
         app.advance(600_000);
     }
@@ -208,12 +190,18 @@ async fn capture(status: u16, location: Option<String>, fail_first: usize) -> (S
             resp.body(axum::body::Body::empty()).expect("response")
         }
     });
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let url = format!("http://{}/alert", l.local_addr().expect("addr"));
-    tokio::spawn(async move { axum::serve(l, app).await });
-    (url, got)
+    let port = loopback::serve(app).await;
+    (format!("http://127.0.0.1:{port}/alert"), got)
+}
+
+/// A server on `backend` whose alert sender runs every 50 ms.
+async fn alerting(backend: Backend) -> TestApp {
+    spawn_with(Options {
+        alert_interval: Duration::from_millis(50),
+        backend,
+        ..Default::default()
+    })
+    .await
 }
 
 /// Puts `k` of `ns` into needs_review (one alert queued).
@@ -225,7 +213,14 @@ async fn into_review(app: &TestApp, ns: &str, k: &str) {
     assert_eq!(r.body["state"], "needs_review", "{}", r.text);
 }
 
-fn client() -> idem_server::background::AlertSender {
+/// One pass of the alert sender over what is due now, giving up after `max_tries`.
+async fn alerts_step(app: &TestApp, client: &AlertSender, max_tries: u32) -> AlertsReport {
+    idem_server::background::alerts_once(&app.store, client, app.now(), max_tries)
+        .await
+        .expect("step")
+}
+
+fn client() -> AlertSender {
     idem_server::background::alert_client(Duration::from_secs(5)).expect("client")
 }
 
@@ -233,11 +228,7 @@ fn client() -> idem_server::background::AlertSender {
 async fn the_running_sender_does_not_follow_redirects() {
     let (elsewhere, reached) = capture(204, None, 0).await;
     let (url, redirecting) = capture(307, Some(elsewhere), 0).await;
-    let app = spawn_with(Options {
-        alert_interval: Duration::from_millis(50),
-        ..Default::default()
-    })
-    .await;
+    let app = alerting(Backend::Sqlite).await;
     app.patch_namespace("pay", json!({"alert_url": url})).await;
     into_review(&app, "pay", "k").await;
     assert!(
@@ -267,23 +258,17 @@ async fn a_redirect_answer_is_a_failed_delivery_retried_with_backoff() {
         let app = spawn_app().await;
         app.patch_namespace("pay", json!({"alert_url": url})).await;
         into_review(&app, "pay", "k").await;
-        let first = idem_server::background::alerts_once(&app.store, &client(), app.now(), 6)
-            .await
-            .expect("step");
+        let first = alerts_step(&app, &client(), 6).await;
         assert_eq!(
             (first.sent, first.retried, first.gave_up),
             (0, 1, 0),
             "{status}"
         );
         // Not again before the backoff; again (and again refused) after it.
-        let early = idem_server::background::alerts_once(&app.store, &client(), app.now(), 6)
-            .await
-            .expect("step");
+        let early = alerts_step(&app, &client(), 6).await;
         assert_eq!(early.sent + early.retried, 0, "{status}");
         app.advance(120_000);
-        let second = idem_server::background::alerts_once(&app.store, &client(), app.now(), 6)
-            .await
-            .expect("step");
+        let second = alerts_step(&app, &client(), 6).await;
         assert_eq!((second.sent, second.retried), (0, 1), "{status}");
         assert_eq!(redirecting.lock().expect("lock").len(), 2, "{status}");
         assert_eq!(reached.lock().expect("lock").len(), 0, "{status}");
@@ -292,85 +277,11 @@ async fn a_redirect_answer_is_a_failed_delivery_retried_with_backoff() {
 
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 
-/// Verifies one delivery with the official Standard Webhooks library for Python
-/// (`standardwebhooks`), run by `IDEM_TEST_PYTHON` (CI's venv) or `python3`. Returns
-/// `Some(true|false)` for accepted/rejected, `None` when the library is not importable and
-/// neither `CI` nor `IDEM_TEST_PYTHON` is set (then the caller skips with a note); with either
-/// set a missing library fails the test.
-fn official_verify(secret: &str, d: &Delivery, body: &[u8]) -> Option<bool> {
-    const SCRIPT: &str = r#"
-import json, sys
-try:
-    from standardwebhooks import Webhook
-    from standardwebhooks.webhooks import WebhookVerificationError
-except ImportError as e:
-    print("cannot import standardwebhooks:", e)
-    sys.exit(3)
-secret, headers, path = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
-with open(path, "rb") as f:
-    body = f.read()
-try:
-    Webhook(secret).verify(body, headers)
-except WebhookVerificationError as e:
-    print("rejected:", e)
-    sys.exit(1)
-print("verified")
-"#;
-    let configured = std::env::var("IDEM_TEST_PYTHON")
-        .ok()
-        .filter(|s| !s.is_empty());
-    let required = configured.is_some() || std::env::var_os("CI").is_some();
-    let python = configured.unwrap_or_else(|| "python3".into());
-    let dir = tempfile::tempdir().expect("tmp");
-    let path = dir.path().join("body");
-    std::fs::write(&path, body).expect("write body");
-    let headers: serde_json::Map<String, Value> =
-        ["webhook-id", "webhook-timestamp", "webhook-signature"]
-            .iter()
-            .filter_map(|h| d.header(h).map(|v| ((*h).to_owned(), Value::from(v))))
-            .collect();
-    let out = std::process::Command::new(&python)
-        .arg("-c")
-        .arg(SCRIPT)
-        .arg(secret)
-        .arg(Value::Object(headers).to_string())
-        .arg(&path)
-        .output();
-    let hint = "install it with `pip install standardwebhooks` (.ci/run does so into \
-                $HOME/.cache/idem/venv) and set IDEM_TEST_PYTHON to that Python";
-    let out = match out {
-        Ok(o) => o,
-        Err(e) if required => panic!("cannot run {python}: {e}; {hint}"),
-        Err(e) => {
-            eprintln!(
-                "SKIPPED the official Standard Webhooks check: cannot run {python}: {e}; {hint}"
-            );
-            return None;
-        }
-    };
-    let said =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    match out.status.code() {
-        Some(0) => Some(true),
-        Some(1) => Some(false),
-        Some(3) if !required => {
-            eprintln!("SKIPPED the official Standard Webhooks check: {said}; {hint}");
-            None
-        }
-        _ => panic!("the Standard Webhooks check did not run ({python}): {said}; {hint}"),
-    }
-}
-
 #[tokio::test]
 async fn signed_alerts_verify_with_the_official_standard_webhooks_library() {
     for backend in backends() {
         let (url, got) = capture(204, None, 0).await;
-        let app = spawn_with(Options {
-            alert_interval: Duration::from_millis(50),
-            backend,
-            ..Default::default()
-        })
-        .await;
+        let app = alerting(backend).await;
         let r = app
             .patch_namespace("pay", json!({"alert_url": url, "alert_secret": SECRET}))
             .await;
@@ -414,19 +325,19 @@ async fn signed_alerts_verify_with_the_official_standard_webhooks_library() {
         tampered.extend_from_slice(b" ");
         assert!(!secret.verify(&id, ts, &tampered, &sig), "{backend:?}");
         // The official library: accepts the delivery, refuses a changed body or a wrong key.
-        if let Some(ok) = official_verify(SECRET, &d, &d.body) {
+        if let Some(ok) = official_verify(SECRET, &d.headers, &d.body) {
             assert!(
                 ok,
                 "{backend:?}: the official library refused the signature"
             );
             assert_eq!(
-                official_verify(SECRET, &d, &tampered),
+                official_verify(SECRET, &d.headers, &tampered),
                 Some(false),
                 "{backend:?}"
             );
             let wrong = "whsec_AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
             assert_eq!(
-                official_verify(wrong, &d, &d.body),
+                official_verify(wrong, &d.headers, &d.body),
                 Some(false),
                 "{backend:?}"
             );
@@ -441,14 +352,10 @@ async fn webhook_id_is_stable_across_retries_and_unsigned_without_a_secret() {
     let app = spawn_app().await;
     app.patch_namespace("pay", json!({"alert_url": url})).await;
     into_review(&app, "pay", "k").await;
-    let first = idem_server::background::alerts_once(&app.store, &client(), app.now(), 6)
-        .await
-        .expect("step");
+    let first = alerts_step(&app, &client(), 6).await;
     assert_eq!(first.retried, 1);
     app.advance(120_000);
-    let second = idem_server::background::alerts_once(&app.store, &client(), app.now(), 6)
-        .await
-        .expect("step");
+    let second = alerts_step(&app, &client(), 6).await;
     assert_eq!(second.sent, 1);
     let got = got.lock().expect("lock").clone();
     assert_eq!(got.len(), 2);
@@ -474,9 +381,7 @@ async fn webhook_id_is_stable_across_retries_and_unsigned_without_a_secret() {
     into_review(&app, "pay", "k2").await;
     let (url2, got2) = capture(204, None, 0).await;
     app.patch_namespace("pay", json!({"alert_url": url2})).await;
-    idem_server::background::alerts_once(&app.store, &client(), app.now(), 6)
-        .await
-        .expect("step");
+    alerts_step(&app, &client(), 6).await;
     let other = got2.lock().expect("lock")[0].clone();
     assert_ne!(other.header("webhook-id"), ids[0]);
 }

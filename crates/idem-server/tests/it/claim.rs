@@ -61,88 +61,65 @@ async fn second_claim_of_completed_key_replays_result() {
     assert_eq!(ev, ["acquired", "completed", "duplicate_hit"]);
 }
 
-/// Whether the answer `text` holds `"result":` followed by exactly `value`.
-fn has_result(text: &str, value: &str) -> bool {
-    text.contains(&format!("\"result\":{value}"))
+/// The answer's text holds `"result":` followed by exactly `value`.
+#[track_caller]
+fn assert_result(r: &Resp, value: &str, backend: Backend) {
+    assert!(
+        r.text.contains(&format!("\"result\":{value}")),
+        "{backend:?} {}",
+        r.text
+    );
+}
+
+/// POSTs the JSON `text`, byte for byte, to `op` of the key at `path`.
+async fn post_op(app: &TestApp, path: &str, op: &str, text: &str) -> Resp {
+    app.post_json_text(&format!("{path}/{op}"), text).await
+}
+
+/// Completes the key at `path` with `token` and the JSON text `result`, byte for byte.
+async fn complete_text(app: &TestApp, path: &str, token: &str, result: &str) -> Resp {
+    let body = format!(r#"{{"token":"{token}","result":{result}}}"#);
+    post_op(app, path, "complete", &body).await
 }
 
 #[tokio::test]
 async fn a_replayed_result_is_the_text_that_was_completed_member_order_included() {
     const RESULT: &str = r#"{"charge_id":"ch_1","amount_cents":4200}"#;
     const NESTED: &str = r#"{"z":{"y":[{"d":1,"c":2}],"b":true},"a":null}"#;
+    const CLAIM: &str = r#"{"payload":{"currency":"EUR","amount":4200}}"#;
+    // The same payload, its members in the other order.
+    const CLAIM_REORDERED: &str = r#"{"payload":{"amount":4200,"currency":"EUR"}}"#;
     for backend in backends() {
         let app = spawn_on(backend).await;
         let path = Api::key_path("pay", "evt_1:charge");
-        let c = app
-            .post_json_text(
-                &format!("{path}/claim"),
-                r#"{"payload":{"currency":"EUR","amount":4200}}"#,
-            )
-            .await;
+        let c = post_op(&app, &path, "claim", CLAIM).await;
         let token = Api::acquired(&c);
-        let done = app
-            .post_json_text(
-                &format!("{path}/complete"),
-                &format!(r#"{{"token":"{token}","result":{RESULT}}}"#),
-            )
-            .await;
+        let done = complete_text(&app, &path, &token, RESULT).await;
         assert_eq!(done.status, 200, "{backend:?} {}", done.text);
-        assert!(has_result(&done.text, RESULT), "{backend:?} {}", done.text);
+        assert_result(&done, RESULT, backend);
         // A duplicate (payload members in the other order: the same fingerprint) gets the
         // result as it was written, and so do a read and the list.
-        let again = app
-            .post_json_text(
-                &format!("{path}/claim"),
-                r#"{"payload":{"amount":4200,"currency":"EUR"}}"#,
-            )
-            .await;
+        let again = post_op(&app, &path, "claim", CLAIM_REORDERED).await;
         assert_eq!(again.status, 200, "{backend:?} {}", again.text);
         assert_eq!(again.body["outcome"], "completed");
-        assert!(
-            has_result(&again.text, RESULT),
-            "{backend:?} {}",
-            again.text
-        );
+        assert_result(&again, RESULT, backend);
         // The same complete again with the members in another order is the same result: a
         // no-op that leaves the stored text as it was.
-        let repeat = app
-            .post_json_text(
-                &format!("{path}/complete"),
-                &format!(
-                    r#"{{"token":"{token}","result":{{"amount_cents":4200,"charge_id":"ch_1"}}}}"#
-                ),
-            )
-            .await;
+        let reordered = r#"{"amount_cents":4200,"charge_id":"ch_1"}"#;
+        let repeat = complete_text(&app, &path, &token, reordered).await;
         assert_eq!(repeat.status, 200, "{backend:?} {}", repeat.text);
-        assert!(
-            has_result(&repeat.text, RESULT),
-            "{backend:?} {}",
-            repeat.text
-        );
+        assert_result(&repeat, RESULT, backend);
         let read = app.get(&path).await;
-        assert!(has_result(&read.text, RESULT), "{backend:?} {}", read.text);
+        assert_result(&read, RESULT, backend);
         let listed = app.list("pay", "").await;
-        assert!(
-            has_result(&listed.text, RESULT),
-            "{backend:?} {}",
-            listed.text
-        );
+        assert_result(&listed, RESULT, backend);
         // Nested objects and objects inside arrays keep their order too.
         let path = Api::key_path("pay", "k2");
-        let token = Api::acquired(&app.post_json_text(&format!("{path}/claim"), "{}").await);
-        let done = app
-            .post_json_text(
-                &format!("{path}/complete"),
-                &format!(r#"{{"token":"{token}","result":{NESTED}}}"#),
-            )
-            .await;
+        let token = Api::acquired(&post_op(&app, &path, "claim", "{}").await);
+        let done = complete_text(&app, &path, &token, NESTED).await;
         assert_eq!(done.status, 200, "{backend:?} {}", done.text);
-        let again = app.post_json_text(&format!("{path}/claim"), "{}").await;
-        assert!(
-            has_result(&again.text, NESTED),
-            "{backend:?} {}",
-            again.text
-        );
+        let again = post_op(&app, &path, "claim", "{}").await;
+        assert_result(&again, NESTED, backend);
     }
 }
 

@@ -37,6 +37,18 @@ impl Page {
         let rest = &self.text[at + 19..];
         rest[..rest.find('"').expect("end")].to_owned()
     }
+    /// The page contains `needle`.
+    #[track_caller]
+    fn assert_has(&self, needle: &str) {
+        assert!(self.text.contains(needle), "{}", self.text);
+    }
+    /// The page contains every one of `needles`.
+    #[track_caller]
+    fn assert_has_all(&self, needles: &[&str]) {
+        for needle in needles {
+            assert!(self.text.contains(needle), "{needle}: {}", self.text);
+        }
+    }
     #[track_caller]
     fn assert_secure_headers(&self) {
         assert!(
@@ -114,11 +126,31 @@ impl Console {
         let login = self.get("/console/login").await;
         assert_eq!(login.status, 200, "{}", login.text);
         let csrf = login.csrf();
-        self.post(
+        self.post_csrf(
             "/console/login",
-            &[("csrf", &csrf), ("token", token), ("next", "/console")],
+            &csrf,
+            &[("token", token), ("next", "/console")],
         )
         .await
+    }
+
+    /// A console signed in with `token`.
+    async fn signed_in(app: &TestApp, token: &str) -> Console {
+        let mut c = Console::new(app);
+        assert_eq!(c.sign_in(token).await.status, 303);
+        c
+    }
+
+    /// POSTs a form of its CSRF token and `fields`.
+    async fn post_csrf(&mut self, path: &str, csrf: &str, fields: &[(&str, &str)]) -> Page {
+        let mut form = vec![("csrf", csrf)];
+        form.extend_from_slice(fields);
+        self.post(path, &form).await
+    }
+
+    /// POSTs a form of its CSRF token and a `note`.
+    async fn post_noted(&mut self, path: &str, csrf: &str, note: &str) -> Page {
+        self.post_csrf(path, csrf, &[("note", note)]).await
     }
 
     /// The CSRF token of a signed-in page.
@@ -127,6 +159,15 @@ impl Console {
         assert_eq!(p.status, 200, "{}", p.text);
         p.csrf()
     }
+}
+
+/// The newest event of a record read through the API (null when there is none).
+fn last_event(r: &Resp) -> Value {
+    r.body["events"]
+        .as_array()
+        .and_then(|e| e.last())
+        .cloned()
+        .unwrap_or(Value::Null)
 }
 
 fn rec(ns: &str, key: &str) -> String {
@@ -189,7 +230,7 @@ async fn operator_and_admin_tokens_sign_in_worker_and_wrong_ones_get_the_sign_in
             let mut c = Console::new(&app);
             let p = c.sign_in(secret).await;
             assert_eq!(p.status, 401, "{backend:?} {message}: {}", p.text);
-            assert!(p.text.contains(message), "{}", p.text);
+            p.assert_has(message);
             assert!(!p.text.contains("secretns"));
             assert!(c.cookies.iter().all(|(k, _)| k != "idem_session"));
             assert_eq!(c.get("/console").await.status, 401);
@@ -221,7 +262,7 @@ async fn operator_and_admin_tokens_sign_in_worker_and_wrong_ones_get_the_sign_in
             assert!(!value.contains(secret.as_str()));
             let p = c.get("/console").await;
             assert_eq!(p.status, 200, "{}", p.text);
-            assert!(p.text.contains("secretns"), "{}", p.text);
+            p.assert_has("secretns");
             assert!(p.text.contains(">Sign out<"));
         }
     }
@@ -231,8 +272,7 @@ async fn operator_and_admin_tokens_sign_in_worker_and_wrong_ones_get_the_sign_in
 async fn sign_out_needs_the_csrf_token_and_ends_the_session() {
     for backend in backends() {
         let app = app_with_tokens(backend).await;
-        let mut c = Console::new(&app);
-        assert_eq!(c.sign_in(&app.tokens[1]).await.status, 303);
+        let mut c = Console::signed_in(&app, &app.tokens[1]).await;
         let csrf = c.csrf().await;
         let p = c.post("/console/logout", &[]).await;
         assert_eq!(p.status, 403, "{backend:?}");
@@ -255,8 +295,7 @@ async fn a_post_without_the_csrf_token_is_refused_and_changes_nothing() {
         let api = app.as_token(Some(&app.tokens[1]));
         to_review(&app, &api, "pay", "evt_1:charge", "w1").await;
         let before = api.record("pay", "evt_1:charge").await.body;
-        let mut c = Console::new(&app);
-        assert_eq!(c.sign_in(&app.tokens[1]).await.status, 303);
+        let mut c = Console::signed_in(&app, &app.tokens[1]).await;
         let path = format!("{}/resolve", rec("pay", "evt_1:charge"));
         let form = [("action", "completed"), ("note", "paid, checked in Stripe")];
         let p = c.post(&path, &form).await;
@@ -281,11 +320,10 @@ async fn resolve_with_a_note_is_seen_through_the_api_and_without_one_is_refused(
         let app = app_with_tokens(backend).await;
         let api = app.as_token(Some(&app.tokens[1]));
         to_review(&app, &api, "pay", "evt_2:charge", "w1").await;
-        let mut c = Console::new(&app);
-        assert_eq!(c.sign_in(&app.tokens[1]).await.status, 303);
+        let mut c = Console::signed_in(&app, &app.tokens[1]).await;
         let page = c.get(&rec("pay", "evt_2:charge")).await;
         assert_eq!(page.status, 200, "{}", page.text);
-        for name in [
+        page.assert_has_all(&[
             "<h1 class=\"key\">evt_2:charge</h1>",
             "<dt>State</dt><dd><span class=\"state state-needs_review\">needs_review</span>",
             "<dt>Attempt</dt><dd>1</dd>",
@@ -297,72 +335,50 @@ async fn resolve_with_a_note_is_seen_through_the_api_and_without_one_is_refused(
             ">History</h2>",
             ">acquired</td>",
             ">failed</td>",
-        ] {
-            assert!(page.text.contains(name), "{name}: {}", page.text);
-        }
+        ]);
         let csrf = page.csrf();
         let path = format!("{}/resolve", rec("pay", "evt_2:charge"));
         let before = api.record("pay", "evt_2:charge").await.body;
 
         // Without a note: the API's message on the record page, nothing changed.
         let p = c
-            .post(
-                &path,
-                &[("csrf", &csrf), ("action", "completed"), ("note", "")],
-            )
+            .post_csrf(&path, &csrf, &[("action", "completed"), ("note", "")])
             .await;
         assert_eq!(p.status, 422, "{backend:?}: {}", p.text);
-        assert!(p.text.contains("Refused: "), "{}", p.text);
-        assert!(p.text.contains("`note`"), "{}", p.text);
+        p.assert_has("Refused: ");
+        p.assert_has("`note`");
         assert!(p.text.contains("<h1 class=\"key\">evt_2:charge</h1>"));
         assert_eq!(api.record("pay", "evt_2:charge").await.body, before);
         // Invalid JSON in the result: refused the same way.
-        let p = c
-            .post(
-                &path,
-                &[
-                    ("csrf", &csrf),
-                    ("action", "completed"),
-                    ("result", "{not json"),
-                    ("note", "checked"),
-                ],
-            )
-            .await;
+        let bad_json = [
+            ("action", "completed"),
+            ("result", "{not json"),
+            ("note", "checked"),
+        ];
+        let p = c.post_csrf(&path, &csrf, &bad_json).await;
         assert_eq!(p.status, 422, "{}", p.text);
-        assert!(p.text.contains("not valid JSON"), "{}", p.text);
+        p.assert_has("not valid JSON");
         assert_eq!(api.record("pay", "evt_2:charge").await.body, before);
 
-        let p = c
-            .post(
-                &path,
-                &[
-                    ("csrf", &csrf),
-                    ("action", "completed"),
-                    ("external_ref", "ch_42"),
-                    ("result", "{\"charge\": \"ch_42\"}"),
-                    ("note", "charged once, seen in Stripe"),
-                ],
-            )
-            .await;
+        let resolved = [
+            ("action", "completed"),
+            ("external_ref", "ch_42"),
+            ("result", "{\"charge\": \"ch_42\"}"),
+            ("note", "charged once, seen in Stripe"),
+        ];
+        let p = c.post_csrf(&path, &csrf, &resolved).await;
         assert_eq!(p.status, 303, "{}", p.text);
         let after = api.record("pay", "evt_2:charge").await;
         assert_eq!(after.body["record"]["state"], "completed", "{}", after.text);
         assert_eq!(after.body["record"]["external_ref"], "ch_42");
         assert_eq!(after.body["record"]["result"], json!({"charge": "ch_42"}));
-        let last = after.body["events"]
-            .as_array()
-            .and_then(|e| e.last())
-            .cloned()
-            .unwrap_or(Value::Null);
+        let last = last_event(&after);
         assert_eq!(last["type"], "resolved");
         assert_eq!(last["note"], "charged once, seen in Stripe");
         assert_eq!(last["actor"], "operator-*");
         // Resolving again: wrong state by now, the API's message, nothing changed.
         let p = c
-            .post(
-                &path,
-                &[("csrf", &csrf), ("action", "retry"), ("note", "again")],
-            )
+            .post_csrf(&path, &csrf, &[("action", "retry"), ("note", "again")])
             .await;
         assert_eq!(p.status, 409, "{}", p.text);
         assert!(p.text.contains("Refused: "));
@@ -385,8 +401,7 @@ async fn a_draft_is_shown_in_full_and_approved() {
             )
             .await;
         assert_eq!(r.body["state"], "awaiting_approval", "{}", r.text);
-        let mut c = Console::new(&app);
-        assert_eq!(c.sign_in(&app.tokens[1]).await.status, 303);
+        let mut c = Console::signed_in(&app, &app.tokens[1]).await;
         let page = c.get(&rec("mail", "order-847:draft")).await;
         assert_eq!(page.status, 200);
         assert!(page.text.contains("Draft to approve"));
@@ -395,31 +410,19 @@ async fn a_draft_is_shown_in_full_and_approved() {
         assert!(page.text.contains(">Approve</button>") && page.text.contains(">Reject</button>"));
         assert!(!page.text.contains(">Resolve</button>"));
         let csrf = page.csrf();
-        let p = c
-            .post(
-                &format!("{}/approve", rec("mail", "order-847:draft")),
-                &[("csrf", &csrf), ("note", "wording is fine")],
-            )
-            .await;
+        let path = format!("{}/approve", rec("mail", "order-847:draft"));
+        let p = c.post_noted(&path, &csrf, "wording is fine").await;
         assert_eq!(p.status, 303, "{backend:?}: {}", p.text);
         let after = api.record("mail", "order-847:draft").await;
         assert_eq!(after.body["record"]["state"], "prepared", "{}", after.text);
-        let last = after.body["events"]
-            .as_array()
-            .and_then(|e| e.last())
-            .cloned();
-        let last = last.unwrap_or(Value::Null);
+        let last = last_event(&after);
         assert_eq!(last["type"], "approved");
         assert_eq!(last["note"], "wording is fine");
         // The redirect target says so.
         let shown = c.get(p.header("location")).await;
-        assert!(shown.text.contains("Done: approved"), "{}", shown.text);
+        shown.assert_has("Done: approved");
         // A long result elsewhere is folded behind a script-free "show all".
-        assert!(
-            shown.text.contains("<details><summary>show all"),
-            "{}",
-            shown.text
-        );
+        shown.assert_has("<details><summary>show all");
     }
 }
 
@@ -429,11 +432,10 @@ async fn pause_asks_to_confirm_then_claims_get_503() {
         let app = app_with_tokens(backend).await;
         let api = app.as_token(Some(&app.tokens[1]));
         Api::acquired(&api.claim("ops", "k0", json!({})).await);
-        let mut c = Console::new(&app);
-        assert_eq!(c.sign_in(&app.tokens[1]).await.status, 303);
+        let mut c = Console::signed_in(&app, &app.tokens[1]).await;
         let ns = c.get("/console/ns/ops").await;
         assert_eq!(ns.status, 200);
-        assert!(ns.text.contains(">Pause</button>"), "{}", ns.text);
+        ns.assert_has(">Pause</button>");
         assert!(ns.text.contains(">Policy</h2>") && ns.text.contains("stuck_after_ms"));
         // The first step only asks.
         let confirm = c.get("/console/ns/ops/pause").await;
@@ -453,7 +455,7 @@ async fn pause_asks_to_confirm_then_claims_get_503() {
         assert_eq!(claim.status, 503, "{}", claim.text);
         assert_eq!(claim.body["outcome"], "paused");
         let ns = c.get("/console/ns/ops").await;
-        assert!(ns.text.contains(">Resume</button>"), "{}", ns.text);
+        ns.assert_has(">Resume</button>");
         let confirm = c.get("/console/ns/ops/resume").await;
         let p = c
             .post("/console/ns/ops/resume", &[("csrf", &confirm.csrf())])
@@ -470,21 +472,16 @@ async fn a_scoped_session_neither_lists_nor_reaches_another_namespace() {
         let api = app.as_token(Some(&app.tokens[1]));
         to_review(&app, &api, "a", "mine", "w").await;
         to_review(&app, &api, "b", "theirs", "w").await;
-        let mut c = Console::new(&app);
-        assert_eq!(c.sign_in(&app.tokens[3]).await.status, 303);
+        let mut c = Console::signed_in(&app, &app.tokens[3]).await;
         let overview = c.get("/console").await;
-        assert!(
-            overview.text.contains("/console/ns/a\""),
-            "{}",
-            overview.text
-        );
+        overview.assert_has("/console/ns/a\"");
         assert!(
             !overview.text.contains("/console/ns/b\""),
             "{}",
             overview.text
         );
         let queue = c.get("/console/review").await;
-        assert!(queue.text.contains(">mine</a>"), "{}", queue.text);
+        queue.assert_has(">mine</a>");
         assert!(!queue.text.contains("theirs"), "{}", queue.text);
         for path in [
             "/console/ns/b".to_owned(),
@@ -572,11 +569,7 @@ async fn keys_owners_and_notes_from_clients_render_as_text() {
         let page = c.get(&rec("xss", key)).await;
         assert!(page.text.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
         assert!(page.text.contains("&lt;img src=x onerror=alert(1)&gt;"));
-        assert!(
-            page.text.contains("&quot;&gt;&lt;script&gt;alert(2)"),
-            "{}",
-            page.text
-        );
+        page.assert_has("&quot;&gt;&lt;script&gt;alert(2)");
     }
 }
 
@@ -628,8 +621,7 @@ async fn an_open_server_opens_the_console_and_a_revoked_token_ends_its_session()
             .post("/v1/tokens", json!({"role": "operator", "namespace": "*"}))
             .await;
         assert_eq!(created.status, 201, "{}", created.text);
-        let mut c = Console::new(&app);
-        assert_eq!(c.sign_in(&created.token()).await.status, 303);
+        let mut c = Console::signed_in(&app, &created.token()).await;
         assert_eq!(c.get("/console").await.status, 200);
         let id = created.body["token_id"].as_i64().expect("id");
         let r = admin
@@ -638,7 +630,7 @@ async fn an_open_server_opens_the_console_and_a_revoked_token_ends_its_session()
         assert_eq!(r.status, 204, "{}", r.text);
         let p = c.get("/console").await;
         assert_eq!(p.status, 401, "{backend:?}");
-        assert!(p.text.contains("revoked"), "{}", p.text);
+        p.assert_has("revoked");
     }
 }
 
@@ -810,13 +802,22 @@ async fn two_sources(app: &TestApp) -> (String, String) {
     (pay, mine)
 }
 
+/// A server with [`two_sources`] (the event keys of `pay` and of `mine`), the operator's
+/// API and the record of `pay`'s event before the test does anything.
+async fn with_sources(backend: Backend) -> (TestApp, String, String, Api, Value) {
+    let app = app_with_tokens(backend).await;
+    let (key, mine) = two_sources(&app).await;
+    let api = app.as_token(Some(&app.tokens[1]));
+    let before = api.record("pay", &key).await.body;
+    (app, key, mine, api, before)
+}
+
 #[tokio::test]
 async fn sources_are_listed_and_an_event_shows_its_body_as_text() {
     for backend in backends() {
         let app = app_with_tokens(backend).await;
         let (key, _) = two_sources(&app).await;
-        let mut c = Console::new(&app);
-        assert_eq!(c.sign_in(&app.tokens[1]).await.status, 303);
+        let mut c = Console::signed_in(&app, &app.tokens[1]).await;
 
         let p = c.get("/console/sources").await;
         assert_eq!(p.status, 200, "{backend:?}: {}", p.text);
@@ -831,14 +832,10 @@ async fn sources_are_listed_and_an_event_shows_its_body_as_text() {
             assert!(p.text.contains(want), "{want}: {}", p.text);
         }
         let overview = c.get("/console").await;
-        assert!(
-            overview.text.contains("href=\"/console/sources/pay\""),
-            "{}",
-            overview.text
-        );
+        overview.assert_has("href=\"/console/sources/pay\"");
         // Each source has one held event: backlog 1, dead letters 1, on both pages.
         for page in [&p, &overview] {
-            assert!(page.text.contains(">Dead letters</th>"), "{}", page.text);
+            page.assert_has(">Dead letters</th>");
             let row = page
                 .text
                 .split("<tr>")
@@ -896,12 +893,8 @@ async fn sources_are_listed_and_an_event_shows_its_body_as_text() {
 #[tokio::test]
 async fn redeliver_needs_a_note_and_the_csrf_token_and_is_seen_through_the_api() {
     for backend in backends() {
-        let app = app_with_tokens(backend).await;
-        let (key, _) = two_sources(&app).await;
-        let api = app.as_token(Some(&app.tokens[1]));
-        let before = api.record("pay", &key).await.body;
-        let mut c = Console::new(&app);
-        assert_eq!(c.sign_in(&app.tokens[1]).await.status, 303);
+        let (app, key, _, api, before) = with_sources(backend).await;
+        let mut c = Console::signed_in(&app, &app.tokens[1]).await;
         let page = c.get(&event_page("pay", &key)).await;
         let csrf = page.csrf();
         let path = format!("{}/redeliver", event_page("pay", &key));
@@ -915,24 +908,22 @@ async fn redeliver_needs_a_note_and_the_csrf_token_and_is_seen_through_the_api()
             .await;
         assert_eq!(p.status, 403);
         // Without a note: the API's message on the event page, nothing changed.
-        let p = c.post(&path, &[("csrf", &csrf), ("note", "")]).await;
+        let p = c.post_noted(&path, &csrf, "").await;
         assert_eq!(p.status, 422, "{}", p.text);
-        assert!(p.text.contains("Refused: "), "{}", p.text);
-        assert!(p.text.contains("`note`"), "{}", p.text);
+        p.assert_has("Refused: ");
+        p.assert_has("`note`");
         assert!(p.text.contains(&format!("<h1 class=\"key\">{key}</h1>")));
         let p = c.post(&path, &[("csrf", &csrf)]).await;
         assert_eq!(p.status, 422, "{}", p.text);
         // A worker cannot hold a session, so cannot redeliver either.
         let mut w = Console::new(&app);
         assert_eq!(w.sign_in(&app.tokens[2]).await.status, 401);
-        let p = w.post(&path, &[("csrf", &csrf), ("note", "x")]).await;
+        let p = w.post_noted(&path, &csrf, "x").await;
         assert!(p.status == 401 || p.status == 403, "{}", p.status);
         assert_eq!(api.record("pay", &key).await.body, before);
 
         // With a note: scheduled again, recorded with who and why.
-        let p = c
-            .post(&path, &[("csrf", &csrf), ("note", "checked by hand")])
-            .await;
+        let p = c.post_noted(&path, &csrf, "checked by hand").await;
         assert_eq!(p.status, 303, "{}", p.text);
         let to = p.header("location").to_owned();
         assert_eq!(to, format!("{}?done=redelivered", event_page("pay", &key)));
@@ -946,7 +937,7 @@ async fn redeliver_needs_a_note_and_the_csrf_token_and_is_seen_through_the_api()
         assert_eq!(resolved["to_state"], "prepared", "{}", r.text);
         let p = c.get(&to).await;
         assert_eq!(p.status, 200);
-        assert!(p.text.contains("Done: redelivered."), "{}", p.text);
+        p.assert_has("Done: redelivered.");
     }
 }
 
@@ -986,8 +977,7 @@ async fn redeliver_is_refused_while_a_delivery_is_in_flight() {
         .await;
         assert!(in_flight, "{backend:?}");
         let before = api.record("slow", &key).await.body;
-        let mut c = Console::new(&app);
-        assert_eq!(c.sign_in(&app.tokens[1]).await.status, 303);
+        let mut c = Console::signed_in(&app, &app.tokens[1]).await;
         let csrf = c.get(&event_page("slow", &key)).await.csrf();
         let p = c
             .post(
@@ -996,8 +986,8 @@ async fn redeliver_is_refused_while_a_delivery_is_in_flight() {
             )
             .await;
         assert_eq!(p.status, 409, "{}", p.text);
-        assert!(p.text.contains("Refused: "), "{}", p.text);
-        assert!(p.text.contains("in flight"), "{}", p.text);
+        p.assert_has("Refused: ");
+        p.assert_has("in flight");
         assert_eq!(api.record("slow", &key).await.body, before);
         holder.abort();
     }
@@ -1006,53 +996,39 @@ async fn redeliver_is_refused_while_a_delivery_is_in_flight() {
 #[tokio::test]
 async fn redeliver_dead_letters_schedules_every_one_with_a_note() {
     for backend in backends() {
-        let app = app_with_tokens(backend).await;
-        let (key, _) = two_sources(&app).await;
-        let api = app.as_token(Some(&app.tokens[1]));
-        let before = api.record("pay", &key).await.body;
-        let mut c = Console::new(&app);
-        assert_eq!(c.sign_in(&app.tokens[1]).await.status, 303);
+        let (app, key, _, api, before) = with_sources(backend).await;
+        let mut c = Console::signed_in(&app, &app.tokens[1]).await;
         let csrf = c.get("/console/sources/pay").await.csrf();
         let p = c
-            .post(
-                "/console/sources/pay/redeliver",
-                &[("csrf", &csrf), ("note", "")],
-            )
+            .post_noted("/console/sources/pay/redeliver", &csrf, "")
             .await;
         assert_eq!(p.status, 422, "{backend:?}: {}", p.text);
-        assert!(p.text.contains("Refused: "), "{}", p.text);
+        p.assert_has("Refused: ");
         let p = c
             .post("/console/sources/pay/redeliver", &[("note", "all")])
             .await;
         assert_eq!(p.status, 403);
         assert_eq!(api.record("pay", &key).await.body, before);
         let p = c
-            .post(
-                "/console/sources/pay/redeliver",
-                &[("csrf", &csrf), ("note", "all of them")],
-            )
+            .post_noted("/console/sources/pay/redeliver", &csrf, "all of them")
             .await;
         assert_eq!(p.status, 303, "{}", p.text);
         assert_eq!(p.header("location"), "/console/sources/pay?scheduled=1");
         let types = api.event_types("pay", &key).await;
         assert!(types.contains(&"resolved".to_owned()), "{types:?}");
         let p = c.get("/console/sources/pay?scheduled=1").await;
-        assert!(p.text.contains("Done: 1 dead letters"), "{}", p.text);
+        p.assert_has("Done: 1 dead letters");
     }
 }
 
 #[tokio::test]
 async fn a_scoped_session_neither_lists_nor_reaches_another_namespaces_source() {
     for backend in backends() {
-        let app = app_with_tokens(backend).await;
-        let (key, mine) = two_sources(&app).await;
-        let api = app.as_token(Some(&app.tokens[1]));
-        let before = api.record("pay", &key).await.body;
-        let mut c = Console::new(&app);
-        assert_eq!(c.sign_in(&app.tokens[3]).await.status, 303);
+        let (app, key, mine, api, before) = with_sources(backend).await;
+        let mut c = Console::signed_in(&app, &app.tokens[3]).await;
         let p = c.get("/console/sources").await;
         assert_eq!(p.status, 200);
-        assert!(p.text.contains("/console/sources/mine\""), "{}", p.text);
+        p.assert_has("/console/sources/mine\"");
         assert!(!p.text.contains("/console/sources/pay"), "{}", p.text);
         assert!(!c
             .get("/console")
@@ -1075,10 +1051,7 @@ async fn a_scoped_session_neither_lists_nor_reaches_another_namespaces_source() 
             .await;
         assert_eq!(p.status, 404);
         let p = c
-            .post(
-                "/console/sources/pay/redeliver",
-                &[("csrf", &csrf), ("note", "x")],
-            )
+            .post_noted("/console/sources/pay/redeliver", &csrf, "x")
             .await;
         assert_eq!(p.status, 404);
         assert_eq!(api.record("pay", &key).await.body, before);
@@ -1117,28 +1090,22 @@ async fn an_event_page_shows_its_destinations_and_replays_one_alone() {
         })
         .await;
         assert!(dead);
-        let mut c = Console::new(&app);
-        assert_eq!(c.sign_in(&app.tokens[1]).await.status, 303);
+        let mut c = Console::signed_in(&app, &app.tokens[1]).await;
         let page = c.get(&event_page("pay", &key)).await;
         assert_eq!(page.status, 200);
-        for needle in [
+        page.assert_has_all(&[
             "Destinations",
             "evt_1:crm",
             "evt_1:slack",
             "Redeliver to slack",
-        ] {
-            assert!(page.text.contains(needle), "{needle}: {}", page.text);
-        }
+        ]);
         let csrf = page.csrf();
         let path = format!("{}/redeliver", event_page("pay", &key));
         let p = c
-            .post(
+            .post_csrf(
                 &path,
-                &[
-                    ("csrf", &csrf),
-                    ("note", "slack only"),
-                    ("destination", "slack"),
-                ],
+                &csrf,
+                &[("note", "slack only"), ("destination", "slack")],
             )
             .await;
         assert_eq!(p.status, 303, "{}", p.text);
@@ -1183,12 +1150,7 @@ async fn counting_sink() -> (Seen, u16) {
     let app = axum::Router::new()
         .fallback(axum::routing::any(sink_handler))
         .with_state(seen.clone());
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let port = l.local_addr().expect("addr").port();
-    tokio::spawn(async move { axum::serve(l, app).await });
-    (seen, port)
+    (seen, crate::loopback::serve(app).await)
 }
 
 /// An action that asks a person first: keyed by the order, identity order and recipient,
@@ -1260,16 +1222,11 @@ async fn actions_are_listed_and_an_action_draft_is_shown_in_full_and_delivered_o
             .await;
         assert_eq!(r.status, 201, "{}", r.text);
 
-        let mut c = Console::new(&app);
-        assert_eq!(c.sign_in(&app.tokens[1]).await.status, 303);
+        let mut c = Console::signed_in(&app, &app.tokens[1]).await;
         // The namespace page links its actions; the actions page lists them without secrets.
         let ns = c.get("/console/ns/shop").await;
         assert_eq!(ns.status, 200, "{}", ns.text);
-        assert!(
-            ns.text.contains("href=\"/console/ns/shop/actions\""),
-            "{}",
-            ns.text
-        );
+        ns.assert_has("href=\"/console/ns/shop/actions\"");
         let list = c.get("/console/ns/shop/actions").await;
         assert_eq!(list.status, 200, "{}", list.text);
         list.assert_secure_headers();
@@ -1307,11 +1264,7 @@ async fn actions_are_listed_and_an_action_draft_is_shown_in_full_and_delivered_o
         let page = c.get(&rec("shop", "847:followup:v1")).await;
         assert_eq!(page.status, 200, "{}", page.text);
         assert!(page.text.contains("Draft to approve"));
-        assert!(
-            page.text.contains("href=\"/console/ns/shop/actions#action-send_followup\">send_followup</a> — Send the follow-up"),
-            "{}",
-            page.text
-        );
+        page.assert_has("href=\"/console/ns/shop/actions#action-send_followup\">send_followup</a> — Send the follow-up");
         // The stored arguments in full, pretty-printed and escaped.
         let pretty = serde_json::to_string_pretty(&args).expect("json");
         let escaped = pretty
@@ -1325,12 +1278,8 @@ async fn actions_are_listed_and_an_action_draft_is_shown_in_full_and_delivered_o
 
         // Approve in the console: idem delivers the stored arguments once, through its outbox.
         let csrf = page.csrf();
-        let p = c
-            .post(
-                &format!("{}/approve", rec("shop", "847:followup:v1")),
-                &[("csrf", &csrf), ("note", "wording checked")],
-            )
-            .await;
+        let path = format!("{}/approve", rec("shop", "847:followup:v1"));
+        let p = c.post_noted(&path, &csrf, "wording checked").await;
         assert_eq!(p.status, 303, "{backend:?}: {}", p.text);
         let delivered = eventually(std::time::Duration::from_secs(10), || {
             let seen = seen.clone();
@@ -1367,11 +1316,7 @@ async fn actions_are_listed_and_an_action_draft_is_shown_in_full_and_delivered_o
         assert_eq!(seen.lock().expect("lock").len(), 1);
         // The completed record still names its action, and its arguments.
         let after = c.get(&rec("shop", "847:followup:v1")).await;
-        assert!(
-            after.text.contains("Arguments (prepared payload)"),
-            "{}",
-            after.text
-        );
+        after.assert_has("Arguments (prepared payload)");
         assert!(!after.text.contains(">Approve</button>"));
     }
 }

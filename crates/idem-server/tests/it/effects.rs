@@ -2,7 +2,6 @@
 //! written here, which counts every request it receives. Every test asserts that count: the
 //! point of an effect is that the destination sees the request exactly once (or never).
 
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -17,6 +16,8 @@ use tokio::io::AsyncReadExt;
 
 use idem_testkit::app::*;
 
+use crate::loopback::{self, closed_port};
+
 /// One request the destination received.
 #[derive(Debug, Clone)]
 struct Seen {
@@ -27,30 +28,15 @@ struct Seen {
     body: Vec<u8>,
 }
 
-#[derive(Clone, Default)]
-struct Dest {
-    seen: Arc<Mutex<Vec<Seen>>>,
-    /// Statuses `/seq` answers with, in order (then 201).
-    script: Arc<Mutex<VecDeque<u16>>>,
-}
+/// The destination: `/seq` answers its script, then 201.
+type Dest = loopback::Dest<Seen>;
 
 impl Dest {
-    fn count(&self) -> usize {
-        self.seen.lock().expect("lock").len()
-    }
     fn count_path(&self, prefix: &str) -> usize {
-        self.seen
-            .lock()
-            .expect("lock")
+        self.all()
             .iter()
             .filter(|s| s.target.starts_with(prefix))
             .count()
-    }
-    fn all(&self) -> Vec<Seen> {
-        self.seen.lock().expect("lock").clone()
-    }
-    fn script(&self, statuses: &[u16]) {
-        self.script.lock().expect("lock").extend(statuses);
     }
 }
 
@@ -91,23 +77,16 @@ async fn handle(State(d): State<Dest>, Path(rest): Path<String>, req: Request) -
         .path_and_query()
         .map(|p| p.as_str().to_owned())
         .unwrap_or_default();
-    let n = {
-        let mut seen = d.seen.lock().expect("lock");
-        seen.push(Seen {
-            method: parts.method.to_string(),
-            target: target.clone(),
-            headers: parts.headers.clone(),
-            body,
-        });
-        seen.len()
-    };
+    let n = d.push(Seen {
+        method: parts.method.to_string(),
+        target: target.clone(),
+        headers: parts.headers.clone(),
+        body,
+    });
     let mut segs = rest.split('/');
     match (segs.next(), segs.next()) {
         (Some("status"), Some(code)) => answer(code.parse().unwrap_or(500), n),
-        (Some("seq"), _) => {
-            let next = d.script.lock().expect("lock").pop_front().unwrap_or(201);
-            answer(next, n)
-        }
+        (Some("seq"), _) => answer(d.next_status(201), n),
         // A JSON answer whose members are not in alphabetical order, nested ones neither.
         (Some("ordered"), _) => (
             StatusCode::CREATED,
@@ -146,28 +125,23 @@ async fn handle(State(d): State<Dest>, Path(rest): Path<String>, req: Request) -
 /// The destination on 127.0.0.1:PORT.
 async fn destination() -> (Dest, u16) {
     let d = Dest::default();
-    let app = Router::new()
-        .route("/{*rest}", any(handle))
-        .with_state(d.clone());
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let port = l.local_addr().expect("addr").port();
-    tokio::spawn(async move { axum::serve(l, app).await });
+    let port = loopback::serve(dest_router(&d)).await;
     (d, port)
+}
+
+/// The destination's routes, recording into `d`.
+fn dest_router(d: &Dest) -> Router {
+    Router::new()
+        .route("/{*rest}", any(handle))
+        .with_state(d.clone())
 }
 
 /// [`destination`] that also counts the TCP connections it accepts.
 async fn counting_destination() -> (Dest, u16, Arc<AtomicUsize>) {
     use axum::serve::ListenerExt;
     let d = Dest::default();
-    let app = Router::new()
-        .route("/{*rest}", any(handle))
-        .with_state(d.clone());
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let port = l.local_addr().expect("addr").port();
+    let app = dest_router(&d);
+    let (l, port) = loopback::listener().await;
     let conns = Arc::new(AtomicUsize::new(0));
     let n = conns.clone();
     let l = l.tap_io(move |_| {
@@ -180,10 +154,7 @@ async fn counting_destination() -> (Dest, u16, Arc<AtomicUsize>) {
 /// A destination that reads the request and then resets the connection: counts requests.
 async fn resetting() -> (Arc<Mutex<usize>>, u16) {
     let n = Arc::new(Mutex::new(0usize));
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let port = l.local_addr().expect("addr").port();
+    let (l, port) = loopback::listener().await;
     let count = n.clone();
     tokio::spawn(async move {
         while let Ok((mut s, _)) = l.accept().await {
@@ -208,11 +179,6 @@ async fn resetting() -> (Arc<Mutex<usize>>, u16) {
     (n, port)
 }
 
-fn closed_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.local_addr().expect("addr").port()
-}
-
 async fn allow(app: &TestApp, ns: &str, entries: Value) {
     let r = app
         .patch_namespace(ns, json!({"egress": {"allow": entries}}))
@@ -229,6 +195,11 @@ fn post(url: String) -> Value {
     json!({"request": {"method": "POST", "url": url, "body": {"amount": 100}}})
 }
 
+/// [`post`] to `path` on the loopback `port`.
+fn post_to(port: u16, path: &str) -> Value {
+    post(format!("http://127.0.0.1:{port}{path}"))
+}
+
 /// A server on `backend` whose namespace `pay` may reach the destination's port.
 async fn app_for(backend: Backend, port: u16) -> TestApp {
     let app = spawn_on(backend).await;
@@ -236,11 +207,17 @@ async fn app_for(backend: Backend, port: u16) -> TestApp {
     app
 }
 
+/// A [`destination`] and an [`app_for`] it.
+async fn pay_app(backend: Backend) -> (Dest, u16, TestApp) {
+    let (d, port) = destination().await;
+    let app = app_for(backend, port).await;
+    (d, port, app)
+}
+
 #[tokio::test]
 async fn a_2xx_is_performed_once_and_replayed_with_the_header() {
     for backend in backends() {
-        let (d, port) = destination().await;
-        let app = app_for(backend, port).await;
+        let (d, port, app) = pay_app(backend).await;
         let url = format!("http://127.0.0.1:{port}/status/201?expand=card");
         let r = effect(&app, "pay", "evt_1:charge", post(url.clone())).await;
         assert_eq!(r.status, 200, "{}", r.text);
@@ -290,9 +267,8 @@ async fn a_2xx_is_performed_once_and_replayed_with_the_header() {
 #[tokio::test]
 async fn a_402_is_failed_permanent_and_replayed() {
     for backend in backends() {
-        let (d, port) = destination().await;
-        let app = app_for(backend, port).await;
-        let body = post(format!("http://127.0.0.1:{port}/status/402"));
+        let (d, port, app) = pay_app(backend).await;
+        let body = post_to(port, "/status/402");
         let r = effect(&app, "pay", "k402", body.clone()).await;
         assert_eq!(r.status, 200, "{}", r.text);
         assert_eq!(r.body["outcome"], "failed_permanent");
@@ -312,8 +288,7 @@ async fn a_402_is_failed_permanent_and_replayed() {
 #[tokio::test]
 async fn a_409_is_permanent_unless_the_destination_is_idempotent() {
     for backend in backends() {
-        let (d, port) = destination().await;
-        let app = app_for(backend, port).await;
+        let (d, port, app) = pay_app(backend).await;
         let url = format!("http://127.0.0.1:{port}/status/409");
         let r = effect(&app, "pay", "k409a", post(url.clone())).await;
         assert_eq!(
@@ -335,10 +310,9 @@ async fn a_409_is_permanent_unless_the_destination_is_idempotent() {
 async fn a_429_or_503_backs_off_after_retry_after_and_resumes_with_the_same_key_value() {
     for backend in backends() {
         for status in [429u16, 503] {
-            let (d, port) = destination().await;
-            let app = app_for(backend, port).await;
+            let (d, port, app) = pay_app(backend).await;
             d.script(&[status]);
-            let body = post(format!("http://127.0.0.1:{port}/seq"));
+            let body = post_to(port, "/seq");
             let r = effect(&app, "pay", "evt_9:email", body.clone()).await;
             assert_eq!(r.status, 409, "{}", r.text);
             assert_eq!(r.body["outcome"], "backoff");
@@ -391,7 +365,7 @@ async fn a_5xx_goes_to_review_with_an_alert_unless_the_destination_is_idempotent
         assert_eq!(r.status, 200, "{}", r.text);
         for status in [500u16, 502, 504] {
             let key = format!("k{status}");
-            let body = post(format!("http://127.0.0.1:{port}/status/{status}"));
+            let body = post_to(port, &format!("/status/{status}"));
             let r = effect(&app, "pay", &key, body.clone()).await;
             assert_eq!(r.status, 409, "{}", r.text);
             assert_eq!(r.body["outcome"], "needs_review");
@@ -419,15 +393,8 @@ async fn a_5xx_goes_to_review_with_an_alert_unless_the_destination_is_idempotent
 #[tokio::test]
 async fn a_redirect_is_never_followed() {
     for backend in backends() {
-        let (d, port) = destination().await;
-        let app = app_for(backend, port).await;
-        let r = effect(
-            &app,
-            "pay",
-            "k302",
-            post(format!("http://127.0.0.1:{port}/status/302")),
-        )
-        .await;
+        let (d, port, app) = pay_app(backend).await;
+        let r = effect(&app, "pay", "k302", post_to(port, "/status/302")).await;
         assert_eq!(r.status, 200, "{}", r.text);
         assert_eq!(r.body["outcome"], "failed_permanent");
         assert_eq!(r.body["response"]["headers"]["location"], "/status/201");
@@ -439,9 +406,8 @@ async fn a_redirect_is_never_followed() {
 #[tokio::test]
 async fn a_destination_that_accepts_and_hangs_is_a_timeout_in_review() {
     for backend in backends() {
-        let (d, port) = destination().await;
-        let app = app_for(backend, port).await;
-        let mut body = post(format!("http://127.0.0.1:{port}/hang"));
+        let (d, port, app) = pay_app(backend).await;
+        let mut body = post_to(port, "/hang");
         body["timeout_ms"] = json!(300);
         let r = effect(&app, "pay", "khang", body.clone()).await;
         assert_eq!(r.status, 409, "{}", r.text);
@@ -460,13 +426,7 @@ async fn a_reset_after_sending_is_ambiguous() {
     for backend in backends() {
         let (n, port) = resetting().await;
         let app = app_for(backend, port).await;
-        let r = effect(
-            &app,
-            "pay",
-            "kreset",
-            post(format!("http://127.0.0.1:{port}/x")),
-        )
-        .await;
+        let r = effect(&app, "pay", "kreset", post_to(port, "/x")).await;
         assert_eq!(r.status, 409, "{}", r.text);
         assert_eq!(r.body["outcome"], "needs_review");
         assert_eq!(*n.lock().expect("lock"), 1);
@@ -482,13 +442,7 @@ async fn refused_connections_and_unresolvable_names_back_off_without_a_sent_even
     for backend in backends() {
         let port = closed_port();
         let app = app_for(backend, port).await;
-        let r = effect(
-            &app,
-            "pay",
-            "krefused",
-            post(format!("http://127.0.0.1:{port}/")),
-        )
-        .await;
+        let r = effect(&app, "pay", "krefused", post_to(port, "/")).await;
         assert_eq!(r.status, 409, "{}", r.text);
         assert_eq!(r.body["outcome"], "backoff");
         assert_eq!(r.body["record"]["last_error"]["category"], "connection");
@@ -512,15 +466,14 @@ async fn refused_connections_and_unresolvable_names_back_off_without_a_sent_even
 #[tokio::test]
 async fn reconcile_found_not_found_and_unknown() {
     for backend in backends() {
-        let (d, port) = destination().await;
-        let app = app_for(backend, port).await;
+        let (d, port, app) = pay_app(backend).await;
         for (result, status, outcome, state) in [
             ("found", 200, "performed", "completed"),
             ("not_found", 409, "backoff", "failed_retryable"),
             ("unknown", 409, "needs_review", "needs_review"),
         ] {
             let key = format!("ord/7:{result}");
-            let mut body = post(format!("http://127.0.0.1:{port}/status/500"));
+            let mut body = post_to(port, "/status/500");
             body["reconcile"] = json!({
                 "url": format!("http://127.0.0.1:{port}/lookup/{{key}}?r={result}"),
                 "headers": {"Authorization": "Bearer lookup-secret"},
@@ -565,11 +518,10 @@ async fn reconcile_found_not_found_and_unknown() {
 #[tokio::test]
 async fn an_attempt_beyond_the_budget_is_never_sent() {
     for backend in backends() {
-        let (d, port) = destination().await;
-        let app = app_for(backend, port).await;
+        let (d, port, app) = pay_app(backend).await;
         app.patch_namespace("pay", json!({"retry": {"max_attempts": 1}}))
             .await;
-        let body = post(format!("http://127.0.0.1:{port}/status/503"));
+        let body = post_to(port, "/status/503");
         let r = effect(&app, "pay", "kbudget", body.clone()).await;
         assert_eq!(r.status, 409, "{}", r.text);
         assert_eq!(r.body["outcome"], "needs_review");
@@ -584,8 +536,7 @@ async fn an_attempt_beyond_the_budget_is_never_sent() {
 #[tokio::test]
 async fn a_different_request_under_the_same_key_is_a_conflict_and_sends_nothing() {
     for backend in backends() {
-        let (d, port) = destination().await;
-        let app = app_for(backend, port).await;
+        let (d, port, app) = pay_app(backend).await;
         let url = format!("http://127.0.0.1:{port}/status/201");
         let r = effect(&app, "pay", "kc", post(url.clone())).await;
         assert_eq!(r.body["outcome"], "performed");
@@ -607,16 +558,9 @@ async fn a_different_request_under_the_same_key_is_a_conflict_and_sends_nothing(
 #[tokio::test]
 async fn a_paused_namespace_sends_nothing() {
     for backend in backends() {
-        let (d, port) = destination().await;
-        let app = app_for(backend, port).await;
+        let (d, port, app) = pay_app(backend).await;
         assert_eq!(app.pause("pay").await.status, 200);
-        let r = effect(
-            &app,
-            "pay",
-            "kp",
-            post(format!("http://127.0.0.1:{port}/x")),
-        )
-        .await;
+        let r = effect(&app, "pay", "kp", post_to(port, "/x")).await;
         assert_eq!(r.status, 503, "{}", r.text);
         assert_eq!(r.body["outcome"], "paused");
         assert!(r.body["record"].is_null());
@@ -701,8 +645,7 @@ async fn the_egress_guard_refuses_before_anything_is_written_or_sent() {
 #[tokio::test]
 async fn a_policy_change_applies_to_the_next_effect_at_once() {
     for backend in backends() {
-        let (d, port) = destination().await;
-        let app = app_for(backend, port).await;
+        let (d, port, app) = pay_app(backend).await;
         let url = format!("http://127.0.0.1:{port}/x");
         let r = effect(&app, "pay", "k1", post(url.clone())).await;
         assert_eq!(r.body["outcome"], "performed", "{}", r.text);
@@ -726,8 +669,7 @@ async fn a_policy_change_applies_to_the_next_effect_at_once() {
 #[tokio::test]
 async fn an_unlisted_name_is_refused_by_name_before_any_lookup() {
     for backend in backends() {
-        let (d, port) = destination().await;
-        let app = app_for(backend, port).await;
+        let (d, port, app) = pay_app(backend).await;
         for (key, url) in [
             ("ks1", "https://api.stripe.com/v1/charges"),
             ("ks2", "http://no-such-host.invalid/charge"),
@@ -747,7 +689,7 @@ async fn an_unlisted_name_is_refused_by_name_before_any_lookup() {
             );
         }
         // The same for a reconcile lookup to an unlisted name.
-        let mut body = post(format!("http://127.0.0.1:{port}/x"));
+        let mut body = post_to(port, "/x");
         body["reconcile"] =
             json!({"url": "https://api.stripe.com/{key}", "found": [200], "not_found": [404]});
         let r = effect(&app, "pay", "ks4", body).await;
@@ -779,8 +721,7 @@ async fn an_unlisted_name_is_refused_by_name_before_any_lookup() {
 #[tokio::test]
 async fn secret_headers_are_sent_but_never_stored_or_answered() {
     for backend in backends() {
-        let (d, port) = destination().await;
-        let app = app_for(backend, port).await;
+        let (d, port, app) = pay_app(backend).await;
         let secret = "sk_live_TOPSECRET_4242";
         let mut body = post(format!(
             "http://127.0.0.1:{port}/status/500?token=query-secret"
@@ -859,13 +800,7 @@ async fn a_long_response_is_kept_up_to_the_cap_and_marked_truncated() {
         })
         .await;
         allow(&app, "pay", json!([format!("127.0.0.1:{port}")])).await;
-        let r = effect(
-            &app,
-            "pay",
-            "kbig",
-            post(format!("http://127.0.0.1:{port}/big")),
-        )
-        .await;
+        let r = effect(&app, "pay", "kbig", post_to(port, "/big")).await;
         assert_eq!(r.body["outcome"], "performed", "{}", r.text);
         let resp = &r.body["response"];
         assert_eq!(resp["truncated"], true);
@@ -884,9 +819,8 @@ async fn a_long_response_is_kept_up_to_the_cap_and_marked_truncated() {
 #[tokio::test]
 async fn a_json_response_is_replayed_as_the_destination_wrote_it() {
     for backend in backends() {
-        let (d, port) = destination().await;
-        let app = app_for(backend, port).await;
-        let body = post(format!("http://127.0.0.1:{port}/ordered"));
+        let (d, port, app) = pay_app(backend).await;
+        let body = post_to(port, "/ordered");
         let want = format!(r#""body":{ORDERED}"#);
         let r = effect(&app, "pay", "evt_3:charge", body.clone()).await;
         assert_eq!(r.body["outcome"], "performed", "{backend:?} {}", r.text);
@@ -915,9 +849,8 @@ async fn a_json_response_is_replayed_as_the_destination_wrote_it() {
 #[tokio::test]
 async fn concurrent_duplicates_wait_for_the_holder_and_get_the_stored_answer() {
     for backend in backends() {
-        let (d, port) = destination().await;
-        let app = app_for(backend, port).await;
-        let mut body = post(format!("http://127.0.0.1:{port}/slow"));
+        let (d, port, app) = pay_app(backend).await;
+        let mut body = post_to(port, "/slow");
         body["wait_ms"] = json!(10_000);
         let one = || effect(&app, "pay", "evt_burst:charge", body.clone());
         let (a, b, c, e, f) = tokio::join!(one(), one(), one(), one(), one());
@@ -949,10 +882,9 @@ async fn concurrent_duplicates_wait_for_the_holder_and_get_the_stored_answer() {
 #[tokio::test]
 async fn a_wait_that_ends_still_held_answers_with_the_lease_left_when_it_ended() {
     for backend in backends() {
-        let (d, port) = destination().await;
-        let app = app_for(backend, port).await;
+        let (d, port, app) = pay_app(backend).await;
         // The holder's attempt hangs until its 2 s timeout: a lease of 2000 + 5000 ms.
-        let mut body = post(format!("http://127.0.0.1:{port}/hang"));
+        let mut body = post_to(port, "/hang");
         body["timeout_ms"] = json!(2000);
         let holder = effect(&app, "pay", "evt_wait:charge", body.clone());
         let waiter = async {
@@ -986,10 +918,9 @@ async fn a_wait_that_ends_still_held_answers_with_the_lease_left_when_it_ended()
 #[tokio::test]
 async fn an_effect_reports_its_cost_like_complete_and_fail_and_a_bad_cost_sends_nothing() {
     for backend in backends() {
-        let (d, port) = destination().await;
-        let app = app_for(backend, port).await;
+        let (d, port, app) = pay_app(backend).await;
         d.script(&[503]);
-        let mut body = post(format!("http://127.0.0.1:{port}/seq"));
+        let mut body = post_to(port, "/seq");
         body["cost"] = json!({"tokens": 300, "usd": 0.25});
         let r = effect(&app, "pay", "evt_c:draft", body.clone()).await;
         assert_eq!(r.body["outcome"], "backoff", "{}", r.text);
@@ -1005,7 +936,7 @@ async fn an_effect_reports_its_cost_like_complete_and_fail_and_a_bad_cost_sends_
         assert_eq!(d.count(), 2);
 
         // Refused before anything is claimed or sent, naming the member.
-        let mut bad = post(format!("http://127.0.0.1:{port}/status/201"));
+        let mut bad = post_to(port, "/status/201");
         bad["cost"] = json!({"tokens": -1});
         let r = effect(&app, "pay", "evt_c:other", bad).await;
         assert_eq!(r.status, 422, "{}", r.text);
@@ -1020,9 +951,8 @@ async fn an_effect_reports_its_cost_like_complete_and_fail_and_a_bad_cost_sends_
 #[tokio::test]
 async fn twenty_concurrent_identical_effects_send_one_request() {
     for backend in backends() {
-        let (d, port) = destination().await;
-        let app = app_for(backend, port).await;
-        let body = post(format!("http://127.0.0.1:{port}/slow"));
+        let (d, port, app) = pay_app(backend).await;
+        let body = post_to(port, "/slow");
         let calls = (0..20).map(|_| effect(&app, "pay", "evt_twenty:charge", body.clone()));
         let answers = futures::future::join_all(calls).await;
         let performed = answers

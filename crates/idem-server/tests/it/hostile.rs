@@ -63,13 +63,11 @@ async fn read_answer(s: &mut TcpStream) -> Option<RawAnswer> {
     }
     let head = String::from_utf8_lossy(&buf).into_owned();
     let status = head.split(' ').nth(1)?.parse().ok()?;
-    let len: usize = head
+    let len = head
         .lines()
-        .find_map(|l| {
-            let (k, v) = l.split_once(':')?;
-            k.eq_ignore_ascii_case("content-length")
-                .then(|| v.trim().parse().ok())?
-        })
+        .filter_map(|l| l.split_once(':'))
+        .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
+        .and_then(|(_, v)| v.trim().parse::<usize>().ok())
         .unwrap_or(0);
     let mut body = vec![0u8; len];
     s.read_exact(&mut body).await.ok()?;

@@ -236,6 +236,9 @@ struct CountingStats {
     stats_calls: AtomicUsize,
 }
 
+/// What every method of the store returns.
+type StoreResult<T> = Result<T, StoreError>;
+
 #[async_trait::async_trait]
 impl Store for CountingStats {
     fn backend(&self) -> &'static str {
@@ -246,24 +249,24 @@ impl Store for CountingStats {
         ns: &Namespace,
         key: &Key,
         op: Op,
-        ctx: ExecCtx,
-    ) -> Result<Executed, StoreError> {
-        self.inner.execute(ns, key, op, ctx).await
+        cx: ExecCtx,
+    ) -> StoreResult<Executed> {
+        self.inner.execute(ns, key, op, cx).await
     }
-    async fn get(&self, ns: &Namespace, key: &Key) -> Result<Option<RecordWithEvents>, StoreError> {
+    async fn get(&self, ns: &Namespace, key: &Key) -> StoreResult<Option<RecordWithEvents>> {
         self.inner.get(ns, key).await
     }
-    async fn list(&self, ns: &Namespace, query: &ListQuery) -> Result<Page, StoreError> {
+    async fn list(&self, ns: &Namespace, query: &ListQuery) -> StoreResult<Page> {
         self.inner.list(ns, query).await
     }
-    async fn namespace(&self, ns: &Namespace) -> Result<NamespaceInfo, StoreError> {
+    async fn namespace(&self, ns: &Namespace) -> StoreResult<NamespaceInfo> {
         self.inner.namespace(ns).await
     }
     async fn namespace_stats(
         &self,
         ns: &Namespace,
         now: Timestamp,
-    ) -> Result<idem::NamespaceStats, StoreError> {
+    ) -> StoreResult<idem::NamespaceStats> {
         self.inner.namespace_stats(ns, now).await
     }
     async fn update_namespace(
@@ -271,20 +274,16 @@ impl Store for CountingStats {
         ns: &Namespace,
         change: NamespaceChange,
         now: Timestamp,
-    ) -> Result<NamespaceInfo, StoreError> {
+    ) -> StoreResult<NamespaceInfo> {
         self.inner.update_namespace(ns, change, now).await
     }
-    async fn sweep_once(&self, now: Timestamp, batch: usize) -> Result<SweepReport, StoreError> {
+    async fn sweep_once(&self, now: Timestamp, batch: usize) -> StoreResult<SweepReport> {
         self.inner.sweep_once(now, batch).await
     }
-    async fn retention_once(
-        &self,
-        now: Timestamp,
-        batch: usize,
-    ) -> Result<RetentionReport, StoreError> {
+    async fn retention_once(&self, now: Timestamp, batch: usize) -> StoreResult<RetentionReport> {
         self.inner.retention_once(now, batch).await
     }
-    async fn stats(&self, now: Timestamp) -> Result<Stats, StoreError> {
+    async fn stats(&self, now: Timestamp) -> StoreResult<Stats> {
         self.stats_calls.fetch_add(1, Ordering::SeqCst);
         self.inner.stats(now).await
     }
@@ -293,7 +292,7 @@ impl Store for CountingStats {
         now: Timestamp,
         limit: usize,
         lease_ms: i64,
-    ) -> Result<Vec<PendingAlert>, StoreError> {
+    ) -> StoreResult<Vec<PendingAlert>> {
         self.inner.due_alerts(now, limit, lease_ms).await
     }
     async fn finish_alert(
@@ -301,122 +300,108 @@ impl Store for CountingStats {
         id: i64,
         outcome: AlertOutcome,
         now: Timestamp,
-    ) -> Result<(), StoreError> {
+    ) -> StoreResult<()> {
         self.inner.finish_alert(id, outcome, now).await
     }
-    async fn create_token(&self, token: NewApiToken, now: Timestamp) -> Result<(), StoreError> {
+    async fn create_token(&self, token: NewApiToken, now: Timestamp) -> StoreResult<()> {
         self.inner.create_token(token, now).await
     }
-    async fn find_token(&self, secret_hash: &str) -> Result<Option<ApiToken>, StoreError> {
+    async fn find_token(&self, secret_hash: &str) -> StoreResult<Option<ApiToken>> {
         self.inner.find_token(secret_hash).await
     }
-    async fn token_count(&self) -> Result<u64, StoreError> {
+    async fn token_count(&self) -> StoreResult<u64> {
         self.inner.token_count().await
     }
-    async fn list_tokens(&self) -> Result<Vec<ApiToken>, StoreError> {
+    async fn list_tokens(&self) -> StoreResult<Vec<ApiToken>> {
         self.inner.list_tokens().await
     }
-    async fn revoke_token(&self, id: i64, now: Timestamp) -> Result<bool, StoreError> {
+    async fn revoke_token(&self, id: i64, now: Timestamp) -> StoreResult<bool> {
         self.inner.revoke_token(id, now).await
     }
-    async fn touch_token(&self, id: i64, now: Timestamp) -> Result<(), StoreError> {
+    async fn touch_token(&self, id: i64, now: Timestamp) -> StoreResult<()> {
         self.inner.touch_token(id, now).await
     }
-    async fn ping(&self) -> Result<(), StoreError> {
+    async fn ping(&self) -> StoreResult<()> {
         self.inner.ping().await
     }
     async fn outbox_enqueue(
         &self,
         item: idem::NewOutboxItem,
         now: Timestamp,
-    ) -> Result<Option<i64>, StoreError> {
+    ) -> StoreResult<Option<i64>> {
         self.inner.outbox_enqueue(item, now).await
     }
-    async fn outbox_claim(
-        &self,
-        claim: idem::OutboxClaim,
-    ) -> Result<Vec<idem::OutboxItem>, StoreError> {
+    async fn outbox_claim(&self, claim: idem::OutboxClaim) -> StoreResult<Vec<idem::OutboxItem>> {
         self.inner.outbox_claim(claim).await
     }
-    async fn outbox_finish(&self, finish: idem::OutboxFinish) -> Result<bool, StoreError> {
+    async fn outbox_finish(&self, finish: idem::OutboxFinish) -> StoreResult<bool> {
         self.inner.outbox_finish(finish).await
     }
-    async fn outbox_item(&self, id: i64) -> Result<Option<idem::OutboxItem>, StoreError> {
+    async fn outbox_item(&self, id: i64) -> StoreResult<Option<idem::OutboxItem>> {
         self.inner.outbox_item(id).await
     }
-    async fn secret_add(&self, new: idem::NewSecret, now: Timestamp) -> Result<i64, StoreError> {
+    async fn secret_add(&self, new: idem::NewSecret, now: Timestamp) -> StoreResult<i64> {
         self.inner.secret_add(new, now).await
     }
     async fn secrets(
         &self,
         owner: &idem::SecretOwner,
         now: Timestamp,
-    ) -> Result<Vec<idem::StoredSecret>, StoreError> {
+    ) -> StoreResult<Vec<idem::StoredSecret>> {
         self.inner.secrets(owner, now).await
     }
-    async fn secrets_remove(&self, owner: &idem::SecretOwner) -> Result<usize, StoreError> {
+    async fn secrets_remove(&self, owner: &idem::SecretOwner) -> StoreResult<usize> {
         self.inner.secrets_remove(owner).await
     }
-    async fn namespace_names(&self) -> Result<Vec<String>, StoreError> {
+    async fn namespace_names(&self) -> StoreResult<Vec<String>> {
         self.inner.namespace_names().await
     }
     async fn namespace_activity(
         &self,
         ns: &Namespace,
         now: Timestamp,
-    ) -> Result<idem::NamespaceActivity, StoreError> {
+    ) -> StoreResult<idem::NamespaceActivity> {
         self.inner.namespace_activity(ns, now).await
     }
     async fn review_queue(
         &self,
         q: &idem::ReviewQuery,
         now: Timestamp,
-    ) -> Result<idem::ReviewPage, StoreError> {
+    ) -> StoreResult<idem::ReviewPage> {
         self.inner.review_queue(q, now).await
     }
-    async fn session_create(&self, s: idem::NewConsoleSession) -> Result<(), StoreError> {
+    async fn session_create(&self, s: idem::NewConsoleSession) -> StoreResult<()> {
         self.inner.session_create(s).await
     }
     async fn session_find(
         &self,
         id_hash: &str,
         now: Timestamp,
-    ) -> Result<Option<idem::ConsoleSession>, StoreError> {
+    ) -> StoreResult<Option<idem::ConsoleSession>> {
         self.inner.session_find(id_hash, now).await
     }
-    async fn session_delete(&self, id_hash: &str) -> Result<(), StoreError> {
+    async fn session_delete(&self, id_hash: &str) -> StoreResult<()> {
         self.inner.session_delete(id_hash).await
     }
-    async fn source_put(&self, w: idem::SourceWrite, now: Timestamp) -> Result<bool, StoreError> {
+    async fn source_put(&self, w: idem::SourceWrite, now: Timestamp) -> StoreResult<bool> {
         self.inner.source_put(w, now).await
     }
-    async fn source_get(&self, name: &str) -> Result<Option<idem::SourceRow>, StoreError> {
+    async fn source_get(&self, name: &str) -> StoreResult<Option<idem::SourceRow>> {
         self.inner.source_get(name).await
     }
-    async fn source_list(&self) -> Result<Vec<idem::SourceRow>, StoreError> {
+    async fn source_list(&self) -> StoreResult<Vec<idem::SourceRow>> {
         self.inner.source_list().await
     }
-    async fn source_delete(
-        &self,
-        name: &str,
-        force: bool,
-    ) -> Result<idem::SourceDelete, StoreError> {
+    async fn source_delete(&self, name: &str, force: bool) -> StoreResult<idem::SourceDelete> {
         self.inner.source_delete(name, force).await
     }
-    async fn intake_event(
-        &self,
-        ns: &str,
-        key: &str,
-    ) -> Result<Option<idem::IntakeEventRow>, StoreError> {
+    async fn intake_event(&self, ns: &str, key: &str) -> StoreResult<Option<idem::IntakeEventRow>> {
         self.inner.intake_event(ns, key).await
     }
-    async fn intake_list(
-        &self,
-        q: &idem::IntakeQuery,
-    ) -> Result<Vec<idem::IntakeEventRow>, StoreError> {
+    async fn intake_list(&self, q: &idem::IntakeQuery) -> StoreResult<Vec<idem::IntakeEventRow>> {
         self.inner.intake_list(q).await
     }
-    async fn intake_update(&self, u: idem::IntakeUpdate) -> Result<(), StoreError> {
+    async fn intake_update(&self, u: idem::IntakeUpdate) -> StoreResult<()> {
         self.inner.intake_update(u).await
     }
     async fn pace_take(
@@ -425,33 +410,29 @@ impl Store for CountingStats {
         destination: &str,
         interval_ms: i64,
         now: idem::Timestamp,
-    ) -> Result<Option<idem::Timestamp>, StoreError> {
+    ) -> StoreResult<Option<idem::Timestamp>> {
         self.inner
             .pace_take(source, destination, interval_ms, now)
             .await
     }
 
-    async fn intake_backlog(&self) -> Result<Vec<(String, String, u64)>, StoreError> {
+    async fn intake_backlog(&self) -> StoreResult<Vec<(String, String, u64)>> {
         self.inner.intake_backlog().await
     }
 
-    async fn intake_dead_letters(&self) -> Result<Vec<(String, u64)>, StoreError> {
+    async fn intake_dead_letters(&self) -> StoreResult<Vec<(String, u64)>> {
         self.inner.intake_dead_letters().await
     }
-    async fn action_put(&self, w: idem::ActionWrite, now: Timestamp) -> Result<bool, StoreError> {
+    async fn action_put(&self, w: idem::ActionWrite, now: Timestamp) -> StoreResult<bool> {
         self.inner.action_put(w, now).await
     }
-    async fn action_get(
-        &self,
-        ns: &str,
-        name: &str,
-    ) -> Result<Option<idem::ActionRow>, StoreError> {
+    async fn action_get(&self, ns: &str, name: &str) -> StoreResult<Option<idem::ActionRow>> {
         self.inner.action_get(ns, name).await
     }
-    async fn action_list(&self, ns: &str) -> Result<Vec<idem::ActionRow>, StoreError> {
+    async fn action_list(&self, ns: &str) -> StoreResult<Vec<idem::ActionRow>> {
         self.inner.action_list(ns).await
     }
-    async fn action_delete(&self, ns: &str, name: &str) -> Result<bool, StoreError> {
+    async fn action_delete(&self, ns: &str, name: &str) -> StoreResult<bool> {
         self.inner.action_delete(ns, name).await
     }
 }

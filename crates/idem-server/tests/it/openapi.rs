@@ -78,178 +78,60 @@ async fn openapi_probes_need_no_token_and_every_v1_route_takes_a_bearer_token() 
 async fn openapi_lists_the_problem_statuses_each_operation_answers_with() {
     let (_app, doc) = document().await;
     let key = "/v1/namespaces/{ns}/keys/{key}";
-    let want: Vec<(&str, String, &[u16])> = vec![
-        (
-            "post",
-            format!("{key}/claim"),
-            &[200, 201, 400, 401, 403, 409, 413, 422, 429, 503],
-        ),
-        (
-            "post",
-            format!("{key}/effect"),
-            &[200, 400, 401, 403, 409, 413, 422, 429, 503],
-        ),
-        (
-            "post",
-            format!("{key}/prepare"),
-            &[200, 400, 401, 403, 404, 409, 413, 422, 503],
-        ),
-        (
-            "post",
-            format!("{key}/heartbeat"),
-            &[200, 400, 401, 403, 404, 409, 413, 422, 503],
-        ),
-        (
-            "post",
-            format!("{key}/complete"),
-            &[200, 400, 401, 403, 404, 409, 413, 422, 503],
-        ),
-        (
-            "post",
-            format!("{key}/fail"),
-            &[200, 400, 401, 403, 404, 409, 413, 422, 503],
-        ),
-        ("get", key.to_owned(), &[200, 400, 401, 403, 404, 503]),
-        (
-            "post",
-            format!("{key}/resolve"),
-            &[200, 400, 401, 403, 404, 409, 413, 422, 503],
-        ),
-        (
-            "post",
-            format!("{key}/approve"),
-            &[200, 400, 401, 403, 404, 409, 413, 422, 503],
-        ),
-        (
-            "post",
-            format!("{key}/reject"),
-            &[200, 400, 401, 403, 404, 409, 413, 422, 503],
-        ),
-        (
-            "get",
-            "/v1/namespaces/{ns}/keys".into(),
-            &[200, 400, 401, 403, 422, 503],
-        ),
-        (
-            "get",
-            "/v1/namespaces/{ns}".into(),
-            &[200, 400, 401, 403, 503],
-        ),
-        (
-            "patch",
-            "/v1/namespaces/{ns}".into(),
-            &[200, 400, 401, 403, 413, 422, 503],
-        ),
-        (
-            "post",
-            "/v1/namespaces/{ns}/pause".into(),
-            &[200, 400, 401, 403, 413, 422, 503],
-        ),
-        (
-            "post",
-            "/v1/namespaces/{ns}/resume".into(),
-            &[200, 400, 401, 403, 413, 422, 503],
-        ),
-        (
-            "post",
-            "/v1/keys/derive".into(),
-            &[200, 400, 401, 403, 413, 422, 503],
-        ),
-        (
-            "post",
-            "/v1/tokens".into(),
-            &[201, 400, 401, 403, 413, 422, 503],
-        ),
-        ("get", "/v1/tokens".into(), &[200, 401, 403, 503]),
-        (
-            "delete",
-            "/v1/tokens/{token_id}".into(),
-            &[204, 401, 403, 404, 503],
-        ),
-        ("get", "/v1/whoami".into(), &[200, 401, 403, 503]),
-        ("get", "/v1/namespaces".into(), &[200, 401, 403, 503]),
-        ("get", "/v1/review".into(), &[200, 401, 403, 422, 503]),
-        (
-            "post",
-            "/v1/audit".into(),
-            &[200, 400, 401, 403, 413, 422, 503],
-        ),
-        (
-            "post",
-            "/in/{source}".into(),
-            &[200, 401, 404, 405, 413, 503],
-        ),
-        ("get", "/v1/sources".into(), &[200, 401, 403, 503]),
-        (
-            "put",
-            "/v1/sources/{source}".into(),
-            &[200, 201, 400, 401, 403, 413, 422, 503],
-        ),
-        (
-            "patch",
-            "/v1/sources/{source}".into(),
-            &[200, 400, 401, 403, 404, 413, 422, 503],
-        ),
-        (
-            "get",
-            "/v1/sources/{source}".into(),
-            &[200, 400, 401, 403, 404, 503],
-        ),
-        (
-            "delete",
-            "/v1/sources/{source}".into(),
-            &[204, 400, 401, 403, 404, 409, 422, 503],
-        ),
-        (
-            "get",
-            "/v1/sources/{source}/events".into(),
-            &[200, 400, 401, 403, 404, 422, 503],
-        ),
-        (
-            "get",
-            "/v1/sources/{source}/events/{key}".into(),
-            &[200, 400, 401, 403, 404, 503],
-        ),
-        (
-            "post",
-            "/v1/sources/{source}/events/{key}/redeliver".into(),
-            &[202, 400, 401, 403, 404, 409, 413, 422, 503],
-        ),
-        (
-            "post",
-            "/v1/sources/{source}/redeliver".into(),
-            &[200, 400, 401, 403, 404, 413, 422, 503],
-        ),
-        (
-            "get",
-            "/v1/namespaces/{ns}/actions".into(),
-            &[200, 400, 401, 403, 503],
-        ),
-        (
-            "put",
-            "/v1/namespaces/{ns}/actions/{name}".into(),
-            &[200, 201, 400, 401, 403, 413, 422, 503],
-        ),
-        (
-            "get",
-            "/v1/namespaces/{ns}/actions/{name}".into(),
-            &[200, 400, 401, 403, 404, 422, 503],
-        ),
-        (
-            "delete",
-            "/v1/namespaces/{ns}/actions/{name}".into(),
-            &[204, 400, 401, 403, 404, 422, 503],
-        ),
-        (
-            "post",
-            "/mcp/{ns}".into(),
-            &[200, 202, 400, 401, 403, 413, 503],
-        ),
-        ("get", "/healthz".into(), &[200]),
-        ("get", "/readyz".into(), &[200, 503]),
-        ("get", "/metrics".into(), &[200]),
-        ("get", "/openapi.json".into(), &[200]),
+    // Each operation: its method, its path and the statuses it answers.
+    let table = [
+        "post /v1/namespaces/{ns}/keys/{key}/claim: 200 201 400 401 403 409 413 422 429 503",
+        "post /v1/namespaces/{ns}/keys/{key}/effect: 200 400 401 403 409 413 422 429 503",
+        "post /v1/namespaces/{ns}/keys/{key}/prepare: 200 400 401 403 404 409 413 422 503",
+        "post /v1/namespaces/{ns}/keys/{key}/heartbeat: 200 400 401 403 404 409 413 422 503",
+        "post /v1/namespaces/{ns}/keys/{key}/complete: 200 400 401 403 404 409 413 422 503",
+        "post /v1/namespaces/{ns}/keys/{key}/fail: 200 400 401 403 404 409 413 422 503",
+        "get /v1/namespaces/{ns}/keys/{key}: 200 400 401 403 404 503",
+        "post /v1/namespaces/{ns}/keys/{key}/resolve: 200 400 401 403 404 409 413 422 503",
+        "post /v1/namespaces/{ns}/keys/{key}/approve: 200 400 401 403 404 409 413 422 503",
+        "post /v1/namespaces/{ns}/keys/{key}/reject: 200 400 401 403 404 409 413 422 503",
+        "get /v1/namespaces/{ns}/keys: 200 400 401 403 422 503",
+        "get /v1/namespaces/{ns}: 200 400 401 403 503",
+        "patch /v1/namespaces/{ns}: 200 400 401 403 413 422 503",
+        "post /v1/namespaces/{ns}/pause: 200 400 401 403 413 422 503",
+        "post /v1/namespaces/{ns}/resume: 200 400 401 403 413 422 503",
+        "post /v1/keys/derive: 200 400 401 403 413 422 503",
+        "post /v1/tokens: 201 400 401 403 413 422 503",
+        "get /v1/tokens: 200 401 403 503",
+        "delete /v1/tokens/{token_id}: 204 401 403 404 503",
+        "get /v1/whoami: 200 401 403 503",
+        "get /v1/namespaces: 200 401 403 503",
+        "get /v1/review: 200 401 403 422 503",
+        "post /v1/audit: 200 400 401 403 413 422 503",
+        "post /in/{source}: 200 401 404 405 413 503",
+        "get /v1/sources: 200 401 403 503",
+        "put /v1/sources/{source}: 200 201 400 401 403 413 422 503",
+        "patch /v1/sources/{source}: 200 400 401 403 404 413 422 503",
+        "get /v1/sources/{source}: 200 400 401 403 404 503",
+        "delete /v1/sources/{source}: 204 400 401 403 404 409 422 503",
+        "get /v1/sources/{source}/events: 200 400 401 403 404 422 503",
+        "get /v1/sources/{source}/events/{key}: 200 400 401 403 404 503",
+        "post /v1/sources/{source}/events/{key}/redeliver: 202 400 401 403 404 409 413 422 503",
+        "post /v1/sources/{source}/redeliver: 200 400 401 403 404 413 422 503",
+        "get /v1/namespaces/{ns}/actions: 200 400 401 403 503",
+        "put /v1/namespaces/{ns}/actions/{name}: 200 201 400 401 403 413 422 503",
+        "get /v1/namespaces/{ns}/actions/{name}: 200 400 401 403 404 422 503",
+        "delete /v1/namespaces/{ns}/actions/{name}: 204 400 401 403 404 422 503",
+        "post /mcp/{ns}: 200 202 400 401 403 413 503",
+        "get /healthz: 200",
+        "get /readyz: 200 503",
+        "get /metrics: 200",
+        "get /openapi.json: 200",
     ];
+    let want: Vec<(&str, &str, Vec<u16>)> = table
+        .iter()
+        .map(|row| {
+            let (head, statuses) = row.split_once(": ").expect("method path: statuses");
+            let (method, path) = head.split_once(' ').expect("method path");
+            let statuses = statuses.split(' ').map(|s| s.parse().expect("status"));
+            (method, path, statuses.collect())
+        })
+        .collect();
     assert_eq!(want.len(), idem_server::route_table().len());
     let codes: BTreeSet<&str> = doc["components"]["schemas"]["Problem"]["properties"]["code"]
         ["enum"]

@@ -45,21 +45,11 @@ pub struct ServeArgs {
     pub extra_ca: Option<String>,
 }
 
-/// The Debug members the serve arguments and the configuration end with: TLS files and the
-/// outbound settings. A collector URL may carry credentials in its userinfo: it is redacted.
-fn tls_and_outbound(
-    d: &mut std::fmt::DebugStruct<'_, '_>,
-    tls_cert: &dyn std::fmt::Debug,
-    tls_key: &dyn std::fmt::Debug,
-    otlp_endpoint: Option<&str>,
-    max_response_bytes: &dyn std::fmt::Debug,
-    extra_ca: &dyn std::fmt::Debug,
-) {
-    d.field("tls_cert", tls_cert)
-        .field("tls_key", tls_key)
-        .field("otlp_endpoint", &otlp_endpoint.map(idem::redact_db_url))
-        .field("max_response_bytes", max_response_bytes)
-        .field("extra_ca", extra_ca);
+/// Adds each named local (a destructured field) to a `DebugStruct` under its own name.
+macro_rules! debug_fields {
+    ($d:expr; $($f:ident),* $(,)?) => {
+        $( $d.field(stringify!($f), $f); )*
+    };
 }
 
 impl std::fmt::Debug for ServeArgs {
@@ -77,20 +67,15 @@ impl std::fmt::Debug for ServeArgs {
             extra_ca,
         } = self;
         let mut d = f.debug_struct("ServeArgs");
-        d.field("listen", listen)
-            .field("db", &db.as_deref().map(idem::redact_db_url))
-            .field("config", config)
-            .field("janitor_interval", janitor_interval)
-            .field("log_format", log_format);
-        tls_and_outbound(
-            &mut d,
-            tls_cert,
-            tls_key,
-            otlp_endpoint.as_deref(),
-            max_response_bytes,
-            extra_ca,
-        );
-        d.finish()
+        debug_fields!(d; listen, config, janitor_interval, log_format, tls_cert, tls_key);
+        debug_fields!(d; max_response_bytes, extra_ca);
+        // A database or collector URL may carry credentials in its userinfo.
+        d.field("db", &db.as_deref().map(idem::redact_db_url))
+            .field(
+                "otlp_endpoint",
+                &otlp_endpoint.as_deref().map(idem::redact_db_url),
+            )
+            .finish()
     }
 }
 
@@ -264,32 +249,17 @@ impl std::fmt::Debug for Config {
             upgrade_warnings,
         } = self;
         let mut d = f.debug_struct("Config");
-        d.field("listen", listen)
-            .field("db", &self.db_redacted())
-            .field("janitor_interval", janitor_interval)
-            .field("janitor_batch", janitor_batch)
-            .field("stats_interval", stats_interval)
-            .field("pg_pool", pg_pool)
-            .field("alert_interval", alert_interval)
-            .field("forward_interval", forward_interval)
-            .field("alert_max_tries", alert_max_tries)
-            .field("alert_timeout", alert_timeout)
-            .field("log_format", log_format)
-            .field("log_level", log_level)
-            .field("body_limit", body_limit)
-            .field("namespaces", namespaces)
-            .field("sources", sources)
-            .field("actions", actions);
-        tls_and_outbound(
-            &mut d,
-            tls_cert,
-            tls_key,
-            otlp_endpoint.as_deref(),
-            max_response_bytes,
-            extra_ca,
-        );
-        d.field("http", http)
-            .field("upgrade_warnings", upgrade_warnings)
+        debug_fields!(d; listen, janitor_interval, janitor_batch, stats_interval, pg_pool);
+        debug_fields!(d; alert_interval, forward_interval, alert_max_tries, alert_timeout);
+        debug_fields!(d; log_format, log_level, body_limit, namespaces, sources, actions);
+        debug_fields!(d; tls_cert, tls_key, max_response_bytes, extra_ca, http);
+        debug_fields!(d; upgrade_warnings);
+        // A database or collector URL may carry credentials in its userinfo.
+        d.field("db", &self.db_redacted())
+            .field(
+                "otlp_endpoint",
+                &otlp_endpoint.as_deref().map(idem::redact_db_url),
+            )
             .finish()
     }
 }

@@ -1,15 +1,12 @@
 //! Every Store method once, through the Ledger where there is one.
 
 use idem_core::{
-    ClaimOutcome, ClaimRequest, Class, CompleteRequest, EventType, FailRequest, OpError,
-    PrepareRequest, State,
+    ClaimOutcome, ClaimRequest, Class, EventType, FailRequest, OpError, PrepareRequest, State,
 };
-use idem_store::{
-    hash_secret, LedgerError, ListQuery, NamespaceChange, NewApiToken, Role, Store, StoreError,
-};
+use idem_store::{hash_secret, LedgerError, NamespaceChange, NewApiToken, Role, Store, StoreError};
 use serde_json::json;
 
-use crate::helpers::{key, ns, TestLedger};
+use crate::helpers::{key, kinds, ns, TestLedger};
 
 #[tokio::test]
 async fn claim_complete_then_duplicate_replays_result() {
@@ -18,17 +15,14 @@ async fn claim_complete_then_duplicate_replays_result() {
     let first = t.claim(&n, &k).await;
     assert_eq!(first.outcome, ClaimOutcome::Acquired);
     assert_eq!(first.resumed, Some(false));
+    let token = first.token.expect("token").secret();
     let rec = t
-        .ledger
         .complete(
             &n,
             &k,
-            CompleteRequest {
-                cost: None,
-                token: first.token.expect("token").secret(),
-                result: Some(json!({"charge": "ch_1"})),
-                external_ref: Some("ch_1".into()),
-            },
+            token,
+            Some(json!({"charge": "ch_1"})),
+            Some("ch_1".into()),
         )
         .await
         .expect("complete");
@@ -41,9 +35,8 @@ async fn claim_complete_then_duplicate_replays_result() {
     assert_eq!(rec.external_ref.as_deref(), Some("ch_1"));
 
     let got = t.store.get(&n, &k).await.expect("get").expect("known");
-    let kinds: Vec<EventType> = got.events.iter().map(|e| e.kind).collect();
     assert_eq!(
-        kinds,
+        kinds(&got.events),
         [
             EventType::Acquired,
             EventType::Completed,
@@ -143,18 +136,9 @@ async fn stale_token_is_refused_and_the_refusal_is_recorded() {
     let t = TestLedger::new();
     let (n, k) = (ns("pay"), key("k"));
     t.claim(&n, &k).await;
+    let stale = "1.00000000000000000000000000000000".to_owned();
     let err = t
-        .ledger
-        .complete(
-            &n,
-            &k,
-            CompleteRequest {
-                cost: None,
-                token: "1.00000000000000000000000000000000".into(),
-                result: None,
-                external_ref: None,
-            },
-        )
+        .complete(&n, &k, stale, None, None)
         .await
         .expect_err("refused");
     assert!(
@@ -191,19 +175,7 @@ async fn list_pages_newest_first_with_state_filter_and_cursor() {
     let mut seen = Vec::new();
     let mut cursor = None;
     loop {
-        let page = t
-            .store
-            .list(
-                &n,
-                &ListQuery {
-                    state: None,
-                    limit: 10,
-                    cursor: cursor.clone(),
-                    ..Default::default()
-                },
-            )
-            .await
-            .expect("list");
+        let page = t.list(&n, None, 10, cursor.clone()).await.expect("list");
         assert!(page.items.len() <= 10);
         seen.extend(page.items.iter().map(|r| r.key.as_str().to_owned()));
         match page.next_cursor {
@@ -216,16 +188,7 @@ async fn list_pages_newest_first_with_state_filter_and_cursor() {
     assert_eq!(seen.last().map(String::as_str), Some("k00"));
 
     let processing = t
-        .store
-        .list(
-            &n,
-            &ListQuery {
-                state: Some(State::Processing),
-                limit: 1000,
-                cursor: None,
-                ..Default::default()
-            },
-        )
+        .list(&n, Some(State::Processing), 1000, None)
         .await
         .expect("list");
     assert_eq!(processing.items.len(), 14);
@@ -237,33 +200,13 @@ async fn list_pages_newest_first_with_state_filter_and_cursor() {
 
     // limit 0 is clamped to 1
     let one = t
-        .store
-        .list(
-            &n,
-            &ListQuery {
-                state: Some(State::Completed),
-                limit: 0,
-                cursor: None,
-                ..Default::default()
-            },
-        )
+        .list(&n, Some(State::Completed), 0, None)
         .await
         .expect("list");
     assert_eq!(one.items.len(), 1);
     assert!(one.next_cursor.is_some());
 
-    let bad = t
-        .store
-        .list(
-            &n,
-            &ListQuery {
-                state: None,
-                limit: 10,
-                cursor: Some("not-a-cursor".into()),
-                ..Default::default()
-            },
-        )
-        .await;
+    let bad = t.list(&n, None, 10, Some("not-a-cursor".into())).await;
     assert!(matches!(bad, Err(StoreError::InvalidCursor)), "{bad:?}");
 }
 
@@ -546,17 +489,8 @@ async fn namespace_counts_follow_every_write() {
             let k = key(&format!("k{i}"));
             let c = t.claim(&n_s, &k).await;
             if i % 2 == 0 {
-                t.ledger
-                    .complete(
-                        &n_s,
-                        &k,
-                        CompleteRequest {
-                            token: c.token.expect("token").secret(),
-                            result: None,
-                            external_ref: None,
-                            cost: None,
-                        },
-                    )
+                let token = c.token.expect("token").secret();
+                t.complete(&n_s, &k, token, None, None)
                     .await
                     .expect("complete");
             }

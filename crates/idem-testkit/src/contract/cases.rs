@@ -82,6 +82,10 @@ fn complete(token: &str, result: Option<Value>, external_ref: Option<&str>) -> O
 }
 
 fn fail(token: &str, kind: Class) -> Op {
+    let error = FailErrorInput {
+        category: "http".into(),
+        message: "upstream said no".into(),
+    };
     Op::Fail(FailRequest {
         cost: None,
         token: token.into(),
@@ -89,10 +93,7 @@ fn fail(token: &str, kind: Class) -> Op {
         http_status: None,
         retry_after_ms: None,
         sent: None,
-        error: Some(FailErrorInput {
-            category: "http".into(),
-            message: "upstream said no".into(),
-        }),
+        error: Some(error),
     })
 }
 

@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use idem_core::{
-    ClaimOutcome, ClaimRequest, CompleteRequest, EventType, HeartbeatRequest, OpError, State,
-    TestClock, Timestamp,
+    ClaimOutcome, CompleteRequest, EventType, HeartbeatRequest, OpError, State, TestClock,
+    Timestamp,
 };
 use idem_postgres::{PgOptions, PgStore};
 use idem_store::{LedgerError, NamespaceChange, Store};
@@ -43,12 +43,9 @@ async fn pair(l: &idem_store::Ledger, n: &str, k: &str, result: serde_json::Valu
 
 #[tokio::test]
 async fn warm_pair_and_duplicate_take_one_statement_each() {
-    let Some(db) = PgDb::create("warm_pair_one_statement") else {
+    let Some((db, store, clock, l)) = setup("warm_pair_one_statement").await else {
         return;
     };
-    let store = db.store().await;
-    let clock = TestClock::new(T0);
-    let l = ledger(store.clone(), &clock);
     pair(&l, "hot", "warm-up", json!(1)).await; // reads the namespace settings once
     let before = store.fast_path_stats();
     pair(&l, "hot", "k", json!({"ok": true})).await;
@@ -139,12 +136,9 @@ async fn receive(l: &idem_store::Ledger, k: &str) -> idem_store::Executed {
 
 #[tokio::test]
 async fn warm_intake_receive_and_duplicate_take_one_statement_each() {
-    let Some(db) = PgDb::create("warm_intake_one_statement") else {
+    let Some((db, store, clock, l)) = setup("warm_intake_one_statement").await else {
         return;
     };
-    let store = db.store().await;
-    let clock = TestClock::new(T0);
-    let l = ledger(store.clone(), &clock);
     assert!(receive(&l, "warm-up").await.rider_stored); // reads the namespace settings once
     let before = store.fast_path_stats();
     let first = receive(&l, "evt_1").await;
@@ -284,24 +278,14 @@ async fn record_moved_by_another_store_is_decided_again_on_the_stored_record() {
     let Some(db) = PgDb::create("stale_record_cache") else {
         return;
     };
-    let (a, b) = (db.store().await, db.store().await);
     let clock = TestClock::new(T0);
-    let (la, lb) = (ledger(a.clone(), &clock), ledger(b.clone(), &clock));
+    let (a, la) = store_and_ledger(&db, &clock).await;
+    let (b, lb) = store_and_ledger(&db, &clock).await;
     let n = ns("jobs");
     pair(&la, "jobs", "warm", json!(0)).await;
 
     // A holds the lease (and remembers the record); it expires and B reclaims.
-    let first = la
-        .claim(
-            &n,
-            &key("k"),
-            ClaimRequest {
-                lease_ms: Some(1000),
-                ..ClaimRequest::default()
-            },
-        )
-        .await
-        .expect("claim");
+    let first = claim_with_lease(&la, &n, &key("k"), 1000).await;
     let stale = first.token.expect("token").secret();
     clock.advance_ms(1500);
     let second = lb.claim(&n, &key("k"), claim_req()).await.expect("claim");
@@ -359,9 +343,9 @@ async fn records_moved_by_the_janitor_are_decided_again() {
     let Some(db) = PgDb::create("janitor_moves_cached_records") else {
         return;
     };
-    let (a, b) = (db.store().await, db.store().await);
     let clock = TestClock::new(T0);
-    let (la, lb) = (ledger(a.clone(), &clock), ledger(b.clone(), &clock));
+    let (a, la) = store_and_ledger(&db, &clock).await;
+    let (b, lb) = store_and_ledger(&db, &clock).await;
     let n = ns("jan");
     a.update_namespace(
         &n,
@@ -373,17 +357,7 @@ async fn records_moved_by_the_janitor_are_decided_again() {
 
     // Sweep (through B) moves A's expired lease to review; A's late completion is then
     // decided on needs_review, not on the processing record A remembers.
-    let c = la
-        .claim(
-            &n,
-            &key("late"),
-            ClaimRequest {
-                lease_ms: Some(1000),
-                ..ClaimRequest::default()
-            },
-        )
-        .await
-        .expect("claim");
+    let c = claim_with_lease(&la, &n, &key("late"), 1000).await;
     let token = c.token.expect("token").secret();
     clock.advance_ms(2000);
     let swept = b.sweep_once(now(&clock), 10).await.expect("sweep");

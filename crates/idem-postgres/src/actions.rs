@@ -8,7 +8,7 @@ use tokio_postgres::Row;
 
 use crate::column;
 use crate::error::PgError;
-use crate::PgStore;
+use crate::{upsert_created, PgStore};
 
 pub(crate) async fn action_put(
     store: &PgStore,
@@ -17,16 +17,14 @@ pub(crate) async fn action_put(
 ) -> Result<bool, PgError> {
     let mut client = store.client().await?;
     let tx = client.transaction().await?;
-    // `xmax = 0` only for a freshly inserted row.
-    let row = tx
-        .query_one(
-            "INSERT INTO actions (namespace, name, config, created_at, updated_at) \
-             VALUES ($1, $2, $3, $4, $4) ON CONFLICT (namespace, name) DO UPDATE SET \
-             config = excluded.config, updated_at = excluded.updated_at RETURNING (xmax = 0)",
-            &[&w.namespace, &w.name, &w.config, &now.0],
-        )
-        .await?;
-    let created: bool = column(&row, 0)?;
+    let created = upsert_created(
+        &tx,
+        "INSERT INTO actions (namespace, name, config, created_at, updated_at) \
+         VALUES ($1, $2, $3, $4, $4) ON CONFLICT (namespace, name) DO UPDATE SET \
+         config = excluded.config, updated_at = excluded.updated_at RETURNING (xmax = 0)",
+        &[&w.namespace, &w.name, &w.config, &now.0],
+    )
+    .await?;
     let owner = action_owner(&w.namespace, &w.name);
     tx.execute(
         "DELETE FROM secrets WHERE kind = $1 AND owner = $2",

@@ -17,7 +17,7 @@ use tokio_postgres::Row;
 use crate::column;
 use crate::error::PgError;
 use crate::rows::typed_params;
-use crate::PgStore;
+use crate::{upsert_created, PgStore};
 
 pub(crate) async fn source_put(
     store: &PgStore,
@@ -26,16 +26,14 @@ pub(crate) async fn source_put(
 ) -> Result<bool, PgError> {
     let mut client = store.client().await?;
     let tx = client.transaction().await?;
-    // `xmax = 0` only for a freshly inserted row.
-    let row = tx
-        .query_one(
-            "INSERT INTO sources (name, config, created_at, updated_at) VALUES ($1, $2, $3, $3) \
-             ON CONFLICT (name) DO UPDATE SET config = excluded.config, \
-             updated_at = excluded.updated_at RETURNING (xmax = 0)",
-            &[&w.name, &w.config, &now.0],
-        )
-        .await?;
-    let created: bool = column(&row, 0)?;
+    let created = upsert_created(
+        &tx,
+        "INSERT INTO sources (name, config, created_at, updated_at) VALUES ($1, $2, $3, $3) \
+         ON CONFLICT (name) DO UPDATE SET config = excluded.config, \
+         updated_at = excluded.updated_at RETURNING (xmax = 0)",
+        &[&w.name, &w.config, &now.0],
+    )
+    .await?;
     let mut writes: Vec<(idem_store::SecretOwner, Vec<String>)> = vec![];
     if let Some(list) = &w.secrets {
         writes.push((

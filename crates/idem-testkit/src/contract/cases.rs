@@ -87,13 +87,10 @@ fn fail(token: &str, kind: Class) -> Op {
         message: "upstream said no".into(),
     };
     Op::Fail(FailRequest {
-        cost: None,
         token: token.into(),
         kind: Some(kind),
-        http_status: None,
-        retry_after_ms: None,
-        sent: None,
         error: Some(error),
+        ..FailRequest::default()
     })
 }
 

@@ -1,7 +1,8 @@
 //! Every Store method once, through the Ledger where there is one.
 
 use idem_core::{
-    ClaimOutcome, ClaimRequest, Class, EventType, FailRequest, OpError, PrepareRequest, State,
+    ClaimOutcome, ClaimRequest, Class, EventType, FailRequest, OpError, Policy, PrepareRequest,
+    State,
 };
 use idem_store::{hash_secret, LedgerError, NamespaceChange, NewApiToken, Role, Store, StoreError};
 use serde_json::json;
@@ -16,14 +17,9 @@ async fn claim_complete_then_duplicate_replays_result() {
     assert_eq!(first.outcome, ClaimOutcome::Acquired);
     assert_eq!(first.resumed, Some(false));
     let token = first.token.expect("token").secret();
+    let charge = json!({"charge": "ch_1"});
     let rec = t
-        .complete(
-            &n,
-            &k,
-            token,
-            Some(json!({"charge": "ch_1"})),
-            Some("ch_1".into()),
-        )
+        .complete(&n, &k, token, Some(charge), Some("ch_1".into()))
         .await
         .expect("complete");
     assert_eq!(rec.state, State::Completed);
@@ -109,16 +105,13 @@ async fn every_record_field_round_trips() {
             &n,
             &k,
             FailRequest {
-                cost: None,
                 token,
-                kind: None,
                 http_status: Some(502),
-                retry_after_ms: None,
-                sent: None,
                 error: Some(idem_core::FailErrorInput {
                     category: "http".into(),
                     message: "bad gateway".into(),
                 }),
+                ..FailRequest::default()
             },
         )
         .await
@@ -409,13 +402,11 @@ async fn alert_secret_is_kept_in_the_secrets_table_not_in_the_policy_row() {
         t.store
             .update_namespace(&n, NamespaceChange::Patch(v), t.now())
     };
+    let exposed = |p: &Policy| p.alert_secret.as_ref().map(|s| s.expose().to_owned());
     let info = patch(json!({"alert_url": "http://127.0.0.1:9/hook", "alert_secret": S1}))
         .await
         .expect("patch");
-    assert_eq!(
-        info.policy.alert_secret.as_ref().map(|s| s.expose()),
-        Some(S1)
-    );
+    assert_eq!(exposed(&info.policy).as_deref(), Some(S1));
     let raw = rusqlite::Connection::open(t.path()).expect("open raw");
     let policy_text = || -> String {
         raw.query_row(
@@ -441,11 +432,11 @@ async fn alert_secret_is_kept_in_the_secrets_table_not_in_the_policy_row() {
     assert!(text.contains("http://127.0.0.1:9/hook"), "{text}");
     let first = secrets();
     assert_eq!(first.len(), 1, "{first:?}");
+    let (_, kind, owner, value) = &first[0];
     assert_eq!(
-        (first[0].1.as_str(), first[0].2.as_str()),
-        ("alert", "signed")
+        (kind.as_str(), owner.as_str(), value.as_str()),
+        ("alert", "signed", S1)
     );
-    assert_eq!(first[0].3, S1);
 
     // Another field: the secret is not rewritten.
     patch(json!({"lease_ms": 5000})).await.expect("patch");
@@ -462,7 +453,7 @@ async fn alert_secret_is_kept_in_the_secrets_table_not_in_the_policy_row() {
     assert_eq!(second[0].3, S2);
     assert!(!policy_text().contains("alert_secret"));
     let read = t.store.namespace(&n).await.expect("read").policy;
-    assert_eq!(read.alert_secret.as_ref().map(|s| s.expose()), Some(S2));
+    assert_eq!(exposed(&read).as_deref(), Some(S2));
     assert_eq!(read.lease_ms, 5000);
     // null removes it.
     patch(json!({"alert_secret": null})).await.expect("patch");

@@ -2,7 +2,9 @@
 
 use std::sync::Arc;
 
-use idem_core::{ClaimReply, ClaimRequest, Clock, Key, Namespace, TestClock, Timestamp};
+use idem_core::{
+    ClaimReply, ClaimRequest, Clock, Event, EventType, Key, Namespace, TestClock, Timestamp,
+};
 use idem_postgres::{PgOptions, PgStore};
 use idem_store::{Ledger, Store};
 pub use idem_testkit::pg::PgDb;
@@ -79,6 +81,20 @@ pub async fn setup(test: &str) -> Option<(PgDb, Arc<PgStore>, TestClock, Ledger)
     let clock = TestClock::new(T0);
     let (store, l) = store_and_ledger(&db, &clock).await;
     Some((db, store, clock, l))
+}
+
+/// Like [`setup`], with two stores on the database (two instances), each with its ledger.
+pub async fn setup_two(test: &str) -> Option<(PgDb, TestClock, [(Arc<PgStore>, Ledger); 2])> {
+    let db = PgDb::create(test)?;
+    let clock = TestClock::new(T0);
+    let a = store_and_ledger(&db, &clock).await;
+    let b = store_and_ledger(&db, &clock).await;
+    Some((db, clock, [a, b]))
+}
+
+/// The kinds of `events`, in order.
+pub fn kinds(events: &[Event]) -> Vec<EventType> {
+    events.iter().map(|e| e.kind).collect()
 }
 
 /// A claim of `k` asking for a lease of `lease_ms`.

@@ -17,23 +17,14 @@ use tokio_postgres::Row;
 use crate::column;
 use crate::error::PgError;
 use crate::rows::typed_params;
-use crate::{upsert_created, PgStore};
+use crate::secrets::{delete_secrets, upsert_with_secrets};
+use crate::PgStore;
 
 pub(crate) async fn source_put(
     store: &PgStore,
     w: &SourceWrite,
     now: Timestamp,
 ) -> Result<bool, PgError> {
-    let mut client = store.client().await?;
-    let tx = client.transaction().await?;
-    let created = upsert_created(
-        &tx,
-        "INSERT INTO sources (name, config, created_at, updated_at) VALUES ($1, $2, $3, $3) \
-         ON CONFLICT (name) DO UPDATE SET config = excluded.config, \
-         updated_at = excluded.updated_at RETURNING (xmax = 0)",
-        &[&w.name, &w.config, &now.0],
-    )
-    .await?;
     let mut writes: Vec<(idem_store::SecretOwner, Vec<String>)> = vec![];
     if let Some(list) = &w.secrets {
         writes.push((
@@ -53,22 +44,16 @@ pub(crate) async fn source_put(
             s.iter().map(|s| s.expose().to_owned()).collect(),
         ));
     }
-    for (owner, values) in writes {
-        tx.execute(
-            "DELETE FROM secrets WHERE kind = $1 AND owner = $2",
-            &[&owner.kind.as_str(), &owner.name],
-        )
-        .await?;
-        for v in values {
-            tx.execute(
-                "INSERT INTO secrets (kind, owner, value, created_at) VALUES ($1, $2, $3, $4)",
-                &[&owner.kind.as_str(), &owner.name, &v, &now.0],
-            )
-            .await?;
-        }
-    }
-    tx.commit().await?;
-    Ok(created)
+    upsert_with_secrets(
+        store,
+        "INSERT INTO sources (name, config, created_at, updated_at) VALUES ($1, $2, $3, $3) \
+         ON CONFLICT (name) DO UPDATE SET config = excluded.config, \
+         updated_at = excluded.updated_at RETURNING (xmax = 0)",
+        &[&w.name, &w.config, &now.0],
+        writes,
+        now,
+    )
+    .await
 }
 
 fn source_row(r: &Row) -> Result<SourceRow, PgError> {
@@ -132,11 +117,7 @@ pub(crate) async fn source_delete(
     tx.execute("DELETE FROM sources WHERE name = $1", &[&name])
         .await?;
     for owner in [source_owner(name), forward_owner(name)] {
-        tx.execute(
-            "DELETE FROM secrets WHERE kind = $1 AND owner = $2",
-            &[&owner.kind.as_str(), &owner.name],
-        )
-        .await?;
+        delete_secrets(&tx, &owner).await?;
     }
     // The named destinations' secrets (`{source}/{destination}`).
     tx.execute(

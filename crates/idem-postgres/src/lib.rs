@@ -215,17 +215,6 @@ fn column<'a, T: tokio_postgres::types::FromSql<'a>>(
     r.try_get(i).map_err(|e| corrupt(&e))
 }
 
-/// Runs an upsert ending in `RETURNING (xmax = 0)` in `tx`: whether it inserted the row
-/// (`xmax = 0` only for a freshly inserted row).
-async fn upsert_created(
-    tx: &crate::conn::Tx<'_>,
-    sql: &str,
-    params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
-) -> Result<bool, PgError> {
-    let row = tx.query_one(sql, params).await?;
-    column(&row, 0)
-}
-
 /// An alert draft as owned SQL parameters for [`INSERT_ALERT`] (its outbox item).
 struct AlertParams(idem_store::NewOutboxItem);
 

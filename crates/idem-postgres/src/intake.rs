@@ -153,6 +153,11 @@ pub(crate) fn rider_ctes(from: &str, p: usize) -> String {
         p + 10,
         &["TEXT", "TEXT", "TEXT", "TEXT", "BYTEA", "BIGINT", "BIGINT"],
     );
+    // After the row's namespace (`$p`): its key, source, event id, content type and
+    // received_at, the item's kind; the deliveries' keys, names, kinds, dedupes, payloads and
+    // due times.
+    let [p1, p2, p3, p4, p7, k] = [1, 2, 3, 4, 7, 10].map(|i| p + i);
+    let [dk, dn, qk, qd, qp, qt] = [17, 18, 19, 20, 21, 22].map(|i| p + i);
     format!(
         "i AS (INSERT INTO intake_events (namespace, key, source, event_id, content_type, \
          headers, body, received_at, destinations, delivered_at) SELECT {row} {from} \
@@ -169,19 +174,7 @@ pub(crate) fn rider_ctes(from: &str, p: usize) -> String {
          SELECT u.kind, ${p}::TEXT, u.k, u.dd, u.pl, ${p7}::BIGINT, u.due FROM i, \
          unnest(${qk}::TEXT[], ${dk}::TEXT[], ${qd}::TEXT[], ${qp}::BYTEA[], ${qt}::BIGINT[]) \
          AS u(kind, k, dd, pl, due) \
-         ON CONFLICT (namespace, key, kind, dedupe) DO NOTHING RETURNING id)",
-        k = p + 10,
-        p1 = p + 1,
-        p2 = p + 2,
-        p3 = p + 3,
-        p4 = p + 4,
-        p7 = p + 7,
-        dk = p + 17,
-        dn = p + 18,
-        qk = p + 19,
-        qd = p + 20,
-        qp = p + 21,
-        qt = p + 22,
+         ON CONFLICT (namespace, key, kind, dedupe) DO NOTHING RETURNING id)"
     )
 }
 
@@ -267,6 +260,14 @@ const EVENT_COLS: &str = "e.namespace, e.key, e.source, e.event_id, e.content_ty
      e.body, e.received_at, e.attempts, e.delivered_at, r.state, e.event_key, e.destination, \
      e.destinations";
 
+/// [`EVENT_COLS`] of every event row, with its record's state.
+static SELECT_EVENTS: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT {EVENT_COLS} FROM intake_events e LEFT JOIN records r \
+         ON r.namespace = e.namespace AND r.key = e.key"
+    )
+});
+
 fn event_row(r: &Row) -> Result<IntakeEventRow, PgError> {
     let state: Option<String> = column(r, 10)?;
     Ok(IntakeEventRow {
@@ -300,10 +301,7 @@ pub(crate) async fn intake_event(
     key: &str,
 ) -> Result<Option<IntakeEventRow>, PgError> {
     let client = store.client().await?;
-    let sql = format!(
-        "SELECT {EVENT_COLS} FROM intake_events e LEFT JOIN records r \
-         ON r.namespace = e.namespace AND r.key = e.key WHERE e.namespace = $1 AND e.key = $2"
-    );
+    let sql = format!("{} WHERE e.namespace = $1 AND e.key = $2", *SELECT_EVENTS);
     let rows = client.query(&sql, &[&ns, &key]).await?;
     rows.first().map(event_row).transpose()
 }
@@ -314,15 +312,15 @@ pub(crate) async fn intake_list(
 ) -> Result<Vec<IntakeEventRow>, PgError> {
     let client = store.client().await?;
     let sql = format!(
-        "SELECT {EVENT_COLS} FROM intake_events e LEFT JOIN records r \
-         ON r.namespace = e.namespace AND r.key = e.key \
+        "{} \
          WHERE e.source = $1 \
          AND ($2::text IS NULL OR r.state = $2) \
          AND ($3::bigint IS NULL OR e.received_at < $3 OR (e.received_at = $3 AND e.key < $4)) \
          AND ($5::bigint IS NULL OR e.received_at >= $5) \
          AND ($6::bigint IS NULL OR e.received_at <= $6) \
          AND ($8::boolean OR e.event_key IS NULL) \
-         ORDER BY e.received_at DESC, e.key DESC LIMIT $7"
+         ORDER BY e.received_at DESC, e.key DESC LIMIT $7",
+        *SELECT_EVENTS
     );
     let (at, key) = match &q.after {
         Some((t, k)) => (Some(*t), k.clone()),

@@ -101,7 +101,7 @@ pub struct FailErrorInput {
     pub message: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct FailRequest {
     pub token: String,
     pub kind: Option<Class>,

@@ -496,14 +496,10 @@ mod tests {
     fn ip(s: &str) -> IpAddr {
         s.parse().expect("ip")
     }
+    /// The policy as a namespace's JSON gives it (every entry through [`AllowEntry::parse`]).
     fn pol(allow: &[&str], private: bool) -> EgressPolicy {
-        EgressPolicy {
-            allow: allow
-                .iter()
-                .map(|a| AllowEntry::parse(a).expect("entry"))
-                .collect(),
-            allow_private: private,
-        }
+        let v = serde_json::json!({"allow": allow, "allow_private": private});
+        serde_json::from_value(v).expect("policy")
     }
 
     #[test]

@@ -9,8 +9,8 @@
 //!     cargo run --release -p idem-postgres --example rate [-- SECONDS]
 //! ```
 //!
-//! Works in a fresh database `idem_t_<random>` that is dropped at the end. The example needs
-//! nothing beyond the store and the driver: the scratch database is made and dropped here.
+//! Works in a fresh database `idem_t_<random>` that is dropped at the end, made and dropped
+//! with the admin helpers of `idem_testkit::pg`.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -19,49 +19,36 @@ use std::time::{Duration, Instant};
 use idem_core::{ClaimRequest, CompleteRequest, Key, Namespace};
 use idem_postgres::{PgOptions, PgStore};
 use idem_store::{Ledger, Store};
+use idem_testkit::pg::{admin, with_db};
 use serde_json::json;
+use tokio::task::JoinHandle;
 use tokio_postgres::NoTls;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// `url` without idem's own `pooler=…` parameter (the driver refuses parameters it does not
-/// know).
-fn driver_url(url: &str) -> String {
-    let Some((base, query)) = url.split_once('?') else {
-        return url.to_owned();
-    };
-    let kept: Vec<&str> = query
-        .split('&')
-        .filter(|p| !p.is_empty() && *p != "pooler" && !p.starts_with("pooler="))
-        .collect();
-    if kept.is_empty() {
-        base.to_owned()
-    } else {
-        format!("{base}?{}", kept.join("&"))
+/// The stop flag and the count of finished pairs that the client tasks of one cell share.
+fn counters() -> (Arc<AtomicBool>, Arc<AtomicU64>) {
+    (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicU64::new(0)),
+    )
+}
+
+/// Lets the client `tasks` run for `secs`, stops them and returns the pairs per second they
+/// finished.
+async fn measure(
+    secs: u64,
+    stop: &AtomicBool,
+    done: &AtomicU64,
+    tasks: Vec<JoinHandle<Result<(), BoxError>>>,
+) -> Result<f64, BoxError> {
+    let started = Instant::now();
+    tokio::time::sleep(Duration::from_secs(secs)).await;
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        t.await??;
     }
-}
-
-/// `base` with its database name replaced by `db` (the query string, if any, is kept).
-fn with_db(base: &str, db: &str) -> String {
-    let (main, query) = match base.split_once('?') {
-        Some((m, q)) => (m, format!("?{q}")),
-        None => (base, String::new()),
-    };
-    let after_scheme = main.find("://").map_or(0, |i| i + 3);
-    let host_end = main[after_scheme..]
-        .find('/')
-        .map_or(main.len(), |i| after_scheme + i);
-    format!("{}/{db}{query}", &main[..host_end])
-}
-
-/// Runs one statement (batch) on its own connection to `url`.
-async fn admin(url: &str, sql: &str) -> Result<(), BoxError> {
-    let (client, conn) = tokio_postgres::connect(&driver_url(url), NoTls).await?;
-    let task = tokio::spawn(conn);
-    let r = client.batch_execute(sql).await;
-    drop(client);
-    let _ = task.await;
-    Ok(r?)
+    Ok(done.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64())
 }
 
 async fn ledger_rate(url: &str, clients: usize, secs: u64, run: u32) -> Result<f64, BoxError> {
@@ -76,8 +63,7 @@ async fn ledger_rate(url: &str, clients: usize, secs: u64, run: u32) -> Result<f
     let store: Arc<dyn Store> = Arc::new(store);
     let ledger = Ledger::new(store);
     let ns = Namespace::try_from("bench")?;
-    let stop = Arc::new(AtomicBool::new(false));
-    let done = Arc::new(AtomicU64::new(0));
+    let (stop, done) = counters();
     let mut tasks = Vec::new();
     for c in 0..clients {
         let (l, ns, stop, done) = (ledger.clone(), ns.clone(), stop.clone(), done.clone());
@@ -104,18 +90,11 @@ async fn ledger_rate(url: &str, clients: usize, secs: u64, run: u32) -> Result<f
             Ok::<(), BoxError>(())
         }));
     }
-    let started = Instant::now();
-    tokio::time::sleep(Duration::from_secs(secs)).await;
-    stop.store(true, Ordering::Relaxed);
-    for t in tasks {
-        t.await??;
-    }
-    Ok(done.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64())
+    measure(secs, &stop, &done, tasks).await
 }
 
 async fn bare_rate(url: &str, clients: usize, secs: u64, run: u32) -> Result<f64, BoxError> {
-    let stop = Arc::new(AtomicBool::new(false));
-    let done = Arc::new(AtomicU64::new(0));
+    let (stop, done) = counters();
     let mut tasks = Vec::new();
     for c in 0..clients {
         let (client, conn) = tokio_postgres::connect(url, NoTls).await?;
@@ -152,13 +131,7 @@ async fn bare_rate(url: &str, clients: usize, secs: u64, run: u32) -> Result<f64
             Ok::<(), BoxError>(())
         }));
     }
-    let started = Instant::now();
-    tokio::time::sleep(Duration::from_secs(secs)).await;
-    stop.store(true, Ordering::Relaxed);
-    for t in tasks {
-        t.await??;
-    }
-    Ok(done.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64())
+    measure(secs, &stop, &done, tasks).await
 }
 
 #[tokio::main]

@@ -8,6 +8,7 @@ use tokio_postgres::Row;
 
 use crate::column;
 use crate::error::PgError;
+use crate::secrets::{delete_secrets, upsert_with_secrets};
 use crate::PgStore;
 
 pub(crate) async fn action_put(
@@ -15,33 +16,17 @@ pub(crate) async fn action_put(
     w: &ActionWrite,
     now: Timestamp,
 ) -> Result<bool, PgError> {
-    let mut client = store.client().await?;
-    let tx = client.transaction().await?;
-    // `xmax = 0` only for a freshly inserted row.
-    let row = tx
-        .query_one(
-            "INSERT INTO actions (namespace, name, config, created_at, updated_at) \
-             VALUES ($1, $2, $3, $4, $4) ON CONFLICT (namespace, name) DO UPDATE SET \
-             config = excluded.config, updated_at = excluded.updated_at RETURNING (xmax = 0)",
-            &[&w.namespace, &w.name, &w.config, &now.0],
-        )
-        .await?;
-    let created: bool = column(&row, 0)?;
-    let owner = action_owner(&w.namespace, &w.name);
-    tx.execute(
-        "DELETE FROM secrets WHERE kind = $1 AND owner = $2",
-        &[&owner.kind.as_str(), &owner.name],
+    let headers = w.headers.iter().map(|h| h.expose().to_owned()).collect();
+    upsert_with_secrets(
+        store,
+        "INSERT INTO actions (namespace, name, config, created_at, updated_at) \
+         VALUES ($1, $2, $3, $4, $4) ON CONFLICT (namespace, name) DO UPDATE SET \
+         config = excluded.config, updated_at = excluded.updated_at RETURNING (xmax = 0)",
+        &[&w.namespace, &w.name, &w.config, &now.0],
+        vec![(action_owner(&w.namespace, &w.name), headers)],
+        now,
     )
-    .await?;
-    if let Some(h) = &w.headers {
-        tx.execute(
-            "INSERT INTO secrets (kind, owner, value, created_at) VALUES ($1, $2, $3, $4)",
-            &[&owner.kind.as_str(), &owner.name, &h.expose(), &now.0],
-        )
-        .await?;
-    }
-    tx.commit().await?;
-    Ok(created)
+    .await
 }
 
 fn action_row(r: &Row) -> Result<ActionRow, PgError> {
@@ -91,12 +76,7 @@ pub(crate) async fn action_delete(store: &PgStore, ns: &str, name: &str) -> Resu
             &[&ns, &name],
         )
         .await?;
-    let owner = action_owner(ns, name);
-    tx.execute(
-        "DELETE FROM secrets WHERE kind = $1 AND owner = $2",
-        &[&owner.kind.as_str(), &owner.name],
-    )
-    .await?;
+    delete_secrets(&tx, &action_owner(ns, name)).await?;
     tx.commit().await?;
     Ok(n > 0)
 }

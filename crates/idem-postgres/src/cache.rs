@@ -242,39 +242,23 @@ impl Counters {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use idem_core::{LeaseExpiry, State, Timestamp};
+    use idem_core::{ClaimRequest, Op, Timestamp, Write};
 
-    fn rec(key: &str, version: i64, created: i64) -> Record {
-        Record {
-            namespace: Namespace::try_from("ns").expect("ns"),
-            key: Key::try_from(key).expect("key"),
-            state: State::Processing,
-            attempt: 1,
-            fingerprint: None,
-            owner: None,
-            correlation_id: None,
-            lease_expires_at: None,
-            not_before: None,
-            prepared_payload: None,
-            result: None,
-            result_expired: false,
-            external_ref: None,
-            last_error: None,
-            created_at: Timestamp(created),
-            updated_at: Timestamp(created),
-            cost: Default::default(),
-            lease_id: None,
-            lease_expiry: LeaseExpiry::Reclaim,
-            reported: false,
-            budget_base: 0,
-            window_start: Timestamp(created),
-            final_at: None,
-            active_at: Timestamp(created),
-            review_reason: None,
-            review_since: None,
-            stuck_alerted: false,
-            request: None,
-            version,
+    /// The record a fresh claim of `k` at `created` makes, at `version`.
+    fn rec(k: &str, version: i64, created: i64) -> Record {
+        let policy = Policy::default();
+        let ctx = idem_store::ExecCtx::at(Timestamp(created));
+        let claim = Op::Claim(ClaimRequest::default());
+        let t = idem_core::apply(
+            &ns(),
+            &key(k),
+            None,
+            &claim,
+            &ctx.decision(&policy, false, 0),
+        );
+        match t.write {
+            Write::Insert(r) => Record { version, ..*r },
+            other => panic!("a fresh claim inserts, got {other:?}"),
         }
     }
 

@@ -105,9 +105,17 @@ impl Backend for PgExec<'_> {
             return Ok(Shortcut::Read);
         };
         let cached = store.records.get(ns, key);
+        let f = fast::FastOp {
+            client: &self.client,
+            ns,
+            key,
+            op,
+            ctx,
+            s: &s,
+        };
         let found = match &cached {
-            Some(rec) => fast::cached_record(&self.client, ns, key, op, ctx, &s, rec).await?,
-            None => fast::speculative_insert(&self.client, ns, key, op, ctx, &s).await?,
+            Some(rec) => fast::cached_record(f, rec).await?,
+            None => fast::speculative_insert(f).await?,
         };
         Ok(match found {
             Fast::Done(ran, stored) => {

@@ -213,39 +213,44 @@ fn done_riding(
     )
 }
 
+/// An operation tried on the fast path, with what deciding it needs: the connection, the
+/// key, the operation, its context and the namespace's cached settings.
+#[derive(Clone, Copy)]
+pub(crate) struct FastOp<'a> {
+    pub(crate) client: &'a Client,
+    pub(crate) ns: &'a Namespace,
+    pub(crate) key: &'a Key,
+    pub(crate) op: &'a Op,
+    pub(crate) ctx: &'a ExecCtx,
+    pub(crate) s: &'a NsSettings,
+}
+
 /// A claim (or a webhook delivery with its rider) of a key with no cached record,
 /// speculating that it is new.
-pub(crate) async fn speculative_insert(
-    client: &Client,
-    ns: &Namespace,
-    key: &Key,
-    op: &Op,
-    ctx: &ExecCtx,
-    s: &NsSettings,
-) -> Result<Fast, PgError> {
-    let rider = match (op, ctx.rider.as_deref()) {
+pub(crate) async fn speculative_insert(f: FastOp<'_>) -> Result<Fast, PgError> {
+    let rider = match (f.op, f.ctx.rider.as_deref()) {
         (Op::Claim(_), _) => None,
         (Op::IntakeReceive(_), Some(r)) => Some(r),
         _ => return Ok(Fast::Skip),
     };
     // A decision that depends on today's count (a daily ceiling) is left to the normal read.
-    let Some(t) = engine::decide_known(ns, key, None, op, ctx, s) else {
+    let Some(t) = engine::decide_known(f.ns, f.key, None, f.op, f.ctx, f.s) else {
         return Ok(Fast::Skip);
     };
     let (Write::Insert(new), [draft]) = (&t.write, t.events.as_slice()) else {
         return Ok(Fast::Skip);
     };
-    let plan = engine::plan(&t, &s.policy, ctx.now, ctx.traceparent.as_deref());
+    let plan = engine::plan(&t, &f.s.policy, f.ctx.now, f.ctx.traceparent.as_deref());
     if !fits_one_statement(&plan) {
         return Ok(Fast::Skip);
     }
     let rp = RecordParams::new(new)?;
-    let ep = EventParams::new(ns, key, draft);
+    let ep = EventParams::new(f.ns, f.key, draft);
     let mut params: Vec<&(dyn ToSql + Sync)> = Vec::with_capacity(60);
     params.extend(rp.params());
     params.extend(ep.tail_params());
-    params.push(&s.revision);
-    params.push(&s.updated_at);
+    params.push(&f.s.revision);
+    params.push(&f.s.updated_at);
     let bump;
     let rider_params;
     let sql: &str = match rider {
@@ -268,8 +273,8 @@ pub(crate) async fn speculative_insert(
             &SPECULATIVE_INTAKE
         }
     };
-    let stmt = client.prepare_cached(sql).await?;
-    let row = client.query_one(&stmt, &params).await?;
+    let stmt = f.client.prepare_cached(sql).await?;
+    let row = f.client.query_one(&stmt, &params).await?;
     let ok: Option<bool> = row.try_get(0).map_err(|e| crate::corrupt(&e))?;
     if ok != Some(true) {
         return Ok(Fast::Miss);
@@ -299,19 +304,11 @@ pub(crate) async fn speculative_insert(
 }
 
 /// An operation on a key whose record is cached.
-pub(crate) async fn cached_record(
-    client: &Client,
-    ns: &Namespace,
-    key: &Key,
-    op: &Op,
-    ctx: &ExecCtx,
-    s: &NsSettings,
-    rec: &Record,
-) -> Result<Fast, PgError> {
-    let Some(t) = engine::decide_known(ns, key, Some(rec), op, ctx, s) else {
+pub(crate) async fn cached_record(f: FastOp<'_>, rec: &Record) -> Result<Fast, PgError> {
+    let Some(t) = engine::decide_known(f.ns, f.key, Some(rec), f.op, f.ctx, f.s) else {
         return Ok(Fast::Skip);
     };
-    let plan = engine::plan(&t, &s.policy, ctx.now, ctx.traceparent.as_deref()).riding(ctx);
+    let plan = engine::plan(&t, &f.s.policy, f.ctx.now, f.ctx.traceparent.as_deref()).riding(f.ctx);
     if plan.acquisition.is_some() || !fits_one_statement(&plan) {
         return Ok(Fast::Skip);
     }
@@ -327,16 +324,16 @@ pub(crate) async fn cached_record(
             if plan.stats.is_some() {
                 return Ok(Fast::Skip);
             }
-            let ep = EventParams::new(ns, key, draft);
+            let ep = EventParams::new(f.ns, f.key, draft);
             let created = rec.created_at.0;
             let mut params: Vec<&(dyn ToSql + Sync)> = Vec::with_capacity(15);
             params.extend(ep.params());
-            params.push(&s.revision);
-            params.push(&s.updated_at);
+            params.push(&f.s.revision);
+            params.push(&f.s.updated_at);
             params.push(&rec.version);
             params.push(&created);
-            let stmt = client.prepare_cached(&GUARDED_EVENT).await?;
-            match client.query_opt(&stmt, &params).await? {
+            let stmt = f.client.prepare_cached(&GUARDED_EVENT).await?;
+            match f.client.query_opt(&stmt, &params).await? {
                 None => Ok(Fast::Miss),
                 Some(row) => {
                     let seq: i64 = row.try_get(0).map_err(|e| crate::corrupt(&e))?;
@@ -369,11 +366,11 @@ pub(crate) async fn cached_record(
                 [] | [_] if report.is_some() && stats.is_some() => Ok(Fast::Skip),
                 [] if report.is_some() || stats.is_some() => Ok(Fast::Skip),
                 [] => {
-                    params.push(&s.revision);
-                    params.push(&s.updated_at);
+                    params.push(&f.s.revision);
+                    params.push(&f.s.updated_at);
                     params.push(&from_state);
-                    let stmt = client.prepare_cached(&GUARDED_UPDATE).await?;
-                    if client.execute(&stmt, &params).await? == 1 {
+                    let stmt = f.client.prepare_cached(&GUARDED_UPDATE).await?;
+                    if f.client.execute(&stmt, &params).await? == 1 {
                         Ok(Fast::Done(
                             Box::new(done(t, None, from)),
                             Some(Box::new(stored)),
@@ -383,10 +380,10 @@ pub(crate) async fn cached_record(
                     }
                 }
                 [draft] => {
-                    let ep = EventParams::new(ns, key, draft);
+                    let ep = EventParams::new(f.ns, f.key, draft);
                     params.extend(ep.tail_params());
-                    params.push(&s.revision);
-                    params.push(&s.updated_at);
+                    params.push(&f.s.revision);
+                    params.push(&f.s.updated_at);
                     let sql: &str = match (&stats, &report) {
                         (Some(b), _) => {
                             params.extend(stats_params(b));
@@ -400,8 +397,8 @@ pub(crate) async fn cached_record(
                         (None, None) => &GUARDED_UPDATE_WITH_EVENT,
                     };
                     params.push(&from_state);
-                    let stmt = client.prepare_cached(sql).await?;
-                    match client.query_opt(&stmt, &params).await? {
+                    let stmt = f.client.prepare_cached(sql).await?;
+                    match f.client.query_opt(&stmt, &params).await? {
                         None => Ok(Fast::Miss),
                         Some(row) => {
                             let seq: i64 = row.try_get(0).map_err(|e| crate::corrupt(&e))?;

@@ -17,6 +17,7 @@ use tokio_postgres::Row;
 use crate::column;
 use crate::error::PgError;
 use crate::rows::typed_params;
+use crate::secrets::{delete_secrets, upsert_with_secrets};
 use crate::PgStore;
 
 pub(crate) async fn source_put(
@@ -24,18 +25,6 @@ pub(crate) async fn source_put(
     w: &SourceWrite,
     now: Timestamp,
 ) -> Result<bool, PgError> {
-    let mut client = store.client().await?;
-    let tx = client.transaction().await?;
-    // `xmax = 0` only for a freshly inserted row.
-    let row = tx
-        .query_one(
-            "INSERT INTO sources (name, config, created_at, updated_at) VALUES ($1, $2, $3, $3) \
-             ON CONFLICT (name) DO UPDATE SET config = excluded.config, \
-             updated_at = excluded.updated_at RETURNING (xmax = 0)",
-            &[&w.name, &w.config, &now.0],
-        )
-        .await?;
-    let created: bool = column(&row, 0)?;
     let mut writes: Vec<(idem_store::SecretOwner, Vec<String>)> = vec![];
     if let Some(list) = &w.secrets {
         writes.push((
@@ -55,22 +44,16 @@ pub(crate) async fn source_put(
             s.iter().map(|s| s.expose().to_owned()).collect(),
         ));
     }
-    for (owner, values) in writes {
-        tx.execute(
-            "DELETE FROM secrets WHERE kind = $1 AND owner = $2",
-            &[&owner.kind.as_str(), &owner.name],
-        )
-        .await?;
-        for v in values {
-            tx.execute(
-                "INSERT INTO secrets (kind, owner, value, created_at) VALUES ($1, $2, $3, $4)",
-                &[&owner.kind.as_str(), &owner.name, &v, &now.0],
-            )
-            .await?;
-        }
-    }
-    tx.commit().await?;
-    Ok(created)
+    upsert_with_secrets(
+        store,
+        "INSERT INTO sources (name, config, created_at, updated_at) VALUES ($1, $2, $3, $3) \
+         ON CONFLICT (name) DO UPDATE SET config = excluded.config, \
+         updated_at = excluded.updated_at RETURNING (xmax = 0)",
+        &[&w.name, &w.config, &now.0],
+        writes,
+        now,
+    )
+    .await
 }
 
 fn source_row(r: &Row) -> Result<SourceRow, PgError> {
@@ -134,11 +117,7 @@ pub(crate) async fn source_delete(
     tx.execute("DELETE FROM sources WHERE name = $1", &[&name])
         .await?;
     for owner in [source_owner(name), forward_owner(name)] {
-        tx.execute(
-            "DELETE FROM secrets WHERE kind = $1 AND owner = $2",
-            &[&owner.kind.as_str(), &owner.name],
-        )
-        .await?;
+        delete_secrets(&tx, &owner).await?;
     }
     // The named destinations' secrets (`{source}/{destination}`).
     tx.execute(
@@ -174,6 +153,11 @@ pub(crate) fn rider_ctes(from: &str, p: usize) -> String {
         p + 10,
         &["TEXT", "TEXT", "TEXT", "TEXT", "BYTEA", "BIGINT", "BIGINT"],
     );
+    // After the row's namespace (`$p`): its key, source, event id, content type and
+    // received_at, the item's kind; the deliveries' keys, names, kinds, dedupes, payloads and
+    // due times.
+    let [p1, p2, p3, p4, p7, k] = [1, 2, 3, 4, 7, 10].map(|i| p + i);
+    let [dk, dn, qk, qd, qp, qt] = [17, 18, 19, 20, 21, 22].map(|i| p + i);
     format!(
         "i AS (INSERT INTO intake_events (namespace, key, source, event_id, content_type, \
          headers, body, received_at, destinations, delivered_at) SELECT {row} {from} \
@@ -190,19 +174,7 @@ pub(crate) fn rider_ctes(from: &str, p: usize) -> String {
          SELECT u.kind, ${p}::TEXT, u.k, u.dd, u.pl, ${p7}::BIGINT, u.due FROM i, \
          unnest(${qk}::TEXT[], ${dk}::TEXT[], ${qd}::TEXT[], ${qp}::BYTEA[], ${qt}::BIGINT[]) \
          AS u(kind, k, dd, pl, due) \
-         ON CONFLICT (namespace, key, kind, dedupe) DO NOTHING RETURNING id)",
-        k = p + 10,
-        p1 = p + 1,
-        p2 = p + 2,
-        p3 = p + 3,
-        p4 = p + 4,
-        p7 = p + 7,
-        dk = p + 17,
-        dn = p + 18,
-        qk = p + 19,
-        qd = p + 20,
-        qp = p + 21,
-        qt = p + 22,
+         ON CONFLICT (namespace, key, kind, dedupe) DO NOTHING RETURNING id)"
     )
 }
 
@@ -288,6 +260,14 @@ const EVENT_COLS: &str = "e.namespace, e.key, e.source, e.event_id, e.content_ty
      e.body, e.received_at, e.attempts, e.delivered_at, r.state, e.event_key, e.destination, \
      e.destinations";
 
+/// [`EVENT_COLS`] of every event row, with its record's state.
+static SELECT_EVENTS: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT {EVENT_COLS} FROM intake_events e LEFT JOIN records r \
+         ON r.namespace = e.namespace AND r.key = e.key"
+    )
+});
+
 fn event_row(r: &Row) -> Result<IntakeEventRow, PgError> {
     let state: Option<String> = column(r, 10)?;
     Ok(IntakeEventRow {
@@ -321,10 +301,7 @@ pub(crate) async fn intake_event(
     key: &str,
 ) -> Result<Option<IntakeEventRow>, PgError> {
     let client = store.client().await?;
-    let sql = format!(
-        "SELECT {EVENT_COLS} FROM intake_events e LEFT JOIN records r \
-         ON r.namespace = e.namespace AND r.key = e.key WHERE e.namespace = $1 AND e.key = $2"
-    );
+    let sql = format!("{} WHERE e.namespace = $1 AND e.key = $2", *SELECT_EVENTS);
     let rows = client.query(&sql, &[&ns, &key]).await?;
     rows.first().map(event_row).transpose()
 }
@@ -335,15 +312,15 @@ pub(crate) async fn intake_list(
 ) -> Result<Vec<IntakeEventRow>, PgError> {
     let client = store.client().await?;
     let sql = format!(
-        "SELECT {EVENT_COLS} FROM intake_events e LEFT JOIN records r \
-         ON r.namespace = e.namespace AND r.key = e.key \
+        "{} \
          WHERE e.source = $1 \
          AND ($2::text IS NULL OR r.state = $2) \
          AND ($3::bigint IS NULL OR e.received_at < $3 OR (e.received_at = $3 AND e.key < $4)) \
          AND ($5::bigint IS NULL OR e.received_at >= $5) \
          AND ($6::bigint IS NULL OR e.received_at <= $6) \
          AND ($8::boolean OR e.event_key IS NULL) \
-         ORDER BY e.received_at DESC, e.key DESC LIMIT $7"
+         ORDER BY e.received_at DESC, e.key DESC LIMIT $7",
+        *SELECT_EVENTS
     );
     let (at, key) = match &q.after {
         Some((t, k)) => (Some(*t), k.clone()),

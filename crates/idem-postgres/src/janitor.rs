@@ -162,10 +162,7 @@ pub(crate) async fn sweep_once(
 /// janitor") for why that index stays.
 static EXPIRE_RESULTS: LazyLock<String> = LazyLock::new(|| {
     format!(
-        "WITH batch AS ( \
-        SELECT r.namespace, r.key FROM records r \
-        LEFT JOIN namespaces n ON n.namespace = r.namespace \
-        WHERE r.state IN ({final_states}) AND r.final_at IS NOT NULL \
+        "{head}\
           AND NOT r.result_expired \
           AND r.final_at <= $1 - COALESCE(n.retention_ms, $2) \
           AND r.final_at > $1 - COALESCE(n.audit_retention_ms, $3) \
@@ -198,11 +195,24 @@ static EXPIRE_RESULTS: LazyLock<String> = LazyLock::new(|| {
         WHERE r.state IN ({final_states}) AND r.final_at IS NOT NULL \
         ORDER BY r.final_at LIMIT 1 \
     ) <= $1 - (SELECT LEAST($3, COALESCE(MIN(audit_retention_ms), $3)) FROM namespaces), FALSE)",
+        head = final_batch_head(),
         final_states = idem_store::sql::retained_states(),
         result_expired = idem_store::sql::event_type(idem_core::EventType::ResultExpired),
         completed = idem_store::sql::state(idem_core::State::Completed)
     )
 });
+
+/// The head of the retention statements' `batch`: final records with a `final_at`, joined to
+/// their namespace's settings (`n`); each statement adds its own bounds after it.
+fn final_batch_head() -> String {
+    format!(
+        "WITH batch AS ( \
+        SELECT r.namespace, r.key FROM records r \
+        LEFT JOIN namespaces n ON n.namespace = r.namespace \
+        WHERE r.state IN ({}) AND r.final_at IS NOT NULL ",
+        idem_store::sql::retained_states()
+    )
+}
 
 /// Deletes final records past `audit_retention_ms` with their events and alerts. The extra
 /// bound by the smallest retention of any namespace is constant for the statement, so the
@@ -213,10 +223,7 @@ static EXPIRE_RESULTS: LazyLock<String> = LazyLock::new(|| {
 /// were small would not follow.
 static DELETE_TOMBSTONES: LazyLock<String> = LazyLock::new(|| {
     format!(
-        "WITH batch AS ( \
-        SELECT r.namespace, r.key FROM records r \
-        LEFT JOIN namespaces n ON n.namespace = r.namespace \
-        WHERE r.state IN ({final_states}) AND r.final_at IS NOT NULL \
+        "{head}\
           AND r.final_at <= $1 - COALESCE(n.audit_retention_ms, $3) \
           AND r.final_at <= $1 - (SELECT LEAST($3, COALESCE(MIN(audit_retention_ms), $3)) FROM namespaces) \
         ORDER BY r.final_at LIMIT $2 \
@@ -239,7 +246,7 @@ static DELETE_TOMBSTONES: LazyLock<String> = LazyLock::new(|| {
               AND d.event_key = i.key AND d.delivered_at IS NULL) \
     ) \
     SELECT count(*) FROM del",
-        final_states = idem_store::sql::retained_states()
+        head = final_batch_head()
     )
 });
 

@@ -231,19 +231,7 @@ CREATE TRIGGER records_ns_count_row_update AFTER UPDATE ON records
 /// its destinations (`NULL`: `default` alone, as every row written before).
 /// `destination_pace` holds, per destination with a `rate`, the earliest time of its next
 /// delivery: the state every instance on the database paces that destination by.
-const V18: &str = r#"
-ALTER TABLE intake_events ADD COLUMN event_key TEXT;
-ALTER TABLE intake_events ADD COLUMN destination TEXT;
-ALTER TABLE intake_events ADD COLUMN destinations TEXT;
-CREATE INDEX intake_events_deliveries ON intake_events (namespace, event_key)
-    WHERE event_key IS NOT NULL;
-CREATE TABLE destination_pace (
-    source      TEXT   NOT NULL,
-    destination TEXT   NOT NULL,
-    next_at     BIGINT NOT NULL,
-    PRIMARY KEY (source, destination)
-);
-"#;
+const V18: &str = idem_store::sql::FAN_OUT_TABLES;
 
 /// The operator console. Sessions live here so that every instance on one database knows
 /// them; only hashes are stored (of the cookie, and of the API token that signed in). The

@@ -9,10 +9,11 @@ use idem_store::{
     alert_owner, alert_secret_from_stored, AlertSecretWrite, NewSecret, Secret, SecretKind,
     SecretOwner, StoredSecret,
 };
+use tokio_postgres::types::ToSql;
 
-use crate::corrupt;
 use crate::error::PgError;
 use crate::PgStore;
+use crate::{column, corrupt};
 
 pub(crate) async fn secret_add(
     store: &PgStore,
@@ -88,6 +89,59 @@ pub(crate) async fn secrets_remove(store: &PgStore, owner: &SecretOwner) -> Resu
         )
         .await?;
     Ok(usize::try_from(n).unwrap_or(usize::MAX))
+}
+
+/// Deletes every version of `owner`'s secret, in the caller's transaction.
+pub(crate) async fn delete_secrets(
+    tx: &Transaction<'_>,
+    owner: &SecretOwner,
+) -> Result<(), PgError> {
+    tx.execute(
+        "DELETE FROM secrets WHERE kind = $1 AND owner = $2",
+        &[&owner.kind.as_str(), &owner.name],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Replaces the versions of `owner`'s secret by `values` (none: removes the secret), in the
+/// caller's transaction.
+pub(crate) async fn replace_secrets<'v>(
+    tx: &Transaction<'_>,
+    owner: &SecretOwner,
+    values: impl IntoIterator<Item = &'v str>,
+    now: Timestamp,
+) -> Result<(), PgError> {
+    delete_secrets(tx, owner).await?;
+    for v in values {
+        tx.execute(
+            "INSERT INTO secrets (kind, owner, value, created_at) VALUES ($1, $2, $3, $4)",
+            &[&owner.kind.as_str(), &owner.name, &v, &now.0],
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// Runs `upsert` (ending in `RETURNING (xmax = 0)`) and replaces each owner's secret by its
+/// values, in one transaction: whether the upsert inserted its row (`xmax = 0` only for a
+/// freshly inserted row).
+pub(crate) async fn upsert_with_secrets(
+    store: &PgStore,
+    upsert: &str,
+    params: &[&(dyn ToSql + Sync)],
+    secrets: Vec<(SecretOwner, Vec<String>)>,
+    now: Timestamp,
+) -> Result<bool, PgError> {
+    let mut client = store.client().await?;
+    let tx = client.transaction().await?;
+    let row = tx.query_one(upsert, params).await?;
+    let created: bool = column(&row, 0)?;
+    for (owner, values) in &secrets {
+        replace_secrets(&tx, owner, values.iter().map(String::as_str), now).await?;
+    }
+    tx.commit().await?;
+    Ok(created)
 }
 
 /// The newest version of a namespace's alert secret: what `$2`'s policy shows and signs with.

@@ -53,18 +53,13 @@ async fn pairs(ledger: &Ledger, tasks: usize, dur: Duration) -> Res<(f64, Vec<Ve
                 let key = Key::try_from(format!("t{t}-{}", keys.len()))?;
                 let c = ledger.claim(&ns, &key, ClaimRequest::default()).await?;
                 let token = c.token.ok_or("no token on a first claim")?.secret();
-                ledger
-                    .complete(
-                        &ns,
-                        &key,
-                        CompleteRequest {
-                            cost: None,
-                            token,
-                            result: Some(serde_json::json!({"ok": true})),
-                            external_ref: None,
-                        },
-                    )
-                    .await?;
+                let done = CompleteRequest {
+                    cost: None,
+                    token,
+                    result: Some(serde_json::json!({"ok": true})),
+                    external_ref: None,
+                };
+                ledger.complete(&ns, &key, done).await?;
                 keys.push(key);
             }
             Res::Ok(keys)

@@ -346,6 +346,22 @@ CREATE INDEX intake_events_undelivered ON intake_events (source) WHERE delivered
     };
 }
 
+/// Fan-out: the columns of a delivery's row and of an event's destinations in
+/// `intake_events`, and the `destination_pace` table. The same text on both backends.
+pub const FAN_OUT_TABLES: &str = r#"
+ALTER TABLE intake_events ADD COLUMN event_key TEXT;
+ALTER TABLE intake_events ADD COLUMN destination TEXT;
+ALTER TABLE intake_events ADD COLUMN destinations TEXT;
+CREATE INDEX intake_events_deliveries ON intake_events (namespace, event_key)
+    WHERE event_key IS NOT NULL;
+CREATE TABLE destination_pace (
+    source      TEXT   NOT NULL,
+    destination TEXT   NOT NULL,
+    next_at     BIGINT NOT NULL,
+    PRIMARY KEY (source, destination)
+);
+"#;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -266,36 +266,49 @@ impl H {
         self.events.last().expect("an event")
     }
 
+    /// The newest event, asserted to be a `kind` that moved the record from `from` to `to`.
+    fn moved(&self, kind: EventType, from: State, to: State) -> &EventDraft {
+        let e = self.last_event();
+        assert_eq!(e.kind, kind);
+        assert_eq!((e.from_state, e.to_state), (Some(from), Some(to)));
+        e
+    }
+
     /// A record in `state`, reached the ordinary way; returns the holder's (newest) token.
     fn in_state(state: State) -> (H, String) {
         let mut h = H::new();
         let tok = h.acquire();
+        h.move_to(&tok, state);
+        (h, tok)
+    }
+
+    /// Moves the record, held with `tok`, to `state` the ordinary way.
+    fn move_to(&mut self, tok: &str, state: State) {
         match state {
             State::Processing => {}
             State::Prepared => {
-                h.prepare(&tok, json!({"draft": "hello"}), false)
+                self.prepare(tok, json!({"draft": "hello"}), false)
                     .expect("prepare");
             }
             State::AwaitingApproval => {
-                h.prepare(&tok, json!({"draft": "hello"}), true)
+                self.prepare(tok, json!({"draft": "hello"}), true)
                     .expect("prepare");
             }
             State::Completed => {
-                h.complete(&tok, Some(result()), Some("ch_1"))
+                self.complete(tok, Some(result()), Some("ch_1"))
                     .expect("complete");
             }
             State::FailedRetryable => {
-                h.fail(&tok, Class::Retryable).expect("fail");
+                self.fail(tok, Class::Retryable).expect("fail");
             }
             State::FailedPermanent => {
-                h.fail(&tok, Class::Permanent).expect("fail");
+                self.fail(tok, Class::Permanent).expect("fail");
             }
             State::NeedsReview => {
-                h.fail(&tok, Class::Ambiguous).expect("fail");
+                self.fail(tok, Class::Ambiguous).expect("fail");
             }
         }
-        assert_eq!(h.state(), state);
-        (h, tok)
+        assert_eq!(self.state(), state);
     }
 }
 
@@ -412,11 +425,10 @@ fn claim_of_failed_retryable_after_not_before_resumes() {
     assert_eq!(rec.not_before, None);
     assert_eq!(rec.owner.as_deref(), Some("exec-2"));
     assert_eq!(h.daily_count, 1, "a resume is not a first-time acquisition");
-    let e = h.last_event();
-    assert_eq!(e.kind, EventType::Resumed);
-    assert_eq!(
-        (e.from_state, e.to_state),
-        (Some(State::FailedRetryable), Some(State::Processing))
+    let e = h.moved(
+        EventType::Resumed,
+        State::FailedRetryable,
+        State::Processing,
     );
     assert_eq!(e.attempt, 2);
 }
@@ -467,11 +479,10 @@ fn claim_after_lease_expiry_under_review_policy_moves_to_needs_review() {
     assert_eq!(rec.attempt, 1, "nobody acquired");
     assert_eq!(rec.lease_expires_at, None);
     assert_eq!(h.state(), State::NeedsReview);
-    let e = h.last_event();
-    assert_eq!(e.kind, EventType::MovedToReview);
-    assert_eq!(
-        (e.from_state, e.to_state),
-        (Some(State::Processing), Some(State::NeedsReview))
+    h.moved(
+        EventType::MovedToReview,
+        State::Processing,
+        State::NeedsReview,
     );
     assert_eq!(h.alerts.len(), 1);
     assert_eq!(h.alerts[0].reason, AlertReason::NeedsReview);
@@ -532,12 +543,7 @@ fn claim_of_expired_prepared_resumes_with_the_saved_payload() {
         );
         assert_eq!(rec.prepared_payload, Some(json!({"draft": "Dear Ann"})));
         assert_eq!(rec.lease_expires_at, Some(Timestamp(h.now + 30_000)));
-        let e = h.last_event();
-        assert_eq!(e.kind, EventType::Resumed);
-        assert_eq!(
-            (e.from_state, e.to_state),
-            (Some(State::Prepared), Some(State::Prepared))
-        );
+        h.moved(EventType::Resumed, State::Prepared, State::Prepared);
     }
 }
 
@@ -596,12 +602,7 @@ fn second_claim_of_completed_key_replays_result() {
     assert_eq!(rec.external_ref.as_deref(), Some("ch_1"));
     assert_eq!(h.rec(), &before);
     assert_eq!(h.events.len(), n_events + 1);
-    let e = h.last_event();
-    assert_eq!(e.kind, EventType::DuplicateHit);
-    assert_eq!(
-        (e.from_state, e.to_state),
-        (Some(State::Completed), Some(State::Completed))
-    );
+    let e = h.moved(EventType::DuplicateHit, State::Completed, State::Completed);
     assert_eq!(e.owner.as_deref(), Some("exec-retry"));
     assert_eq!(e.correlation_id.as_deref(), Some("corr-2"));
 }
@@ -631,28 +632,7 @@ fn different_fingerprint_conflicts_in_every_state() {
             .token
             .expect("token")
             .secret();
-        match state {
-            State::Processing => {}
-            State::Prepared => {
-                h.prepare(&tok, json!(1), false).expect("prepare");
-            }
-            State::AwaitingApproval => {
-                h.prepare(&tok, json!(1), true).expect("prepare");
-            }
-            State::Completed => {
-                h.complete(&tok, None, None).expect("complete");
-            }
-            State::FailedRetryable => {
-                h.fail(&tok, Class::Retryable).expect("fail");
-            }
-            State::FailedPermanent => {
-                h.fail(&tok, Class::Permanent).expect("fail");
-            }
-            State::NeedsReview => {
-                h.fail(&tok, Class::Ambiguous).expect("fail");
-            }
-        }
-        assert_eq!(h.state(), state);
+        h.move_to(&tok, state);
         // a lease that expired and a backoff that passed do not change the answer
         for advance in [0, 10 * 60_000] {
             h.advance(advance);
@@ -935,104 +915,24 @@ fn every_state_times_every_operation() {
     use State::*;
     // columns: prepare, heartbeat, complete, fail(retryable),
     //          resolve retry, resolve completed, resolve failed_permanent, approve, reject, sweep
+    #[rustfmt::skip]
     let table: [(State, [Exp; 10]); 7] = [
-        (
-            Processing,
-            [
-                To(Prepared),
-                To(Processing),
-                To(Completed),
-                To(FailedRetryable),
-                Invalid,
-                Invalid,
-                Invalid,
-                Invalid,
-                Invalid,
-                Same,
-            ],
-        ),
-        (
-            Prepared,
-            [
-                Invalid, // a different payload: deliver the prepared one
-                To(Prepared),
-                To(Completed),
-                To(FailedRetryable),
-                Invalid,
-                Invalid,
-                Invalid,
-                Invalid,
-                Invalid,
-                Same,
-            ],
-        ),
-        (
-            AwaitingApproval,
-            [
-                Invalid,
-                Invalid,
-                Invalid,
-                Invalid,
-                Invalid,
-                Invalid,
-                Invalid,
-                To(Prepared),
-                To(FailedPermanent),
-                Same,
-            ],
-        ),
-        (
-            Completed,
-            [
-                Invalid, Invalid, Same, // the same complete again: 200 no-op
-                Invalid, Invalid, Invalid, Invalid, Invalid, Invalid, Same,
-            ],
-        ),
-        (
-            FailedRetryable,
-            [
-                Invalid,
-                Invalid,
-                Invalid,
-                Invalid,
-                To(FailedRetryable),
-                To(Completed),
-                To(FailedPermanent),
-                Invalid,
-                Invalid,
-                Same,
-            ],
-        ),
-        (
-            FailedPermanent,
-            [
-                Invalid,
-                Invalid,
-                Invalid,
-                Invalid,
-                To(FailedRetryable),
-                To(Completed),
-                To(FailedPermanent),
-                Invalid,
-                Invalid,
-                Same,
-            ],
-        ),
-        (
-            NeedsReview,
-            [
-                Invalid,
-                Invalid,
-                Invalid,
-                Invalid,
-                To(FailedRetryable),
-                To(Completed),
-                To(FailedPermanent),
-                Invalid,
-                Invalid,
-                Same,
-            ],
-        ),
+        (Processing,       [To(Prepared), To(Processing), To(Completed), To(FailedRetryable),
+                            Invalid, Invalid, Invalid, Invalid, Invalid, Same]),
+        // Prepared refuses a different payload: deliver the prepared one.
+        (Prepared,         [Invalid, To(Prepared), To(Completed), To(FailedRetryable),
+                            Invalid, Invalid, Invalid, Invalid, Invalid, Same]),
+        (AwaitingApproval, [Invalid, Invalid, Invalid, Invalid,
+                            Invalid, Invalid, Invalid, To(Prepared), To(FailedPermanent), Same]),
+        // Completed: the same complete again is a 200 no-op.
+        (Completed,        [Invalid, Invalid, Same, Invalid,
+                            Invalid, Invalid, Invalid, Invalid, Invalid, Same]),
+        (FailedRetryable,  [Invalid, Invalid, Invalid, Invalid,
+                            To(FailedRetryable), To(Completed), To(FailedPermanent), Invalid, Invalid, Same]),
+        (FailedPermanent,  [Invalid, Invalid, Invalid, Invalid,
+                            To(FailedRetryable), To(Completed), To(FailedPermanent), Invalid, Invalid, Same]),
+        (NeedsReview,      [Invalid, Invalid, Invalid, Invalid,
+                            To(FailedRetryable), To(Completed), To(FailedPermanent), Invalid, Invalid, Same]),
     ];
     for (state, row) in table {
         let (probe, tok) = H::in_state(state);
@@ -1211,12 +1111,7 @@ fn late_completion_from_needs_review_reached_by_lease_expiry_resolves_it() {
             .expect("late completion");
         assert_eq!(rec.state, State::Completed);
         assert_eq!(rec.review_reason, None);
-        let e = h.last_event();
-        assert_eq!(e.kind, EventType::Completed);
-        assert_eq!(
-            (e.from_state, e.to_state),
-            (Some(State::NeedsReview), Some(State::Completed))
-        );
+        let e = h.moved(EventType::Completed, State::NeedsReview, State::Completed);
         assert!(
             e.note.as_deref().is_some_and(|n| n.contains("late")),
             "recorded as a late completion: {e:?}"
@@ -1403,12 +1298,7 @@ fn resolve_is_recorded_with_who_and_why() {
     assert_eq!(rec.external_ref.as_deref(), Some("ch_9"));
     assert_eq!(rec.result, Some(json!({"ok": true})));
     assert_eq!(rec.final_at, Some(Timestamp(h.now)));
-    let e = h.last_event();
-    assert_eq!(e.kind, EventType::Resolved);
-    assert_eq!(
-        (e.from_state, e.to_state),
-        (Some(State::NeedsReview), Some(State::Completed))
-    );
+    let e = h.moved(EventType::Resolved, State::NeedsReview, State::Completed);
     assert_eq!(e.note.as_deref(), Some("found it in the PSP dashboard"));
     assert_eq!(e.actor.as_deref(), Some("operator:alice"));
 }
@@ -1417,11 +1307,10 @@ fn resolve_is_recorded_with_who_and_why() {
 fn approve_and_reject_are_recorded() {
     let (mut h, _) = H::in_state(State::AwaitingApproval);
     h.approve().expect("approve");
-    let e = h.last_event();
-    assert_eq!(e.kind, EventType::Approved);
-    assert_eq!(
-        (e.from_state, e.to_state),
-        (Some(State::AwaitingApproval), Some(State::Prepared))
+    let e = h.moved(
+        EventType::Approved,
+        State::AwaitingApproval,
+        State::Prepared,
     );
     assert_eq!(e.actor.as_deref(), Some("operator:alice"));
     assert_eq!(e.note.as_deref(), Some("looks good"));
@@ -1450,11 +1339,10 @@ fn prepare_with_approval_waits_unleased_and_fences_the_preparer() {
     assert_eq!(rec.state, State::AwaitingApproval);
     assert_eq!(rec.lease_expires_at, None);
     assert_eq!(rec.prepared_payload, Some(json!({"draft": "x"})));
-    let e = h.last_event();
-    assert_eq!(e.kind, EventType::Prepared);
-    assert_eq!(
-        (e.from_state, e.to_state),
-        (Some(State::Processing), Some(State::AwaitingApproval))
+    h.moved(
+        EventType::Prepared,
+        State::Processing,
+        State::AwaitingApproval,
     );
     assert!(invalid_from(State::AwaitingApproval)(
         &h.complete(&tok, None, None).expect_err("awaiting approval")
@@ -2121,31 +2009,7 @@ fn reclaimed_in_state(state: State) -> (H, String, String) {
     let c = h.claim();
     assert_eq!((c.outcome, c.resumed), (ClaimOutcome::Acquired, Some(true)));
     let tok = c.token.expect("token").secret();
-    match state {
-        State::Processing => {}
-        State::Prepared => {
-            h.prepare(&tok, json!({"draft": "hello"}), false)
-                .expect("prepare");
-        }
-        State::AwaitingApproval => {
-            h.prepare(&tok, json!({"draft": "hello"}), true)
-                .expect("prepare");
-        }
-        State::Completed => {
-            h.complete(&tok, Some(result()), Some("ch_1"))
-                .expect("complete");
-        }
-        State::FailedRetryable => {
-            h.fail(&tok, Class::Retryable).expect("fail");
-        }
-        State::FailedPermanent => {
-            h.fail(&tok, Class::Permanent).expect("fail");
-        }
-        State::NeedsReview => {
-            h.fail(&tok, Class::Ambiguous).expect("fail");
-        }
-    }
-    assert_eq!(h.state(), state);
+    h.move_to(&tok, state);
     (h, stale, tok)
 }
 

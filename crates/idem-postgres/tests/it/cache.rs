@@ -4,11 +4,11 @@
 use std::sync::Arc;
 
 use idem_core::{
-    ClaimOutcome, ClaimRequest, CompleteRequest, EventType, HeartbeatRequest, OpError, State,
+    ClaimOutcome, CompleteRequest, EventType, HeartbeatRequest, Key, Namespace, OpError, State,
     TestClock, Timestamp,
 };
-use idem_postgres::{PgOptions, PgStore};
-use idem_store::{LedgerError, NamespaceChange, Store};
+use idem_postgres::{FastPathStats, PgOptions, PgStore};
+use idem_store::{Ledger, LedgerError, NamespaceChange, Store};
 use serde_json::json;
 
 use crate::helpers::*;
@@ -28,6 +28,29 @@ fn complete_req(token: String, result: serde_json::Value) -> CompleteRequest {
     }
 }
 
+/// Patches `n`'s policy through `store` at the clock's time.
+async fn patch(store: &PgStore, n: &Namespace, p: serde_json::Value, clock: &TestClock) {
+    store
+        .update_namespace(n, NamespaceChange::Patch(p), now(clock))
+        .await
+        .expect("patch");
+}
+
+/// Asserts that a claim of `k` through `l` replays a completion with `result`.
+async fn assert_replays(l: &Ledger, n: &Namespace, k: &Key, result: serde_json::Value) {
+    let dup = l.claim(n, k, claim_req()).await.expect("dup");
+    assert_eq!(dup.outcome, ClaimOutcome::Completed);
+    assert_eq!(dup.record.and_then(|r| r.result), Some(result));
+}
+
+/// Asserts that `store`'s one operation since `before` found the record with its speculative
+/// statement, without a separate read.
+fn assert_found_speculatively(store: &PgStore, before: FastPathStats) {
+    let after = store.fast_path_stats();
+    assert_eq!(after.speculative_existing, before.speculative_existing + 1);
+    assert_eq!(after.full_reads, before.full_reads, "{after:?}");
+}
+
 /// Claims and completes a fresh key through `l`.
 async fn pair(l: &idem_store::Ledger, n: &str, k: &str, result: serde_json::Value) {
     let c = l.claim(&ns(n), &key(k), claim_req()).await.expect("claim");
@@ -43,21 +66,13 @@ async fn pair(l: &idem_store::Ledger, n: &str, k: &str, result: serde_json::Valu
 
 #[tokio::test]
 async fn warm_pair_and_duplicate_take_one_statement_each() {
-    let Some(db) = PgDb::create("warm_pair_one_statement") else {
+    let Some((db, store, clock, l)) = setup("warm_pair_one_statement").await else {
         return;
     };
-    let store = db.store().await;
-    let clock = TestClock::new(T0);
-    let l = ledger(store.clone(), &clock);
     pair(&l, "hot", "warm-up", json!(1)).await; // reads the namespace settings once
     let before = store.fast_path_stats();
     pair(&l, "hot", "k", json!({"ok": true})).await;
-    let dup = l
-        .claim(&ns("hot"), &key("k"), claim_req())
-        .await
-        .expect("dup");
-    assert_eq!(dup.outcome, ClaimOutcome::Completed);
-    assert_eq!(dup.record.and_then(|r| r.result), Some(json!({"ok": true})));
+    assert_replays(&l, &ns("hot"), &key("k"), json!({"ok": true})).await;
     let after = store.fast_path_stats();
     assert_eq!(after.full_reads, before.full_reads, "{after:?}");
     assert_eq!(after.speculative_inserts, before.speculative_inserts + 1);
@@ -67,9 +82,8 @@ async fn warm_pair_and_duplicate_take_one_statement_each() {
         .await
         .expect("get")
         .expect("exists");
-    let kinds: Vec<EventType> = got.events.iter().map(|e| e.kind).collect();
     assert_eq!(
-        kinds,
+        kinds(&got.events),
         [
             EventType::Acquired,
             EventType::Completed,
@@ -80,19 +94,11 @@ async fn warm_pair_and_duplicate_take_one_statement_each() {
 
     // Another instance that never saw the key: its speculative insert finds the record and
     // decides on it (a duplicate), without a separate read.
-    let other = db.store().await;
-    let lo = ledger(other.clone(), &clock);
+    let (other, lo) = store_and_ledger(&db, &clock).await;
     pair(&lo, "hot", "warm-up-2", json!(1)).await;
     let before = other.fast_path_stats();
-    let dup = lo
-        .claim(&ns("hot"), &key("k"), claim_req())
-        .await
-        .expect("dup");
-    assert_eq!(dup.outcome, ClaimOutcome::Completed);
-    assert_eq!(dup.record.and_then(|r| r.result), Some(json!({"ok": true})));
-    let after = other.fast_path_stats();
-    assert_eq!(after.speculative_existing, before.speculative_existing + 1);
-    assert_eq!(after.full_reads, before.full_reads, "{after:?}");
+    assert_replays(&lo, &ns("hot"), &key("k"), json!({"ok": true})).await;
+    assert_found_speculatively(&other, before);
     let got = other
         .get(&ns("hot"), &key("k"))
         .await
@@ -139,12 +145,9 @@ async fn receive(l: &idem_store::Ledger, k: &str) -> idem_store::Executed {
 
 #[tokio::test]
 async fn warm_intake_receive_and_duplicate_take_one_statement_each() {
-    let Some(db) = PgDb::create("warm_intake_one_statement") else {
+    let Some((db, store, clock, l)) = setup("warm_intake_one_statement").await else {
         return;
     };
-    let store = db.store().await;
-    let clock = TestClock::new(T0);
-    let l = ledger(store.clone(), &clock);
     assert!(receive(&l, "warm-up").await.rider_stored); // reads the namespace settings once
     let before = store.fast_path_stats();
     let first = receive(&l, "evt_1").await;
@@ -184,23 +187,19 @@ async fn warm_intake_receive_and_duplicate_take_one_statement_each() {
 
     // Another instance: its speculative statement finds the record and answers duplicate
     // without a separate read and without a row.
-    let other = db.store().await;
-    let lo = ledger(other.clone(), &clock);
+    let (other, lo) = store_and_ledger(&db, &clock).await;
     assert!(receive(&lo, "warm-up-2").await.rider_stored);
     let before = other.fast_path_stats();
     let dup = receive(&lo, "evt_1").await;
     assert!(!dup.rider_stored);
-    let after = other.fast_path_stats();
-    assert_eq!(after.speculative_existing, before.speculative_existing + 1);
-    assert_eq!(after.full_reads, before.full_reads, "{after:?}");
+    assert_found_speculatively(&other, before);
     let got = other
         .get(&ns("hooks"), &key("evt_1"))
         .await
         .expect("get")
         .expect("exists");
-    let kinds: Vec<EventType> = got.events.iter().map(|e| e.kind).collect();
     assert_eq!(
-        kinds,
+        kinds(&got.events),
         [
             EventType::Prepared,
             EventType::DuplicateHit,
@@ -211,12 +210,9 @@ async fn warm_intake_receive_and_duplicate_take_one_statement_each() {
 
 #[tokio::test]
 async fn namespace_change_through_another_store_is_honoured_on_the_next_operation() {
-    let Some(db) = PgDb::create("stale_namespace_cache") else {
+    let Some((_db, clock, [(a, la), (b, _)])) = setup_two("stale_namespace_cache").await else {
         return;
     };
-    let (a, b) = (db.store().await, db.store().await);
-    let clock = TestClock::new(T0);
-    let la = ledger(a.clone(), &clock);
     let n = ns("pol");
     pair(&la, "pol", "done", json!(1)).await;
     pair(&la, "pol", "warm", json!(2)).await;
@@ -241,13 +237,7 @@ async fn namespace_change_through_another_store_is_honoured_on_the_next_operatio
     assert_eq!(c.outcome, ClaimOutcome::Acquired);
 
     // A policy patch through B changes the next fresh claim on A.
-    b.update_namespace(
-        &n,
-        NamespaceChange::Patch(json!({"lease_ms": 1234})),
-        now(&clock),
-    )
-    .await
-    .expect("patch");
+    patch(&b, &n, json!({"lease_ms": 1234}), &clock).await;
     let c = la
         .claim(&n, &key("short"), claim_req())
         .await
@@ -257,13 +247,7 @@ async fn namespace_change_through_another_store_is_honoured_on_the_next_operatio
     assert_eq!(rec.lease_expires_at, Some(now(&clock).plus_ms(1234)));
 
     // A daily limit set through B is counted on A (the limit takes the read path).
-    b.update_namespace(
-        &n,
-        NamespaceChange::Patch(json!({"daily_limit": 1})),
-        now(&clock),
-    )
-    .await
-    .expect("patch");
+    patch(&b, &n, json!({"daily_limit": 1}), &clock).await;
     let first = la.claim(&n, &key("l1"), claim_req()).await.expect("claim");
     assert_eq!(first.outcome, ClaimOutcome::Acquired);
     let second = la.claim(&n, &key("l2"), claim_req()).await.expect("claim");
@@ -281,27 +265,14 @@ async fn namespace_change_through_another_store_is_honoured_on_the_next_operatio
 
 #[tokio::test]
 async fn record_moved_by_another_store_is_decided_again_on_the_stored_record() {
-    let Some(db) = PgDb::create("stale_record_cache") else {
+    let Some((_db, clock, [(a, la), (b, lb)])) = setup_two("stale_record_cache").await else {
         return;
     };
-    let (a, b) = (db.store().await, db.store().await);
-    let clock = TestClock::new(T0);
-    let (la, lb) = (ledger(a.clone(), &clock), ledger(b.clone(), &clock));
     let n = ns("jobs");
     pair(&la, "jobs", "warm", json!(0)).await;
 
     // A holds the lease (and remembers the record); it expires and B reclaims.
-    let first = la
-        .claim(
-            &n,
-            &key("k"),
-            ClaimRequest {
-                lease_ms: Some(1000),
-                ..ClaimRequest::default()
-            },
-        )
-        .await
-        .expect("claim");
+    let first = claim_with_lease(&la, &n, &key("k"), 1000).await;
     let stale = first.token.expect("token").secret();
     clock.advance_ms(1500);
     let second = lb.claim(&n, &key("k"), claim_req()).await.expect("claim");
@@ -333,9 +304,8 @@ async fn record_moved_by_another_store_is_decided_again_on_the_stored_record() {
     let got = b.get(&n, &key("k")).await.expect("get").expect("exists");
     assert_eq!(got.record.state, State::Processing);
     assert_eq!(got.record.attempt, 2);
-    let kinds: Vec<EventType> = got.events.iter().map(|e| e.kind).collect();
     assert_eq!(
-        kinds,
+        kinds(&got.events),
         [
             EventType::Acquired,
             EventType::Resumed,
@@ -349,41 +319,21 @@ async fn record_moved_by_another_store_is_decided_again_on_the_stored_record() {
     lb.complete(&n, &key("k"), complete_req(fresh, json!("b")))
         .await
         .expect("complete");
-    let dup = la.claim(&n, &key("k"), claim_req()).await.expect("dup");
-    assert_eq!(dup.outcome, ClaimOutcome::Completed);
-    assert_eq!(dup.record.and_then(|r| r.result), Some(json!("b")));
+    assert_replays(&la, &n, &key("k"), json!("b")).await;
 }
 
 #[tokio::test]
 async fn records_moved_by_the_janitor_are_decided_again() {
-    let Some(db) = PgDb::create("janitor_moves_cached_records") else {
+    let Some((_db, clock, [(a, la), (b, lb)])) = setup_two("janitor_moves_cached_records").await
+    else {
         return;
     };
-    let (a, b) = (db.store().await, db.store().await);
-    let clock = TestClock::new(T0);
-    let (la, lb) = (ledger(a.clone(), &clock), ledger(b.clone(), &clock));
     let n = ns("jan");
-    a.update_namespace(
-        &n,
-        NamespaceChange::Patch(json!({"lease_expiry": "review"})),
-        now(&clock),
-    )
-    .await
-    .expect("patch");
+    patch(&a, &n, json!({"lease_expiry": "review"}), &clock).await;
 
     // Sweep (through B) moves A's expired lease to review; A's late completion is then
     // decided on needs_review, not on the processing record A remembers.
-    let c = la
-        .claim(
-            &n,
-            &key("late"),
-            ClaimRequest {
-                lease_ms: Some(1000),
-                ..ClaimRequest::default()
-            },
-        )
-        .await
-        .expect("claim");
+    let c = claim_with_lease(&la, &n, &key("late"), 1000).await;
     let token = c.token.expect("token").secret();
     clock.advance_ms(2000);
     let swept = b.sweep_once(now(&clock), 10).await.expect("sweep");
@@ -422,15 +372,7 @@ async fn records_moved_by_the_janitor_are_decided_again() {
     assert!(b.get(&n, &key("reborn")).await.expect("get").is_none());
     pair(&lb, "jan", "reborn", json!("second life")).await;
     let misses = a.fast_path_stats().guard_misses;
-    let dup = la
-        .claim(&n, &key("reborn"), claim_req())
-        .await
-        .expect("dup");
-    assert_eq!(dup.outcome, ClaimOutcome::Completed);
-    assert_eq!(
-        dup.record.and_then(|r| r.result),
-        Some(json!("second life"))
-    );
+    assert_replays(&la, &n, &key("reborn"), json!("second life")).await;
     assert!(a.fast_path_stats().guard_misses > misses);
 }
 

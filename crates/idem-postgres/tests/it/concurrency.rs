@@ -125,17 +125,7 @@ async fn reclaim_on_one_store_fences_stale_token_on_another() {
     let a = ledger(db.store().await, &clock);
     let b = ledger(db.store().await, &clock);
     let (n, k) = (ns("fence"), key("job-1"));
-    let first = a
-        .claim(
-            &n,
-            &k,
-            ClaimRequest {
-                lease_ms: Some(1000),
-                ..ClaimRequest::default()
-            },
-        )
-        .await
-        .expect("claim");
+    let first = claim_with_lease(&a, &n, &k, 1000).await;
     let stale = first.token.expect("token").secret();
     clock.advance_ms(1500);
     let second = b

@@ -2,7 +2,9 @@
 
 use std::sync::Arc;
 
-use idem_core::{ClaimRequest, Clock, Key, Namespace, TestClock, Timestamp};
+use idem_core::{
+    ClaimReply, ClaimRequest, Clock, Event, EventType, Key, Namespace, TestClock, Timestamp,
+};
 use idem_postgres::{PgOptions, PgStore};
 use idem_store::{Ledger, Store};
 pub use idem_testkit::pg::PgDb;
@@ -62,6 +64,51 @@ pub fn ledger(store: Arc<PgStore>, clock: &TestClock) -> Ledger {
     let s: Arc<dyn Store> = store;
     let c: Arc<dyn Clock> = Arc::new(clock.clone());
     Ledger::with_clock(s, c)
+}
+
+/// A store on `db` and a ledger on it and `clock`.
+pub async fn store_and_ledger(db: &PgDb, clock: &TestClock) -> (Arc<PgStore>, Ledger) {
+    let store = db.store().await;
+    let l = ledger(store.clone(), clock);
+    (store, l)
+}
+
+/// A fresh test database for `test`, a store on it, a clock at [`T0`] and a ledger on both;
+/// `None` (the test skips) when no server is configured. The database lives as long as the
+/// returned value.
+pub async fn setup(test: &str) -> Option<(PgDb, Arc<PgStore>, TestClock, Ledger)> {
+    let db = PgDb::create(test)?;
+    let clock = TestClock::new(T0);
+    let (store, l) = store_and_ledger(&db, &clock).await;
+    Some((db, store, clock, l))
+}
+
+/// Like [`setup`], with two stores on the database (two instances), each with its ledger.
+pub async fn setup_two(test: &str) -> Option<(PgDb, TestClock, [(Arc<PgStore>, Ledger); 2])> {
+    let db = PgDb::create(test)?;
+    let clock = TestClock::new(T0);
+    let a = store_and_ledger(&db, &clock).await;
+    let b = store_and_ledger(&db, &clock).await;
+    Some((db, clock, [a, b]))
+}
+
+/// The kinds of `events`, in order.
+pub fn kinds(events: &[Event]) -> Vec<EventType> {
+    events.iter().map(|e| e.kind).collect()
+}
+
+/// A claim of `k` asking for a lease of `lease_ms`.
+pub async fn claim_with_lease(l: &Ledger, n: &Namespace, k: &Key, lease_ms: i64) -> ClaimReply {
+    l.claim(
+        n,
+        k,
+        ClaimRequest {
+            lease_ms: Some(lease_ms),
+            ..ClaimRequest::default()
+        },
+    )
+    .await
+    .expect("claim")
 }
 
 pub fn claim_req() -> ClaimRequest {

@@ -12,14 +12,29 @@ use serde_json::json;
 
 use crate::helpers::*;
 
+/// A failure the caller classified only by its HTTP status (the kind is left to the ledger).
+fn http_fail(
+    token: String,
+    status: u16,
+    retry_after_ms: Option<i64>,
+    error: Option<FailErrorInput>,
+) -> FailRequest {
+    FailRequest {
+        cost: None,
+        token,
+        kind: None,
+        http_status: Some(status),
+        retry_after_ms,
+        sent: None,
+        error,
+    }
+}
+
 #[tokio::test]
 async fn claim_complete_replay_and_read_back() {
-    let Some(db) = PgDb::create("claim_complete_replay_and_read_back") else {
+    let Some((_db, store, clock, l)) = setup("claim_complete_replay_and_read_back").await else {
         return;
     };
-    let store = db.store().await;
-    let clock = TestClock::new(T0);
-    let l = ledger(store.clone(), &clock);
     let (n, k) = (ns("pay"), key("evt_1:charge"));
 
     let first = l.claim(&n, &k, claim_req()).await.expect("claim");
@@ -120,12 +135,10 @@ async fn claim_complete_replay_and_read_back() {
 
 #[tokio::test]
 async fn conflict_fail_backoff_resume_and_review() {
-    let Some(db) = PgDb::create("conflict_fail_backoff_resume_and_review") else {
+    let Some((_db, store, clock, l)) = setup("conflict_fail_backoff_resume_and_review").await
+    else {
         return;
     };
-    let store = db.store().await;
-    let clock = TestClock::new(T0);
-    let l = ledger(store.clone(), &clock);
     let (n, k) = (ns("crm"), key("order-1"));
     let fp = |v: serde_json::Value| idem_core::Fingerprint::of_payload(&v).expect("fp");
     let req = |f| ClaimRequest {
@@ -144,22 +157,15 @@ async fn conflict_fail_backoff_resume_and_review() {
         .expect("claim");
     assert_eq!(conflict.outcome, ClaimOutcome::Conflict);
 
+    let unavailable = FailErrorInput {
+        category: "http".into(),
+        message: "unavailable".into(),
+    };
     let failed = l
         .fail(
             &n,
             &k,
-            FailRequest {
-                cost: None,
-                token,
-                kind: None,
-                http_status: Some(503),
-                retry_after_ms: Some(5_000),
-                sent: None,
-                error: Some(FailErrorInput {
-                    category: "http".into(),
-                    message: "unavailable".into(),
-                }),
-            },
+            http_fail(token, 503, Some(5_000), Some(unavailable)),
         )
         .await
         .expect("fail");
@@ -210,19 +216,7 @@ async fn conflict_fail_backoff_resume_and_review() {
     );
     let token = r.token.expect("token").secret();
     let amb = l
-        .fail(
-            &n,
-            &k,
-            FailRequest {
-                cost: None,
-                token,
-                kind: None,
-                http_status: Some(502),
-                retry_after_ms: None,
-                sent: None,
-                error: None,
-            },
-        )
+        .fail(&n, &k, http_fail(token, 502, None, None))
         .await
         .expect("fail");
     assert_eq!(amb.record.state, State::NeedsReview);
@@ -249,12 +243,9 @@ async fn conflict_fail_backoff_resume_and_review() {
 
 #[tokio::test]
 async fn namespace_policy_pause_and_daily_limit() {
-    let Some(db) = PgDb::create("namespace_policy_pause_and_daily_limit") else {
+    let Some((_db, store, clock, l)) = setup("namespace_policy_pause_and_daily_limit").await else {
         return;
     };
-    let store = db.store().await;
-    let clock = TestClock::new(T0);
-    let l = ledger(store.clone(), &clock);
     let n = ns("mail");
 
     let d = store.namespace(&n).await.expect("defaults");
@@ -308,12 +299,10 @@ async fn namespace_policy_pause_and_daily_limit() {
 
 #[tokio::test]
 async fn list_pages_newest_first_with_state_filter() {
-    let Some(db) = PgDb::create("list_pages_newest_first_with_state_filter") else {
+    let Some((_db, store, clock, l)) = setup("list_pages_newest_first_with_state_filter").await
+    else {
         return;
     };
-    let store = db.store().await;
-    let clock = TestClock::new(T0);
-    let l = ledger(store.clone(), &clock);
     let n = ns("list");
     for i in 0..5 {
         clock.advance_ms(1);
@@ -380,12 +369,9 @@ async fn list_pages_newest_first_with_state_filter() {
 
 #[tokio::test]
 async fn sweep_moves_expired_review_lease_and_alerts_are_delivered_once() {
-    let Some(db) = PgDb::create("sweep_moves_expired_review_lease") else {
+    let Some((_db, store, clock, l)) = setup("sweep_moves_expired_review_lease").await else {
         return;
     };
-    let store = db.store().await;
-    let clock = TestClock::new(T0);
-    let l = ledger(store.clone(), &clock);
     let n = ns("money");
     store
         .update_namespace(
@@ -468,12 +454,9 @@ async fn sweep_moves_expired_review_lease_and_alerts_are_delivered_once() {
 
 #[tokio::test]
 async fn retention_expires_results_then_deletes_tombstones() {
-    let Some(db) = PgDb::create("retention_expires_results_then_deletes") else {
+    let Some((_db, store, clock, l)) = setup("retention_expires_results_then_deletes").await else {
         return;
     };
-    let store = db.store().await;
-    let clock = TestClock::new(T0);
-    let l = ledger(store.clone(), &clock);
     let n = ns("short");
     store
         .update_namespace(
@@ -566,12 +549,9 @@ async fn tokens_are_stored_hashed() {
 
 #[tokio::test]
 async fn refused_operations_write_nothing_but_lease_lost() {
-    let Some(db) = PgDb::create("refused_operations_write_nothing") else {
+    let Some((_db, store, _clock, l)) = setup("refused_operations_write_nothing").await else {
         return;
     };
-    let store = db.store().await;
-    let clock = TestClock::new(T0);
-    let l = ledger(store.clone(), &clock);
     let (n, k) = (ns("x"), key("k"));
     let missing = l
         .execute(&n, &k, Op::Approve { note: None }, None)
@@ -847,12 +827,10 @@ async fn migration_7_moves_an_alert_secret_out_of_the_policy_text() {
 /// as counting itself, that does not, is missed.
 #[tokio::test]
 async fn counts_stay_exact_with_an_older_process_writing_beside_this_one() {
-    let Some(db) = PgDb::create("counts_stay_exact_with_an_older_process") else {
+    let Some((db, store, _clock, l)) = setup("counts_stay_exact_with_an_older_process").await
+    else {
         return;
     };
-    let store = db.store().await;
-    let clock = TestClock::new(T0);
-    let l = ledger(store.clone(), &clock);
     let n = ns("mixed");
     let complete = |token: String| CompleteRequest {
         cost: None,

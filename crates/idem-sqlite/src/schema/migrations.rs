@@ -304,19 +304,7 @@ DROP TRIGGER namespace_count_update;
     // lists its destinations (`NULL`: `default` alone, as every row written before).
     // `destination_pace` holds, per destination with a `rate`, the earliest time of its next
     // delivery (shared by every process on the file).
-    r#"
-ALTER TABLE intake_events ADD COLUMN event_key TEXT;
-ALTER TABLE intake_events ADD COLUMN destination TEXT;
-ALTER TABLE intake_events ADD COLUMN destinations TEXT;
-CREATE INDEX intake_events_deliveries ON intake_events (namespace, event_key)
-    WHERE event_key IS NOT NULL;
-CREATE TABLE destination_pace (
-    source      TEXT   NOT NULL,
-    destination TEXT   NOT NULL,
-    next_at     BIGINT NOT NULL,
-    PRIMARY KEY (source, destination)
-);
-"#,
+    idem_store::sql::FAN_OUT_TABLES,
     // 16: actions: a namespace's tools served over MCP, the document as JSON text without header
     // values (those are rows of `secrets`, kind `action_headers`).
     r#"

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use idem_core::{ClaimOutcome, ClaimRequest, TestClock};
+use idem_core::{ClaimOutcome, ClaimRequest, Key, Namespace, TestClock};
 use idem_sqlite::{SqliteOptions, SqliteStore};
 use idem_store::{Ledger, Store, StoreError};
 
@@ -36,13 +36,12 @@ async fn concurrent_first_claims_are_all_acknowledged_and_survive_reopen() {
     assert_eq!(info.counts.get(idem_core::State::Processing), 200);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn concurrent_claims_of_one_key_acquire_exactly_once() {
-    let t = TestLedger::new();
-    let (n, k) = (ns("one"), key("the-key"));
+/// Claims one key 64 times at once (the `i`th through `ledger(i)`) and counts the acquisitions;
+/// every other answer must be in flight.
+async fn claim_concurrently(n: &Namespace, k: &Key, ledger: impl Fn(usize) -> Ledger) -> usize {
     let mut tasks = Vec::new();
-    for _ in 0..64 {
-        let (ledger, n, k) = (t.ledger.clone(), n.clone(), k.clone());
+    for i in 0..64 {
+        let (ledger, n, k) = (ledger(i), n.clone(), k.clone());
         tasks.push(tokio::spawn(async move {
             ledger.claim(&n, &k, ClaimRequest::default()).await
         }));
@@ -55,6 +54,14 @@ async fn concurrent_claims_of_one_key_acquire_exactly_once() {
             other => panic!("unexpected {other:?}"),
         }
     }
+    acquired
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_claims_of_one_key_acquire_exactly_once() {
+    let t = TestLedger::new();
+    let (n, k) = (ns("one"), key("the-key"));
+    let acquired = claim_concurrently(&n, &k, |_| t.ledger.clone()).await;
     assert_eq!(acquired, 1);
 }
 
@@ -70,21 +77,7 @@ async fn claims_through_several_stores_on_one_file_acquire_exactly_once() {
         })
         .collect();
     let (n, k) = (ns("shared"), key("one-key"));
-    let mut tasks = Vec::new();
-    for i in 0..64 {
-        let (ledger, n, k) = (ledgers[i % 4].clone(), n.clone(), k.clone());
-        tasks.push(tokio::spawn(async move {
-            ledger.claim(&n, &k, ClaimRequest::default()).await
-        }));
-    }
-    let mut acquired = 0;
-    for task in tasks {
-        match task.await.expect("join").expect("claim").outcome {
-            ClaimOutcome::Acquired => acquired += 1,
-            ClaimOutcome::InFlight => {}
-            other => panic!("unexpected {other:?}"),
-        }
-    }
+    let acquired = claim_concurrently(&n, &k, |i| ledgers[i % 4].clone()).await;
     assert_eq!(acquired, 1);
     let got = ledgers[3]
         .store()

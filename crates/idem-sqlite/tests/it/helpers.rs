@@ -4,10 +4,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use idem_core::{
-    ClaimOutcome, ClaimReply, ClaimRequest, CompleteRequest, Key, Namespace, TestClock, Timestamp,
+    ClaimOutcome, ClaimReply, ClaimRequest, CompleteRequest, Event, EventType, Key, Namespace,
+    Record, State, TestClock, Timestamp,
 };
 use idem_sqlite::{SqliteOptions, SqliteStore};
-use idem_store::Ledger;
+use idem_store::{Ledger, LedgerError, ListQuery, Page, StoreError};
 use serde_json::json;
 
 /// 2026-06-22T00:00:00Z: far from any day boundary issue in the tests.
@@ -30,7 +31,11 @@ impl TestLedger {
         let dir = tempfile::tempdir().expect("temp dir");
         let store =
             Arc::new(SqliteStore::open_with(&db_path(dir.path()), options).expect("open store"));
-        let clock = TestClock::new(T0);
+        Self::assemble(dir, store, TestClock::new(T0))
+    }
+
+    /// A ledger over `store` (a file in `dir`) on `clock`.
+    fn assemble(dir: tempfile::TempDir, store: Arc<SqliteStore>, clock: TestClock) -> Self {
         let ledger = Ledger::with_clock(store.clone(), Arc::new(clock.clone()));
         TestLedger {
             dir,
@@ -55,13 +60,7 @@ impl TestLedger {
         drop(ledger);
         drop(store);
         let store = Arc::new(SqliteStore::open(&db_path(dir.path())).expect("reopen"));
-        let ledger = Ledger::with_clock(store.clone(), Arc::new(clock.clone()));
-        TestLedger {
-            dir,
-            store,
-            ledger,
-            clock,
-        }
+        Self::assemble(dir, store, clock)
     }
 
     pub fn now(&self) -> Timestamp {
@@ -86,23 +85,60 @@ impl TestLedger {
             .expect("claim")
     }
 
+    /// A claim asking for a lease of `lease_ms`.
+    pub async fn claim_leased(&self, ns: &Namespace, key: &Key, lease_ms: i64) -> ClaimReply {
+        let req = ClaimRequest {
+            lease_ms: Some(lease_ms),
+            ..ClaimRequest::default()
+        };
+        self.ledger.claim(ns, key, req).await.expect("claim")
+    }
+
+    /// Completes with `token`, `result` and `external_ref` (no cost).
+    pub async fn complete(
+        &self,
+        ns: &Namespace,
+        key: &Key,
+        token: String,
+        result: Option<serde_json::Value>,
+        external_ref: Option<String>,
+    ) -> Result<Record, LedgerError> {
+        let req = CompleteRequest {
+            cost: None,
+            token,
+            result,
+            external_ref,
+        };
+        self.ledger.complete(ns, key, req).await
+    }
+
     /// Claims (must acquire) and completes with `{"n": key}`.
     pub async fn claim_complete(&self, ns: &Namespace, key: &Key) {
         let c = self.claim(ns, key).await;
         assert_eq!(c.outcome, ClaimOutcome::Acquired, "{key}");
-        self.ledger
-            .complete(
-                ns,
-                key,
-                CompleteRequest {
-                    cost: None,
-                    token: c.token.expect("token").secret(),
-                    result: Some(json!({"n": key.as_str()})),
-                    external_ref: Some(format!("ref-{key}")),
-                },
-            )
+        let token = c.token.expect("token").secret();
+        let result = Some(json!({"n": key.as_str()}));
+        self.complete(ns, key, token, result, Some(format!("ref-{key}")))
             .await
             .expect("complete");
+    }
+
+    /// A page of `ns`'s records: of `state` (all when `None`), at most `limit`, after `cursor`.
+    pub async fn list(
+        &self,
+        ns: &Namespace,
+        state: Option<State>,
+        limit: usize,
+        cursor: Option<String>,
+    ) -> Result<Page, StoreError> {
+        use idem_store::Store;
+        let query = ListQuery {
+            state,
+            limit,
+            cursor,
+            ..Default::default()
+        };
+        self.store.list(ns, &query).await
     }
 }
 
@@ -116,4 +152,9 @@ pub fn ns(s: &str) -> Namespace {
 
 pub fn key(s: &str) -> Key {
     Key::try_from(s).expect("key")
+}
+
+/// The kinds of `events`, in order.
+pub fn kinds(events: &[Event]) -> Vec<EventType> {
+    events.iter().map(|e| e.kind).collect()
 }

@@ -1,19 +1,29 @@
 //! Sweep, alert outbox and retention steps, driven by a hand-moved clock.
 
 use idem_core::{
-    ClaimOutcome, ClaimRequest, Class, EventType, FailRequest, Key, Namespace, PrepareRequest,
-    Record, State,
+    ClaimOutcome, Class, EventType, FailRequest, Key, Namespace, PrepareRequest, Record, State,
 };
-use idem_store::{AlertOutcome, NamespaceChange, RetentionReport, Store};
+use idem_store::{AlertOutcome, NamespaceChange, PendingAlert, RetentionReport, Store};
 use serde_json::json;
 
 use crate::helpers::{key, ns, TestLedger, DAY};
 
-async fn patch(t: &TestLedger, n: &Namespace, p: serde_json::Value) {
+/// Namespace `name` with its policy patched by `p`.
+async fn patched(t: &TestLedger, name: &str, p: serde_json::Value) -> Namespace {
+    let n = ns(name);
     t.store
-        .update_namespace(n, NamespaceChange::Patch(p), t.now())
+        .update_namespace(&n, NamespaceChange::Patch(p), t.now())
         .await
         .expect("patch");
+    n
+}
+
+/// The alerts due now (at most 10), claimed for `lease_ms`.
+async fn due_now(t: &TestLedger, lease_ms: i64) -> Vec<PendingAlert> {
+    t.store
+        .due_alerts(t.now(), 10, lease_ms)
+        .await
+        .expect("due")
 }
 
 async fn record(t: &TestLedger, n: &Namespace, k: &Key) -> Record {
@@ -38,15 +48,14 @@ fn fail_req(token: String, kind: Class) -> FailRequest {
 #[tokio::test]
 async fn sweep_moves_expired_review_leases_and_queues_an_alert() {
     let t = TestLedger::new();
-    let money = ns("money");
-    patch(
+    let money = patched(
         &t,
-        &money,
+        "money",
         json!({"lease_expiry": "review", "alert_url": "http://127.0.0.1:9/hook"}),
     )
     .await;
-    let quiet = ns("quiet"); // review, but no alert_url: nothing to queue
-    patch(&t, &quiet, json!({"lease_expiry": "review"})).await;
+    // review, but no alert_url: nothing to queue
+    let quiet = patched(&t, "quiet", json!({"lease_expiry": "review"})).await;
     let relaxed = ns("relaxed"); // reclaim: the sweep leaves an expired lease to the next claim
     t.claim(&money, &key("a")).await;
     t.claim(&quiet, &key("b")).await;
@@ -68,7 +77,7 @@ async fn sweep_moves_expired_review_leases_and_queues_an_alert() {
     let again = t.store.sweep_once(t.now(), 100).await.expect("sweep");
     assert_eq!(again.examined, 0);
 
-    let due = t.store.due_alerts(t.now(), 10, 60_000).await.expect("due");
+    let due = due_now(&t, 60_000).await;
     assert_eq!(due.len(), 1, "{due:?}");
     let alert = &due[0];
     assert_eq!(alert.namespace, "money");
@@ -77,12 +86,7 @@ async fn sweep_moves_expired_review_leases_and_queues_an_alert() {
     assert_eq!(alert.state, State::NeedsReview);
     assert_eq!(alert.alert_url.as_deref(), Some("http://127.0.0.1:9/hook"));
     // Claimed for the lease: another sender does not see it.
-    assert!(t
-        .store
-        .due_alerts(t.now(), 10, 60_000)
-        .await
-        .expect("due")
-        .is_empty());
+    assert!(due_now(&t, 60_000).await.is_empty());
     t.store
         .finish_alert(alert.id, AlertOutcome::Sent, t.now())
         .await
@@ -105,36 +109,19 @@ async fn sweep_moves_expired_review_leases_and_queues_an_alert() {
         .count();
     assert_eq!(sent, 1);
     t.clock.advance_ms(120_000);
-    assert!(t
-        .store
-        .due_alerts(t.now(), 10, 60_000)
-        .await
-        .expect("due")
-        .is_empty());
+    assert!(due_now(&t, 60_000).await.is_empty());
 }
 
 #[tokio::test]
 async fn stuck_processing_alerts_once_and_retries_delivery() {
     let t = TestLedger::new();
-    let n = ns("watch");
-    patch(
+    let n = patched(
         &t,
-        &n,
+        "watch",
         json!({"stuck_after_ms": 60000, "alert_url": "https://alerts.example/idem"}),
     )
     .await;
-    let c = t
-        .ledger
-        .claim(
-            &n,
-            &key("long"),
-            ClaimRequest {
-                lease_ms: Some(3_600_000),
-                ..ClaimRequest::default()
-            },
-        )
-        .await
-        .expect("claim");
+    let c = t.claim_leased(&n, &key("long"), 3_600_000).await;
     assert_eq!(c.outcome, ClaimOutcome::Acquired);
     t.clock.advance_ms(61_000);
     let r = t.store.sweep_once(t.now(), 10).await.expect("sweep");
@@ -151,7 +138,7 @@ async fn stuck_processing_alerts_once_and_retries_delivery() {
         0
     );
 
-    let due = t.store.due_alerts(t.now(), 10, 1000).await.expect("due");
+    let due = due_now(&t, 1000).await;
     assert_eq!(due.len(), 1);
     assert_eq!(due[0].reason, "stuck");
     assert_eq!(due[0].tries, 0);
@@ -161,14 +148,9 @@ async fn stuck_processing_alerts_once_and_retries_delivery() {
         .await
         .expect("retry");
     t.clock.advance_ms(2_000);
-    assert!(t
-        .store
-        .due_alerts(t.now(), 10, 1000)
-        .await
-        .expect("due")
-        .is_empty());
+    assert!(due_now(&t, 1000).await.is_empty());
     t.clock.advance_ms(3_000);
-    let due = t.store.due_alerts(t.now(), 10, 1000).await.expect("due");
+    let due = due_now(&t, 1000).await;
     assert_eq!(due.len(), 1);
     assert_eq!(due[0].tries, 1);
     t.store
@@ -176,12 +158,7 @@ async fn stuck_processing_alerts_once_and_retries_delivery() {
         .await
         .expect("gave up");
     t.clock.advance_ms(DAY);
-    assert!(t
-        .store
-        .due_alerts(t.now(), 10, 1000)
-        .await
-        .expect("due")
-        .is_empty());
+    assert!(due_now(&t, 1000).await.is_empty());
 }
 
 /// One record in every state of namespace `n`, keyed by the state name.
@@ -196,17 +173,7 @@ async fn one_of_each_state(t: &TestLedger, n: &Namespace) {
         )
         .await
         .expect("fail");
-    t.ledger
-        .claim(
-            n,
-            &key("processing"),
-            ClaimRequest {
-                lease_ms: Some(7 * DAY),
-                ..ClaimRequest::default()
-            },
-        )
-        .await
-        .expect("claim");
+    t.claim_leased(n, &key("processing"), 7 * DAY).await;
     for (k, approval, then_fail) in [
         ("needs_review", false, Some(Class::Ambiguous)),
         ("failed_retryable", false, Some(Class::Retryable)),
@@ -258,10 +225,9 @@ async fn drain_retention(t: &TestLedger, batch: usize) -> RetentionReport {
 #[tokio::test]
 async fn retention_expires_then_deletes_final_records_and_never_touches_other_states() {
     let t = TestLedger::new();
-    let fast = ns("fast");
-    patch(
+    let fast = patched(
         &t,
-        &fast,
+        "fast",
         json!({"retention_ms": DAY, "audit_retention_ms": 2 * DAY}),
     )
     .await;

@@ -1,15 +1,13 @@
 //! Every Store method once, through the Ledger where there is one.
 
 use idem_core::{
-    ClaimOutcome, ClaimRequest, Class, CompleteRequest, EventType, FailRequest, OpError,
-    PrepareRequest, State,
+    ClaimOutcome, ClaimRequest, Class, EventType, FailRequest, OpError, Policy, PrepareRequest,
+    State,
 };
-use idem_store::{
-    hash_secret, LedgerError, ListQuery, NamespaceChange, NewApiToken, Role, Store, StoreError,
-};
+use idem_store::{hash_secret, LedgerError, NamespaceChange, NewApiToken, Role, Store, StoreError};
 use serde_json::json;
 
-use crate::helpers::{key, ns, TestLedger};
+use crate::helpers::{key, kinds, ns, TestLedger};
 
 #[tokio::test]
 async fn claim_complete_then_duplicate_replays_result() {
@@ -18,18 +16,10 @@ async fn claim_complete_then_duplicate_replays_result() {
     let first = t.claim(&n, &k).await;
     assert_eq!(first.outcome, ClaimOutcome::Acquired);
     assert_eq!(first.resumed, Some(false));
+    let token = first.token.expect("token").secret();
+    let charge = json!({"charge": "ch_1"});
     let rec = t
-        .ledger
-        .complete(
-            &n,
-            &k,
-            CompleteRequest {
-                cost: None,
-                token: first.token.expect("token").secret(),
-                result: Some(json!({"charge": "ch_1"})),
-                external_ref: Some("ch_1".into()),
-            },
-        )
+        .complete(&n, &k, token, Some(charge), Some("ch_1".into()))
         .await
         .expect("complete");
     assert_eq!(rec.state, State::Completed);
@@ -41,9 +31,8 @@ async fn claim_complete_then_duplicate_replays_result() {
     assert_eq!(rec.external_ref.as_deref(), Some("ch_1"));
 
     let got = t.store.get(&n, &k).await.expect("get").expect("known");
-    let kinds: Vec<EventType> = got.events.iter().map(|e| e.kind).collect();
     assert_eq!(
-        kinds,
+        kinds(&got.events),
         [
             EventType::Acquired,
             EventType::Completed,
@@ -116,16 +105,13 @@ async fn every_record_field_round_trips() {
             &n,
             &k,
             FailRequest {
-                cost: None,
                 token,
-                kind: None,
                 http_status: Some(502),
-                retry_after_ms: None,
-                sent: None,
                 error: Some(idem_core::FailErrorInput {
                     category: "http".into(),
                     message: "bad gateway".into(),
                 }),
+                ..FailRequest::default()
             },
         )
         .await
@@ -143,18 +129,9 @@ async fn stale_token_is_refused_and_the_refusal_is_recorded() {
     let t = TestLedger::new();
     let (n, k) = (ns("pay"), key("k"));
     t.claim(&n, &k).await;
+    let stale = "1.00000000000000000000000000000000".to_owned();
     let err = t
-        .ledger
-        .complete(
-            &n,
-            &k,
-            CompleteRequest {
-                cost: None,
-                token: "1.00000000000000000000000000000000".into(),
-                result: None,
-                external_ref: None,
-            },
-        )
+        .complete(&n, &k, stale, None, None)
         .await
         .expect_err("refused");
     assert!(
@@ -191,19 +168,7 @@ async fn list_pages_newest_first_with_state_filter_and_cursor() {
     let mut seen = Vec::new();
     let mut cursor = None;
     loop {
-        let page = t
-            .store
-            .list(
-                &n,
-                &ListQuery {
-                    state: None,
-                    limit: 10,
-                    cursor: cursor.clone(),
-                    ..Default::default()
-                },
-            )
-            .await
-            .expect("list");
+        let page = t.list(&n, None, 10, cursor.clone()).await.expect("list");
         assert!(page.items.len() <= 10);
         seen.extend(page.items.iter().map(|r| r.key.as_str().to_owned()));
         match page.next_cursor {
@@ -216,16 +181,7 @@ async fn list_pages_newest_first_with_state_filter_and_cursor() {
     assert_eq!(seen.last().map(String::as_str), Some("k00"));
 
     let processing = t
-        .store
-        .list(
-            &n,
-            &ListQuery {
-                state: Some(State::Processing),
-                limit: 1000,
-                cursor: None,
-                ..Default::default()
-            },
-        )
+        .list(&n, Some(State::Processing), 1000, None)
         .await
         .expect("list");
     assert_eq!(processing.items.len(), 14);
@@ -237,33 +193,13 @@ async fn list_pages_newest_first_with_state_filter_and_cursor() {
 
     // limit 0 is clamped to 1
     let one = t
-        .store
-        .list(
-            &n,
-            &ListQuery {
-                state: Some(State::Completed),
-                limit: 0,
-                cursor: None,
-                ..Default::default()
-            },
-        )
+        .list(&n, Some(State::Completed), 0, None)
         .await
         .expect("list");
     assert_eq!(one.items.len(), 1);
     assert!(one.next_cursor.is_some());
 
-    let bad = t
-        .store
-        .list(
-            &n,
-            &ListQuery {
-                state: None,
-                limit: 10,
-                cursor: Some("not-a-cursor".into()),
-                ..Default::default()
-            },
-        )
-        .await;
+    let bad = t.list(&n, None, 10, Some("not-a-cursor".into())).await;
     assert!(matches!(bad, Err(StoreError::InvalidCursor)), "{bad:?}");
 }
 
@@ -466,13 +402,11 @@ async fn alert_secret_is_kept_in_the_secrets_table_not_in_the_policy_row() {
         t.store
             .update_namespace(&n, NamespaceChange::Patch(v), t.now())
     };
+    let exposed = |p: &Policy| p.alert_secret.as_ref().map(|s| s.expose().to_owned());
     let info = patch(json!({"alert_url": "http://127.0.0.1:9/hook", "alert_secret": S1}))
         .await
         .expect("patch");
-    assert_eq!(
-        info.policy.alert_secret.as_ref().map(|s| s.expose()),
-        Some(S1)
-    );
+    assert_eq!(exposed(&info.policy).as_deref(), Some(S1));
     let raw = rusqlite::Connection::open(t.path()).expect("open raw");
     let policy_text = || -> String {
         raw.query_row(
@@ -498,11 +432,11 @@ async fn alert_secret_is_kept_in_the_secrets_table_not_in_the_policy_row() {
     assert!(text.contains("http://127.0.0.1:9/hook"), "{text}");
     let first = secrets();
     assert_eq!(first.len(), 1, "{first:?}");
+    let (_, kind, owner, value) = &first[0];
     assert_eq!(
-        (first[0].1.as_str(), first[0].2.as_str()),
-        ("alert", "signed")
+        (kind.as_str(), owner.as_str(), value.as_str()),
+        ("alert", "signed", S1)
     );
-    assert_eq!(first[0].3, S1);
 
     // Another field: the secret is not rewritten.
     patch(json!({"lease_ms": 5000})).await.expect("patch");
@@ -519,7 +453,7 @@ async fn alert_secret_is_kept_in_the_secrets_table_not_in_the_policy_row() {
     assert_eq!(second[0].3, S2);
     assert!(!policy_text().contains("alert_secret"));
     let read = t.store.namespace(&n).await.expect("read").policy;
-    assert_eq!(read.alert_secret.as_ref().map(|s| s.expose()), Some(S2));
+    assert_eq!(exposed(&read).as_deref(), Some(S2));
     assert_eq!(read.lease_ms, 5000);
     // null removes it.
     patch(json!({"alert_secret": null})).await.expect("patch");
@@ -546,17 +480,8 @@ async fn namespace_counts_follow_every_write() {
             let k = key(&format!("k{i}"));
             let c = t.claim(&n_s, &k).await;
             if i % 2 == 0 {
-                t.ledger
-                    .complete(
-                        &n_s,
-                        &k,
-                        CompleteRequest {
-                            token: c.token.expect("token").secret(),
-                            result: None,
-                            external_ref: None,
-                            cost: None,
-                        },
-                    )
+                let token = c.token.expect("token").secret();
+                t.complete(&n_s, &k, token, None, None)
                     .await
                     .expect("complete");
             }

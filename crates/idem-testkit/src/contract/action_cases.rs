@@ -10,6 +10,11 @@ use idem_store::{action_owner, ActionWrite, Secret, SecretKind};
 
 use crate::contract::{Backend, H};
 
+/// Writes `w` through `h`'s store at its time: whether that created the action.
+async fn put(h: &H, w: ActionWrite) -> bool {
+    h.store.action_put(w, h.now()).await.expect("put")
+}
+
 /// Expands to one `#[tokio::test]` per action case for backend type `$backend`.
 #[macro_export]
 macro_rules! action_suite {
@@ -47,32 +52,22 @@ pub async fn actions_are_stored_per_namespace_with_their_header_values_apart<B: 
     let h = H::new(&*b, "shop").await;
     let store = &h.store;
     let other = b.open().await;
-    let created = store
-        .action_put(
-            write("shop", "send", r#"{"v":1}"#, Some(r#"{"a":"s3cr3t"}"#)),
-            h.now(),
-        )
-        .await
-        .expect("put");
+    let created = put(
+        &h,
+        write("shop", "send", r#"{"v":1}"#, Some(r#"{"a":"s3cr3t"}"#)),
+    )
+    .await;
     assert!(created, "the first write creates");
     assert!(!format!("{:?}", write("shop", "send", "{}", Some("s3cr3t"))).contains("s3cr3t"));
     h.advance(1_000);
-    let replaced = store
-        .action_put(
-            write("shop", "send", r#"{"v":2}"#, Some(r#"{"a":"n3w"}"#)),
-            h.now(),
-        )
-        .await
-        .expect("put");
+    let replaced = put(
+        &h,
+        write("shop", "send", r#"{"v":2}"#, Some(r#"{"a":"n3w"}"#)),
+    )
+    .await;
     assert!(!replaced, "the second write replaces");
-    store
-        .action_put(write("shop", "alpha", r#"{"v":3}"#, None), h.now())
-        .await
-        .expect("put");
-    store
-        .action_put(write("other", "send", r#"{"v":4}"#, None), h.now())
-        .await
-        .expect("put");
+    put(&h, write("shop", "alpha", r#"{"v":3}"#, None)).await;
+    put(&h, write("other", "send", r#"{"v":4}"#, None)).await;
 
     let got = other
         .action_get("shop", "send")
@@ -106,10 +101,7 @@ pub async fn actions_are_stored_per_namespace_with_their_header_values_apart<B: 
         .await
         .expect("secrets");
     assert!(none.is_empty());
-    store
-        .action_put(write("shop", "send", r#"{"v":5}"#, None), h.now())
-        .await
-        .expect("put");
+    put(&h, write("shop", "send", r#"{"v":5}"#, None)).await;
     assert!(other
         .secrets(&owner, h.now())
         .await

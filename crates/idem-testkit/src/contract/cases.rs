@@ -82,17 +82,15 @@ fn complete(token: &str, result: Option<Value>, external_ref: Option<&str>) -> O
 }
 
 fn fail(token: &str, kind: Class) -> Op {
+    let error = FailErrorInput {
+        category: "http".into(),
+        message: "upstream said no".into(),
+    };
     Op::Fail(FailRequest {
-        cost: None,
         token: token.into(),
         kind: Some(kind),
-        http_status: None,
-        retry_after_ms: None,
-        sent: None,
-        error: Some(FailErrorInput {
-            category: "http".into(),
-            message: "upstream said no".into(),
-        }),
+        error: Some(error),
+        ..FailRequest::default()
     })
 }
 

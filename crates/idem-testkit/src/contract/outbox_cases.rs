@@ -70,6 +70,16 @@ pub use secrets::*;
 const LEASE_MS: i64 = 60_000;
 
 /// A forward item of record `k` of the handle's namespace, due now.
+/// A retry schedule with full jitter.
+fn full_jitter(max_attempts: u32, base_ms: i64, max_ms: i64) -> RetrySchedule {
+    RetrySchedule {
+        max_attempts,
+        base_ms,
+        max_ms,
+        jitter: Jitter::Full,
+    }
+}
+
 fn forward(h: &H, k: &str, dedupe: &str) -> NewOutboxItem {
     NewOutboxItem {
         kind: OutboxKind::Forward,
@@ -324,12 +334,7 @@ pub async fn failed_attempts_are_counted_backed_off_and_dead_after_the_budget<B:
     b: Arc<B>,
 ) {
     let h = H::new(&*b, "src").await;
-    let schedule = RetrySchedule {
-        max_attempts: 4,
-        base_ms: 1_000,
-        max_ms: 60_000,
-        jitter: Jitter::Full,
-    };
+    let schedule = full_jitter(4, 1_000, 60_000);
     let id = enqueue(&h.store, forward(&h, "evt", "e1"), h.now())
         .await
         .expect("id");
@@ -376,12 +381,7 @@ pub async fn failed_attempts_are_counted_backed_off_and_dead_after_the_budget<B:
 
 pub async fn retry_after_is_a_floor_for_the_next_attempt<B: Backend>(b: Arc<B>) {
     let h = H::new(&*b, "src").await;
-    let schedule = RetrySchedule {
-        max_attempts: 8,
-        base_ms: 5_000,
-        max_ms: 3_600_000,
-        jitter: Jitter::Full,
-    };
+    let schedule = full_jitter(8, 5_000, 3_600_000);
     let id = enqueue(&h.store, forward(&h, "evt", "e1"), h.now())
         .await
         .expect("id");

@@ -10,13 +10,18 @@ use std::sync::Arc;
 use idem_core::{
     ClaimOutcome, ClaimRequest, Class, EventType, Policy, PolicyError, ResolveAction, State,
 };
-use idem_store::{AlertOutcome, NamespaceChange, StoreError};
+use idem_store::{AlertOutcome, NamespaceChange, PendingAlert, StoreError};
 use serde_json::json;
 
 use super::{count, fail, into_state, ok, resolve, sweep_all};
 use crate::contract::{key, Backend, DAY_MS, H};
 
 // ================================================================ alerts
+
+/// The alerts due at the handle's time (at most 100, claimed for a minute).
+async fn due_now(h: &H) -> Vec<PendingAlert> {
+    h.store.due_alerts(h.now(), 100, 60_000).await.expect("due")
+}
 
 /// `alert_secret` is stored (both stores keep it in the secrets table), survives a pause, is seen
 /// by another handle, reaches the alert sender with the URL at delivery time (so a rotated
@@ -37,7 +42,7 @@ pub async fn alert_secret_is_stored_and_reaches_the_alert_sender<B: Backend>(b: 
     let k = key("k");
     let tok = h.acquire(&k).await;
     ok(&h, &k, fail(&tok, Class::Ambiguous)).await;
-    let due = h.store.due_alerts(h.now(), 100, 60_000).await.expect("due");
+    let due = due_now(&h).await;
     assert_eq!(due.len(), 1, "{due:?}");
     assert_eq!(due[0].alert_secret.as_ref().map(|s| s.expose()), Some(S1));
     assert!(!format!("{due:?}").contains("MfKQ9r8G"), "Debug hides it");
@@ -52,11 +57,7 @@ pub async fn alert_secret_is_stored_and_reaches_the_alert_sender<B: Backend>(b: 
         "kept across a pause"
     );
     h.advance(60_001);
-    let due = other
-        .store
-        .due_alerts(h.now(), 100, 60_000)
-        .await
-        .expect("due");
+    let due = due_now(&other).await;
     assert_eq!(due.len(), 1, "{due:?}");
     assert_eq!(due[0].alert_secret.as_ref().map(|s| s.expose()), Some(S2));
 
@@ -93,11 +94,7 @@ pub async fn alert_secret_is_stored_and_reaches_the_alert_sender<B: Backend>(b: 
         Some("http://127.0.0.1:9/hook")
     );
     h.advance(60_001);
-    let due = other
-        .store
-        .due_alerts(h.now(), 100, 60_000)
-        .await
-        .expect("due");
+    let due = due_now(&other).await;
     assert_eq!(due.len(), 1, "{due:?}");
     assert_eq!(due[0].alert_secret, None);
 }
@@ -116,7 +113,7 @@ pub async fn entering_review_queues_exactly_one_alert_per_record_reason_and_atte
     // the holder's late ambiguous fail enters needs_review again at the same attempt
     let rec = ok(&h, &k, fail(&tok, Class::Ambiguous)).await;
     assert_eq!(rec.state, State::NeedsReview);
-    let alerts = h.store.due_alerts(h.now(), 100, 60_000).await.expect("due");
+    let alerts = due_now(&h).await;
     assert_eq!(alerts.len(), 1, "{alerts:?}");
     let a = &alerts[0];
     assert_eq!(a.namespace, "ns");
@@ -130,7 +127,7 @@ pub async fn entering_review_queues_exactly_one_alert_per_record_reason_and_atte
     let tok = h.acquire(&k).await;
     ok(&h, &k, fail(&tok, Class::Ambiguous)).await;
     h.advance(60_001); // the first one's delivery claim has lapsed
-    let alerts = h.store.due_alerts(h.now(), 100, 60_000).await.expect("due");
+    let alerts = due_now(&h).await;
     let mut attempts: Vec<u32> = alerts.iter().map(|a| a.attempt).collect();
     attempts.sort_unstable();
     assert_eq!(attempts, [1, 2], "{alerts:?}");
@@ -208,12 +205,7 @@ pub async fn no_alerts_are_queued_without_an_alert_url<B: Backend>(b: Arc<B>) {
     assert_eq!(e.alerts_queued, 0);
     h.patch(json!({"alert_url": "http://127.0.0.1:9/hook"}))
         .await;
-    assert!(h
-        .store
-        .due_alerts(h.now(), 100, 60_000)
-        .await
-        .expect("due")
-        .is_empty());
+    assert!(due_now(&h).await.is_empty());
     let k2 = key("k2");
     let tok = h.acquire(&k2).await;
     let e = h.exec(&k2, fail(&tok, Class::Ambiguous), None).await;

@@ -8,9 +8,9 @@
 use std::sync::Arc;
 
 use idem_core::{
-    ClaimOutcome, ClaimRequest, Class, EffectReportRequest, EffectSentRequest, EventType,
-    FailErrorInput, FailRequest, LeaseExpiry, Op, Reply, RequestSummary, ResolveAction,
-    ResolveRequest, State, Timestamp, Verdict,
+    ClaimOutcome, ClaimReply, ClaimRequest, Class, EffectReportRequest, EffectSentRequest,
+    EventType, FailErrorInput, FailRequest, LeaseExpiry, Op, Record, Reply, RequestSummary,
+    ResolveAction, ResolveRequest, State, Timestamp, Token, Verdict,
 };
 use idem_store::{ListQuery, NamespaceChange};
 use serde_json::{json, Value};
@@ -23,17 +23,30 @@ use crate::contract::{key, ok_reply, Backend, DAY_MS, H, T0};
 
 // ================================================================ the claim table
 
+/// Asserts that `c` acquired, `resumed` and `reclaimed` as given; its token and record.
+fn acquired(c: ClaimReply, resumed: bool, reclaimed: bool) -> (Token, Record) {
+    assert_eq!(c.outcome, ClaimOutcome::Acquired);
+    assert_eq!(c.resumed, Some(resumed));
+    assert_eq!(c.reclaimed, reclaimed);
+    (c.token.expect("token"), c.record.expect("record"))
+}
+
+/// Asserts that `c` replays a completed record (no token, nothing resumed); that record.
+fn replayed_completion(c: ClaimReply) -> Record {
+    assert_eq!(c.outcome, ClaimOutcome::Completed);
+    assert!(c.outcome.is_replay());
+    assert_eq!(c.token, None);
+    assert_eq!(c.resumed, None);
+    c.record.expect("record")
+}
+
 pub async fn claim_of_unseen_key_acquires_and_is_durable<B: Backend>(b: Arc<B>) {
     let h = H::new(&*b, "payments").await;
     let k = key("evt_123:charge");
     assert!(h.store.get(&h.ns, &k).await.expect("get").is_none());
     let c = h.claim_with(&k, owned("exec-1", "corr-1")).await;
-    assert_eq!(c.outcome, ClaimOutcome::Acquired);
-    assert_eq!(c.resumed, Some(false));
-    assert!(!c.reclaimed);
-    let token = c.token.expect("token");
+    let (token, rec) = acquired(c, false, false);
     assert_eq!(token.attempt, 1);
-    let rec = c.record.expect("record");
     assert_eq!(rec.state, State::Processing);
     assert_eq!(rec.attempt, 1);
     assert_eq!(rec.owner.as_deref(), Some("exec-1"));
@@ -78,12 +91,8 @@ pub async fn claim_of_failed_retryable_backs_off_then_resumes<B: Backend>(b: Arc
     assert_eq!(c.token, None);
     assert_eq!(h.rec(&k).await, f, "backoff writes nothing");
     h.advance(400);
-    let c = h.claim(&k).await;
-    assert_eq!(c.outcome, ClaimOutcome::Acquired);
-    assert_eq!(c.resumed, Some(true));
-    assert!(!c.reclaimed);
-    assert_eq!(c.token.expect("token").attempt, 2);
-    let rec = c.record.expect("record");
+    let (token, rec) = acquired(h.claim(&k).await, true, false);
+    assert_eq!(token.attempt, 2);
     assert_eq!(rec.state, State::Processing);
     assert_eq!(rec.attempt, 2);
     assert_eq!(rec.not_before, None);
@@ -103,13 +112,8 @@ pub async fn claim_after_lease_expiry_reclaims_with_a_new_token<B: Backend>(b: A
     h.advance(29_999);
     assert_eq!(h.claim(&k).await.outcome, ClaimOutcome::InFlight);
     h.advance(1);
-    let c = h.claim(&k).await;
-    assert_eq!(c.outcome, ClaimOutcome::Acquired);
-    assert_eq!(c.resumed, Some(true));
-    assert!(c.reclaimed);
-    let new = c.token.expect("token").secret();
-    assert_ne!(new, old);
-    let rec = c.record.expect("record");
+    let (token, rec) = acquired(h.claim(&k).await, true, true);
+    assert_ne!(token.secret(), old);
     assert_eq!(rec.attempt, 2);
     assert_eq!(rec.lease_expires_at, Some(Timestamp(T0 + 60_000)));
     assert_eq!(h.rec(&k).await, rec);
@@ -256,11 +260,7 @@ pub async fn second_claim_of_completed_key_replays_result<B: Backend>(b: Arc<B>)
             },
         )
         .await;
-    assert_eq!(c.outcome, ClaimOutcome::Completed);
-    assert!(c.outcome.is_replay());
-    assert_eq!(c.token, None);
-    assert_eq!(c.resumed, None);
-    let rec = c.record.expect("record");
+    let rec = replayed_completion(c);
     assert_eq!(rec.result, Some(result_v()));
     assert_eq!(rec.external_ref.as_deref(), Some("ch_1"));
     let got = h.get(&k).await;

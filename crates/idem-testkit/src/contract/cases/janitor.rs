@@ -232,13 +232,9 @@ pub async fn retention_never_deletes_processing_or_needs_review<B: Backend>(b: A
     h.patch(json!({"retention_ms": 0, "audit_retention_ms": 0}))
         .await;
     let mut kept = Vec::new();
-    for state in [
-        State::Processing,
-        State::Prepared,
-        State::AwaitingApproval,
-        State::FailedRetryable,
-        State::NeedsReview,
-    ] {
+    // Every state that is not final: processing, prepared, awaiting_approval,
+    // failed_retryable and needs_review.
+    for state in State::ALL.into_iter().filter(|s| !s.is_final()) {
         let k = key(&format!("k-{}", state.as_str()));
         into_state(&h, &k, state, ClaimRequest::default()).await;
         kept.push((k.clone(), h.get(&k).await));

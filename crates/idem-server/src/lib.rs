@@ -25,6 +25,7 @@ pub mod middleware;
 pub mod openapi;
 pub mod outage;
 pub mod outcome;
+pub mod percent;
 pub mod policies;
 pub mod route;
 pub mod routes;

@@ -248,17 +248,9 @@ impl Resp {
     }
 }
 
-/// Percent-encodes everything but unreserved characters.
+/// Percent-encodes everything but unreserved characters (as the server's console does).
 pub fn enc(s: &str) -> String {
-    let mut out = String::new();
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
+    idem_server::percent::encode(s)
 }
 
 #[derive(Clone)]

@@ -131,15 +131,7 @@ pub fn ns_href(ns: &str) -> String {
 
 /// Percent-encodes everything but unreserved characters.
 pub fn enc(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
+    crate::percent::encode(s)
 }
 
 /// Pretty JSON; longer than [`FOLD_BYTES`] (and `fold`) it shows the start and the rest

@@ -59,7 +59,10 @@ pub fn fill(v: &Value, args: &Map<String, Value>, encode: bool) -> Value {
                 out.push_str(&rest[..i]);
                 let text = text_of(args.get(after[..j].trim()));
                 if encode {
-                    out.extend(percent_encoding::utf8_percent_encode(&text, SEGMENT));
+                    out.extend(percent_encoding::utf8_percent_encode(
+                        &text,
+                        crate::percent::NOT_UNRESERVED,
+                    ));
                 } else {
                     out.push_str(&text);
                 }
@@ -77,13 +80,6 @@ pub fn fill(v: &Value, args: &Map<String, Value>, encode: bool) -> Value {
         other => other.clone(),
     }
 }
-
-/// Everything but the unreserved characters of RFC 3986 is percent-encoded in a URL.
-const SEGMENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
-    .remove(b'-')
-    .remove(b'.')
-    .remove(b'_')
-    .remove(b'~');
 
 /// The name of a string that is one placeholder and nothing else (`"{{amount}}"`).
 fn whole_placeholder(s: &str) -> Option<&str> {

@@ -288,17 +288,9 @@ pub fn store_span(namespace: &str, op: &'static str) -> tracing::Span {
 /// The span of one outbound call (`otel.kind = client`); `Span::none()` when spans are not
 /// exported.
 pub fn client_span(name: &'static str, namespace: &str, reason: &str) -> tracing::Span {
-    if !exporting() {
-        return tracing::Span::none();
-    }
-    tracing::info_span!(
-        "outbound",
-        otel.name = name,
-        otel.kind = "client",
-        namespace,
-        reason,
-        http.response.status_code = tracing::field::Empty,
-    )
+    let span = outbound_span(name, namespace);
+    span.record("reason", reason);
+    span
 }
 
 /// The span of an effect's outbound call (`effect.send`, or `effect.reconcile` for its
@@ -311,6 +303,19 @@ pub fn effect_span(
     method: &str,
     url: &url::Url,
 ) -> tracing::Span {
+    let span = outbound_span(name, namespace);
+    span.record("http.request.method", method);
+    span.record("server.address", url.host_str().unwrap_or_default());
+    span.record(
+        "server.port",
+        url.port_or_known_default().unwrap_or_default(),
+    );
+    span
+}
+
+/// An `outbound` client span with every member an outbound call may record (a member never
+/// recorded is not exported); `Span::none()` when spans are not exported.
+fn outbound_span(name: &'static str, namespace: &str) -> tracing::Span {
     if !exporting() {
         return tracing::Span::none();
     }
@@ -319,9 +324,10 @@ pub fn effect_span(
         otel.name = name,
         otel.kind = "client",
         namespace,
-        http.request.method = method,
-        server.address = url.host_str().unwrap_or_default(),
-        server.port = url.port_or_known_default().unwrap_or_default(),
+        reason = tracing::field::Empty,
+        http.request.method = tracing::field::Empty,
+        server.address = tracing::field::Empty,
+        server.port = tracing::field::Empty,
         http.response.status_code = tracing::field::Empty,
         "error.type" = tracing::field::Empty,
         outcome = tracing::field::Empty,

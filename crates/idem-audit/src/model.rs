@@ -478,28 +478,23 @@ mod tests {
         }
     }
 
+    /// An HTTP Request node of version `v`.
+    fn http(v: f64, params: Value) -> Node {
+        node(catalog::HTTP_REQUEST, v, params)
+    }
+
     #[test]
     fn http_roles() {
-        let post = node(
-            catalog::HTTP_REQUEST,
+        let post = http(
             4.2,
             json!({"method": "POST", "url": "https://api.example/x"}),
         );
         assert!(matches!(role(&post, &[]), Role::Effect(_)));
-        let get = node(
-            catalog::HTTP_REQUEST,
-            4.2,
-            json!({"url": "https://api.example/x"}),
-        );
+        let get = http(4.2, json!({"url": "https://api.example/x"}));
         assert!(matches!(role(&get, &[]), Role::Other));
-        let v1_post = node(
-            catalog::HTTP_REQUEST,
-            1.0,
-            json!({"requestMethod": "POST", "url": "https://x"}),
-        );
+        let v1_post = http(1.0, json!({"requestMethod": "POST", "url": "https://x"}));
         assert!(matches!(role(&v1_post, &[]), Role::Effect(_)));
-        let claim = node(
-            catalog::HTTP_REQUEST,
+        let claim = http(
             4.2,
             json!({"method": "POST",
             "url": "={{ $json.u }}/v1/namespaces/n/keys/{{ $json.k }}/claim",
@@ -511,8 +506,7 @@ mod tests {
         assert_eq!(c.op, IdemOp::Claim);
         assert_eq!(c.key.as_deref(), Some("{{ $json.k }}"));
         assert_eq!(c.fingerprint.as_deref(), Some("$json.fp"));
-        let prep = node(
-            catalog::HTTP_REQUEST,
+        let prep = http(
             4.2,
             json!({"method": "POST",
             "url": "=/v1/namespaces/n/keys/k/prepare",

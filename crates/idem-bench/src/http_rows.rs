@@ -23,14 +23,8 @@ struct HttpPairs {
 }
 
 impl http::ClientOp for HttpPairs {
-    fn run(
-        &self,
-        conn: &mut http::Conn,
-        client: usize,
-        seq: u64,
-    ) -> impl std::future::Future<Output = anyhow::Result<()>> + Send {
-        let key = key_for(self.run_id, client, seq);
-        async move { http::pair(conn, &key).await }
+    async fn run(&self, conn: &mut http::Conn, client: usize, seq: u64) -> anyhow::Result<()> {
+        http::pair(conn, &key_for(self.run_id, client, seq)).await
     }
 }
 
@@ -40,14 +34,9 @@ struct HttpDuplicates {
 }
 
 impl http::ClientOp for HttpDuplicates {
-    fn run(
-        &self,
-        conn: &mut http::Conn,
-        client: usize,
-        seq: u64,
-    ) -> impl std::future::Future<Output = anyhow::Result<()>> + Send {
+    async fn run(&self, conn: &mut http::Conn, client: usize, seq: u64) -> anyhow::Result<()> {
         let uri = load::pick(&self.claims, client, seq).clone();
-        http::duplicate(conn, uri)
+        http::duplicate(conn, uri).await
     }
 }
 
@@ -58,15 +47,9 @@ struct HttpEffects {
 }
 
 impl http::ClientOp for HttpEffects {
-    fn run(
-        &self,
-        conn: &mut http::Conn,
-        client: usize,
-        seq: u64,
-    ) -> impl std::future::Future<Output = anyhow::Result<()>> + Send {
+    async fn run(&self, conn: &mut http::Conn, client: usize, seq: u64) -> anyhow::Result<()> {
         let key = key_for(self.run_id, client, seq);
-        let body = self.body.clone();
-        async move { http::effect(conn, &key, body).await }
+        http::effect(conn, &key, self.body.clone()).await
     }
 }
 
@@ -76,14 +59,9 @@ struct ActionCalls {
 }
 
 impl http::ClientOp for ActionCalls {
-    fn run(
-        &self,
-        conn: &mut http::Conn,
-        client: usize,
-        seq: u64,
-    ) -> impl std::future::Future<Output = anyhow::Result<()>> + Send {
-        let body = http::action_call_body(&key_for(self.run_id, client, seq));
-        async move { http::action_call(conn, body?, "performed").await }
+    async fn run(&self, conn: &mut http::Conn, client: usize, seq: u64) -> anyhow::Result<()> {
+        let body = http::action_call_body(&key_for(self.run_id, client, seq))?;
+        http::action_call(conn, body, "performed").await
     }
 }
 
@@ -94,14 +72,9 @@ struct ActionDuplicates {
 }
 
 impl http::ClientOp for ActionDuplicates {
-    fn run(
-        &self,
-        conn: &mut http::Conn,
-        client: usize,
-        seq: u64,
-    ) -> impl std::future::Future<Output = anyhow::Result<()>> + Send {
+    async fn run(&self, conn: &mut http::Conn, client: usize, seq: u64) -> anyhow::Result<()> {
         let body = load::pick(&self.bodies, client, seq).clone();
-        http::action_call(conn, body, "completed")
+        http::action_call(conn, body, "completed").await
     }
 }
 
@@ -153,13 +126,8 @@ struct DirectPosts {
 }
 
 impl http::ClientOp for DirectPosts {
-    fn run(
-        &self,
-        conn: &mut http::Conn,
-        _client: usize,
-        _seq: u64,
-    ) -> impl std::future::Future<Output = anyhow::Result<()>> + Send {
-        http::direct(conn, self.uri.clone(), self.body.clone())
+    async fn run(&self, conn: &mut http::Conn, _client: usize, _seq: u64) -> anyhow::Result<()> {
+        http::direct(conn, self.uri.clone(), self.body.clone()).await
     }
 }
 
@@ -170,18 +138,10 @@ struct IntakeEvents {
 }
 
 impl http::ClientOp for IntakeEvents {
-    fn run(
-        &self,
-        conn: &mut http::Conn,
-        client: usize,
-        seq: u64,
-    ) -> impl std::future::Future<Output = anyhow::Result<()>> + Send {
+    async fn run(&self, conn: &mut http::Conn, client: usize, seq: u64) -> anyhow::Result<()> {
         let body = intake_body(&format!("evt_{:x}_{client}_{seq}", self.run_id));
-        let uri = self.uri.clone();
-        async move {
-            let headers = stripe_headers(&body)?;
-            http::intake(conn, uri, body, &headers, "accepted").await
-        }
+        let headers = stripe_headers(&body)?;
+        http::intake(conn, self.uri.clone(), body, &headers, "accepted").await
     }
 }
 
@@ -193,18 +153,10 @@ struct IntakeDuplicates {
 }
 
 impl http::ClientOp for IntakeDuplicates {
-    fn run(
-        &self,
-        conn: &mut http::Conn,
-        client: usize,
-        seq: u64,
-    ) -> impl std::future::Future<Output = anyhow::Result<()>> + Send {
+    async fn run(&self, conn: &mut http::Conn, client: usize, seq: u64) -> anyhow::Result<()> {
         let body = load::pick(&self.bodies, client, seq).clone();
-        let uri = self.uri.clone();
-        async move {
-            let headers = stripe_headers(&body)?;
-            http::intake(conn, uri, body, &headers, "duplicate").await
-        }
+        let headers = stripe_headers(&body)?;
+        http::intake(conn, self.uri.clone(), body, &headers, "duplicate").await
     }
 }
 

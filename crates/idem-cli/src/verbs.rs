@@ -11,7 +11,7 @@ use crate::args::{
     ClaimCmd, CompleteCmd, Conn, EffectCmd, FailCmd, HeartbeatCmd, KeyTarget, LsCmd, NoteCmd,
     NsSetCmd, NsTarget, PrepareCmd, ResolveCmd, ReviewCmd, Server,
 };
-use crate::client::{Answer, Client};
+use crate::client::{Answer, AnswerExt, Client};
 use crate::exit::{self, CliError};
 use crate::gate::parse_outcome;
 use crate::table::{cell, pairs, render};

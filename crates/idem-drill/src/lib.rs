@@ -63,14 +63,8 @@ pub trait Api: Send + Sync {
         action: &str,
         body: &Value,
     ) -> Result<Answer, String>;
-    /// `POST …/keys/{key}/{action}`; an answer that is not 2xx is an error (its problem).
-    async fn key_action(
-        &self,
-        ns: &str,
-        key: &str,
-        action: &str,
-        body: &Value,
-    ) -> Result<Answer, String>;
+    /// `POST …/keys/{key}/complete`; an answer that is not 2xx is an error (its problem).
+    async fn complete(&self, ns: &str, key: &str, body: &Value) -> Result<Answer, String>;
     /// `GET …/keys/{key}`, whatever the status.
     async fn get_key(&self, ns: &str, key: &str) -> Result<Answer, String>;
     /// `GET /v1/namespaces/{ns}` (2xx required).

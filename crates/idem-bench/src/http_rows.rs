@@ -78,9 +78,12 @@ impl http::ClientOp for ActionDuplicates {
     }
 }
 
-/// Declares the bench's action on `server`, delivering to the effect rows' destination `d`
-/// (its address opened in the namespace's egress, as for the effect rows).
-async fn declare_action(server: &ServerProcess, d: &dest::Destination) -> anyhow::Result<()> {
+/// Opens the effect rows' destination `d` in the bench namespace's egress on `server` (it is
+/// on loopback: only an exact host:port entry opens it); returns the URL to send to.
+async fn allow_destination(
+    server: &ServerProcess,
+    d: &dest::Destination,
+) -> anyhow::Result<String> {
     let (url, entry) = effect_url(d);
     let allow = serde_json::json!({"egress": {"allow": [entry]}});
     http::patch(
@@ -89,6 +92,13 @@ async fn declare_action(server: &ServerProcess, d: &dest::Destination) -> anyhow
         bytes::Bytes::from(serde_json::to_vec(&allow)?),
     )
     .await?;
+    Ok(url)
+}
+
+/// Declares the bench's action on `server`, delivering to the effect rows' destination `d`
+/// (its address opened in the namespace's egress, as for the effect rows).
+async fn declare_action(server: &ServerProcess, d: &dest::Destination) -> anyhow::Result<()> {
+    let url = allow_destination(server, d).await?;
     http::put(
         &server.target,
         &format!("/v1/namespaces/bench/actions/{}", http::ACTION),
@@ -300,15 +310,7 @@ pub(crate) async fn run_http(
             }
             Workload::Effect | Workload::Effect256k | Workload::EffectTls => {
                 let d = effect_dest.context("no destination")?;
-                // The destination is on loopback: only an exact host:port entry opens it.
-                let (url, entry) = effect_url(&d);
-                let allow = serde_json::json!({"egress": {"allow": [entry]}});
-                http::patch(
-                    &server.target,
-                    "/v1/namespaces/bench",
-                    bytes::Bytes::from(serde_json::to_vec(&allow)?),
-                )
-                .await?;
+                let url = allow_destination(&server, &d).await?;
                 let body = http::effect_body(&url)?;
                 HttpOp::Effects(HttpEffects { run_id, body }, d)
             }

@@ -528,19 +528,13 @@ async fn ledger_pair(ledger: &Ledger, ns: &Namespace, key: &str) -> anyhow::Resu
         "claim answered {:?}",
         c.outcome
     );
-    let token = c.token.context("acquired without token")?.secret();
-    ledger
-        .complete(
-            ns,
-            &key,
-            CompleteRequest {
-                cost: None,
-                token,
-                result: Some(serde_json::json!({"ok": true})),
-                external_ref: None,
-            },
-        )
-        .await?;
+    let done = CompleteRequest {
+        token: c.token.context("acquired without token")?.secret(),
+        result: Some(serde_json::json!({"ok": true})),
+        external_ref: None,
+        cost: None,
+    };
+    ledger.complete(ns, &key, done).await?;
     Ok(())
 }
 

@@ -209,12 +209,7 @@ async fn a_name_that_does_not_resolve_is_not_forbidden_but_nothing_is_sent() {
 async fn sends_to_the_checked_address_never_follows_redirects_and_caps_bodies() {
     let (port, hits) = destination().await;
     let e = egress(1024);
-    let t = allowed(
-        &e,
-        &format!("127.0.0.1:{port}"),
-        &format!("http://127.0.0.1:{port}/redirect"),
-    )
-    .await;
+    let t = allowed(&e, &format!("http://127.0.0.1:{port}/redirect")).await;
     match e.send(&t, get(5000)).await {
         Outcome::Answered(a) => {
             assert_eq!(a.status, 302);
@@ -230,12 +225,7 @@ async fn sends_to_the_checked_address_never_follows_redirects_and_caps_bodies() 
         1,
         "the redirect was not followed"
     );
-    let t = allowed(
-        &e,
-        &format!("127.0.0.1:{port}"),
-        &format!("http://127.0.0.1:{port}/big"),
-    )
-    .await;
+    let t = allowed(&e, &format!("http://127.0.0.1:{port}/big")).await;
     match e.send(&t, get(5000)).await {
         Outcome::Answered(a) => {
             assert_eq!(a.body.len(), 1024);
@@ -464,9 +454,19 @@ async fn counting_on_loopback(tls: Option<tokio_rustls::TlsAcceptor>) -> (u16, A
     (port, counting(l, tls))
 }
 
-/// `e`'s target for `url`, checked under a policy that opens exactly `entry`.
-async fn allowed(e: &Egress, entry: &str, url: &str) -> Target {
-    let p = policy(&[entry], false);
+/// One port on two loopback addresses, 127.0.0.1 (A) and 127.0.0.2 (B), a counting
+/// destination on each; returns the port and what A and B saw.
+async fn one_port_two_addresses() -> (u16, Arc<Seen>, Arc<Seen>) {
+    let a = loopback("127.0.0.1", 0).await;
+    let port = a.local_addr().expect("addr").port();
+    let b = loopback("127.0.0.2", port).await;
+    (port, counting(a, None), counting(b, None))
+}
+
+/// `e`'s target for `url`, checked under a policy that opens exactly the URL's host and port.
+async fn allowed(e: &Egress, url: &str) -> Target {
+    let host_port = url.split('/').nth(2).expect("host and port");
+    let p = policy(&[host_port], false);
     e.check(&p, url).await.expect("allowed")
 }
 
@@ -511,17 +511,11 @@ async fn sequential_requests_to_one_destination_reuse_one_connection() {
 #[tokio::test]
 async fn no_idle_connections_kept_means_one_connection_per_request() {
     let (port, seen) = counting_on_loopback(None).await;
-    let e = Egress::new(&EgressOptions {
+    let e = with_options(EgressOptions {
         pool_max_idle_per_host: 0,
         ..Default::default()
-    })
-    .expect("client");
-    let t = allowed(
-        &e,
-        &format!("127.0.0.1:{port}"),
-        &format!("http://127.0.0.1:{port}/"),
-    )
-    .await;
+    });
+    let t = allowed(&e, &format!("http://127.0.0.1:{port}/")).await;
     for _ in 0..3 {
         answered_ok(e.send(&t, get(5000)).await);
     }
@@ -531,17 +525,11 @@ async fn no_idle_connections_kept_means_one_connection_per_request() {
 #[tokio::test]
 async fn an_idle_connection_is_closed_after_the_idle_timeout() {
     let (port, seen) = counting_on_loopback(None).await;
-    let e = Egress::new(&EgressOptions {
+    let e = with_options(EgressOptions {
         pool_idle_timeout: Duration::from_millis(200),
         ..Default::default()
-    })
-    .expect("client");
-    let t = allowed(
-        &e,
-        &format!("127.0.0.1:{port}"),
-        &format!("http://127.0.0.1:{port}/"),
-    )
-    .await;
+    });
+    let t = allowed(&e, &format!("http://127.0.0.1:{port}/")).await;
     answered_ok(e.send(&t, get(5000)).await);
     answered_ok(e.send(&t, get(5000)).await);
     assert_eq!(seen.connections(), 1);
@@ -553,10 +541,7 @@ async fn an_idle_connection_is_closed_after_the_idle_timeout() {
 #[tokio::test]
 async fn a_name_whose_check_passes_other_addresses_never_uses_the_old_connection() {
     // One port on two loopback addresses: the same URL, two destinations.
-    let a = loopback("127.0.0.1", 0).await;
-    let port = a.local_addr().expect("addr").port();
-    let b = loopback("127.0.0.2", port).await;
-    let (at_a, at_b) = (counting(a, None), counting(b, None));
+    let (port, at_a, at_b) = one_port_two_addresses().await;
     let e = egress(1024);
     let url = format!("http://pinned.test:{port}/charge");
     let (addr_a, addr_b): (SocketAddr, SocketAddr) = (
@@ -590,10 +575,7 @@ async fn a_name_whose_check_passes_other_addresses_never_uses_the_old_connection
 
 #[tokio::test]
 async fn an_address_a_policy_refuses_is_never_reached_through_a_kept_connection() {
-    let a = loopback("127.0.0.1", 0).await;
-    let port = a.local_addr().expect("addr").port();
-    let b = loopback("127.0.0.2", port).await;
-    let (at_a, at_b) = (counting(a, None), counting(b, None));
+    let (port, at_a, at_b) = one_port_two_addresses().await;
     let e = egress(1024);
     let url = format!("http://pinned.test:{port}/charge");
     let resolved: Vec<SocketAddr> = vec![
@@ -635,20 +617,14 @@ async fn an_address_a_policy_refuses_is_never_reached_through_a_kept_connection(
 
 #[tokio::test]
 async fn kept_clients_are_bounded_and_the_least_recently_used_is_dropped() {
-    let e = Egress::new(&EgressOptions {
+    let e = with_options(EgressOptions {
         pool_max_clients: 2,
         ..Default::default()
-    })
-    .expect("client");
+    });
     let mut dests = Vec::new();
     for _ in 0..4 {
         let (port, seen) = counting_on_loopback(None).await;
-        let t = allowed(
-            &e,
-            &format!("127.0.0.1:{port}"),
-            &format!("http://127.0.0.1:{port}/"),
-        )
-        .await;
+        let t = allowed(&e, &format!("http://127.0.0.1:{port}/")).await;
         answered_ok(e.send(&t, get(5000)).await);
         assert!(e.pool.len() <= 2, "{}", e.pool.len());
         dests.push((t, seen));
@@ -662,13 +638,17 @@ async fn kept_clients_are_bounded_and_the_least_recently_used_is_dropped() {
     assert_eq!(e.pool.len(), 2);
 }
 
+/// A client made with `options`.
+fn with_options(options: EgressOptions) -> Egress {
+    Egress::new(&options).expect("client")
+}
+
 /// A client trusting the extra CA in `ca_file`.
 fn trusting_client(ca_file: std::path::PathBuf) -> Egress {
-    Egress::new(&EgressOptions {
+    with_options(EgressOptions {
         extra_ca: Some(ca_file),
         ..Default::default()
     })
-    .expect("client")
 }
 
 /// A TLS acceptor for `localhost` from a fresh CA offering `alpn`; returns it and the CA
@@ -724,12 +704,7 @@ async fn https_keeps_http1_connections_where_h2_is_not_offered() {
     let (acceptor, ca_file) = tls_acceptor(&[b"http/1.1"], "h1");
     let (port, seen) = counting_on_loopback(Some(acceptor)).await;
     let e = trusting_client(ca_file);
-    let t = allowed(
-        &e,
-        &format!("localhost:{port}"),
-        &format!("https://localhost:{port}/charge"),
-    )
-    .await;
+    let t = allowed(&e, &format!("https://localhost:{port}/charge")).await;
     for _ in 0..3 {
         answered_ok(e.send(&t, get(5000)).await);
     }

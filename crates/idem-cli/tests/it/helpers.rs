@@ -22,6 +22,11 @@ pub struct Out {
 }
 
 impl Out {
+    /// Asserts that stderr holds `text` (showing stderr if not).
+    pub fn assert_stderr_has(&self, text: &str) {
+        assert!(self.stderr.contains(text), "{}", self.stderr);
+    }
+
     pub fn json(&self) -> serde_json::Value {
         serde_json::from_str(&self.stdout)
             .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {self:?}"))

@@ -316,11 +316,7 @@ fn spans_reach_an_otlp_receiver_under_the_callers_trace_and_alerts_carry_tracepa
         .json(&serde_json::json!({"payload": {"card": "card_QxZ4242vW"}}))
         .send()
         .expect("claim");
-    assert_eq!(claim.status(), 201);
-    let token = claim.json::<serde_json::Value>().expect("json")["token"]
-        .as_str()
-        .expect("token")
-        .to_owned();
+    let token = token_of(claim);
 
     // The request span is a server span whose parent is the caller's span.
     let request = wait_for("the request span", &got, |r| {
@@ -423,11 +419,7 @@ fn without_an_exporter_an_alert_carries_the_callers_traceparent() {
         .json(&serde_json::json!({}))
         .send()
         .expect("claim");
-    assert_eq!(claim.status(), 201);
-    let token = claim.json::<serde_json::Value>().expect("json")["token"]
-        .as_str()
-        .expect("token")
-        .to_owned();
+    let token = token_of(claim);
     let caller = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
     let fail = http
         .post(format!("{key_url}/fail"))
@@ -519,6 +511,15 @@ fn request_span(got: &Mutex<Received>, trace: &str, name: &str) -> Span {
 }
 
 /// The exported span `span_id` of `trace`.
+/// The lease token of a claim, asserted answered 201.
+fn token_of(claim: reqwest::blocking::Response) -> String {
+    assert_eq!(claim.status(), 201);
+    claim.json::<serde_json::Value>().expect("json")["token"]
+        .as_str()
+        .expect("token")
+        .to_owned()
+}
+
 /// The server span `name` of `trace`, asserted a child of `parent` and the parent of `child`.
 fn request_between(
     got: &Mutex<Received>,

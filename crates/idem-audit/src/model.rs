@@ -22,6 +22,20 @@ pub enum IdemOp {
     Other,
 }
 
+impl IdemOp {
+    /// The operation named `name` (a path's last segment, the community node's `operation`).
+    fn named(name: &str) -> IdemOp {
+        match name {
+            "claim" => IdemOp::Claim,
+            "effect" => IdemOp::Effect,
+            "complete" => IdemOp::Complete,
+            "fail" => IdemOp::Fail,
+            "prepare" => IdemOp::Prepare,
+            _ => IdemOp::Other,
+        }
+    }
+}
+
 /// A call to idem, through HTTP Request or the community node.
 #[derive(Debug, Clone)]
 pub struct IdemCall {
@@ -124,14 +138,7 @@ fn custom_matches(given: &str, node_type: &str) -> bool {
 fn http_role(node: &Node) -> Role {
     let url = node.str_param(&["url"]).unwrap_or("");
     if let Some(p) = expr::idem_path(url) {
-        let op = match p.op.as_str() {
-            "claim" => IdemOp::Claim,
-            "effect" => IdemOp::Effect,
-            "complete" => IdemOp::Complete,
-            "fail" => IdemOp::Fail,
-            "prepare" => IdemOp::Prepare,
-            _ => IdemOp::Other,
-        };
+        let op = IdemOp::named(&p.op);
         let body = body_text(node);
         return Role::Idem(IdemCall {
             op,
@@ -202,14 +209,7 @@ fn approval_in(body: &str) -> bool {
 }
 
 fn community_call(node: &Node) -> IdemCall {
-    let op = match node.str_param(&["operation"]).unwrap_or("claim") {
-        "claim" => IdemOp::Claim,
-        "effect" => IdemOp::Effect,
-        "complete" => IdemOp::Complete,
-        "fail" => IdemOp::Fail,
-        "prepare" => IdemOp::Prepare,
-        _ => IdemOp::Other,
-    };
+    let op = IdemOp::named(node.str_param(&["operation"]).unwrap_or("claim"));
     // The node's defaults (IdempotencyGate.node.ts): a claim keys on the event id, the
     // reports read the key the claim put on the item (`idem.key`).
     let default_key = match op {
@@ -478,49 +478,45 @@ mod tests {
         }
     }
 
+    /// An HTTP Request node of version `v`.
+    fn http(v: f64, params: Value) -> Node {
+        node(catalog::HTTP_REQUEST, v, params)
+    }
+
+    /// The idem call a v4.2 HTTP Request node POSTing `json_body` to `url` is read as.
+    fn idem_post(url: &str, json_body: &str) -> IdemCall {
+        let n = http(
+            4.2,
+            json!({"method": "POST", "url": url, "jsonBody": json_body}),
+        );
+        match role(&n, &[]) {
+            Role::Idem(c) => c,
+            _ => panic!("not an idem call: {url}"),
+        }
+    }
+
     #[test]
     fn http_roles() {
-        let post = node(
-            catalog::HTTP_REQUEST,
+        let post = http(
             4.2,
             json!({"method": "POST", "url": "https://api.example/x"}),
         );
         assert!(matches!(role(&post, &[]), Role::Effect(_)));
-        let get = node(
-            catalog::HTTP_REQUEST,
-            4.2,
-            json!({"url": "https://api.example/x"}),
-        );
+        let get = http(4.2, json!({"url": "https://api.example/x"}));
         assert!(matches!(role(&get, &[]), Role::Other));
-        let v1_post = node(
-            catalog::HTTP_REQUEST,
-            1.0,
-            json!({"requestMethod": "POST", "url": "https://x"}),
-        );
+        let v1_post = http(1.0, json!({"requestMethod": "POST", "url": "https://x"}));
         assert!(matches!(role(&v1_post, &[]), Role::Effect(_)));
-        let claim = node(
-            catalog::HTTP_REQUEST,
-            4.2,
-            json!({"method": "POST",
-            "url": "={{ $json.u }}/v1/namespaces/n/keys/{{ $json.k }}/claim",
-            "jsonBody": "={{ JSON.stringify({ payload: $json.body, fingerprint: $json.fp }) }}"}),
+        let c = idem_post(
+            "={{ $json.u }}/v1/namespaces/n/keys/{{ $json.k }}/claim",
+            "={{ JSON.stringify({ payload: $json.body, fingerprint: $json.fp }) }}",
         );
-        let Role::Idem(c) = role(&claim, &[]) else {
-            panic!()
-        };
         assert_eq!(c.op, IdemOp::Claim);
         assert_eq!(c.key.as_deref(), Some("{{ $json.k }}"));
         assert_eq!(c.fingerprint.as_deref(), Some("$json.fp"));
-        let prep = node(
-            catalog::HTTP_REQUEST,
-            4.2,
-            json!({"method": "POST",
-            "url": "=/v1/namespaces/n/keys/k/prepare",
-            "jsonBody": "={{ JSON.stringify({ token: $json.t, approval_required: true }) }}"}),
+        let p = idem_post(
+            "=/v1/namespaces/n/keys/k/prepare",
+            "={{ JSON.stringify({ token: $json.t, approval_required: true }) }}",
         );
-        let Role::Idem(p) = role(&prep, &[]) else {
-            panic!()
-        };
         assert!(p.approval_required);
     }
 

@@ -10,7 +10,7 @@ use anyhow::Context;
 use rusqlite::OptionalExtension;
 
 use crate::load::{drive_async, drive_threads, Measurement};
-use crate::{Backend, BenchOpts, Workload};
+use crate::{Backend, BenchOpts, Claims, Workload};
 
 const SQLITE_SCHEMA: &str = "CREATE TABLE IF NOT EXISTS claims (
     key TEXT PRIMARY KEY, state TEXT NOT NULL, token TEXT NOT NULL, result TEXT)";
@@ -77,8 +77,8 @@ pub async fn run(
             let run_id: u64 = rand::random();
             let dur = opts.duration;
             let n_dup = opts.duplicate_keys.max(1);
-            tokio::task::spawn_blocking(move || match workload {
-                Workload::FirstTimePair => {
+            tokio::task::spawn_blocking(move || match workload.claims() {
+                Some(Claims::FirstTimePair) => {
                     let p = path.clone();
                     drive_threads(
                         c,
@@ -89,17 +89,8 @@ pub async fn run(
                         },
                     )
                 }
-                Workload::Effect
-                | Workload::Effect256k
-                | Workload::EffectTls
-                | Workload::Intake
-                | Workload::IntakeFanout3
-                | Workload::IntakeDuplicate
-                | Workload::Action
-                | Workload::ActionDuplicate => {
-                    anyhow::bail!("effect, intake and action workloads run over HTTP only")
-                }
-                Workload::Duplicate => {
+                None => anyhow::bail!("effect, intake and action workloads run over HTTP only"),
+                Some(Claims::Duplicate) => {
                     let mut conn = sqlite_conn(&path)?;
                     let keys: Arc<Vec<String>> =
                         Arc::new((0..n_dup).map(|i| format!("dup-{i}")).collect());
@@ -135,8 +126,8 @@ pub async fn run(
             let insert = "INSERT INTO claims (key, state, token) VALUES ($1, 'processing', $2) ON CONFLICT DO NOTHING RETURNING token";
             let update =
                 "UPDATE claims SET state = 'completed', result = $1 WHERE key = $2 AND token = $3";
-            match workload {
-                Workload::FirstTimePair => {
+            match workload.claims() {
+                Some(Claims::FirstTimePair) => {
                     drive_async(c, opts.duration, move |client, seq| {
                         let conn = conns[client % conns.len()].clone();
                         async move {
@@ -153,17 +144,8 @@ pub async fn run(
                     })
                     .await
                 }
-                Workload::Effect
-                | Workload::Effect256k
-                | Workload::EffectTls
-                | Workload::Intake
-                | Workload::IntakeFanout3
-                | Workload::IntakeDuplicate
-                | Workload::Action
-                | Workload::ActionDuplicate => {
-                    anyhow::bail!("effect, intake and action workloads run over HTTP only")
-                }
-                Workload::Duplicate => {
+                None => anyhow::bail!("effect, intake and action workloads run over HTTP only"),
+                Some(Claims::Duplicate) => {
                     let keys: Arc<Vec<String>> = Arc::new(
                         (0..opts.duplicate_keys.max(1))
                             .map(|i| format!("dup-{i}"))

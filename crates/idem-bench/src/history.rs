@@ -84,6 +84,22 @@ pub struct History {
     pub entries: Vec<Entry>,
 }
 
+/// The status code on the status line of an HTTP/1.1 answer's head.
+pub fn status_code(head: &str) -> Option<u16> {
+    head.split(' ').nth(1)?.parse().ok()
+}
+
+/// The `Content-Length` of an HTTP/1.1 answer's head (0 without one).
+pub fn content_length(head: &str) -> usize {
+    head.lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case("content-length")
+                .then(|| v.trim().parse().ok())?
+        })
+        .unwrap_or(0)
+}
+
 /// One raw HTTP/1.1 exchange on a keep-alive connection.
 async fn exchange(
     s: &mut TcpStream,
@@ -112,20 +128,8 @@ async fn exchange(
         anyhow::ensure!(buf.len() < 64 * 1024, "answer head too large");
     }
     let head = String::from_utf8_lossy(&buf);
-    let status: u16 = head
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .context("status line")?;
-    let len: usize = head
-        .lines()
-        .find_map(|l| {
-            let (k, v) = l.split_once(':')?;
-            k.eq_ignore_ascii_case("content-length")
-                .then(|| v.trim().parse().ok())?
-        })
-        .unwrap_or(0);
-    let mut body = vec![0u8; len];
+    let status = status_code(&head).context("status line")?;
+    let mut body = vec![0u8; content_length(&head)];
     s.read_exact(&mut body).await?;
     Ok((status, serde_json::from_slice(&body).unwrap_or(Value::Null)))
 }

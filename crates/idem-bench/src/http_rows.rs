@@ -23,14 +23,8 @@ struct HttpPairs {
 }
 
 impl http::ClientOp for HttpPairs {
-    fn run(
-        &self,
-        conn: &mut http::Conn,
-        client: usize,
-        seq: u64,
-    ) -> impl std::future::Future<Output = anyhow::Result<()>> + Send {
-        let key = key_for(self.run_id, client, seq);
-        async move { http::pair(conn, &key).await }
+    async fn run(&self, conn: &mut http::Conn, client: usize, seq: u64) -> anyhow::Result<()> {
+        http::pair(conn, &key_for(self.run_id, client, seq)).await
     }
 }
 
@@ -40,14 +34,9 @@ struct HttpDuplicates {
 }
 
 impl http::ClientOp for HttpDuplicates {
-    fn run(
-        &self,
-        conn: &mut http::Conn,
-        client: usize,
-        seq: u64,
-    ) -> impl std::future::Future<Output = anyhow::Result<()>> + Send {
+    async fn run(&self, conn: &mut http::Conn, client: usize, seq: u64) -> anyhow::Result<()> {
         let uri = load::pick(&self.claims, client, seq).clone();
-        http::duplicate(conn, uri)
+        http::duplicate(conn, uri).await
     }
 }
 
@@ -58,15 +47,9 @@ struct HttpEffects {
 }
 
 impl http::ClientOp for HttpEffects {
-    fn run(
-        &self,
-        conn: &mut http::Conn,
-        client: usize,
-        seq: u64,
-    ) -> impl std::future::Future<Output = anyhow::Result<()>> + Send {
+    async fn run(&self, conn: &mut http::Conn, client: usize, seq: u64) -> anyhow::Result<()> {
         let key = key_for(self.run_id, client, seq);
-        let body = self.body.clone();
-        async move { http::effect(conn, &key, body).await }
+        http::effect(conn, &key, self.body.clone()).await
     }
 }
 
@@ -76,14 +59,9 @@ struct ActionCalls {
 }
 
 impl http::ClientOp for ActionCalls {
-    fn run(
-        &self,
-        conn: &mut http::Conn,
-        client: usize,
-        seq: u64,
-    ) -> impl std::future::Future<Output = anyhow::Result<()>> + Send {
-        let body = http::action_call_body(&key_for(self.run_id, client, seq));
-        async move { http::action_call(conn, body?, "performed").await }
+    async fn run(&self, conn: &mut http::Conn, client: usize, seq: u64) -> anyhow::Result<()> {
+        let body = http::action_call_body(&key_for(self.run_id, client, seq))?;
+        http::action_call(conn, body, "performed").await
     }
 }
 
@@ -94,20 +72,18 @@ struct ActionDuplicates {
 }
 
 impl http::ClientOp for ActionDuplicates {
-    fn run(
-        &self,
-        conn: &mut http::Conn,
-        client: usize,
-        seq: u64,
-    ) -> impl std::future::Future<Output = anyhow::Result<()>> + Send {
+    async fn run(&self, conn: &mut http::Conn, client: usize, seq: u64) -> anyhow::Result<()> {
         let body = load::pick(&self.bodies, client, seq).clone();
-        http::action_call(conn, body, "completed")
+        http::action_call(conn, body, "completed").await
     }
 }
 
-/// Declares the bench's action on `server`, delivering to the effect rows' destination `d`
-/// (its address opened in the namespace's egress, as for the effect rows).
-async fn declare_action(server: &ServerProcess, d: &dest::Destination) -> anyhow::Result<()> {
+/// Opens the effect rows' destination `d` in the bench namespace's egress on `server` (it is
+/// on loopback: only an exact host:port entry opens it); returns the URL to send to.
+async fn allow_destination(
+    server: &ServerProcess,
+    d: &dest::Destination,
+) -> anyhow::Result<String> {
     let (url, entry) = effect_url(d);
     let allow = serde_json::json!({"egress": {"allow": [entry]}});
     http::patch(
@@ -116,6 +92,13 @@ async fn declare_action(server: &ServerProcess, d: &dest::Destination) -> anyhow
         bytes::Bytes::from(serde_json::to_vec(&allow)?),
     )
     .await?;
+    Ok(url)
+}
+
+/// Declares the bench's action on `server`, delivering to the effect rows' destination `d`
+/// (its address opened in the namespace's egress, as for the effect rows).
+async fn declare_action(server: &ServerProcess, d: &dest::Destination) -> anyhow::Result<()> {
+    let url = allow_destination(server, d).await?;
     http::put(
         &server.target,
         &format!("/v1/namespaces/bench/actions/{}", http::ACTION),
@@ -153,13 +136,8 @@ struct DirectPosts {
 }
 
 impl http::ClientOp for DirectPosts {
-    fn run(
-        &self,
-        conn: &mut http::Conn,
-        _client: usize,
-        _seq: u64,
-    ) -> impl std::future::Future<Output = anyhow::Result<()>> + Send {
-        http::direct(conn, self.uri.clone(), self.body.clone())
+    async fn run(&self, conn: &mut http::Conn, _client: usize, _seq: u64) -> anyhow::Result<()> {
+        http::direct(conn, self.uri.clone(), self.body.clone()).await
     }
 }
 
@@ -170,18 +148,10 @@ struct IntakeEvents {
 }
 
 impl http::ClientOp for IntakeEvents {
-    fn run(
-        &self,
-        conn: &mut http::Conn,
-        client: usize,
-        seq: u64,
-    ) -> impl std::future::Future<Output = anyhow::Result<()>> + Send {
+    async fn run(&self, conn: &mut http::Conn, client: usize, seq: u64) -> anyhow::Result<()> {
         let body = intake_body(&format!("evt_{:x}_{client}_{seq}", self.run_id));
-        let uri = self.uri.clone();
-        async move {
-            let headers = stripe_headers(&body)?;
-            http::intake(conn, uri, body, &headers, "accepted").await
-        }
+        let headers = stripe_headers(&body)?;
+        http::intake(conn, self.uri.clone(), body, &headers, "accepted").await
     }
 }
 
@@ -193,18 +163,10 @@ struct IntakeDuplicates {
 }
 
 impl http::ClientOp for IntakeDuplicates {
-    fn run(
-        &self,
-        conn: &mut http::Conn,
-        client: usize,
-        seq: u64,
-    ) -> impl std::future::Future<Output = anyhow::Result<()>> + Send {
+    async fn run(&self, conn: &mut http::Conn, client: usize, seq: u64) -> anyhow::Result<()> {
         let body = load::pick(&self.bodies, client, seq).clone();
-        let uri = self.uri.clone();
-        async move {
-            let headers = stripe_headers(&body)?;
-            http::intake(conn, uri, body, &headers, "duplicate").await
-        }
+        let headers = stripe_headers(&body)?;
+        http::intake(conn, self.uri.clone(), body, &headers, "duplicate").await
     }
 }
 
@@ -348,15 +310,7 @@ pub(crate) async fn run_http(
             }
             Workload::Effect | Workload::Effect256k | Workload::EffectTls => {
                 let d = effect_dest.context("no destination")?;
-                // The destination is on loopback: only an exact host:port entry opens it.
-                let (url, entry) = effect_url(&d);
-                let allow = serde_json::json!({"egress": {"allow": [entry]}});
-                http::patch(
-                    &server.target,
-                    "/v1/namespaces/bench",
-                    bytes::Bytes::from(serde_json::to_vec(&allow)?),
-                )
-                .await?;
+                let url = allow_destination(&server, &d).await?;
                 let body = http::effect_body(&url)?;
                 HttpOp::Effects(HttpEffects { run_id, body }, d)
             }

@@ -201,6 +201,22 @@ impl Workload {
         }
     }
 
+    /// The claim workload this is, if any: the library, bare and Redis rows run only those.
+    pub(crate) fn claims(self) -> Option<Claims> {
+        match self {
+            Workload::FirstTimePair => Some(Claims::FirstTimePair),
+            Workload::Duplicate => Some(Claims::Duplicate),
+            Workload::Effect
+            | Workload::Effect256k
+            | Workload::EffectTls
+            | Workload::Intake
+            | Workload::IntakeFanout3
+            | Workload::IntakeDuplicate
+            | Workload::Action
+            | Workload::ActionDuplicate => None,
+        }
+    }
+
     /// Whether a row of this workload exists in `mode`: effects run through idem over HTTP
     /// and straight to the destination, intake and action calls only over HTTP, the ledger
     /// workloads in every mode but `direct` (the Redis recipe's included).
@@ -217,6 +233,13 @@ impl Workload {
             Workload::FirstTimePair | Workload::Duplicate => mode != Mode::Direct,
         }
     }
+}
+
+/// The two claim workloads (see [`Workload::claims`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Claims {
+    FirstTimePair,
+    Duplicate,
 }
 
 #[derive(Debug, Clone)]
@@ -505,19 +528,13 @@ async fn ledger_pair(ledger: &Ledger, ns: &Namespace, key: &str) -> anyhow::Resu
         "claim answered {:?}",
         c.outcome
     );
-    let token = c.token.context("acquired without token")?.secret();
-    ledger
-        .complete(
-            ns,
-            &key,
-            CompleteRequest {
-                cost: None,
-                token,
-                result: Some(serde_json::json!({"ok": true})),
-                external_ref: None,
-            },
-        )
-        .await?;
+    let done = CompleteRequest {
+        token: c.token.context("acquired without token")?.secret(),
+        result: Some(serde_json::json!({"ok": true})),
+        external_ref: None,
+        cost: None,
+    };
+    ledger.complete(ns, &key, done).await?;
     Ok(())
 }
 
@@ -530,8 +547,8 @@ async fn run_library(
     let ledger = Arc::new(idem::open(url).await?);
     let ns = bench_ns()?;
     let run_id: u64 = rand::random();
-    match workload {
-        Workload::FirstTimePair => {
+    match workload.claims() {
+        Some(Claims::FirstTimePair) => {
             load::drive_async(c, opts.duration, move |client, seq| {
                 let ledger = ledger.clone();
                 let ns = ns.clone();
@@ -539,17 +556,8 @@ async fn run_library(
             })
             .await
         }
-        Workload::Effect
-        | Workload::Effect256k
-        | Workload::EffectTls
-        | Workload::Intake
-        | Workload::IntakeFanout3
-        | Workload::IntakeDuplicate
-        | Workload::Action
-        | Workload::ActionDuplicate => {
-            anyhow::bail!("effect, intake and action workloads run over HTTP only")
-        }
-        Workload::Duplicate => {
+        None => anyhow::bail!("effect, intake and action workloads run over HTTP only"),
+        Some(Claims::Duplicate) => {
             let keys = prepopulate(opts.duplicate_keys, run_id, |k| {
                 let ledger = ledger.clone();
                 let ns = ns.clone();

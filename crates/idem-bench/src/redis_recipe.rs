@@ -20,7 +20,7 @@ use std::time::Duration;
 use anyhow::Context;
 
 use crate::load::{drive_async, Measurement};
-use crate::{Mode, Workload};
+use crate::{Claims, Mode, Workload};
 
 /// How long the recipe's keys live (a day: the dedupe window).
 const TTL_S: u64 = 86_400;
@@ -216,8 +216,8 @@ pub async fn run(
     }
     let conns = std::sync::Arc::new(conns);
     let run_id: u64 = rand::random();
-    match workload {
-        Workload::FirstTimePair => {
+    match workload.claims() {
+        Some(Claims::FirstTimePair) => {
             let m = drive_async(c, duration, move |client, seq| {
                 // A multiplexed connection is a cheap handle on the client's one socket.
                 let mut conn = conns[client % conns.len()].clone();
@@ -235,7 +235,7 @@ pub async fn run(
             }
             Ok(m)
         }
-        Workload::Duplicate => {
+        Some(Claims::Duplicate) => {
             let keys: std::sync::Arc<Vec<String>> = std::sync::Arc::new(
                 (0..duplicate_keys.max(1))
                     .map(|i| format!("dup-{run_id:x}-{i}"))
@@ -251,16 +251,7 @@ pub async fn run(
             })
             .await
         }
-        Workload::Effect
-        | Workload::Effect256k
-        | Workload::EffectTls
-        | Workload::Intake
-        | Workload::IntakeFanout3
-        | Workload::IntakeDuplicate
-        | Workload::Action
-        | Workload::ActionDuplicate => {
-            anyhow::bail!("the redis rows run the claim workloads only")
-        }
+        None => anyhow::bail!("the redis rows run the claim workloads only"),
     }
 }
 

@@ -235,6 +235,17 @@ async fn fill(url: &str, backend: Backend, n: u64, age_ms: i64) -> anyhow::Resul
 /// A record's times, shifted together when a record is copied.
 const TIME_COLS: [&str; 4] = ["created_at", "updated_at", "final_at", "active_at"];
 
+/// The `INSERT` of doubling round `round`: copies of up to `limit` of `bench`'s records.
+fn double_sql(cols: &[String], round: u32, limit: u64) -> String {
+    let quoted: Vec<String> = cols.iter().map(|c| format!("\"{c}\"")).collect();
+    format!(
+        "INSERT INTO records ({}) SELECT {} FROM records WHERE namespace = 'bench' \
+         ORDER BY final_at LIMIT {limit}",
+        quoted.join(", "),
+        select_list(cols, round),
+    )
+}
+
 /// The copy of every column for doubling round `round`: a new key, and times moved back by the
 /// span of final times already in the ledger, so each round's copies are older than everything
 /// before them (one scalar subquery, evaluated once per statement on both engines).
@@ -264,7 +275,6 @@ fn sqlite_double(path: &str, n: u64) -> anyhow::Result<()> {
         let rows = st.query_map([], |r| r.get::<_, String>(0))?;
         rows.collect::<Result<_, _>>()?
     };
-    let quoted: Vec<String> = cols.iter().map(|c| format!("\"{c}\"")).collect();
     let mut round = 0;
     loop {
         let have: u64 = c.query_row(
@@ -276,13 +286,7 @@ fn sqlite_double(path: &str, n: u64) -> anyhow::Result<()> {
             return Ok(());
         }
         round += 1;
-        let sql = format!(
-            "INSERT INTO records ({}) SELECT {} FROM records WHERE namespace = 'bench' \
-             ORDER BY final_at LIMIT {}",
-            quoted.join(", "),
-            select_list(&cols, round),
-            n - have
-        );
+        let sql = double_sql(&cols, round, n - have);
         // Written past the writer, so the namespace's counts are set here, in the same
         // transaction (idem's writer keeps them for its own writes).
         c.execute_batch(&format!("BEGIN; {sql}; {SQLITE_RECOUNT}; COMMIT;"))?;
@@ -310,7 +314,6 @@ async fn pg_double(url: &str, n: u64) -> anyhow::Result<()> {
         .map(|r| r.get::<_, String>(0))
         .collect();
     anyhow::ensure!(!cols.is_empty(), "no records table");
-    let quoted: Vec<String> = cols.iter().map(|c| format!("\"{c}\"")).collect();
     let mut round = 0;
     loop {
         let have: i64 = c
@@ -325,13 +328,7 @@ async fn pg_double(url: &str, n: u64) -> anyhow::Result<()> {
             return Ok(());
         }
         round += 1;
-        let sql = format!(
-            "INSERT INTO records ({}) SELECT {} FROM records WHERE namespace = 'bench' \
-             ORDER BY final_at LIMIT {}",
-            quoted.join(", "),
-            select_list(&cols, round),
-            n - have as u64
-        );
+        let sql = double_sql(&cols, round, n - have as u64);
         c.batch_execute(&sql).await?;
     }
 }

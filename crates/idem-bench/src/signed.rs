@@ -33,16 +33,11 @@ pub(crate) fn stripe_headers(body: &[u8]) -> anyhow::Result<Vec<(String, String)
             .duration_since(std::time::UNIX_EPOCH)?
             .as_millis(),
     )?;
-    idem_intake::sign::sign(&idem_intake::sign::Delivery {
-        provider: idem_intake::Provider::Stripe,
-        secret: INTAKE_SECRET,
+    let delivery = idem_intake::sign::Delivery::json_post(
+        idem_intake::Provider::Stripe,
+        INTAKE_SECRET,
         body,
         at_ms,
-        method: "POST",
-        public_url: None,
-        content_type: Some("application/json"),
-        hmac: None,
-        id: "",
-    })
-    .context("signing a Stripe event")
+    );
+    idem_intake::sign::sign(&delivery).context("signing a Stripe event")
 }

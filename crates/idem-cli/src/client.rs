@@ -71,22 +71,20 @@ impl ApiError {
     }
 }
 
-/// One HTTP answer: status, the `Idempotent-Replayed` header, the body as text and JSON.
-#[derive(Debug, Clone)]
-pub struct Answer {
-    pub status: u16,
-    pub replayed: bool,
-    pub text: String,
-    pub body: Value,
+/// One HTTP answer: status, the `Idempotent-Replayed` header, the body as text and JSON (the
+/// drills' type, so their calls take the client's answers as they are).
+pub use idem_drill::Answer;
+
+/// What the CLI reads from an [`Answer`] beyond its fields.
+pub trait AnswerExt: Sized {
+    /// This answer as a problem error (for non-2xx answers that are not claim outcomes).
+    fn problem(&self) -> ApiError;
+    /// 2xx → the answer; anything else → its problem.
+    fn ok(self) -> Result<Answer, ApiError>;
 }
 
-impl Answer {
-    pub fn is_success(&self) -> bool {
-        (200..300).contains(&self.status)
-    }
-
-    /// This answer as a problem error (for non-2xx answers that are not claim outcomes).
-    pub fn problem(&self) -> ApiError {
+impl AnswerExt for Answer {
+    fn problem(&self) -> ApiError {
         let code = self.body["code"]
             .as_str()
             .unwrap_or("http_error")
@@ -103,8 +101,7 @@ impl Answer {
         }
     }
 
-    /// 2xx → the answer; anything else → its problem.
-    pub fn ok(self) -> Result<Answer, ApiError> {
+    fn ok(self) -> Result<Answer, ApiError> {
         if self.is_success() {
             Ok(self)
         } else {
@@ -203,14 +200,7 @@ impl Client {
         if let Some(b) = body {
             req = req.json(b);
         }
-        let resp = req.send().await.map_err(|e| self.connection_error(&e))?;
-        let status = resp.status();
-        let replayed = resp
-            .headers()
-            .get("idempotent-replayed")
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.eq_ignore_ascii_case("true"));
-        let text = resp.text().await.map_err(|e| self.connection_error(&e))?;
+        let (status, replayed, text) = self.exchange(req).await?;
         let body = if text.trim().is_empty() {
             Value::Null
         } else {
@@ -228,6 +218,22 @@ impl Client {
             text,
             body,
         })
+    }
+
+    /// Sends `req`; answers the status, whether `Idempotent-Replayed` is `true`, and the text.
+    async fn exchange(
+        &self,
+        req: reqwest::RequestBuilder,
+    ) -> Result<(StatusCode, bool, String), ApiError> {
+        let resp = req.send().await.map_err(|e| self.connection_error(&e))?;
+        let status = resp.status();
+        let replayed = resp
+            .headers()
+            .get("idempotent-replayed")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.eq_ignore_ascii_case("true"));
+        let text = resp.text().await.map_err(|e| self.connection_error(&e))?;
+        Ok((status, replayed, text))
     }
 
     fn connection_error(&self, e: &reqwest::Error) -> ApiError {
@@ -316,14 +322,8 @@ impl Client {
         if let Some(t) = &self.bearer {
             req = req.bearer_auth(t);
         }
-        let resp = req.send().await.map_err(|e| self.connection_error(&e))?;
-        let status = resp.status().as_u16();
-        let replayed = resp
-            .headers()
-            .get("idempotent-replayed")
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.eq_ignore_ascii_case("true"));
-        let text = resp.text().await.map_err(|e| self.connection_error(&e))?;
+        let (status, replayed, text) = self.exchange(req).await?;
+        let status = status.as_u16();
         let body = serde_json::from_str(&text).unwrap_or(Value::Null);
         let ans = Answer {
             status,

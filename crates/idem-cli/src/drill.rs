@@ -8,26 +8,17 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use idem_drill::{Answer, Api, Drills};
+use idem_drill::{Api, Drills, Reply};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::{json, Value};
 
 use crate::args::DrillCmd;
-use crate::client::{self, ApiError, Client};
+use crate::client::{ApiError, Client};
 use crate::exit::{self, CliError};
 use crate::table::render;
 
 /// The drills' calls through the CLI's client.
 struct ClientApi(Client);
-
-fn answer(a: client::Answer) -> Answer {
-    Answer {
-        status: a.status,
-        replayed: a.replayed,
-        text: a.text,
-        body: a.body,
-    }
-}
 
 fn message(e: ApiError) -> String {
     e.to_string()
@@ -35,65 +26,40 @@ fn message(e: ApiError) -> String {
 
 #[async_trait]
 impl Api for ClientApi {
-    async fn claim(&self, ns: &str, key: &str, body: &Value) -> Result<Answer, String> {
-        self.0
-            .claim(ns, key, body)
-            .await
-            .map(answer)
-            .map_err(message)
+    async fn claim(&self, ns: &str, key: &str, body: &Value) -> Reply {
+        self.0.claim(ns, key, body).await.map_err(message)
     }
 
-    async fn post_key(
-        &self,
-        ns: &str,
-        key: &str,
-        action: &str,
-        body: &Value,
-    ) -> Result<Answer, String> {
+    async fn post_key(&self, ns: &str, key: &str, action: &str, body: &Value) -> Reply {
         let url = self.0.key_url(ns, key, Some(action));
-        self.0.post(url, body).await.map(answer).map_err(message)
+        self.0.post(url, body).await.map_err(message)
     }
 
-    async fn key_action(
-        &self,
-        ns: &str,
-        key: &str,
-        action: &str,
-        body: &Value,
-    ) -> Result<Answer, String> {
+    async fn complete(&self, ns: &str, key: &str, body: &Value) -> Reply {
         self.0
-            .key_action(ns, key, action, body)
+            .key_action(ns, key, "complete", body)
             .await
-            .map(answer)
             .map_err(message)
     }
 
-    async fn get_key(&self, ns: &str, key: &str) -> Result<Answer, String> {
+    async fn get_key(&self, ns: &str, key: &str) -> Reply {
         let url = self.0.key_url(ns, key, None);
-        self.0.get(url).await.map(answer).map_err(message)
+        self.0.get(url).await.map_err(message)
     }
 
-    async fn namespace(&self, ns: &str) -> Result<Answer, String> {
-        self.0.namespace(ns).await.map(answer).map_err(message)
+    async fn namespace(&self, ns: &str) -> Reply {
+        self.0.namespace(ns).await.map_err(message)
     }
 
-    async fn patch_namespace(&self, ns: &str, patch: &Value) -> Result<Answer, String> {
-        self.0
-            .patch_namespace(ns, patch)
-            .await
-            .map(answer)
-            .map_err(message)
+    async fn patch_namespace(&self, ns: &str, patch: &Value) -> Reply {
+        self.0.patch_namespace(ns, patch).await.map_err(message)
     }
 
-    async fn switch_namespace(&self, ns: &str, action: &str) -> Result<Answer, String> {
-        self.0
-            .switch_namespace(ns, action)
-            .await
-            .map(answer)
-            .map_err(message)
+    async fn switch_namespace(&self, ns: &str, action: &str) -> Reply {
+        self.0.switch_namespace(ns, action).await.map_err(message)
     }
 
-    async fn metrics(&self) -> Result<String, String> {
+    async fn metrics(&self) -> Reply<String> {
         let url = self.0.url(&["metrics"]);
         self.0.get_text(url).await.map_err(message)
     }

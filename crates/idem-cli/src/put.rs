@@ -12,7 +12,7 @@ use reqwest::Method;
 use serde_json::Value;
 use url::Url;
 
-use crate::client::{Answer, Client};
+use crate::client::{Answer, AnswerExt, Client};
 use crate::exit::{self, CliError};
 use crate::util::json_arg;
 

@@ -6,7 +6,7 @@ use reqwest::Method;
 use serde_json::{json, Value};
 
 use crate::args::{SourceDeleteCmd, SourceList, SourcePutCmd, SourceTarget};
-use crate::client::Client;
+use crate::client::{AnswerExt, Client};
 use crate::exit::{self, CliError};
 use crate::put::{document, env_value, show, write};
 use crate::table::render;

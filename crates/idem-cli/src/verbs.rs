@@ -8,10 +8,10 @@
 use serde_json::{json, Value};
 
 use crate::args::{
-    ClaimCmd, CompleteCmd, EffectCmd, FailCmd, HeartbeatCmd, KeyTarget, LsCmd, NoteCmd, NsSetCmd,
-    NsTarget, PrepareCmd, ResolveCmd, ReviewCmd, Server,
+    ClaimCmd, CompleteCmd, Conn, EffectCmd, FailCmd, HeartbeatCmd, KeyTarget, LsCmd, NoteCmd,
+    NsSetCmd, NsTarget, PrepareCmd, ResolveCmd, ReviewCmd, Server,
 };
-use crate::client::{Answer, Client};
+use crate::client::{Answer, AnswerExt, Client};
 use crate::exit::{self, CliError};
 use crate::gate::parse_outcome;
 use crate::table::{cell, pairs, render};
@@ -198,6 +198,15 @@ pub async fn effect(cmd: EffectCmd) -> Result<u8, CliError> {
 }
 
 /// Prints a `{state, record}` answer.
+/// Sends `body` as the key action `action` on `target` and prints the state answered.
+async fn state_action(target: &KeyTarget, action: &str, body: &Value) -> Result<u8, CliError> {
+    let ans = client(&target.conn.server)?
+        .key_action(&target.ns, &target.key, action, body)
+        .await?;
+    print_state_answer(&ans, target.conn.json);
+    Ok(exit::OK)
+}
+
 fn print_state_answer(ans: &Answer, json: bool) {
     if json {
         print_raw(ans);
@@ -209,7 +218,6 @@ fn print_state_answer(ans: &Answer, json: bool) {
 }
 
 pub async fn prepare(cmd: PrepareCmd) -> Result<u8, CliError> {
-    let KeyTarget { ns, key, conn } = &cmd.target;
     let p = payload(cmd.payload.as_deref(), cmd.payload_file.as_deref())?
         .ok_or_else(|| CliError::input("give --payload or --payload-file"))?;
     let body = json!({
@@ -217,28 +225,18 @@ pub async fn prepare(cmd: PrepareCmd) -> Result<u8, CliError> {
         "payload": p,
         "approval_required": cmd.approval_required,
     });
-    let ans = client(&conn.server)?
-        .key_action(ns, key, "prepare", &body)
-        .await?;
-    print_state_answer(&ans, conn.json);
-    Ok(exit::OK)
+    state_action(&cmd.target, "prepare", &body).await
 }
 
 pub async fn heartbeat(cmd: HeartbeatCmd) -> Result<u8, CliError> {
-    let KeyTarget { ns, key, conn } = &cmd.target;
     let mut body = json!({ "token": cmd.lease.lease_token });
     if let Some(l) = opt_duration_ms("--lease-for", cmd.lease_for.as_deref())? {
         body["lease_ms"] = json!(l);
     }
-    let ans = client(&conn.server)?
-        .key_action(ns, key, "heartbeat", &body)
-        .await?;
-    print_state_answer(&ans, conn.json);
-    Ok(exit::OK)
+    state_action(&cmd.target, "heartbeat", &body).await
 }
 
 pub async fn complete(cmd: CompleteCmd) -> Result<u8, CliError> {
-    let KeyTarget { ns, key, conn } = &cmd.target;
     let mut body = json!({ "token": cmd.lease.lease_token });
     if let Some(r) = &cmd.result {
         body["result"] = json_arg("--result", r)?;
@@ -249,11 +247,7 @@ pub async fn complete(cmd: CompleteCmd) -> Result<u8, CliError> {
     if let Some(c) = cmd.cost.to_json() {
         body["cost"] = c;
     }
-    let ans = client(&conn.server)?
-        .key_action(ns, key, "complete", &body)
-        .await?;
-    print_state_answer(&ans, conn.json);
-    Ok(exit::OK)
+    state_action(&cmd.target, "complete", &body).await
 }
 
 pub async fn fail(cmd: FailCmd) -> Result<u8, CliError> {
@@ -346,61 +340,57 @@ pub async fn get(t: KeyTarget) -> Result<u8, CliError> {
 
 pub async fn ls(cmd: LsCmd) -> Result<u8, CliError> {
     let NsTarget { ns, conn } = &cmd.target;
-    let c = client(&conn.server)?;
-    let mut url = c.url(&["v1", "namespaces", ns, "keys"]);
-    {
-        let mut q = url.query_pairs_mut();
-        if let Some(s) = &cmd.state {
-            q.append_pair("state", s);
-        }
-        if let Some(l) = cmd.limit {
-            q.append_pair("limit", &l.to_string());
-        }
-        if let Some(cur) = &cmd.cursor {
-            q.append_pair("cursor", cur);
-        }
-        if let Some(o) = &cmd.owner {
-            q.append_pair("owner", o);
-        }
-        if let Some(c) = &cmd.correlation_id {
-            q.append_pair("correlation_id", c);
-        }
-    }
-    if url.query() == Some("") {
-        url.set_query(None);
-    }
-    let ans = c.get(url).await?.ok()?;
-    if conn.json {
-        print_raw(&ans);
-        return Ok(exit::OK);
-    }
-    print_records(
-        &ans.body,
-        &["KEY", "STATE", "ATTEMPT", "UPDATED", "OWNER", "LAST ERROR"],
-    );
-    Ok(exit::OK)
+    let limit = cmd.limit.map(|l| l.to_string());
+    let query = [
+        ("state", cmd.state.as_deref()),
+        ("limit", limit.as_deref()),
+        ("cursor", cmd.cursor.as_deref()),
+        ("owner", cmd.owner.as_deref()),
+        ("correlation_id", cmd.correlation_id.as_deref()),
+    ];
+    let headers = ["KEY", "STATE", "ATTEMPT", "UPDATED", "OWNER", "LAST ERROR"];
+    list_records(conn, &["v1", "namespaces", ns, "keys"], &query, &headers).await
 }
 
 pub async fn review(cmd: ReviewCmd) -> Result<u8, CliError> {
-    let conn = &cmd.conn;
+    let limit = cmd.limit.map(|l| l.to_string());
+    let query = [
+        ("namespace", cmd.namespace.as_deref()),
+        ("state", cmd.state.as_deref()),
+        ("owner", cmd.owner.as_deref()),
+        ("correlation_id", cmd.correlation_id.as_deref()),
+        ("cursor", cmd.cursor.as_deref()),
+        ("limit", limit.as_deref()),
+    ];
+    let headers = [
+        "NAMESPACE",
+        "KEY",
+        "STATE",
+        "ATTEMPT",
+        "SINCE",
+        "OWNER",
+        "LAST ERROR",
+    ];
+    list_records(&cmd.conn, &["v1", "review"], &query, &headers).await
+}
+
+/// GETs the page of records at `path` with the `query` parameters that are given, and prints
+/// it raw (`--json`) or as a table of `headers`.
+async fn list_records(
+    conn: &Conn,
+    path: &[&str],
+    query: &[(&str, Option<&str>)],
+    headers: &[&str],
+) -> Result<u8, CliError> {
     let c = client(&conn.server)?;
-    let mut url = c.url(&["v1", "review"]);
+    let mut url = c.url(path);
     {
         let mut q = url.query_pairs_mut();
-        for (name, v) in [
-            ("namespace", &cmd.namespace),
-            ("state", &cmd.state),
-            ("owner", &cmd.owner),
-            ("correlation_id", &cmd.correlation_id),
-            ("cursor", &cmd.cursor),
-        ] {
+        for (name, v) in query {
             if let Some(v) = v {
                 q.append_pair(name, v);
             }
         }
-        if let Some(l) = cmd.limit {
-            q.append_pair("limit", &l.to_string());
-        }
     }
     if url.query() == Some("") {
         url.set_query(None);
@@ -410,18 +400,7 @@ pub async fn review(cmd: ReviewCmd) -> Result<u8, CliError> {
         print_raw(&ans);
         return Ok(exit::OK);
     }
-    print_records(
-        &ans.body,
-        &[
-            "NAMESPACE",
-            "KEY",
-            "STATE",
-            "ATTEMPT",
-            "SINCE",
-            "OWNER",
-            "LAST ERROR",
-        ],
-    );
+    print_records(&ans.body, headers);
     Ok(exit::OK)
 }
 
@@ -457,7 +436,6 @@ fn print_records(body: &Value, headers: &[&str]) {
 }
 
 pub async fn resolve(cmd: ResolveCmd) -> Result<u8, CliError> {
-    let KeyTarget { ns, key, conn } = &cmd.target;
     let mut body = json!({ "action": cmd.action, "note": cmd.note });
     if let Some(e) = &cmd.external_ref {
         body["external_ref"] = json!(e);
@@ -465,25 +443,16 @@ pub async fn resolve(cmd: ResolveCmd) -> Result<u8, CliError> {
     if let Some(r) = &cmd.result {
         body["result"] = json_arg("--result", r)?;
     }
-    let ans = client(&conn.server)?
-        .key_action(ns, key, "resolve", &body)
-        .await?;
-    print_state_answer(&ans, conn.json);
-    Ok(exit::OK)
+    state_action(&cmd.target, "resolve", &body).await
 }
 
 /// approve / reject
 pub async fn note_action(cmd: NoteCmd, action: &str) -> Result<u8, CliError> {
-    let KeyTarget { ns, key, conn } = &cmd.target;
     let mut body = json!({});
     if let Some(n) = &cmd.note {
         body["note"] = json!(n);
     }
-    let ans = client(&conn.server)?
-        .key_action(ns, key, action, &body)
-        .await?;
-    print_state_answer(&ans, conn.json);
-    Ok(exit::OK)
+    state_action(&cmd.target, action, &body).await
 }
 
 /// A policy value; `*_ms` durations also in human form (`2592000000 (30days)`).

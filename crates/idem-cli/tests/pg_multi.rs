@@ -18,7 +18,8 @@ use std::process::{Child, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use idem_intake::sign::{sign, Delivery};
+use idem_bench::history::{content_length, status_code};
+use idem_intake::sign::{now_ms, sign, Delivery};
 use idem_intake::Provider;
 use idem_testkit::cluster::Cluster;
 use idem_testkit::pg::{admin_url_or_skip, PgDb};
@@ -47,6 +48,15 @@ struct Serve {
 }
 
 impl Serve {
+    /// Three instances, `idem-a`, `idem-b` and `idem-c`, on one database.
+    async fn three(db_url: &str) -> [Serve; 3] {
+        [
+            Serve::start("idem-a", db_url).await,
+            Serve::start("idem-b", db_url).await,
+            Serve::start("idem-c", db_url).await,
+        ]
+    }
+
     async fn start(name: &str, db_url: &str) -> Serve {
         let dir = tempfile::tempdir().expect("tempdir for the server log");
         let log = dir.path().join(format!("{name}.log"));
@@ -190,11 +200,7 @@ async fn three_instances_one_database_one_acquirer_per_key() {
         return;
     };
     let db = PgDb::create_on(&admin);
-    let servers = Arc::new(vec![
-        Serve::start("idem-a", db.url()).await,
-        Serve::start("idem-b", db.url()).await,
-        Serve::start("idem-c", db.url()).await,
-    ]);
+    let servers = Arc::new(Vec::from(Serve::three(db.url()).await));
     let http = client();
     const KEYS: usize = 20;
     const CLAIMS: usize = 200;
@@ -491,19 +497,9 @@ fn stripe_event(
     id: &str,
 ) -> reqwest::RequestBuilder {
     let body = format!(r#"{{"id":"{id}","type":"charge.succeeded","data":{{"amount":100}}}}"#);
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64);
     let headers = sign(&Delivery {
-        provider: Provider::Stripe,
-        secret: STRIPE_SECRET,
-        body: body.as_bytes(),
-        at_ms: now_ms,
-        method: "POST",
-        public_url: None,
-        content_type: Some("application/json"),
-        hmac: None,
         id,
+        ..Delivery::json_post(Provider::Stripe, STRIPE_SECRET, body.as_bytes(), now_ms())
     })
     .expect("a Stripe delivery signs");
     let mut req = http
@@ -752,20 +748,8 @@ async fn raw_post(
         }
     }
     let head = String::from_utf8_lossy(&head).into_owned();
-    let status: u16 = head
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .ok_or("bad status line")?;
-    let len: usize = head
-        .lines()
-        .find_map(|l| {
-            let (k, v) = l.split_once(':')?;
-            k.eq_ignore_ascii_case("content-length")
-                .then(|| v.trim().parse().ok())?
-        })
-        .unwrap_or(0);
-    let mut body = vec![0u8; len];
+    let status = status_code(&head).ok_or("bad status line")?;
+    let mut body = vec![0u8; content_length(&head)];
     s.read_exact(&mut body)
         .await
         .map_err(|e| format!("read body: {e}"))?;
@@ -861,6 +845,23 @@ async fn load_client(
     t
 }
 
+/// A private cluster for an outage test (none where the server binaries are missing, which
+/// CI must have) and how long to stop it: `IDEM_OUTAGE_SECS`, 10 by default.
+fn outage_cluster() -> Option<(Cluster, Duration)> {
+    let Some(cluster) = Cluster::create() else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must have the PostgreSQL server binaries for the outage test"
+        );
+        return None;
+    };
+    let down_for: Duration = std::env::var("IDEM_OUTAGE_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .map_or(Duration::from_secs(10), Duration::from_secs);
+    Some((cluster, down_for))
+}
+
 /// Three instances on one private cluster, 16 keep-alive clients, PostgreSQL stopped for 10 s
 /// (`-m immediate`) and started again: every request gets an answer on a connection that
 /// stays usable (no drop), every 503 is `store_unavailable`, service comes back without a
@@ -871,21 +872,11 @@ async fn outage_under_keep_alive_load_answers_every_request() {
     if admin_url_or_skip("outage_under_keep_alive_load_answers_every_request").is_none() {
         return;
     }
-    let Some(cluster) = Cluster::create() else {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI must have the PostgreSQL server binaries for the outage test"
-        );
+    let Some((cluster, down_for)) = outage_cluster() else {
         return;
     };
-    let down_for: Duration = std::env::var("IDEM_OUTAGE_SECS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .map_or(Duration::from_secs(10), Duration::from_secs);
     let db = PgDb::create_on(&cluster.admin_url());
-    let a = Serve::start("idem-a", db.url()).await;
-    let b = Serve::start("idem-b", db.url()).await;
-    let c = Serve::start("idem-c", db.url()).await;
+    let [a, b, c] = Serve::three(db.url()).await;
     let stop = Arc::new(AtomicBool::new(false));
     let restarted = Arc::new(std::sync::Mutex::new(None::<Instant>));
     let mut tasks = tokio::task::JoinSet::new();
@@ -1010,23 +1001,11 @@ async fn history_holds_across_a_postgres_outage() {
     if admin_url_or_skip("history_holds_across_a_postgres_outage").is_none() {
         return;
     }
-    let Some(cluster) = Cluster::create() else {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI must have the PostgreSQL server binaries for the outage test"
-        );
+    let Some((cluster, down_for)) = outage_cluster() else {
         return;
     };
-    let down_for: Duration = std::env::var("IDEM_OUTAGE_SECS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .map_or(Duration::from_secs(10), Duration::from_secs);
     let db = PgDb::create_on(&cluster.admin_url());
-    let servers = [
-        Serve::start("idem-a", db.url()).await,
-        Serve::start("idem-b", db.url()).await,
-        Serve::start("idem-c", db.url()).await,
-    ];
+    let servers = Serve::three(db.url()).await;
     let addrs: Vec<String> = servers
         .iter()
         .map(|s| s.url.trim_start_matches("http://").to_owned())

@@ -49,38 +49,29 @@ impl Answer {
     }
 }
 
+/// What an [`Api`] call answers: the answer, or the message to report.
+pub type Reply<T = Answer> = Result<T, String>;
+
 /// The calls the drills make to the idem v1 API. An error is the message to report (it must
 /// never carry the bearer token).
 #[async_trait]
 pub trait Api: Send + Sync {
     /// `POST …/keys/{key}/claim`: an answer without an `outcome` is an error.
-    async fn claim(&self, ns: &str, key: &str, body: &Value) -> Result<Answer, String>;
+    async fn claim(&self, ns: &str, key: &str, body: &Value) -> Reply;
     /// `POST …/keys/{key}/{action}`, whatever the status.
-    async fn post_key(
-        &self,
-        ns: &str,
-        key: &str,
-        action: &str,
-        body: &Value,
-    ) -> Result<Answer, String>;
-    /// `POST …/keys/{key}/{action}`; an answer that is not 2xx is an error (its problem).
-    async fn key_action(
-        &self,
-        ns: &str,
-        key: &str,
-        action: &str,
-        body: &Value,
-    ) -> Result<Answer, String>;
+    async fn post_key(&self, ns: &str, key: &str, action: &str, body: &Value) -> Reply;
+    /// `POST …/keys/{key}/complete`; an answer that is not 2xx is an error (its problem).
+    async fn complete(&self, ns: &str, key: &str, body: &Value) -> Reply;
     /// `GET …/keys/{key}`, whatever the status.
-    async fn get_key(&self, ns: &str, key: &str) -> Result<Answer, String>;
+    async fn get_key(&self, ns: &str, key: &str) -> Reply;
     /// `GET /v1/namespaces/{ns}` (2xx required).
-    async fn namespace(&self, ns: &str) -> Result<Answer, String>;
+    async fn namespace(&self, ns: &str) -> Reply;
     /// `PATCH /v1/namespaces/{ns}` (2xx required).
-    async fn patch_namespace(&self, ns: &str, patch: &Value) -> Result<Answer, String>;
+    async fn patch_namespace(&self, ns: &str, patch: &Value) -> Reply;
     /// `POST /v1/namespaces/{ns}/pause` or `/resume` (2xx required).
-    async fn switch_namespace(&self, ns: &str, action: &str) -> Result<Answer, String>;
+    async fn switch_namespace(&self, ns: &str, action: &str) -> Reply;
     /// The text of `GET /metrics` (2xx required).
-    async fn metrics(&self) -> Result<String, String>;
+    async fn metrics(&self) -> Reply<String>;
 }
 
 /// The stand-in for the destination: counts side effects.

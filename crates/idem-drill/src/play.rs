@@ -147,12 +147,7 @@ impl<'a> Play<'a> {
     /// A completion with `tok` that must be accepted.
     pub(crate) async fn complete(&self, tok: &str, result: Value) -> Result<(), String> {
         self.api
-            .key_action(
-                &self.ns,
-                self.key,
-                "complete",
-                &json!({"token": tok, "result": result}),
-            )
+            .complete(&self.ns, self.key, &json!({"token": tok, "result": result}))
             .await
             .map(drop)
             .map_err(|e| format!("complete: {e}"))

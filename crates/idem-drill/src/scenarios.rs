@@ -158,7 +158,7 @@ async fn concurrent_duplicates(p: &mut Play<'_>) -> Result<(), String> {
             if o == "acquired" {
                 dest.send();
                 let body = json!({"token": token(&a), "result": {"charge": "ch_1"}});
-                api.key_action(&ns, key, "complete", &body).await?;
+                api.complete(&ns, key, &body).await?;
             }
             Ok::<String, String>(o)
         }));

@@ -7,12 +7,11 @@ use idem_core::egress::{AddrClass, AllowEntry};
 
 use super::*;
 
+/// A policy opening the `allow` entries (and the private ranges with `private`).
 fn policy(allow: &[&str], private: bool) -> EgressPolicy {
+    let entries = allow.iter().map(|a| AllowEntry::parse(a).expect("entry"));
     EgressPolicy {
-        allow: allow
-            .iter()
-            .map(|a| AllowEntry::parse(a).expect("entry"))
-            .collect(),
+        allow: entries.collect(),
         allow_private: private,
     }
 }
@@ -210,11 +209,7 @@ async fn a_name_that_does_not_resolve_is_not_forbidden_but_nothing_is_sent() {
 async fn sends_to_the_checked_address_never_follows_redirects_and_caps_bodies() {
     let (port, hits) = destination().await;
     let e = egress(1024);
-    let p = policy(&[&format!("127.0.0.1:{port}")], false);
-    let t = e
-        .check(&p, &format!("http://127.0.0.1:{port}/redirect"))
-        .await
-        .expect("allowed");
+    let t = allowed(&e, &format!("http://127.0.0.1:{port}/redirect")).await;
     match e.send(&t, get(5000)).await {
         Outcome::Answered(a) => {
             assert_eq!(a.status, 302);
@@ -230,10 +225,7 @@ async fn sends_to_the_checked_address_never_follows_redirects_and_caps_bodies() 
         1,
         "the redirect was not followed"
     );
-    let t = e
-        .check(&p, &format!("http://127.0.0.1:{port}/big"))
-        .await
-        .expect("allowed");
+    let t = allowed(&e, &format!("http://127.0.0.1:{port}/big")).await;
     match e.send(&t, get(5000)).await {
         Outcome::Answered(a) => {
             assert_eq!(a.body.len(), 1024);
@@ -330,30 +322,10 @@ fn debug_never_shows_a_header_value() {
 }
 
 /// An HTTPS destination on 127.0.0.1 with a certificate for `localhost` from a fresh CA;
-/// returns (port, CA PEM, requests answered).
-async fn https_destination() -> (u16, String, Arc<AtomicUsize>) {
-    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+/// returns (port, CA file, requests answered).
+async fn https_destination() -> (u16, std::path::PathBuf, Arc<AtomicUsize>) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("params");
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca =
-        CertifiedIssuer::self_signed(ca_params, KeyPair::generate().expect("key")).expect("CA");
-    let key = KeyPair::generate().expect("key");
-    let cert = CertificateParams::new(vec!["localhost".to_owned()])
-        .expect("params")
-        .signed_by(&key, &ca)
-        .expect("sign");
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let server = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .expect("versions")
-        .with_no_client_auth()
-        .with_single_cert(
-            vec![cert.der().clone()],
-            rustls::pki_types::PrivateKeyDer::try_from(key.serialize_der()).expect("key der"),
-        )
-        .expect("server config");
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server));
+    let (acceptor, ca_file) = tls_acceptor(&[], "https");
     let l = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
@@ -385,23 +357,15 @@ async fn https_destination() -> (u16, String, Arc<AtomicUsize>) {
             });
         }
     });
-    (port, ca.pem(), n)
+    (port, ca_file, n)
 }
 
 #[tokio::test]
 async fn https_trusts_the_extra_ca_and_a_tls_failure_is_nothing_sent() {
-    let (port, ca_pem, n) = https_destination().await;
-    let dir = std::env::temp_dir().join(format!("idem-egress-https-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("dir");
-    let ca_file = dir.join("ca.pem");
-    std::fs::write(&ca_file, ca_pem).expect("write");
+    let (port, ca_file, n) = https_destination().await;
     let p = policy(&[&format!("localhost:{port}")], false);
     let url = format!("https://localhost:{port}/charge");
-    let trusting = Egress::new(&EgressOptions {
-        extra_ca: Some(ca_file),
-        ..Default::default()
-    })
-    .expect("client");
+    let trusting = trusting_client(ca_file);
     let t = trusting.check(&p, &url).await.expect("allowed");
     match trusting.send(&t, get(5000)).await {
         Outcome::Answered(a) => assert_eq!((a.status, a.body.as_slice()), (201, &b"ok"[..])),
@@ -482,6 +446,30 @@ fn counting(
     seen
 }
 
+/// A counting destination (over TLS with `tls`) on a fresh port of 127.0.0.1; returns the
+/// port and what the destination saw.
+async fn counting_on_loopback(tls: Option<tokio_rustls::TlsAcceptor>) -> (u16, Arc<Seen>) {
+    let l = loopback("127.0.0.1", 0).await;
+    let port = l.local_addr().expect("addr").port();
+    (port, counting(l, tls))
+}
+
+/// One port on two loopback addresses, 127.0.0.1 (A) and 127.0.0.2 (B), a counting
+/// destination on each; returns the port and what A and B saw.
+async fn one_port_two_addresses() -> (u16, Arc<Seen>, Arc<Seen>) {
+    let a = loopback("127.0.0.1", 0).await;
+    let port = a.local_addr().expect("addr").port();
+    let b = loopback("127.0.0.2", port).await;
+    (port, counting(a, None), counting(b, None))
+}
+
+/// `e`'s target for `url`, checked under a policy that opens exactly the URL's host and port.
+async fn allowed(e: &Egress, url: &str) -> Target {
+    let host_port = url.split('/').nth(2).expect("host and port");
+    let p = policy(&[host_port], false);
+    e.check(&p, url).await.expect("allowed")
+}
+
 async fn loopback(ip: &str, port: u16) -> tokio::net::TcpListener {
     tokio::net::TcpListener::bind((ip, port))
         .await
@@ -497,9 +485,7 @@ fn answered_ok(o: Outcome) {
 
 #[tokio::test]
 async fn sequential_requests_to_one_destination_reuse_one_connection() {
-    let l = loopback("127.0.0.1", 0).await;
-    let port = l.local_addr().expect("addr").port();
-    let seen = counting(l, None);
+    let (port, seen) = counting_on_loopback(None).await;
     let e = egress(1024);
     let p = policy(&[&format!("127.0.0.1:{port}")], false);
     for i in 0..5 {
@@ -524,19 +510,12 @@ async fn sequential_requests_to_one_destination_reuse_one_connection() {
 
 #[tokio::test]
 async fn no_idle_connections_kept_means_one_connection_per_request() {
-    let l = loopback("127.0.0.1", 0).await;
-    let port = l.local_addr().expect("addr").port();
-    let seen = counting(l, None);
-    let e = Egress::new(&EgressOptions {
+    let (port, seen) = counting_on_loopback(None).await;
+    let e = with_options(EgressOptions {
         pool_max_idle_per_host: 0,
         ..Default::default()
-    })
-    .expect("client");
-    let p = policy(&[&format!("127.0.0.1:{port}")], false);
-    let t = e
-        .check(&p, &format!("http://127.0.0.1:{port}/"))
-        .await
-        .expect("allowed");
+    });
+    let t = allowed(&e, &format!("http://127.0.0.1:{port}/")).await;
     for _ in 0..3 {
         answered_ok(e.send(&t, get(5000)).await);
     }
@@ -545,19 +524,12 @@ async fn no_idle_connections_kept_means_one_connection_per_request() {
 
 #[tokio::test]
 async fn an_idle_connection_is_closed_after_the_idle_timeout() {
-    let l = loopback("127.0.0.1", 0).await;
-    let port = l.local_addr().expect("addr").port();
-    let seen = counting(l, None);
-    let e = Egress::new(&EgressOptions {
+    let (port, seen) = counting_on_loopback(None).await;
+    let e = with_options(EgressOptions {
         pool_idle_timeout: Duration::from_millis(200),
         ..Default::default()
-    })
-    .expect("client");
-    let p = policy(&[&format!("127.0.0.1:{port}")], false);
-    let t = e
-        .check(&p, &format!("http://127.0.0.1:{port}/"))
-        .await
-        .expect("allowed");
+    });
+    let t = allowed(&e, &format!("http://127.0.0.1:{port}/")).await;
     answered_ok(e.send(&t, get(5000)).await);
     answered_ok(e.send(&t, get(5000)).await);
     assert_eq!(seen.connections(), 1);
@@ -569,10 +541,7 @@ async fn an_idle_connection_is_closed_after_the_idle_timeout() {
 #[tokio::test]
 async fn a_name_whose_check_passes_other_addresses_never_uses_the_old_connection() {
     // One port on two loopback addresses: the same URL, two destinations.
-    let a = loopback("127.0.0.1", 0).await;
-    let port = a.local_addr().expect("addr").port();
-    let b = loopback("127.0.0.2", port).await;
-    let (at_a, at_b) = (counting(a, None), counting(b, None));
+    let (port, at_a, at_b) = one_port_two_addresses().await;
     let e = egress(1024);
     let url = format!("http://pinned.test:{port}/charge");
     let (addr_a, addr_b): (SocketAddr, SocketAddr) = (
@@ -606,10 +575,7 @@ async fn a_name_whose_check_passes_other_addresses_never_uses_the_old_connection
 
 #[tokio::test]
 async fn an_address_a_policy_refuses_is_never_reached_through_a_kept_connection() {
-    let a = loopback("127.0.0.1", 0).await;
-    let port = a.local_addr().expect("addr").port();
-    let b = loopback("127.0.0.2", port).await;
-    let (at_a, at_b) = (counting(a, None), counting(b, None));
+    let (port, at_a, at_b) = one_port_two_addresses().await;
     let e = egress(1024);
     let url = format!("http://pinned.test:{port}/charge");
     let resolved: Vec<SocketAddr> = vec![
@@ -651,21 +617,14 @@ async fn an_address_a_policy_refuses_is_never_reached_through_a_kept_connection(
 
 #[tokio::test]
 async fn kept_clients_are_bounded_and_the_least_recently_used_is_dropped() {
-    let e = Egress::new(&EgressOptions {
+    let e = with_options(EgressOptions {
         pool_max_clients: 2,
         ..Default::default()
-    })
-    .expect("client");
+    });
     let mut dests = Vec::new();
     for _ in 0..4 {
-        let l = loopback("127.0.0.1", 0).await;
-        let port = l.local_addr().expect("addr").port();
-        let seen = counting(l, None);
-        let p = policy(&[&format!("127.0.0.1:{port}")], false);
-        let t = e
-            .check(&p, &format!("http://127.0.0.1:{port}/"))
-            .await
-            .expect("allowed");
+        let (port, seen) = counting_on_loopback(None).await;
+        let t = allowed(&e, &format!("http://127.0.0.1:{port}/")).await;
         answered_ok(e.send(&t, get(5000)).await);
         assert!(e.pool.len() <= 2, "{}", e.pool.len());
         dests.push((t, seen));
@@ -677,6 +636,19 @@ async fn kept_clients_are_bounded_and_the_least_recently_used_is_dropped() {
     answered_ok(e.send(&dests[0].0, get(5000)).await);
     assert_eq!(dests[0].1.connections(), 2);
     assert_eq!(e.pool.len(), 2);
+}
+
+/// A client made with `options`.
+fn with_options(options: EgressOptions) -> Egress {
+    Egress::new(&options).expect("client")
+}
+
+/// A client trusting the extra CA in `ca_file`.
+fn trusting_client(ca_file: std::path::PathBuf) -> Egress {
+    with_options(EgressOptions {
+        extra_ca: Some(ca_file),
+        ..Default::default()
+    })
 }
 
 /// A TLS acceptor for `localhost` from a fresh CA offering `alpn`; returns it and the CA
@@ -713,14 +685,8 @@ fn tls_acceptor(alpn: &[&[u8]], tag: &str) -> (tokio_rustls::TlsAcceptor, std::p
 #[tokio::test]
 async fn https_uses_http2_when_offered_on_one_kept_connection() {
     let (acceptor, ca_file) = tls_acceptor(&[b"h2", b"http/1.1"], "h2");
-    let l = loopback("127.0.0.1", 0).await;
-    let port = l.local_addr().expect("addr").port();
-    let seen = counting(l, Some(acceptor));
-    let e = Egress::new(&EgressOptions {
-        extra_ca: Some(ca_file),
-        ..Default::default()
-    })
-    .expect("client");
+    let (port, seen) = counting_on_loopback(Some(acceptor)).await;
+    let e = trusting_client(ca_file);
     let p = policy(&[&format!("localhost:{port}")], false);
     for _ in 0..3 {
         let t = e
@@ -736,19 +702,9 @@ async fn https_uses_http2_when_offered_on_one_kept_connection() {
 #[tokio::test]
 async fn https_keeps_http1_connections_where_h2_is_not_offered() {
     let (acceptor, ca_file) = tls_acceptor(&[b"http/1.1"], "h1");
-    let l = loopback("127.0.0.1", 0).await;
-    let port = l.local_addr().expect("addr").port();
-    let seen = counting(l, Some(acceptor));
-    let e = Egress::new(&EgressOptions {
-        extra_ca: Some(ca_file),
-        ..Default::default()
-    })
-    .expect("client");
-    let p = policy(&[&format!("localhost:{port}")], false);
-    let t = e
-        .check(&p, &format!("https://localhost:{port}/charge"))
-        .await
-        .expect("allowed");
+    let (port, seen) = counting_on_loopback(Some(acceptor)).await;
+    let e = trusting_client(ca_file);
+    let t = allowed(&e, &format!("https://localhost:{port}/charge")).await;
     for _ in 0..3 {
         answered_ok(e.send(&t, get(5000)).await);
     }

@@ -25,6 +25,31 @@ pub struct Delivery<'a> {
     pub id: &'a str,
 }
 
+impl<'a> Delivery<'a> {
+    /// A JSON `POST` of `body` for `provider`, signed with `secret` at `at_ms` (no public URL,
+    /// HMAC scheme or id).
+    pub fn json_post(provider: Provider, secret: &'a str, body: &'a [u8], at_ms: i64) -> Self {
+        Delivery {
+            provider,
+            secret,
+            body,
+            at_ms,
+            method: "POST",
+            public_url: None,
+            content_type: Some("application/json"),
+            hmac: None,
+            id: "",
+        }
+    }
+}
+
+/// The current time in unix milliseconds, as a delivery signed now carries it.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
 /// The headers a provider would send with `d` (names as the providers spell them); `None`
 /// when the delivery cannot be signed (a Standard Webhooks secret that does not decode, no
 /// `public_url` for HubSpot/Twilio, no scheme for `hmac`).

@@ -1,22 +1,14 @@
 //! Event ids, keys, batch splitting and Slack's challenge.
 
-use http::{HeaderMap, HeaderName, HeaderValue};
+mod common;
+
+use common::headers;
+use http::{HeaderMap, HeaderValue};
 use idem_intake::{
     held_key, key_for_event_id, read_events, slack_challenge, valid_pointer, EventIdRule,
     IncomingEvent, Provider,
 };
 use sha2::{Digest, Sha256};
-
-fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
-    let mut h = HeaderMap::new();
-    for (k, v) in pairs {
-        h.append(
-            HeaderName::from_bytes(k.as_bytes()).expect("name"),
-            HeaderValue::from_str(v).expect("value"),
-        );
-    }
-    h
-}
 
 fn sha(b: &[u8]) -> String {
     hex::encode(Sha256::digest(b))

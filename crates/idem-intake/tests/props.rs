@@ -2,6 +2,9 @@
 //! body fails, any secret of the list passes, tolerance edges to the millisecond, and the
 //! parsers are total (arbitrary headers and bodies never panic).
 
+mod common;
+
+use common::{headers, timed};
 use http::{HeaderMap, HeaderName, HeaderValue};
 use idem_intake::sign::{sign, Delivery};
 use idem_intake::{
@@ -43,17 +46,6 @@ fn secret_for(p: Provider, seed: &[u8]) -> String {
     }
 }
 
-fn timed(p: Provider) -> bool {
-    matches!(
-        p,
-        Provider::Stripe
-            | Provider::StandardWebhooks
-            | Provider::Slack
-            | Provider::Hubspot
-            | Provider::Hmac
-    )
-}
-
 fn signed(p: Provider, secret: &str, body: &[u8], at_ms: i64, s: &HmacScheme) -> HeaderMap {
     let d = Delivery {
         provider: p,
@@ -67,13 +59,7 @@ fn signed(p: Provider, secret: &str, body: &[u8], at_ms: i64, s: &HmacScheme) ->
         hmac: Some(s),
         id: "msg_1",
     };
-    let mut h = HeaderMap::new();
-    for (k, v) in sign(&d).expect("signable") {
-        h.append(
-            HeaderName::from_bytes(k.as_bytes()).expect("name"),
-            HeaderValue::from_str(&v).expect("value"),
-        );
-    }
+    let mut h = headers(&sign(&d).expect("signable"));
     h.insert("content-type", HeaderValue::from_static("application/json"));
     h
 }

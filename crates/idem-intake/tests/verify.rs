@@ -1,6 +1,9 @@
 //! Signature verification: known answers from the providers' documents and libraries, every
 //! refusal path, rotation, tolerance edges, header oddities.
 
+mod common;
+
+use common::{headers, timed};
 use http::{HeaderMap, HeaderName, HeaderValue};
 use idem_intake::sign::{sign, Delivery};
 use idem_intake::{
@@ -10,25 +13,6 @@ use idem_intake::{
 
 const NOW_MS: i64 = 1_700_000_000_000;
 const TOL: i64 = 300_000;
-
-fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
-    let mut h = HeaderMap::new();
-    for (k, v) in pairs {
-        h.append(
-            HeaderName::from_bytes(k.as_bytes()).expect("name"),
-            HeaderValue::from_str(v).expect("value"),
-        );
-    }
-    h
-}
-
-fn owned(pairs: &[(String, String)]) -> HeaderMap {
-    let v: Vec<(&str, &str)> = pairs
-        .iter()
-        .map(|(a, b)| (a.as_str(), b.as_str()))
-        .collect();
-    headers(&v)
-}
 
 struct Src {
     provider: Provider,
@@ -222,19 +206,7 @@ fn signed(src: &Src, secret: &str, body: &[u8], at_ms: i64) -> HeaderMap {
         hmac: src.hmac.as_ref(),
         id: "evt_1",
     };
-    owned(&sign(&d).expect("signable"))
-}
-
-/// Whether a provider signs a timestamp.
-fn timed(p: Provider) -> bool {
-    matches!(
-        p,
-        Provider::Stripe
-            | Provider::StandardWebhooks
-            | Provider::Slack
-            | Provider::Hubspot
-            | Provider::Hmac
-    )
+    headers(&sign(&d).expect("signable"))
 }
 
 #[test]
@@ -572,7 +544,7 @@ fn twilio_json_bodies_and_port_variants() {
         hmac: None,
         id: "",
     };
-    let mut h = owned(&sign(&d).expect("sign"));
+    let mut h = headers(&sign(&d).expect("sign"));
     h.insert("content-type", HeaderValue::from_static("application/json"));
     assert_eq!(src.check("POST", &h, body, NOW_MS), Ok(()));
     // The body hash is part of what was signed.

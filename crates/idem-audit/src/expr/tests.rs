@@ -84,14 +84,12 @@ fn field_refs_and_js_assignments() {
     );
     assert_eq!(refs[2].field, "k2");
     let code = "const key = `evt-${$json.body.id}`;\nreturn [{ json: { idem_key: $execution.id + ':x', other: Date.now() } }];";
-    assert_eq!(
-        js_assignment(code, "idem_key").unwrap(),
-        "$execution.id + ':x'"
-    );
-    assert_eq!(
-        js_assignment(code, "key").unwrap(),
-        "`evt-${$json.body.id}`"
-    );
+    for (field, want) in [
+        ("idem_key", "$execution.id + ':x'"),
+        ("key", "`evt-${$json.body.id}`"),
+    ] {
+        assert_eq!(js_assignment(code, field).unwrap(), want, "{field}");
+    }
     assert!(js_assignment(code, "missing").is_none());
     assert!(js_assignment("if (a.key == b) {}", "key").is_none());
 }
@@ -196,17 +194,18 @@ fn js_assignments_shorthand_and_bracket_forms() {
 #[test]
 fn js_locals_and_their_values() {
     let code = "let crypto;\ntry {\n  crypto = require('crypto');\n} catch (e) {}\nconst hash = crypto.createHash('sha256').update(body).digest('hex');\nvar n = 1, m = 2;\nfor (let i = 0; i < 3; i++) {}\nobj.prop = 3;\n$dollar = 4;\nconst f = (x) => x;\nif (hash == 1) {}";
-    assert_eq!(
-        js_local(code, "crypto").as_deref(),
-        Some("require('crypto')")
-    );
-    assert_eq!(
-        js_local(code, "hash").as_deref(),
-        Some("crypto.createHash('sha256').update(body).digest('hex')")
-    );
-    assert_eq!(js_local(code, "n").as_deref(), Some("1"));
-    assert_eq!(js_local(code, "i").as_deref(), Some("0"));
-    assert_eq!(js_local(code, "f").as_deref(), Some("(x) => x"));
+    for (name, want) in [
+        ("crypto", "require('crypto')"),
+        (
+            "hash",
+            "crypto.createHash('sha256').update(body).digest('hex')",
+        ),
+        ("n", "1"),
+        ("i", "0"),
+        ("f", "(x) => x"),
+    ] {
+        assert_eq!(js_local(code, name).as_deref(), Some(want), "{name}");
+    }
     assert!(js_local(code, "m").is_none(), "only the first of a list");
     assert!(
         js_local(code, "prop").is_none(),

@@ -9,7 +9,6 @@ use serde_json::json;
 #[test]
 fn config_actions_and_the_action_verbs() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let db = dir.path().join("idem.db");
     let config = dir.path().join("idem.toml");
     std::fs::write(
         &config,
@@ -31,29 +30,26 @@ fn config_actions_and_the_action_verbs() {
          headers_env = { Authorization = \"MAIL_TOKEN\" }\n",
     )
     .expect("config");
-    let port = crate::helpers::free_port();
-    let addr = format!("127.0.0.1:{port}");
-    let log = std::fs::File::create(dir.path().join("log")).expect("log");
-    let mut child = crate::helpers::idem()
-        .args(["serve", "--listen", &addr, "--db"])
-        .arg(format!("sqlite://{}", db.display()))
-        .arg("--config")
-        .arg(&config)
-        .env("MAIL_TOKEN", "Bearer mail-token-from-env-7777")
-        .stdout(std::process::Stdio::null())
-        .stderr(log)
-        .spawn()
-        .expect("spawn");
-    let url = format!("http://{addr}");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while crate::helpers::http_status(&addr, "/healthz") != Some(200) {
-        assert!(Instant::now() < deadline, "server did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let run = |args: &[&str], env: &[(&str, &str)]| {
-        let mut all: Vec<&str> = args.to_vec();
-        all.extend(["--url", url.as_str()]);
-        crate::helpers::run_with(&all, "", env)
+    let srv = crate::helpers::Server::start_config(
+        dir.path(),
+        &config,
+        &[("MAIL_TOKEN", "Bearer mail-token-from-env-7777")],
+    );
+    let run = |args: &[&str], env: &[(&str, &str)]| srv.idem_with(args, env);
+    // `action put shop NAME --json DOC` with its Authorization header from the variable `var`.
+    let put_with_header = |name: &str, doc: &str, (var, value): (&str, &str)| {
+        let header_env = format!("Authorization={var}");
+        let args = [
+            "action",
+            "put",
+            "shop",
+            name,
+            "--json",
+            doc,
+            "--header-env",
+            &header_env,
+        ];
+        run(&args, &[(var, value)])
     };
     let got = run(&["action", "get", "shop", "notify", "--json"], &[]);
     assert_eq!(got.code, 0, "{got:?}");
@@ -72,19 +68,7 @@ fn config_actions_and_the_action_verbs() {
                          "properties": {"ticket_id": {"type": "string"}}},
         "key": "{ticket_id}:close",
         "deliver": {"mcp": {"url": "https://desk.example/mcp", "tool": "close_ticket"}}}"#;
-    let put = run(
-        &[
-            "action",
-            "put",
-            "shop",
-            "close",
-            "--json",
-            mcp_doc,
-            "--header-env",
-            "Authorization=DESK_KEY",
-        ],
-        &[("DESK_KEY", "Bearer desk_secret_5678")],
-    );
+    let put = put_with_header("close", mcp_doc, ("DESK_KEY", "Bearer desk_secret_5678"));
     assert_eq!(put.code, 0, "{put:?}");
     assert_eq!(put.json()["header_hints"], json!({"Authorization": "5678"}));
     assert!(!put.stdout.contains("desk_secret"), "{put:?}");
@@ -94,18 +78,10 @@ fn config_actions_and_the_action_verbs() {
                          "properties": {"order_id": {"type": "integer"}}},
         "key": "{order_id}:refund", "approval": "required",
         "deliver": {"http": {"method": "POST", "url": "https://pay.example/refunds"}}}"#;
-    let put = run(
-        &[
-            "action",
-            "put",
-            "shop",
-            "refund",
-            "--json",
-            doc,
-            "--header-env",
-            "Authorization=PAY_KEY",
-        ],
-        &[("PAY_KEY", "Bearer sk_test_refund_secret_1234")],
+    let put = put_with_header(
+        "refund",
+        doc,
+        ("PAY_KEY", "Bearer sk_test_refund_secret_1234"),
     );
     assert_eq!(put.code, 0, "{put:?}");
     assert_eq!(put.json()["approval"], "required");
@@ -136,41 +112,12 @@ fn config_actions_and_the_action_verbs() {
     assert_eq!(del.code, 0, "{del:?}");
     let gone = run(&["action", "get", "shop", "refund"], &[]);
     assert_ne!(gone.code, 0, "{gone:?}");
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(srv);
     let log = std::fs::read_to_string(dir.path().join("log")).unwrap_or_default();
     assert!(
         !log.contains("from-env") && !log.contains("refund_secret") && !log.contains("desk_secret"),
         "{log}"
     );
-}
-
-/// A destination on 127.0.0.1 that reads each request, counts it and never answers.
-fn hanging_destination() -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
-    use std::io::Read;
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let port = l.local_addr().expect("addr").port();
-    let n = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let count = n.clone();
-    std::thread::spawn(move || {
-        for conn in l.incoming() {
-            let Ok(mut s) = conn else { continue };
-            let count = count.clone();
-            std::thread::spawn(move || {
-                let mut got = Vec::new();
-                let mut buf = [0u8; 4096];
-                while !got.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match s.read(&mut buf) {
-                        Ok(0) | Err(_) => return,
-                        Ok(k) => got.extend_from_slice(&buf[..k]),
-                    }
-                }
-                count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                std::thread::sleep(Duration::from_secs(60));
-            });
-        }
-    });
-    (port, n)
 }
 
 /// `kill -9` of `idem serve` between sending an action's request and recording its answer:
@@ -182,11 +129,8 @@ fn a_killed_server_leaves_the_action_to_review_never_resends() {
     let dir = tempfile::tempdir().expect("tempdir");
     let db = dir.path().join("idem.db");
     let srv = crate::helpers::Server::start_on(&db);
-    let (port, n) = hanging_destination();
-    let http = reqwest::blocking::Client::builder()
-        .timeout(Duration::from_secs(30))
-        .build()
-        .expect("client");
+    let (port, n) = crate::effect::destination(true);
+    let http = crate::helpers::http_client();
     let r = http
         .patch(format!("{}/v1/namespaces/shop", srv.url))
         .json(&json!({"egress": {"allow": [format!("127.0.0.1:{port}")]}}))
@@ -212,17 +156,7 @@ fn a_killed_server_leaves_the_action_to_review_never_resends() {
     let inflight = std::thread::spawn(move || {
         let _ = c.post(u).json(&body).send();
     });
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while n.load(Ordering::SeqCst) == 0 {
-        assert!(
-            Instant::now() < deadline,
-            "the destination never got the request"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    // kill -9 (Child::kill is SIGKILL) mid-request.
-    drop(srv);
-    let _ = inflight.join();
+    crate::effect::kill_mid_request(&n, srv, inflight);
     let srv = crate::helpers::Server::start_on(&db);
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {

@@ -78,17 +78,8 @@ fn a_malformed_file_exits_2_by_name_and_the_others_are_still_audited() {
         &not_s,
     ]);
     assert_eq!(out.code, 2, "{out:?}");
-    assert!(
-        out.stderr.contains("broken.json: not JSON"),
-        "{}",
-        out.stderr
-    );
-    assert!(
-        out.stderr
-            .contains("package.json: not an n8n workflow: nodes"),
-        "{}",
-        out.stderr
-    );
+    out.assert_stderr_has("broken.json: not JSON");
+    out.assert_stderr_has("package.json: not an n8n workflow: nodes");
     let j = out.json();
     assert_eq!(j["errors"].as_array().expect("errors").len(), 2);
     assert!(j["errors"][0]["file"]

@@ -1,7 +1,7 @@
 //! Database passwords never reach the terminal or the log: start-up lines and connection
 //! errors of `idem serve`, `idem run --db` and `idem token create` show the URL redacted.
 
-use crate::helpers::{free_port, run};
+use crate::helpers::{free_port, run, token_create};
 
 /// Pieces of the passwords used below; none may appear in any output.
 const SECRETS: [&str; 5] = ["Sup3r", "p@ss", "w0rd", "Qu3ry", "12/ss"];
@@ -61,16 +61,7 @@ fn run_and_token_create_errors_hide_the_database_password() {
         assert!(out.stderr.contains("cannot open the ledger"), "{out:?}");
         assert!(out.stdout.is_empty(), "{out:?}");
         assert_hidden(&url, &out);
-        let out = run(&[
-            "token",
-            "create",
-            "--namespace",
-            "*",
-            "--role",
-            "admin",
-            "--db",
-            &url,
-        ]);
+        let out = token_create("*", "admin", &[], &url);
         assert_eq!(out.code, 1, "{url}: {out:?}");
         assert_hidden(&url, &out);
     }

@@ -9,11 +9,11 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::helpers::{run_with, Server};
+use crate::helpers::{http_client as http, run_with, Server};
 
 /// A destination on 127.0.0.1: reads each request, counts it, then answers 201 JSON or, with
 /// `hang`, holds the connection without answering.
-fn destination(hang: bool) -> (u16, Arc<AtomicUsize>) {
+pub(crate) fn destination(hang: bool) -> (u16, Arc<AtomicUsize>) {
     let l = TcpListener::bind("127.0.0.1:0").expect("bind");
     let port = l.local_addr().expect("addr").port();
     let n = Arc::new(AtomicUsize::new(0));
@@ -49,11 +49,23 @@ fn destination(hang: bool) -> (u16, Arc<AtomicUsize>) {
     (port, n)
 }
 
-fn http() -> reqwest::blocking::Client {
-    reqwest::blocking::Client::builder()
-        .timeout(Duration::from_secs(30))
-        .build()
-        .expect("client")
+/// Waits (15 s at the most) until the destination counting in `n` has a request, then kills
+/// `srv` with SIGKILL (what `Child::kill` sends) and lets the `inflight` caller end.
+pub(crate) fn kill_mid_request(
+    n: &AtomicUsize,
+    srv: Server,
+    inflight: std::thread::JoinHandle<()>,
+) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while n.load(Ordering::SeqCst) == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the destination never got the request"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(srv);
+    let _ = inflight.join();
 }
 
 fn allow(server: &str, port: u16) {
@@ -162,17 +174,7 @@ fn a_killed_server_leaves_the_effect_to_review_never_resends() {
     let inflight = std::thread::spawn(move || {
         let _ = http().post(u).json(&b).send();
     });
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while n.load(Ordering::SeqCst) == 0 {
-        assert!(
-            Instant::now() < deadline,
-            "the destination never got the request"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    // kill -9 (Child::kill is SIGKILL) mid-request.
-    drop(srv);
-    let _ = inflight.join();
+    kill_mid_request(&n, srv, inflight);
     let log = std::fs::read_to_string(db.with_extension("log")).unwrap_or_default();
     assert!(!log.contains(secret), "{log}");
     let srv = Server::start_on(&db);

@@ -22,6 +22,11 @@ pub struct Out {
 }
 
 impl Out {
+    /// Asserts that stderr holds `text` (showing stderr if not).
+    pub fn assert_stderr_has(&self, text: &str) {
+        assert!(self.stderr.contains(text), "{}", self.stderr);
+    }
+
     pub fn json(&self) -> serde_json::Value {
         serde_json::from_str(&self.stdout)
             .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {self:?}"))
@@ -52,6 +57,14 @@ pub fn run_with(args: &[&str], stdin: &str, env: &[(&str, &str)]) -> Out {
 
 pub fn run(args: &[&str]) -> Out {
     run_with(args, "", &[])
+}
+
+/// `idem token create --namespace NS --role ROLE EXTRA… --db DB`.
+pub fn token_create(ns: &str, role: &str, extra: &[&str], db: &str) -> Out {
+    let mut args = vec!["token", "create", "--namespace", ns, "--role", role];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["--db", db]);
+    run(&args)
 }
 
 /// Runs `sh -c SCRIPT` with `$IDEM` naming the binary under test (and no idem variables of
@@ -113,12 +126,28 @@ impl Server {
 
     /// On any database URL; the server's stderr goes to `log`.
     pub fn start_url(db_url: &str, log: &Path) -> Server {
+        Server::spawn(&["--db", db_url, "--janitor-interval", "200ms"], &[], log)
+    }
+
+    /// On a fresh SQLite file in `dir` with `--config CONFIG` and the environment `env`; the
+    /// server's stderr goes to `dir/log`.
+    pub fn start_config(dir: &Path, config: &Path, env: &[(&str, &str)]) -> Server {
+        let db_url = format!("sqlite://{}", dir.join("idem.db").display());
+        let config = config.display().to_string();
+        let args = ["--db", db_url.as_str(), "--config", config.as_str()];
+        Server::spawn(&args, env, &dir.join("log"))
+    }
+
+    /// `idem serve --listen <free port> ARGS` with the environment `env`, once it answers
+    /// `/healthz`; its stderr goes to `log`.
+    fn spawn(args: &[&str], env: &[(&str, &str)], log: &Path) -> Server {
         let port = free_port();
         let addr = format!("127.0.0.1:{port}");
         let log_file = std::fs::File::create(log).expect("log file");
         let child = idem()
-            .args(["serve", "--listen", &addr, "--db", db_url])
-            .args(["--janitor-interval", "200ms"])
+            .args(["serve", "--listen", &addr])
+            .args(args)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log_file)
@@ -149,10 +178,15 @@ impl Server {
 
     /// `idem ARGS --url <this server>` (the flag goes before a `--`, if any).
     pub fn idem(&self, args: &[&str]) -> Out {
+        self.idem_with(args, &[])
+    }
+
+    /// `idem ARGS --url <this server>` with the environment `env`.
+    pub fn idem_with(&self, args: &[&str], env: &[(&str, &str)]) -> Out {
         let mut all: Vec<&str> = args.to_vec();
         let at = all.iter().position(|a| *a == "--").unwrap_or(all.len());
         all.splice(at..at, ["--url", self.url.as_str()]);
-        run(&all)
+        run_with(&all, "", env)
     }
 }
 
@@ -204,4 +238,46 @@ impl LocalDb {
             rec.map_or("-".into(), |r| r.record.state.as_str().to_owned())
         })
     }
+}
+
+/// A blocking HTTP client whose requests give up after 30 s.
+pub fn http_client() -> reqwest::blocking::Client {
+    reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .expect("client")
+}
+
+/// POSTs to `url` the Stripe event `id` (`invoice.paid`) signed now with `secret`, with the
+/// `extra` headers; asserts the one event was accepted.
+pub fn post_stripe_event(
+    http: &reqwest::blocking::Client,
+    url: &str,
+    secret: &str,
+    id: &str,
+    extra: &[(&str, &str)],
+) {
+    use idem_intake::sign::{now_ms, sign, Delivery};
+    let body = format!(r#"{{"id":"{id}","type":"invoice.paid"}}"#);
+    let delivery = Delivery::json_post(
+        idem_intake::Provider::Stripe,
+        secret,
+        body.as_bytes(),
+        now_ms(),
+    );
+    let headers = sign(&delivery).expect("signed");
+    let mut req = http
+        .post(url)
+        .header("content-type", "application/json")
+        .body(body);
+    for (k, v) in headers {
+        req = req.header(k, v);
+    }
+    for (k, v) in extra {
+        req = req.header(*k, *v);
+    }
+    let r = req.send().expect("post event");
+    assert_eq!(r.status().as_u16(), 200);
+    let v: serde_json::Value = r.json().expect("json");
+    assert_eq!(v["events"][0]["status"], "accepted", "{v}");
 }

@@ -240,9 +240,5 @@ fn a_missing_key_or_an_unreadable_certificate_stops_the_start() {
         &key_arg,
     ]);
     assert_ne!(out.code, 0, "{out:?}");
-    assert!(
-        out.stderr.contains("/nonexistent/cert.pem"),
-        "{}",
-        out.stderr
-    );
+    out.assert_stderr_has("/nonexistent/cert.pem");
 }

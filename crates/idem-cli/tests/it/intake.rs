@@ -8,11 +8,9 @@ use std::net::TcpListener;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use idem_intake::sign::{sign, Delivery};
-use idem_intake::Provider;
 use serde_json::{json, Value};
 
-use crate::helpers::Server;
+use crate::helpers::{http_client as http, Server};
 
 const SECRET: &str = "whsec_stripe_crash_secret";
 
@@ -64,42 +62,9 @@ fn receiver(hang: usize) -> (u16, Seen) {
     (port, got)
 }
 
-fn http() -> reqwest::blocking::Client {
-    reqwest::blocking::Client::builder()
-        .timeout(Duration::from_secs(30))
-        .build()
-        .expect("client")
-}
-
 fn post_event(srv: &Server, id: &str) {
-    let body = format!(r#"{{"id":"{id}","type":"invoice.paid"}}"#);
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock")
-        .as_millis() as i64;
-    let headers = sign(&Delivery {
-        provider: Provider::Stripe,
-        secret: SECRET,
-        body: body.as_bytes(),
-        at_ms: now,
-        method: "POST",
-        public_url: None,
-        content_type: Some("application/json"),
-        hmac: None,
-        id: "",
-    })
-    .expect("signed");
-    let mut req = http()
-        .post(format!("{}/in/pay", srv.url))
-        .header("content-type", "application/json")
-        .body(body);
-    for (k, v) in headers {
-        req = req.header(k, v);
-    }
-    let r = req.send().expect("post");
-    assert_eq!(r.status().as_u16(), 200);
-    let v: Value = r.json().expect("json");
-    assert_eq!(v["events"][0]["status"], "accepted", "{v}");
+    let url = format!("{}/in/pay", srv.url);
+    crate::helpers::post_stripe_event(&http(), &url, SECRET, id, &[]);
 }
 
 fn state(srv: &Server, key: &str) -> String {
@@ -183,7 +148,6 @@ fn an_acknowledged_event_is_forwarded_after_a_kill_9() {
 #[test]
 fn config_sources_and_the_source_verbs() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let db = dir.path().join("idem.db");
     let config = dir.path().join("idem.toml");
     std::fs::write(
         &config,
@@ -193,34 +157,18 @@ fn config_sources_and_the_source_verbs() {
          secret_env = \"PAY_FORWARD_SECRET\"\n",
     )
     .expect("config");
-    let port = crate::helpers::free_port();
-    let addr = format!("127.0.0.1:{port}");
-    let log = std::fs::File::create(dir.path().join("log")).expect("log");
-    let mut child = crate::helpers::idem()
-        .args(["serve", "--listen", &addr, "--db"])
-        .arg(format!("sqlite://{}", db.display()))
-        .arg("--config")
-        .arg(&config)
-        .env("PAY_SECRET", "whsec_from_the_environment")
-        .env(
-            "PAY_FORWARD_SECRET",
-            "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
-        )
-        .stdout(std::process::Stdio::null())
-        .stderr(log)
-        .spawn()
-        .expect("spawn");
-    let url = format!("http://{addr}");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while crate::helpers::http_status(&addr, "/healthz") != Some(200) {
-        assert!(Instant::now() < deadline, "server did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let run = |args: &[&str], env: &[(&str, &str)]| {
-        let mut all: Vec<&str> = args.to_vec();
-        all.extend(["--url", url.as_str()]);
-        crate::helpers::run_with(&all, "", env)
-    };
+    let srv = crate::helpers::Server::start_config(
+        dir.path(),
+        &config,
+        &[
+            ("PAY_SECRET", "whsec_from_the_environment"),
+            (
+                "PAY_FORWARD_SECRET",
+                "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+            ),
+        ],
+    );
+    let run = |args: &[&str], env: &[(&str, &str)]| srv.idem_with(args, env);
     let got = run(&["source", "get", "pay", "--json"], &[]);
     assert_eq!(got.code, 0, "{got:?}");
     let v = got.json();
@@ -281,8 +229,7 @@ fn config_sources_and_the_source_verbs() {
     assert_eq!(del.code, 0, "{del:?}");
     let gone = run(&["source", "get", "gh"], &[]);
     assert_ne!(gone.code, 0, "{gone:?}");
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(srv);
     let log = std::fs::read_to_string(dir.path().join("log")).unwrap_or_default();
     assert!(
         !log.contains("from_the_environment") && !log.contains("MfKQ"),

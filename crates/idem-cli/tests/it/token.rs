@@ -1,24 +1,13 @@
 //! `idem token create`, `list` and `revoke`.
 
-use crate::helpers::{run, run_with, Server};
+use crate::helpers::{run, run_with, token_create, Server};
 
 #[test]
 fn token_create_prints_only_the_secret_and_the_server_requires_it() {
     let dir = tempfile::tempdir().expect("tempdir");
     let db = dir.path().join("idem.db");
     let db_url = format!("sqlite://{}", db.display());
-    let out = run(&[
-        "token",
-        "create",
-        "--namespace",
-        "*",
-        "--role",
-        "operator",
-        "--label",
-        "ci",
-        "--db",
-        &db_url,
-    ]);
+    let out = token_create("*", "operator", &["--label", "ci"], &db_url);
     assert_eq!(out.code, 0, "{out:?}");
     let secret = out.stdout.strip_suffix('\n').expect("one line");
     assert!(!secret.contains('\n'), "{out:?}");
@@ -48,28 +37,10 @@ fn token_create_prints_only_the_secret_and_the_server_requires_it() {
 fn token_create_rejects_a_bad_namespace() {
     let dir = tempfile::tempdir().expect("tempdir");
     let db = format!("sqlite://{}", dir.path().join("idem.db").display());
-    let out = run(&[
-        "token",
-        "create",
-        "--namespace",
-        "a/b",
-        "--role",
-        "worker",
-        "--db",
-        &db,
-    ]);
+    let out = token_create("a/b", "worker", &[], &db);
     assert_eq!(out.code, 1, "{out:?}");
     assert!(out.stdout.is_empty());
-    let out = run(&[
-        "token",
-        "create",
-        "--namespace",
-        "x",
-        "--role",
-        "root",
-        "--db",
-        &db,
-    ]);
+    let out = token_create("x", "root", &[], &db);
     assert_eq!(out.code, 2, "{out:?}");
 }
 
@@ -80,16 +51,7 @@ fn run_passes_the_api_token_through_and_the_lease_as_idem_lease_token() {
     let dir = tempfile::tempdir().expect("tempdir");
     let db = dir.path().join("idem.db");
     let db_url = format!("sqlite://{}", db.display());
-    let created = run(&[
-        "token",
-        "create",
-        "--namespace",
-        "*",
-        "--role",
-        "operator",
-        "--db",
-        &db_url,
-    ]);
+    let created = token_create("*", "operator", &[], &db_url);
     assert_eq!(created.code, 0, "{created:?}");
     let secret = created.stdout.trim().to_owned();
     let server = Server::start_on(&db);
@@ -132,27 +94,13 @@ fn token_list_and_revoke_manage_tokens_for_people() {
     let db = dir.path().join("idem.db");
     let db_url = format!("sqlite://{}", db.display());
     let create = |role: &str, extra: &[&str]| {
-        let mut args = vec!["token", "create", "--namespace", "*", "--role", role];
-        args.extend_from_slice(extra);
-        args.extend_from_slice(&["--db", &db_url]);
-        let out = run(&args);
+        let out = token_create("*", role, extra, &db_url);
         assert_eq!(out.code, 0, "{out:?}");
         out.stdout.trim().to_owned()
     };
     let admin = create("admin", &[]);
     let worker = create("worker", &["--expires", "90d", "--label", "alice"]);
-    let bad = run(&[
-        "token",
-        "create",
-        "--namespace",
-        "*",
-        "--role",
-        "worker",
-        "--expires",
-        "soon",
-        "--db",
-        &db_url,
-    ]);
+    let bad = token_create("*", "worker", &["--expires", "soon"], &db_url);
     assert_eq!(bad.code, 1, "{bad:?}");
     assert!(bad.stderr.contains("--expires"), "{bad:?}");
 

@@ -36,6 +36,13 @@ impl Span {
     fn attr(&self, name: &str) -> &str {
         self.attributes.get(name).map_or("", String::as_str)
     }
+
+    /// Asserts that each attribute `(name, text)` contains its text.
+    fn assert_attrs(&self, want: &[(&str, &str)]) {
+        for (name, text) in want {
+            assert!(self.attr(name).contains(text), "{name}: {self:?}");
+        }
+    }
 }
 
 /// One request to any path but `/v1/traces`: an alert, an effect, a lookup, a forward.
@@ -309,11 +316,7 @@ fn spans_reach_an_otlp_receiver_under_the_callers_trace_and_alerts_carry_tracepa
         .json(&serde_json::json!({"payload": {"card": "card_QxZ4242vW"}}))
         .send()
         .expect("claim");
-    assert_eq!(claim.status(), 201);
-    let token = claim.json::<serde_json::Value>().expect("json")["token"]
-        .as_str()
-        .expect("token")
-        .to_owned();
+    let token = token_of(claim);
 
     // The request span is a server span whose parent is the caller's span.
     let request = wait_for("the request span", &got, |r| {
@@ -416,11 +419,7 @@ fn without_an_exporter_an_alert_carries_the_callers_traceparent() {
         .json(&serde_json::json!({}))
         .send()
         .expect("claim");
-    assert_eq!(claim.status(), 201);
-    let token = claim.json::<serde_json::Value>().expect("json")["token"]
-        .as_str()
-        .expect("token")
-        .to_owned();
+    let token = token_of(claim);
     let caller = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
     let fail = http
         .post(format!("{key_url}/fail"))
@@ -512,6 +511,29 @@ fn request_span(got: &Mutex<Received>, trace: &str, name: &str) -> Span {
 }
 
 /// The exported span `span_id` of `trace`.
+/// The lease token of a claim, asserted answered 201.
+fn token_of(claim: reqwest::blocking::Response) -> String {
+    assert_eq!(claim.status(), 201);
+    claim.json::<serde_json::Value>().expect("json")["token"]
+        .as_str()
+        .expect("token")
+        .to_owned()
+}
+
+/// The server span `name` of `trace`, asserted a child of `parent` and the parent of `child`.
+fn request_between(
+    got: &Mutex<Received>,
+    trace: &str,
+    name: &str,
+    parent: &str,
+    child: &Span,
+) -> Span {
+    let request = request_span(got, trace, name);
+    assert_eq!(request.parent_span_id, parent, "{request:?}");
+    assert_eq!(child.parent_span_id, request.span_id, "{child:?}");
+    request
+}
+
 fn span_by_id(got: &Mutex<Received>, trace: &str, span_id: &str) -> Span {
     wait_for("the client span", got, |r| {
         r.spans
@@ -557,27 +579,22 @@ fn an_effect_is_an_effect_send_span_under_its_request_and_carries_its_traceparen
         ("effect.send", 3),
         "{send:?}"
     );
-    let request = request_span(&got, trace_id, "POST /v1/namespaces/{ns}/keys/{key}/effect");
-    assert_eq!(request.parent_span_id, caller_span, "{request:?}");
-    assert_eq!(send.parent_span_id, request.span_id, "{send:?}");
-    assert!(send.attr("namespace").contains("\"pay\""), "{send:?}");
-    assert!(
-        send.attr("http.request.method").contains("POST"),
-        "{send:?}"
+    let request = request_between(
+        &got,
+        trace_id,
+        "POST /v1/namespaces/{ns}/keys/{key}/effect",
+        caller_span,
+        &send,
     );
-    assert!(
-        send.attr("server.address").contains("127.0.0.1"),
-        "{send:?}"
-    );
-    assert!(
-        send.attr("server.port").contains(&port_of(&base)),
-        "{send:?}"
-    );
-    assert!(
-        send.attr("http.response.status_code").contains("204"),
-        "{send:?}"
-    );
-    assert!(send.attr("outcome").contains("performed"), "{send:?}");
+    let port = port_of(&base);
+    send.assert_attrs(&[
+        ("namespace", "\"pay\""),
+        ("http.request.method", "POST"),
+        ("server.address", "127.0.0.1"),
+        ("server.port", &port),
+        ("http.response.status_code", "204"),
+        ("outcome", "performed"),
+    ]);
 
     // An ambiguous answer runs the lookup: `effect.reconcile`, its own traceparent.
     let r = effect(
@@ -599,17 +616,12 @@ fn an_effect_is_an_effect_send_span_under_its_request_and_carries_its_traceparen
         ("effect.reconcile", 3),
         "{reconcile:?}"
     );
-    assert!(reconcile.attr("http.request.method").contains("GET"));
-    assert!(
-        reconcile.attr("outcome").contains("unknown"),
-        "{reconcile:?}"
-    );
+    reconcile.assert_attrs(&[("http.request.method", "GET"), ("outcome", "unknown")]);
     let send = span_by_id(&got, trace_id, &failed_parent);
-    assert!(
-        send.attr("http.response.status_code").contains("500"),
-        "{send:?}"
-    );
-    assert!(send.attr("outcome").contains("ambiguous"), "{send:?}");
+    send.assert_attrs(&[
+        ("http.response.status_code", "500"),
+        ("outcome", "ambiguous"),
+    ]);
     let second = wait_for("the second request span", &got, |r| {
         r.spans
             .iter()
@@ -684,39 +696,12 @@ fn put_hooks_source(app: &Served, base: &str) {
 
 /// A signed Stripe event `id` to `/in/hooks`, with the provider's `traceparent` if any.
 fn post_hook(app: &Served, id: &str, traceparent: Option<&str>) {
-    let body = format!(r#"{{"id":"{id}","type":"invoice.paid"}}"#);
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock")
-        .as_millis() as i64;
-    let headers = idem_intake::sign::sign(&idem_intake::sign::Delivery {
-        provider: idem_intake::Provider::Stripe,
-        secret: HOOK_SECRET,
-        body: body.as_bytes(),
-        at_ms: now,
-        method: "POST",
-        public_url: None,
-        content_type: Some("application/json"),
-        hmac: None,
-        id: "",
-    })
-    .expect("signed");
-    let mut req = reqwest::blocking::Client::new()
-        .post(app.url("/in/hooks"))
-        .header("content-type", "application/json")
-        .body(body);
-    for (k, v) in headers {
-        req = req.header(k, v);
-    }
-    if let Some(tp) = traceparent {
-        req = req
-            .header("traceparent", tp)
-            .header("tracestate", "vendor=abc");
-    }
-    let r = req.send().expect("post event");
-    assert_eq!(r.status(), 200);
-    let v: serde_json::Value = r.json().expect("json");
-    assert_eq!(v["events"][0]["status"], "accepted", "{v}");
+    let extra = match traceparent {
+        Some(tp) => vec![("traceparent", tp), ("tracestate", "vendor=abc")],
+        None => Vec::new(),
+    };
+    let client = reqwest::blocking::Client::new();
+    crate::helpers::post_stripe_event(&client, &app.url("/in/hooks"), HOOK_SECRET, id, &extra);
 }
 
 /// The forward of event `key`, and the `intake.forward` span its `traceparent` names.
@@ -776,29 +761,22 @@ fn forwards_continue_the_stored_trace(db: &str, dir: &std::path::Path) {
     let (call, span) = forwarded(&got, "evt_traced");
     assert_eq!(span.trace_id, trace_id, "{span:?}");
     assert_eq!(call.one("tracestate"), Some("vendor=abc"), "{call:?}");
-    let request = request_span(&got, trace_id, "POST /in/");
-    assert_eq!(request.parent_span_id, caller, "{request:?}");
-    assert_eq!(span.parent_span_id, request.span_id, "{span:?}");
-    assert!(span.attr("source").contains("\"hooks\""), "{span:?}");
-    assert!(span.attr("namespace").contains("\"hooks\""), "{span:?}");
-    assert!(span.attr("destination").contains("\"default\""), "{span:?}");
-    assert!(span.attr("attempt").contains('1'), "{span:?}");
-    assert!(
-        span.attr("server.port").contains(&port_of(&base)),
-        "{span:?}"
-    );
-    assert!(
-        span.attr("http.response.status_code").contains("204"),
-        "{span:?}"
-    );
-    assert!(span.attr("result").contains("delivered"), "{span:?}");
+    request_between(&got, trace_id, "POST /in/", caller, &span);
+    let port = port_of(&base);
+    span.assert_attrs(&[
+        ("source", "\"hooks\""),
+        ("namespace", "\"hooks\""),
+        ("destination", "\"default\""),
+        ("attempt", "1"),
+        ("server.port", &port),
+        ("http.response.status_code", "204"),
+        ("result", "delivered"),
+    ]);
 
     // A provider without a traceparent: the `/in` request span is still the parent.
     post_hook(&app, "evt_plain", None);
     let (_, span) = forwarded(&got, "evt_plain");
-    let request = request_span(&got, &span.trace_id, "POST /in/");
-    assert_eq!(request.parent_span_id, "", "{request:?}");
-    assert_eq!(span.parent_span_id, request.span_id, "{span:?}");
+    request_between(&got, &span.trace_id, "POST /in/", "", &span);
 
     // Accepted before the restart, without export: the provider's span is the parent.
     let (_, span) = forwarded(&got, "evt_stored");

@@ -425,21 +425,27 @@ pub fn capture<'a>(
 impl Captured {
     /// `{status, headers, body | body_base64, truncated}` (`body: null` for an empty one).
     pub fn to_json(&self) -> Value {
+        self.clone().into_json()
+    }
+
+    /// [`Captured::to_json`], moving the body into the value (a kept body may be the size of
+    /// the response cap: it is not copied).
+    pub fn into_json(self) -> Value {
         let mut m = serde_json::Map::new();
         m.insert("status".into(), json!(self.status));
         m.insert("headers".into(), json!(self.headers));
-        match &self.body {
+        match self.body {
             CapturedBody::Empty => {
                 m.insert("body".into(), Value::Null);
             }
             CapturedBody::Json(v) => {
-                m.insert("body".into(), v.clone());
+                m.insert("body".into(), v);
             }
             CapturedBody::Text(s) => {
-                m.insert("body".into(), json!(s));
+                m.insert("body".into(), Value::String(s));
             }
             CapturedBody::Base64(b) => {
-                m.insert("body_base64".into(), json!(b));
+                m.insert("body_base64".into(), Value::String(b));
             }
         }
         m.insert("truncated".into(), json!(self.truncated));

@@ -455,7 +455,13 @@ impl Egress {
             .iter()
             .map(|(n, v)| (n.as_str().to_owned(), v.as_bytes().to_vec()))
             .collect();
-        let mut body = Vec::new();
+        // Room for the announced length up front (never more than the cap): the body is not
+        // copied from one doubling to the next as it arrives.
+        let announced = resp.content_length().unwrap_or(0);
+        let mut body = Vec::with_capacity(
+            usize::try_from(announced)
+                .map_or(self.max_response_bytes, |n| n.min(self.max_response_bytes)),
+        );
         let mut truncated = false;
         loop {
             match resp.chunk().await {

@@ -25,7 +25,7 @@ use idem::effect::{
 };
 use idem::{
     ClaimOutcome, ClaimRequest, EffectReportRequest, EffectSentRequest, LeaseExpiry, Op, Record,
-    Reply, Role,
+    Reply, Role, State as RecState,
 };
 use idem_egress::{Forbidden, Outbound, Outcome, Target};
 use serde_json::Value;
@@ -402,10 +402,18 @@ impl Attempt<'_> {
                 Reconciled::Unknown => {}
             }
         }
+        // A performed attempt's record keeps the response as its result: it is answered from
+        // there, so the response is not held twice while the store writes it.
+        let performed = verdict == Verdict::Performed;
+        let (reported, response) = if performed {
+            (response, None)
+        } else {
+            (response.clone(), response)
+        };
         let op = Op::EffectReport(EffectReportRequest {
             token: self.token.clone(),
             verdict,
-            response: response.clone(),
+            response: reported,
             category: category.to_owned(),
             message,
             http_status,
@@ -430,6 +438,10 @@ impl Attempt<'_> {
             Some(&record),
             record.state.as_str(),
         );
+        let response = match response {
+            None if performed && record.state == RecState::Completed => record.result.clone(),
+            other => other,
+        };
         Ok(attempt_answer(
             record,
             response,
@@ -591,18 +603,21 @@ impl Attempt<'_> {
                     .and_then(|v| {
                         idem::classify::parse_retry_after(&Value::String(v.to_owned()), now).ok()
                     });
+                let status = a.status;
                 let kept = capture(
-                    a.status,
+                    status,
                     a.headers.iter().map(|(n, v)| (n.as_str(), v.as_slice())),
                     &a.body,
                     a.truncated,
                 );
+                // The bytes are kept (as JSON, text or base64): not held twice from here on.
+                drop(a);
                 (
                     Transport::Answered {
-                        status: a.status,
+                        status,
                         retry_after_ms,
                     },
-                    Some(kept.to_json()),
+                    Some(kept.into_json()),
                 )
             }
         }
@@ -642,7 +657,7 @@ impl Attempt<'_> {
                     &a.body,
                     a.truncated,
                 );
-                (result, Some(kept.to_json()))
+                (result, Some(kept.into_json()))
             }
             Outcome::NotSent(n) => {
                 record_transport(&span, &Transport::NotSent(n));

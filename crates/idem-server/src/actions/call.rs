@@ -131,7 +131,7 @@ fn reason_of(record: Option<&Record>, response: Option<&Value>) -> String {
 /// The agent's answer for an effect answer.
 fn tool_answer(action: &Action, key: &str, a: Answer) -> ToolAnswer {
     let outcome = a.outcome;
-    let reason = reason_of(a.record.as_ref(), a.response.as_ref());
+    let reason = reason_of(a.record.as_ref(), a.response());
     let mut structured = json!({
         "outcome": outcome,
         "key": key,
@@ -139,8 +139,8 @@ fn tool_answer(action: &Action, key: &str, a: Answer) -> ToolAnswer {
         "replayed": a.replayed,
     });
     if action.result == ResultMode::Response {
-        if let Some(r) = a.response {
-            structured["response"] = r;
+        if let Some(r) = a.response() {
+            structured["response"] = r.clone();
         }
     }
     if let Some(ms) = a.retry_after_ms {
@@ -290,6 +290,7 @@ pub async fn call(
                         status: effect_status(EffectOutcome::AwaitingApproval),
                         replayed: false,
                         response: None,
+                        response_is_result: false,
                         record: Some(rec),
                         retry_after_ms: None,
                         reconciled: None,

@@ -25,7 +25,7 @@ use idem::effect::{
 };
 use idem::{
     ClaimOutcome, ClaimRequest, EffectReportRequest, EffectSentRequest, LeaseExpiry, Op, Record,
-    Reply, Role, State as RecState,
+    Reply, Role,
 };
 use idem_egress::{Forbidden, Outbound, Outcome, Target};
 use serde_json::Value;
@@ -438,10 +438,6 @@ impl Attempt<'_> {
             Some(&record),
             record.state.as_str(),
         );
-        let response = match response {
-            None if performed && record.state == RecState::Completed => record.result.clone(),
-            other => other,
-        };
         Ok(attempt_answer(
             record,
             response,

@@ -40,16 +40,16 @@ pub struct Object;
 
 /// The answer to an effect.
 #[derive(Serialize, ToSchema)]
-pub struct EffectResponse {
+pub struct EffectResponse<'a> {
     /// performed | completed | failed_permanent | backoff | needs_review | in_flight |
     /// awaiting_approval | conflict | paused | limited
     pub outcome: &'static str,
     /// The destination's answer of this attempt, or the stored one on a replay; null when
     /// none came back.
     #[schema(value_type = Option<ResponseDoc>)]
-    pub response: Option<Value>,
+    pub response: Option<&'a Value>,
     #[schema(value_type = Option<RecordDoc>)]
-    pub record: Option<Record>,
+    pub record: Option<&'a Record>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub retry_after_ms: Option<i64>,
     /// Present (true) only when a reconcile lookup ran.
@@ -62,10 +62,23 @@ pub(crate) struct Answer {
     pub(crate) outcome: &'static str,
     pub(crate) status: StatusCode,
     pub(crate) replayed: bool,
+    /// The destination's answer; `None` with `response_is_result`: the record's result is
+    /// the answer (a performed attempt's, kept once).
     pub(crate) response: Option<Value>,
+    pub(crate) response_is_result: bool,
     pub(crate) record: Option<Record>,
     pub(crate) retry_after_ms: Option<i64>,
     pub(crate) reconciled: Option<bool>,
+}
+
+impl Answer {
+    /// The destination's answer of this attempt, or the stored one on a replay.
+    pub(crate) fn response(&self) -> Option<&Value> {
+        match (&self.response, self.response_is_result) {
+            (None, true) => self.record.as_ref().and_then(|r| r.result.as_ref()),
+            (r, _) => r.as_ref(),
+        }
+    }
 }
 
 impl IntoResponse for Answer {
@@ -73,8 +86,8 @@ impl IntoResponse for Answer {
         let headers = answer_headers(self.replayed, self.retry_after_ms);
         let body = EffectResponse {
             outcome: self.outcome,
-            response: self.response,
-            record: self.record,
+            response: self.response(),
+            record: self.record.as_ref(),
             retry_after_ms: self.retry_after_ms,
             reconciled: self.reconciled,
         };
@@ -85,23 +98,21 @@ impl IntoResponse for Answer {
 /// The answer of a claim that did not acquire (replays carry the stored response).
 pub(crate) fn claim_answer(reply: ClaimReply) -> Answer {
     let replayed = reply.outcome.is_replay();
-    let response = if replayed {
-        reply.record.as_ref().and_then(|r| r.result.clone())
-    } else {
-        None
-    };
     Answer {
         outcome: reply.outcome.as_str(),
         status: outcome_status(reply.outcome),
         replayed,
-        response,
+        response: None,
+        response_is_result: replayed,
         record: reply.record,
         retry_after_ms: reply.retry_after_ms,
         reconciled: None,
     }
 }
 
-/// The answer after this call's attempt was reported, read from the record it left.
+/// The answer after this call's attempt was reported, read from the record it left. A
+/// `response` of `None` on a completed record is the record's result (where a performed
+/// attempt's response is kept).
 pub(crate) fn attempt_answer(
     record: Record,
     response: Option<Value>,
@@ -120,6 +131,7 @@ pub(crate) fn attempt_answer(
         outcome: outcome.as_str(),
         status: effect_status(outcome),
         replayed: false,
+        response_is_result: response.is_none() && record.state == RecState::Completed,
         response,
         record: Some(record),
         retry_after_ms,

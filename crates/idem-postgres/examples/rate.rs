@@ -9,22 +9,33 @@
 //!     cargo run --release -p idem-postgres --example rate [-- SECONDS]
 //! ```
 //!
-//! Works in a fresh database `idem_t_<random>` that is dropped at the end, made and dropped
-//! with the admin helpers of `idem_testkit::pg`.
+//! Works in a fresh database `idem_t_<random>` that is dropped at the end. The example needs
+//! nothing beyond the store and the driver: the scratch database is made and dropped here.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use idem_core::{ClaimRequest, CompleteRequest, Key, Namespace};
-use idem_postgres::{PgOptions, PgStore};
+use idem_postgres::{with_database as with_db, PgOptions, PgStore, Pooler};
 use idem_store::{Ledger, Store};
-use idem_testkit::pg::{admin, with_db};
 use serde_json::json;
 use tokio::task::JoinHandle;
 use tokio_postgres::NoTls;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Runs one statement (batch) on its own connection to `url` (without idem's `pooler=…`
+/// parameter, which the driver refuses).
+async fn admin(url: &str, sql: &str) -> Result<(), BoxError> {
+    let (url, _) = Pooler::split_url(url)?;
+    let (client, conn) = tokio_postgres::connect(&url, NoTls).await?;
+    let task = tokio::spawn(conn);
+    let r = client.batch_execute(sql).await;
+    drop(client);
+    let _ = task.await;
+    Ok(r?)
+}
 
 /// The stop flag and the count of finished pairs that the client tasks of one cell share.
 fn counters() -> (Arc<AtomicBool>, Arc<AtomicU64>) {

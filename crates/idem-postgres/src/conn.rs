@@ -87,6 +87,20 @@ impl Pooler {
     }
 }
 
+/// `url` with its database name replaced by `db` (the query string, if any, is kept): the
+/// URL of a scratch database beside the one an admin URL names.
+pub fn with_database(url: &str, db: &str) -> String {
+    let (main, query) = match url.split_once('?') {
+        Some((m, q)) => (m, format!("?{q}")),
+        None => (url, String::new()),
+    };
+    let after_scheme = main.find("://").map_or(0, |i| i + 3);
+    let host_end = main[after_scheme..]
+        .find('/')
+        .map_or(main.len(), |i| after_scheme + i);
+    format!("{}/{db}{query}", &main[..host_end])
+}
+
 /// How a statement is sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Mode {
@@ -294,6 +308,15 @@ impl Tx<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_scratch_database_url_keeps_host_and_parameters() {
+        assert_eq!(
+            with_database("postgres://u@h:5432/postgres?sslmode=require", "t1"),
+            "postgres://u@h:5432/t1?sslmode=require"
+        );
+        assert_eq!(with_database("postgres://h", "t1"), "postgres://h/t1");
+    }
 
     #[test]
     fn the_pooler_parameter_is_taken_out_of_the_url() {

@@ -78,7 +78,7 @@ use idem_store::{
     OutboxClaim, OutboxFinish, OutboxItem, Page, RecordWithEvents, Store, StoreError,
 };
 
-pub use conn::Pooler;
+pub use conn::{with_database, Pooler};
 pub use connect::PgOptions;
 
 impl PgStore {

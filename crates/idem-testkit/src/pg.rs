@@ -33,34 +33,15 @@ pub fn admin_url_or_skip(test: &str) -> Option<String> {
 
 /// `base` with its database name replaced by `db` (the query string, if any, is kept).
 pub fn with_db(base: &str, db: &str) -> String {
-    let (main, query) = match base.split_once('?') {
-        Some((m, q)) => (m, format!("?{q}")),
-        None => (base, String::new()),
-    };
-    let after_scheme = main.find("://").map_or(0, |i| i + 3);
-    let host_end = main[after_scheme..]
-        .find('/')
-        .map_or(main.len(), |i| after_scheme + i);
-    format!("{}/{db}{query}", &main[..host_end])
+    idem_postgres::with_database(base, db)
 }
 
 /// `url` without idem's own `pooler=…` parameter, for a plain driver connection (the driver
 /// refuses parameters it does not know). `IDEM_TEST_PG` may carry it: the stores of the tests
 /// then run in that pooler mode (CI runs the PostgreSQL suites once more through PgBouncer in
-/// transaction mode, `.ci/pgbouncer.sh`).
+/// transaction mode, `.ci/pgbouncer.sh`). A `pooler` value idem refuses is left in.
 pub fn driver_url(url: &str) -> String {
-    let Some((base, query)) = url.split_once('?') else {
-        return url.to_owned();
-    };
-    let kept: Vec<&str> = query
-        .split('&')
-        .filter(|p| !p.is_empty() && *p != "pooler" && !p.starts_with("pooler="))
-        .collect();
-    if kept.is_empty() {
-        base.to_owned()
-    } else {
-        format!("{base}?{}", kept.join("&"))
-    }
+    idem_postgres::Pooler::split_url(url).map_or_else(|_| url.to_owned(), |(u, _)| u)
 }
 
 /// Runs one admin statement (batch) against `url`, bounded by a timeout.

@@ -211,10 +211,10 @@ crate::fields::request_body! {
         #[schema(value_type = Option<RedeliverStateDoc>)]
         pub state: Option<RedeliverState>,
         /// RFC 3339 lower bound on `received_at`.
-        #[schema(value_type = Option<String>)]
+        #[schema(value_type = Option<String>, format = DateTime)]
         pub since: Option<Rfc3339>,
         /// RFC 3339 upper bound on `received_at`.
-        #[schema(value_type = Option<String>)]
+        #[schema(value_type = Option<String>, format = DateTime)]
         pub until: Option<Rfc3339>,
         /// Why (required, 1 to 2000 characters, no NUL; recorded with who).
         #[schema(value_type = String, min_length = 1, max_length = 2000, pattern = "^[^\\x00]*$")]

@@ -103,6 +103,7 @@ def test_every_component_schema_with_properties_is_modelled_or_listed(
         "BulkRedeliverBody", "EventList", "EventSummaryDoc", "IntakeEventStatus",
         "IntakeResponse", "RedeliverBody", "RedeliverResponse", "Scheduled", "SourceDoc",
         "SourceList", "SourcePatch", "SourceWrite", "ScheduledDelivery",
+        "RedeliverStateDoc",
         # Actions are declared by operators and called by AI agents over MCP (`/mcp/{ns}`,
         # JSON-RPC, spoken by the MCP SDKs), not by a worker.
         "ActionDoc", "ActionList", "ActionWriteDoc", "DeliverDoc", "HttpDeliverDoc",

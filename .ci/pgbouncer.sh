@@ -5,6 +5,7 @@
 # in front of the server of IDEM_TEST_PG (default 127.0.0.1:5432), and runs through it:
 #   - the store contract suite (crates/idem-testkit/tests/contract_postgres.rs),
 #   - the server's HTTP tests, PostgreSQL part only (crates/idem-server/tests/it),
+#   - the statement wrappers that keep plans behind the pooler (crates/idem-postgres/tests/it),
 #   - the `kill -9` fault run with the history checker (idem bench --kill9-rounds),
 #   - the refusal of a pooler in statement mode at start.
 # Usage: .ci/pgbouncer.sh PATH/TO/idem     (the debug binary `cargo build -p idem-cli` made)
@@ -100,6 +101,10 @@ IDEM_TEST_PG="$pooled" cargo test -q -p idem-testkit --test contract_postgres
 
 echo "--> server HTTP tests (PostgreSQL part) through PgBouncer"
 IDEM_TEST_PG="$pooled" IDEM_TEST_SKIP_SQLITE=1 cargo test -q -p idem-server --test it
+
+echo "--> statements keep their plans in functions through PgBouncer"
+IDEM_TEST_PG="$pooled" cargo test -q -p idem-postgres --test it -- \
+  pooler::behind_a_transaction_pooler pooler::two_instances pooler::a_dropped_function
 
 echo "--> kill -9 of idem under load through PgBouncer, history checker"
 timeout 300 "$bin" bench --backend postgres --db "$pooled" --kill9-rounds "${IDEM_PGB_KILL9_ROUNDS:-5}" \

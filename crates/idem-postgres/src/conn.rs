@@ -12,15 +12,20 @@
 //! behind one pooler would run each other's statements. There every statement goes out
 //! unnamed (Parse, Bind, Describe, Execute, Sync in one message train, so still one round
 //! trip), with its parameter types taken from the Rust values, and nothing outlives the
-//! transaction that sent it.
+//! transaction that sent it. A statement that keeps answering is then sent as a call of a
+//! server-side function that carries it (`wrap.rs`), so its plan is kept after all.
 //!
 //! [`Conn`] and [`Tx`] are the only way this crate talks to PostgreSQL: neither hands out the
 //! driver's client, so no statement can bypass the mode.
+
+use std::sync::Arc;
 
 use bytes::BytesMut;
 use deadpool_postgres::{Client, Transaction};
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Error, Row, Statement};
+
+use crate::wrap::{self, Entry, Wrappers};
 
 /// What sits between idem and PostgreSQL, from the URL parameter `pooler`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -110,11 +115,11 @@ pub(crate) enum Mode {
     Unnamed,
 }
 
-/// A statement ready to run: prepared on this connection, or text to send unnamed.
+/// A statement ready to run: prepared on this connection, or text to send unnamed (or as a
+/// call of its wrapper, once it has one).
 pub(crate) enum Stmt {
     Prepared(Statement),
-    /// The text is copied: it is sent with every call.
-    Unnamed(String),
+    Unnamed(Arc<Entry>),
 }
 
 /// What the query methods accept: a [`Stmt`] or statement text.
@@ -125,13 +130,14 @@ pub(crate) trait Sql {
 pub(crate) enum SqlRef<'a> {
     Prepared(&'a Statement),
     Text(&'a str),
+    Unnamed(&'a Arc<Entry>),
 }
 
 impl Sql for Stmt {
     fn sql(&self) -> SqlRef<'_> {
         match self {
             Stmt::Prepared(s) => SqlRef::Prepared(s),
-            Stmt::Unnamed(t) => SqlRef::Text(t),
+            Stmt::Unnamed(e) => SqlRef::Unnamed(e),
         }
     }
 }
@@ -185,6 +191,19 @@ pub(crate) fn typed<'p>(params: &[&'p (dyn ToSql + Sync)]) -> Vec<(&'p (dyn ToSq
         .collect()
 }
 
+/// The first row of an answer, whatever the method returned.
+macro_rules! first_row {
+    (query, $a:expr) => {
+        $a.first()
+    };
+    (query_one, $a:expr) => {
+        Some(&$a)
+    };
+    (query_opt, $a:expr) => {
+        $a.as_ref()
+    };
+}
+
 /// The same methods on a connection and on a transaction.
 macro_rules! statement_methods {
     () => {
@@ -195,6 +214,21 @@ macro_rules! statement_methods {
         ) -> Result<Vec<Row>, Error> {
             match (s.sql(), self.mode) {
                 (SqlRef::Prepared(st), _) => self.inner.query(st, params).await,
+                (SqlRef::Unnamed(e), _) => {
+                    let typed = typed(params);
+                    if let Some(w) = e.ready(&typed) {
+                        match self.inner.query_typed(&w.call, &typed).await {
+                            Err(err) if wrap::is_stale_wrapper(&err) => {
+                                e.forget();
+                                return Err(err);
+                            }
+                            answer => return answer,
+                        }
+                    }
+                    let answer = self.inner.query_typed(e.text(), &typed).await?;
+                    self.learned(e, &typed, first_row!(query, answer));
+                    Ok(answer)
+                }
                 (SqlRef::Text(t), Mode::Unnamed) => self.inner.query_typed(t, &typed(params)).await,
                 (SqlRef::Text(t), Mode::Prepared) => {
                     let st = self.inner.prepare_cached(t).await?;
@@ -210,6 +244,21 @@ macro_rules! statement_methods {
         ) -> Result<Row, Error> {
             match (s.sql(), self.mode) {
                 (SqlRef::Prepared(st), _) => self.inner.query_one(st, params).await,
+                (SqlRef::Unnamed(e), _) => {
+                    let typed = typed(params);
+                    if let Some(w) = e.ready(&typed) {
+                        match self.inner.query_typed_one(&w.call, &typed).await {
+                            Err(err) if wrap::is_stale_wrapper(&err) => {
+                                e.forget();
+                                return Err(err);
+                            }
+                            answer => return answer,
+                        }
+                    }
+                    let answer = self.inner.query_typed_one(e.text(), &typed).await?;
+                    self.learned(e, &typed, first_row!(query_one, answer));
+                    Ok(answer)
+                }
                 (SqlRef::Text(t), Mode::Unnamed) => {
                     self.inner.query_typed_one(t, &typed(params)).await
                 }
@@ -227,6 +276,21 @@ macro_rules! statement_methods {
         ) -> Result<Option<Row>, Error> {
             match (s.sql(), self.mode) {
                 (SqlRef::Prepared(st), _) => self.inner.query_opt(st, params).await,
+                (SqlRef::Unnamed(e), _) => {
+                    let typed = typed(params);
+                    if let Some(w) = e.ready(&typed) {
+                        match self.inner.query_typed_opt(&w.call, &typed).await {
+                            Err(err) if wrap::is_stale_wrapper(&err) => {
+                                e.forget();
+                                return Err(err);
+                            }
+                            answer => return answer,
+                        }
+                    }
+                    let answer = self.inner.query_typed_opt(e.text(), &typed).await?;
+                    self.learned(e, &typed, first_row!(query_opt, answer));
+                    Ok(answer)
+                }
                 (SqlRef::Text(t), Mode::Unnamed) => {
                     self.inner.query_typed_opt(t, &typed(params)).await
                 }
@@ -245,6 +309,9 @@ macro_rules! statement_methods {
         ) -> Result<u64, Error> {
             match (s.sql(), self.mode) {
                 (SqlRef::Prepared(st), _) => self.inner.execute(st, params).await,
+                // Not wrapped: a function cannot answer a row count for every kind of
+                // statement (one with `RETURNING` would need a destination for its rows).
+                (SqlRef::Unnamed(e), _) => self.inner.execute_typed(e.text(), &typed(params)).await,
                 (SqlRef::Text(t), Mode::Unnamed) => {
                     self.inner.execute_typed(t, &typed(params)).await
                 }
@@ -255,6 +322,18 @@ macro_rules! statement_methods {
             }
         }
 
+        /// Counts a row-returning unnamed call towards wrapping its statement.
+        fn learned(
+            &self,
+            e: &Arc<Entry>,
+            typed: &[(&(dyn ToSql + Sync), Type)],
+            row: Option<&Row>,
+        ) {
+            if let (Some(w), Some(row)) = (&self.wrap, row) {
+                w.learned(e, typed, row.columns());
+            }
+        }
+
         /// Runs parameterless statements over the simple query protocol (never prepared).
         pub(crate) async fn batch_execute(&self, sql: &str) -> Result<(), Error> {
             self.inner.batch_execute(sql).await
@@ -262,15 +341,17 @@ macro_rules! statement_methods {
     };
 }
 
-/// A pooled connection and the statement mode of its store.
+/// A pooled connection, the statement mode of its store and, behind a transaction pooler,
+/// the store's statement wrappers.
 pub(crate) struct Conn {
     inner: Client,
     mode: Mode,
+    wrap: Option<Arc<Wrappers>>,
 }
 
 impl Conn {
-    pub(crate) fn new(inner: Client, mode: Mode) -> Self {
-        Conn { inner, mode }
+    pub(crate) fn new(inner: Client, mode: Mode, wrap: Option<Arc<Wrappers>>) -> Self {
+        Conn { inner, mode, wrap }
     }
 
     statement_methods!();
@@ -279,7 +360,10 @@ impl Conn {
     pub(crate) async fn prepare_cached(&self, sql: &str) -> Result<Stmt, Error> {
         match self.mode {
             Mode::Prepared => Ok(Stmt::Prepared(self.inner.prepare_cached(sql).await?)),
-            Mode::Unnamed => Ok(Stmt::Unnamed(sql.to_owned())),
+            Mode::Unnamed => Ok(Stmt::Unnamed(match &self.wrap {
+                Some(w) => w.entry(sql),
+                None => Entry::unwrapped(sql),
+            })),
         }
     }
 
@@ -287,6 +371,7 @@ impl Conn {
         Ok(Tx {
             inner: self.inner.transaction().await?,
             mode: self.mode,
+            wrap: self.wrap.clone(),
         })
     }
 }
@@ -295,6 +380,7 @@ impl Conn {
 pub(crate) struct Tx<'c> {
     inner: Transaction<'c>,
     mode: Mode,
+    wrap: Option<Arc<Wrappers>>,
 }
 
 impl Tx<'_> {

@@ -127,9 +127,12 @@ impl PgStore {
             .recycle_timeout(Some(opts.connect_timeout))
             .build()
             .map_err(|e| StoreError::Internal(format!("postgres pool: {e}")))?;
+        let wrap = (pooler.mode() == crate::conn::Mode::Unnamed)
+            .then(|| crate::wrap::Wrappers::new(pool.clone()));
         let store = PgStore {
             pool,
             mode: pooler.mode(),
+            wrap,
             url: Arc::from(redacted.as_str()),
             ns_cache: Arc::new(NsCache::default()),
             records: Arc::new(RecordCache::new(opts.record_cache)),

@@ -71,7 +71,10 @@ pub(crate) fn classify(e: &tokio_postgres::Error) -> PgError {
         return PgError::Store(StoreError::Unavailable(format!("postgres: {e}")));
     };
     let code = db.code();
-    if *code == SqlState::T_R_SERIALIZATION_FAILURE || *code == SqlState::T_R_DEADLOCK_DETECTED {
+    if *code == SqlState::T_R_SERIALIZATION_FAILURE
+        || *code == SqlState::T_R_DEADLOCK_DETECTED
+        || crate::wrap::is_stale_wrapper(e)
+    {
         return PgError::Retry;
     }
     let c = code.code();

@@ -63,6 +63,7 @@ mod schema;
 mod secrets;
 pub mod tls;
 mod tokens;
+mod wrap;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -94,6 +95,13 @@ impl PgStore {
             .map_err(store_err)?;
         row.try_get(0).map_err(store_err)
     }
+
+    /// How many statements go out as calls of their server-side function (`pooler=transaction`
+    /// only), for the tests that show the plans are kept behind a pooler.
+    #[doc(hidden)]
+    pub fn wrapped_statements(&self) -> usize {
+        self.wrap.as_ref().map_or(0, |w| w.ready_count())
+    }
 }
 
 /// The text of the sweep's candidate query (`$1` now, `$2` batch, `$3` the default
@@ -116,6 +124,8 @@ pub struct PgStore {
     pool: Pool,
     /// Named prepared statements, or unnamed ones behind a transaction pooler (`conn.rs`).
     mode: conn::Mode,
+    /// Behind a transaction pooler: the functions that keep the plans (`wrap.rs`).
+    wrap: Option<Arc<wrap::Wrappers>>,
     opts: Arc<PgOptions>,
     /// For logs and `Debug`: the URL without its password.
     url: Arc<str>,
@@ -163,7 +173,11 @@ impl PgStore {
     }
 
     async fn client(&self) -> Result<Client, PgError> {
-        Ok(Client::new(self.pool.get().await?, self.mode))
+        Ok(Client::new(
+            self.pool.get().await?,
+            self.mode,
+            self.wrap.clone(),
+        ))
     }
 
     /// Bounds a whole call: a database that stops answering yields `Unavailable`, not a hang.

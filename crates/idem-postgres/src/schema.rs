@@ -637,6 +637,7 @@ mod tests {
         let mut client = crate::conn::Conn::new(
             pool.get().await.expect("client"),
             crate::conn::Mode::Prepared,
+            None,
         );
         assert_eq!(
             migrate(&mut client, 0).await.expect("migrate"),

@@ -56,8 +56,10 @@ impl Backend for Pg {
             .await
             .unwrap_or_else(|e| panic!("connect {}: {e}", self.db.name()));
         let task = tokio::spawn(conn);
+        // Unnamed (one round trip): this also runs through PgBouncer in transaction mode, where a
+        // statement prepared in one round trip may be unknown to the next.
         let rows = client
-            .query(contract::COUNTER_DRIFT_SQL, &[])
+            .query_typed(contract::COUNTER_DRIFT_SQL, &[])
             .await
             .unwrap_or_else(|e| panic!("counter drift query: {e}"));
         drop(client);

@@ -1,5 +1,6 @@
 //! Behind a transaction pooler: with `pooler=transaction` idem leaves nothing on a server
-//! connection that the next transaction (another client's, another instance's) could find.
+//! connection that the next transaction (another client's, another instance's) could find,
+//! and its repeated statements keep their plans in server-side functions all the same.
 //! Through a real PgBouncer the contract suite and the server's tests run in `.ci/pgbouncer.sh`;
 //! these tests check the mechanism on a direct connection, where it can be observed.
 
@@ -10,11 +11,89 @@ use idem_store::Store as _;
 use crate::helpers::*;
 
 async fn one_connection(url: &str) -> std::sync::Arc<PgStore> {
+    connections(url, 1).await
+}
+
+async fn connections(url: &str, n: usize) -> std::sync::Arc<PgStore> {
     let opts = PgOptions {
-        max_connections: 1,
+        max_connections: n,
         ..PgOptions::default()
     };
     std::sync::Arc::new(PgStore::connect_with(url, opts).await.expect("connect"))
+}
+
+fn pooled_url(db: &PgDb) -> String {
+    let sep = if db.url().contains('?') { '&' } else { '?' };
+    format!("{}{sep}pooler=transaction", db.url())
+}
+
+/// `n` first-time pairs and their replays under `prefix`, each replay checked against the
+/// result its completion stored.
+async fn pairs(store: std::sync::Arc<PgStore>, namespace: &str, prefix: &str, n: usize) {
+    let clock = TestClock::new(T0);
+    let l = ledger(store, &clock);
+    let ns_ = ns(namespace);
+    for i in 0..n {
+        let k = key(&format!("{prefix}-{i}"));
+        let c = l.claim(&ns_, &k, claim_req()).await.expect("claim");
+        let token = c.token.expect("a first claim acquires").secret();
+        l.complete(
+            &ns_,
+            &k,
+            CompleteRequest {
+                cost: None,
+                token,
+                result: Some(serde_json::json!({"i": i})),
+                external_ref: None,
+            },
+        )
+        .await
+        .expect("complete");
+        let again = l.claim(&ns_, &k, claim_req()).await.expect("replay");
+        assert!(again.token.is_none(), "a duplicate acquires nothing");
+        assert_eq!(
+            again.record.and_then(|r| r.result),
+            Some(serde_json::json!({"i": i})),
+            "the replay answers the stored result"
+        );
+    }
+}
+
+/// Polls until `store` sends at least `n` statements as function calls.
+async fn wrapped_at_least(store: &PgStore, n: usize) -> usize {
+    for _ in 0..100 {
+        let got = store.wrapped_statements();
+        if got >= n {
+            return got;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    store.wrapped_statements()
+}
+
+/// One number read by the simple protocol (nothing prepared: this also runs through PgBouncer
+/// in transaction mode, `.ci/pgbouncer.sh`).
+async fn number(client: &tokio_postgres::Client, sql: &str) -> i64 {
+    let rows = client.simple_query(sql).await.expect("query");
+    rows.iter()
+        .find_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).and_then(|v| v.parse().ok()),
+            _ => None,
+        })
+        .expect("one number")
+}
+
+async fn wrapper_functions(client: &tokio_postgres::Client) -> i64 {
+    number(
+        client,
+        "SELECT count(*) FROM pg_proc WHERE proname LIKE 'idem\\_q\\_%'",
+    )
+    .await
+}
+
+/// Whether the test database is reached through a pooler (`IDEM_TEST_PG` with `pooler=…`).
+fn through_a_pooler(db: &PgDb) -> bool {
+    db.url().contains("pooler=")
 }
 
 /// Every kind of call, on the one connection of `store`.
@@ -87,4 +166,142 @@ async fn an_unknown_pooler_mode_is_refused_at_start_with_the_choices() {
     let msg = err.to_string();
     assert!(msg.contains("none, session, transaction"), "{msg}");
     assert!(!msg.contains("password"), "{msg}");
+}
+
+#[tokio::test]
+async fn behind_a_transaction_pooler_repeated_statements_keep_their_plans_in_functions() {
+    let Some(db) = PgDb::create("pooler_statements_keep_their_plans") else {
+        return;
+    };
+    // Function call counts, for this database only (PL/pgSQL functions).
+    let (admin, _task) = db.raw().await;
+    admin
+        .batch_execute(&format!(
+            "ALTER DATABASE \"{}\" SET track_functions = 'pl'",
+            db.name()
+        ))
+        .await
+        .expect("track_functions");
+    let pooled = connections(&pooled_url(&db), 2).await;
+    pairs(pooled.clone(), "pooled", "learn", 4).await;
+    // The fresh claim, the completion and the duplicate's read are among them.
+    let wrapped = wrapped_at_least(&pooled, 2).await;
+    assert!(wrapped >= 2, "wrapped {wrapped}");
+    assert_eq!(wrapper_functions(&admin).await, wrapped as i64);
+    pairs(pooled.clone(), "pooled", "wrapped", 10).await;
+    // The calls went through the functions: PostgreSQL counted them (on a direct connection,
+    // where every server connection of the database was opened after the setting).
+    if !through_a_pooler(&db) {
+        let mut calls = 0_i64;
+        for _ in 0..100 {
+            calls = number(
+                &admin,
+                "SELECT COALESCE(sum(calls), 0) FROM pg_stat_user_functions \
+                 WHERE funcname LIKE 'idem\\_q\\_%'",
+            )
+            .await;
+            if calls >= 20 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        assert!(calls >= 20, "function calls counted: {calls}");
+    }
+    // Still nothing named is left on a server connection.
+    assert_eq!(
+        pooled
+            .named_statements_on_a_connection()
+            .await
+            .expect("count"),
+        0
+    );
+    // A direct connection never makes one.
+    if through_a_pooler(&db) {
+        return;
+    }
+    let direct = connections(&idem_testkit::pg::driver_url(db.url()), 2).await;
+    pairs(direct.clone(), "direct", "d", 6).await;
+    assert_eq!(direct.wrapped_statements(), 0);
+}
+
+#[tokio::test]
+async fn two_instances_behind_one_pooler_share_a_statement_s_function() {
+    let Some(db) = PgDb::create("pooler_two_instances_share_functions") else {
+        return;
+    };
+    let a = connections(&pooled_url(&db), 2).await;
+    let b = connections(&pooled_url(&db), 2).await;
+    // Both learn at once: one creates each function, the other finds it made.
+    tokio::join!(pairs(a.clone(), "n", "a", 6), pairs(b.clone(), "n", "b", 6));
+    let wa = wrapped_at_least(&a, 2).await;
+    let wb = wrapped_at_least(&b, wa).await;
+    assert!(wa >= 2 && wa == wb, "wrapped {wa} and {wb}");
+    let (admin, _task) = db.raw().await;
+    assert_eq!(wrapper_functions(&admin).await, wa as i64);
+    tokio::join!(
+        pairs(a.clone(), "n", "a2", 4),
+        pairs(b.clone(), "n", "b2", 4)
+    );
+}
+
+#[tokio::test]
+async fn a_dropped_function_costs_a_retry_not_an_error() {
+    let Some(db) = PgDb::create("pooler_dropped_function") else {
+        return;
+    };
+    let pooled = connections(&pooled_url(&db), 2).await;
+    pairs(pooled.clone(), "n", "learn", 4).await;
+    let before = wrapped_at_least(&pooled, 2).await;
+    assert!(before >= 2, "wrapped {before}");
+    let (admin, _task) = db.raw().await;
+    admin
+        .batch_execute(
+            "DO $$ DECLARE f regprocedure; BEGIN \
+               FOR f IN SELECT oid::regprocedure FROM pg_proc WHERE proname LIKE 'idem\\_q\\_%' \
+               LOOP EXECUTE 'DROP FUNCTION ' || f; END LOOP; END $$",
+        )
+        .await
+        .expect("drop the functions");
+    assert_eq!(wrapper_functions(&admin).await, 0);
+    // Every call still answers, and right; the statements it used go out as text again.
+    pairs(pooled.clone(), "n", "after", 6).await;
+    let after = pooled.wrapped_statements();
+    assert!(after < before, "wrapped {before} before, {after} after");
+}
+
+#[tokio::test]
+async fn without_the_right_to_create_functions_statements_go_out_as_text() {
+    let Some(db) = PgDb::create("pooler_no_plpgsql") else {
+        return;
+    };
+    // A host that forbids PL/pgSQL to its users: the schema is migrated by its owner, and the
+    // instance's role may use it (and create in it) but make no function in that language.
+    drop(connections(&idem_testkit::pg::driver_url(db.url()), 1).await);
+    let (admin, _task) = db.raw().await;
+    let role = format!("{}_app", db.name());
+    admin
+        .batch_execute(&format!(
+            "DROP ROLE IF EXISTS \"{role}\"; CREATE ROLE \"{role}\" LOGIN; \
+             GRANT USAGE, CREATE ON SCHEMA public TO \"{role}\"; \
+             GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO \"{role}\"; \
+             GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA public TO \"{role}\"; \
+             REVOKE USAGE ON LANGUAGE plpgsql FROM PUBLIC;"
+        ))
+        .await
+        .expect("role");
+    let url = pooled_url(&db).replacen("postgres@", &format!("{role}@"), 1);
+    assert!(url.contains(&role), "{url}");
+    let app = connections(&url, 2).await;
+    pairs(app.clone(), "n", "k", 8).await;
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    pairs(app.clone(), "n", "k2", 2).await;
+    assert_eq!(app.wrapped_statements(), 0);
+    assert_eq!(wrapper_functions(&admin).await, 0);
+    drop(app);
+    admin
+        .batch_execute(&format!(
+            "DROP OWNED BY \"{role}\" CASCADE; DROP ROLE \"{role}\""
+        ))
+        .await
+        .expect("drop role");
 }

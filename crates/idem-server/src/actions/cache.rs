@@ -6,14 +6,65 @@
 //! What it must never do: reach the store or the server state, or keep a missing action.
 
 use super::model::{Action, Headers};
+use crate::api::v1::effects::input::Input;
 
 /// A stored action with its header values, ready to call.
-#[derive(Debug)]
 pub struct Loaded {
     pub action: Action,
     pub headers: Headers,
     pub created_at: idem::Timestamp,
     pub updated_at: idem::Timestamp,
+    /// The effect inputs of the arguments called lately (see [`Inputs`]).
+    pub inputs: Inputs,
+}
+
+impl std::fmt::Debug for Loaded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Loaded")
+            .field("action", &self.action)
+            .field("headers", &self.headers)
+            .field("created_at", &self.created_at)
+            .field("updated_at", &self.updated_at)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Arguments (their JSON text) → the effect input the delivery read them into, for one loaded
+/// action. An agent's repeated call (the same identity, the same arguments) is then answered
+/// without building and reading its delivery again; the input is a pure function of the
+/// action, its header values and the arguments, all fixed for the life of a [`Loaded`]. Bounded
+/// by entries and by the size of the arguments; cleared whole when full.
+#[derive(Default)]
+pub struct Inputs(std::sync::Mutex<std::collections::HashMap<String, Input>>);
+
+/// At most this many inputs per loaded action.
+const INPUTS_MAX: usize = 256;
+/// Arguments longer than this (as JSON text) are not kept.
+pub const INPUT_ARGS_MAX: usize = 4096;
+
+impl Inputs {
+    fn map(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, Input>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The input kept for these arguments.
+    pub(crate) fn get(&self, args: &str) -> Option<Input> {
+        self.map().get(args).cloned()
+    }
+
+    /// Keeps `input` for `args` (not when the arguments are longer than [`INPUT_ARGS_MAX`]).
+    pub(crate) fn put(&self, args: String, input: &Input) {
+        if args.len() > INPUT_ARGS_MAX {
+            return;
+        }
+        let mut map = self.map();
+        if map.len() >= INPUTS_MAX && !map.contains_key(&args) {
+            map.clear();
+        }
+        map.insert(args, input.clone());
+    }
 }
 
 /// How long a loaded action is reused by calls.
@@ -46,5 +97,40 @@ impl ActionCache {
         self.generation
             .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         self.entries().remove(&(ns.to_owned(), name.to_owned()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::v1::effects::EffectBody;
+    use crate::input::read_body;
+
+    fn input(url: &str) -> Input {
+        read_body::<EffectBody>(serde_json::json!({"request": {"method": "POST", "url": url}}))
+            .and_then(EffectBody::into_input)
+            .expect("input")
+    }
+
+    #[test]
+    fn inputs_are_kept_per_argument_text_within_their_bounds() {
+        let memo = Inputs::default();
+        memo.put(r#"{"a":1}"#.into(), &input("https://a.example/x"));
+        assert_eq!(
+            memo.get(r#"{"a":1}"#).map(|i| i.url),
+            Some("https://a.example/x".to_owned())
+        );
+        // Other arguments (or the same in another order) are another entry.
+        assert!(memo.get(r#"{"a":2}"#).is_none());
+        // Long arguments are not kept.
+        let long = format!(r#"{{"a":"{}"}}"#, "x".repeat(INPUT_ARGS_MAX));
+        memo.put(long.clone(), &input("https://a.example/x"));
+        assert!(memo.get(&long).is_none());
+        // Full: cleared whole, then the new entry kept.
+        for i in 0..INPUTS_MAX {
+            memo.put(format!(r#"{{"n":{i}}}"#), &input("https://a.example/x"));
+        }
+        assert!(memo.get(r#"{"a":1}"#).is_none(), "cleared when full");
+        assert!(memo.get(&format!(r#"{{"n":{}}}"#, INPUTS_MAX - 1)).is_some());
     }
 }

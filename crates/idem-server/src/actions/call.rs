@@ -13,6 +13,7 @@
 use idem::{Fingerprint, Op, PrepareRequest, Record, Reply};
 use serde_json::{json, Map, Value};
 
+use super::cache::Loaded;
 use super::model::{
     effect_body, mcp_effect_body, upstream_tool, Action, Approval, Headers, ResultMode,
 };
@@ -186,17 +187,39 @@ fn input_for(
     })
 }
 
+/// [`input_for`], answered from the loaded action's [`Inputs`](super::cache::Inputs) when
+/// these arguments were read lately (an agent's repeated call). Not kept: a call with a cost
+/// (it differs per attempt) and a refused input (it is answered, never sent).
+fn memoized_input(
+    loaded: &Loaded,
+    args: &Map<String, Value>,
+    cost: Option<&Value>,
+) -> ApiResult<effects::Input> {
+    let text = match cost {
+        None => serde_json::to_string(args).ok(),
+        Some(_) => None,
+    };
+    if let Some(input) = text.as_deref().and_then(|t| loaded.inputs.get(t)) {
+        return Ok(input);
+    }
+    let input = input_for(&loaded.action, &loaded.headers, args, cost)?;
+    if let Some(t) = text {
+        loaded.inputs.put(t, &input);
+    }
+    Ok(input)
+}
+
 /// Runs one call of `action` in `ns`, counted in `idem_action_calls_total` under its
 /// outcome: refusals (`missing_identity_field`, `invalid_field`, `destination_forbidden`)
 /// too, so an agent that keeps leaving out its identity shows on the dashboard.
 pub async fn call(
     st: &AppState,
     ns: &idem::Namespace,
-    action: &Action,
-    headers: &Headers,
+    loaded: &Loaded,
     arguments: Option<&Value>,
     meta: Option<&Value>,
 ) -> ApiResult<ToolAnswer> {
+    let (action, headers) = (&loaded.action, &loaded.headers);
     let answer: ApiResult<ToolAnswer> = async {
         let args = match arguments {
             None | Some(Value::Null) => Map::new(),
@@ -231,7 +254,7 @@ pub async fn call(
         let fp = Fingerprint::of_payload(&action.identity_of(&args))
             .map_err(|e| ApiError::internal(format!("identity fingerprint: {e}")))?;
         let cost = meta.and_then(|m| m.get("idem/cost"));
-        let mut input = match input_for(action, headers, &args, cost) {
+        let mut input = match memoized_input(loaded, &args, cost) {
             Ok(i) => i,
             Err(ApiError::InvalidField { field, message }) => {
                 return Ok(ToolAnswer::refused("invalid_field", &field, message))

@@ -259,15 +259,7 @@ async fn handle(
                 None => Err((-32602, format!("unknown tool: {name}"))),
                 Some(l) => {
                     let p = params.unwrap_or(&Value::Null);
-                    let answer = call::call(
-                        st,
-                        ns,
-                        &l.action,
-                        &l.headers,
-                        p.get("arguments"),
-                        p.get("_meta"),
-                    )
-                    .await?;
+                    let answer = call::call(st, ns, &l, p.get("arguments"), p.get("_meta")).await?;
                     Ok(answer.into_json())
                 }
             },

@@ -16,12 +16,12 @@
 use std::time::Instant;
 
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderName, HeaderValue};
+use axum::http::{HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use idem::effect::{
     self, capture, classify, fingerprint, reconcile_result, url_without_query, Body as EffBody,
-    Method as EffMethod, Reconciled, RequestSummary, Success, Transport, Verdict,
+    Method as EffMethod, Reconciled, RequestSummary, Transport, Verdict,
 };
 use idem::{
     ClaimOutcome, ClaimRequest, EffectReportRequest, EffectSentRequest, LeaseExpiry, Op, Record,
@@ -33,6 +33,10 @@ use tracing::Instrument;
 use utoipa::OpenApi;
 
 mod answer;
+pub(crate) mod input;
+
+pub(crate) use input::Input;
+use input::Lookup;
 
 use super::claim_wait::claim_and_wait;
 use super::shared::{exec, log_op, refused};
@@ -74,44 +78,6 @@ pub fn routes() -> Vec<Route> {
     ))
 )]
 pub struct Doc;
-
-/// The reconcile lookup, validated.
-struct Lookup {
-    url: String,
-    headers: HeaderMap,
-    found: Vec<u16>,
-    not_found: Vec<u16>,
-}
-
-/// An effect request, validated (also what an action's delivery reads as).
-pub(crate) struct Input {
-    method: EffMethod,
-    url: String,
-    headers: HeaderMap,
-    body: Option<EffBody>,
-    bytes: Option<Vec<u8>>,
-    idempotency_header: Option<HeaderName>,
-    timeout_ms: i64,
-    success: Success,
-    destination_idempotent: Option<bool>,
-    reconcile: Option<Lookup>,
-    owner: Option<String>,
-    correlation_id: Option<String>,
-    wait_ms: i64,
-    lease_ms: Option<i64>,
-    pub(crate) cost: Option<idem::AttemptCost>,
-    /// An action's MCP delivery: the request's JSON body is the arguments of a `tools/call`
-    /// of this upstream tool at the URL (`actions::upstream`), not a request of its own.
-    mcp_tool: Option<String>,
-}
-
-impl Input {
-    /// This input as the `tools/call` of `tool` (an action's `deliver.mcp`).
-    pub(crate) fn calling_tool(mut self, tool: &str) -> Input {
-        self.mcp_tool = Some(tool.to_owned());
-        self
-    }
-}
 
 fn required<T>(v: Option<T>, field: &str, what: &str) -> ApiResult<T> {
     v.ok_or_else(|| ApiError::invalid_field(field, format!("`{field}` is required ({what})")))

@@ -1,5 +1,7 @@
 use super::*;
 use crate::input::read_body;
+use axum::http::HeaderName;
+use idem::effect::Success;
 use serde_json::json;
 
 fn input(v: Value) -> ApiResult<Input> {

@@ -131,6 +131,8 @@ mod tests {
             memo.put(format!(r#"{{"n":{i}}}"#), &input("https://a.example/x"));
         }
         assert!(memo.get(r#"{"a":1}"#).is_none(), "cleared when full");
-        assert!(memo.get(&format!(r#"{{"n":{}}}"#, INPUTS_MAX - 1)).is_some());
+        assert!(memo
+            .get(&format!(r#"{{"n":{}}}"#, INPUTS_MAX - 1))
+            .is_some());
     }
 }

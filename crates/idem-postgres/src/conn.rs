@@ -204,6 +204,31 @@ macro_rules! first_row {
     };
 }
 
+/// A row-returning call of an unnamed statement: as the call of its wrapper when it has one
+/// for these parameter types (a wrapper found gone or stale is forgotten, and its error is a
+/// retry), else as text, the answer counting towards wrapping it (`wrap.rs`).
+macro_rules! unnamed {
+    ($self:ident, $e:ident, $params:ident, $typed_method:ident, $kind:ident) => {{
+        let typed = typed($params);
+        match $e.ready(&typed) {
+            Some(w) => {
+                let answer = $self.inner.$typed_method(&w.call, &typed).await;
+                if let Err(err) = &answer {
+                    if wrap::is_stale_wrapper(err) {
+                        $e.forget();
+                    }
+                }
+                answer
+            }
+            None => {
+                let answer = $self.inner.$typed_method($e.text(), &typed).await?;
+                $self.learned($e, &typed, first_row!($kind, answer));
+                Ok(answer)
+            }
+        }
+    }};
+}
+
 /// The same methods on a connection and on a transaction.
 macro_rules! statement_methods {
     () => {
@@ -214,21 +239,7 @@ macro_rules! statement_methods {
         ) -> Result<Vec<Row>, Error> {
             match (s.sql(), self.mode) {
                 (SqlRef::Prepared(st), _) => self.inner.query(st, params).await,
-                (SqlRef::Unnamed(e), _) => {
-                    let typed = typed(params);
-                    if let Some(w) = e.ready(&typed) {
-                        match self.inner.query_typed(&w.call, &typed).await {
-                            Err(err) if wrap::is_stale_wrapper(&err) => {
-                                e.forget();
-                                return Err(err);
-                            }
-                            answer => return answer,
-                        }
-                    }
-                    let answer = self.inner.query_typed(e.text(), &typed).await?;
-                    self.learned(e, &typed, first_row!(query, answer));
-                    Ok(answer)
-                }
+                (SqlRef::Unnamed(e), _) => unnamed!(self, e, params, query_typed, query),
                 (SqlRef::Text(t), Mode::Unnamed) => self.inner.query_typed(t, &typed(params)).await,
                 (SqlRef::Text(t), Mode::Prepared) => {
                     let st = self.inner.prepare_cached(t).await?;
@@ -244,21 +255,7 @@ macro_rules! statement_methods {
         ) -> Result<Row, Error> {
             match (s.sql(), self.mode) {
                 (SqlRef::Prepared(st), _) => self.inner.query_one(st, params).await,
-                (SqlRef::Unnamed(e), _) => {
-                    let typed = typed(params);
-                    if let Some(w) = e.ready(&typed) {
-                        match self.inner.query_typed_one(&w.call, &typed).await {
-                            Err(err) if wrap::is_stale_wrapper(&err) => {
-                                e.forget();
-                                return Err(err);
-                            }
-                            answer => return answer,
-                        }
-                    }
-                    let answer = self.inner.query_typed_one(e.text(), &typed).await?;
-                    self.learned(e, &typed, first_row!(query_one, answer));
-                    Ok(answer)
-                }
+                (SqlRef::Unnamed(e), _) => unnamed!(self, e, params, query_typed_one, query_one),
                 (SqlRef::Text(t), Mode::Unnamed) => {
                     self.inner.query_typed_one(t, &typed(params)).await
                 }
@@ -276,21 +273,7 @@ macro_rules! statement_methods {
         ) -> Result<Option<Row>, Error> {
             match (s.sql(), self.mode) {
                 (SqlRef::Prepared(st), _) => self.inner.query_opt(st, params).await,
-                (SqlRef::Unnamed(e), _) => {
-                    let typed = typed(params);
-                    if let Some(w) = e.ready(&typed) {
-                        match self.inner.query_typed_opt(&w.call, &typed).await {
-                            Err(err) if wrap::is_stale_wrapper(&err) => {
-                                e.forget();
-                                return Err(err);
-                            }
-                            answer => return answer,
-                        }
-                    }
-                    let answer = self.inner.query_typed_opt(e.text(), &typed).await?;
-                    self.learned(e, &typed, first_row!(query_opt, answer));
-                    Ok(answer)
-                }
+                (SqlRef::Unnamed(e), _) => unnamed!(self, e, params, query_typed_opt, query_opt),
                 (SqlRef::Text(t), Mode::Unnamed) => {
                     self.inner.query_typed_opt(t, &typed(params)).await
                 }

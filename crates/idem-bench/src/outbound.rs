@@ -518,14 +518,16 @@ impl OutboundLoad {
     }
 }
 
-/// Waits until no event of the source is `prepared` or `failed_retryable` (every forward
-/// settled), up to `within`; `false` when some still are.
+/// Waits until no event of the source is `prepared`, `processing` or `failed_retryable`
+/// (every forward settled), up to `within`; `false` when some still are. `processing` counts:
+/// a forward whose start is recorded may not have connected to the sink yet, and the sink's
+/// [`FaultSink::hits`] only waits for connections it has accepted.
 pub async fn wait_settled(addr: &str, within: Duration) -> anyhow::Result<bool> {
     let mut c = Conn::new(addr);
     let deadline = Instant::now() + within;
     loop {
         let mut pending = 0;
-        for state in ["prepared", "failed_retryable"] {
+        for state in ["prepared", "processing", "failed_retryable"] {
             let path = format!("/v1/sources/{SOURCE}/events?state={state}&limit=1");
             let (status, v) = c
                 .send("GET", &path, None)

@@ -19,6 +19,18 @@
 //!   disk), as PostgreSQL does after a failed fsync;
 //! - if the writer or the syncer thread dies by a panic, the store is poisoned the same way
 //!   and every batch settled, so no read waits forever ([`SettleOnPanic`]).
+//!
+//! **Decisions on a snapshot** (a replay, a duplicate delivery) read only records, so they
+//! wait only for the batches that could have changed one: `mutating` is the number of the
+//! last batch holding a job that is not an audit-only event append, raised before that batch
+//! opens its transaction. A stream of duplicates, whose own batches only append their
+//! `duplicate_hit` events, therefore answers without waiting for each other's fsyncs.
+//!
+//! **Deferred audit events**: the event of such a decision is queued to the writer and the
+//! answer does not wait for it (see `SqliteStore::finish_snapshot_decision`). `deferred_sent`
+//! counts the queued ones, `deferred_done` the ones whose batch settled (committed and
+//! durable, or failed). A read waits until every event queued before it started is done, so
+//! whoever got an answer and then reads the record's history sees its event.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -37,22 +49,46 @@ fn poisoned_error() -> StoreError {
 #[derive(Debug)]
 pub(crate) struct Durability {
     started: AtomicU64,
+    /// The number of the last batch that may change a record (see the module doc).
+    mutating: AtomicU64,
     settled: watch::Sender<u64>,
     poisoned: AtomicBool,
+    deferred_sent: AtomicU64,
+    deferred_done: watch::Sender<u64>,
 }
 
 impl Durability {
     pub(crate) fn new() -> Durability {
         Durability {
             started: AtomicU64::new(0),
+            mutating: AtomicU64::new(0),
             settled: watch::Sender::new(0),
             poisoned: AtomicBool::new(false),
+            deferred_sent: AtomicU64::new(0),
+            deferred_done: watch::Sender::new(0),
         }
     }
 
-    /// Numbers a batch that is about to open its transaction.
-    pub(crate) fn start_batch(&self) -> u64 {
-        self.started.fetch_add(1, Ordering::SeqCst) + 1
+    /// Numbers a batch that is about to open its transaction; `audit_only` when every job of
+    /// it only appends an event (it cannot change what a snapshot decision reads).
+    pub(crate) fn start_batch(&self, audit_only: bool) -> u64 {
+        let seq = self.started.fetch_add(1, Ordering::SeqCst) + 1;
+        if !audit_only {
+            self.mutating.fetch_max(seq, Ordering::SeqCst);
+        }
+        seq
+    }
+
+    /// Counts a deferred event about to be queued; answers how many were queued and not yet
+    /// done before it.
+    pub(crate) fn defer(&self) -> u64 {
+        let before = self.deferred_sent.fetch_add(1, Ordering::SeqCst);
+        before.saturating_sub(*self.deferred_done.borrow())
+    }
+
+    /// A deferred event's batch settled (or the event was never queued).
+    pub(crate) fn deferred_done(&self) {
+        self.deferred_done.send_modify(|d| *d += 1);
     }
 
     /// Every batch up to `seq` is durable or failed.
@@ -80,15 +116,34 @@ impl Durability {
         Ok(())
     }
 
-    /// Waits until whatever a read that just finished could have seen is durable.
-    pub(crate) async fn wait_for_reads(&self) -> Result<(), StoreError> {
-        let need = self.started.load(Ordering::SeqCst);
+    /// Waits until every record a snapshot decision that just finished could have seen is
+    /// durable (batches that only appended audit events are not waited for).
+    pub(crate) async fn wait_for_decisions(&self) -> Result<(), StoreError> {
+        self.wait_settled(self.mutating.load(Ordering::SeqCst))
+            .await
+    }
+
+    /// Waits until every deferred event queued so far is written (or failed).
+    pub(crate) async fn wait_for_deferred(&self) {
+        let need = self.deferred_sent.load(Ordering::SeqCst);
+        if *self.deferred_done.borrow() < need {
+            let mut rx = self.deferred_done.subscribe();
+            let _ = rx.wait_for(|d| *d >= need).await;
+        }
+    }
+
+    async fn wait_settled(&self, need: u64) -> Result<(), StoreError> {
         if *self.settled.borrow() < need {
             let mut rx = self.settled.subscribe();
             // The sender lives as long as `self`, so this cannot fail while we hold `self`.
             let _ = rx.wait_for(|s| *s >= need).await;
         }
         self.check()
+    }
+
+    /// Waits until whatever a read that just finished could have seen is durable.
+    pub(crate) async fn wait_for_reads(&self) -> Result<(), StoreError> {
+        self.wait_settled(self.started.load(Ordering::SeqCst)).await
     }
 }
 
@@ -116,8 +171,8 @@ mod tests {
     async fn a_read_waits_for_every_batch_started_before_it_finished() {
         let d = Arc::new(Durability::new());
         d.wait_for_reads().await.expect("nothing started: no wait");
-        let one = d.start_batch();
-        let two = d.start_batch();
+        let one = d.start_batch(false);
+        let two = d.start_batch(false);
         let waiter = tokio::spawn({
             let d = d.clone();
             async move { d.wait_for_reads().await }
@@ -137,9 +192,71 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_snapshot_decision_waits_for_record_changes_but_not_for_audit_appends() {
+        let d = Arc::new(Durability::new());
+        let change = d.start_batch(false);
+        let audit = d.start_batch(true);
+        let waiter = tokio::spawn({
+            let d = d.clone();
+            async move { d.wait_for_decisions().await }
+        });
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        assert!(
+            !waiter.is_finished(),
+            "a batch that may change a record is not settled"
+        );
+        d.settle(change);
+        tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .expect("answered once the change is settled")
+            .expect("task")
+            .expect("ok");
+        // Only the audit batch is open: decisions go on, general reads still wait for it.
+        tokio::time::timeout(Duration::from_millis(50), d.wait_for_decisions())
+            .await
+            .expect("an audit-only batch is not waited for")
+            .expect("ok");
+        assert!(
+            tokio::time::timeout(Duration::from_millis(50), d.wait_for_reads())
+                .await
+                .is_err(),
+            "a read waits for every started batch"
+        );
+        d.settle(audit);
+        d.wait_for_reads().await.expect("settled");
+    }
+
+    #[tokio::test]
+    async fn a_read_waits_for_every_deferred_event_queued_before_it() {
+        let d = Arc::new(Durability::new());
+        d.wait_for_deferred().await;
+        assert_eq!(d.defer(), 0, "nothing was pending before the first");
+        assert_eq!(d.defer(), 1, "the first is pending");
+        let waiter = tokio::spawn({
+            let d = d.clone();
+            async move { d.wait_for_deferred().await }
+        });
+        d.deferred_done();
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        assert!(
+            !waiter.is_finished(),
+            "one of the two queued events is not written"
+        );
+        // Queued after the read started: not waited for.
+        assert_eq!(d.defer(), 1);
+        d.deferred_done();
+        tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .expect("answered once both are written")
+            .expect("task");
+        d.deferred_done();
+        d.wait_for_deferred().await;
+    }
+
+    #[tokio::test]
     async fn a_thread_dying_by_panic_releases_waiting_reads_with_an_error() {
         let d = Arc::new(Durability::new());
-        d.start_batch();
+        d.start_batch(false);
         let waiter = tokio::spawn({
             let d = d.clone();
             async move { d.wait_for_reads().await }
@@ -161,7 +278,7 @@ mod tests {
     #[tokio::test]
     async fn a_failed_fsync_poisons_reads() {
         let d = Durability::new();
-        let s = d.start_batch();
+        let s = d.start_batch(false);
         let _ = d.poison();
         d.settle(s);
         assert!(matches!(

@@ -45,7 +45,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use idem_core::{Key, Namespace, Op, Timestamp};
+use idem_core::{Event, Key, Namespace, Op, Timestamp};
 use idem_store::{
     AlertOutcome, ApiToken, ExecCtx, Executed, ListQuery, NamespaceChange, NamespaceInfo,
     NewApiToken, NewSecret, OutboxClaim, OutboxFinish, OutboxItem, Page, PendingAlert,
@@ -218,12 +218,21 @@ impl SqliteStore {
         F: FnOnce(&mut Connection) -> Result<T, StoreError> + Send + 'static,
     {
         self.durability.check()?;
+        self.durability.wait_for_deferred().await;
         let out = self.readers.read(f).await?;
         self.durability.wait_for_reads().await?;
         Ok(out)
     }
 
-    /// Persists the events of a snapshot decision (durably, before answering) and answers.
+    /// Persists the event of a snapshot decision and answers.
+    ///
+    /// The event (a `duplicate_hit`, `in_flight`, `conflict`) changes no record: it is audit
+    /// trail. It is queued to the writer and the answer waits only until every record the
+    /// snapshot could have seen is durable, not for the event's own fsync; reads wait for
+    /// queued events ([`durable`]), so the caller who then reads the history sees it. What a
+    /// crash can take back is the audit event of an answer given in the last milliseconds,
+    /// never a record's state or its stored result. Once [`MAX_DEFERRED`] events are queued
+    /// and not yet written, a decision waits for its own event as before (backpressure).
     async fn finish_snapshot_decision(
         &self,
         ns: &Namespace,
@@ -233,10 +242,27 @@ impl SqliteStore {
         let events = match d.events.into_iter().next() {
             // Nothing to append: the answer still waits until what the snapshot saw is durable.
             None => {
-                self.durability.wait_for_reads().await?;
+                self.durability.wait_for_decisions().await?;
                 Vec::new()
             }
+            Some(draft) if self.durability.defer() < MAX_DEFERRED => {
+                let event = Event::from_draft(0, draft.clone());
+                let job = DeferredEvent {
+                    rid: d.rid,
+                    ns: ns.clone(),
+                    key: key.clone(),
+                    draft,
+                    out: None,
+                    durability: self.durability.clone(),
+                };
+                // A job that is not sent is dropped, which counts it done.
+                self.send(Box::new(job))?;
+                self.durability.wait_for_decisions().await?;
+                vec![event]
+            }
             Some(draft) => {
+                // Not queued after all: counted done at once, then written as before.
+                self.durability.deferred_done();
                 let (ns, key, rid) = (ns.clone(), key.clone(), d.rid);
                 let (reply, answer) = oneshot::channel();
                 let job: BoxJob = Box::new(Task::new(
@@ -266,6 +292,56 @@ impl SqliteStore {
             .ok_or_else(stopped)?
             .send(job)
             .map_err(|_| stopped())
+    }
+}
+
+/// Audit events of snapshot decisions queued and not yet written, beyond which a decision
+/// waits for its own event.
+const MAX_DEFERRED: u64 = 4096;
+
+/// The audit event of a snapshot decision, written by the writer after the answer went out
+/// (see [`SqliteStore::finish_snapshot_decision`]). Counted done when dropped: after its
+/// batch settled, or unsent, or discarded by a writer that stopped.
+struct DeferredEvent {
+    rid: i64,
+    ns: Namespace,
+    key: Key,
+    draft: idem_core::EventDraft,
+    out: Option<StoreError>,
+    durability: Arc<Durability>,
+}
+
+impl writer::WriteJob for DeferredEvent {
+    fn run(&mut self, conn: &Connection) -> bool {
+        match write_ops::append_event_step(conn, self.rid, &self.ns, &self.key, &self.draft) {
+            Ok(_) => {
+                self.out = None;
+                true
+            }
+            Err(e) => {
+                self.out = Some(e);
+                false
+            }
+        }
+    }
+
+    fn finish(self: Box<Self>, commit: Result<(), StoreError>) {
+        if let Some(e) = self.out.clone().or(commit.err()) {
+            // Never silent; the answer (a replay of what is stored) was right either way.
+            tracing::warn!(namespace = %self.ns, key = %self.key.masked(),
+                event = self.draft.kind.as_str(), error = %e,
+                "sqlite: the audit event of an answered decision was not recorded");
+        }
+    }
+
+    fn audit_only(&self) -> bool {
+        true
+    }
+}
+
+impl Drop for DeferredEvent {
+    fn drop(&mut self) {
+        self.durability.deferred_done();
     }
 }
 

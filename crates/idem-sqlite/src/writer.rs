@@ -47,6 +47,11 @@ pub(crate) trait WriteJob: Send {
     fn run(&mut self, conn: &Connection) -> bool;
     /// Answers the caller once the batch's fate is known: `commit` is the batch result.
     fn finish(self: Box<Self>, commit: Result<(), StoreError>);
+    /// The job only appends an audit event: it changes no record, so a batch of such jobs
+    /// alone is not waited for by decisions on a snapshot (see [`crate::durable`]).
+    fn audit_only(&self) -> bool {
+        false
+    }
 }
 
 /// A closure job whose result is held back until the batch committed.
@@ -121,7 +126,7 @@ pub(crate) fn run(
                 Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
             }
         }
-        let seq = durability.start_batch();
+        let seq = durability.start_batch(batch.iter().all(|j| j.audit_only()));
         // After a failed fsync nothing more is written (see `crate::durable`).
         let changes = conn.total_changes();
         let commit = match durability.check() {

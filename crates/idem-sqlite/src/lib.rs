@@ -295,6 +295,42 @@ impl SqliteStore {
     }
 }
 
+/// An effect's claim that acquired: its `sent` step in the same transaction (one commit, one
+/// fsync, where the caller would otherwise wait for two). The answer is the claim's, with the
+/// record as `sent` left it and both steps' events. Anything but an acquisition, or a `sent`
+/// refused, leaves the claim's answer as it was: the caller then records `sent` itself.
+fn then_sent(
+    conn: &Connection,
+    ns: &Namespace,
+    key: &Key,
+    ctx: &ExecCtx,
+    request: &idem_core::RequestSummary,
+    mut claimed: Executed,
+) -> Result<Executed, StoreError> {
+    let token = match &claimed.reply {
+        Ok(idem_core::Reply::Claim(c)) if c.outcome == idem_core::ClaimOutcome::Acquired => {
+            match &c.token {
+                Some(t) => t.secret(),
+                None => return Ok(claimed),
+            }
+        }
+        _ => return Ok(claimed),
+    };
+    let op = Op::EffectSent(idem_core::EffectSentRequest {
+        token,
+        request: request.clone(),
+    });
+    let sent_ctx = ExecCtx::at(ctx.now);
+    let ran = write_ops::execute_step(conn, ns, key, &op, &sent_ctx)?;
+    if let (Ok(idem_core::Reply::Record(r)), Ok(idem_core::Reply::Claim(c))) =
+        (ran.executed.reply, &mut claimed.reply)
+    {
+        c.record = Some(r);
+        claimed.events.extend(ran.executed.events);
+    }
+    Ok(claimed)
+}
+
 /// Audit events of snapshot decisions queued and not yet written, beyond which a decision
 /// waits for its own event.
 const MAX_DEFERRED: u64 = 4096;
@@ -381,7 +417,10 @@ impl Store for SqliteStore {
             let ran = write_ops::execute_step(conn, &ns, &key, &op, &ctx)?;
             tracing::trace!(namespace = %ns, key = %key.masked(), op = op.name(),
                 reply = write_ops::reply_kind(&ran.executed.reply), "sqlite: executed");
-            Ok(ran.executed)
+            match &ctx.then_sent {
+                Some(request) => then_sent(conn, &ns, &key, &ctx, request, ran.executed),
+                None => Ok(ran.executed),
+            }
         })
         .await
     }

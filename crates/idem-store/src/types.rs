@@ -22,6 +22,11 @@ pub struct ExecCtx {
     /// Rows to write with the record in the same atomic step, only if the step updates it
     /// (see [`ReportRider`]).
     pub report: Option<Box<ReportRider>>,
+    /// An effect's claim: when it acquires, also record that this request is about to leave
+    /// (`Op::EffectSent` under the new token), in the same atomic step. A store may do so
+    /// (its answer then carries the `sent` event after the claim's) or leave it to the caller,
+    /// who sends `Op::EffectSent` itself when no `sent` event came back.
+    pub then_sent: Option<idem_core::effect::RequestSummary>,
 }
 
 /// Rows that ride on a record's creation: written in the atomic step that inserts the
@@ -67,6 +72,7 @@ impl ExecCtx {
             traceparent: None,
             rider: None,
             report: None,
+            then_sent: None,
         }
     }
 

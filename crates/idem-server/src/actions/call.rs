@@ -278,10 +278,11 @@ pub async fn call(
             }
             Err(e) => return Err(e),
         };
-        let claimed = effects::claim(st, &nk, &input, fp, guarded.destination_idempotent).await?;
+        // A draft is saved between the claim and the request: `sent` is recorded after it.
+        let claimed = effects::claim(st, &nk, &input, fp, &guarded, None).await?;
         let (token, record) = match claimed {
             Claimed::Answered(a) => return Ok(finish(action, &key, *a)),
-            Claimed::Acquired { token, record } => (token, record),
+            Claimed::Acquired { token, record, .. } => (token, record),
         };
         match &record.prepared_payload {
             // A resumed record delivers what was saved (approved, or prepared by the first call),
@@ -322,7 +323,7 @@ pub async fn call(
                 }
             }
         }
-        let a = effects::send(st, &nk, token, &input, &guarded).await?;
+        let a = effects::send(st, &nk, token, &input, &guarded, false).await?;
         Ok(finish(action, &key, a))
     }
     .await;
@@ -355,9 +356,11 @@ pub async fn deliver_saved(
     };
     let policy = st.policies.get(st.ledger.store().as_ref(), ns).await?;
     let guarded = effects::guard(st, &policy, &input, key.as_str()).await?;
-    let a = match effects::claim(st, &nk, &input, fp, guarded.destination_idempotent).await? {
+    let a = match effects::claim(st, &nk, &input, fp, &guarded, None).await? {
         Claimed::Answered(a) => *a,
-        Claimed::Acquired { token, .. } => effects::send(st, &nk, token, &input, &guarded).await?,
+        Claimed::Acquired { token, .. } => {
+            effects::send(st, &nk, token, &input, &guarded, false).await?
+        }
     };
     crate::metrics::action_call(ns.as_str(), &action.name, a.outcome);
     log_op("action", &nk, None, a.record.as_ref(), a.outcome);

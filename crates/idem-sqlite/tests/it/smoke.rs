@@ -515,3 +515,74 @@ async fn namespace_counts_follow_every_write() {
         (3, 2)
     );
 }
+
+/// An effect's claim with `then_sent`: an acquisition records `sent` in the same step (one
+/// commit); a claim that does not acquire (a replay) records nothing more.
+#[tokio::test]
+async fn an_effect_claim_records_sent_with_its_acquisition() {
+    use idem_core::{Op, Reply, RequestSummary};
+    let t = TestLedger::new();
+    let (n, k) = (ns("pay"), key("evt_9:charge"));
+    let request = RequestSummary {
+        method: "POST".into(),
+        url: "https://api.example.com/v1/charges".into(),
+        idempotency_header: Some("Idempotency-Key".into()),
+    };
+    let ex = t
+        .ledger
+        .execute_then_sent(
+            &n,
+            &k,
+            Op::Claim(ClaimRequest::default()),
+            None,
+            None,
+            Some(request.clone()),
+        )
+        .await
+        .expect("claim");
+    assert_eq!(kinds(&ex.events), [EventType::Acquired, EventType::Sent]);
+    let Ok(Reply::Claim(c)) = ex.reply else {
+        panic!("a claim reply: {:?}", ex.reply);
+    };
+    assert_eq!(c.outcome, ClaimOutcome::Acquired);
+    let rec = c.record.expect("record");
+    assert_eq!(
+        rec.request.as_ref(),
+        Some(&request),
+        "the reply shows the record as sent"
+    );
+    let got = t.store.get(&n, &k).await.expect("get").expect("known");
+    assert_eq!(kinds(&got.events), [EventType::Acquired, EventType::Sent]);
+    assert_eq!(got.record.request, Some(request.clone()));
+    assert_eq!(got.record.version, rec.version);
+    // The token still holds the record: the effect's report completes it.
+    let token = c.token.expect("token").secret();
+    t.complete(&n, &k, token, None, None)
+        .await
+        .expect("complete");
+
+    // A replay does not acquire: nothing is recorded but its duplicate hit.
+    let again = t
+        .ledger
+        .execute_then_sent(
+            &n,
+            &k,
+            Op::Claim(ClaimRequest::default()),
+            None,
+            None,
+            Some(request),
+        )
+        .await
+        .expect("claim");
+    assert_eq!(kinds(&again.events), [EventType::DuplicateHit]);
+    let got = t.store.get(&n, &k).await.expect("get").expect("known");
+    assert_eq!(
+        kinds(&got.events),
+        [
+            EventType::Acquired,
+            EventType::Sent,
+            EventType::Completed,
+            EventType::DuplicateHit
+        ]
+    );
+}

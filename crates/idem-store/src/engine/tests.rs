@@ -16,6 +16,7 @@ fn exec_ctx(now: i64) -> ExecCtx {
         traceparent: None,
         rider: None,
         report: None,
+        then_sent: None,
     }
 }
 fn claim() -> Op {

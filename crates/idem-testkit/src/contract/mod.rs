@@ -242,6 +242,7 @@ impl H {
             traceparent: None,
             rider: None,
             report: None,
+            then_sent: None,
         };
         self.store
             .execute(&self.ns, k, op, ctx)

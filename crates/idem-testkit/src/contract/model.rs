@@ -502,6 +502,7 @@ async fn one_case(
             traceparent: None,
             rider: None,
             report: None,
+            then_sent: None,
         };
         let token_of = |w: usize| tokens[w].clone().unwrap_or_else(|| made_up.clone());
         let store_op = match op {

@@ -147,6 +147,7 @@ async fn to_review_traced(h: &H, k: &str, traceparent: Option<&str>) -> usize {
         traceparent: traceparent.map(str::to_owned),
         rider: None,
         report: None,
+        then_sent: None,
     };
     let e = h
         .store

@@ -192,9 +192,16 @@ pub async fn effect(
     let guarded = guard(&st, &policy, &input, nk.key.as_str()).await?;
     let fp = fingerprint(input.method, &input.url, input.body.as_ref())
         .map_err(|e| ApiError::invalid_field("request.body", e.to_string()))?;
-    let answer = match claim(&st, &nk, &input, fp, guarded.destination_idempotent).await? {
+    // Nothing stands between the claim and the request here (no draft to save): the claim
+    // records `sent` with its acquisition where the store can (one commit, not two).
+    let then_sent = (input.mcp_tool.is_none() && !guarded.target.unresolvable())
+        .then(|| request_summary(&input));
+    let claimed = claim(&st, &nk, &input, fp, &guarded, then_sent).await?;
+    let answer = match claimed {
         Claimed::Answered(a) => *a,
-        Claimed::Acquired { token, .. } => send(&st, &nk, token, &input, &guarded).await?,
+        Claimed::Acquired { token, sent, .. } => {
+            send(&st, &nk, token, &input, &guarded, sent).await?
+        }
     };
     metrics::effect(answer.outcome);
     Ok(answer.into_response())
@@ -242,18 +249,27 @@ pub(crate) async fn guard(
 /// What the claim of an effect left: an answer (every outcome but `acquired`), or the lease.
 pub(crate) enum Claimed {
     Answered(Box<Answer>),
-    Acquired { token: String, record: Box<Record> },
+    /// `sent`: the claim also recorded the request as sent (see [`claim`]).
+    Acquired {
+        token: String,
+        record: Box<Record>,
+        sent: bool,
+    },
 }
 
 /// The claim under `fp` with the effect's lease (the attempt's timeout + margin) and lease
 /// expiry (review, unless the destination dedupes), waiting for a holder up to `wait_ms`.
+/// With `then_sent`, an acquisition also records that request as about to leave, in the same
+/// step where the store can (`Claimed::Acquired::sent` says whether it did).
 pub(crate) async fn claim(
     st: &AppState,
     nk: &NsKey,
     input: &Input,
     fp: idem::Fingerprint,
-    idem_dest: bool,
+    guarded: &Guarded,
+    then_sent: Option<RequestSummary>,
 ) -> ApiResult<Claimed> {
+    let idem_dest = guarded.destination_idempotent;
     let lease_ms = (input.timeout_ms + effect::LEASE_MARGIN_MS).max(input.lease_ms.unwrap_or(0));
     let claim = ClaimRequest {
         fingerprint: Some(fp),
@@ -267,11 +283,12 @@ pub(crate) async fn claim(
             LeaseExpiry::Review
         }),
     };
-    let (reply, ex) = claim_and_wait(st, nk, claim, input.wait_ms).await?;
+    let (reply, ex) = claim_and_wait(st, nk, claim, input.wait_ms, then_sent).await?;
     let duplicate = ex
         .events
         .iter()
         .any(|e| e.kind == idem::EventType::DuplicateHit);
+    let sent = ex.events.iter().any(|e| e.kind == idem::EventType::Sent);
     metrics::claim(reply.outcome, reply.resumed, reply.reclaimed, duplicate);
     if reply.outcome != ClaimOutcome::Acquired {
         log_op(
@@ -294,17 +311,32 @@ pub(crate) async fn claim(
     Ok(Claimed::Acquired {
         token,
         record: Box::new(record),
+        sent,
     })
+}
+
+/// What the `sent` event records of an effect's request.
+fn request_summary(input: &Input) -> RequestSummary {
+    RequestSummary {
+        method: input.method.as_str().to_owned(),
+        url: url_without_query(&input.url),
+        idempotency_header: input
+            .idempotency_header
+            .as_ref()
+            .map(|h| canonical_header_name(h.as_str())),
+    }
 }
 
 /// One acquired attempt: `sent` (durably) → the request → classification → the lookup of
 /// an ambiguous answer → the report.
+/// `sent`: the claim already recorded it.
 pub(crate) async fn send(
     st: &AppState,
     nk: &NsKey,
     token: String,
     input: &Input,
     guarded: &Guarded,
+    sent: bool,
 ) -> ApiResult<Answer> {
     Attempt {
         st,
@@ -314,6 +346,7 @@ pub(crate) async fn send(
         target: &guarded.target,
         lookup: guarded.lookup.as_ref(),
         destination_idempotent: guarded.destination_idempotent,
+        sent_recorded: sent,
     }
     .run()
     .await
@@ -328,6 +361,8 @@ struct Attempt<'a> {
     target: &'a Target,
     lookup: Option<&'a Target>,
     destination_idempotent: bool,
+    /// The claim recorded `sent` with its acquisition.
+    sent_recorded: bool,
 }
 
 impl Attempt<'_> {
@@ -423,7 +458,9 @@ impl Attempt<'_> {
                 tracing::Span::none(),
             )
         } else {
-            self.record_sent().await?;
+            if !self.sent_recorded {
+                self.record_sent().await?;
+            }
             let span = crate::telemetry::effect_span(
                 "effect.send",
                 self.nk.ns.as_str(),
@@ -533,15 +570,7 @@ impl Attempt<'_> {
     async fn record_sent(&self) -> ApiResult<()> {
         let op = Op::EffectSent(EffectSentRequest {
             token: self.token.clone(),
-            request: RequestSummary {
-                method: self.input.method.as_str().to_owned(),
-                url: url_without_query(&self.input.url),
-                idempotency_header: self
-                    .input
-                    .idempotency_header
-                    .as_ref()
-                    .map(|h| canonical_header_name(h.as_str())),
-            },
+            request: request_summary(self.input),
         });
         let ex = exec(self.st, self.nk, op, None).await?;
         match ex.reply {

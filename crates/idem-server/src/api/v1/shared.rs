@@ -79,11 +79,23 @@ fn caller_of(parts: &Parts) -> Result<Caller, ApiError> {
 
 /// Runs one operation and returns what the store did (the refusal stays inside).
 pub async fn exec(st: &AppState, nk: &NsKey, op: Op, actor: Option<String>) -> ApiResult<Executed> {
+    exec_then_sent(st, nk, op, actor, None).await
+}
+
+/// [`exec`] of an effect's claim that, when it acquires, also records `then_sent` in the same
+/// step where the store can (see `idem_store::ExecCtx::then_sent`).
+pub async fn exec_then_sent(
+    st: &AppState,
+    nk: &NsKey,
+    op: Op,
+    actor: Option<String>,
+    then_sent: Option<idem::RequestSummary>,
+) -> ApiResult<Executed> {
     let traceparent = crate::telemetry::operation_traceparent();
     let span = crate::telemetry::store_span(nk.ns.as_str(), op.name());
     let run = st
         .ledger
-        .execute_traced(&nk.ns, &nk.key, op, actor, traceparent);
+        .execute_then_sent(&nk.ns, &nk.key, op, actor, traceparent, then_sent);
     let ex = tracing::Instrument::instrument(run, span).await?;
     crate::metrics::tally(&ex.tally);
     if ex.tally.fenced_completion {

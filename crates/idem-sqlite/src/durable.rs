@@ -55,6 +55,12 @@ pub(crate) struct Durability {
     poisoned: AtomicBool,
     deferred_sent: AtomicU64,
     deferred_done: watch::Sender<u64>,
+    /// The last batch that wrote something did not commit (a full disk, an I/O error):
+    /// decisions then wait for their own event again, so a write that cannot be made is
+    /// answered 503 as before instead of being dropped after the answer.
+    failing: AtomicBool,
+    /// A deferred event was lost since writes last committed (it was logged once).
+    dropped_logged: AtomicBool,
 }
 
 impl Durability {
@@ -66,6 +72,8 @@ impl Durability {
             poisoned: AtomicBool::new(false),
             deferred_sent: AtomicU64::new(0),
             deferred_done: watch::Sender::new(0),
+            failing: AtomicBool::new(false),
+            dropped_logged: AtomicBool::new(false),
         }
     }
 
@@ -84,6 +92,25 @@ impl Durability {
     pub(crate) fn defer(&self) -> u64 {
         let before = self.deferred_sent.fetch_add(1, Ordering::SeqCst);
         before.saturating_sub(*self.deferred_done.borrow())
+    }
+
+    /// What the writer learnt of a batch that wrote something: it committed or not.
+    pub(crate) fn set_failing(&self, failing: bool) {
+        self.failing.store(failing, Ordering::SeqCst);
+        if !failing {
+            self.dropped_logged.store(false, Ordering::SeqCst);
+        }
+    }
+
+    /// Whether writes are failing now (see `failing`).
+    pub(crate) fn failing(&self) -> bool {
+        self.failing.load(Ordering::SeqCst)
+    }
+
+    /// A deferred event was not recorded: true for the first since writes last committed
+    /// (the one to log as a warning; the others go to debug).
+    pub(crate) fn first_dropped(&self) -> bool {
+        !self.dropped_logged.swap(true, Ordering::SeqCst)
     }
 
     /// A deferred event's batch settled (or the event was never queued).
@@ -251,6 +278,19 @@ mod tests {
             .expect("task");
         d.deferred_done();
         d.wait_for_deferred().await;
+    }
+
+    #[test]
+    fn failing_writes_are_remembered_until_one_commits_and_a_lost_event_is_warned_once() {
+        let d = Durability::new();
+        assert!(!d.failing());
+        d.set_failing(true);
+        assert!(d.failing());
+        assert!(d.first_dropped(), "the first lost event is the one warned about");
+        assert!(!d.first_dropped(), "the rest of the run of failures is not");
+        d.set_failing(false);
+        assert!(!d.failing());
+        assert!(d.first_dropped(), "a new run of failures warns again");
     }
 
     #[tokio::test]

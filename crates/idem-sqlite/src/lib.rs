@@ -232,7 +232,8 @@ impl SqliteStore {
     /// queued events ([`durable`]), so the caller who then reads the history sees it. What a
     /// crash can take back is the audit event of an answer given in the last milliseconds,
     /// never a record's state or its stored result. Once [`MAX_DEFERRED`] events are queued
-    /// and not yet written, a decision waits for its own event as before (backpressure).
+    /// and not yet written (backpressure), or while writes fail (a full disk: the answer is
+    /// then 503 as for any write), a decision waits for its own event.
     async fn finish_snapshot_decision(
         &self,
         ns: &Namespace,
@@ -245,7 +246,7 @@ impl SqliteStore {
                 self.durability.wait_for_decisions().await?;
                 Vec::new()
             }
-            Some(draft) if self.durability.defer() < MAX_DEFERRED => {
+            Some(draft) if !self.durability.failing() && self.durability.defer() < MAX_DEFERRED => {
                 let event = Event::from_draft(0, draft.clone());
                 let job = DeferredEvent {
                     rid: d.rid,
@@ -363,10 +364,18 @@ impl writer::WriteJob for DeferredEvent {
 
     fn finish(self: Box<Self>, commit: Result<(), StoreError>) {
         if let Some(e) = self.out.clone().or(commit.err()) {
-            // Never silent; the answer (a replay of what is stored) was right either way.
-            tracing::warn!(namespace = %self.ns, key = %self.key.masked(),
-                event = self.draft.kind.as_str(), error = %e,
-                "sqlite: the audit event of an answered decision was not recorded");
+            // Never silent, but once per run of failing writes (a full disk would otherwise
+            // log every one); the answer, a replay of what is stored, was right either way,
+            // and from the failure on decisions wait for their own event (answered 503).
+            if self.durability.first_dropped() {
+                tracing::warn!(namespace = %self.ns, key = %self.key.masked(),
+                    event = self.draft.kind.as_str(), error = %e,
+                    "sqlite: the audit event of an answered decision was not recorded;                      later ones are logged at debug until writes commit again");
+            } else {
+                tracing::debug!(namespace = %self.ns, key = %self.key.masked(),
+                    event = self.draft.kind.as_str(), error = %e,
+                    "sqlite: the audit event of an answered decision was not recorded");
+            }
         }
     }
 

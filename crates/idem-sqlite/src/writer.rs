@@ -133,7 +133,11 @@ pub(crate) fn run(
             Ok(()) => commit_batch(&conn, &mut batch),
             Err(e) => Err(e),
         };
-        failures.record(&commit, batch.len(), conn.total_changes() > changes);
+        let wrote = conn.total_changes() > changes;
+        failures.record(&commit, batch.len(), wrote);
+        if commit.is_err() || wrote {
+            durability.set_failing(commit.is_err());
+        }
         let settle = Settle {
             seq,
             jobs: batch,

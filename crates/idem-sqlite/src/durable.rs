@@ -286,7 +286,10 @@ mod tests {
         assert!(!d.failing());
         d.set_failing(true);
         assert!(d.failing());
-        assert!(d.first_dropped(), "the first lost event is the one warned about");
+        assert!(
+            d.first_dropped(),
+            "the first lost event is the one warned about"
+        );
         assert!(!d.first_dropped(), "the rest of the run of failures is not");
         d.set_failing(false);
         assert!(!d.failing());

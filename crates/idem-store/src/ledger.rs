@@ -69,25 +69,27 @@ impl Ledger {
         actor: Option<String>,
         traceparent: Option<String>,
     ) -> Result<Executed, StoreError> {
-        self.execute_then_sent(ns, key, op, actor, traceparent, None)
-            .await
+        let mut ctx = ExecCtx::at(self.clock.now());
+        ctx.actor = actor;
+        ctx.traceparent = traceparent;
+        self.store.execute(ns, key, op, ctx).await
     }
 
-    /// [`Ledger::execute_traced`] of an effect's claim that, when it acquires, also records
-    /// `then_sent` as the request about to leave, in the same step where the store can
-    /// ([`ExecCtx::then_sent`]: the answer's events then hold the `sent` event).
-    pub async fn execute_then_sent(
+    /// [`Ledger::execute_traced`] with follow-ups of an effect's or an action's claim
+    /// ([`ExecCtx::then_prepare`], [`ExecCtx::then_sent`]), done in the claim's step where
+    /// the store can.
+    pub async fn execute_then(
         &self,
         ns: &Namespace,
         key: &Key,
         op: Op,
-        actor: Option<String>,
         traceparent: Option<String>,
+        then_prepare: Option<crate::ThenPrepare>,
         then_sent: Option<idem_core::RequestSummary>,
     ) -> Result<Executed, StoreError> {
         let mut ctx = ExecCtx::at(self.clock.now());
-        ctx.actor = actor;
         ctx.traceparent = traceparent;
+        ctx.then_prepare = then_prepare;
         ctx.then_sent = then_sent;
         self.store.execute(ns, key, op, ctx).await
     }

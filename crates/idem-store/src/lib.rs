@@ -45,7 +45,7 @@ pub use types::{
     generate_secret, hash_secret, AlertOutcome, ApiToken, Cursor, ExecCtx, Executed, ListQuery,
     NamespaceChange, NamespaceInfo, NamespaceStats, NewApiToken, Page, PendingAlert,
     RecordWithEvents, ReportRider, RetentionReport, Rider, Role, StateCounts, Stats, StoreError,
-    SweepReport,
+    SweepReport, ThenPrepare,
 };
 
 use async_trait::async_trait;

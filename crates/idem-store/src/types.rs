@@ -27,6 +27,17 @@ pub struct ExecCtx {
     /// (its answer then carries the `sent` event after the claim's) or leave it to the caller,
     /// who sends `Op::EffectSent` itself when no `sent` event came back.
     pub then_sent: Option<idem_core::effect::RequestSummary>,
+    /// An action's claim: when it acquires a record that holds no draft, first save this one
+    /// (`Op::Prepare`), and record `then_sent` only if the draft does not wait for approval.
+    /// The same contract as `then_sent`: the answer's events say what was done.
+    pub then_prepare: Option<ThenPrepare>,
+}
+
+/// The draft [`ExecCtx::then_prepare`] saves.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ThenPrepare {
+    pub payload: serde_json::Value,
+    pub approval_required: bool,
 }
 
 /// Rows that ride on a record's creation: written in the atomic step that inserts the
@@ -73,6 +84,7 @@ impl ExecCtx {
             rider: None,
             report: None,
             then_sent: None,
+            then_prepare: None,
         }
     }
 

@@ -65,7 +65,7 @@ pub use idem_store::{
     generate_secret, hash_secret, AlertOutcome, ApiToken, Cursor, ExecCtx, Executed, Ledger,
     LedgerError, ListQuery, NamespaceChange, NamespaceInfo, NamespaceStats, NewApiToken, Page,
     PendingAlert, RecordWithEvents, RetentionReport, Role, StateCounts, Stats, Store, StoreError,
-    SweepReport,
+    SweepReport, ThenPrepare,
 };
 pub use idem_store::{
     AlertPayload, Jitter, NewOutboxItem, NewSecret, OutboxClaim, OutboxFinish, OutboxItem,

@@ -18,7 +18,7 @@ use super::model::{
     effect_body, mcp_effect_body, upstream_tool, Action, Approval, Headers, ResultMode,
 };
 use crate::api::v1::effects::{self, Answer, Claimed, EffectBody};
-use crate::api::v1::shared::{exec, log_op};
+use crate::api::v1::shared::{exec, log_op, FollowUps};
 use crate::error::{effect_status, ApiError, ApiResult};
 use crate::input::{read_body, NsKey};
 use crate::outcome::EffectOutcome;
@@ -278,52 +278,77 @@ pub async fn call(
             }
             Err(e) => return Err(e),
         };
-        // A draft is saved between the claim and the request: `sent` is recorded after it.
-        let claimed = effects::claim(st, &nk, &input, fp, &guarded, None).await?;
-        let (token, record) = match claimed {
-            Claimed::Answered(a) => return Ok(finish(action, &key, *a)),
-            Claimed::Acquired { token, record, .. } => (token, record),
+        // The draft (and, without approval, `sent`) ride on the acquisition where the store
+        // can: one commit for claim, draft and `sent`.
+        let approval = action.approval == Approval::Required;
+        let then = FollowUps {
+            prepare: Some(idem::ThenPrepare {
+                payload: Value::Object(args.clone()),
+                approval_required: approval,
+            }),
+            sent: effects::sent_follow_up(&input, &guarded),
         };
-        match &record.prepared_payload {
-            // A resumed record delivers what was saved (approved, or prepared by the first call),
-            // never this call's arguments.
-            Some(Value::Object(saved)) if *saved != args => {
+        let claimed = effects::claim(st, &nk, &input, fp, &guarded, then).await?;
+        let (token, record, mut sent, prepared) = match claimed {
+            Claimed::Answered(a) => return Ok(finish(action, &key, *a)),
+            Claimed::Acquired {
+                token,
+                record,
+                sent,
+                prepared,
+            } => (token, record, sent, prepared),
+        };
+        let drafted = match (prepared, &record.prepared_payload) {
+            // This call's draft, saved by the claim's step.
+            (true, _) => Some(*record),
+            // A resumed record delivers what was saved (approved, or prepared by the first
+            // call), never this call's arguments.
+            (false, Some(Value::Object(saved))) if *saved != args => {
                 input = input_for(action, headers, saved, cost)?;
                 guarded = effects::guard(st, &policy, &input, &key).await?;
+                sent = false;
+                None
             }
-            Some(_) => {}
-            None => {
-                let approval = action.approval == Approval::Required;
+            (false, Some(_)) => None,
+            (false, None) => {
                 let op = Op::Prepare(PrepareRequest {
                     token: token.clone(),
                     payload: Value::Object(args.clone()),
                     approval_required: approval,
                 });
                 let ex = exec(st, &nk, op, None).await?;
-                let rec = match ex.reply {
-                    Ok(Reply::Record(r)) => r,
+                match ex.reply {
+                    Ok(Reply::Record(r)) => Some(r),
                     Ok(other) => {
                         return Err(ApiError::internal(format!("unexpected reply {other:?}")))
                     }
                     Err(e) => return Err(e.into()),
-                };
-                log_op("action", &nk, ex.from_state, Some(&rec), rec.state.as_str());
-                if approval {
-                    let a = Answer {
-                        outcome: EffectOutcome::AwaitingApproval.as_str(),
-                        status: effect_status(EffectOutcome::AwaitingApproval),
-                        replayed: false,
-                        response: None,
-                        response_is_result: false,
-                        record: Some(rec),
-                        retry_after_ms: None,
-                        reconciled: None,
-                    };
-                    return Ok(finish(action, &key, a));
                 }
             }
+        };
+        if let Some(rec) = drafted {
+            log_op(
+                "action",
+                &nk,
+                Some(idem::State::Processing),
+                Some(&rec),
+                rec.state.as_str(),
+            );
+            if approval {
+                let a = Answer {
+                    outcome: EffectOutcome::AwaitingApproval.as_str(),
+                    status: effect_status(EffectOutcome::AwaitingApproval),
+                    replayed: false,
+                    response: None,
+                    response_is_result: false,
+                    record: Some(rec),
+                    retry_after_ms: None,
+                    reconciled: None,
+                };
+                return Ok(finish(action, &key, a));
+            }
         }
-        let a = effects::send(st, &nk, token, &input, &guarded, false).await?;
+        let a = effects::send(st, &nk, token, &input, &guarded, sent).await?;
         Ok(finish(action, &key, a))
     }
     .await;
@@ -356,10 +381,14 @@ pub async fn deliver_saved(
     };
     let policy = st.policies.get(st.ledger.store().as_ref(), ns).await?;
     let guarded = effects::guard(st, &policy, &input, key.as_str()).await?;
-    let a = match effects::claim(st, &nk, &input, fp, &guarded, None).await? {
+    let then = FollowUps {
+        prepare: None,
+        sent: effects::sent_follow_up(&input, &guarded),
+    };
+    let a = match effects::claim(st, &nk, &input, fp, &guarded, then).await? {
         Claimed::Answered(a) => *a,
-        Claimed::Acquired { token, .. } => {
-            effects::send(st, &nk, token, &input, &guarded, false).await?
+        Claimed::Acquired { token, sent, .. } => {
+            effects::send(st, &nk, token, &input, &guarded, sent).await?
         }
     };
     crate::metrics::action_call(ns.as_str(), &action.name, a.outcome);

@@ -530,7 +530,7 @@ async fn an_effect_claim_records_sent_with_its_acquisition() {
     };
     let ex = t
         .ledger
-        .execute_then_sent(
+        .execute_then(
             &n,
             &k,
             Op::Claim(ClaimRequest::default()),
@@ -564,7 +564,7 @@ async fn an_effect_claim_records_sent_with_its_acquisition() {
     // A replay does not acquire: nothing is recorded but its duplicate hit.
     let again = t
         .ledger
-        .execute_then_sent(
+        .execute_then(
             &n,
             &k,
             Op::Claim(ClaimRequest::default()),
@@ -585,4 +585,92 @@ async fn an_effect_claim_records_sent_with_its_acquisition() {
             EventType::DuplicateHit
         ]
     );
+}
+
+/// An action's claim with its draft: saved and `sent` in the claim's step; a draft that
+/// waits for approval is saved and nothing is recorded as sent; a record that already holds
+/// a draft gets no follow-up (the caller decides what to deliver).
+#[tokio::test]
+async fn an_action_claim_saves_its_draft_and_records_sent_with_its_acquisition() {
+    use idem_core::{Op, Reply, RequestSummary};
+    use idem_store::ThenPrepare;
+    let t = TestLedger::new();
+    let n = ns("agents");
+    let request = RequestSummary {
+        method: "POST".into(),
+        url: "https://api.example.com/v1/emails".into(),
+        idempotency_header: None,
+    };
+    let draft = |approval_required| ThenPrepare {
+        payload: json!({"to": "a@example.com", "text": "hello"}),
+        approval_required,
+    };
+    let claim = |k: &'static str, approval: bool| {
+        let (ledger, n, request) = (&t.ledger, n.clone(), request.clone());
+        async move {
+            ledger
+                .execute_then(
+                    &n,
+                    &key(k),
+                    Op::Claim(ClaimRequest::default()),
+                    None,
+                    Some(draft(approval)),
+                    Some(request),
+                )
+                .await
+                .expect("claim")
+        }
+    };
+    let state_of = |ex: &idem_store::Executed| match &ex.reply {
+        Ok(Reply::Claim(c)) => c.record.as_ref().map(|r| r.state),
+        other => panic!("a claim reply: {other:?}"),
+    };
+
+    let sent = claim("ord_1:send", false).await;
+    assert_eq!(
+        kinds(&sent.events),
+        [EventType::Acquired, EventType::Prepared, EventType::Sent]
+    );
+    assert_eq!(state_of(&sent), Some(State::Prepared));
+    let got = t
+        .store
+        .get(&n, &key("ord_1:send"))
+        .await
+        .expect("get")
+        .expect("known");
+    assert_eq!(got.record.prepared_payload, Some(draft(false).payload));
+    assert_eq!(got.record.request, Some(request.clone()));
+
+    let held = claim("ord_2:send", true).await;
+    assert_eq!(
+        kinds(&held.events),
+        [EventType::Acquired, EventType::Prepared]
+    );
+    assert_eq!(state_of(&held), Some(State::AwaitingApproval));
+    let got = t
+        .store
+        .get(&n, &key("ord_2:send"))
+        .await
+        .expect("get")
+        .expect("known");
+    assert_eq!(
+        got.record.request, None,
+        "nothing is recorded as sent before approval"
+    );
+
+    // Approved: the delivering claim resumes a record that holds its draft.
+    t.ledger
+        .execute(
+            &n,
+            &key("ord_2:send"),
+            Op::Approve { note: None },
+            Some("ops".into()),
+        )
+        .await
+        .expect("approve")
+        .reply
+        .expect("approved");
+    let resumed = claim("ord_2:send", false).await;
+    assert_eq!(kinds(&resumed.events), [EventType::Resumed]);
+    assert_eq!(state_of(&resumed), Some(State::Prepared));
 }

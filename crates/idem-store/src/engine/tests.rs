@@ -17,6 +17,7 @@ fn exec_ctx(now: i64) -> ExecCtx {
         rider: None,
         report: None,
         then_sent: None,
+        then_prepare: None,
     }
 }
 fn claim() -> Op {

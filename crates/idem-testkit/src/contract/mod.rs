@@ -243,6 +243,7 @@ impl H {
             rider: None,
             report: None,
             then_sent: None,
+            then_prepare: None,
         };
         self.store
             .execute(&self.ns, k, op, ctx)

@@ -503,6 +503,7 @@ async fn one_case(
             rider: None,
             report: None,
             then_sent: None,
+            then_prepare: None,
         };
         let token_of = |w: usize| tokens[w].clone().unwrap_or_else(|| made_up.clone());
         let store_op = match op {

@@ -148,6 +148,7 @@ async fn to_review_traced(h: &H, k: &str, traceparent: Option<&str>) -> usize {
         rider: None,
         report: None,
         then_sent: None,
+        then_prepare: None,
     };
     let e = h
         .store

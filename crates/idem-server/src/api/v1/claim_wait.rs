@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use idem::{ClaimOutcome, ClaimReply, ClaimRequest, Executed, Op, Record};
 
-use super::shared::{claim_of, exec_then_sent};
+use super::shared::{claim_of, exec_then, FollowUps};
 use crate::error::ApiResult;
 use crate::input::NsKey;
 use crate::state::AppState;
@@ -28,17 +28,15 @@ pub(crate) async fn claim_and_wait(
     nk: &NsKey,
     req: ClaimRequest,
     wait_ms: i64,
-    then_sent: Option<idem::RequestSummary>,
+    then: FollowUps,
 ) -> ApiResult<(ClaimReply, Executed)> {
-    let again = (wait_ms > 0).then(|| (req.clone(), then_sent.clone()));
-    let (mut reply, mut ex) =
-        claim_of(exec_then_sent(st, nk, Op::Claim(req), None, then_sent).await?)?;
-    if let (ClaimOutcome::InFlight, Some((req, then_sent))) = (reply.outcome, again) {
+    let again = (wait_ms > 0).then(|| (req.clone(), then.clone()));
+    let (mut reply, mut ex) = claim_of(exec_then(st, nk, Op::Claim(req), None, then).await?)?;
+    if let (ClaimOutcome::InFlight, Some((req, then))) = (reply.outcome, again) {
         let deadline = Instant::now() + Duration::from_millis(wait_ms as u64);
         match wait_for_holder(st, nk, deadline).await? {
             WaitEnd::Changed => {
-                (reply, ex) =
-                    claim_of(exec_then_sent(st, nk, Op::Claim(req), None, then_sent).await?)?;
+                (reply, ex) = claim_of(exec_then(st, nk, Op::Claim(req), None, then).await?)?;
             }
             WaitEnd::Still(Some(rec)) => {
                 reply.retry_after_ms = Some(rec.lease_remaining_ms(st.ledger.now()));

@@ -39,7 +39,7 @@ pub(crate) use input::Input;
 use input::Lookup;
 
 use super::claim_wait::claim_and_wait;
-use super::shared::{exec, log_op, refused};
+use super::shared::{exec, log_op, refused, FollowUps};
 use crate::actions::upstream::{self, Step};
 pub use crate::api::effect_request::{
     EffectBody, EffectRequestBody, ReconcileBody, MAX_HEADERS, MAX_URL, RESERVED_HEADERS,
@@ -194,9 +194,11 @@ pub async fn effect(
         .map_err(|e| ApiError::invalid_field("request.body", e.to_string()))?;
     // Nothing stands between the claim and the request here (no draft to save): the claim
     // records `sent` with its acquisition where the store can (one commit, not two).
-    let then_sent = (input.mcp_tool.is_none() && !guarded.target.unresolvable())
-        .then(|| request_summary(&input));
-    let claimed = claim(&st, &nk, &input, fp, &guarded, then_sent).await?;
+    let then = FollowUps {
+        prepare: None,
+        sent: sent_follow_up(&input, &guarded),
+    };
+    let claimed = claim(&st, &nk, &input, fp, &guarded, then).await?;
     let answer = match claimed {
         Claimed::Answered(a) => *a,
         Claimed::Acquired { token, sent, .. } => {
@@ -249,25 +251,27 @@ pub(crate) async fn guard(
 /// What the claim of an effect left: an answer (every outcome but `acquired`), or the lease.
 pub(crate) enum Claimed {
     Answered(Box<Answer>),
-    /// `sent`: the claim also recorded the request as sent (see [`claim`]).
+    /// `sent`: the claim also recorded the request as sent, `prepared`: it saved the draft
+    /// (see [`claim`]); `record` is the record as the claim's step left it.
     Acquired {
         token: String,
         record: Box<Record>,
         sent: bool,
+        prepared: bool,
     },
 }
 
 /// The claim under `fp` with the effect's lease (the attempt's timeout + margin) and lease
 /// expiry (review, unless the destination dedupes), waiting for a holder up to `wait_ms`.
-/// With `then_sent`, an acquisition also records that request as about to leave, in the same
-/// step where the store can (`Claimed::Acquired::sent` says whether it did).
+/// With `then`, an acquisition also saves the draft and records the request as about to
+/// leave, in the same step where the store can (`Claimed::Acquired` says what was done).
 pub(crate) async fn claim(
     st: &AppState,
     nk: &NsKey,
     input: &Input,
     fp: idem::Fingerprint,
     guarded: &Guarded,
-    then_sent: Option<RequestSummary>,
+    then: FollowUps,
 ) -> ApiResult<Claimed> {
     let idem_dest = guarded.destination_idempotent;
     let lease_ms = (input.timeout_ms + effect::LEASE_MARGIN_MS).max(input.lease_ms.unwrap_or(0));
@@ -283,12 +287,16 @@ pub(crate) async fn claim(
             LeaseExpiry::Review
         }),
     };
-    let (reply, ex) = claim_and_wait(st, nk, claim, input.wait_ms, then_sent).await?;
+    let (reply, ex) = claim_and_wait(st, nk, claim, input.wait_ms, then).await?;
     let duplicate = ex
         .events
         .iter()
         .any(|e| e.kind == idem::EventType::DuplicateHit);
     let sent = ex.events.iter().any(|e| e.kind == idem::EventType::Sent);
+    let prepared = ex
+        .events
+        .iter()
+        .any(|e| e.kind == idem::EventType::Prepared);
     metrics::claim(reply.outcome, reply.resumed, reply.reclaimed, duplicate);
     if reply.outcome != ClaimOutcome::Acquired {
         log_op(
@@ -312,7 +320,15 @@ pub(crate) async fn claim(
         token,
         record: Box::new(record),
         sent,
+        prepared,
     })
+}
+
+/// The `sent` follow-up of a claim whose request leaves right after it: an HTTP request to
+/// a destination that resolved (an MCP tool call first opens its session, which may fail
+/// with nothing sent).
+pub(crate) fn sent_follow_up(input: &Input, guarded: &Guarded) -> Option<RequestSummary> {
+    (input.mcp_tool.is_none() && !guarded.target.unresolvable()).then(|| request_summary(input))
 }
 
 /// What the `sent` event records of an effect's request.

@@ -206,7 +206,7 @@ pub async fn claim(
     Body(body): Body<ClaimBody>,
 ) -> ApiResult<Response> {
     let (req, wait_ms) = body.into_request()?;
-    let (reply, ex) = claim_and_wait(&st, &nk, req, wait_ms, None).await?;
+    let (reply, ex) = claim_and_wait(&st, &nk, req, wait_ms, Default::default()).await?;
     let duplicate = ex.events.iter().any(|e| e.kind == EventType::DuplicateHit);
     metrics::claim(reply.outcome, reply.resumed, reply.reclaimed, duplicate);
     log_op(

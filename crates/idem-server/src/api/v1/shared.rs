@@ -79,23 +79,39 @@ fn caller_of(parts: &Parts) -> Result<Caller, ApiError> {
 
 /// Runs one operation and returns what the store did (the refusal stays inside).
 pub async fn exec(st: &AppState, nk: &NsKey, op: Op, actor: Option<String>) -> ApiResult<Executed> {
-    exec_then_sent(st, nk, op, actor, None).await
+    exec_then(st, nk, op, actor, FollowUps::default()).await
 }
 
-/// [`exec`] of an effect's claim that, when it acquires, also records `then_sent` in the same
-/// step where the store can (see `idem_store::ExecCtx::then_sent`).
-pub async fn exec_then_sent(
+/// What an effect's or an action's claim does in its own step when it acquires, where the
+/// store can (see `idem_store::ExecCtx::then_prepare` and `then_sent`); the answer's events
+/// say what was done.
+#[derive(Debug, Clone, Default)]
+pub struct FollowUps {
+    pub prepare: Option<idem::ThenPrepare>,
+    pub sent: Option<idem::RequestSummary>,
+}
+
+/// [`exec`] of a claim with its [`FollowUps`].
+pub async fn exec_then(
     st: &AppState,
     nk: &NsKey,
     op: Op,
     actor: Option<String>,
-    then_sent: Option<idem::RequestSummary>,
+    then: FollowUps,
 ) -> ApiResult<Executed> {
     let traceparent = crate::telemetry::operation_traceparent();
     let span = crate::telemetry::store_span(nk.ns.as_str(), op.name());
-    let run = st
-        .ledger
-        .execute_then_sent(&nk.ns, &nk.key, op, actor, traceparent, then_sent);
+    let run = async {
+        if then.prepare.is_none() && then.sent.is_none() {
+            return st
+                .ledger
+                .execute_traced(&nk.ns, &nk.key, op, actor, traceparent)
+                .await;
+        }
+        st.ledger
+            .execute_then(&nk.ns, &nk.key, op, traceparent, then.prepare, then.sent)
+            .await
+    };
     let ex = tracing::Instrument::instrument(run, span).await?;
     crate::metrics::tally(&ex.tally);
     if ex.tally.fenced_completion {

@@ -69,25 +69,26 @@ impl Ledger {
         actor: Option<String>,
         traceparent: Option<String>,
     ) -> Result<Executed, StoreError> {
-        let mut ctx = ExecCtx::at(self.clock.now());
-        ctx.actor = actor;
-        ctx.traceparent = traceparent;
-        self.store.execute(ns, key, op, ctx).await
+        self.execute_then(ns, key, op, actor, traceparent, None, None)
+            .await
     }
 
     /// [`Ledger::execute_traced`] with follow-ups of an effect's or an action's claim
     /// ([`ExecCtx::then_prepare`], [`ExecCtx::then_sent`]), done in the claim's step where
     /// the store can.
+    #[allow(clippy::too_many_arguments)]
     pub async fn execute_then(
         &self,
         ns: &Namespace,
         key: &Key,
         op: Op,
+        actor: Option<String>,
         traceparent: Option<String>,
         then_prepare: Option<crate::ThenPrepare>,
         then_sent: Option<idem_core::RequestSummary>,
     ) -> Result<Executed, StoreError> {
         let mut ctx = ExecCtx::at(self.clock.now());
+        ctx.actor = actor;
         ctx.traceparent = traceparent;
         ctx.then_prepare = then_prepare;
         ctx.then_sent = then_sent;

@@ -85,6 +85,21 @@ impl TestLedger {
             .expect("claim")
     }
 
+    /// A claim with the follow-ups of an effect's or an action's claim.
+    pub async fn claim_then(
+        &self,
+        ns: &Namespace,
+        key: &Key,
+        prepare: Option<idem_store::ThenPrepare>,
+        sent: Option<idem_core::RequestSummary>,
+    ) -> idem_store::Executed {
+        let claim = idem_core::Op::Claim(ClaimRequest::default());
+        self.ledger
+            .execute_then(ns, key, claim, None, None, prepare, sent)
+            .await
+            .expect("claim")
+    }
+
     /// A claim asking for a lease of `lease_ms`.
     pub async fn claim_leased(&self, ns: &Namespace, key: &Key, lease_ms: i64) -> ClaimReply {
         let req = ClaimRequest {

@@ -520,7 +520,7 @@ async fn namespace_counts_follow_every_write() {
 /// commit); a claim that does not acquire (a replay) records nothing more.
 #[tokio::test]
 async fn an_effect_claim_records_sent_with_its_acquisition() {
-    use idem_core::{Op, Reply, RequestSummary};
+    use idem_core::{Reply, RequestSummary};
     let t = TestLedger::new();
     let (n, k) = (ns("pay"), key("evt_9:charge"));
     let request = RequestSummary {
@@ -528,18 +528,7 @@ async fn an_effect_claim_records_sent_with_its_acquisition() {
         url: "https://api.example.com/v1/charges".into(),
         idempotency_header: Some("Idempotency-Key".into()),
     };
-    let ex = t
-        .ledger
-        .execute_then(
-            &n,
-            &k,
-            Op::Claim(ClaimRequest::default()),
-            None,
-            None,
-            Some(request.clone()),
-        )
-        .await
-        .expect("claim");
+    let ex = t.claim_then(&n, &k, None, Some(request.clone())).await;
     assert_eq!(kinds(&ex.events), [EventType::Acquired, EventType::Sent]);
     let Ok(Reply::Claim(c)) = ex.reply else {
         panic!("a claim reply: {:?}", ex.reply);
@@ -562,18 +551,7 @@ async fn an_effect_claim_records_sent_with_its_acquisition() {
         .expect("complete");
 
     // A replay does not acquire: nothing is recorded but its duplicate hit.
-    let again = t
-        .ledger
-        .execute_then(
-            &n,
-            &k,
-            Op::Claim(ClaimRequest::default()),
-            None,
-            None,
-            Some(request),
-        )
-        .await
-        .expect("claim");
+    let again = t.claim_then(&n, &k, None, Some(request)).await;
     assert_eq!(kinds(&again.events), [EventType::DuplicateHit]);
     let got = t.store.get(&n, &k).await.expect("get").expect("known");
     assert_eq!(
@@ -606,19 +584,10 @@ async fn an_action_claim_saves_its_draft_and_records_sent_with_its_acquisition()
         approval_required,
     };
     let claim = |k: &'static str, approval: bool| {
-        let (ledger, n, request) = (&t.ledger, n.clone(), request.clone());
+        let (t, n, k, request) = (&t, &n, key(k), request.clone());
         async move {
-            ledger
-                .execute_then(
-                    &n,
-                    &key(k),
-                    Op::Claim(ClaimRequest::default()),
-                    None,
-                    Some(draft(approval)),
-                    Some(request),
-                )
+            t.claim_then(n, &k, Some(draft(approval)), Some(request))
                 .await
-                .expect("claim")
         }
     };
     let state_of = |ex: &idem_store::Executed| match &ex.reply {
@@ -673,4 +642,29 @@ async fn an_action_claim_saves_its_draft_and_records_sent_with_its_acquisition()
     let resumed = claim("ord_2:send", false).await;
     assert_eq!(kinds(&resumed.events), [EventType::Resumed]);
     assert_eq!(state_of(&resumed), Some(State::Prepared));
+}
+
+/// Replays answer before their `duplicate_hit` is written, yet a read right after the answers
+/// finds every one of them (reads wait for the queued events).
+#[tokio::test]
+async fn a_read_right_after_concurrent_replays_shows_every_duplicate_hit() {
+    let t = std::sync::Arc::new(TestLedger::new());
+    let (n, k) = (ns("pay"), key("evt_many:charge"));
+    t.claim_complete(&n, &k).await;
+    let replays: Vec<_> = (0..50)
+        .map(|_| {
+            let (t, n, k) = (t.clone(), n.clone(), k.clone());
+            tokio::spawn(async move { t.claim(&n, &k).await.outcome })
+        })
+        .collect();
+    for r in replays {
+        assert_eq!(r.await.expect("task"), ClaimOutcome::Completed);
+    }
+    let got = t.store.get(&n, &k).await.expect("get").expect("known");
+    let hits = got
+        .events
+        .iter()
+        .filter(|e| e.kind == EventType::DuplicateHit)
+        .count();
+    assert_eq!(hits, 50, "{:?}", kinds(&got.events));
 }

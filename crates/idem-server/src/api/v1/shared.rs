@@ -101,17 +101,15 @@ pub async fn exec_then(
 ) -> ApiResult<Executed> {
     let traceparent = crate::telemetry::operation_traceparent();
     let span = crate::telemetry::store_span(nk.ns.as_str(), op.name());
-    let run = async {
-        if then.prepare.is_none() && then.sent.is_none() {
-            return st
-                .ledger
-                .execute_traced(&nk.ns, &nk.key, op, actor, traceparent)
-                .await;
-        }
-        st.ledger
-            .execute_then(&nk.ns, &nk.key, op, traceparent, then.prepare, then.sent)
-            .await
-    };
+    let run = st.ledger.execute_then(
+        &nk.ns,
+        &nk.key,
+        op,
+        actor,
+        traceparent,
+        then.prepare,
+        then.sent,
+    );
     let ex = tracing::Instrument::instrument(run, span).await?;
     crate::metrics::tally(&ex.tally);
     if ex.tally.fenced_completion {

@@ -14,8 +14,8 @@ pub struct Loaded {
     pub headers: Headers,
     pub created_at: idem::Timestamp,
     pub updated_at: idem::Timestamp,
-    /// The effect inputs of the arguments called lately (see [`Inputs`]).
-    pub inputs: Inputs,
+    /// What the arguments called lately derived to (see [`Calls`]).
+    pub calls: Calls,
 }
 
 impl std::fmt::Debug for Loaded {
@@ -29,41 +29,56 @@ impl std::fmt::Debug for Loaded {
     }
 }
 
-/// Arguments (their JSON text) → the effect input the delivery read them into, for one loaded
-/// action. An agent's repeated call (the same identity, the same arguments) is then answered
-/// without building and reading its delivery again; the input is a pure function of the
-/// action, its header values and the arguments, all fixed for the life of a [`Loaded`]. Bounded
-/// by entries and by the size of the arguments; cleared whole when full.
+/// What a call's arguments derive to, for one loaded action: the validated arguments, the
+/// key, the identity fingerprint and the effect input of the delivery. Each is a pure function
+/// of the action, its header values and the arguments, all fixed for the life of a
+/// [`Loaded`]. (No `Debug`: the input holds header values.)
+pub struct Derived {
+    pub(crate) args: serde_json::Map<String, serde_json::Value>,
+    pub(crate) key: idem::Key,
+    pub(crate) fp: idem::Fingerprint,
+    pub(crate) input: Input,
+    /// What the `sent` event records of the input's request.
+    pub(crate) summary: idem::RequestSummary,
+}
+
+/// Arguments (their JSON text) → what they derived to ([`Derived`]), for one loaded action.
+/// An agent's repeated call (the same identity, the same arguments) is then answered without
+/// validating its arguments, building its key and fingerprint, or reading its delivery again.
+/// Only arguments that passed every check are kept (a refusal is derived afresh each time).
+/// Bounded by entries and by the size of the arguments; cleared whole when full.
 #[derive(Default)]
-pub struct Inputs(std::sync::Mutex<std::collections::HashMap<String, Input>>);
+pub struct Calls(std::sync::Mutex<std::collections::HashMap<String, std::sync::Arc<Derived>>>);
 
-/// At most this many inputs per loaded action.
-const INPUTS_MAX: usize = 256;
+/// At most this many derivations per loaded action.
+const CALLS_MAX: usize = 256;
 /// Arguments longer than this (as JSON text) are not kept.
-pub const INPUT_ARGS_MAX: usize = 4096;
+pub const CALL_ARGS_MAX: usize = 4096;
 
-impl Inputs {
-    fn map(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, Input>> {
+type CallMap = std::collections::HashMap<String, std::sync::Arc<Derived>>;
+
+impl Calls {
+    fn map(&self) -> std::sync::MutexGuard<'_, CallMap> {
         self.0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// The input kept for these arguments.
-    pub(crate) fn get(&self, args: &str) -> Option<Input> {
+    /// What these arguments derived to, when kept.
+    pub(crate) fn get(&self, args: &str) -> Option<std::sync::Arc<Derived>> {
         self.map().get(args).cloned()
     }
 
-    /// Keeps `input` for `args` (not when the arguments are longer than [`INPUT_ARGS_MAX`]).
-    pub(crate) fn put(&self, args: String, input: &Input) {
-        if args.len() > INPUT_ARGS_MAX {
+    /// Keeps `derived` for `args` (not when the arguments are longer than [`CALL_ARGS_MAX`]).
+    pub(crate) fn put(&self, args: &str, derived: &std::sync::Arc<Derived>) {
+        if args.len() > CALL_ARGS_MAX {
             return;
         }
         let mut map = self.map();
-        if map.len() >= INPUTS_MAX && !map.contains_key(&args) {
+        if map.len() >= CALLS_MAX && !map.contains_key(args) {
             map.clear();
         }
-        map.insert(args, input.clone());
+        map.insert(args.to_owned(), derived.clone());
     }
 }
 
@@ -105,34 +120,41 @@ mod tests {
     use super::*;
     use crate::api::v1::effects::EffectBody;
     use crate::input::read_body;
+    use std::sync::Arc;
 
-    fn input(url: &str) -> Input {
-        read_body::<EffectBody>(serde_json::json!({"request": {"method": "POST", "url": url}}))
-            .and_then(EffectBody::into_input)
-            .expect("input")
+    fn derived(url: &str) -> Arc<Derived> {
+        let input =
+            read_body::<EffectBody>(serde_json::json!({"request": {"method": "POST", "url": url}}))
+                .and_then(EffectBody::into_input)
+                .expect("input");
+        Arc::new(Derived {
+            args: serde_json::Map::new(),
+            key: idem::Key::try_from("k1").expect("key"),
+            fp: idem::Fingerprint::of_payload(&serde_json::json!({})).expect("fp"),
+            summary: crate::api::v1::effects::request_summary(&input),
+            input,
+        })
     }
 
     #[test]
-    fn inputs_are_kept_per_argument_text_within_their_bounds() {
-        let memo = Inputs::default();
-        memo.put(r#"{"a":1}"#.into(), &input("https://a.example/x"));
+    fn derivations_are_kept_per_argument_text_within_their_bounds() {
+        let memo = Calls::default();
+        memo.put(r#"{"a":1}"#, &derived("https://a.example/x"));
         assert_eq!(
-            memo.get(r#"{"a":1}"#).map(|i| i.url),
+            memo.get(r#"{"a":1}"#).map(|d| d.input.url.clone()),
             Some("https://a.example/x".to_owned())
         );
         // Other arguments (or the same in another order) are another entry.
         assert!(memo.get(r#"{"a":2}"#).is_none());
         // Long arguments are not kept.
-        let long = format!(r#"{{"a":"{}"}}"#, "x".repeat(INPUT_ARGS_MAX));
-        memo.put(long.clone(), &input("https://a.example/x"));
+        let long = format!(r#"{{"a":"{}"}}"#, "x".repeat(CALL_ARGS_MAX));
+        memo.put(&long, &derived("https://a.example/x"));
         assert!(memo.get(&long).is_none());
         // Full: cleared whole, then the new entry kept.
-        for i in 0..INPUTS_MAX {
-            memo.put(format!(r#"{{"n":{i}}}"#), &input("https://a.example/x"));
+        for i in 0..CALLS_MAX {
+            memo.put(&format!(r#"{{"n":{i}}}"#), &derived("https://a.example/x"));
         }
         assert!(memo.get(r#"{"a":1}"#).is_none(), "cleared when full");
-        assert!(memo
-            .get(&format!(r#"{{"n":{}}}"#, INPUTS_MAX - 1))
-            .is_some());
+        assert!(memo.get(&format!(r#"{{"n":{}}}"#, CALLS_MAX - 1)).is_some());
     }
 }

@@ -11,9 +11,11 @@
 //! never do: put a header value, the request body or a secret in a log line or an answer.
 
 use idem::{Fingerprint, Op, PrepareRequest, Record, Reply};
+use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
+use std::sync::Arc;
 
-use super::cache::Loaded;
+use super::cache::{Derived, Loaded};
 use super::model::{
     effect_body, mcp_effect_body, upstream_tool, Action, Approval, Headers, ResultMode,
 };
@@ -33,17 +35,43 @@ pub struct ToolAnswer {
     pub text: String,
 }
 
+/// A `CallToolResult` as it is written: one text content, the structured content, whether
+/// it is a tool error, and `resultType` (always `complete`: idem never asks for more input).
+#[derive(Debug, serde::Serialize)]
+pub struct ToolResult {
+    content: [TextContent; 1],
+    #[serde(rename = "structuredContent")]
+    structured: Value,
+    #[serde(rename = "isError")]
+    is_error: bool,
+    #[serde(rename = "resultType")]
+    result_type: &'static str,
+}
+
+#[derive(Debug, serde::Serialize)]
+struct TextContent {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    text: String,
+}
+
 impl ToolAnswer {
-    /// The `CallToolResult` object (its members moved, not copied).
+    /// The `CallToolResult` (its members moved, not copied).
+    pub fn into_result(self) -> ToolResult {
+        ToolResult {
+            content: [TextContent {
+                kind: "text",
+                text: self.text,
+            }],
+            structured: self.structured,
+            is_error: self.is_error,
+            result_type: "complete",
+        }
+    }
+
+    /// The `CallToolResult` object.
     pub fn into_json(self) -> Value {
-        let mut text = Map::with_capacity(2);
-        text.insert("type".into(), Value::String("text".into()));
-        text.insert("text".into(), Value::String(self.text));
-        let mut out = Map::with_capacity(3);
-        out.insert("content".into(), Value::Array(vec![Value::Object(text)]));
-        out.insert("structuredContent".into(), self.structured);
-        out.insert("isError".into(), Value::Bool(self.is_error));
-        Value::Object(out)
+        serde_json::to_value(self.into_result()).unwrap_or(Value::Null)
     }
 
     /// A call refused before anything was stored (`missing_identity_field`, `invalid_field`,
@@ -130,28 +158,36 @@ fn reason_of(record: Option<&Record>, response: Option<&Value>) -> String {
 }
 
 /// The agent's answer for an effect answer.
-fn tool_answer(action: &Action, key: &str, a: Answer) -> ToolAnswer {
+fn tool_answer(action: &Action, key: &str, mut a: Answer) -> ToolAnswer {
     let outcome = a.outcome;
-    let reason = reason_of(a.record.as_ref(), a.response());
-    let mut structured = json!({
-        "outcome": outcome,
-        "key": key,
-        "state": a.record.as_ref().map(|r| r.state.as_str()),
-        "replayed": a.replayed,
-    });
+    // Only a permanent failure's sentence gives its reason.
+    let reason = if outcome == "failed_permanent" {
+        reason_of(a.record.as_ref(), a.response())
+    } else {
+        String::new()
+    };
+    let mut structured = Map::with_capacity(6);
+    structured.insert("outcome".into(), Value::String(outcome.into()));
+    structured.insert("key".into(), Value::String(key.into()));
+    let state = a.record.as_ref().map(|r| r.state.as_str());
+    structured.insert(
+        "state".into(),
+        state.map_or(Value::Null, |s| Value::String(s.into())),
+    );
+    structured.insert("replayed".into(), Value::Bool(a.replayed));
     if action.result == ResultMode::Response {
-        if let Some(r) = a.response() {
-            structured["response"] = r.clone();
+        if let Some(r) = a.take_response() {
+            structured.insert("response".into(), r);
         }
     }
     if let Some(ms) = a.retry_after_ms {
-        structured["retry_after_ms"] = json!(ms);
+        structured.insert("retry_after_ms".into(), json!(ms));
     }
     ToolAnswer {
         outcome,
         is_error: is_error(outcome),
         text: sentence(outcome, key, a.retry_after_ms, &reason),
-        structured,
+        structured: Value::Object(structured),
     }
 }
 
@@ -187,87 +223,146 @@ fn input_for(
     })
 }
 
-/// [`input_for`], answered from the loaded action's [`Inputs`](super::cache::Inputs) when
-/// these arguments were read lately (an agent's repeated call). Not kept: a call with a cost
-/// (it differs per attempt) and a refused input (it is answered, never sent).
-fn memoized_input(
+/// The arguments of one call, as the message gave them.
+#[derive(Debug, Clone, Copy)]
+pub enum Arguments<'a> {
+    /// `params.arguments` as its JSON text (the typed read of a `tools/call`; `null` is none).
+    Raw(&'a RawValue),
+    /// `params.arguments` of a message read whole (`None`: absent).
+    Value(Option<&'a Value>),
+}
+
+impl Arguments<'_> {
+    /// The text the derivation of these arguments is kept under: the JSON text as sent, or
+    /// (a message read whole) `~` and the arguments written out again; the two never meet.
+    fn memo_key(&self) -> Option<std::borrow::Cow<'_, str>> {
+        match self {
+            Arguments::Raw(r) => Some(std::borrow::Cow::Borrowed(r.get())),
+            Arguments::Value(v) => {
+                let text = serde_json::to_string(v.unwrap_or(&Value::Null)).ok()?;
+                Some(std::borrow::Cow::Owned(format!("~{text}")))
+            }
+        }
+    }
+
+    /// The arguments object (`None`: not an object).
+    fn read(&self) -> ApiResult<Option<Map<String, Value>>> {
+        let owned;
+        let v = match self {
+            Arguments::Raw(r) => {
+                owned = serde_json::from_str::<Value>(r.get())
+                    .map_err(|e| ApiError::internal(format!("arguments: {e}")))?;
+                Some(&owned)
+            }
+            Arguments::Value(v) => *v,
+        };
+        Ok(match v {
+            None | Some(Value::Null) => Some(Map::new()),
+            Some(Value::Object(m)) => Some(m.clone()),
+            Some(_) => None,
+        })
+    }
+}
+
+/// What `arguments` derive to for `loaded` (answered from its [`Calls`](super::cache::Calls)
+/// when these arguments were derived lately: an agent's repeated call), or the refusal the
+/// agent is answered. Not kept: a call with a cost (its input differs per attempt) and a
+/// refusal.
+fn derive(
     loaded: &Loaded,
-    args: &Map<String, Value>,
+    arguments: Arguments<'_>,
     cost: Option<&Value>,
-) -> ApiResult<effects::Input> {
-    let text = match cost {
-        None => serde_json::to_string(args).ok(),
+) -> ApiResult<Result<Arc<Derived>, ToolAnswer>> {
+    let memo = match cost {
+        None => arguments.memo_key(),
         Some(_) => None,
     };
-    if let Some(input) = text.as_deref().and_then(|t| loaded.inputs.get(t)) {
-        return Ok(input);
+    if let Some(d) = memo.as_deref().and_then(|t| loaded.calls.get(t)) {
+        return Ok(Ok(d));
     }
-    let input = input_for(&loaded.action, &loaded.headers, args, cost)?;
-    if let Some(t) = text {
-        loaded.inputs.put(t, &input);
+    let action = &loaded.action;
+    let Some(args) = arguments.read()? else {
+        return Ok(Err(ToolAnswer::refused(
+            "invalid_field",
+            "arguments",
+            "`arguments` must be an object".into(),
+        )));
+    };
+    // The identity first: the agent learns which one it left out.
+    if let Some(missing) = action.missing_identity(&args) {
+        return Ok(Err(ToolAnswer::refused(
+            "missing_identity_field",
+            missing,
+            format!("the identity argument `{missing}` is missing or empty"),
+        )));
     }
-    Ok(input)
+    let args = Value::Object(args);
+    if let Err((field, message)) = action.check_arguments(&args) {
+        return Ok(Err(ToolAnswer::refused(
+            "invalid_field",
+            &field,
+            format!("argument `{field}` is invalid: {message}"),
+        )));
+    }
+    let Value::Object(args) = args else {
+        return Err(ApiError::internal("arguments are an object"));
+    };
+    let key = match action.key_for(&args) {
+        Ok(k) => k,
+        Err(e) => {
+            return Ok(Err(ToolAnswer::refused(
+                "invalid_field",
+                "key",
+                e.to_string(),
+            )))
+        }
+    };
+    let fp = Fingerprint::of_payload(&action.identity_of(&args))
+        .map_err(|e| ApiError::internal(format!("identity fingerprint: {e}")))?;
+    let input = match input_for(action, &loaded.headers, &args, cost) {
+        Ok(i) => i,
+        Err(ApiError::InvalidField { field, message }) => {
+            return Ok(Err(ToolAnswer::refused("invalid_field", &field, message)))
+        }
+        Err(e) => return Err(e),
+    };
+    let d = Arc::new(Derived {
+        args,
+        key,
+        fp,
+        summary: effects::request_summary(&input),
+        input,
+    });
+    if let Some(t) = memo {
+        loaded.calls.put(&t, &d);
+    }
+    Ok(Ok(d))
 }
 
 /// Runs one call of `action` in `ns`, counted in `idem_action_calls_total` under its
 /// outcome: refusals (`missing_identity_field`, `invalid_field`, `destination_forbidden`)
-/// too, so an agent that keeps leaving out its identity shows on the dashboard.
+/// too, so an agent that keeps leaving out its identity shows on the dashboard. `cost`: the
+/// call's `_meta` `idem/cost`.
 pub async fn call(
     st: &AppState,
     ns: &idem::Namespace,
     loaded: &Loaded,
-    arguments: Option<&Value>,
-    meta: Option<&Value>,
+    arguments: Arguments<'_>,
+    cost: Option<&Value>,
 ) -> ApiResult<ToolAnswer> {
     let (action, headers) = (&loaded.action, &loaded.headers);
     let answer: ApiResult<ToolAnswer> = async {
-        let args = match arguments {
-            None | Some(Value::Null) => Map::new(),
-            Some(Value::Object(m)) => m.clone(),
-            Some(_) => {
-                return Ok(ToolAnswer::refused(
-                    "invalid_field",
-                    "arguments",
-                    "`arguments` must be an object".into(),
-                ))
-            }
-        };
-        // The identity first: the agent learns which one it left out.
-        if let Some(missing) = action.missing_identity(&args) {
-            return Ok(ToolAnswer::refused(
-                "missing_identity_field",
-                missing,
-                format!("the identity argument `{missing}` is missing or empty"),
-            ));
-        }
-        if let Err((field, message)) = action.check_arguments(&Value::Object(args.clone())) {
-            return Ok(ToolAnswer::refused(
-                "invalid_field",
-                &field,
-                format!("argument `{field}` is invalid: {message}"),
-            ));
-        }
-        let key = match action.key_for(&args) {
-            Ok(k) => k,
-            Err(e) => return Ok(ToolAnswer::refused("invalid_field", "key", e.to_string())),
-        };
-        let fp = Fingerprint::of_payload(&action.identity_of(&args))
-            .map_err(|e| ApiError::internal(format!("identity fingerprint: {e}")))?;
-        let cost = meta.and_then(|m| m.get("idem/cost"));
-        let mut input = match memoized_input(loaded, &args, cost) {
-            Ok(i) => i,
-            Err(ApiError::InvalidField { field, message }) => {
-                return Ok(ToolAnswer::refused("invalid_field", &field, message))
-            }
-            Err(e) => return Err(e),
+        let d = match derive(loaded, arguments, cost)? {
+            Ok(d) => d,
+            Err(refused) => return Ok(refused),
         };
         let nk = NsKey {
             ns: ns.clone(),
-            key,
+            key: d.key.clone(),
         };
-        let key = nk.key.as_str().to_owned();
+        let key = nk.key.as_str();
         let policy = st.policies.get(st.ledger.store().as_ref(), ns).await?;
-        let mut guarded = match effects::guard(st, &policy, &input, &key).await {
+        let mut guarded = match effects::guard(st, &policy, &d.input, key).await {
             Ok(g) => g,
             Err(ApiError::DestinationForbidden { field, message }) => {
                 return Ok(ToolAnswer::refused(
@@ -283,14 +378,14 @@ pub async fn call(
         let approval = action.approval == Approval::Required;
         let then = FollowUps {
             prepare: Some(idem::ThenPrepare {
-                payload: Value::Object(args.clone()),
+                payload: Value::Object(d.args.clone()),
                 approval_required: approval,
             }),
-            sent: effects::sent_follow_up(&input, &guarded),
+            sent: effects::sent_follow_up_of(&d.input, &guarded, &d.summary),
         };
-        let claimed = effects::claim(st, &nk, &input, fp, &guarded, then).await?;
+        let claimed = effects::claim(st, &nk, &d.input, d.fp.clone(), &guarded, then).await?;
         let (token, record, mut sent, prepared) = match claimed {
-            Claimed::Answered(a) => return Ok(finish(action, &key, *a)),
+            Claimed::Answered(a) => return Ok(finish(action, key, *a)),
             Claimed::Acquired {
                 token,
                 record,
@@ -298,14 +393,17 @@ pub async fn call(
                 prepared,
             } => (token, record, sent, prepared),
         };
+        // A resumed record's saved arguments, when they are not this call's.
+        let mut saved_input = None;
         let drafted = match (prepared, &record.prepared_payload) {
             // This call's draft, saved by the claim's step.
             (true, _) => Some(*record),
             // A resumed record delivers what was saved (approved, or prepared by the first
             // call), never this call's arguments.
-            (false, Some(Value::Object(saved))) if *saved != args => {
-                input = input_for(action, headers, saved, cost)?;
-                guarded = effects::guard(st, &policy, &input, &key).await?;
+            (false, Some(Value::Object(saved))) if *saved != d.args => {
+                let i = input_for(action, headers, saved, cost)?;
+                guarded = effects::guard(st, &policy, &i, key).await?;
+                saved_input = Some(i);
                 sent = false;
                 None
             }
@@ -313,7 +411,7 @@ pub async fn call(
             (false, None) => {
                 let op = Op::Prepare(PrepareRequest {
                     token: token.clone(),
-                    payload: Value::Object(args.clone()),
+                    payload: Value::Object(d.args.clone()),
                     approval_required: approval,
                 });
                 let ex = exec(st, &nk, op, None).await?;
@@ -345,11 +443,12 @@ pub async fn call(
                     retry_after_ms: None,
                     reconciled: None,
                 };
-                return Ok(finish(action, &key, a));
+                return Ok(finish(action, key, a));
             }
         }
-        let a = effects::send(st, &nk, token, &input, &guarded, sent).await?;
-        Ok(finish(action, &key, a))
+        let input = saved_input.as_ref().unwrap_or(&d.input);
+        let a = effects::send(st, &nk, token, input, &guarded, sent).await?;
+        Ok(finish(action, key, a))
     }
     .await;
     let answer = answer?;

@@ -13,11 +13,19 @@
 //! other method is `-32601`, an unknown tool `-32602`. A message that is not a JSON-RPC 2.0
 //! request, notification or response is HTTP 400 with a JSON-RPC error; nothing is stored.
 //!
+//! Two reads of one message: a plain `tools/call` (what agents send on every call) is read in
+//! place ([`fast_call`]: strings borrowed, `id` and `arguments` kept as their JSON text, the
+//! answer written from typed parts); anything else, errors included, is read whole as a
+//! `Value`. The typed read declines whatever it would not answer exactly as the whole read
+//! does, so a message's answer does not depend on which read took it.
+//!
 //! What it must never do: answer a header value or log an argument.
 
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use utoipa::ToSchema;
 
@@ -95,6 +103,111 @@ fn bad(id: Value, code: i64, message: &str) -> Response {
     (StatusCode::BAD_REQUEST, Json(rpc_error(id, code, message))).into_response()
 }
 
+/// A `tools/call` request as clients send it, read in place: its strings borrowed, its `id`
+/// and `arguments` kept as their JSON text, no `Value` built for the message.
+#[derive(Deserialize)]
+struct FastCall<'a> {
+    #[serde(borrow)]
+    jsonrpc: &'a str,
+    #[serde(borrow)]
+    id: &'a RawValue,
+    #[serde(borrow)]
+    method: &'a str,
+    #[serde(borrow)]
+    params: FastParams<'a>,
+}
+
+#[derive(Deserialize)]
+struct FastParams<'a> {
+    #[serde(borrow)]
+    name: &'a str,
+    #[serde(borrow, default)]
+    arguments: Option<&'a RawValue>,
+    #[serde(borrow, default, rename = "_meta")]
+    meta: Option<FastMeta<'a>>,
+}
+
+#[derive(Deserialize)]
+struct FastMeta<'a> {
+    #[serde(borrow, default, rename = "io.modelcontextprotocol/protocolVersion")]
+    version: Option<&'a str>,
+    #[serde(borrow, default, rename = "idem/cost")]
+    cost: Option<&'a RawValue>,
+}
+
+/// The answer to a `tools/call` read by [`fast_call`]: its `id` written back as it came.
+#[derive(Serialize)]
+struct FastAnswer<'a> {
+    jsonrpc: &'static str,
+    id: &'a RawValue,
+    result: call::ToolResult,
+}
+
+/// Whether a request id's JSON text is one the general path would write back the same: a
+/// string without escapes, or an integer written plainly that every client holds exactly.
+fn plain_id(raw: &str) -> bool {
+    match raw.as_bytes().first() {
+        Some(b'"') => !raw.contains('\\'),
+        Some(b'-' | b'0'..=b'9') => raw
+            .parse::<i64>()
+            .is_ok_and(|n| n.unsigned_abs() <= MAX_ID as u64 && n.to_string() == raw),
+        _ => false,
+    }
+}
+
+/// A well-formed `tools/call` of a known tool, answered without reading the message as a
+/// `Value` (most of what an agent's repeated call costs beyond its claim). `None`: anything
+/// else (another method, an escaped string, an unusual id, a duplicate member, a cost, an
+/// unknown tool, a revision not served), which the general path reads whole and answers,
+/// errors included, so both paths answer a message the same.
+async fn fast_call(
+    st: &crate::state::AppState,
+    ns: &idem::Namespace,
+    bytes: &[u8],
+) -> Option<ApiResult<Response>> {
+    let msg: FastCall<'_> = serde_json::from_slice(bytes).ok()?;
+    let meta = msg.params.meta.as_ref();
+    if msg.jsonrpc != "2.0"
+        || msg.method != "tools/call"
+        || !plain_id(msg.id.get())
+        || meta.is_some_and(|m| m.cost.is_some())
+        || meta
+            .and_then(|m| m.version)
+            .is_some_and(|v| !REVISIONS.contains(&v))
+    {
+        return None;
+    }
+    let loaded = match super::cached(st, ns, msg.params.name).await {
+        Ok(Some(l)) => l,
+        Ok(None) => return None,
+        Err(e) => return Some(Err(e)),
+    };
+    let arguments = match msg.params.arguments {
+        Some(raw) => call::Arguments::Raw(raw),
+        None => call::Arguments::Value(None),
+    };
+    let answer = match call::call(st, ns, &loaded, arguments, None).await {
+        Ok(a) => a,
+        Err(e) => return Some(Err(e)),
+    };
+    let body = FastAnswer {
+        jsonrpc: "2.0",
+        id: msg.id,
+        result: answer.into_result(),
+    };
+    Some(match serde_json::to_vec(&body) {
+        Ok(b) => Ok((
+            [(
+                axum::http::header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            )],
+            b,
+        )
+            .into_response()),
+        Err(e) => Err(crate::error::ApiError::internal(format!("answer: {e}"))),
+    })
+}
+
 /// The revision `initialize` settles on.
 pub fn negotiate(asked: Option<&str>) -> &'static str {
     REVISIONS
@@ -135,6 +248,9 @@ async fn handle(
         if !REVISIONS.contains(&v) {
             return Ok(unsupported(Value::Null, v));
         }
+    }
+    if let Some(answered) = fast_call(st, ns, bytes).await {
+        return answered;
     }
     let msg = match parse_json(bytes) {
         Ok(Value::Object(m)) => m,
@@ -259,7 +375,9 @@ async fn handle(
                 None => Err((-32602, format!("unknown tool: {name}"))),
                 Some(l) => {
                     let p = params.unwrap_or(&Value::Null);
-                    let answer = call::call(st, ns, &l, p.get("arguments"), p.get("_meta")).await?;
+                    let arguments = call::Arguments::Value(p.get("arguments"));
+                    let cost = p.get("_meta").and_then(|m| m.get("idem/cost"));
+                    let answer = call::call(st, ns, &l, arguments, cost).await?;
                     Ok(answer.into_json())
                 }
             },
@@ -284,6 +402,26 @@ async fn handle(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_ids_written_back_unchanged_are_read_in_place() {
+        for id in ["1", "0", "-7", "9007199254740991", "\"a-1\"", "\"\""] {
+            assert!(plain_id(id), "{id}");
+        }
+        for id in [
+            "9007199254740992",
+            "-0",
+            "7.0",
+            "1e3",
+            "\"a\\u0041\"",
+            "null",
+            "true",
+            "{}",
+            "[1]",
+        ] {
+            assert!(!plain_id(id), "{id}");
+        }
+    }
 
     #[test]
     fn initialize_settles_on_a_served_revision() {

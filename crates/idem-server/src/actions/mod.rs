@@ -130,6 +130,6 @@ async fn loaded(st: &AppState, row: idem::ActionRow) -> ApiResult<Loaded> {
         headers,
         created_at: row.created_at,
         updated_at: row.updated_at,
-        inputs: cache::Inputs::default(),
+        calls: cache::Calls::default(),
     })
 }

@@ -1,7 +1,9 @@
 //! The edges of the actions contract a client hits first: the tool-name syntax at its limits
 //! (64 characters, the allowed set, percent-encoded names in the path) and
 //! `idem_action_calls_total` read at the scrape right after a call (a counter that lags would
-//! hide a doubled call from an alert). On both stores.
+//! hide a doubled call from an alert), and a `tools/call` answered alike however its message
+//! is spelled (the typed read of a plain call and the whole read of any other). On both
+//! stores.
 
 use serde_json::{json, Value};
 
@@ -183,6 +185,138 @@ async fn the_call_counter_is_current_at_the_scrape_right_after_a_call() {
             "{m}"
         );
         assert_eq!(sink.count(), 1);
+        app.stop().await.expect("stop");
+    }
+}
+
+/// Allows `sink` as a destination of `ns`.
+async fn allow_sink(app: &TestApp, ns: &str, sink: &Sink) {
+    let port = sink
+        .url
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.split('/').next())
+        .unwrap_or_default()
+        .to_owned();
+    let r = app
+        .patch_namespace(
+            ns,
+            json!({"egress": {"allow": [format!("127.0.0.1:{port}")]}}),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+}
+
+#[tokio::test]
+async fn a_call_is_answered_alike_however_its_message_is_spelled() {
+    for backend in backends() {
+        let app = spawn_on(backend).await;
+        let sink = Sink::start(vec![]).await;
+        allow_sink(&app, "spelled", &sink).await;
+        let r = put(&app, "spelled", "ping_it", &ping(&sink.url)).await;
+        assert_eq!(r.status, 201, "{}", r.text);
+        let mcp = "/mcp/spelled";
+        let first = app
+            .post_json_text(
+                mcp,
+                r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"ping_it","arguments":{"ref":"r1","note":"a"}}}"#,
+            )
+            .await;
+        assert_eq!(first.status, 200, "{}", first.text);
+        assert_eq!(
+            first.body["result"]["structuredContent"]["outcome"], "performed",
+            "{}",
+            first.text
+        );
+        // The repeated call, as a plain message (read in place) and as messages only the
+        // whole read takes (an escaped method, a duplicate member, a cost): the same bytes.
+        let plain = r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"ping_it","arguments":{"ref":"r1","note":"a"}}}"#;
+        let want = app.post_json_text(mcp, plain).await;
+        assert_eq!(want.status, 200, "{}", want.text);
+        assert_eq!(
+            want.body["result"]["structuredContent"]["outcome"], "completed",
+            "{}",
+            want.text
+        );
+        assert_eq!(want.header("content-type"), Some("application/json"));
+        for spelled in [
+            r#"{"jsonrpc":"2.0","id":7,"method":"tools\/call","params":{"name":"ping_it","arguments":{"ref":"r1","note":"a"}}}"#,
+            r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"nope","name":"ping_it","arguments":{"ref":"r1","note":"a"}}}"#,
+            r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"ping_it","arguments":{"ref":"r1","note":"a"},"_meta":{"idem/cost":{"tokens":5}}}}"#,
+            r#" { "params" : { "arguments" : { "note" : "a" , "ref" : "r1" } , "name" : "ping_it" , "_meta" : { "io.modelcontextprotocol/protocolVersion" : "2026-07-28" } } , "method" : "tools/call" , "id" : 7 , "jsonrpc" : "2.0" } "#,
+        ] {
+            let r = app.post_json_text(mcp, spelled).await;
+            assert_eq!(r.status, 200, "{spelled}: {}", r.text);
+            assert_eq!(r.text, want.text, "{spelled}");
+        }
+        // Ids are written back as they came: a string, the largest integer, and (the whole
+        // read) an integer spelled as a float.
+        for (id, back) in [
+            (r#""a-1""#, json!("a-1")),
+            ("9007199254740991", json!(9_007_199_254_740_991_i64)),
+            ("-3", json!(-3)),
+        ] {
+            let text = plain.replacen(r#""id":7"#, &format!(r#""id":{id}"#), 1);
+            let r = app.post_json_text(mcp, &text).await;
+            assert_eq!(r.status, 200, "{id}: {}", r.text);
+            assert_eq!(r.body["id"], back, "{id}: {}", r.text);
+            assert_eq!(r.body["result"], want.body["result"], "{id}");
+        }
+        for bad in ["9007199254740992", "null", "true", "[7]"] {
+            let text = plain.replacen(r#""id":7"#, &format!(r#""id":{bad}"#), 1);
+            let r = app.post_json_text(mcp, &text).await;
+            assert_eq!(r.status, 400, "{bad}: {}", r.text);
+            assert_eq!(r.body["error"]["code"], -32600, "{bad}: {}", r.text);
+        }
+        // A revision idem does not serve, in `_meta`: -32022, the id written back.
+        let r = app
+            .post_json_text(
+                mcp,
+                r#"{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"ping_it","arguments":{"ref":"r1"},"_meta":{"io.modelcontextprotocol/protocolVersion":"1999-01-01"}}}"#,
+            )
+            .await;
+        assert_eq!(r.status, 400, "{}", r.text);
+        assert_eq!(r.body["error"]["code"], -32022, "{}", r.text);
+        assert_eq!(r.body["id"], 8, "{}", r.text);
+        // An unknown tool: -32602.
+        let r = app
+            .post_json_text(
+                mcp,
+                r#"{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"nope","arguments":{"ref":"r1"}}}"#,
+            )
+            .await;
+        assert_eq!(r.status, 200, "{}", r.text);
+        assert_eq!(r.body["error"]["code"], -32602, "{}", r.text);
+        assert_eq!(r.body["id"], 9, "{}", r.text);
+        // Refusals, each asked twice (a refusal is never kept as a call's derivation):
+        // arguments absent or null (the identity missing), not an object, of the wrong type.
+        for (args, outcome, field) in [
+            ("", "missing_identity_field", "ref"),
+            (r#","arguments":null"#, "missing_identity_field", "ref"),
+            (r#","arguments":[1]"#, "invalid_field", "arguments"),
+            (r#","arguments":{"ref":5}"#, "invalid_field", "ref"),
+            (
+                r#","arguments":{"ref":"r2","note":7}"#,
+                "invalid_field",
+                "note",
+            ),
+        ] {
+            let text = format!(
+                r#"{{"jsonrpc":"2.0","id":10,"method":"tools/call","params":{{"name":"ping_it"{args}}}}}"#
+            );
+            for _ in 0..2 {
+                let r = app.post_json_text(mcp, &text).await;
+                assert_eq!(r.status, 200, "{text}: {}", r.text);
+                let sc = &r.body["result"]["structuredContent"];
+                assert_eq!(sc["outcome"], outcome, "{text}: {}", r.text);
+                assert_eq!(sc["field"], field, "{text}: {}", r.text);
+                assert_eq!(r.body["result"]["isError"], true, "{text}: {}", r.text);
+            }
+        }
+        // Nothing refused was stored: r2 was never claimed.
+        let r = app.get("/v1/namespaces/spelled/keys/r2:ping").await;
+        assert_eq!(r.status, 404, "{}", r.text);
+        assert_eq!(sink.count(), 1, "one delivery in all");
         app.stop().await.expect("stop");
     }
 }

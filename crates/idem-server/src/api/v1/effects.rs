@@ -328,11 +328,24 @@ pub(crate) async fn claim(
 /// a destination that resolved (an MCP tool call first opens its session, which may fail
 /// with nothing sent).
 pub(crate) fn sent_follow_up(input: &Input, guarded: &Guarded) -> Option<RequestSummary> {
-    (input.mcp_tool.is_none() && !guarded.target.unresolvable()).then(|| request_summary(input))
+    leaves_after_claim(input, guarded).then(|| request_summary(input))
+}
+
+/// [`sent_follow_up`] with the request's summary made earlier (an action's kept derivation).
+pub(crate) fn sent_follow_up_of(
+    input: &Input,
+    guarded: &Guarded,
+    summary: &RequestSummary,
+) -> Option<RequestSummary> {
+    leaves_after_claim(input, guarded).then(|| summary.clone())
+}
+
+fn leaves_after_claim(input: &Input, guarded: &Guarded) -> bool {
+    input.mcp_tool.is_none() && !guarded.target.unresolvable()
 }
 
 /// What the `sent` event records of an effect's request.
-fn request_summary(input: &Input) -> RequestSummary {
+pub(crate) fn request_summary(input: &Input) -> RequestSummary {
     RequestSummary {
         method: input.method.as_str().to_owned(),
         url: url_without_query(&input.url),

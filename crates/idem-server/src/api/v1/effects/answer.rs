@@ -79,6 +79,14 @@ impl Answer {
             (r, _) => r.as_ref(),
         }
     }
+
+    /// [`Answer::response`], moved out of the answer.
+    pub(crate) fn take_response(&mut self) -> Option<Value> {
+        match (&self.response, self.response_is_result) {
+            (None, true) => self.record.as_mut().and_then(|r| r.result.take()),
+            _ => self.response.take(),
+        }
+    }
 }
 
 impl IntoResponse for Answer {

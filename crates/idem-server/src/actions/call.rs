@@ -11,7 +11,6 @@
 //! never do: put a header value, the request body or a secret in a log line or an answer.
 
 use idem::{Fingerprint, Op, PrepareRequest, Record, Reply};
-use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
 
@@ -224,43 +223,29 @@ fn input_for(
 }
 
 /// The arguments of one call, as the message gave them.
-#[derive(Debug, Clone, Copy)]
 pub enum Arguments<'a> {
-    /// `params.arguments` as its JSON text (the typed read of a `tools/call`; `null` is none).
-    Raw(&'a RawValue),
+    /// Arguments whose derivation is kept (the typed read of a `tools/call` found it by their
+    /// JSON text).
+    Kept(Arc<Derived>),
+    /// `params.arguments` as its JSON text and what it reads to (the typed read of a
+    /// `tools/call`).
+    Read { text: &'a str, value: Value },
     /// `params.arguments` of a message read whole (`None`: absent).
     Value(Option<&'a Value>),
 }
 
-impl Arguments<'_> {
+impl<'a> Arguments<'a> {
     /// The text the derivation of these arguments is kept under: the JSON text as sent, or
     /// (a message read whole) `~` and the arguments written out again; the two never meet.
-    fn memo_key(&self) -> Option<std::borrow::Cow<'_, str>> {
+    fn memo_key(&self) -> Option<std::borrow::Cow<'a, str>> {
         match self {
-            Arguments::Raw(r) => Some(std::borrow::Cow::Borrowed(r.get())),
+            Arguments::Kept(_) => None,
+            Arguments::Read { text, .. } => Some(std::borrow::Cow::Borrowed(*text)),
             Arguments::Value(v) => {
                 let text = serde_json::to_string(v.unwrap_or(&Value::Null)).ok()?;
                 Some(std::borrow::Cow::Owned(format!("~{text}")))
             }
         }
-    }
-
-    /// The arguments object (`None`: not an object).
-    fn read(&self) -> ApiResult<Option<Map<String, Value>>> {
-        let owned;
-        let v = match self {
-            Arguments::Raw(r) => {
-                owned = serde_json::from_str::<Value>(r.get())
-                    .map_err(|e| ApiError::internal(format!("arguments: {e}")))?;
-                Some(&owned)
-            }
-            Arguments::Value(v) => *v,
-        };
-        Ok(match v {
-            None | Some(Value::Null) => Some(Map::new()),
-            Some(Value::Object(m)) => Some(m.clone()),
-            Some(_) => None,
-        })
     }
 }
 
@@ -277,11 +262,30 @@ fn derive(
         None => arguments.memo_key(),
         Some(_) => None,
     };
-    if let Some(d) = memo.as_deref().and_then(|t| loaded.calls.get(t)) {
+    // (The typed read looked its text up already.)
+    let looked_up = matches!(arguments, Arguments::Read { .. });
+    if let Some(d) = memo
+        .as_deref()
+        .filter(|_| !looked_up)
+        .and_then(|t| loaded.calls.get(t))
+    {
         return Ok(Ok(d));
     }
+    let args = match arguments {
+        Arguments::Kept(d) => return Ok(Ok(d)),
+        Arguments::Read { value, .. } => match value {
+            Value::Null => Some(Map::new()),
+            Value::Object(m) => Some(m),
+            _ => None,
+        },
+        Arguments::Value(v) => match v {
+            None | Some(Value::Null) => Some(Map::new()),
+            Some(Value::Object(m)) => Some(m.clone()),
+            Some(_) => None,
+        },
+    };
     let action = &loaded.action;
-    let Some(args) = arguments.read()? else {
+    let Some(args) = args else {
         return Ok(Err(ToolAnswer::refused(
             "invalid_field",
             "arguments",

@@ -127,12 +127,34 @@ struct FastParams<'a> {
     meta: Option<FastMeta<'a>>,
 }
 
+/// `_meta`'s members as written: `Some` when present, `null` included (the whole read treats a
+/// `null` revision as an unserved one).
 #[derive(Deserialize)]
 struct FastMeta<'a> {
-    #[serde(borrow, default, rename = "io.modelcontextprotocol/protocolVersion")]
-    version: Option<&'a str>,
-    #[serde(borrow, default, rename = "idem/cost")]
+    #[serde(
+        borrow,
+        default,
+        deserialize_with = "present",
+        rename = "io.modelcontextprotocol/protocolVersion"
+    )]
+    version: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present", rename = "idem/cost")]
     cost: Option<&'a RawValue>,
+}
+
+/// A member that is present, whatever its value (`null` too, which `Option` would read as
+/// absent).
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
+    <&RawValue>::deserialize(d).map(Some)
+}
+
+/// A revision's JSON text naming one idem serves (a string without escapes).
+fn served(raw: &RawValue) -> bool {
+    let t = raw.get();
+    t.len() >= 2
+        && t.starts_with('"')
+        && !t.contains('\\')
+        && REVISIONS.contains(&&t[1..t.len() - 1])
 }
 
 /// The answer to a `tools/call` read by [`fast_call`]: its `id` written back as it came.
@@ -155,6 +177,22 @@ fn plain_id(raw: &str) -> bool {
     }
 }
 
+/// The deepest arguments the typed read takes: well inside the whole read's nesting limit
+/// (128 levels for the message, whose arguments sit two levels down).
+const FAST_DEPTH: usize = 100;
+
+/// How deeply `v` nests (a scalar: `at`), counted no further than past [`FAST_DEPTH`].
+fn depth(v: &Value, at: usize) -> usize {
+    if at > FAST_DEPTH {
+        return at;
+    }
+    match v {
+        Value::Array(a) => a.iter().map(|x| depth(x, at + 1)).max().unwrap_or(at + 1),
+        Value::Object(m) => m.values().map(|x| depth(x, at + 1)).max().unwrap_or(at + 1),
+        _ => at,
+    }
+}
+
 /// A well-formed `tools/call` of a known tool, answered without reading the message as a
 /// `Value` (most of what an agent's repeated call costs beyond its claim). `None`: anything
 /// else (another method, an escaped string, an unusual id, a duplicate member, a cost, an
@@ -171,9 +209,7 @@ async fn fast_call(
         || msg.method != "tools/call"
         || !plain_id(msg.id.get())
         || meta.is_some_and(|m| m.cost.is_some())
-        || meta
-            .and_then(|m| m.version)
-            .is_some_and(|v| !REVISIONS.contains(&v))
+        || meta.and_then(|m| m.version).is_some_and(|v| !served(v))
     {
         return None;
     }
@@ -183,8 +219,22 @@ async fn fast_call(
         Err(e) => return Some(Err(e)),
     };
     let arguments = match msg.params.arguments {
-        Some(raw) => call::Arguments::Raw(raw),
         None => call::Arguments::Value(None),
+        Some(raw) => match loaded.calls.get(raw.get()) {
+            Some(kept) => call::Arguments::Kept(kept),
+            None => {
+                // Read here (the typed read only checked that it is JSON): arguments nested
+                // deeper than the whole read takes are the whole read's to refuse.
+                let value: Value = serde_json::from_str(raw.get()).ok()?;
+                if depth(&value, 0) > FAST_DEPTH {
+                    return None;
+                }
+                call::Arguments::Read {
+                    text: raw.get(),
+                    value,
+                }
+            }
+        },
     };
     let answer = match call::call(st, ns, &loaded, arguments, None).await {
         Ok(a) => a,

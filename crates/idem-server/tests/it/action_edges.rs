@@ -243,6 +243,7 @@ async fn a_call_is_answered_alike_however_its_message_is_spelled() {
             r#"{"jsonrpc":"2.0","id":7,"method":"tools\/call","params":{"name":"ping_it","arguments":{"ref":"r1","note":"a"}}}"#,
             r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"nope","name":"ping_it","arguments":{"ref":"r1","note":"a"}}}"#,
             r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"ping_it","arguments":{"ref":"r1","note":"a"},"_meta":{"idem/cost":{"tokens":5}}}}"#,
+            r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"ping_it","arguments":{"ref":"r1","note":"a"},"_meta":{"idem/cost":null,"progressToken":3}}}"#,
             r#" { "params" : { "arguments" : { "note" : "a" , "ref" : "r1" } , "name" : "ping_it" , "_meta" : { "io.modelcontextprotocol/protocolVersion" : "2026-07-28" } } , "method" : "tools/call" , "id" : 7 , "jsonrpc" : "2.0" } "#,
         ] {
             let r = app.post_json_text(mcp, spelled).await;
@@ -268,16 +269,17 @@ async fn a_call_is_answered_alike_however_its_message_is_spelled() {
             assert_eq!(r.status, 400, "{bad}: {}", r.text);
             assert_eq!(r.body["error"]["code"], -32600, "{bad}: {}", r.text);
         }
-        // A revision idem does not serve, in `_meta`: -32022, the id written back.
-        let r = app
-            .post_json_text(
-                mcp,
-                r#"{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"ping_it","arguments":{"ref":"r1"},"_meta":{"io.modelcontextprotocol/protocolVersion":"1999-01-01"}}}"#,
-            )
-            .await;
-        assert_eq!(r.status, 400, "{}", r.text);
-        assert_eq!(r.body["error"]["code"], -32022, "{}", r.text);
-        assert_eq!(r.body["id"], 8, "{}", r.text);
+        // A revision idem does not serve in `_meta` (`null` and a number included): -32022,
+        // the id written back.
+        for version in [r#""1999-01-01""#, "null", "20260728", r#""2026-07-28 ""#] {
+            let text = format!(
+                r#"{{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{{"name":"ping_it","arguments":{{"ref":"r1"}},"_meta":{{"io.modelcontextprotocol/protocolVersion":{version}}}}}}}"#
+            );
+            let r = app.post_json_text(mcp, &text).await;
+            assert_eq!(r.status, 400, "{version}: {}", r.text);
+            assert_eq!(r.body["error"]["code"], -32022, "{version}: {}", r.text);
+            assert_eq!(r.body["id"], 8, "{version}: {}", r.text);
+        }
         // An unknown tool: -32602.
         let r = app
             .post_json_text(
@@ -311,6 +313,23 @@ async fn a_call_is_answered_alike_however_its_message_is_spelled() {
                 assert_eq!(sc["outcome"], outcome, "{text}: {}", r.text);
                 assert_eq!(sc["field"], field, "{text}: {}", r.text);
                 assert_eq!(r.body["result"]["isError"], true, "{text}: {}", r.text);
+            }
+        }
+        // Arguments nested deeper than the message's reader takes: a parse error (HTTP 400,
+        // -32700), as for any message, never a 500; nested less deeply, a refusal.
+        for (levels, status) in [(130, 400), (110, 200)] {
+            let note = format!("{}{}", "[".repeat(levels), "]".repeat(levels));
+            let text = format!(
+                r#"{{"jsonrpc":"2.0","id":11,"method":"tools/call","params":{{"name":"ping_it","arguments":{{"ref":"r3","note":{note}}}}}}}"#
+            );
+            let r = app.post_json_text(mcp, &text).await;
+            assert_eq!(r.status, status, "{levels}: {}", r.text);
+            if status == 400 {
+                assert_eq!(r.body["error"]["code"], -32700, "{}", r.text);
+            } else {
+                let sc = &r.body["result"]["structuredContent"];
+                assert_eq!(sc["outcome"], "invalid_field", "{}", r.text);
+                assert_eq!(sc["field"], "note", "{}", r.text);
             }
         }
         // Nothing refused was stored: r2 was never claimed.

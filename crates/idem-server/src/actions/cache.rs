@@ -15,7 +15,10 @@ pub struct Loaded {
     pub created_at: idem::Timestamp,
     pub updated_at: idem::Timestamp,
     /// What the arguments called lately derived to (see [`Calls`]).
-    pub calls: Calls,
+    pub calls: std::sync::Arc<Calls>,
+    /// The stored document and the header values it was loaded from: a later load from the
+    /// same keeps these [`Calls`].
+    pub(crate) source: String,
 }
 
 impl std::fmt::Debug for Loaded {
@@ -46,16 +49,26 @@ pub struct Derived {
 /// An agent's repeated call (the same identity, the same arguments) is then answered without
 /// validating its arguments, building its key and fingerprint, or reading its delivery again.
 /// Only arguments that passed every check are kept (a refusal is derived afresh each time).
-/// Bounded by entries and by the size of the arguments; cleared whole when full.
+/// Bounded by entries, by the size of one argument text and by the size of all of them;
+/// cleared whole when full. Handed on to the next load of the action when its document and
+/// header values are unchanged (see `actions::cached`).
 #[derive(Default)]
-pub struct Calls(std::sync::Mutex<std::collections::HashMap<String, std::sync::Arc<Derived>>>);
+pub struct Calls(std::sync::Mutex<CallMap>);
 
-/// At most this many derivations per loaded action.
-const CALLS_MAX: usize = 256;
+/// At most this many derivations per loaded action (a replayed batch of this many items
+/// finds each of its calls kept).
+const CALLS_MAX: usize = 4096;
 /// Arguments longer than this (as JSON text) are not kept.
 pub const CALL_ARGS_MAX: usize = 4096;
+/// At most this much argument text kept per loaded action.
+const CALL_BYTES_MAX: usize = 1 << 20;
 
-type CallMap = std::collections::HashMap<String, std::sync::Arc<Derived>>;
+#[derive(Default)]
+struct CallMap {
+    map: std::collections::HashMap<String, std::sync::Arc<Derived>>,
+    /// The length of every text in `map`.
+    bytes: usize,
+}
 
 impl Calls {
     fn map(&self) -> std::sync::MutexGuard<'_, CallMap> {
@@ -66,7 +79,7 @@ impl Calls {
 
     /// What these arguments derived to, when kept.
     pub(crate) fn get(&self, args: &str) -> Option<std::sync::Arc<Derived>> {
-        self.map().get(args).cloned()
+        self.map().map.get(args).cloned()
     }
 
     /// Keeps `derived` for `args` (not when the arguments are longer than [`CALL_ARGS_MAX`]).
@@ -74,11 +87,16 @@ impl Calls {
         if args.len() > CALL_ARGS_MAX {
             return;
         }
-        let mut map = self.map();
-        if map.len() >= CALLS_MAX && !map.contains_key(args) {
-            map.clear();
+        let mut m = self.map();
+        if m.map.contains_key(args) {
+            return;
         }
-        map.insert(args.to_owned(), derived.clone());
+        if m.map.len() >= CALLS_MAX || m.bytes + args.len() > CALL_BYTES_MAX {
+            m.map.clear();
+            m.bytes = 0;
+        }
+        m.bytes += args.len();
+        m.map.insert(args.to_owned(), derived.clone());
     }
 }
 
@@ -156,5 +174,14 @@ mod tests {
         }
         assert!(memo.get(r#"{"a":1}"#).is_none(), "cleared when full");
         assert!(memo.get(&format!(r#"{{"n":{}}}"#, CALLS_MAX - 1)).is_some());
+        // The text of all of them is bounded too: 300 texts of 4,000 bytes do not all stay.
+        let memo = Calls::default();
+        let text = |i: usize| format!(r#"{{"n":{i:04},"x":"{}"}}"#, "x".repeat(3985));
+        for i in 0..300 {
+            memo.put(&text(i), &derived("https://a.example/x"));
+        }
+        let kept = (0..300).filter(|i| memo.get(&text(*i)).is_some()).count();
+        assert!(kept > 0 && kept <= CALL_BYTES_MAX / 4000, "{kept}");
+        assert!(memo.get(&text(299)).is_some(), "the latest is kept");
     }
 }

@@ -80,7 +80,17 @@ pub async fn cached(
         }
     }
     let generation = cache.generation.load(std::sync::atomic::Ordering::Acquire);
-    let loaded = load(st, ns, name).await?.map(std::sync::Arc::new);
+    let mut loaded = load(st, ns, name).await?;
+    // Unchanged since the last load (document and header values): its calls' derivations
+    // still hold.
+    if let Some(l) = loaded.as_mut() {
+        if let Some((_, old)) = cache.entries().get(&k) {
+            if old.source == l.source {
+                l.calls = old.calls.clone();
+            }
+        }
+    }
+    let loaded = loaded.map(std::sync::Arc::new);
     if let Some(l) = &loaded {
         if cache.generation.load(std::sync::atomic::Ordering::Acquire) == generation {
             cache
@@ -121,15 +131,15 @@ async fn loaded(st: &AppState, row: idem::ActionRow) -> ApiResult<Loaded> {
         .store()
         .secrets(&action_owner(&row.namespace, &row.name), st.ledger.now())
         .await?;
-    let headers = secrets
-        .first()
-        .map(|s| Headers::from_secret_text(s.value.expose()))
-        .unwrap_or_default();
+    let secret = secrets.first().map(|s| s.value.expose());
+    let headers = secret.map(Headers::from_secret_text).unwrap_or_default();
+    let source = format!("{}\0{}", row.config, secret.unwrap_or_default());
     Ok(Loaded {
         action,
         headers,
         created_at: row.created_at,
         updated_at: row.updated_at,
-        calls: cache::Calls::default(),
+        calls: Default::default(),
+        source,
     })
 }

@@ -339,3 +339,71 @@ async fn a_call_is_answered_alike_however_its_message_is_spelled() {
         app.stop().await.expect("stop");
     }
 }
+
+/// An action changed through another instance on the same ledger: once this instance loads it
+/// again (after its 1 s cache), a repeated call derives its arguments under the new document,
+/// never the kept derivation of the old one (here: a new key template, so the same arguments
+/// are a new key and are delivered again).
+#[tokio::test]
+async fn a_call_after_another_instance_changed_the_action_uses_the_new_document() {
+    for backend in backends() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let pg = match backend {
+            Backend::Postgres => idem_testkit::pg::PgDb::create("two instances, one action"),
+            Backend::Sqlite => None,
+        };
+        let url = match &pg {
+            Some(db) => db.url().to_owned(),
+            None => format!("sqlite://{}", dir.path().join("idem.db").display()),
+        };
+        let on = |url: String| Options {
+            backend,
+            db: Some(url),
+            ..Default::default()
+        };
+        let a = spawn_with(on(url.clone())).await;
+        let b = spawn_with(on(url)).await;
+        let sink = Sink::start(vec![]).await;
+        allow_sink(&a, "twice", &sink).await;
+        let r = put(&a, "twice", "ping_it", &ping(&sink.url)).await;
+        assert_eq!(r.status, 201, "{}", r.text);
+        let call = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"ping_it","arguments":{"ref":"r1"}}}"#;
+        let outcome = |r: &Resp| {
+            (
+                r.body["result"]["structuredContent"]["outcome"].clone(),
+                r.body["result"]["structuredContent"]["key"].clone(),
+            )
+        };
+        let r = b.post_json_text("/mcp/twice", call).await;
+        assert_eq!(
+            outcome(&r),
+            (json!("performed"), json!("r1:ping")),
+            "{}",
+            r.text
+        );
+        let r = b.post_json_text("/mcp/twice", call).await;
+        assert_eq!(
+            outcome(&r),
+            (json!("completed"), json!("r1:ping")),
+            "{}",
+            r.text
+        );
+        let mut doc = ping(&sink.url);
+        doc["key"] = json!("{ref}:pong");
+        let r = put(&a, "twice", "ping_it", &doc).await;
+        assert_eq!(r.status, 200, "{}", r.text);
+        // Within its cache the other instance may answer from the old document; after it,
+        // never.
+        tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
+        let r = b.post_json_text("/mcp/twice", call).await;
+        assert_eq!(
+            outcome(&r),
+            (json!("performed"), json!("r1:pong")),
+            "{}",
+            r.text
+        );
+        assert_eq!(sink.count(), 2);
+        a.stop().await.expect("stop");
+        b.stop().await.expect("stop");
+    }
+}

@@ -121,20 +121,7 @@ async fn the_call_counter_is_current_at_the_scrape_right_after_a_call() {
         let sink = Sink::start(vec![]).await;
         // A namespace of its own per backend: the registry is shared by this test binary.
         let ns = format!("callcount{i}");
-        let port = sink
-            .url
-            .rsplit(':')
-            .next()
-            .and_then(|p| p.split('/').next())
-            .unwrap_or_default()
-            .to_owned();
-        let r = app
-            .patch_namespace(
-                &ns,
-                json!({"egress": {"allow": [format!("127.0.0.1:{port}")]}}),
-            )
-            .await;
-        assert_eq!(r.status, 200, "{}", r.text);
+        allow_sink(&app, &ns, &sink).await;
         let r = put(&app, &ns, "ping_it", &ping(&sink.url)).await;
         assert_eq!(r.status, 201, "{}", r.text);
         let series = |outcome: &str| {

@@ -79,6 +79,17 @@ async fn claims_through_several_stores_on_one_file_acquire_exactly_once() {
     let (n, k) = (ns("shared"), key("one-key"));
     let acquired = claim_concurrently(&n, &k, |i| ledgers[i % 4].clone()).await;
     assert_eq!(acquired, 1);
+    // A duplicate's event is written after its answer, and a store's read waits only for the
+    // events that store queued: read through every store first, as each instance's own reader
+    // would, so the count below sees all of them.
+    for ledger in &ledgers[..3] {
+        ledger
+            .store()
+            .get(&n, &k)
+            .await
+            .expect("get")
+            .expect("known");
+    }
     let got = ledgers[3]
         .store()
         .get(&n, &k)

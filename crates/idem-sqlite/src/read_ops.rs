@@ -312,7 +312,8 @@ pub(crate) fn decide_on_snapshot(
     let (policy, paused) = load_namespace(&tx, ns.as_str())?;
     tx.finish().db()?;
     let settings = NsOwned { policy, paused };
-    let Some(t) = engine::decide_known(ns, key, Some(&stored.record), op, ctx, &settings) else {
+    let from_state = stored.record.state;
+    let Some(t) = engine::decide_known_owned(ns, key, stored.record, op, ctx, &settings) else {
         return Ok(None);
     };
     if !engine::plan(&t, &settings.policy, ctx.now, ctx.traceparent.as_deref()).only_audit() {
@@ -320,7 +321,7 @@ pub(crate) fn decide_on_snapshot(
     }
     Ok(Some(SnapshotDecision {
         rid: stored.rid,
-        from_state: stored.record.state,
+        from_state,
         events: t.events,
         reply: t.reply,
     }))

@@ -22,8 +22,9 @@ use std::task::{Context, Poll, Waker};
 
 use idem_core::{
     needs_daily_count, Acquired, AlertDraft, AlertReason, Event, EventDraft, Key, Namespace, Op,
-    Policy, Record, State, Tally, Transition, Write,
+    Policy, Record, Reply, State, Tally, Transition, Write,
 };
+use serde_json::Value;
 
 use crate::{ExecCtx, Executed, StoreError};
 
@@ -374,6 +375,48 @@ pub fn decide_known(
         op,
         &ctx.decision(policy, paused, 0),
     ))
+}
+
+/// [`decide_known`] of a claim on a record the caller read and owns (a store's snapshot).
+///
+/// A claim that leaves the record as it is (a replay, a conflict, in flight, …) answers with
+/// a copy of it, and its JSON members (the draft and the result) are most of what that copy
+/// costs. A claim reads them only for whether they are there, so the decision is made on the
+/// record with each present one stood in for by `null`, and the answer then gets the members
+/// themselves, moved. A decision that writes, or answers with no record, is made again on the
+/// whole record: a stand-in never reaches a write or an answer. Any other op:
+/// [`decide_known`].
+pub fn decide_known_owned(
+    ns: &Namespace,
+    key: &Key,
+    mut existing: Record,
+    op: &Op,
+    ctx: &ExecCtx,
+    settings: &impl NsView,
+) -> Option<Transition> {
+    if !matches!(op, Op::Claim(_)) {
+        return decide_known(ns, key, Some(&existing), op, ctx, settings);
+    }
+    let stand_in = |m: &mut Option<Value>| m.as_mut().map(std::mem::take);
+    let draft = stand_in(&mut existing.prepared_payload);
+    let result = stand_in(&mut existing.result);
+    let mut t = decide_known(ns, key, Some(&existing), op, ctx, settings)?;
+    let answered = match (&t.write, &t.alerts[..], &mut t.reply) {
+        (Write::None, [], Ok(Reply::Claim(c))) => c.record.as_mut(),
+        _ => None,
+    };
+    match answered {
+        Some(r) => {
+            r.prepared_payload = draft.or(r.prepared_payload.take());
+            r.result = result.or(r.result.take());
+            Some(t)
+        }
+        None => {
+            existing.prepared_payload = draft.or(existing.prepared_payload);
+            existing.result = result.or(existing.result);
+            decide_known(ns, key, Some(&existing), op, ctx, settings)
+        }
+    }
 }
 
 /// The narrow storage side of [`execute`]: one unit of work on one record.

@@ -1,5 +1,5 @@
 use super::*;
-use idem_core::{AlertReason, ClaimRequest, EventType, LeaseId, Reply, Timestamp};
+use idem_core::{AlertReason, ClaimRequest, EventType, Fingerprint, LeaseId, Reply, Timestamp};
 
 fn ns() -> Namespace {
     Namespace::try_from("n").expect("ns")
@@ -210,6 +210,86 @@ fn a_fast_path_never_decides_what_needs_the_count() {
     assert!(decide_known(&ns(), &key(), None, &claim(), &ctx, &open).is_some());
     let rec = record();
     assert!(decide_known(&ns(), &key(), Some(&rec), &claim(), &ctx, &limited).is_some());
+}
+
+/// A claim decided on an owned record, its JSON members stood in for, answers exactly what
+/// the decision on the whole record answers: every state, with and without a draft and a
+/// result, lease valid or expired, backoff over or not, the same or another fingerprint,
+/// paused or not, an approval's delivering claim.
+#[test]
+fn a_claim_on_an_owned_record_decides_as_on_the_whole_record() {
+    let fp = |p: &str| Fingerprint::of_payload(&serde_json::json!({"p": p})).expect("fp");
+    let draft = serde_json::json!({"order_id": "o-1", "amount": 1000});
+    let result = serde_json::json!({"status": 200, "body": {"id": "ch_1", "pad": "p".repeat(300)}});
+    let mut compared = 0;
+    for state in State::ALL {
+        for (draft, result) in [
+            (None, None),
+            (Some(draft.clone()), None),
+            (None, Some(result.clone())),
+            (Some(draft.clone()), Some(result.clone())),
+        ] {
+            for lease in [None, Some(5), Some(50)] {
+                for not_before in [None, Some(5), Some(50)] {
+                    for have in [None, Some(fp("a"))] {
+                        let mut rec = record();
+                        rec.state = state;
+                        rec.prepared_payload = draft.clone();
+                        rec.result = result.clone();
+                        rec.lease_expires_at = lease.map(Timestamp);
+                        rec.not_before = not_before.map(Timestamp);
+                        rec.fingerprint = have;
+                        for want in [None, Some(fp("a")), Some(fp("b"))] {
+                            for paused in [false, true] {
+                                let settings = NsOwned {
+                                    policy: Policy::default(),
+                                    paused,
+                                };
+                                let op = Op::Claim(ClaimRequest {
+                                    fingerprint: want.clone(),
+                                    ..ClaimRequest::default()
+                                });
+                                let ctx = exec_ctx(10);
+                                let whole =
+                                    decide_known(&ns(), &key(), Some(&rec), &op, &ctx, &settings);
+                                let owned = decide_known_owned(
+                                    &ns(),
+                                    &key(),
+                                    rec.clone(),
+                                    &op,
+                                    &ctx,
+                                    &settings,
+                                );
+                                assert_eq!(
+                                    owned, whole,
+                                    "{state:?} lease {lease:?} nb {not_before:?}"
+                                );
+                                compared += 1;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert_eq!(compared, 7 * 4 * 3 * 3 * 2 * 3 * 2);
+}
+
+/// A decision on an owned record of any other op is [`decide_known`]'s.
+#[test]
+fn other_ops_on_an_owned_record_decide_as_decide_known() {
+    let settings = NsOwned {
+        policy: Policy::default(),
+        paused: false,
+    };
+    let mut rec = record();
+    rec.prepared_payload = Some(serde_json::json!({"a": 1}));
+    let ctx = exec_ctx(10);
+    let op = Op::Sweep;
+    assert_eq!(
+        decide_known_owned(&ns(), &key(), rec.clone(), &op, &ctx, &settings),
+        decide_known(&ns(), &key(), Some(&rec), &op, &ctx, &settings)
+    );
 }
 
 /// A scripted backend: loses `races` races, then persists; counts what the engine asked.

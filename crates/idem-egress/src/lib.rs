@@ -46,6 +46,11 @@ pub use idem_core::egress::Refusal;
 pub use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 pub use reqwest::Method;
 
+/// Reads `url` as [`Egress::check`] does (its error is the one `check` answers).
+pub fn parse(url: &str) -> Result<url::Url, Forbidden> {
+    url::Url::parse(url).map_err(|e| Forbidden::Url(format!("is not an absolute URL ({e})")))
+}
+
 /// Settings of the client.
 #[derive(Debug, Clone)]
 pub struct EgressOptions {
@@ -338,8 +343,12 @@ impl Egress {
     /// passed. A name that does not resolve is not forbidden: the target says
     /// [`Target::unresolvable`] and sending it is "nothing sent".
     pub async fn check(&self, policy: &EgressPolicy, url: &str) -> Result<Target, Forbidden> {
-        let u = url::Url::parse(url)
-            .map_err(|e| Forbidden::Url(format!("is not an absolute URL ({e})")))?;
+        self.check_url(policy, parse(url)?).await
+    }
+
+    /// [`Egress::check`] of a URL already read with [`parse`] (a caller that checks one URL
+    /// many times reads it once).
+    pub async fn check_url(&self, policy: &EgressPolicy, u: url::Url) -> Result<Target, Forbidden> {
         if !matches!(u.scheme(), "http" | "https") {
             return Err(Forbidden::Url("must be an http:// or https:// URL".into()));
         }

@@ -41,6 +41,9 @@ pub struct Derived {
     pub(crate) key: idem::Key,
     pub(crate) fp: idem::Fingerprint,
     pub(crate) input: Input,
+    /// The input's URL as the egress guard reads it (`None` when it does not read: the guard
+    /// reads it again and refuses it).
+    pub(crate) url: Option<url::Url>,
     /// What the `sent` event records of the input's request.
     pub(crate) summary: idem::RequestSummary,
 }
@@ -150,6 +153,7 @@ mod tests {
             key: idem::Key::try_from("k1").expect("key"),
             fp: idem::Fingerprint::of_payload(&serde_json::json!({})).expect("fp"),
             summary: crate::api::v1::effects::request_summary(&input),
+            url: None,
             input,
         })
     }

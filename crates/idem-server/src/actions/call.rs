@@ -335,6 +335,7 @@ fn derive(
         key,
         fp,
         summary: effects::request_summary(&input),
+        url: idem_egress::parse(&input.url).ok(),
         input,
     });
     if let Some(t) = memo {
@@ -366,17 +367,18 @@ pub async fn call(
         };
         let key = nk.key.as_str();
         let policy = st.policies.get(st.ledger.store().as_ref(), ns).await?;
-        let mut guarded = match effects::guard(st, &policy, &d.input, key).await {
-            Ok(g) => g,
-            Err(ApiError::DestinationForbidden { field, message }) => {
-                return Ok(ToolAnswer::refused(
-                    "destination_forbidden",
-                    &field,
-                    message,
-                ))
-            }
-            Err(e) => return Err(e),
-        };
+        let mut guarded =
+            match effects::guard_read(st, &policy, &d.input, d.url.as_ref(), key).await {
+                Ok(g) => g,
+                Err(ApiError::DestinationForbidden { field, message }) => {
+                    return Ok(ToolAnswer::refused(
+                        "destination_forbidden",
+                        &field,
+                        message,
+                    ))
+                }
+                Err(e) => return Err(e),
+            };
         // The draft (and, without approval, `sent`) ride on the acquisition where the store
         // can: one commit for claim, draft and `sent`.
         let approval = action.approval == Approval::Required;

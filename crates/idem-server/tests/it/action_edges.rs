@@ -2,8 +2,8 @@
 //! (64 characters, the allowed set, percent-encoded names in the path) and
 //! `idem_action_calls_total` read at the scrape right after a call (a counter that lags would
 //! hide a doubled call from an alert), and a `tools/call` answered alike however its message
-//! is spelled (the typed read of a plain call and the whole read of any other). On both
-//! stores.
+//! is spelled (the typed read of a plain call and the whole read of any other), and a kept
+//! call checked against the egress policy of the moment. On both stores.
 
 use serde_json::{json, Value};
 
@@ -392,5 +392,48 @@ async fn a_call_after_another_instance_changed_the_action_uses_the_new_document(
         assert_eq!(sink.count(), 2);
         a.stop().await.expect("stop");
         b.stop().await.expect("stop");
+    }
+}
+
+/// A repeated call keeps its derivation (the delivery's URL read once), never the egress
+/// answer: closing the namespace's egress refuses the next repeat as it refuses a call
+/// derived afresh (`destination_forbidden`, nothing sent), and opening it again replays the
+/// stored result.
+#[tokio::test]
+async fn a_kept_call_is_checked_against_the_egress_policy_of_the_moment() {
+    for backend in backends() {
+        let app = spawn_on(backend).await;
+        let sink = Sink::start(vec![]).await;
+        allow_sink(&app, "gated", &sink).await;
+        let r = put(&app, "gated", "ping_it", &ping(&sink.url)).await;
+        assert_eq!(r.status, 201, "{}", r.text);
+        let call = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"ping_it","arguments":{"ref":"r1"}}}"#;
+        // With a cost the derivation is never kept: read afresh on every call.
+        let fresh = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"ping_it","arguments":{"ref":"r1"},"_meta":{"idem/cost":{"tokens":1}}}}"#;
+        let outcome = |r: &Resp| r.body["result"]["structuredContent"]["outcome"].clone();
+        for want in ["performed", "completed"] {
+            let r = app.post_json_text("/mcp/gated", call).await;
+            assert_eq!(outcome(&r), json!(want), "{}", r.text);
+        }
+        let r = app
+            .patch_namespace("gated", json!({"egress": {"allow": []}}))
+            .await;
+        assert_eq!(r.status, 200, "{}", r.text);
+        for body in [call, fresh, call] {
+            let r = app.post_json_text("/mcp/gated", body).await;
+            assert_eq!(outcome(&r), json!("destination_forbidden"), "{}", r.text);
+            assert_eq!(
+                r.body["result"]["structuredContent"]["field"],
+                json!("request.url"),
+                "{}",
+                r.text
+            );
+            assert_eq!(r.body["result"]["isError"], json!(true), "{}", r.text);
+        }
+        allow_sink(&app, "gated", &sink).await;
+        let r = app.post_json_text("/mcp/gated", call).await;
+        assert_eq!(outcome(&r), json!("completed"), "{}", r.text);
+        assert_eq!(sink.count(), 1, "one delivery in all");
+        app.stop().await.expect("stop");
     }
 }

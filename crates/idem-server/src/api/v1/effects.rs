@@ -225,11 +225,23 @@ pub(crate) async fn guard(
     input: &Input,
     key: &str,
 ) -> ApiResult<Guarded> {
-    let target = st
-        .egress
-        .check(&policy.egress, &input.url)
-        .await
-        .map_err(|e| forbidden("request.url", e))?;
+    guard_read(st, policy, input, None, key).await
+}
+
+/// [`guard`] with the input's URL already read (`url`: `input.url` as the egress reads it;
+/// an action keeps it with a call's derivation). `None`: read here.
+pub(crate) async fn guard_read(
+    st: &AppState,
+    policy: &idem::Policy,
+    input: &Input,
+    url: Option<&url::Url>,
+    key: &str,
+) -> ApiResult<Guarded> {
+    let checked = match url {
+        Some(u) => st.egress.check_url(&policy.egress, u.clone()).await,
+        None => st.egress.check(&policy.egress, &input.url).await,
+    };
+    let target = checked.map_err(|e| forbidden("request.url", e))?;
     let lookup = match &input.reconcile {
         None => None,
         Some(rc) => Some(

@@ -3,10 +3,12 @@
 //! made on is still what is stored.
 //!
 //! - **Speculative fresh claim.** A claim of a key this instance knows nothing about is first
-//!   decided as if no record existed ([`idem_core::apply`] with `existing = None`). When that
-//!   decides an insert, one statement inserts the record `ON CONFLICT DO NOTHING`, appends its
-//!   event only if the insert happened, checks the namespace guard, and — when the key was
-//!   taken — returns the stored record from the same snapshot, so the claim is then decided on
+//!   decided as if no record existed ([`idem_core::apply`] with `existing = None`), with the
+//!   follow-ups of an effect's or an action's claim folded in ([`engine::follow_ups`]: the
+//!   draft saved, the request recorded as about to leave). When that decides an insert, one
+//!   statement inserts the record `ON CONFLICT DO NOTHING`, appends its events only if the
+//!   insert happened, checks the namespace guard, and — when the key was taken — returns the
+//!   stored record from the same snapshot, so the claim is then decided on
 //!   it like after a normal read (no extra round trip for a duplicate of an unknown key).
 //!   Only for namespaces without a `daily_limit`: with one, the decision depends on today's
 //!   count, which is read on the normal path. A webhook delivery of an unseen event
@@ -19,8 +21,10 @@
 //!   and by the namespace guard. A decision that only appends an event (a duplicate hit, an
 //!   `in_flight`, a `lease_lost`) inserts it only if the record still has that version.
 //!
-//! Anything else (several events, alerts to queue, a decision that depends on today's count
-//! — `engine::decide_known` refuses those —, a decision with nothing to write) is left to the
+//! A claim that acquires on a cached record (a later attempt) is persisted without its
+//! follow-ups, which its caller then sends as operations of their own. Anything else
+//! (several events, alerts to queue, a decision that depends on today's count —
+//! `engine::decide_known` refuses those —, a decision with nothing to write) is left to the
 //! normal read-decide-write path of the engine, and so is every guard miss.
 
 use std::sync::LazyLock;
@@ -55,39 +59,73 @@ fn ns_guard(rev: usize, upd: usize) -> String {
     )
 }
 
-/// The speculative fresh insert. With n = `RECORD_COLUMNS.len()` and t = `EVENT_TAIL_LEN`:
-/// $1..$n record, $n+1..$n+t event tail, $n+t+1/$n+t+2 namespace guard, then the parameters
-/// of `after_e` (more CTEs, each written only when the insert happened). One row: guard held,
-/// the event's seq when the record was inserted, `flags` (more columns), and otherwise the
-/// record that was already there (as of the statement's snapshot; NULLs when it is not
-/// visible yet). The lookup of that record sits behind a one-time filter: it is not run when
-/// the insert happened.
-fn speculative(after_e: &str, flags: &str) -> String {
+/// The speculative fresh insert with `k` events. With n = `RECORD_COLUMNS.len()` and t =
+/// `EVENT_TAIL_LEN`: $1..$n record, then each event's tail ($n+1.. for the first, t more for
+/// each next one), then the namespace guard's two, then the parameters of `after_e` (more
+/// CTEs, each written only when the insert happened). One row: guard held, each event's seq
+/// when the record was inserted, `flags` (more columns), and otherwise the record that was
+/// already there (as of the statement's snapshot; NULLs when it is not visible yet). The
+/// lookup of that record sits behind a one-time filter: it is not run when the insert
+/// happened. Each event after the first is inserted from the row of the one before it, so
+/// their seqs follow the order of the transition (data-modifying CTEs run in no set order
+/// otherwise).
+fn speculative(k: usize, after_e: &str, flags: &str) -> String {
     let n = RECORD_COLUMNS.len();
+    let name = |i: usize| {
+        if i == 0 {
+            "e".to_owned()
+        } else {
+            format!("e{}", i + 1)
+        }
+    };
+    let events: Vec<String> = (0..k)
+        .map(|i| {
+            let src = if i == 0 { "w".to_owned() } else { name(i - 1) };
+            format!(
+                "{} AS ({ev} SELECT $1, $2, {tail} FROM {src} RETURNING seq)",
+                name(i),
+                ev = *EVENT_INSERT_COLS,
+                tail = event_tail(n + 1 + i * EVENT_TAIL_LEN),
+            )
+        })
+        .collect();
+    let seqs: Vec<String> = (0..k)
+        .map(|i| format!("(SELECT seq FROM {}), ", name(i)))
+        .collect();
+    let g = n + 1 + k * EVENT_TAIL_LEN;
     format!(
         "WITH g AS (SELECT {guard} AS ok), \
          w AS (INSERT INTO records ({cols}) SELECT {typed} FROM g WHERE g.ok \
                ON CONFLICT (namespace, key) DO NOTHING RETURNING version){nc}, \
-         e AS ({ev} SELECT $1, $2, {tail} FROM w RETURNING seq){after_e} \
-         SELECT g.ok, (SELECT seq FROM e), {flags}{rcols} FROM g \
+         {events}{after_e} \
+         SELECT g.ok, {seqs}{flags}{rcols} FROM g \
          LEFT JOIN (SELECT * FROM records WHERE namespace = $1 AND key = $2 \
              AND NOT EXISTS (SELECT 1 FROM w)) r ON TRUE",
-        guard = ns_guard(n + 1 + EVENT_TAIL_LEN, n + 2 + EVENT_TAIL_LEN),
-        ev = *EVENT_INSERT_COLS,
+        guard = ns_guard(g, g + 1),
         cols = *RECORD_COLS,
         typed = *TYPED_RECORD_PARAMS,
-        tail = event_tail(n + 1),
+        events = events.join(", "),
+        seqs = seqs.concat(),
         rcols = *R_RECORD_COLS,
         nc = counted_insert("w"),
     )
 }
 
-/// [`speculative`] for a fresh claim: the stats bump of its acquisition rides along.
-static SPECULATIVE_INSERT: LazyLock<String> = LazyLock::new(|| {
-    speculative(
-        &stats_cte("e", RECORD_COLUMNS.len() + 3 + EVENT_TAIL_LEN),
-        "",
-    )
+/// Events a fresh claim inserts with its record at most: the claim's, and its follow-ups'
+/// (an action's draft and the request about to leave; see [`engine::follow_ups`]).
+const MAX_CLAIM_EVENTS: usize = 3;
+
+/// [`speculative`] for a fresh claim with 1, 2 or 3 events (index `k - 1`): the stats bump
+/// of its acquisition rides along, once.
+static SPECULATIVE_INSERT: LazyLock<[String; MAX_CLAIM_EVENTS]> = LazyLock::new(|| {
+    std::array::from_fn(|i| {
+        let k = i + 1;
+        speculative(
+            k,
+            &stats_cte("w", RECORD_COLUMNS.len() + 3 + k * EVENT_TAIL_LEN),
+            "",
+        )
+    })
 });
 
 /// [`speculative`] for a webhook delivery: no stats bump (receiving counts no acquisition);
@@ -95,7 +133,7 @@ static SPECULATIVE_INSERT: LazyLock<String> = LazyLock::new(|| {
 /// the row's flag says whether the row was stored.
 static SPECULATIVE_INTAKE: LazyLock<String> = LazyLock::new(|| {
     let rider = rider_ctes("FROM w", RECORD_COLUMNS.len() + 3 + EVENT_TAIL_LEN);
-    speculative(&format!(", {rider}"), "EXISTS (SELECT 1 FROM i), ")
+    speculative(1, &format!(", {rider}"), "EXISTS (SELECT 1 FROM i), ")
 });
 
 /// $1/$2 namespace and key, $3..$13 event tail, $14/$15 namespace guard, $16/$17 the cached
@@ -226,7 +264,8 @@ pub(crate) struct FastOp<'a> {
 }
 
 /// A claim (or a webhook delivery with its rider) of a key with no cached record,
-/// speculating that it is new.
+/// speculating that it is new. A claim's follow-ups ([`engine::follow_ups`]) ride on its
+/// insert: the record as the last one left it and every event, in the one statement.
 pub(crate) async fn speculative_insert(f: FastOp<'_>) -> Result<Fast, PgError> {
     let rider = match (f.op, f.ctx.rider.as_deref()) {
         (Op::Claim(_), _) => None,
@@ -237,18 +276,37 @@ pub(crate) async fn speculative_insert(f: FastOp<'_>) -> Result<Fast, PgError> {
     let Some(t) = engine::decide_known(f.ns, f.key, None, f.op, f.ctx, f.s) else {
         return Ok(Fast::Skip);
     };
-    let (Write::Insert(new), [draft]) = (&t.write, t.events.as_slice()) else {
+    let t = engine::follow_ups(
+        f.ns,
+        f.key,
+        t,
+        f.ctx,
+        &f.ctx.decision(&f.s.policy, f.s.paused, 0),
+    );
+    let k = t.events.len();
+    let Write::Insert(new) = &t.write else {
         return Ok(Fast::Skip);
     };
+    if k == 0 || k > MAX_CLAIM_EVENTS || (rider.is_some() && k != 1) {
+        return Ok(Fast::Skip);
+    }
     let plan = engine::plan(&t, &f.s.policy, f.ctx.now, f.ctx.traceparent.as_deref());
-    if !fits_one_statement(&plan) {
+    // One statement: no alert, no daily count to guard (`fits_one_statement` with the
+    // events this form inserts).
+    if !plan.alerts.is_empty() || plan.acquisition.and_then(|a| a.limit).is_some() {
         return Ok(Fast::Skip);
     }
     let rp = RecordParams::new(new)?;
-    let ep = EventParams::new(f.ns, f.key, draft);
-    let mut params: Vec<&(dyn ToSql + Sync)> = Vec::with_capacity(60);
+    let eps: Vec<EventParams> = t
+        .events
+        .iter()
+        .map(|d| EventParams::new(f.ns, f.key, d))
+        .collect();
+    let mut params: Vec<&(dyn ToSql + Sync)> = Vec::with_capacity(50 + k * EVENT_TAIL_LEN);
     params.extend(rp.params());
-    params.extend(ep.tail_params());
+    for ep in &eps {
+        params.extend(ep.tail_params());
+    }
     params.push(&f.s.revision);
     params.push(&f.s.updated_at);
     let bump;
@@ -261,7 +319,7 @@ pub(crate) async fn speculative_insert(f: FastOp<'_>) -> Result<Fast, PgError> {
             };
             bump = b;
             params.extend(stats_params(&bump));
-            &SPECULATIVE_INSERT
+            &SPECULATIVE_INSERT[k - 1]
         }
         Some(r) => {
             // Receiving counts nothing; a plan that would is left to the normal path.
@@ -279,21 +337,37 @@ pub(crate) async fn speculative_insert(f: FastOp<'_>) -> Result<Fast, PgError> {
     if ok != Some(true) {
         return Ok(Fast::Miss);
     }
-    let seq: Option<i64> = row.try_get(1).map_err(|e| crate::corrupt(&e))?;
-    // The record's columns follow the rider's flag in the intake form.
+    let mut seqs = Seqs::default();
+    for i in 0..k {
+        match row
+            .try_get::<_, Option<i64>>(1 + i)
+            .map_err(|e| crate::corrupt(&e))?
+        {
+            Some(seq) => seqs.push(seq),
+            None => break,
+        }
+    }
+    // The record's columns follow the seqs, and the rider's flag in the intake form.
     let (rider_stored, at) = match rider {
-        None => (false, 2),
+        None => (false, 1 + k),
         Some(_) => (
-            row.try_get::<_, bool>(2).map_err(|e| crate::corrupt(&e))?,
-            3,
+            row.try_get::<_, bool>(1 + k)
+                .map_err(|e| crate::corrupt(&e))?,
+            2 + k,
         ),
     };
-    if let Some(seq) = seq {
+    if seqs.get(0) != 0 {
         let stored = rp.stored(new)?;
-        return Ok(Fast::Done(
-            Box::new(done_riding(t, Some(seq), None, rider_stored)),
-            Some(Box::new(stored)),
-        ));
+        let ran = engine::finish(
+            t,
+            Persisted {
+                seqs,
+                alerts_queued: 0,
+                rider_stored,
+            },
+            None,
+        );
+        return Ok(Fast::Done(Box::new(ran), Some(Box::new(stored))));
     }
     let there: Option<String> = row.try_get(at).map_err(|e| crate::corrupt(&e))?;
     match there {

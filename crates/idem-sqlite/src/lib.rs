@@ -296,73 +296,6 @@ impl SqliteStore {
     }
 }
 
-/// The follow-ups of an effect's or an action's claim that acquired ([`ExecCtx::then_prepare`],
-/// [`ExecCtx::then_sent`]), in the claim's transaction: one commit, one fsync, where the
-/// caller would otherwise wait for two or three. The answer is the claim's, with the record
-/// as the last step left it and every step's events. Anything but an acquisition, a record
-/// that already holds a draft, a draft that waits for approval or a refused step stops there:
-/// the caller does the rest itself, reading from the events what was done.
-fn follow_ups(
-    conn: &Connection,
-    ns: &Namespace,
-    key: &Key,
-    ctx: &ExecCtx,
-    claimed: Executed,
-) -> Result<Executed, StoreError> {
-    let (token, drafted) = match &claimed.reply {
-        Ok(idem_core::Reply::Claim(c)) if c.outcome == idem_core::ClaimOutcome::Acquired => {
-            match (&c.token, &c.record) {
-                (Some(t), Some(r)) => (t.secret(), r.prepared_payload.is_some()),
-                _ => return Ok(claimed),
-            }
-        }
-        _ => return Ok(claimed),
-    };
-    let mut steps = Vec::with_capacity(2);
-    match &ctx.then_prepare {
-        Some(_) if drafted => return Ok(claimed),
-        Some(p) => {
-            steps.push(Op::Prepare(idem_core::PrepareRequest {
-                token: token.clone(),
-                payload: p.payload.clone(),
-                approval_required: p.approval_required,
-            }));
-            if p.approval_required {
-                return run_follow_ups(conn, ns, key, ctx, claimed, steps);
-            }
-        }
-        None => {}
-    }
-    if let Some(request) = &ctx.then_sent {
-        steps.push(Op::EffectSent(idem_core::EffectSentRequest {
-            token,
-            request: request.clone(),
-        }));
-    }
-    run_follow_ups(conn, ns, key, ctx, claimed, steps)
-}
-
-fn run_follow_ups(
-    conn: &Connection,
-    ns: &Namespace,
-    key: &Key,
-    ctx: &ExecCtx,
-    mut claimed: Executed,
-    steps: Vec<Op>,
-) -> Result<Executed, StoreError> {
-    for op in steps {
-        let ran = write_ops::execute_step(conn, ns, key, &op, &ExecCtx::at(ctx.now))?;
-        match (ran.executed.reply, &mut claimed.reply) {
-            (Ok(idem_core::Reply::Record(r)), Ok(idem_core::Reply::Claim(c))) => {
-                c.record = Some(r);
-                claimed.events.extend(ran.executed.events);
-            }
-            _ => break,
-        }
-    }
-    Ok(claimed)
-}
-
 /// Audit events of snapshot decisions queued and not yet written, beyond which a decision
 /// waits for its own event.
 const MAX_DEFERRED: u64 = 4096;
@@ -457,10 +390,7 @@ impl Store for SqliteStore {
             let ran = write_ops::execute_step(conn, &ns, &key, &op, &ctx)?;
             tracing::trace!(namespace = %ns, key = %key.masked(), op = op.name(),
                 reply = write_ops::reply_kind(&ran.executed.reply), "sqlite: executed");
-            if ctx.then_sent.is_none() && ctx.then_prepare.is_none() {
-                return Ok(ran.executed);
-            }
-            follow_ups(conn, &ns, &key, &ctx, ran.executed)
+            Ok(ran.executed)
         })
         .await
     }

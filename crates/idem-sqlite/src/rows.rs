@@ -137,13 +137,19 @@ pub(crate) fn insert_record(conn: &Connection, r: &Record) -> Result<i64, StoreE
     Ok(conn.last_insert_rowid())
 }
 
-/// Writes `r` over the row whose version is `r.version - 1`. With one writer per file and
-/// `BEGIN IMMEDIATE` the guard always holds; a miss means the decision was made on stale data,
-/// so it is an internal error and the job's savepoint is rolled back. `from` is the state the
-/// row had (read by the same transaction), for the namespace's counts.
-pub(crate) fn update_record(conn: &Connection, r: &Record, from: State) -> Result<(), StoreError> {
+/// Writes `r` over the row whose version is `expected_version` (the version the decision was
+/// made on: one less than `r.version`, or more with a claim's follow-ups folded in). With one
+/// writer per file and `BEGIN IMMEDIATE` the guard always holds; a miss means the decision was
+/// made on stale data, so it is an internal error and the job's savepoint is rolled back.
+/// `from` is the state the row had (read by the same transaction), for the namespace's counts.
+pub(crate) fn update_record(
+    conn: &Connection,
+    r: &Record,
+    expected_version: i64,
+    from: State,
+) -> Result<(), StoreError> {
     let mut values = record_values(r)?;
-    values.push(Sql::Integer(r.version - 1));
+    values.push(Sql::Integer(expected_version));
     let n = conn
         .prepare_cached(&UPDATE_RECORD)
         .db()?
@@ -151,8 +157,7 @@ pub(crate) fn update_record(conn: &Connection, r: &Record, from: State) -> Resul
         .db()?;
     if n != 1 {
         return Err(StoreError::Internal(format!(
-            "version guard: record moved under the writer (expected version {})",
-            r.version - 1
+            "version guard: record moved under the writer (expected version {expected_version})"
         )));
     }
     crate::counts::note(r.namespace.as_str(), Some(from), r.state);

@@ -80,11 +80,14 @@ impl Backend for WriteTx<'_> {
         let rid = match plan.write {
             PlanWrite::None => self.rid,
             PlanWrite::Insert(rec) => Some(insert_record(conn, rec)?),
-            PlanWrite::Update { record, .. } => {
+            PlanWrite::Update {
+                record,
+                expected_version,
+            } => {
                 let from = basis.record.as_ref().map(|r| r.state).ok_or_else(|| {
                     StoreError::Internal("an update of a record that was not read".into())
                 })?;
-                update_record(conn, record, from)?;
+                update_record(conn, record, expected_version, from)?;
                 self.rid
             }
         };

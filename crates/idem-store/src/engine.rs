@@ -419,6 +419,89 @@ pub fn decide_known_owned(
     }
 }
 
+/// The follow-ups of an effect's or an action's claim that acquired ([`ExecCtx::then_prepare`],
+/// [`ExecCtx::then_sent`]), decided on the record the claim left and folded into the claim's
+/// transition: one atomic step, one commit, where the caller would otherwise wait for two or
+/// three. The record written is the one the last step left (its version counts every step),
+/// the events are every step's in order, and the answer is the claim's with that record.
+///
+/// Anything but an acquisition, a record that already holds a draft (a later attempt: the
+/// draft is the one saved first), a draft that waits for approval (nothing is sent), or a
+/// step that is refused, raises an alert or counts something stops there: the caller does the
+/// rest itself, reading from the events what was done. Pure: no I/O.
+pub fn follow_ups(
+    ns: &Namespace,
+    key: &Key,
+    mut t: Transition,
+    ctx: &ExecCtx,
+    decision: &idem_core::Ctx<'_>,
+) -> Transition {
+    if ctx.then_prepare.is_none() && ctx.then_sent.is_none() {
+        return t;
+    }
+    let token = match &t.reply {
+        Ok(Reply::Claim(c)) if c.outcome == idem_core::ClaimOutcome::Acquired => {
+            match (&c.token, &c.record) {
+                (Some(tok), Some(_)) => tok.secret(),
+                _ => return t,
+            }
+        }
+        _ => return t,
+    };
+    let mut current = match &t.write {
+        Write::Insert(r) | Write::Update(r) => r.clone(),
+        Write::None => return t,
+    };
+    let mut steps = Vec::with_capacity(2);
+    if let Some(p) = &ctx.then_prepare {
+        if current.prepared_payload.is_some() {
+            return t;
+        }
+        steps.push(Op::Prepare(idem_core::PrepareRequest {
+            token: token.clone(),
+            payload: p.payload.clone(),
+            approval_required: p.approval_required,
+        }));
+    }
+    let waits = ctx
+        .then_prepare
+        .as_ref()
+        .is_some_and(|p| p.approval_required);
+    if let (Some(request), false) = (&ctx.then_sent, waits) {
+        steps.push(Op::EffectSent(idem_core::EffectSentRequest {
+            token,
+            request: request.clone(),
+        }));
+    }
+    let mut folded = false;
+    for op in &steps {
+        let step = idem_core::apply(ns, key, Some(&current), op, decision);
+        match (step.write, step.reply) {
+            (Write::Update(r), Ok(Reply::Record(_)))
+                if step.alerts.is_empty()
+                    && !step.first_acquisition
+                    && step.tally == idem_core::Tally::default() =>
+            {
+                current = r;
+                t.events.extend(step.events);
+                folded = true;
+            }
+            _ => break,
+        }
+    }
+    if !folded {
+        return t;
+    }
+    if let Ok(Reply::Claim(c)) = &mut t.reply {
+        c.record = Some((*current).clone());
+    }
+    t.write = match t.write {
+        Write::Insert(_) => Write::Insert(current),
+        _ => Write::Update(current),
+    };
+    t
+}
+
 /// The narrow storage side of [`execute`]: one unit of work on one record.
 ///
 /// Futures of an implementation need not be `Send`: the SQLite writer runs them on its own
@@ -530,16 +613,24 @@ async fn once<B: Backend>(
         // Not needed: every value decides the same.
         None => 0,
     };
-    let t = idem_core::apply(
-        ns,
-        key,
-        loaded.record.as_ref(),
-        op,
-        &ctx.decision(policy, paused, daily_count),
-    );
+    let decision = ctx.decision(policy, paused, daily_count);
+    let t = idem_core::apply(ns, key, loaded.record.as_ref(), op, &decision);
+    let t = follow_ups(ns, key, t, ctx, &decision);
     let from_state = loaded.record.as_ref().map(|r| r.state);
     let persisted = {
-        let plan = plan(&t, loaded.ns.policy(), ctx.now, ctx.traceparent.as_deref()).riding(ctx);
+        let mut plan =
+            plan(&t, loaded.ns.policy(), ctx.now, ctx.traceparent.as_deref()).riding(ctx);
+        // An update is guarded by the version it was decided on (with follow-ups folded in,
+        // the record written is more than one version ahead of it).
+        if let (
+            PlanWrite::Update {
+                expected_version, ..
+            },
+            Some(r),
+        ) = (&mut plan.write, &loaded.record)
+        {
+            *expected_version = r.version;
+        }
         b.persist(ns, key, &plan, loaded).await?
     };
     Ok(finish(t, persisted, from_state))

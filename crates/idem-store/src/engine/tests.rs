@@ -304,6 +304,9 @@ struct Script {
     persists: u32,
     failed: u32,
     paused_between: u32,
+    /// The last persisted record write: the record and the version its update was guarded
+    /// by (`None` for an insert).
+    written: Option<(Record, Option<i64>)>,
 }
 
 impl Backend for Script {
@@ -343,6 +346,14 @@ impl Backend for Script {
             self.races -= 1;
             return Err(TxError::Race);
         }
+        self.written = match plan.write {
+            PlanWrite::None => None,
+            PlanWrite::Insert(r) => Some((r.clone(), None)),
+            PlanWrite::Update {
+                record,
+                expected_version,
+            } => Some((record.clone(), Some(expected_version))),
+        };
         let mut seqs = Seqs::default();
         for (i, _) in plan.events.iter().enumerate() {
             seqs.push(100 + i as i64);
@@ -573,4 +584,159 @@ fn a_report_rider_reaches_only_a_step_that_updates_the_record_with_the_outcome_i
         let p = plan(&t, &Policy::default(), ctx.now, None).riding(&ctx);
         assert!(p.report.is_none(), "{:?}", t.write);
     }
+}
+
+/// The follow-ups as the model has them: the claim, then (only if it acquired) the draft
+/// saved unless the record holds one, then `sent` unless the draft waits for approval, each
+/// step on the record the one before left, stopping at the first that does not answer a
+/// record.
+fn follow_ups_one_by_one(
+    rec: Option<&Record>,
+    ctx: &ExecCtx,
+    settings: &NsOwned,
+) -> (Vec<EventType>, Option<Record>, Option<Record>) {
+    let d = ctx.decision(&settings.policy, settings.paused, 0);
+    let t = idem_core::apply(&ns(), &key(), rec, &claim(), &d);
+    let mut events: Vec<EventType> = t.events.iter().map(|e| e.kind).collect();
+    let (token, mut current) = match (&t.reply, &t.write) {
+        (Ok(Reply::Claim(c)), Write::Insert(r) | Write::Update(r))
+            if c.outcome == idem_core::ClaimOutcome::Acquired =>
+        {
+            (c.token.as_ref().expect("token").secret(), (**r).clone())
+        }
+        (Ok(Reply::Claim(c)), _) => return (events, c.record.clone(), None),
+        _ => return (events, None, None),
+    };
+    let written_at_claim = current.clone();
+    let mut ops = Vec::new();
+    match &ctx.then_prepare {
+        Some(_) if current.prepared_payload.is_some() => {
+            return (events, Some(current), Some(written_at_claim))
+        }
+        Some(p) => ops.push(Op::Prepare(idem_core::PrepareRequest {
+            token: token.clone(),
+            payload: p.payload.clone(),
+            approval_required: p.approval_required,
+        })),
+        None => {}
+    }
+    let waits = ctx
+        .then_prepare
+        .as_ref()
+        .is_some_and(|p| p.approval_required);
+    if let (Some(r), false) = (&ctx.then_sent, waits) {
+        ops.push(Op::EffectSent(idem_core::EffectSentRequest {
+            token,
+            request: r.clone(),
+        }));
+    }
+    for op in ops {
+        let step = idem_core::apply(&ns(), &key(), Some(&current), &op, &d);
+        match (step.write, step.reply) {
+            (Write::Update(r), Ok(Reply::Record(_))) => {
+                current = *r;
+                events.extend(step.events.iter().map(|e| e.kind));
+            }
+            _ => break,
+        }
+    }
+    (events, Some(current.clone()), Some(current))
+}
+
+/// Every state a claim may meet × a draft stored or not × lease and backoff absent, over or
+/// pending × the follow-ups asked (none, a draft, one that waits for approval, `sent`, both):
+/// the folded transition is the steps applied one after another, answered with the record the
+/// last one left, and persisted through the engine as one write guarded by the version the
+/// claim was decided on.
+#[test]
+fn follow_ups_fold_into_the_claim_as_the_steps_one_after_another() {
+    let settings = NsOwned {
+        policy: Policy::default(),
+        paused: false,
+    };
+    let request = idem_core::RequestSummary {
+        method: "POST".into(),
+        url: "https://api.example.com/v1/x".into(),
+        idempotency_header: None,
+    };
+    let stored_draft = serde_json::json!({"text": "first"});
+    let mut compared = 0;
+    let mut folded = 0;
+    let mut existing: Vec<Option<Record>> = vec![None];
+    for state in State::ALL {
+        for draft in [None, Some(stored_draft.clone())] {
+            for lease in [None, Some(0), Some(50)] {
+                for not_before in [None, Some(0), Some(50)] {
+                    let mut rec = record();
+                    rec.state = state;
+                    rec.version = 4;
+                    rec.prepared_payload = draft.clone();
+                    rec.lease_expires_at = lease.map(Timestamp);
+                    rec.not_before = not_before.map(Timestamp);
+                    existing.push(Some(rec));
+                }
+            }
+        }
+    }
+    for rec in &existing {
+        for prepare in [None, Some(false), Some(true)] {
+            for sent in [None, Some(request.clone())] {
+                let mut ctx = exec_ctx(1);
+                ctx.then_prepare = prepare.map(|approval_required| crate::ThenPrepare {
+                    payload: serde_json::json!({"text": "new"}),
+                    approval_required,
+                });
+                ctx.then_sent = sent;
+                let (want_events, want_answer, want_written) =
+                    follow_ups_one_by_one(rec.as_ref(), &ctx, &settings);
+                let d = ctx.decision(&settings.policy, settings.paused, 0);
+                let claimed = idem_core::apply(&ns(), &key(), rec.as_ref(), &claim(), &d);
+                let t = follow_ups(&ns(), &key(), claimed.clone(), &ctx, &d);
+                let kinds: Vec<EventType> = t.events.iter().map(|e| e.kind).collect();
+                assert_eq!(kinds, want_events, "{rec:?} {prepare:?}");
+                let answer = match &t.reply {
+                    Ok(Reply::Claim(c)) => c.record.clone(),
+                    _ => None,
+                };
+                assert_eq!(answer, want_answer);
+                if kinds.len() == claimed.events.len() {
+                    assert_eq!(t, claimed, "nothing folded: the claim as it was");
+                } else {
+                    folded += 1;
+                    assert_eq!(
+                        (&t.alerts, t.first_acquisition, t.tally),
+                        (&claimed.alerts, claimed.first_acquisition, claimed.tally)
+                    );
+                }
+                // Through the engine: one write of the last record, guarded by the version
+                // the claim was decided on.
+                let mut b = Script {
+                    record: rec.clone(),
+                    ..Script::default()
+                };
+                let ran =
+                    run_ready(execute(&mut b, &ns(), &key(), &claim(), &ctx, 1)).expect("ran");
+                assert_eq!(b.persists, 1);
+                let ran_kinds: Vec<EventType> =
+                    ran.executed.events.iter().map(|e| e.kind).collect();
+                assert_eq!(ran_kinds, want_events);
+                let written = b.written.as_ref().map(|(r, _)| r.clone());
+                if want_written.is_some() {
+                    assert_eq!(
+                        written.as_ref().map(|r| &r.prepared_payload),
+                        want_written.as_ref().map(|r| &r.prepared_payload)
+                    );
+                    assert_eq!(
+                        written.as_ref().map(|r| (r.state, r.version)),
+                        want_written.as_ref().map(|r| (r.state, r.version))
+                    );
+                    let guard = b.written.as_ref().and_then(|(_, v)| *v);
+                    assert_eq!(guard, rec.as_ref().map(|r| r.version));
+                }
+                compared += 1;
+            }
+        }
+    }
+    assert_eq!(compared, (1 + 7 * 2 * 3 * 3) * 3 * 2);
+    assert!(folded > 20, "the cases fold follow-ups: {folded}");
 }

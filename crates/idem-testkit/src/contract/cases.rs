@@ -22,6 +22,7 @@ use super::{ok_reply, Backend, H};
 
 mod alerts;
 mod claim;
+mod follow_ups;
 mod history;
 mod janitor;
 mod namespaces;
@@ -30,6 +31,7 @@ mod writes;
 
 pub use alerts::*;
 pub use claim::*;
+pub use follow_ups::*;
 pub use history::*;
 pub use janitor::*;
 pub use namespaces::*;

@@ -15,6 +15,7 @@ pub mod egress;
 pub mod fingerprint;
 pub mod ids;
 pub mod inputs;
+pub mod jsonsize;
 pub mod policy;
 pub mod record;
 pub mod redact;
@@ -39,6 +40,7 @@ pub use egress::{AllowEntry, EgressPolicy};
 pub use fingerprint::Fingerprint;
 pub use ids::{mask_key, Key, LeaseId, Namespace, Token, ValidationError};
 pub use inputs::needs_daily_count;
+pub use jsonsize::{json_len_hint, to_text_sized};
 pub use policy::{LeaseExpiry, Policy, PolicyError, RetryPolicy};
 pub use record::{
     AlertDraft, Event, EventDraft, EventType, LastError, Record, ReviewReason, State,

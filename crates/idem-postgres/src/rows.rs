@@ -66,8 +66,9 @@ fn get<'a, T: tokio_postgres::types::FromSql<'a>>(
 }
 
 pub(crate) fn json_text(v: &Option<Value>) -> Result<Option<String>, StoreError> {
+    // Sized once from the value (a stored result may be an answer of hundreds of KiB).
     v.as_ref()
-        .map(serde_json::to_string)
+        .map(idem_core::to_text_sized)
         .transpose()
         .map_err(|e| StoreError::Internal(format!("json encoding: {e}")))
 }

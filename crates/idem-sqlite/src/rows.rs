@@ -49,12 +49,13 @@ fn int(n: Option<i64>) -> Sql {
 }
 
 fn json(v: &Option<Value>) -> Result<Sql, StoreError> {
-    match v {
-        None => Ok(Sql::Null),
-        Some(v) => serde_json::to_string(v)
-            .map(Sql::Text)
-            .map_err(|e| StoreError::Internal(format!("JSON value cannot be stored: {e}"))),
-    }
+    let Some(v) = v else {
+        return Ok(Sql::Null);
+    };
+    // Sized once from the value (a stored result may be an answer of hundreds of KiB).
+    idem_core::to_text_sized(v)
+        .map(Sql::Text)
+        .map_err(|e| StoreError::Internal(format!("JSON value cannot be stored: {e}")))
 }
 
 /// A cost amount as stored (sums saturate far below `i64::MAX`).

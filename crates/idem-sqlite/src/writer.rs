@@ -47,6 +47,11 @@ pub(crate) trait WriteJob: Send {
     fn run(&mut self, conn: &Connection) -> bool;
     /// Answers the caller once the batch's fate is known: `commit` is the batch result.
     fn finish(self: Box<Self>, commit: Result<(), StoreError>);
+    /// The batch will not run again (its transaction committed or was given up): let go of
+    /// what only running needed — the operation and its payload — before the batch waits for
+    /// its fsync. An effect's 256 KiB answer is then held once (in the result) while it waits,
+    /// not twice.
+    fn ran(&mut self) {}
     /// The job only appends an audit event: it changes no record, so a batch of such jobs
     /// alone is not waited for by decisions on a snapshot (see [`crate::durable`]).
     fn audit_only(&self) -> bool {
@@ -56,7 +61,8 @@ pub(crate) trait WriteJob: Send {
 
 /// A closure job whose result is held back until the batch committed.
 pub(crate) struct Task<T, F> {
-    work: F,
+    /// `None` once the batch ran for the last time ([`WriteJob::ran`]).
+    work: Option<F>,
     out: Option<Result<T, StoreError>>,
     reply: oneshot::Sender<Result<T, StoreError>>,
 }
@@ -64,7 +70,7 @@ pub(crate) struct Task<T, F> {
 impl<T, F> Task<T, F> {
     pub(crate) fn new(work: F, reply: oneshot::Sender<Result<T, StoreError>>) -> Self {
         Task {
-            work,
+            work: Some(work),
             out: None,
             reply,
         }
@@ -77,10 +83,19 @@ where
     F: FnMut(&Connection) -> Result<T, StoreError> + Send,
 {
     fn run(&mut self, conn: &Connection) -> bool {
-        let out = (self.work)(conn);
+        let out = match self.work.as_mut() {
+            Some(work) => work(conn),
+            None => Err(StoreError::Internal(
+                "write job ran after it was let go".into(),
+            )),
+        };
         let ok = out.is_ok();
         self.out = Some(out);
         ok
+    }
+
+    fn ran(&mut self) {
+        self.work = None;
     }
 
     fn finish(self: Box<Self>, commit: Result<(), StoreError>) {
@@ -130,7 +145,7 @@ pub(crate) fn run(
         // After a failed fsync nothing more is written (see `crate::durable`).
         let changes = conn.total_changes();
         let commit = match durability.check() {
-            Ok(()) => commit_batch(&conn, &mut batch),
+            Ok(()) => commit_and_let_go(&conn, &mut batch),
             Err(e) => Err(e),
         };
         let wrote = conn.total_changes() > changes;
@@ -208,8 +223,18 @@ fn finish_all(jobs: Vec<BoxJob>, result: Result<(), StoreError>) {
 /// durable by itself: `synchronous=FULL`).
 #[cfg(test)]
 pub(crate) fn run_batch(conn: &Connection, mut batch: Vec<BoxJob>) {
-    let commit = commit_batch(conn, &mut batch);
+    let commit = commit_and_let_go(conn, &mut batch);
     finish_all(batch, commit);
+}
+
+/// [`commit_batch`], then every job lets go of what only running needed ([`WriteJob::ran`]):
+/// the batch may wait for its fsync a while, holding only the jobs' results.
+fn commit_and_let_go(conn: &Connection, batch: &mut [BoxJob]) -> Result<(), StoreError> {
+    let commit = commit_batch(conn, batch);
+    for job in batch.iter_mut() {
+        job.ran();
+    }
+    commit
 }
 
 /// Runs one batch in one transaction and commits it; the jobs keep their results for
@@ -369,6 +394,37 @@ mod tests {
 
     fn answer(mut rx: Reply) -> Result<(), StoreError> {
         rx.try_recv().expect("answered by the end of the batch")
+    }
+
+    /// A committed batch holds only its jobs' results while it waits for the fsync: what the
+    /// work itself held (an operation with a large payload) is let go, including a job that
+    /// ran twice because another one failed, and the answers are still given.
+    #[test]
+    fn a_committed_batch_lets_go_of_its_work_before_it_is_answered() {
+        let dir = tempfile::tempdir().expect("dir");
+        let conn = open_writer(&dir.path().join("w.db"), Duration::from_secs(1)).expect("open");
+        let payload = std::sync::Arc::new(vec![0u8; 1024]);
+        let held = payload.clone();
+        let (a, ra) = job(move |c: &Connection| {
+            let _ = held.len();
+            insert("a")(c)
+        });
+        let (b, rb) = job(|c: &Connection| {
+            insert("b")(c)?;
+            Err(StoreError::Internal("step failed".into()))
+        });
+        let mut batch = vec![a, b];
+        let commit = commit_and_let_go(&conn, &mut batch);
+        assert!(commit.is_ok());
+        assert_eq!(
+            std::sync::Arc::strong_count(&payload),
+            1,
+            "the job's work is dropped before its answer"
+        );
+        finish_all(batch, commit);
+        assert!(answer(ra).is_ok());
+        assert!(matches!(answer(rb), Err(StoreError::Internal(_))));
+        assert_eq!(labels(&conn), ["a"]);
     }
 
     #[test]

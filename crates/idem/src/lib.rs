@@ -50,6 +50,7 @@ pub use idem_core::{
     RetryPolicy, ReviewReason, State, SystemClock, Tally, TestClock, Timestamp, Token, Transition,
     ValidationError, Verdict, Write,
 };
+pub use idem_core::{json_len_hint, to_text_sized};
 pub use idem_core::{CostError, CostTotals, FENCED_COMPLETION_NOTE, MAX_COST_TOKENS, MAX_COST_USD};
 pub use idem_core::{
     ForwardOutcome, ForwardReportRequest, ForwardRetry, ForwardStartRequest, IntakeReceiveRequest,

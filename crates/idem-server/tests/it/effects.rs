@@ -100,6 +100,13 @@ async fn handle(State(d): State<Dest>, Path(rest): Path<String>, req: Request) -
             format!("{{\"pad\": \"{}\"}}", "x".repeat(1000)),
         )
             .into_response(),
+        // A 200 KB JSON answer (under the 256 KiB cap) with escapes and characters beyond ASCII.
+        (Some("huge"), _) => (
+            StatusCode::OK,
+            [("content-type", "application/json")],
+            json!({"id": "ch_big", "pad": "x\"é\n€".repeat(20_000), "n": n}).to_string(),
+        )
+            .into_response(),
         (Some("slow"), _) => {
             tokio::time::sleep(Duration::from_millis(500)).await;
             answer(201, n)
@@ -1004,5 +1011,40 @@ async fn sequential_effects_to_one_destination_share_one_kept_connection() {
         let r = effect(&app, "other", "kept-x", post(url.clone())).await;
         r.problem(422, "destination_forbidden");
         assert_eq!((d.count(), conns.load(Ordering::SeqCst)), (4, 1));
+    }
+}
+
+/// A large answer is the same text a small one would be: the stored result in `response` and
+/// in `record.result`, byte for byte as serde writes the whole answer, with its exact
+/// `Content-Length`, when performed and when replayed.
+#[tokio::test]
+async fn a_large_answer_is_whole_in_both_places_when_performed_and_replayed() {
+    for backend in backends() {
+        let (d, port, app) = pay_app(backend).await;
+        let first = effect(&app, "pay", "khuge", post_to(port, "/huge")).await;
+        let again = effect(&app, "pay", "khuge", post_to(port, "/huge")).await;
+        for (r, outcome) in [(&first, "performed"), (&again, "completed")] {
+            assert_eq!(r.status, 200, "{}", &r.text[..r.text.len().min(300)]);
+            assert_eq!(r.body["outcome"], outcome);
+            let body = &r.body["response"]["body"];
+            assert_eq!(body["id"], "ch_big");
+            assert_eq!(
+                body["pad"].as_str().map(|p| p.chars().count()),
+                Some(5 * 20_000)
+            );
+            assert_eq!(r.body["record"]["result"], r.body["response"]);
+            assert_eq!(r.body["record"]["key"], "khuge");
+            assert_eq!(
+                r.text,
+                serde_json::to_string(&r.body).expect("serializes"),
+                "the answer is the text of its value"
+            );
+            assert_eq!(
+                r.header("content-length"),
+                Some(r.text.len().to_string().as_str())
+            );
+        }
+        assert_eq!(again.header("idempotent-replayed"), Some("true"));
+        assert_eq!(d.count(), 1);
     }
 }

@@ -34,6 +34,7 @@ use utoipa::OpenApi;
 
 mod answer;
 pub(crate) mod input;
+mod splice;
 
 pub(crate) use input::Input;
 use input::Lookup;

@@ -20,7 +20,8 @@ use utoipa::{OpenApi, ToSchema};
 
 use super::claim_wait::claim_and_wait;
 use super::shared::{
-    answer_headers, exec, log_op, query_limit, query_pairs, query_state, refused, state_write,
+    answer_headers, exec, log_op, query_limit, query_pairs, query_state, record_len_hint, refused,
+    state_write, SizedJson,
 };
 use crate::api::{
     json_schema, CostBody, LeaseExpiryDoc, RecordDoc, RecordWithEventsDoc, StateResponse,
@@ -222,6 +223,7 @@ pub async fn claim(
 fn claim_response(reply: ClaimReply) -> Response {
     let status = outcome_status(reply.outcome);
     let headers = answer_headers(reply.outcome.is_replay(), reply.retry_after_ms);
+    let capacity = reply.record.as_ref().map_or(256, record_len_hint);
     let body = ClaimResponse {
         outcome: reply.outcome.as_str(),
         record: reply.record,
@@ -229,7 +231,7 @@ fn claim_response(reply: ClaimReply) -> Response {
         resumed: reply.resumed,
         retry_after_ms: reply.retry_after_ms,
     };
-    (status, headers, Json(body)).into_response()
+    (status, headers, SizedJson { body, capacity }).into_response()
 }
 
 // ------------------------------------------------------------------ worker writes

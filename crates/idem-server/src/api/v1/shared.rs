@@ -260,6 +260,43 @@ pub async fn state_write(
     }
 }
 
+/// A JSON answer written into a buffer sized once: `capacity` is what the caller counted
+/// (see [`record_len_hint`]). `axum::Json` starts at 128 bytes and doubles, which for an
+/// effect's 256 KiB answer (kept twice in its body: `response` and `record.result`)
+/// allocates and frees every power of two up to 1 MiB and may keep half of it unused while
+/// the body is written out.
+pub(crate) struct SizedJson<T> {
+    pub(crate) body: T,
+    pub(crate) capacity: usize,
+}
+
+impl<T: serde::Serialize> axum::response::IntoResponse for SizedJson<T> {
+    fn into_response(self) -> axum::response::Response {
+        let mut buf = Vec::with_capacity(self.capacity);
+        match serde_json::to_writer(&mut buf, &self.body) {
+            Ok(()) => (
+                [(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("application/json"),
+                )],
+                buf,
+            )
+                .into_response(),
+            Err(e) => ApiError::internal(format!("answer not serializable: {e}")).into_response(),
+        }
+    }
+}
+
+/// About how many bytes a record takes in an answer: its fixed fields, then its JSON values
+/// counted by [`idem::json_len_hint`] (a result may be hundreds of KiB).
+pub(crate) fn record_len_hint(r: &Record) -> usize {
+    const FIXED: usize = 1536;
+    FIXED
+        + r.key.as_str().len()
+        + r.result.as_ref().map_or(0, idem::json_len_hint)
+        + r.prepared_payload.as_ref().map_or(0, idem::json_len_hint)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,13 +7,12 @@
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::Json;
 use idem::{ClaimReply, Record, State as RecState};
 use serde::Serialize;
 use serde_json::Value;
 use utoipa::ToSchema;
 
-use crate::api::v1::shared::answer_headers;
+use crate::api::v1::shared::{answer_headers, record_len_hint, SizedJson};
 use crate::api::RecordDoc;
 use crate::error::{effect_status, outcome_status};
 use crate::outcome::EffectOutcome;
@@ -89,17 +88,83 @@ impl Answer {
     }
 }
 
-impl IntoResponse for Answer {
-    fn into_response(self) -> Response {
-        let headers = answer_headers(self.replayed, self.retry_after_ms);
+/// From this size on, a performed attempt's answer (its `response` and `record.result` are
+/// the one stored result) is written once and sent from one buffer in both places
+/// ([`super::splice`]); below it, the copy costs less than the cutting.
+const SPLICE_FROM: usize = 16 * 1024;
+
+impl Answer {
+    /// The answer with its stored result written once, in both places; `None` (nothing
+    /// taken) when the answer does not carry a large result twice.
+    fn spliced(&mut self) -> Option<Response> {
+        if self.response.is_some() || !self.response_is_result {
+            return None;
+        }
+        let record = self.record.as_mut()?;
+        let hint = record.result.as_ref().map(idem::json_len_hint)?;
+        if hint < SPLICE_FROM {
+            return None;
+        }
+        let result = record.result.replace(super::splice::placeholder())?;
+        let restore = |a: &mut Answer, result: Value| {
+            if let Some(r) = a.record.as_mut() {
+                r.result = Some(result);
+            }
+        };
+        let mut value = Vec::with_capacity(hint);
+        let mut text = Vec::with_capacity(record_len_hint(record) + 256);
+        let placeholder = super::splice::placeholder();
         let body = EffectResponse {
             outcome: self.outcome,
-            response: self.response(),
+            response: Some(&placeholder),
+            record: Some(record),
+            retry_after_ms: self.retry_after_ms,
+            reconciled: self.reconciled,
+        };
+        if serde_json::to_writer(&mut value, &result).is_err()
+            || serde_json::to_writer(&mut text, &body).is_err()
+        {
+            restore(self, result);
+            return None;
+        }
+        let Some(spliced) = super::splice::splice(text, &bytes::Bytes::from(value), 2) else {
+            restore(self, result);
+            return None;
+        };
+        drop(result);
+        let headers = answer_headers(self.replayed, self.retry_after_ms);
+        Some(
+            (
+                self.status,
+                headers,
+                [(
+                    axum::http::header::CONTENT_TYPE,
+                    axum::http::HeaderValue::from_static("application/json"),
+                )],
+                axum::body::Body::new(spliced),
+            )
+                .into_response(),
+        )
+    }
+}
+
+impl IntoResponse for Answer {
+    fn into_response(mut self) -> Response {
+        if let Some(r) = self.spliced() {
+            return r;
+        }
+        let headers = answer_headers(self.replayed, self.retry_after_ms);
+        let response = self.response();
+        let capacity = response.map_or(0, idem::json_len_hint)
+            + self.record.as_ref().map_or(256, record_len_hint);
+        let body = EffectResponse {
+            outcome: self.outcome,
+            response,
             record: self.record.as_ref(),
             retry_after_ms: self.retry_after_ms,
             reconciled: self.reconciled,
         };
-        (self.status, headers, Json(body)).into_response()
+        (self.status, headers, SizedJson { body, capacity }).into_response()
     }
 }
 

@@ -58,6 +58,16 @@ fn json(v: &Option<Value>) -> Result<Sql, StoreError> {
         .map_err(|e| StoreError::Internal(format!("JSON value cannot be stored: {e}")))
 }
 
+/// `LIMIT n` for a statement's text. SQLite compiles a `LIMIT ?` whose binding is an integer
+/// as that constant and marks the parameter, so every new binding (even of the same value)
+/// expires the statement and the next step prepares it again — about 300 k instructions, more
+/// than the rest of a background pass. Written into the text, each limit is one cached
+/// statement with the plan the bound value gave. Only for limits the program chooses (batch
+/// sizes): a limit per request would fill the statement cache.
+pub(crate) fn limit_clause(n: usize) -> String {
+    format!("LIMIT {}", i64::try_from(n).unwrap_or(i64::MAX))
+}
+
 /// A cost amount as stored (sums saturate far below `i64::MAX`).
 pub(crate) fn amount(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)

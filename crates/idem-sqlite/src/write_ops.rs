@@ -296,7 +296,7 @@ static SWEEP_CANDIDATES: LazyLock<String> = LazyLock::new(|| {
                     AND (r.lease_expires_at IS NULL OR r.lease_expires_at <= ?1)) \
                    OR (r.stuck_alerted = 0 \
                        AND r.active_at <= ?1 - COALESCE(n.stuck_after_ms, ?2))) \
-                 ORDER BY r.active_at LIMIT ?3",
+                 ORDER BY r.active_at",
         processing = idem_store::sql::state(idem_core::State::Processing),
         review = idem_store::sql::lease_expiry(idem_core::LeaseExpiry::Review)
     )
@@ -309,8 +309,7 @@ static DUE_TOMBSTONES: LazyLock<String> = LazyLock::new(|| {
          SELECT r.rowid, r.namespace, r.key FROM records r LEFT JOIN namespaces n ON n.namespace = r.namespace \
          WHERE r.state IN ({final_states}) AND r.result_expired IN (0, 1) \
            AND r.final_at <= ?1 - ?2 \
-           AND r.final_at <= ?1 - COALESCE(n.audit_retention_ms, ?3) \
-         LIMIT ?4",
+           AND r.final_at <= ?1 - COALESCE(n.audit_retention_ms, ?3)",
         final_states = idem_store::sql::retained_states()
     )
 });
@@ -359,8 +358,7 @@ static DUE_EXPIRIES: LazyLock<String> = LazyLock::new(|| {
          SELECT r.rowid, r.namespace, r.key FROM records r LEFT JOIN namespaces n ON n.namespace = r.namespace \
          WHERE r.state IN ({final_states}) AND r.result_expired = 0 \
            AND r.final_at <= ?1 - ?2 \
-           AND r.final_at <= ?1 - COALESCE(n.retention_ms, ?3) \
-         LIMIT ?4",
+           AND r.final_at <= ?1 - COALESCE(n.retention_ms, ?3)",
         final_states = idem_store::sql::retained_states()
     )
 });
@@ -399,9 +397,11 @@ pub(crate) fn sweep_step(
 ) -> Result<SweepReport, StoreError> {
     let default_stuck = Policy::default().stuck_after_ms;
     let candidates: Vec<(String, String)> = {
-        let mut stmt = conn.prepare_cached(&SWEEP_CANDIDATES).db()?;
+        let mut stmt = conn
+            .prepare_cached(&with_limit(&SWEEP_CANDIDATES, batch))
+            .db()?;
         let rows = stmt
-            .query_map(params![now.0, default_stuck, limit(batch)], |r| {
+            .query_map(params![now.0, default_stuck], |r| {
                 Ok((r.get(0)?, r.get(1)?))
             })
             .db()?;
@@ -443,8 +443,10 @@ pub(crate) fn sweep_step(
     Ok(report)
 }
 
-fn limit(batch: usize) -> i64 {
-    i64::try_from(batch).unwrap_or(i64::MAX)
+/// A janitor statement for at most `batch` rows: its limit in its text (see
+/// [`crate::rows::limit_clause`]).
+fn with_limit(sql: &str, batch: usize) -> String {
+    format!("{sql} {}", crate::rows::limit_clause(batch))
 }
 
 /// One retention pass, set-based: at most `batch` tombstones past `audit_retention_ms` are
@@ -473,16 +475,14 @@ pub(crate) fn retention_step(
     let min_audit = min_audit.map_or(defaults.audit_retention_ms, |m| {
         m.min(defaults.audit_retention_ms)
     });
-    let n = limit(batch);
-
     // Tombstones first: a record already past its audit clock need not be expired first.
     conn.prepare_cached("DELETE FROM temp.retention_batch")
         .db()?
         .execute([])
         .db()?;
-    conn.prepare_cached(&DUE_TOMBSTONES)
+    conn.prepare_cached(&with_limit(&DUE_TOMBSTONES, batch))
         .db()?
-        .execute(params![now.0, min_audit, defaults.audit_retention_ms, n])
+        .execute(params![now.0, min_audit, defaults.audit_retention_ms])
         .db()?;
     for sql in [
         "DELETE FROM events WHERE rid IN (SELECT rid FROM temp.retention_batch)",
@@ -516,9 +516,9 @@ pub(crate) fn retention_step(
         .db()?
         .execute([])
         .db()?;
-    conn.prepare_cached(&DUE_EXPIRIES)
+    conn.prepare_cached(&with_limit(&DUE_EXPIRIES, batch))
         .db()?
-        .execute(params![now.0, min_retention, defaults.retention_ms, n])
+        .execute(params![now.0, min_retention, defaults.retention_ms])
         .db()?;
     conn.prepare_cached(&LOG_EXPIRIES)
         .db()?
@@ -765,6 +765,27 @@ mod tests {
         assert_eq!(event_count(&conn), 2);
     }
 
+    /// The janitor runs the same statements every pass: SQLite runs them from the cache,
+    /// never preparing them again (a bound `LIMIT ?` expired them at every pass).
+    #[test]
+    fn janitor_passes_run_their_cached_statements_without_preparing_them_again() {
+        let dir = tempfile::tempdir().expect("dir");
+        let conn = open_writer(&dir.path().join("j.db"), Duration::from_secs(1)).expect("open");
+        for pass in 0..4 {
+            let now = Timestamp(10_000_000 + pass);
+            sweep_step(&conn, now, 100).expect("sweep");
+            retention_step(&conn, now, 100).expect("retention");
+        }
+        for sql in [&*SWEEP_CANDIDATES, &*DUE_TOMBSTONES, &*DUE_EXPIRIES] {
+            let stmt = conn.prepare_cached(&with_limit(sql, 100)).expect("cached");
+            assert_eq!(
+                stmt.get_status(rusqlite::StatementStatus::RePrepare),
+                0,
+                "{sql}"
+            );
+        }
+    }
+
     /// Every statement of the retention step is driven by an index range or by the batch,
     /// never a scan of a ledger table: a janitor pass costs the same at any ledger size.
     /// (The intake's body and row retention once scanned all of `records` and all of
@@ -832,10 +853,12 @@ mod tests {
         let op = Op::Claim(ClaimRequest::default());
         execute_step(&conn, &ns, &key, &op, &ExecCtx::at(Timestamp(1))).expect("claim");
         let late = Timestamp(1 << 40);
-        let mut stmt = conn.prepare(&SWEEP_CANDIDATES).expect("prepare");
+        let mut stmt = conn
+            .prepare(&with_limit(&SWEEP_CANDIDATES, 100))
+            .expect("prepare");
         let default_stuck = Policy::default().stuck_after_ms;
         let found: Vec<String> = stmt
-            .query_map(params![late.0, default_stuck, 100], |r| r.get(1))
+            .query_map(params![late.0, default_stuck], |r| r.get(1))
             .expect("query")
             .collect::<Result<_, _>>()
             .expect("rows");

@@ -1019,32 +1019,45 @@ async fn sequential_effects_to_one_destination_share_one_kept_connection() {
 /// `Content-Length`, when performed and when replayed.
 #[tokio::test]
 async fn a_large_answer_is_whole_in_both_places_when_performed_and_replayed() {
+    let every: String = (0x21u8..=0x7e).map(char::from).collect();
     for backend in backends() {
         let (d, port, app) = pay_app(backend).await;
-        let first = effect(&app, "pay", "khuge", post_to(port, "/huge")).await;
-        let again = effect(&app, "pay", "khuge", post_to(port, "/huge")).await;
-        for (r, outcome) in [(&first, "performed"), (&again, "completed")] {
-            assert_eq!(r.status, 200, "{}", &r.text[..r.text.len().min(300)]);
-            assert_eq!(r.body["outcome"], outcome);
-            let body = &r.body["response"]["body"];
-            assert_eq!(body["id"], "ch_big");
-            assert_eq!(
-                body["pad"].as_str().map(|p| p.chars().count()),
-                Some(5 * 20_000)
-            );
-            assert_eq!(r.body["record"]["result"], r.body["response"]);
-            assert_eq!(r.body["record"]["key"], "khuge");
-            assert_eq!(
-                r.text,
-                serde_json::to_string(&r.body).expect("serializes"),
-                "the answer is the text of its value"
-            );
-            assert_eq!(
-                r.header("content-length"),
-                Some(r.text.len().to_string().as_str())
-            );
+        for (n, key) in ["khuge", every.as_str()].into_iter().enumerate() {
+            let first = effect(&app, "pay", key, post_to(port, "/huge")).await;
+            let again = effect(&app, "pay", key, post_to(port, "/huge")).await;
+            // The same record through the claim endpoint: a replay of the stored result.
+            let claimed = app.claim("pay", key, json!({})).await;
+            // The effect answers carry the result as `response` too; a claim's answer has none.
+            for (r, outcome, with_response) in [
+                (&first, "performed", true),
+                (&again, "completed", true),
+                (&claimed, "completed", false),
+            ] {
+                assert_eq!(r.status, 200, "{}", &r.text[..r.text.len().min(300)]);
+                assert_eq!(r.body["outcome"], outcome);
+                let result = &r.body["record"]["result"];
+                assert_eq!(result["body"]["id"], "ch_big");
+                assert_eq!(
+                    result["body"]["pad"].as_str().map(|p| p.chars().count()),
+                    Some(5 * 20_000)
+                );
+                if with_response {
+                    assert_eq!(r.body["response"], *result);
+                }
+                assert_eq!(r.body["record"]["key"], key);
+                assert_eq!(
+                    r.text,
+                    serde_json::to_string(&r.body).expect("serializes"),
+                    "the answer is the text of its value"
+                );
+                assert_eq!(
+                    r.header("content-length"),
+                    Some(r.text.len().to_string().as_str())
+                );
+            }
+            assert_eq!(again.header("idempotent-replayed"), Some("true"));
+            assert_eq!(claimed.header("idempotent-replayed"), Some("true"));
+            assert_eq!(d.count(), n + 1, "one request per key");
         }
-        assert_eq!(again.header("idempotent-replayed"), Some("true"));
-        assert_eq!(d.count(), 1);
     }
 }

@@ -1,6 +1,8 @@
 //! The JCS fingerprint of a payload depends on the JSON value only: member order, whitespace,
 //! number spelling and string escapes never change it, its canonical text reads back as the
-//! same fingerprint, and every fingerprint is 64 lowercase hex digits that `parse` accepts.
+//! same fingerprint, every fingerprint is 64 lowercase hex digits that `parse` accepts, and
+//! the canonical text is byte for byte what the general-purpose RFC 8785 writer
+//! (`serde_json_canonicalizer`) makes of the same value.
 #![no_main]
 
 use idem_core::fingerprint::{canonical_json, Fingerprint};
@@ -38,6 +40,10 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let canon = canon.expect("fingerprinted, so canonicalized");
+    match serde_json_canonicalizer::to_string(&v) {
+        Ok(oracle) => assert_eq!(canon, oracle, "canonical text differs from the oracle's"),
+        Err(e) => panic!("canonicalized here, refused by the oracle: {e}"),
+    }
 
     // The fingerprint's own form.
     assert_eq!(fp.as_str().len(), 64);

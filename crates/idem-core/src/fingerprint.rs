@@ -43,8 +43,7 @@ impl Fingerprint {
 
 /// RFC 8785 canonical JSON text of a value.
 pub fn canonical_json(value: &serde_json::Value) -> Result<String, FingerprintError> {
-    serde_json_canonicalizer::to_string(value)
-        .map_err(|e| FingerprintError::Canonicalization(e.to_string()))
+    crate::jcs::to_string(value).map_err(|e| FingerprintError::Canonicalization(e.to_string()))
 }
 
 impl fmt::Display for Fingerprint {

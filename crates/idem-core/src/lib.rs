@@ -15,6 +15,7 @@ pub mod egress;
 pub mod fingerprint;
 pub mod ids;
 pub mod inputs;
+pub mod jcs;
 pub mod jsonsize;
 pub mod policy;
 pub mod record;

@@ -5,7 +5,8 @@
 //! NULL means "absent" and the text `null` means a JSON null; times as integer ms). A stored
 //! value that does not parse back is reported as [`StoreError::Corrupt`], never guessed.
 
-use std::sync::LazyLock;
+use std::collections::HashMap;
+use std::sync::{LazyLock, Mutex};
 
 use idem_core::{
     AttemptCost, CostTotals, Event, EventDraft, EventType, Fingerprint, Key, LastError,
@@ -388,12 +389,32 @@ pub(crate) fn load_namespace(conn: &Connection, ns: &str) -> Result<(Policy, boo
         .db()?;
     match row {
         None => Ok((Policy::default(), false)),
-        Some((json, paused)) => {
-            let policy: Policy =
-                serde_json::from_str(&json).map_err(|e| corrupt("namespace policy", e))?;
-            Ok((policy, paused != 0))
-        }
+        Some((json, paused)) => Ok((parsed_policy(json)?, paused != 0)),
     }
+}
+
+/// Stored policy texts and what they parse to, at most [`POLICY_MEMO_LEN`] of them (cleared
+/// whole when full). Every claim reads its namespace's policy, and parsing the JSON cost a
+/// duplicate claim about as much as reading the row; a text seen before is cloned from here
+/// instead. It is a memo of a pure function of the text — the row is still read every time,
+/// so a changed policy is a new text and is parsed — never a cache of the namespace.
+static POLICY_MEMO: LazyLock<Mutex<HashMap<Box<str>, Policy>>> =
+    LazyLock::new(|| Mutex::new(HashMap::new()));
+const POLICY_MEMO_LEN: usize = 256;
+
+fn parsed_policy(json: String) -> Result<Policy, StoreError> {
+    let mut memo = POLICY_MEMO
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(p) = memo.get(json.as_str()) {
+        return Ok(p.clone());
+    }
+    let policy: Policy = serde_json::from_str(&json).map_err(|e| corrupt("namespace policy", e))?;
+    if memo.len() >= POLICY_MEMO_LEN {
+        memo.clear();
+    }
+    memo.insert(json.into_boxed_str(), policy.clone());
+    Ok(policy)
 }
 
 /// The namespace settings with the policy's `alert_secret` from the secrets table.
@@ -464,4 +485,62 @@ pub(crate) fn collect_counts(mut rows: rusqlite::Rows<'_>) -> Result<StateCounts
         pairs.push((parse_state(&s)?, u64::try_from(n).unwrap_or(0)));
     }
     Ok(StateCounts::from_pairs(pairs))
+}
+
+#[cfg(test)]
+mod policy_memo_tests {
+    use super::*;
+
+    fn with_policy(conn: &Connection, text: &str) {
+        conn.execute(
+            "INSERT INTO namespaces (namespace, policy, paused) VALUES ('n', ?1, 0) \
+             ON CONFLICT (namespace) DO UPDATE SET policy = excluded.policy",
+            params![text],
+        )
+        .expect("write");
+    }
+
+    fn text_with_lease(lease_ms: i64) -> String {
+        let p = Policy {
+            lease_ms,
+            ..Policy::default()
+        };
+        serde_json::to_string(&p).expect("policy text")
+    }
+
+    #[test]
+    fn a_changed_policy_text_is_read_as_changed_and_a_bad_one_stays_corrupt() {
+        let conn = Connection::open_in_memory().expect("open");
+        conn.execute_batch(
+            "CREATE TABLE namespaces (namespace TEXT PRIMARY KEY, policy TEXT NOT NULL, \
+             paused INTEGER NOT NULL)",
+        )
+        .expect("table");
+        assert_eq!(
+            load_namespace(&conn, "n").expect("load").0,
+            Policy::default()
+        );
+        for lease_ms in [7_000, 9_000, 7_000, 9_000] {
+            with_policy(&conn, &text_with_lease(lease_ms));
+            assert_eq!(
+                load_namespace(&conn, "n").expect("load").0.lease_ms,
+                lease_ms
+            );
+        }
+        // More texts than the memo keeps: every one still reads as written.
+        for lease_ms in 1..=(POLICY_MEMO_LEN as i64 + 20) {
+            with_policy(&conn, &text_with_lease(lease_ms));
+            assert_eq!(
+                load_namespace(&conn, "n").expect("load").0.lease_ms,
+                lease_ms
+            );
+        }
+        with_policy(&conn, "{\"lease_ms\":");
+        for _ in 0..2 {
+            assert!(matches!(
+                load_namespace(&conn, "n"),
+                Err(StoreError::Corrupt(_))
+            ));
+        }
+    }
 }

@@ -43,14 +43,14 @@ pub fn init_telemetry(
     level: &str,
     traces: Option<SdkTracerProvider>,
 ) -> LogGuard {
-    use std::io::IsTerminal;
     use tracing_subscriber::layer::{Layer as _, SubscriberExt};
     use tracing_subscriber::util::SubscriberInitExt;
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_new(level).unwrap_or_else(|_| EnvFilter::new("info"));
     let (writer, mut guard) = batched(Box::new(std::io::stderr()), MAX_BUFFERED);
     let fmt = tracing_subscriber::fmt::layer()
-        .with_ansi(std::io::stderr().is_terminal())
+        // Plain text on a terminal too: the crate is built without its `ansi` feature.
+        .with_ansi(false)
         .with_writer(writer);
     let fmt = match format {
         LogFormat::Json => fmt.json().flatten_event(true).boxed(),

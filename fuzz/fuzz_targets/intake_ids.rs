@@ -3,7 +3,9 @@
 //!
 //! Input layout: byte 0 picks the provider, byte 1 the `split` and `event_id` rule; the rest
 //! is `name: value` header lines, an empty line, then the body. Nothing may panic, every key
-//! must be a valid idem key, and a held event's key is the hash of its stored bytes.
+//! must be a valid idem key, a held event's key is the hash of its stored bytes, and an
+//! unsplit body's pointer id (read in one pass without building the document) is the one
+//! the parsed document has at that pointer.
 #![no_main]
 
 use http::{HeaderMap, HeaderName, HeaderValue};
@@ -33,6 +35,20 @@ fn split_request(data: &[u8]) -> (HeaderMap, &[u8]) {
     (headers, body)
 }
 
+/// The id the parsed document has at `p`, as the contract reads ids: a non-empty string, or
+/// an integer's decimal text.
+fn parsed_id(body: &[u8], p: &str) -> Option<String> {
+    let doc: serde_json::Value = serde_json::from_slice(body).ok()?;
+    match doc.pointer(p)? {
+        serde_json::Value::String(s) if !s.is_empty() => Some(s.clone()),
+        serde_json::Value::Number(n) => n
+            .as_i64()
+            .map(|i| i.to_string())
+            .or_else(|| n.as_u64().map(|u| u.to_string())),
+        _ => None,
+    }
+}
+
 const POINTERS: [&str; 8] = ["", "/", "/id", "/items", "/a/0/b", "/~0~1", "/-", "bad"];
 
 fuzz_target!(|data: &[u8]| {
@@ -56,6 +72,9 @@ fuzz_target!(|data: &[u8]| {
     if split.is_none() {
         assert_eq!(events.len(), 1);
         assert_eq!(events[0].body, body);
+        if let Some(EventIdRule::Pointer(p)) = &rule {
+            assert_eq!(events[0].event_id, parsed_id(body, p));
+        }
     }
     for e in &events {
         assert!(idem_core::ids::Key::try_from(e.key.as_str()).is_ok());

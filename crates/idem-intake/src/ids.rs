@@ -152,19 +152,36 @@ fn form_id(body: &[u8], names: &[&str]) -> Option<String> {
     })
 }
 
-/// The id of one event: `doc` is its parsed JSON when it is JSON, `raw` its bytes.
+/// An event's JSON as [`event_id`] reads it: already parsed (an element of a split batch;
+/// `None` when the body is not JSON), or the raw text, read only along the id's pointer.
+#[derive(Clone, Copy)]
+enum Doc<'a> {
+    Parsed(Option<&'a Value>),
+    Text(&'a [u8]),
+}
+
+impl Doc<'_> {
+    /// The id at RFC 6901 pointer `p` (`""`: the document itself).
+    fn id_at(self, p: &str) -> Option<String> {
+        match self {
+            Doc::Parsed(d) => d.and_then(|d| d.pointer(p)).and_then(json_id),
+            Doc::Text(t) => crate::pointer::value_at(t, p).as_ref().and_then(json_id),
+        }
+    }
+}
+
+/// The id of one event: `doc` is its JSON, `raw` its bytes.
 fn event_id(
     provider: Provider,
     rule: Option<&EventIdRule>,
     headers: &http::HeaderMap,
-    doc: Option<&Value>,
+    doc: Doc<'_>,
     raw: &[u8],
 ) -> Option<String> {
-    let pointer = |p: &str| doc.and_then(|d| d.pointer(p)).and_then(json_id);
+    let pointer = |p: &str| doc.id_at(p);
     if let Some(rule) = rule {
         return match rule {
             EventIdRule::Header(h) => header_id(headers, h),
-            EventIdRule::Pointer(p) if p.is_empty() => doc.and_then(json_id),
             EventIdRule::Pointer(p) => pointer(p),
         };
     }
@@ -207,11 +224,12 @@ pub fn read_events(
     headers: &http::HeaderMap,
     body: &[u8],
 ) -> Vec<IncomingEvent> {
-    let doc: Option<Value> = serde_json::from_slice(body).ok();
     let Some(split) = split else {
-        let id = event_id(provider, rule, headers, doc.as_ref(), body);
+        // One event: only the id's pointer is read (a header id reads nothing of the body).
+        let id = event_id(provider, rule, headers, Doc::Text(body), body);
         return vec![IncomingEvent::new(id, body.to_vec())];
     };
+    let doc: Option<Value> = serde_json::from_slice(body).ok();
     let items = match doc.as_ref().and_then(|d| split_target(d, split)) {
         Some(Value::Array(items)) if !items.is_empty() => items,
         _ => return vec![IncomingEvent::new(None, body.to_vec())],
@@ -223,7 +241,7 @@ pub fn read_events(
         .map(|(i, item)| {
             // Serializing a parsed `Value` cannot fail (its keys are strings).
             let bytes = serde_json::to_vec(item).unwrap_or_default();
-            let id = event_id(provider, rule, headers, Some(item), &bytes);
+            let id = event_id(provider, rule, headers, Doc::Parsed(Some(item)), &bytes);
             let id = if by_header {
                 id.map(|h| format!("{h}/{i}"))
             } else {

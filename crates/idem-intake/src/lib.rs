@@ -9,6 +9,7 @@
 
 pub mod fanout;
 pub mod ids;
+mod pointer;
 pub mod provider;
 pub mod sign;
 pub mod source;

@@ -20,7 +20,7 @@ use idem::{
 use idem_intake::fanout::{delivery_key, DEFAULT};
 use idem_intake::{IncomingEvent, Provider, VerifyConfig};
 use serde::Serialize;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 use utoipa::ToSchema;
 
 use super::LoadedSource;
@@ -189,7 +189,8 @@ async fn run(st: &AppState, req: Request) -> ApiResult<Response> {
     }
     let mut out = Vec::with_capacity(events.len());
     for ev in events {
-        let status = match store_event(st, &loaded, &raw.headers, ev.clone(), now).await {
+        let key = ev.key.clone();
+        let status = match store_event(st, &loaded, &raw.headers, ev, now).await {
             Ok(s) => s,
             Err(e) => {
                 count(&name, "unavailable");
@@ -197,11 +198,8 @@ async fn run(st: &AppState, req: Request) -> ApiResult<Response> {
             }
         };
         count(&name, status);
-        tracing::info!(source = %name, key = %idem::mask_key(&ev.key), result = status, "intake");
-        out.push(IntakeEventStatus {
-            key: ev.key,
-            status,
-        });
+        tracing::info!(source = %name, key = %idem::mask_key(&key), result = status, "intake");
+        out.push(IntakeEventStatus { key, status });
     }
     let all_duplicate = out.iter().all(|e| e.status == "duplicate");
     let mut resp = (
@@ -219,15 +217,23 @@ async fn run(st: &AppState, req: Request) -> ApiResult<Response> {
     Ok(resp)
 }
 
-/// The forwarded headers of a request: the source's names, lowercase, with their values.
+/// The forwarded headers of a request: a JSON object of the source's names, lowercase, with
+/// their values, in the order of `names` (a name repeated in another case is kept once: it
+/// reads the same header). Written straight from the header map, without a `Value`.
 pub fn forwarded_headers(names: &[String], headers: &HeaderMap) -> String {
-    let mut m = Map::new();
-    for n in names {
-        if let Some(v) = headers.get(n.as_str()).and_then(|v| v.to_str().ok()) {
-            m.insert(n.to_ascii_lowercase(), Value::String(v.to_owned()));
+    struct Forwarded<'a>(&'a [String], &'a HeaderMap);
+    impl Serialize for Forwarded<'_> {
+        fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            let Forwarded(names, headers) = *self;
+            s.collect_map(names.iter().enumerate().filter_map(|(i, n)| {
+                let again = names[..i].iter().any(|m| m.eq_ignore_ascii_case(n));
+                let v = headers.get(n.as_str()).and_then(|v| v.to_str().ok())?;
+                (!again).then(|| (n.to_ascii_lowercase(), v))
+            }))
         }
     }
-    Value::Object(m).to_string()
+    // Serializing strings into a `String` cannot fail.
+    serde_json::to_string(&Forwarded(names, headers)).unwrap_or_else(|_| "{}".to_owned())
 }
 
 /// Stores one event (row + forward item, then the record) and says how it was taken.
@@ -369,6 +375,55 @@ fn receive_status(
 mod tests {
     use super::*;
     use idem::{apply, Ctx, LeaseId, Policy, Timestamp};
+    use serde_json::Map;
+
+    /// The forwarded headers as a JSON object built member by member (insertion-ordered, a
+    /// later member of the same name replacing the earlier one's value in place).
+    fn forwarded_by_value(names: &[String], headers: &HeaderMap) -> String {
+        let mut m = Map::new();
+        for n in names {
+            if let Some(v) = headers.get(n.as_str()).and_then(|v| v.to_str().ok()) {
+                m.insert(n.to_ascii_lowercase(), Value::String(v.to_owned()));
+            }
+        }
+        Value::Object(m).to_string()
+    }
+
+    #[test]
+    fn forwarded_headers_are_the_object_of_the_named_headers() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            "stripe-signature",
+            HeaderValue::from_static("t=1,v1=ab\\cd"),
+        );
+        h.insert("content-type", HeaderValue::from_static("application/json"));
+        h.insert("x-quote", HeaderValue::from_static("say \"hi\"\t"));
+        h.append("x-twice", HeaderValue::from_static("one"));
+        h.append("x-twice", HeaderValue::from_static("two"));
+        h.insert(
+            "x-latin",
+            HeaderValue::from_bytes(b"caf\xe9").expect("an obs-text header value"),
+        );
+        let names = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        for list in [
+            names(&[]),
+            names(&["Stripe-Signature"]),
+            names(&["Content-Type", "Stripe-Signature", "x-missing"]),
+            names(&["x-quote", "X-QUOTE", "content-type", "x-quote"]),
+            names(&["x-twice", "x-latin", "stripe-signature"]),
+            names(&["x-missing", "X-Missing"]),
+        ] {
+            assert_eq!(
+                forwarded_headers(&list, &h),
+                forwarded_by_value(&list, &h),
+                "names {list:?}"
+            );
+        }
+        assert_eq!(
+            forwarded_headers(&names(&["Content-Type", "x-quote"]), &h),
+            r#"{"content-type":"application/json","x-quote":"say \"hi\"\t"}"#
+        );
+    }
 
     /// The record's replies to the first and to a later receive of one event, from the pure
     /// decision (the way the store runs it).

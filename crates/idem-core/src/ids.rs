@@ -43,9 +43,13 @@ impl Key {
 
 /// Masks any key-like text for logs: first 6 characters, `…`, first 8 hex of its SHA-256.
 pub fn mask_key(key: &str) -> String {
-    let head: String = key.chars().take(6).collect();
-    let digest = hex::encode(Sha256::digest(key.as_bytes()));
-    format!("{head}…{}", &digest[..8])
+    let head = key.char_indices().nth(6).map_or(key.len(), |(at, _)| at);
+    let digest = Sha256::digest(key.as_bytes());
+    let mut out = String::with_capacity(head + '…'.len_utf8() + 8);
+    out.push_str(&key[..head]);
+    out.push('…');
+    out.push_str(&hex::encode(&digest[..4]));
+    out
 }
 
 impl TryFrom<&str> for Key {
@@ -228,6 +232,27 @@ mod tests {
         assert!(Namespace::try_from("").is_err());
         assert!(Namespace::try_from("a/b").is_err());
         assert!(Namespace::try_from("n".repeat(129)).is_err());
+    }
+
+    #[test]
+    fn masked_key_is_six_characters_and_eight_hex_digits_of_the_hash() {
+        let by_format = |key: &str| {
+            let head: String = key.chars().take(6).collect();
+            let digest = hex::encode(Sha256::digest(key.as_bytes()));
+            format!("{head}…{}", &digest[..8])
+        };
+        for key in [
+            "",
+            "a",
+            "abcdef",
+            "abcdefg",
+            "évènement",
+            "😀😀😀😀😀😀😀",
+            "ab😀cdefg",
+            "stripe:evt_1",
+        ] {
+            assert_eq!(mask_key(key), by_format(key), "{key:?}");
+        }
     }
 
     #[test]

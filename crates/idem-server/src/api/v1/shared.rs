@@ -154,15 +154,17 @@ struct MaskedKey<'a>(&'a str);
 impl std::fmt::Display for MaskedKey<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         use sha2::Digest;
-        use std::fmt::Write;
-        for c in self.0.chars().take(6) {
-            f.write_char(c)?;
-        }
-        f.write_char('…')?;
-        for b in &sha2::Sha256::digest(self.0.as_bytes())[..4] {
-            write!(f, "{b:02x}")?;
-        }
-        Ok(())
+        let head = self
+            .0
+            .char_indices()
+            .nth(6)
+            .map_or(self.0.len(), |(at, _)| at);
+        f.write_str(&self.0[..head])?;
+        f.write_str("…")?;
+        let digest = sha2::Sha256::digest(self.0.as_bytes());
+        let mut hex = [0u8; 8];
+        hex::encode_to_slice(&digest[..4], &mut hex).map_err(|_| std::fmt::Error)?;
+        f.write_str(std::str::from_utf8(&hex).map_err(|_| std::fmt::Error)?)
     }
 }
 

@@ -148,23 +148,12 @@ pub fn log_op(
 }
 
 /// A key as logged: [`idem::Key::masked`] (first 6 characters, `…`, first 8 hex digits of its
-/// SHA-256), written straight into the log line instead of through three strings.
+/// SHA-256), as a log field.
 struct MaskedKey<'a>(&'a str);
 
 impl std::fmt::Display for MaskedKey<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        use sha2::Digest;
-        let head = self
-            .0
-            .char_indices()
-            .nth(6)
-            .map_or(self.0.len(), |(at, _)| at);
-        f.write_str(&self.0[..head])?;
-        f.write_str("…")?;
-        let digest = sha2::Sha256::digest(self.0.as_bytes());
-        let mut hex = [0u8; 8];
-        hex::encode_to_slice(&digest[..4], &mut hex).map_err(|_| std::fmt::Error)?;
-        f.write_str(std::str::from_utf8(&hex).map_err(|_| std::fmt::Error)?)
+        f.write_str(&idem::mask_key(self.0))
     }
 }
 

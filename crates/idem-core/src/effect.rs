@@ -140,16 +140,17 @@ pub struct RequestSummary {
 /// `url` without userinfo, query string and fragment (the form a record shows). A string
 /// that is not a URL is shown as nothing rather than as is.
 pub fn url_without_query(url: &str) -> String {
-    match url::Url::parse(url) {
-        Ok(mut u) => {
-            u.set_query(None);
-            u.set_fragment(None);
-            let _ = u.set_username("");
-            let _ = u.set_password(None);
-            u.to_string()
-        }
-        Err(_) => String::new(),
-    }
+    url::Url::parse(url).map_or_else(|_| String::new(), |u| shown_url(&u))
+}
+
+/// [`url_without_query`] of a URL already read.
+pub fn shown_url(u: &url::Url) -> String {
+    let mut u = u.clone();
+    u.set_query(None);
+    u.set_fragment(None);
+    let _ = u.set_username("");
+    let _ = u.set_password(None);
+    u.to_string()
 }
 
 /// How far one attempt got.

@@ -335,7 +335,7 @@ fn derive(
         key,
         fp,
         summary: effects::request_summary(&input),
-        url: idem_egress::parse(&input.url).ok(),
+        url: Some(input.parsed_url.clone()),
         input,
     });
     if let Some(t) = memo {

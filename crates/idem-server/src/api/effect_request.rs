@@ -38,9 +38,10 @@ impl Member for Option<MethodMember> {
 }
 
 /// An http(s) URL with a host, without userinfo (it would be stored), at most 2048
-/// characters.
+/// characters: as sent, and as read (the egress check and the `sent` summary use the URL
+/// read here instead of reading the text again).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UrlMember(pub String);
+pub struct UrlMember(pub String, pub url::Url);
 
 impl Member for Option<UrlMember> {
     fn read(o: &mut Obj, name: &str) -> Result<Self, ApiError> {
@@ -59,7 +60,7 @@ impl Member for Option<UrlMember> {
                  is never stored",
             ));
         }
-        Ok(Some(UrlMember(s)))
+        Ok(Some(UrlMember(s, u)))
     }
 }
 

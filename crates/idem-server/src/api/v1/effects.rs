@@ -20,7 +20,7 @@ use axum::http::{HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use idem::effect::{
-    self, capture, classify, fingerprint, reconcile_result, url_without_query, Body as EffBody,
+    self, capture, classify, fingerprint, reconcile_result, shown_url, Body as EffBody,
     Method as EffMethod, Reconciled, RequestSummary, Transport, Verdict,
 };
 use idem::{
@@ -42,6 +42,7 @@ use input::Lookup;
 use super::claim_wait::claim_and_wait;
 use super::shared::{exec, log_op, refused, FollowUps};
 use crate::actions::upstream::{self, Step};
+use crate::api::effect_request::UrlMember;
 pub use crate::api::effect_request::{
     EffectBody, EffectRequestBody, ReconcileBody, MAX_HEADERS, MAX_URL, RESERVED_HEADERS,
 };
@@ -88,7 +89,7 @@ impl EffectBody {
     pub(crate) fn into_input(self) -> ApiResult<Input> {
         let req = required(self.request, "request", "the request to send")?;
         let method = required(req.method, "request.method", "POST, PUT, PATCH or DELETE")?.0;
-        let url = required(req.url, "request.url", "an http(s) URL")?.0;
+        let UrlMember(url, parsed_url) = required(req.url, "request.url", "an http(s) URL")?;
         let body = match (req.body, req.body_text, req.body_base64) {
             (None, None, None) => None,
             (Some(v), None, None) => Some(EffBody::Json(v)),
@@ -139,6 +140,7 @@ impl EffectBody {
         Ok(Input {
             method,
             url,
+            parsed_url,
             headers,
             body,
             bytes,
@@ -238,10 +240,8 @@ pub(crate) async fn guard_read(
     url: Option<&url::Url>,
     key: &str,
 ) -> ApiResult<Guarded> {
-    let checked = match url {
-        Some(u) => st.egress.check_url(&policy.egress, u.clone()).await,
-        None => st.egress.check(&policy.egress, &input.url).await,
-    };
+    let u = url.unwrap_or(&input.parsed_url).clone();
+    let checked = st.egress.check_url(&policy.egress, u).await;
     let target = checked.map_err(|e| forbidden("request.url", e))?;
     let lookup = match &input.reconcile {
         None => None,
@@ -361,7 +361,7 @@ fn leaves_after_claim(input: &Input, guarded: &Guarded) -> bool {
 pub(crate) fn request_summary(input: &Input) -> RequestSummary {
     RequestSummary {
         method: input.method.as_str().to_owned(),
-        url: url_without_query(&input.url),
+        url: shown_url(&input.parsed_url),
         idempotency_header: input
             .idempotency_header
             .as_ref()

@@ -22,6 +22,8 @@ pub(crate) struct Lookup {
 pub(crate) struct Input {
     pub(crate) method: EffMethod,
     pub(crate) url: String,
+    /// `url` as read when it was checked (it is never changed after).
+    pub(crate) parsed_url: url::Url,
     pub(crate) headers: HeaderMap,
     pub(crate) body: Option<EffBody>,
     pub(crate) bytes: Option<Vec<u8>>,

@@ -5,9 +5,10 @@ use std::process::ExitCode;
 use clap::{CommandFactory, FromArgMatches};
 
 /// mimalloc instead of the system allocator: measured in docs/performance.md (server CPU per
-/// claim+complete pair over HTTP −9 %, pairs/s +8 %; peak RSS +13 MiB). Built with its large
-/// objects (above 84 KiB) taken from and given back to the OS directly (`.cargo/config.toml`),
-/// so large effect answers do not stay resident after they are freed.
+/// claim+complete pair over HTTP −9 %, pairs/s +8 %; peak RSS +13 MiB). Built with only its
+/// small pages kept in its arena (`.cargo/config.toml`): blocks above 10 KiB live in pages
+/// taken from and given back to the OS directly, so large effect answers do not stay resident
+/// after they are freed.
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -52,8 +53,8 @@ mod tests {
             .expect("a VmRSS line")
     }
 
-    /// The binary's allocator gives blocks above mimalloc's medium size back to the OS as soon
-    /// as they are freed (`MI_DEFAULT_ARENA_MAX_OBJECT_SIZE`, `.cargo/config.toml`): 64 blocks
+    /// The binary's allocator gives large blocks back to the OS as soon as they are freed
+    /// (`MI_DEFAULT_ARENA_MAX_OBJECT_SIZE`, `.cargo/config.toml`): 64 blocks
     /// of 256 KiB, every byte written, then freed, and the resident set falls by most of their
     /// 16 MiB at once. With mimalloc's default (`MIMALLOC_ARENA_MAX_OBJECT_SIZE` unset in a
     /// build without the define, or set large in the environment) they stay in its arena for

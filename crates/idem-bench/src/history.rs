@@ -37,10 +37,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 mod faults;
 
-pub(crate) use faults::rss_mib;
 pub use faults::{
-    run_fault, run_kill9, run_soak, FaultOpts, FaultReport, Kill9Opts, Kill9Report, SoakReport,
-    SoakWindow,
+    rss_mib, run_fault, run_kill9, run_soak, FaultOpts, FaultReport, Kill9Opts, Kill9Report,
+    SoakReport, SoakWindow,
 };
 
 /// Upper bound of one request (a server that hangs shows as unknown answers, not a hang).

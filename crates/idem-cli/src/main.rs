@@ -43,23 +43,18 @@ fn main() -> ExitCode {
 
 #[cfg(test)]
 mod tests {
-    /// The resident set of this process, KiB (`VmRSS` of `/proc/self/status`).
-    fn rss_kib() -> u64 {
-        let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .expect("a VmRSS line")
+    /// The resident set of this process, MiB (0 when it cannot be read, which fails the test).
+    fn rss_mib() -> f64 {
+        idem_bench::history::rss_mib(std::process::id())
     }
 
     /// The binary's allocator gives large blocks back to the OS as soon as they are freed
-    /// (`MI_DEFAULT_ARENA_MAX_OBJECT_SIZE`, `.cargo/config.toml`): 64 blocks
-    /// of 256 KiB, every byte written, then freed, and the resident set falls by most of their
-    /// 16 MiB at once. With mimalloc's default (`MIMALLOC_ARENA_MAX_OBJECT_SIZE` unset in a
-    /// build without the define, or set large in the environment) they stay in its arena for
-    /// its purge delay and the resident set does not move. Three tries, so another thread of
-    /// the test harness allocating at that moment cannot make it fail.
+    /// (`MI_DEFAULT_ARENA_MAX_OBJECT_SIZE`, `.cargo/config.toml`): 64 blocks of 256 KiB, every
+    /// byte written, then freed, and the resident set falls by most of their 16 MiB at once.
+    /// With mimalloc's default (a build without the define, or
+    /// `MIMALLOC_ARENA_MAX_OBJECT_SIZE` set large in the environment) they stay in its arena
+    /// for its purge delay and the resident set does not move. Three tries, so another thread
+    /// of the test harness allocating at that moment cannot make it fail.
     #[test]
     fn large_blocks_go_back_to_the_os_when_freed() {
         const BLOCKS: usize = 64;
@@ -69,18 +64,17 @@ mod tests {
             let blocks: Vec<Vec<u8>> = (1..=BLOCKS)
                 .map(|i| vec![u8::try_from(i).unwrap_or(1); BLOCK])
                 .collect();
-            let held = rss_kib();
+            let held = rss_mib();
             let written: usize = blocks.iter().map(|b| usize::from(b[BLOCK - 1])).sum();
             assert_eq!(written, BLOCKS * (BLOCKS + 1) / 2);
             drop(blocks);
-            let after = rss_kib();
-            let returned = held.saturating_sub(after);
+            let after = rss_mib();
             // 16 MiB were freed; at least half of it must be off the resident set.
-            if returned >= 8 * 1024 {
+            if held - after >= 8.0 {
                 return;
             }
             seen.push((held, after));
         }
-        panic!("freed 64 x 256 KiB, resident KiB (held, after) per try: {seen:?}");
+        panic!("freed 64 x 256 KiB, resident MiB (held, after) per try: {seen:?}");
     }
 }

@@ -266,7 +266,7 @@ pub struct SoakReport {
 }
 
 /// The resident memory of process `pid` now (VmRSS), in MiB with one decimal.
-pub(crate) fn rss_mib(pid: u32) -> f64 {
+pub fn rss_mib(pid: u32) -> f64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {

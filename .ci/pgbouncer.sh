@@ -7,7 +7,11 @@
 #   - the server's HTTP tests, PostgreSQL part only (crates/idem-server/tests/it),
 #   - the statement wrappers that keep plans behind the pooler (crates/idem-postgres/tests/it),
 #   - the `kill -9` fault run with the history checker (idem bench --kill9-rounds),
-#   - the refusal of a pooler in statement mode at start.
+#   - the refusal of a pooler in statement mode, and of `statements=named`, at start;
+# and through a PgBouncer that carries named prepared statements (1.24, built once from Debian's
+# source package and cached outside the clone; Debian 12 ships 1.18, which cannot), where idem
+# finds at start that it may name its statements: the contract suite, the server's HTTP tests
+# and two instances at once (one told `statements=named`, one finding it).
 # Usage: .ci/pgbouncer.sh PATH/TO/idem     (the debug binary `cargo build -p idem-cli` made)
 #        .ci/pgbouncer.sh --start DIR      (only start one; prints its port; for manual runs)
 set -euo pipefail
@@ -20,15 +24,44 @@ if ! command -v pgbouncer >/dev/null 2>&1 && [ ! -x /usr/sbin/pgbouncer ]; then
 fi
 PGBOUNCER="$(command -v pgbouncer || echo /usr/sbin/pgbouncer)"
 
+# PgBouncer >= 1.21 carries named prepared statements across server connections
+# (max_prepared_statements). Built from the source of Debian 13's package, checked by its hash.
+MODERN_VERSION=1.24.1
+MODERN_SHA256=da72a3aba13072876d055a3e58dd4aba4a5de4ed6148e73033185245598fd3e0
+MODERN_DIR="${IDEM_PGBOUNCER_CACHE:-$HOME/.cache/idem/pgbouncer-$MODERN_VERSION}"
+modern_pgbouncer() {
+  if [ -x "$MODERN_DIR/bin/pgbouncer" ]; then
+    echo "$MODERN_DIR/bin/pgbouncer"
+    return
+  fi
+  local src
+  src="$(mktemp -d)"
+  echo "building PgBouncer $MODERN_VERSION from Debian's source package" >&2
+  dpkg -s libevent-dev >/dev/null 2>&1 || apt-get install -y libevent-dev libssl-dev pkgconf >/dev/null 2>&1 ||
+    { apt-get update >/dev/null && apt-get install -y libevent-dev libssl-dev pkgconf >/dev/null; }
+  curl -fsS -o "$src/pgb.tar.gz" \
+    "http://deb.debian.org/debian/pool/main/p/pgbouncer/pgbouncer_$MODERN_VERSION.orig.tar.gz"
+  echo "$MODERN_SHA256  $src/pgb.tar.gz" | sha256sum -c --quiet - >&2
+  tar -xzf "$src/pgb.tar.gz" -C "$src"
+  (cd "$src/pgbouncer-$MODERN_VERSION" &&
+    ./configure --prefix="$MODERN_DIR" --without-cares --without-systemd --without-pam >/dev/null &&
+    make -j2 >/dev/null && make install >/dev/null) >&2
+  rm -rf "$src"
+  chmod -R a+rX "$MODERN_DIR"
+  echo "$MODERN_DIR/bin/pgbouncer"
+}
+
 free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
 }
 
-# start_pgbouncer DIR MODE UPSTREAM_HOST UPSTREAM_PORT -> prints the port it listens on
+# start_pgbouncer DIR MODE UPSTREAM_HOST UPSTREAM_PORT [BINARY] -> prints the port it listens on
 start_pgbouncer() {
-  local dir="$1" mode="$2" host="$3" upstream="$4" port
+  local dir="$1" mode="$2" host="$3" upstream="$4" binary="${5:-$PGBOUNCER}" port extra=""
   port="$(free_port)"
   mkdir -p "$dir"
+  # 1.21 and later: carry named prepared statements (on by default since 1.22; said here).
+  if [ "$binary" != "$PGBOUNCER" ]; then extra="max_prepared_statements = 200"; fi
   cat >"$dir/pgbouncer.ini" <<INI
 [databases]
 * = host=$host port=$upstream
@@ -49,14 +82,20 @@ server_lifetime = 3600
 server_login_retry = 1
 logfile = $dir/pgbouncer.log
 pidfile = $dir/pgbouncer.pid
+$extra
 INI
   echo '"postgres" ""' >"$dir/userlist.txt"
-  # PgBouncer refuses to run as root; the files are then the postgres user's.
+  # PgBouncer refuses to run as root; the files are then the postgres user's (and a built
+  # binary is copied beside them: the cache under root's home is not theirs to read).
   if [ "$(id -u)" = 0 ]; then
+    if [ "$binary" != "$PGBOUNCER" ]; then
+      cp "$binary" "$dir/pgbouncer"
+      binary="$dir/pgbouncer"
+    fi
     chown -R postgres "$dir"
-    runuser -u postgres -- "$PGBOUNCER" -d "$dir/pgbouncer.ini"
+    runuser -u postgres -- "$binary" -d "$dir/pgbouncer.ini"
   else
-    "$PGBOUNCER" -d "$dir/pgbouncer.ini"
+    "$binary" -d "$dir/pgbouncer.ini"
   fi
   for _ in $(seq 1 50); do
     pg_isready -h 127.0.0.1 -p "$port" -q 2>/dev/null && break
@@ -79,6 +118,10 @@ if [ "${1:-}" = "--start" ]; then
   start_pgbouncer "$2" "${3:-transaction}" "$up_host" "$up_port"
   exit 0
 fi
+if [ "${1:-}" = "--start-modern" ]; then
+  start_pgbouncer "$2" "${3:-transaction}" "$up_host" "$up_port" "$(modern_pgbouncer)"
+  exit 0
+fi
 
 bin="$1"
 work="$(mktemp -d)"
@@ -86,6 +129,7 @@ chmod 755 "$work"
 cleanup() {
   stop_pgbouncer "$work/tx"
   stop_pgbouncer "$work/stmt"
+  stop_pgbouncer "$work/named"
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -104,7 +148,8 @@ IDEM_TEST_PG="$pooled" IDEM_TEST_SKIP_SQLITE=1 cargo test -q -p idem-server --te
 
 echo "--> statements keep their plans in functions through PgBouncer"
 IDEM_TEST_PG="$pooled" cargo test -q -p idem-postgres --test it -- \
-  pooler::behind_a_transaction_pooler pooler::two_instances pooler::a_dropped_function
+  pooler::behind_a_transaction_pooler pooler::two_instances pooler::a_dropped_function \
+  pooler::statements_named_is_refused
 
 echo "--> kill -9 of idem under load through PgBouncer, history checker"
 timeout 300 "$bin" bench --backend postgres --db "$pooled" --kill9-rounds "${IDEM_PGB_KILL9_ROUNDS:-5}" \
@@ -134,4 +179,13 @@ if [ "$rc" = 0 ] || ! grep -q "a pooler in statement mode" <<<"$out"; then
   exit 1
 fi
 echo "refused: $(grep -o 'the database refused.*' <<<"$out" | head -n1)"
+echo "--> named statements through a PgBouncer that carries them (found at start, or statements=named)"
+modern="$(modern_pgbouncer)"
+nport="$(start_pgbouncer "$work/named" transaction "$up_host" "$up_port" "$modern")"
+found="postgres://postgres@127.0.0.1:$nport/postgres?pooler=transaction"
+named="$found&statements=named"
+echo "PgBouncer $("$modern" --version | head -n1) in transaction mode, max_prepared_statements = 200, on 127.0.0.1:$nport"
+IDEM_TEST_PG="$found" cargo test -q -p idem-testkit --test contract_postgres
+IDEM_TEST_PG="$named" IDEM_TEST_SKIP_SQLITE=1 cargo test -q -p idem-server --test it
+IDEM_TEST_PG="$named" cargo test -q -p idem-postgres --test it -- pooler::a_pooler_that_carries
 echo "pgbouncer: all passed"

@@ -13,7 +13,12 @@
 //! unnamed (Parse, Bind, Describe, Execute, Sync in one message train, so still one round
 //! trip), with its parameter types taken from the Rust values, and nothing outlives the
 //! transaction that sent it. A statement that keeps answering is then sent as a call of a
-//! server-side function that carries it (`wrap.rs`), so its plan is kept after all.
+//! server-side function that carries it (`wrap.rs`), so its plan is kept after all. A
+//! transaction pooler that carries named statements itself (PgBouncer ≥ 1.21 with
+//! `max_prepared_statements`, which 1.22 turned on by default) prepares them on whichever
+//! server connection a transaction gets, under names of its own: idem finds that out at start
+//! (`connect.rs`) and then uses named statements as when connected directly
+//! (`statements=named|unnamed` in the URL decides instead of the check).
 //!
 //! [`Conn`] and [`Tx`] are the only way this crate talks to PostgreSQL: neither hands out the
 //! driver's client, so no statement can bypass the mode.
@@ -39,8 +44,22 @@ pub enum Pooler {
     /// sends none. Named prepared statements are kept.
     Session,
     /// A transaction pooler: only what is sent inside one transaction (or one autocommit
-    /// statement) may rely on the server connection; no startup `options`, unnamed statements.
-    Transaction,
+    /// statement) may rely on the server connection; no startup `options`. Named statements
+    /// only if the pooler carries them from one server connection to the next (PgBouncer ≥
+    /// 1.21 with `max_prepared_statements`), else unnamed ones.
+    Transaction { statements: Statements },
+}
+
+/// Behind a transaction pooler, how statements go out (URL parameter `statements`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Statements {
+    /// Named if the check at start finds the pooler carrying them, else unnamed (the default).
+    #[default]
+    Auto,
+    /// Named; the store refuses to start if the check finds the pooler not carrying them.
+    Named,
+    /// Unnamed, whatever the pooler can do.
+    Unnamed,
 }
 
 impl Pooler {
@@ -49,7 +68,9 @@ impl Pooler {
         match v {
             "none" | "" => Ok(Pooler::None),
             "session" => Ok(Pooler::Session),
-            "transaction" => Ok(Pooler::Transaction),
+            "transaction" => Ok(Pooler::Transaction {
+                statements: Statements::Auto,
+            }),
             other => Err(format!(
                 "pooler={other} is not one of none, session, transaction"
             )),
@@ -61,26 +82,64 @@ impl Pooler {
         self == Pooler::None
     }
 
+    /// How statements go out before the check at start, and after it unless it finds a
+    /// transaction pooler carrying named statements (`Statements::Auto`).
     pub(crate) fn mode(self) -> Mode {
         match self {
-            Pooler::None | Pooler::Session => Mode::Prepared,
-            Pooler::Transaction => Mode::Unnamed,
+            Pooler::None
+            | Pooler::Session
+            | Pooler::Transaction {
+                statements: Statements::Named,
+            } => Mode::Prepared,
+            Pooler::Transaction {
+                statements: Statements::Auto | Statements::Unnamed,
+            } => Mode::Unnamed,
         }
     }
 
-    /// Takes `pooler=…` out of a URL's query string (tokio-postgres would refuse the unknown
-    /// parameter), returning the URL without it. A URL without the parameter is direct.
+    /// Takes `pooler=…` and `statements=…` out of a URL's query string (tokio-postgres would
+    /// refuse the unknown parameters), returning the URL without them. A URL without `pooler`
+    /// is direct. `statements` (`auto`, the default, `named` or `unnamed`) is only for
+    /// `pooler=transaction`: directly and behind a session pooler statements are always named.
     pub fn split_url(url: &str) -> Result<(String, Pooler), String> {
         let Some((base, query)) = url.split_once('?') else {
             return Ok((url.to_owned(), Pooler::None));
         };
         let mut pooler = Pooler::None;
+        let mut statements = None;
         let mut kept = Vec::new();
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             match pair.split_once('=') {
                 Some(("pooler", v)) => pooler = Pooler::parse(v)?,
-                None if pair == "pooler" => return Err("pooler needs a value".into()),
+                Some(("statements", v)) => {
+                    statements = Some(match v {
+                        "auto" => Statements::Auto,
+                        "named" => Statements::Named,
+                        "unnamed" => Statements::Unnamed,
+                        other => {
+                            return Err(format!(
+                                "statements={other} is not one of auto, named, unnamed"
+                            ))
+                        }
+                    })
+                }
+                None if pair == "pooler" || pair == "statements" => {
+                    return Err(format!("{pair} needs a value"))
+                }
                 _ => kept.push(pair),
+            }
+        }
+        match (pooler, statements) {
+            (_, None) => {}
+            (Pooler::Transaction { .. }, Some(statements)) => {
+                pooler = Pooler::Transaction { statements }
+            }
+            (_, Some(_)) => {
+                return Err(
+                    "statements=… is only for pooler=transaction (directly and behind \
+                            a session pooler statements are always named)"
+                        .into(),
+                )
             }
         }
         let url = if kept.is_empty() {
@@ -397,7 +456,9 @@ mod tests {
             (url.as_str(), p),
             (
                 "postgres://u:p@pool:6432/idem?sslmode=require&application_name=x",
-                Pooler::Transaction
+                Pooler::Transaction {
+                    statements: Statements::Auto
+                }
             )
         );
         let (url, p) = Pooler::split_url("postgres://u@db/idem?pooler=session").expect("ok");
@@ -407,22 +468,64 @@ mod tests {
             (url.as_str(), p),
             ("postgres://u@a:5432,b:5432/idem", Pooler::None)
         );
+        // `statements` goes with a transaction pooler, in either order.
+        for (url, statements) in [
+            (
+                "postgres://u@pool/idem?pooler=transaction",
+                Statements::Auto,
+            ),
+            (
+                "postgres://u@pool/idem?pooler=transaction&statements=auto",
+                Statements::Auto,
+            ),
+            (
+                "postgres://u@pool/idem?pooler=transaction&statements=named",
+                Statements::Named,
+            ),
+            (
+                "postgres://u@pool/idem?statements=named&pooler=transaction",
+                Statements::Named,
+            ),
+            (
+                "postgres://u@pool/idem?pooler=transaction&statements=unnamed",
+                Statements::Unnamed,
+            ),
+        ] {
+            let (rest, p) = Pooler::split_url(url).expect("ok");
+            assert_eq!(
+                (rest.as_str(), p),
+                ("postgres://u@pool/idem", Pooler::Transaction { statements }),
+                "{url}"
+            );
+        }
         for bad in [
             "postgres://u@db/idem?pooler=statement",
             "postgres://u@db/idem?pooler",
+            "postgres://u@db/idem?pooler=transaction&statements",
+            "postgres://u@db/idem?pooler=transaction&statements=prepared",
+            "postgres://u@db/idem?statements=named",
+            "postgres://u@db/idem?pooler=session&statements=unnamed",
+            "postgres://u@db/idem?pooler=none&statements=named",
         ] {
             assert!(Pooler::split_url(bad).is_err(), "{bad}");
         }
     }
 
     #[test]
-    fn only_a_transaction_pooler_gives_up_named_statements_and_any_pooler_the_options() {
+    fn only_a_transaction_pooler_gives_up_named_statements_unless_told_and_any_pooler_the_options()
+    {
         assert_eq!(Pooler::None.mode(), Mode::Prepared);
         assert_eq!(Pooler::Session.mode(), Mode::Prepared);
-        assert_eq!(Pooler::Transaction.mode(), Mode::Unnamed);
+        for (statements, mode) in [
+            (Statements::Auto, Mode::Unnamed),
+            (Statements::Unnamed, Mode::Unnamed),
+            (Statements::Named, Mode::Prepared),
+        ] {
+            assert_eq!(Pooler::Transaction { statements }.mode(), mode);
+            assert!(!Pooler::Transaction { statements }.sends_options());
+        }
         assert!(Pooler::None.sends_options());
         assert!(!Pooler::Session.sends_options());
-        assert!(!Pooler::Transaction.sends_options());
     }
 
     #[test]

@@ -14,7 +14,7 @@ use deadpool_postgres::{ManagerConfig, Pool, RecyclingMethod, Runtime};
 use idem_store::StoreError;
 
 use crate::cache::{Counters, NsCache, RecordCache};
-use crate::conn::{Conn, Pooler};
+use crate::conn::{Conn, Mode, Pooler, Statements};
 use crate::error::store_err;
 use crate::{schema, PgStore};
 
@@ -127,12 +127,10 @@ impl PgStore {
             .recycle_timeout(Some(opts.connect_timeout))
             .build()
             .map_err(|e| StoreError::Internal(format!("postgres pool: {e}")))?;
-        let wrap = (pooler.mode() == crate::conn::Mode::Unnamed)
-            .then(|| crate::wrap::Wrappers::new(pool.clone()));
-        let store = PgStore {
+        let mut store = PgStore {
             pool,
             mode: pooler.mode(),
-            wrap,
+            wrap: None,
             url: Arc::from(redacted.as_str()),
             ns_cache: Arc::new(NsCache::default()),
             records: Arc::new(RecordCache::new(opts.record_cache)),
@@ -141,6 +139,21 @@ impl PgStore {
         };
         let mut client = store.client().await.map_err(store_err)?;
         one_server_connection_per_transaction(&mut client).await?;
+        drop(client);
+        if let Pooler::Transaction { statements } = pooler {
+            if statements != Statements::Unnamed {
+                // On a connection in the named mode the check is about.
+                let conn = store.pool.get().await.map_err(store_err)?;
+                let carried =
+                    pooler_carries_named_statements(&mut Conn::new(conn, Mode::Prepared, None))
+                        .await?;
+                store.mode = statement_mode(statements, carried)?;
+            }
+        }
+        if store.mode == Mode::Unnamed {
+            store.wrap = Some(crate::wrap::Wrappers::new(store.pool.clone()));
+        }
+        let mut client = store.client().await.map_err(store_err)?;
         if pooler == Pooler::None {
             if let [port] = url_ports[..] {
                 warn_if_proxied(&client, port, &store.url).await;
@@ -151,7 +164,11 @@ impl PgStore {
         if !ran.is_empty() {
             tracing::info!(url = %store.url, versions = ?ran, "postgres schema migrated");
         }
-        tracing::info!(url = %store.url, pooler = ?pooler, "postgres store ready");
+        let statements = match store.mode {
+            Mode::Prepared => "named",
+            Mode::Unnamed => "unnamed",
+        };
+        tracing::info!(url = %store.url, pooler = ?pooler, statements, "postgres store ready");
         Ok(store)
     }
 }
@@ -175,6 +192,70 @@ async fn warn_if_proxied(client: &Conn, url_port: u16, url: &str) {
             );
         }
     }
+}
+
+/// Whether the transaction pooler in front carries named statements. A pooler that does
+/// (PgBouncer >= 1.21 with `max_prepared_statements`) prepares each named statement of a client
+/// on a server connection under a name of its own (`PGBOUNCER_12`), and again on any other
+/// server connection a later transaction of that client gets. One that passes them through
+/// leaves the driver's own name (`s12`) on one server connection, where the next transaction
+/// may not find it and another client using the same name would. The check prepares a
+/// statement in a transaction and reads, in the same one, the names the server knows it by; a
+/// name of the driver's is deallocated again before the transaction ends, so the check leaves
+/// nothing behind where names pass through.
+async fn pooler_carries_named_statements(probe: &mut Conn) -> Result<bool, StoreError> {
+    const PROBE: &str = "SELECT 1 AS idem_named_statement_probe";
+    // Prepared by name as well, so it reads its own name too, to be deallocated with the probe.
+    const NAMES: &str = "SELECT name, statement = $1 FROM pg_prepared_statements \
+                         WHERE statement IN ($1, $2)";
+    let check = async {
+        let tx = probe.transaction().await?;
+        tx.query_one(PROBE, &[]).await?;
+        let rows = tx.query(NAMES, &[&PROBE, &NAMES]).await?;
+        let mut probe_names = 0;
+        let mut drivers = Vec::new();
+        for row in rows {
+            let (name, is_probe): (String, bool) = (row.try_get(0)?, row.try_get(1)?);
+            if is_probe {
+                probe_names += 1;
+            }
+            if is_driver_statement_name(&name) {
+                drivers.push(name);
+            }
+        }
+        for name in &drivers {
+            // `name` is `s` and digits (checked): nothing to quote.
+            tx.batch_execute(&format!("DEALLOCATE {name}")).await?;
+        }
+        tx.commit().await?;
+        Ok::<_, tokio_postgres::Error>(probe_names > 0 && drivers.is_empty())
+    };
+    check.await.map_err(store_err)
+}
+
+/// The statement mode behind a transaction pooler, from `statements=…` and the check of
+/// [`pooler_carries_named_statements`]: named where the pooler carries them (and `unnamed`
+/// was not asked for), unnamed where it does not; `named` asked of a pooler that does not
+/// carry them stops the start.
+fn statement_mode(statements: Statements, carried: bool) -> Result<Mode, StoreError> {
+    match (statements, carried) {
+        (Statements::Unnamed, _) | (Statements::Auto, false) => Ok(Mode::Unnamed),
+        (Statements::Named | Statements::Auto, true) => Ok(Mode::Prepared),
+        (Statements::Named, false) => Err(StoreError::Internal(
+            "statements=named, but PostgreSQL knows idem's statement by the driver's own name: \
+             nothing between idem and PostgreSQL carries named statements from one server \
+             connection to the next (PgBouncer before 1.21, max_prepared_statements = 0, or no \
+             pooler at all); remove statements=named, or set max_prepared_statements on \
+             PgBouncer >= 1.21"
+                .into(),
+        )),
+    }
+}
+
+/// Whether `name` is how tokio-postgres names a statement it prepares (`s` and a number).
+fn is_driver_statement_name(name: &str) -> bool {
+    name.strip_prefix('s')
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// Refuses a pooler in statement mode (PgBouncer `pool_mode = statement`), where each
@@ -216,5 +297,44 @@ async fn one_server_connection_per_transaction(client: &mut Conn) -> Result<(), 
             )))
         }
         Err(e) => Err(store_err(e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_statement_mode_behind_a_transaction_pooler_follows_the_check_unless_told() {
+        let named_refused = statement_mode(Statements::Named, false).expect_err("refused");
+        assert!(
+            named_refused
+                .to_string()
+                .contains("max_prepared_statements"),
+            "{named_refused}"
+        );
+        for (statements, carried, mode) in [
+            (Statements::Auto, true, Mode::Prepared),
+            (Statements::Auto, false, Mode::Unnamed),
+            (Statements::Named, true, Mode::Prepared),
+            (Statements::Unnamed, true, Mode::Unnamed),
+            (Statements::Unnamed, false, Mode::Unnamed),
+        ] {
+            assert_eq!(
+                statement_mode(statements, carried).expect("a mode"),
+                mode,
+                "{statements:?} {carried}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_driver_s_statement_names_are_told_from_a_pooler_s() {
+        for name in ["s0", "s12", "s4096"] {
+            assert!(is_driver_statement_name(name), "{name}");
+        }
+        for name in ["PGBOUNCER_12", "s", "s1a", "stmt", "", "S1", "odyssey_s1"] {
+            assert!(!is_driver_statement_name(name), "{name}");
+        }
     }
 }

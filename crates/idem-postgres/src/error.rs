@@ -127,7 +127,10 @@ pub(crate) fn unexpected_connection(sqlstate: &str) -> Option<Unexpected> {
                 "duplicate_prepared_statement"
             },
             "a prepared statement went missing or belongs to someone else: a transaction \
-             pooler is in front of PostgreSQL; add pooler=transaction to the database URL",
+             pooler is in front of PostgreSQL; add pooler=transaction to the database URL \
+             (with statements=named already there, the pooler does not carry named \
+             statements: drop statements=named, or on PgBouncer >= 1.21 set \
+             max_prepared_statements)",
         ),
         "25006" => (
             "read_only_sql_transaction",

@@ -79,7 +79,7 @@ use idem_store::{
     OutboxClaim, OutboxFinish, OutboxItem, Page, RecordWithEvents, Store, StoreError,
 };
 
-pub use conn::{with_database, Pooler};
+pub use conn::{with_database, Pooler, Statements};
 pub use connect::PgOptions;
 
 impl PgStore {
@@ -94,6 +94,13 @@ impl PgStore {
             .await
             .map_err(store_err)?;
         row.try_get(0).map_err(store_err)
+    }
+
+    /// Whether statements go out named (directly, behind a session pooler, or behind a
+    /// transaction pooler that carries them), for the tests of the check at start.
+    #[doc(hidden)]
+    pub fn statements_named(&self) -> bool {
+        self.mode == conn::Mode::Prepared
     }
 
     /// How many statements go out as calls of their server-side function (`pooler=transaction`

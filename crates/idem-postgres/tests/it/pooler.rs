@@ -2,7 +2,9 @@
 //! connection that the next transaction (another client's, another instance's) could find,
 //! and its repeated statements keep their plans in server-side functions all the same.
 //! Through a real PgBouncer the contract suite and the server's tests run in `.ci/pgbouncer.sh`;
-//! these tests check the mechanism on a direct connection, where it can be observed.
+//! these tests check the mechanism on a direct connection, where it can be observed. A pooler
+//! that carries named statements itself (PgBouncer >= 1.21) is found at start and then gets
+//! named statements; `.ci/pgbouncer.sh` runs the suites through such a PgBouncer too.
 
 use idem_core::{CompleteRequest, TestClock, Timestamp};
 use idem_postgres::{PgOptions, PgStore};
@@ -154,6 +156,9 @@ async fn pooler_transaction_leaves_no_named_statement_on_the_server_connection()
     };
     let sep = if db.url().contains('?') { '&' } else { '?' };
     let pooled = one_connection(&format!("{}{sep}pooler=transaction", db.url())).await;
+    // The check at start found nothing carrying named statements (its own statement was
+    // deallocated again: the count below includes it).
+    assert!(!pooled.statements_named());
     exercise(pooled.clone(), "pooled").await;
     assert_eq!(
         pooled
@@ -172,6 +177,73 @@ async fn pooler_transaction_leaves_no_named_statement_on_the_server_connection()
             .expect("count")
             > 5
     );
+}
+
+/// Whether the test database is reached through a pooler that carries named statements.
+fn named_through_a_pooler(db: &PgDb) -> bool {
+    through_a_pooler(db) && db.url().contains("statements=named")
+}
+
+#[tokio::test]
+async fn a_pooler_that_carries_named_statements_gets_them_asked_or_not() {
+    let Some(db) = PgDb::create("pooler_statements_named") else {
+        return;
+    };
+    if !named_through_a_pooler(&db) {
+        // Only a pooler that carries named statements can show it (`.ci/pgbouncer.sh` runs
+        // this test through PgBouncer 1.24); elsewhere the next test shows the refusal.
+        return;
+    }
+    let asked = db.url().to_owned();
+    let found = asked.replace("&statements=named", "");
+    assert!(!found.contains("statements="), "{found}");
+    // Two instances of several connections each, at once: their transactions interleave on
+    // shared server connections, where a pooler that did not carry named statements would
+    // answer "prepared statement … does not exist" (a 503), and one that mixed them up would
+    // run one instance's statement for the other (a wrong replay, which `pairs` checks).
+    let a = connections(&asked, 4).await;
+    let b = connections(&found, 4).await;
+    assert!(a.statements_named() && b.statements_named());
+    let prefixes: Vec<(std::sync::Arc<PgStore>, String)> = (0..4)
+        .flat_map(|i| [(a.clone(), format!("a{i}")), (b.clone(), format!("b{i}"))])
+        .collect();
+    futures_util::future::join_all(
+        prefixes
+            .iter()
+            .map(|(store, prefix)| pairs(store.clone(), "n", prefix, 8)),
+    )
+    .await;
+    exercise(a.clone(), "ea").await;
+    exercise(b.clone(), "eb").await;
+    // Nothing was wrapped in a function: the statements were named.
+    assert_eq!(a.wrapped_statements() + b.wrapped_statements(), 0);
+    let (admin, _task) = db.raw().await;
+    assert_eq!(wrapper_functions(&admin).await, 0);
+}
+
+#[tokio::test]
+async fn statements_named_is_refused_at_start_where_names_pass_through() {
+    let Some(db) = PgDb::create("pooler_statements_named_refused") else {
+        return;
+    };
+    if named_through_a_pooler(&db) {
+        return;
+    }
+    // Directly connected, or through a pooler that passes names through (PgBouncer 1.18 in
+    // `.ci/pgbouncer.sh`), the server knows the statement by the driver's own name.
+    let url = format!("{}&statements=named", pooled_url(&db));
+    let err = PgStore::connect(&url).await.expect_err("refused");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("statements=named") && msg.contains("max_prepared_statements"),
+        "{msg}"
+    );
+    // Without it the check finds the same and the statements go out unnamed.
+    let served = connections(&pooled_url(&db), 1).await;
+    assert!(!served.statements_named());
+    // Told `unnamed`, the check is not even made.
+    let told = connections(&format!("{}&statements=unnamed", pooled_url(&db)), 1).await;
+    assert!(!told.statements_named());
 }
 
 #[tokio::test]

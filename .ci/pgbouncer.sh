@@ -11,7 +11,8 @@
 # and through a PgBouncer that carries named prepared statements (1.24, built once from Debian's
 # source package and cached outside the clone; Debian 12 ships 1.18, which cannot), where idem
 # finds at start that it may name its statements: the contract suite, the server's HTTP tests
-# and two instances at once (one told `statements=named`, one finding it).
+# and two instances at once (one told `statements=named`, one finding it), and the `kill -9`
+# fault run with the history checker.
 # Usage: .ci/pgbouncer.sh PATH/TO/idem     (the debug binary `cargo build -p idem-cli` made)
 #        .ci/pgbouncer.sh --start DIR      (only start one; prints its port; for manual runs)
 set -euo pipefail
@@ -123,6 +124,17 @@ if [ "${1:-}" = "--start-modern" ]; then
   exit 0
 fi
 
+# check_kill9 REPORT.json WHERE: fails unless the history checker found nothing wrong.
+check_kill9() {
+  python3 - "$1" "$2" <<'PY'
+import json, sys
+v = json.load(open(sys.argv[1]))["verdict"]
+bad = {k: v[k] for k in ("lost", "double_acquired", "bad_state", "ambiguous_not_in_review") if v[k]}
+print(f"kill -9 {sys.argv[2]}: {v['acknowledged']} acknowledged writes checked, {bad or 'nothing'} wrong")
+sys.exit(1 if bad else 0)
+PY
+}
+
 bin="$1"
 work="$(mktemp -d)"
 chmod 755 "$work"
@@ -154,13 +166,7 @@ IDEM_TEST_PG="$pooled" cargo test -q -p idem-postgres --test it -- \
 echo "--> kill -9 of idem under load through PgBouncer, history checker"
 timeout 300 "$bin" bench --backend postgres --db "$pooled" --kill9-rounds "${IDEM_PGB_KILL9_ROUNDS:-5}" \
   --round-time 1s --concurrency 16 --json "$work/kill9.json"
-python3 - "$work/kill9.json" <<'PY'
-import json, sys
-v = json.load(open(sys.argv[1]))["verdict"]
-bad = {k: v[k] for k in ("lost", "double_acquired", "bad_state", "ambiguous_not_in_review") if v[k]}
-print(f"kill -9 through PgBouncer: {v['acknowledged']} acknowledged writes checked, {bad or 'nothing'} wrong")
-sys.exit(1 if bad else 0)
-PY
+check_kill9 "$work/kill9.json" "through PgBouncer"
 
 echo "--> a pooler in statement mode is refused at start"
 sport="$(start_pgbouncer "$work/stmt" statement "$up_host" "$up_port")"
@@ -188,4 +194,8 @@ echo "PgBouncer $("$modern" --version | head -n1) in transaction mode, max_prepa
 IDEM_TEST_PG="$found" cargo test -q -p idem-testkit --test contract_postgres
 IDEM_TEST_PG="$named" IDEM_TEST_SKIP_SQLITE=1 cargo test -q -p idem-server --test it
 IDEM_TEST_PG="$named" cargo test -q -p idem-postgres --test it -- pooler::a_pooler_that_carries
+echo "--> kill -9 of idem under load through PgBouncer $MODERN_VERSION (named statements), history checker"
+timeout 300 "$bin" bench --backend postgres --db "$found" --kill9-rounds "${IDEM_PGB_KILL9_ROUNDS_NAMED:-3}" \
+  --round-time 1s --concurrency 16 --json "$work/kill9-named.json"
+check_kill9 "$work/kill9-named.json" "through PgBouncer $MODERN_VERSION"
 echo "pgbouncer: all passed"

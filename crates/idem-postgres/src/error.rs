@@ -128,9 +128,9 @@ pub(crate) fn unexpected_connection(sqlstate: &str) -> Option<Unexpected> {
             },
             "a prepared statement went missing or belongs to someone else: a transaction \
              pooler is in front of PostgreSQL; add pooler=transaction to the database URL \
-             (with statements=named already there, the pooler does not carry named \
-             statements: drop statements=named, or on PgBouncer >= 1.21 set \
-             max_prepared_statements)",
+             (where it is there and the start line said statements=\"named\", the pooler \
+             no longer carries named statements, e.g. PgBouncer's max_prepared_statements \
+             was set to 0: restart idem, or add statements=unnamed)",
         ),
         "25006" => (
             "read_only_sql_transaction",

@@ -271,7 +271,10 @@ macro_rules! unnamed {
         let typed = typed($params);
         match $e.ready(&typed) {
             Some(w) => {
-                let answer = $self.inner.$typed_method(&w.call, &typed).await;
+                let packed = wrap::Packed::new(&typed);
+                let one = [(&packed as &(dyn ToSql + Sync), Type::UNKNOWN)];
+                let args: &[(&(dyn ToSql + Sync), Type)] = if w.packed { &one } else { &typed };
+                let answer = $self.inner.$typed_method(&w.call, args).await;
                 if let Err(err) = &answer {
                     if wrap::is_stale_wrapper(err) {
                         $e.forget();

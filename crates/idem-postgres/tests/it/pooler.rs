@@ -281,6 +281,18 @@ async fn behind_a_transaction_pooler_repeated_statements_keep_their_plans_in_fun
     assert!(wrapped_at_least(&pooled, 2).await >= 2);
     let wrapped = settled(&pooled, &admin).await;
     assert!(wrapped >= 2, "wrapped {wrapped}");
+    // Each takes its statement's parameters as one row of a type of its own, and answers
+    // rows of a type of its own.
+    let packed = number(
+        &admin,
+        "SELECT count(*) FROM pg_proc p JOIN pg_type a ON a.oid = p.proargtypes[0] \
+         JOIN pg_type r ON r.oid = p.prorettype \
+         WHERE p.proname LIKE 'idem\\_q\\_%' AND p.pronargs = 1 AND p.proretset \
+         AND a.typname LIKE 'idem\\_p\\_%' AND a.typtype = 'c' \
+         AND r.typname LIKE 'idem\\_r\\_%' AND r.typtype = 'c'",
+    )
+    .await;
+    assert!(packed >= 2, "functions with a packed argument: {packed}");
     pairs(pooled.clone(), "pooled", "wrapped", 10).await;
     // The calls went through the functions: PostgreSQL counted them (on a direct connection,
     // where every server connection of the database was opened after the setting).

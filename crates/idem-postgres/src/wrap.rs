@@ -441,12 +441,6 @@ impl Definition {
         let name = format!("{PREFIX}{}", &hash[..24]);
         let row_type = format!("{ROW_PREFIX}{}", &hash[..24]);
         let columns: Vec<String> = cols.iter().map(|(n, t)| format!("{n} {t}")).collect();
-        // The result is a row type of its own, not `RETURNS TABLE(…)`: PostgreSQL then takes
-        // the call's row description from its type cache, where for a table result it
-        // rebuilds it from the function's argument arrays at every parse and executor start
-        // (a fifth of what the call cost it). The type is made first, in the same transaction;
-        // one that exists already (its function dropped, or made concurrently) is the same
-        // type, as its name is the same hash.
         // The statement's parameters arrive as one value of a row type of their own (fields
         // `a1`…`an`), read in the body as `idem_p.a1`…: PostgreSQL parses, plans and sets up one
         // argument per call instead of one per parameter (fifty-odd for a fresh claim).
@@ -457,6 +451,11 @@ impl Definition {
             pack(text, param_types.len())
         };
         let param_type = format!("{PARAM_PREFIX}{}", &hash[..24]);
+        // The result is a row type of its own, not `RETURNS TABLE(…)`: PostgreSQL then takes
+        // the call's row description from its type cache, where for a table result it
+        // rebuilds it from the function's argument arrays at every parse and executor start
+        // (a fifth of what the call cost it). The types are made first, in the same
+        // transaction as the function.
         let mut create = row_type_sql(&row_type, &columns);
         let (signature, body) = match &packed {
             Some(body) => {

@@ -171,6 +171,11 @@ pub struct Answer {
     pub body: Vec<u8>,
     /// The body was longer than the cap, or broke off while it was read.
     pub truncated: bool,
+    /// Why the body broke off while it was read (the whole-attempt timeout ran out, or the
+    /// connection broke); `None` when it ended or was cut at the cap. A caller for whom the
+    /// status alone is not the answer (an MCP server's JSON-RPC response is in the body)
+    /// reads this as the request being lost after it left.
+    pub broke_off: Option<Lost>,
 }
 
 /// How far a request got.
@@ -472,6 +477,7 @@ impl Egress {
                 .map_or(self.max_response_bytes, |n| n.min(self.max_response_bytes)),
         );
         let mut truncated = false;
+        let mut broke_off = None;
         loop {
             match resp.chunk().await {
                 Ok(Some(chunk)) => {
@@ -485,8 +491,13 @@ impl Egress {
                 }
                 Ok(None) => break,
                 // The status came back: the answer stands, its body is incomplete.
-                Err(_) => {
+                Err(e) => {
                     truncated = true;
+                    broke_off = Some(if e.is_timeout() {
+                        Lost::Timeout
+                    } else {
+                        Lost::Broken
+                    });
                     break;
                 }
             }
@@ -496,6 +507,7 @@ impl Egress {
             headers,
             body,
             truncated,
+            broke_off,
         })
     }
 }

@@ -277,6 +277,68 @@ async fn a_hanging_destination_is_a_timeout_after_sending_and_a_closed_port_is_n
     );
 }
 
+/// A raw loopback server that answers the status and part of a 100-byte body, then either
+/// stalls (`stall`) or closes the connection.
+async fn part_of_a_body(stall: bool) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    tokio::spawn(async move {
+        while let Ok((mut sock, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = [0u8; 4096];
+                let _ = sock.read(&mut buf).await;
+                let _ = sock
+                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\npartial")
+                    .await;
+                let _ = sock.flush().await;
+                if stall {
+                    tokio::time::sleep(Duration::from_secs(60)).await;
+                }
+            });
+        }
+    });
+    port
+}
+
+#[tokio::test]
+async fn a_body_that_breaks_off_after_the_status_says_why() {
+    let e = egress(1024);
+    let p = policy(&["127.0.0.1"], false);
+    for (stall, why) in [(true, Lost::Timeout), (false, Lost::Broken)] {
+        let port = part_of_a_body(stall).await;
+        let t = e
+            .check(&p, &format!("http://127.0.0.1:{port}/"))
+            .await
+            .expect("allowed");
+        match e.send(&t, get(500)).await {
+            Outcome::Answered(a) => {
+                assert_eq!(a.status, 200);
+                assert_eq!(a.body, b"partial");
+                assert!(a.truncated);
+                assert_eq!(a.broke_off, Some(why), "stall: {stall}");
+            }
+            other => panic!("stall {stall}: {other:?}"),
+        }
+    }
+    // A body that ends, and one cut at the cap, did not break off.
+    let (port, _) = destination().await;
+    for (path, truncated) in [("ok", false), ("big", true)] {
+        let t = e
+            .check(&p, &format!("http://127.0.0.1:{port}/{path}"))
+            .await
+            .expect("allowed");
+        match e.send(&t, get(5000)).await {
+            Outcome::Answered(a) => {
+                assert_eq!((a.truncated, a.broke_off), (truncated, None), "{path}")
+            }
+            other => panic!("{path}: {other:?}"),
+        }
+    }
+}
+
 #[test]
 fn a_bad_extra_ca_file_is_refused_naming_it() {
     let dir = std::env::temp_dir().join(format!("idem-egress-ca-{}", std::process::id()));

@@ -23,6 +23,7 @@
 //! | an HTTP status other than 2xx | the effect's table for that status |
 //! | nothing: connection refused, DNS | retryable, `sent: false` |
 //! | nothing: timeout or broken connection after the request left | ambiguous |
+//! | a 2xx whose body broke off (timeout, reset) before the response | as the line above |
 //! | a 2xx without the response (stream ended early, not JSON-RPC) | ambiguous |
 //!
 //! It also owns `Step`, what one send step left (verdict, kept answer, `last_error`), which
@@ -287,40 +288,10 @@ impl<'a> Upstream<'a> {
             "arguments": arguments,
             "_meta": meta,
         }});
-        let a = match self.post(Some(session), &msg, extra).await {
-            Outcome::Answered(a) => a,
-            Outcome::NotSent(n) => return Called::NotSent(n),
-            Outcome::Lost(l) => return Called::Lost(l),
-        };
-        if !(200..300).contains(&a.status) {
-            let retry_after_ms = a
-                .headers
-                .iter()
-                .find(|(n, _)| n == "retry-after")
-                .and_then(|(_, v)| std::str::from_utf8(v).ok())
-                .and_then(|v| v.trim().parse::<i64>().ok())
-                .map(|s| s.saturating_mul(1000));
-            return Called::Status {
-                status: a.status,
-                retry_after_ms,
-            };
-        }
-        match response_of(&a, &json!(CALL_ID)) {
-            Some(r) => match (r.get("result"), r.get("error")) {
-                (Some(res), _) if res.is_object() => Called::Result(res.clone()),
-                (None, Some(e)) => Called::Error {
-                    code: error_code(e),
-                    message: e
-                        .get("message")
-                        .and_then(Value::as_str)
-                        .unwrap_or_default()
-                        .chars()
-                        .take(500)
-                        .collect(),
-                },
-                _ => Called::Unreadable,
-            },
-            None => Called::Unreadable,
+        match self.post(Some(session), &msg, extra).await {
+            Outcome::Answered(a) => called_of(&a),
+            Outcome::NotSent(n) => Called::NotSent(n),
+            Outcome::Lost(l) => Called::Lost(l),
         }
     }
 
@@ -394,6 +365,46 @@ fn stateless_only(r: &Map<String, Value>) -> bool {
             .and_then(Value::as_array)
             .is_some_and(|s| s.iter().any(|v| v == STATELESS)),
         _ => false,
+    }
+}
+
+/// What an answer to `tools/call` brought back. A 2xx whose body broke off before it held
+/// the JSON-RPC response is the request lost after it left (by the timeout, or a broken
+/// connection), as if no status had come: an event stream's status comes before the tool
+/// has even run.
+fn called_of(a: &Answer) -> Called {
+    if !(200..300).contains(&a.status) {
+        let retry_after_ms = a
+            .headers
+            .iter()
+            .find(|(n, _)| n == "retry-after")
+            .and_then(|(_, v)| std::str::from_utf8(v).ok())
+            .and_then(|v| v.trim().parse::<i64>().ok())
+            .map(|s| s.saturating_mul(1000));
+        return Called::Status {
+            status: a.status,
+            retry_after_ms,
+        };
+    }
+    match response_of(a, &json!(CALL_ID)) {
+        Some(r) => match (r.get("result"), r.get("error")) {
+            (Some(res), _) if res.is_object() => Called::Result(res.clone()),
+            (None, Some(e)) => Called::Error {
+                code: error_code(e),
+                message: e
+                    .get("message")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .chars()
+                    .take(500)
+                    .collect(),
+            },
+            _ => Called::Unreadable,
+        },
+        None => match a.broke_off {
+            Some(l) => Called::Lost(l),
+            None => Called::Unreadable,
+        },
     }
 }
 
@@ -586,6 +597,7 @@ mod tests {
             headers: vec![("content-type".into(), ct.as_bytes().to_vec())],
             body: body.as_bytes().to_vec(),
             truncated: false,
+            broke_off: None,
         }
     }
 
@@ -612,6 +624,53 @@ mod tests {
         assert!(response_of(&answer("text/event-stream", cut), &id).is_some());
         assert!(response_of(&answer("text/event-stream", ": ping\n\n"), &id).is_none());
         assert!(response_of(&answer("application/json", "not json"), &id).is_none());
+    }
+
+    #[test]
+    fn a_call_whose_body_broke_off_before_the_response_is_lost_after_it_left() {
+        let stream = "text/event-stream";
+        let done = "data: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"isError\":false}}\n\n";
+        let broke = |body: &str, why: Option<Lost>| Answer {
+            truncated: why.is_some(),
+            broke_off: why,
+            ..answer(stream, body)
+        };
+        // The stream's status came, then the timeout or a reset, before the response.
+        assert_eq!(
+            called_of(&broke(": ping\n\n", Some(Lost::Timeout))),
+            Called::Lost(Lost::Timeout)
+        );
+        assert_eq!(
+            called_of(&broke("", Some(Lost::Broken))),
+            Called::Lost(Lost::Broken)
+        );
+        // A response read whole before the break stands.
+        assert!(matches!(
+            called_of(&broke(done, Some(Lost::Broken))),
+            Called::Result(_)
+        ));
+        // A body that ended without the response is unreadable, not lost.
+        assert_eq!(called_of(&broke(": ping\n\n", None)), Called::Unreadable);
+        // A status other than 2xx is the status, whatever its body.
+        let refused = Answer {
+            status: 503,
+            headers: vec![("retry-after".into(), b"2".to_vec())],
+            ..broke("", Some(Lost::Timeout))
+        };
+        assert_eq!(
+            called_of(&refused),
+            Called::Status {
+                status: 503,
+                retry_after_ms: Some(2000)
+            }
+        );
+        // What each means for the record: a timeout after sending is ambiguous, category
+        // `timeout`, as the contract says.
+        let s = call_step(Called::Lost(Lost::Timeout), "t", false);
+        assert_eq!(
+            (s.verdict, s.category, s.sent),
+            (Verdict::Ambiguous, "timeout", true)
+        );
     }
 
     #[test]

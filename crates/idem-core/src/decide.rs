@@ -341,12 +341,13 @@ pub enum IntakeReply {
 pub enum OpError {
     #[error("no record for this key")]
     NotFound,
-    #[error("the lease was lost: this token is not the newest for this key")]
+    #[error("the lease was lost: this token no longer holds the key (a later claim acquired it, or an operator decided it)")]
     LeaseLost,
     #[error("{message}")]
     InvalidTransition { from: State, message: String },
-    #[error("the key was already completed with a different result or external_ref")]
-    ResultMismatch,
+    /// `field` names what differs: `result`, else `external_ref`.
+    #[error("the key was already completed with a different {field}")]
+    ResultMismatch { field: &'static str },
     #[error("{message}")]
     InvalidField { field: String, message: String },
 }

@@ -37,12 +37,13 @@ pub enum ApiError {
     MissingIdentityField { field: String },
     #[error("{0}")]
     NotFound(String),
-    #[error("the lease was lost: this token is not the newest for this key")]
+    #[error("the lease was lost: this token no longer holds the key (a later claim acquired it, or an operator decided it)")]
     LeaseLost,
     #[error("{0}")]
     InvalidTransition(String),
-    #[error("the key was already completed with a different result or external_ref")]
-    ResultMismatch,
+    /// `field`: `result` or `external_ref`, whichever differs (`result` when both do).
+    #[error("the key was already completed with a different {field}")]
+    ResultMismatch { field: &'static str },
     #[error("this route does not accept that method")]
     MethodNotAllowed,
     /// An effect's destination is refused by the namespace's egress policy.
@@ -257,7 +258,7 @@ impl ApiError {
             ApiError::NotFound(_) => ErrorCode::NotFound,
             ApiError::LeaseLost => ErrorCode::LeaseLost,
             ApiError::InvalidTransition(_) => ErrorCode::InvalidTransition,
-            ApiError::ResultMismatch => ErrorCode::ResultMismatch,
+            ApiError::ResultMismatch { .. } => ErrorCode::ResultMismatch,
             ApiError::MethodNotAllowed => ErrorCode::MethodNotAllowed,
             ApiError::DestinationForbidden { .. } => ErrorCode::DestinationForbidden,
             ApiError::RequestTimeout(_) => ErrorCode::RequestTimeout,
@@ -289,6 +290,7 @@ impl ApiError {
             ApiError::InvalidKey(_) => Some("key"),
             ApiError::InvalidNamespace(_) => Some("namespace"),
             ApiError::LeaseLost => Some("token"),
+            ApiError::ResultMismatch { field } => Some(field),
             _ => None,
         }
     }
@@ -356,7 +358,7 @@ impl From<OpError> for ApiError {
             OpError::NotFound => ApiError::NotFound("no record for this key".into()),
             OpError::LeaseLost => ApiError::LeaseLost,
             OpError::InvalidTransition { message, .. } => ApiError::InvalidTransition(message),
-            OpError::ResultMismatch => ApiError::ResultMismatch,
+            OpError::ResultMismatch { field } => ApiError::ResultMismatch { field },
             OpError::InvalidField { field, message } => ApiError::InvalidField { field, message },
         }
     }

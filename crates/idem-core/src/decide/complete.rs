@@ -22,10 +22,12 @@ use crate::record::{EventType, LastError, Record, ReviewReason, State};
 pub(super) fn repeat_complete(rec: &Record, c: &CompleteRequest) -> Transition {
     let same_ref = rec.external_ref == c.external_ref;
     let same_result = rec.result_expired || canon_eq(&rec.result, &c.result);
-    if same_ref && same_result {
-        Transition::reply(Reply::Record(rec.clone()))
-    } else {
-        Transition::refuse(OpError::ResultMismatch)
+    match (same_result, same_ref) {
+        (true, true) => Transition::reply(Reply::Record(rec.clone())),
+        (false, _) => Transition::refuse(OpError::ResultMismatch { field: "result" }),
+        (true, false) => Transition::refuse(OpError::ResultMismatch {
+            field: "external_ref",
+        }),
     }
 }
 

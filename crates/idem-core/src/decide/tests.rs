@@ -1221,17 +1221,22 @@ fn repeating_the_same_complete_is_a_no_op() {
 
 #[test]
 fn complete_with_a_different_result_after_completion_is_result_mismatch() {
-    for (result_v, ext) in [
-        (Some(json!({"charge": "ch_2", "amount": 100})), Some("ch_1")),
-        (Some(result()), Some("ch_2")),
-        (Some(result()), None),
-        (None, Some("ch_1")),
+    for (result_v, ext, field) in [
+        (
+            Some(json!({"charge": "ch_2", "amount": 100})),
+            Some("ch_1"),
+            "result",
+        ),
+        (Some(result()), Some("ch_2"), "external_ref"),
+        (Some(result()), None, "external_ref"),
+        (None, Some("ch_1"), "result"),
+        (None, Some("ch_2"), "result"),
     ] {
         let (mut h, tok) = H::in_state(State::Completed);
         let before = h.rec().clone();
         assert_eq!(
             h.complete(&tok, result_v, ext),
-            Err(OpError::ResultMismatch)
+            Err(OpError::ResultMismatch { field })
         );
         assert_eq!(h.rec(), &before);
         assert_eq!(h.last_event().kind, EventType::Completed, "no event");
@@ -1250,7 +1255,9 @@ fn repeat_complete_after_the_result_expired_compares_the_external_ref() {
         .is_ok());
     assert_eq!(
         h.complete(&tok, Some(result()), Some("ch_9")),
-        Err(OpError::ResultMismatch)
+        Err(OpError::ResultMismatch {
+            field: "external_ref"
+        })
     );
 }
 

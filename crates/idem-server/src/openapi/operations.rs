@@ -263,7 +263,7 @@ pub(super) fn errors_of(
             ApiError::NotFound(s()),
             ApiError::LeaseLost,
             ApiError::InvalidTransition(s()),
-            ApiError::ResultMismatch,
+            ApiError::ResultMismatch { field: "result" },
         ]),
         ("post", "resolve" | "approve" | "reject") => e.extend([
             invalid(),

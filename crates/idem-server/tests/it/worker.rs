@@ -146,6 +146,26 @@ async fn repeating_complete_is_a_no_op_and_a_different_result_is_a_mismatch() {
         )
         .await;
     r.problem(409, "result_mismatch");
+    assert_eq!(r.body["field"], "result", "{}", r.text);
+    // The same result with another external_ref names that field; both differing names the
+    // result.
+    let r = app
+        .complete(
+            "ns",
+            "k",
+            json!({"token": t, "result": {"id": 7}, "external_ref": "crm-8"}),
+        )
+        .await;
+    r.problem(409, "result_mismatch");
+    assert_eq!(r.body["field"], "external_ref", "{}", r.text);
+    let r = app
+        .complete(
+            "ns",
+            "k",
+            json!({"token": t, "result": {"id": 8}, "external_ref": "crm-8"}),
+        )
+        .await;
+    assert_eq!(r.body["field"], "result", "{}", r.text);
     let r = app
         .complete(
             "ns",

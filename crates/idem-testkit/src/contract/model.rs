@@ -140,7 +140,7 @@ fn refusal(e: &OpError) -> Result<Refusal, String> {
         OpError::NotFound => Refusal::NotFound,
         OpError::LeaseLost => Refusal::LeaseLost,
         OpError::InvalidTransition { .. } => Refusal::InvalidTransition,
-        OpError::ResultMismatch => Refusal::ResultMismatch,
+        OpError::ResultMismatch { .. } => Refusal::ResultMismatch,
         OpError::InvalidField { field, message } => {
             return Err(format!("unexpected invalid_field {field}: {message}"))
         }

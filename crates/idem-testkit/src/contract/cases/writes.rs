@@ -139,11 +139,13 @@ pub async fn writes_after_the_fact_follow_the_rules<B: Backend>(b: Arc<B>) {
             complete(&tok, Some(json!({"charge": "ch_2"})), Some("ch_1"))
         )
         .await,
-        OpError::ResultMismatch
+        OpError::ResultMismatch { field: "result" }
     );
     assert_eq!(
         refused(&h, &k, complete(&tok, Some(result_v()), Some("ch_2"))).await,
-        OpError::ResultMismatch
+        OpError::ResultMismatch {
+            field: "external_ref"
+        }
     );
     assert!(is_invalid(
         &refused(&h, &k, fail(&tok, Class::Retryable)).await

@@ -35,7 +35,8 @@ pub struct ToolAnswer {
 }
 
 /// A `CallToolResult` as it is written: one text content, the structured content, whether
-/// it is a tool error, and `resultType` (always `complete`: idem never asks for more input).
+/// it is a tool error, and in the stateless revision `resultType` (always `complete`: idem
+/// never asks for more input).
 #[derive(Debug, serde::Serialize)]
 pub struct ToolResult {
     content: [TextContent; 1],
@@ -43,8 +44,8 @@ pub struct ToolResult {
     structured: Value,
     #[serde(rename = "isError")]
     is_error: bool,
-    #[serde(rename = "resultType")]
-    result_type: &'static str,
+    #[serde(rename = "resultType", skip_serializing_if = "Option::is_none")]
+    result_type: Option<&'static str>,
 }
 
 #[derive(Debug, serde::Serialize)]
@@ -55,8 +56,9 @@ struct TextContent {
 }
 
 impl ToolAnswer {
-    /// The `CallToolResult` (its members moved, not copied).
-    pub fn into_result(self) -> ToolResult {
+    /// The `CallToolResult` (its members moved, not copied); `modern`: of the stateless
+    /// revision, which marks it `resultType: complete`.
+    pub fn into_result(self, modern: bool) -> ToolResult {
         ToolResult {
             content: [TextContent {
                 kind: "text",
@@ -64,13 +66,13 @@ impl ToolAnswer {
             }],
             structured: self.structured,
             is_error: self.is_error,
-            result_type: "complete",
+            result_type: modern.then_some("complete"),
         }
     }
 
     /// The `CallToolResult` object.
     pub fn into_json(self) -> Value {
-        serde_json::to_value(self.into_result()).unwrap_or(Value::Null)
+        serde_json::to_value(self.into_result(true)).unwrap_or(Value::Null)
     }
 
     /// A call refused before anything was stored (`missing_identity_field`, `invalid_field`,

@@ -33,7 +33,7 @@ use super::call;
 pub use super::upstream::{STATELESS, VERSION_META};
 use crate::api::v1::shared::Authed;
 use crate::error::ApiResult;
-use crate::input::{parse_json, NsPath, RawBody};
+use crate::input::{NsPath, RawBody};
 
 /// Every revision served, newest first.
 pub const REVISIONS: [&str; 4] = [STATELESS, "2025-11-25", "2025-06-18", "2025-03-26"];
@@ -101,6 +101,27 @@ fn rpc_error(id: Value, code: i64, message: &str) -> Value {
 
 fn bad(id: Value, code: i64, message: &str) -> Response {
     (StatusCode::BAD_REQUEST, Json(rpc_error(id, code, message))).into_response()
+}
+
+/// Whether a request is of the stateless revision (its `MCP-Protocol-Version` header or its
+/// `_meta` says so): only its results carry `resultType` and the cache hints. A request that
+/// names no revision is of a session revision (a 2025-03-26 client sends no header).
+fn modern(revision: Option<&str>) -> bool {
+    revision == Some(STATELESS)
+}
+
+/// The `id` of a message, when the body is a JSON object with a usable one (for an error
+/// answered before the message is read); `null` otherwise.
+fn id_of(bytes: &[u8]) -> Value {
+    #[derive(Deserialize)]
+    struct Id {
+        id: Option<Value>,
+    }
+    match serde_json::from_slice::<Id>(bytes).ok().and_then(|m| m.id) {
+        Some(id @ Value::String(_)) => id,
+        Some(Value::Number(n)) if n.is_i64() || n.is_u64() => Value::Number(n),
+        _ => Value::Null,
+    }
 }
 
 /// A `tools/call` request as clients send it, read in place: its strings borrowed, its `id`
@@ -201,6 +222,7 @@ fn depth(v: &Value, at: usize) -> usize {
 async fn fast_call(
     st: &crate::state::AppState,
     ns: &idem::Namespace,
+    header: Option<&str>,
     bytes: &[u8],
 ) -> Option<ApiResult<Response>> {
     let msg: FastCall<'_> = serde_json::from_slice(bytes).ok()?;
@@ -240,10 +262,15 @@ async fn fast_call(
         Ok(a) => a,
         Err(e) => return Some(Err(e)),
     };
+    // A `_meta` version is one of [`REVISIONS`], quoted and unescaped (`served`).
+    let revision = match meta.and_then(|m| m.version) {
+        Some(v) => Some(v.get().trim_matches('"')),
+        None => header,
+    };
     let body = FastAnswer {
         jsonrpc: "2.0",
         id: msg.id,
-        result: answer.into_result(),
+        result: answer.into_result(modern(revision)),
     };
     Some(match serde_json::to_vec(&body) {
         Ok(b) => Ok((
@@ -293,16 +320,25 @@ async fn handle(
     headers: &HeaderMap,
     bytes: &[u8],
 ) -> ApiResult<Response> {
-    if let Some(v) = headers.get("mcp-protocol-version") {
-        let v = v.to_str().unwrap_or_default();
-        if !REVISIONS.contains(&v) {
-            return Ok(unsupported(Value::Null, v));
+    let header = match headers.get("mcp-protocol-version") {
+        Some(v) => {
+            let v = v.to_str().unwrap_or_default();
+            match REVISIONS.iter().find(|r| **r == v) {
+                Some(r) => Some(*r),
+                None => return Ok(unsupported(id_of(bytes), v)),
+            }
         }
-    }
-    if let Some(answered) = fast_call(st, ns, bytes).await {
+        None => None,
+    };
+    if let Some(answered) = fast_call(st, ns, header, bytes).await {
         return answered;
     }
-    let msg = match parse_json(bytes) {
+    // JSON-RPC: a body that is not JSON (nothing at all included) is a parse error; JSON that
+    // is not a request object (`null` included) an invalid request.
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(bad(Value::Null, -32700, "parse error: the body is empty"));
+    }
+    let msg = match serde_json::from_slice::<Value>(bytes) {
         Ok(Value::Object(m)) => m,
         Ok(Value::Array(_)) => {
             return Ok(bad(
@@ -371,13 +407,15 @@ async fn handle(
         }
     };
     // The stateless revision carries its version in every request's `_meta`.
+    let mut revision = header;
     if let Some(v) = params
         .and_then(|p| p.get("_meta"))
         .and_then(|m| m.get(VERSION_META))
     {
         let v = v.as_str().unwrap_or_default();
-        if !REVISIONS.contains(&v) {
-            return Ok(unsupported(id.unwrap_or(Value::Null), v));
+        match REVISIONS.iter().find(|r| **r == v) {
+            Some(r) => revision = Some(*r),
+            None => return Ok(unsupported(id.unwrap_or(Value::Null), v)),
         }
     }
     let Some(id) = id else {
@@ -386,21 +424,29 @@ async fn handle(
     };
     let mut session = None;
     let outcome: Result<Value, (i64, String)> = match method.as_str() {
-        "initialize" => {
-            let asked = params
-                .and_then(|p| p.get("protocolVersion"))
-                .and_then(Value::as_str);
-            let revision = negotiate(asked);
-            if revision != STATELESS {
-                session = Some(idem::generate_secret());
+        "initialize" => match params
+            .and_then(|p| p.get("protocolVersion"))
+            .and_then(Value::as_str)
+        {
+            // `protocolVersion`, `capabilities` and `clientInfo` are required params.
+            None => Err((
+                -32602,
+                "`params.protocolVersion` (a string) is required".to_owned(),
+            )),
+            Some(asked) => {
+                let settled = negotiate(Some(asked));
+                revision = Some(settled);
+                if settled != STATELESS {
+                    session = Some(idem::generate_secret());
+                }
+                Ok(json!({
+                    "protocolVersion": settled,
+                    "capabilities": {"tools": {"listChanged": false}},
+                    "serverInfo": server_info(),
+                    "instructions": INSTRUCTIONS,
+                }))
             }
-            Ok(json!({
-                "protocolVersion": revision,
-                "capabilities": {"tools": {"listChanged": false}},
-                "serverInfo": server_info(),
-                "instructions": INSTRUCTIONS,
-            }))
-        }
+        },
         // The stateless revision's handshake-free discovery.
         "server/discover" => Ok(json!({
             "supportedVersions": REVISIONS,
@@ -417,7 +463,11 @@ async fn handle(
                 .iter()
                 .map(|l| l.action.tool())
                 .collect();
-            Ok(json!({"tools": tools, "cacheScope": "private", "ttlMs": 0}))
+            Ok(if modern(revision) {
+                json!({"tools": tools, "cacheScope": "private", "ttlMs": 0})
+            } else {
+                json!({ "tools": tools })
+            })
         }
         "tools/call" => match params.and_then(|p| p.get("name")).and_then(Value::as_str) {
             None => Err((-32602, "`params.name` (the tool) is required".to_owned())),
@@ -436,8 +486,14 @@ async fn handle(
     };
     let body = match outcome {
         Ok(mut result) => {
-            // Every answer is complete (idem never asks the client for more input).
-            result["resultType"] = json!("complete");
+            // The stateless revision requires `resultType` on every result: every answer is
+            // complete (idem never asks the client for more input). The session revisions
+            // have no such member (`ping` answers `{}`).
+            if modern(revision) {
+                result["resultType"] = json!("complete");
+            } else if let Some(r) = result.as_object_mut() {
+                r.remove("resultType");
+            }
             json!({"jsonrpc": "2.0", "id": id, "result": result})
         }
         Err((code, message)) => rpc_error(id, code, &message),

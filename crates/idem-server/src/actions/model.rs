@@ -628,7 +628,6 @@ impl Action {
         });
         if let Some(title) = &self.title {
             t["title"] = json!(title);
-            t["annotations"]["title"] = json!(title);
         }
         t
     }

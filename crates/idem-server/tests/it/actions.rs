@@ -287,10 +287,32 @@ async fn the_mcp_endpoint_speaks_the_session_and_the_stateless_revisions() {
             )
             .await;
         assert_eq!(note.status, 202, "{}", note.text);
+        // A session revision's `ping` answers an empty result; only the stateless revision
+        // marks every result `resultType: complete`.
         assert_eq!(
             rpc(&app, "shop", "ping", json!({})).await.body["result"],
+            json!({})
+        );
+        assert_eq!(
+            rpc(&app, "shop", "ping", at_version("2026-07-28"))
+                .await
+                .body["result"],
             json!({"resultType": "complete"})
         );
+        let pinged = app
+            .send(
+                app.http
+                    .post(format!("{}/mcp/shop", app.base))
+                    .header("mcp-protocol-version", "2025-06-18")
+                    .json(&json!({"jsonrpc": "2.0", "id": 4, "method": "ping"})),
+            )
+            .await;
+        assert_eq!(pinged.body["result"], json!({}), "{}", pinged.text);
+        // `initialize` without its required params is invalid params.
+        let bare = rpc(&app, "shop", "initialize", Value::Null).await;
+        assert_eq!(bare.status, 200, "{}", bare.text);
+        assert_eq!(bare.body["error"]["code"], -32602, "{}", bare.text);
+        assert!(bare.header("mcp-session-id").is_none());
         // The stateless revision: discovery without a handshake, its version in `_meta`.
         let discover = rpc(&app, "shop", "server/discover", at_version("2026-07-28")).await;
         assert_eq!(discover.status, 200, "{}", discover.text);
@@ -302,7 +324,15 @@ async fn the_mcp_endpoint_speaks_the_session_and_the_stateless_revisions() {
         assert_eq!(old.status, 400, "{}", old.text);
         assert_eq!(old.body["error"]["code"], -32022);
 
+        let modern = rpc(&app, "shop", "tools/list", at_version("2026-07-28")).await;
+        assert_eq!(modern.body["result"]["resultType"], "complete");
+        assert_eq!(modern.body["result"]["ttlMs"], 0);
         let list = rpc(&app, "shop", "tools/list", json!({})).await;
+        let keys: Vec<&String> = list.body["result"]
+            .as_object()
+            .map(|m| m.keys().collect())
+            .unwrap_or_default();
+        assert_eq!(keys, ["tools"], "a session revision's list: {}", list.text);
         let tools = list.body["result"]["tools"]
             .as_array()
             .cloned()
@@ -316,8 +346,7 @@ async fn the_mcp_endpoint_speaks_the_session_and_the_stateless_revisions() {
         );
         assert_eq!(
             tools[0]["annotations"],
-            json!({"destructiveHint": true, "idempotentHint": true, "openWorldHint": true,
-                   "title": "Send the follow-up"})
+            json!({"destructiveHint": true, "idempotentHint": true, "openWorldHint": true})
         );
         assert!(!list.text.contains("s3cr3t"));
 
@@ -345,9 +374,21 @@ async fn the_mcp_endpoint_speaks_the_session_and_the_stateless_revisions() {
         assert_eq!(no_method.status, 400);
         let response = post_mcp(json!({"jsonrpc": "2.0", "id": 3, "result": {}})).await;
         assert_eq!(response.status, 202, "a response to the server is accepted");
-        let garbage = app.post_raw("/mcp/shop", "{not json").await;
-        assert_eq!(garbage.status, 400);
-        assert_eq!(garbage.body["error"]["code"], -32700);
+        // Not JSON (nothing at all included): a parse error; JSON that is not a request
+        // object (`null` included): an invalid request.
+        for (body, code) in [
+            ("{not json", -32700),
+            ("", -32700),
+            ("  \n", -32700),
+            ("null", -32600),
+            ("5", -32600),
+            ("\"ping\"", -32600),
+        ] {
+            let r = app.post_raw("/mcp/shop", body).await;
+            assert_eq!(r.status, 400, "{body:?}: {}", r.text);
+            assert_eq!(r.body["error"]["code"], code, "{body:?}: {}", r.text);
+            assert_eq!(r.body["id"], Value::Null);
+        }
         let wrong_version = app
             .send(
                 app.http
@@ -357,6 +398,12 @@ async fn the_mcp_endpoint_speaks_the_session_and_the_stateless_revisions() {
             )
             .await;
         assert_eq!(wrong_version.status, 400);
+        assert_eq!(wrong_version.body["error"]["code"], -32022);
+        assert_eq!(
+            wrong_version.body["id"], 1,
+            "the request's id: {}",
+            wrong_version.text
+        );
         let get = app.get("/mcp/shop").await;
         assert_eq!(get.status, 405, "no event stream: {}", get.text);
     }

@@ -21,6 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::extract::Request;
+use axum::http::HeaderMap;
 use idem::{ApiToken, Namespace, Role, Store, StoreError, Timestamp};
 use subtle::ConstantTimeEq;
 
@@ -177,8 +178,8 @@ fn in_scope(token_scope: &str, ns: &str) -> bool {
 }
 
 /// The bearer secret of a request, if it carries one.
-pub fn bearer(req: &Request) -> Result<Option<String>, ApiError> {
-    let Some(v) = req.headers().get(axum::http::header::AUTHORIZATION) else {
+pub fn bearer(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    let Some(v) = headers.get(axum::http::header::AUTHORIZATION) else {
         return Ok(None);
     };
     let s = v
@@ -204,24 +205,7 @@ pub async fn check(
     ledger: &idem::Ledger,
     req: Request,
 ) -> Result<Request, ApiError> {
-    let secret = bearer(&req)?;
-    let caller = if auth.token_count().await? == 0 {
-        Caller::Anonymous
-    } else {
-        let secret =
-            secret.ok_or_else(|| ApiError::Unauthorized("a bearer token is required".into()))?;
-        let now = ledger.now();
-        match auth.lookup(&secret).await? {
-            Some(t) if t.expired(now) => {
-                return Err(ApiError::Unauthorized("this token has expired".into()))
-            }
-            Some(t) => {
-                auth.touch(&t, now).await;
-                Caller::Token(t)
-            }
-            None => return Err(ApiError::Unauthorized("unknown token".into())),
-        }
-    };
+    let caller = authenticate(auth, ledger, req.headers()).await?;
     let (mut parts, body) = req.into_parts();
     let ns = match path_params(&mut parts)
         .await?
@@ -234,4 +218,28 @@ pub async fn check(
     caller.authorize(role, ns.as_ref())?;
     parts.extensions.insert(caller);
     Ok(Request::from_parts(parts, body))
+}
+
+/// Who is calling: anonymous while no token exists, else the bearer token's holder (missing,
+/// unknown or expired → 401). No role or scope is checked here.
+pub async fn authenticate(
+    auth: &AuthCache,
+    ledger: &idem::Ledger,
+    headers: &HeaderMap,
+) -> Result<Caller, ApiError> {
+    let secret = bearer(headers)?;
+    if auth.token_count().await? == 0 {
+        return Ok(Caller::Anonymous);
+    }
+    let secret =
+        secret.ok_or_else(|| ApiError::Unauthorized("a bearer token is required".into()))?;
+    let now = ledger.now();
+    match auth.lookup(&secret).await? {
+        Some(t) if t.expired(now) => Err(ApiError::Unauthorized("this token has expired".into())),
+        Some(t) => {
+            auth.touch(&t, now).await;
+            Ok(Caller::Token(t))
+        }
+        None => Err(ApiError::Unauthorized("unknown token".into())),
+    }
 }

@@ -11,8 +11,10 @@
 //!    below, so every log line of the request carries it; the DEBUG "started processing
 //!    request" line;
 //! 2. for a method with a role, [`crate::auth::check`] (bearer token, role, `{ns}` scope):
-//!    a refusal answers at once, an accepted caller goes into the request extensions; a
-//!    method the path does not route gets no check (it answers 405 from the fallback);
+//!    a refusal answers at once, an accepted caller goes into the request extensions; under
+//!    `/v1` a path no route matches, or a method the path does not route, needs a valid
+//!    token too once any exists ([`crate::auth::authenticate`]: 401 before the 404 or 405,
+//!    so the API's routes are not mapped out without one); elsewhere those get no check;
 //! 3. `idem_http_request_duration_seconds` by route pattern and status;
 //! 4. the DEBUG "finished processing request" line and, for a 5xx other than 503, the ERROR
 //!    "response failed" line, written by tower-http's own default callbacks (a 503 is logged
@@ -123,7 +125,9 @@ where
         span.in_scope(|| DefaultOnRequest::default().on_request(&req, &span));
         let role = self.gate.role_for(req.method());
         let method = req.method().clone();
-        let state = role.map(|_| self.gate.state.clone());
+        // Every `/v1` call needs a token once one exists, an unrouted one included.
+        let token_only = role.is_none() && under_v1(req.uri().path());
+        let state = (role.is_some() || token_only).then(|| self.gate.state.clone());
         // The service that was polled ready is the one to call; a clone takes its place.
         let ready = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, ready);
@@ -132,6 +136,13 @@ where
                 (Some(role), Some(state)) => {
                     match crate::auth::check(role, &state.auth, &state.ledger, req).await {
                         Ok(req) => into_response(inner.call(req).await),
+                        Err(e) => e.into_response(),
+                    }
+                }
+                (None, Some(state)) => {
+                    match crate::auth::authenticate(&state.auth, &state.ledger, req.headers()).await
+                    {
+                        Ok(_) => into_response(inner.call(req).await),
                         Err(e) => e.into_response(),
                     }
                 }
@@ -158,6 +169,12 @@ where
         };
         Box::pin(crate::telemetry::with_incoming(incoming, fut).instrument(span))
     }
+}
+
+/// Whether `path` is the API's (`/v1` or below it).
+fn under_v1(path: &str) -> bool {
+    path.strip_prefix("/v1")
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
 }
 
 fn into_response<R: IntoResponse>(r: Result<R, Infallible>) -> Response {

@@ -231,11 +231,32 @@ async fn a_call_is_answered_alike_however_its_message_is_spelled() {
             r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"nope","name":"ping_it","arguments":{"ref":"r1","note":"a"}}}"#,
             r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"ping_it","arguments":{"ref":"r1","note":"a"},"_meta":{"idem/cost":{"tokens":5}}}}"#,
             r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"ping_it","arguments":{"ref":"r1","note":"a"},"_meta":{"idem/cost":null,"progressToken":3}}}"#,
-            r#" { "params" : { "arguments" : { "note" : "a" , "ref" : "r1" } , "name" : "ping_it" , "_meta" : { "io.modelcontextprotocol/protocolVersion" : "2026-07-28" } } , "method" : "tools/call" , "id" : 7 , "jsonrpc" : "2.0" } "#,
         ] {
             let r = app.post_json_text(mcp, spelled).await;
             assert_eq!(r.status, 200, "{spelled}: {}", r.text);
             assert_eq!(r.text, want.text, "{spelled}");
+        }
+        // Of the stateless revision (`resultType` in its result): read in place, and spelled
+        // so that only the whole read takes it.
+        let modern = r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"ping_it","arguments":{"ref":"r1","note":"a"},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#;
+        let want_modern = app.post_json_text(mcp, modern).await;
+        assert_eq!(
+            want_modern.body["result"]["resultType"], "complete",
+            "{}",
+            want_modern.text
+        );
+        assert!(
+            want.body["result"].get("resultType").is_none(),
+            "{}",
+            want.text
+        );
+        for spelled in [
+            r#" { "params" : { "arguments" : { "note" : "a" , "ref" : "r1" } , "name" : "ping_it" , "_meta" : { "io.modelcontextprotocol/protocolVersion" : "2026-07-28" } } , "method" : "tools/call" , "id" : 7 , "jsonrpc" : "2.0" } "#,
+            r#"{"jsonrpc":"2.0","id":7,"method":"tools\/call","params":{"name":"ping_it","arguments":{"ref":"r1","note":"a"},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#,
+        ] {
+            let r = app.post_json_text(mcp, spelled).await;
+            assert_eq!(r.status, 200, "{spelled}: {}", r.text);
+            assert_eq!(r.text, want_modern.text, "{spelled}");
         }
         // Ids are written back as they came: a string, the largest integer, and (the whole
         // read) an integer spelled as a float.

@@ -45,6 +45,32 @@ async fn once_a_token_exists_every_v1_call_needs_one() {
         assert_eq!(anon.get(p).await.status, 200, "{p}");
     }
     app.record("pay", "k").await.problem(404, "not_found");
+    // Under /v1 an unknown path, or a method the path does not route, needs a token too:
+    // 401 without one, then the 404 / 405 with any valid token (whatever its role or scope).
+    let worker = app.as_token(Some(&app.tokens[1]));
+    for path in ["/v1/nope", "/v1", "/v1/namespaces/pay/keys/k/nope"] {
+        anon.get(path).await.problem(401, "unauthorized");
+        app.as_token(Some("idem_wrong"))
+            .get(path)
+            .await
+            .problem(401, "unauthorized");
+        worker.get(path).await.problem(404, "not_found");
+    }
+    let delete = |c: &Api| {
+        c.http
+            .delete(format!("{}/v1/namespaces/pay/keys/k", c.base))
+    };
+    anon.send(delete(&anon)).await.problem(401, "unauthorized");
+    let r = worker.send(delete(&worker)).await;
+    r.problem(405, "method_not_allowed");
+    assert!(
+        r.header("allow").is_some_and(|a| a.contains("GET")),
+        "{}",
+        r.text
+    );
+    // Outside /v1 an unknown path is a 404 without a token.
+    anon.get("/v1nope").await.problem(404, "not_found");
+    anon.get("/nope").await.problem(404, "not_found");
 }
 
 #[tokio::test]
@@ -249,9 +275,14 @@ async fn head_is_checked_like_get_and_wrong_methods_answer_405() {
     assert_eq!(anon.send(anon.http.head(&url)).await.status, 401);
     let worker = app.as_token(Some(&app.tokens[1]));
     assert_eq!(worker.send(worker.http.head(&url)).await.status, 404);
-    // A method the path does not route: 405, with or without a token.
+    // A method the path does not route: 405 with a token; like every /v1 call, 401
+    // without one.
     let claim = format!("{}/v1/namespaces/pay/keys/k/claim", anon.base);
     anon.send(anon.http.get(&claim))
+        .await
+        .problem(401, "unauthorized");
+    worker
+        .send(worker.http.get(&claim))
         .await
         .problem(405, "method_not_allowed");
     worker

@@ -76,13 +76,23 @@ impl ToolAnswer {
     }
 
     /// A call refused before anything was stored (`missing_identity_field`, `invalid_field`,
-    /// `destination_forbidden`).
+    /// `destination_forbidden`): the contract's members with `key` (when it was built) and
+    /// `state` null, plus the `field` and why.
     fn refused(outcome: &'static str, field: &str, message: String) -> ToolAnswer {
+        Self::refused_at(outcome, None, field, message)
+    }
+
+    fn refused_at(
+        outcome: &'static str,
+        key: Option<&str>,
+        field: &str,
+        message: String,
+    ) -> ToolAnswer {
         ToolAnswer {
             outcome,
             is_error: true,
-            structured: json!({"outcome": outcome, "field": field, "message": message,
-                               "replayed": false}),
+            structured: json!({"outcome": outcome, "key": key, "state": null,
+                               "replayed": false, "field": field, "message": message}),
             text: format!("Not done: {message}. Nothing was stored or sent; fix the arguments and call again."),
         }
     }
@@ -108,9 +118,8 @@ pub fn sentence(outcome: &str, key: &str, retry_after_ms: Option<i64>, reason: &
              will check. Do not call again."
         ),
         "backoff" => format!(
-            "Not sent (key {key}). It may be called again after {} seconds with the same \
-             arguments.",
-            (retry_after_ms.unwrap_or(0).max(0) + 999) / 1000
+            "Not sent (key {key}). It may be called again after {} with the same arguments.",
+            seconds(retry_after_ms)
         ),
         "failed_permanent" => format!(
             "Failed and will not be retried (key {key}){}. Do not call again with these \
@@ -127,11 +136,19 @@ pub fn sentence(outcome: &str, key: &str, retry_after_ms: Option<i64>, reason: &
         ),
         "paused" => "Not now: this namespace is paused by an operator. Nothing was sent.".into(),
         "limited" => format!(
-            "Not now: the namespace's daily limit is reached; try again after {} seconds. \
-             Nothing was sent.",
-            (retry_after_ms.unwrap_or(0).max(0) + 999) / 1000
+            "Not now: the namespace's daily limit is reached; try again after {}. Nothing was \
+             sent.",
+            seconds(retry_after_ms)
         ),
         other => format!("Outcome {other} (key {key})."),
+    }
+}
+
+/// A wait in whole seconds, rounded up: "1 second", "3 seconds".
+fn seconds(ms: Option<i64>) -> String {
+    match (ms.unwrap_or(0).max(0) + 999) / 1000 {
+        1 => "1 second".to_owned(),
+        n => format!("{n} seconds"),
     }
 }
 
@@ -373,8 +390,9 @@ pub async fn call(
             match effects::guard_read(st, &policy, &d.input, d.url.as_ref(), key).await {
                 Ok(g) => g,
                 Err(ApiError::DestinationForbidden { field, message }) => {
-                    return Ok(ToolAnswer::refused(
+                    return Ok(ToolAnswer::refused_at(
                         "destination_forbidden",
+                        Some(key),
                         &field,
                         message,
                     ))
@@ -510,6 +528,18 @@ fn finish(action: &Action, key: &str, a: Answer) -> ToolAnswer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_wait_is_said_in_whole_seconds_rounded_up() {
+        assert_eq!(seconds(Some(1)), "1 second");
+        assert_eq!(seconds(Some(1000)), "1 second");
+        assert_eq!(seconds(Some(1001)), "2 seconds");
+        assert_eq!(seconds(Some(0)), "0 seconds");
+        assert_eq!(seconds(None), "0 seconds");
+        assert_eq!(seconds(Some(-5)), "0 seconds");
+        assert!(sentence("backoff", "k", Some(900), "").contains("after 1 second with"));
+        assert!(sentence("limited", "k", Some(3_600_000), "").contains("after 3600 seconds."));
+    }
 
     #[test]
     fn every_outcome_says_whether_to_call_again() {

@@ -540,6 +540,15 @@ async fn every_failure_row_of_the_outcome_table() {
         assert_eq!(outcome(&r), "missing_identity_field", "{r}");
         assert_eq!(r["isError"], true);
         assert_eq!(r["structuredContent"]["field"], "order_id");
+        // The contract's members are all there: no key was built, nothing is stored.
+        for member in ["key", "state"] {
+            assert_eq!(
+                r["structuredContent"].get(member),
+                Some(&Value::Null),
+                "{r}"
+            );
+        }
+        assert_eq!(r["structuredContent"]["replayed"], false);
         let r = followup_call(&app, "shop", "", "a@example.com", "t").await;
         assert_eq!(outcome(&r), "missing_identity_field");
         // Invalid arguments: a tool error naming the field, nothing stored.
@@ -1028,6 +1037,8 @@ async fn deliver_mcp_failures_are_classified_as_the_contract_says() {
         .await;
         let r = call_args(&app, "shop", "outside", "out-1", "a@example.com", "t").await;
         assert_eq!(outcome(&r), "destination_forbidden", "{r}");
+        assert_eq!(r["structuredContent"]["key"], "out-1:mail:v1", "{r}");
+        assert_eq!(r["structuredContent"]["state"], Value::Null, "{r}");
         app.record("shop", "out-1:mail:v1")
             .await
             .problem(404, "not_found");

@@ -8,7 +8,11 @@
 #            every backend, as a crashed machine) and the standby promoted with pg_ctl promote;
 #   async    the same with asynchronous replication (what it loses is measured, not judged);
 #   sync-lag, async-lag  the same with a standby that has fallen behind: the primary's WAL
-#            sender stopped for IDEM_FAULT_LAG_MS (300) before the primary dies.
+#            sender stopped for IDEM_FAULT_LAG_MS (300) before the primary dies;
+#   patroni  automatic failover: two PostgreSQL servers under Patroni (Debian's patroni and
+#            etcd-server, installed when missing; one etcd member; synchronous_mode, ttl 20 s),
+#            the leader's machine "dies" (its Patroni and its PostgreSQL killed with kill -9)
+#            and Patroni promotes the synchronous standby by itself; nobody runs pg_ctl.
 # Every server runs as the postgres user on free loopback ports in a temp dir.
 # Usage: .ci/failover.sh PATH/TO/idem [outage|sync|async ...]   (default: outage sync)
 # Env: IDEM_FAULT_ROUND (load before and after the fault, default 3s), IDEM_FAULT_CLIENTS (16).
@@ -38,6 +42,9 @@ crash() {
   kill -9 "$pid" $(ps -o pid= --ppid "$pid") 2>/dev/null || true
 }
 cleanup() {
+  # Patroni first (it would start a killed PostgreSQL again), then etcd.
+  pkill -9 -f "patroni $work/" 2>/dev/null || true
+  pkill -9 -f "etcd --name idem-drill --data-dir $work/" 2>/dev/null || true
   for d in "$work"/*/; do
     [ -f "$d/postmaster.pid" ] && crash "$d"
     [ -f "$d/pgbouncer.pid" ] && kill "$(cat "$d/pgbouncer.pid")" 2>/dev/null
@@ -90,6 +97,100 @@ new_standby() {
   done
   echo "the standby did not become synchronous" >&2
   return 1
+}
+
+# patroni_cluster NAME: one etcd member and two Patroni nodes (synchronous_mode) in
+# $work/NAME; prints "PG1 PG2 REST2" once node 1 leads and node 2 is its synchronous standby.
+patroni_cluster() {
+  local dir="$work/$1" ec ep i pg rest pg1 n=""
+  if ! command -v patroni >/dev/null || ! command -v etcd >/dev/null; then
+    (DEBIAN_FRONTEND=noninteractive apt-get install -y -q patroni etcd-server >/dev/null 2>&1 ||
+      { apt-get update -q >/dev/null &&
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -q patroni etcd-server >/dev/null; }) ||
+      { echo "cannot install patroni and etcd-server" >&2; return 1; }
+  fi
+  mkdir -p "$dir"
+  chown postgres "$dir" 2>/dev/null || true
+  ec="$(free_port)"; ep="$(free_port)"
+  as_pg etcd --name idem-drill --data-dir "$dir/etcd" \
+    --listen-client-urls "http://127.0.0.1:$ec" --advertise-client-urls "http://127.0.0.1:$ec" \
+    --listen-peer-urls "http://127.0.0.1:$ep" --initial-advertise-peer-urls "http://127.0.0.1:$ep" \
+    --initial-cluster "idem-drill=http://127.0.0.1:$ep" >"$dir/etcd.log" 2>&1 &
+  for i in 1 2; do
+    pg="$(free_port)"; rest="$(free_port)"
+    echo "$pg $rest" >"$dir/n$i.ports"
+    cat >"$dir/n$i.yml" <<YML
+scope: idem-drill
+name: n$i
+log:
+  level: WARNING
+restapi:
+  listen: 127.0.0.1:$rest
+  connect_address: 127.0.0.1:$rest
+etcd3:
+  hosts: 127.0.0.1:$ec
+bootstrap:
+  dcs:
+    ttl: 20
+    loop_wait: 2
+    retry_timeout: 5
+    synchronous_mode: true
+    postgresql:
+      use_pg_rewind: false
+      parameters:
+        wal_level: replica
+        max_wal_senders: 4
+        wal_keep_size: 256MB
+        max_connections: 100
+        shared_buffers: 64MB
+  initdb:
+  - auth: trust
+  pg_hba:
+  - local all all trust
+  - host replication postgres 127.0.0.1/32 trust
+  - host all all 127.0.0.1/32 trust
+postgresql:
+  listen: 127.0.0.1:$pg
+  connect_address: 127.0.0.1:$pg
+  data_dir: $dir/n$i
+  bin_dir: $PGBIN
+  pgpass: $dir/pgpass$i
+  authentication:
+    superuser:
+      username: postgres
+    replication:
+      username: postgres
+  parameters:
+    unix_socket_directories: $work
+YML
+    chown postgres "$dir/n$i.yml" 2>/dev/null || true
+    as_pg patroni "$dir/n$i.yml" >"$dir/n$i.log" 2>&1 &
+    # Node 1 bootstraps and leads; node 2 starts once it does, and clones it.
+    if [ "$i" = 1 ]; then
+      for _ in $(seq 1 300); do
+        curl -sf -o /dev/null "http://127.0.0.1:$rest/primary" && break
+        sleep 0.1
+      done
+    fi
+  done
+  for _ in $(seq 1 600); do
+    n="$(curl -sf "http://127.0.0.1:$rest/cluster" 2>/dev/null | python3 -c '
+import json, sys
+m = {x["name"]: x for x in json.load(sys.stdin)["members"]}
+ok = m.get("n1", {}).get("role") == "leader" and m.get("n2", {}).get("role") == "sync_standby" \
+    and m["n2"].get("state") in ("running", "streaming")
+print("ok" if ok else "")' 2>/dev/null || true)"
+    [ "$n" = ok ] && break
+    sleep 0.1
+  done
+  if [ "$n" != ok ]; then
+    echo "the Patroni cluster did not settle (a leader and a synchronous standby)" >&2
+    tail -n 20 "$dir"/n*.log "$dir/etcd.log" >&2
+    return 1
+  fi
+  read -r pg1 _ <"$dir/n1.ports"
+  as_pg "$PGBIN/createdb" -h 127.0.0.1 -p "$pg1" -U postgres idem >&2
+  echo "$pg1 $pg $rest"
 }
 
 report() {
@@ -157,8 +258,23 @@ for run in "${runs[@]}"; do
       fault_run "failover-$run" "$([ "$sync" = on ] && echo 1 || echo 0)" "$url" \
         "bash $work/fault$n.sh"
       ;;
+    patroni)
+      patroni_cluster "p$n" >"$work/p$n.ports"
+      read -r pa pb rb <"$work/p$n.ports"
+      url="postgres://postgres@127.0.0.1:$pa,127.0.0.1:$pb/idem?target_session_attrs=read-write"
+      d="$work/p$n"
+      { declare -f crash
+        # The leader's machine dies: its Patroni (which would restart PostgreSQL) and its
+        # PostgreSQL, every process with kill -9. Then only wait: Patroni on the other node
+        # promotes its synchronous standby once the leader key expires.
+        echo "pkill -9 -f 'patroni $d/n1.yml'; crash '$d/n1'"
+        echo "for _ in \$(seq 1 900); do curl -sf -o /dev/null http://127.0.0.1:$rb/primary && exit 0; sleep 0.1; done"
+        echo "echo 'Patroni promoted nothing within 90 s' >&2; exit 1"
+      } >"$work/fault$n.sh"
+      fault_run "failover-patroni" 1 "$url" "bash $work/fault$n.sh"
+      ;;
     *)
-      echo "unknown run $run (outage, sync, async, sync-lag, async-lag)" >&2
+      echo "unknown run $run (outage, sync, async, sync-lag, async-lag, patroni)" >&2
       exit 2
       ;;
   esac

@@ -377,14 +377,19 @@ pub(super) fn report(rec: &Record, r: &ForwardReportRequest, ctx: &Ctx<'_>) -> T
 
 pub(super) fn redeliver(rec: &Record, note: &str, ctx: &Ctx<'_>) -> Transition {
     let now = ctx.now;
-    let allowed = match rec.state {
-        State::NeedsReview | State::FailedRetryable | State::Completed => true,
-        State::Prepared => !rec.lease_valid(now),
-        _ => false,
-    };
+    // A `prepared` delivery is in flight (a valid lease) or scheduled already (its first
+    // delivery, a retry after a lost lease, or a redeliver that has not started): another
+    // redeliver would only write a second `resolved` event. A held event waits in
+    // `needs_review`.
+    let allowed = matches!(
+        rec.state,
+        State::NeedsReview | State::FailedRetryable | State::Completed
+    );
     if !allowed || rec.lease_valid(now) {
         let why = if rec.lease_valid(now) {
             "a delivery is in flight"
+        } else if rec.state == State::Prepared {
+            "its delivery is scheduled and has not started yet"
         } else {
             "redeliver works from needs_review, failed_retryable or completed"
         };

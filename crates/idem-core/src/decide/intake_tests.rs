@@ -358,14 +358,21 @@ fn redeliver_is_refused_while_in_flight_and_from_no_record() {
     );
     assert_eq!(h.start().reply, Err(OpError::NotFound));
     h.receive(Some("evt_1"));
+    // Waiting for its first delivery: scheduled already, nothing written.
+    let refused = |h: &mut H, why: &str| {
+        let t = h.run(Op::Redeliver { note: "x".into() });
+        match &t.reply {
+            Err(OpError::InvalidTransition { from, message }) => {
+                assert_eq!(*from, State::Prepared);
+                assert!(message.contains(why), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(t.write, Write::None));
+    };
+    refused(&mut h, "scheduled and has not started");
     let tok = h.token();
-    let t = h.run(Op::Redeliver { note: "x".into() });
-    assert!(
-        matches!(t.reply, Err(OpError::InvalidTransition { .. })),
-        "{:?}",
-        t.reply
-    );
-    assert!(matches!(t.write, Write::None));
+    refused(&mut h, "in flight");
     h.report(tok, ok());
     // From completed: an explicit replay.
     let t = h.run(Op::Redeliver {
@@ -374,6 +381,12 @@ fn redeliver_is_refused_while_in_flight_and_from_no_record() {
     assert_eq!(kinds(&t), [EventType::Resolved]);
     assert_eq!(h.state(), State::Prepared);
     assert_eq!(h.rec.as_ref().and_then(|r| r.final_at), None);
+    // The replay is scheduled: a second redeliver before it starts is refused.
+    refused(&mut h, "scheduled and has not started");
+    // A lost lease leaves the delivery scheduled (its item is tried again): refused too.
+    let _lost = h.token();
+    h.now += 3_600_000;
+    refused(&mut h, "scheduled and has not started");
 }
 
 #[test]

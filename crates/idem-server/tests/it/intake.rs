@@ -760,6 +760,19 @@ async fn a_paused_namespace_accepts_events_and_holds_their_delivery() {
             m.contains(r#"idem_intake_backlog{source="held",destination="default"} 1"#),
             "{m}"
         );
+        // Waiting for its first delivery, it is scheduled already: a redeliver is refused
+        // and writes nothing.
+        let types = app.event_types("held", "evt_1").await;
+        let redeliver = || {
+            app.post(
+                "/v1/sources/held/events/evt_1/redeliver",
+                json!({"note": "again"}),
+            )
+        };
+        let r = redeliver().await;
+        r.problem(409, "invalid_transition");
+        assert!(r.text.contains("scheduled"), "{}", r.text);
+        assert_eq!(app.event_types("held", "evt_1").await, types);
         app.resume("held").await;
         // A paused namespace's items look again every PAUSED_RECHECK_MS.
         app.advance(idem::PAUSED_RECHECK_MS + 1);

@@ -46,7 +46,15 @@ impl From<tokio_postgres::Error> for PgError {
 impl From<PoolError> for PgError {
     fn from(e: PoolError) -> Self {
         match e {
-            PoolError::Backend(e) => classify(&e),
+            // Making a new connection failed: nothing was sent, whatever the server said (the
+            // database refuses connections or was dropped, the role may not log in). The store
+            // is unavailable to this instance; the caller retries, the pool connects again.
+            PoolError::Backend(e) => match classify(&e) {
+                PgError::Store(StoreError::Internal(m)) => PgError::Store(StoreError::Unavailable(
+                    format!("postgres: cannot connect: {m}"),
+                )),
+                other => other,
+            },
             PoolError::Timeout(t) => PgError::Store(StoreError::Unavailable(format!(
                 "postgres: connection pool timeout ({t:?})"
             ))),

@@ -178,7 +178,7 @@ static EXPIRE_RESULTS: LazyLock<String> = LazyLock::new(|| {
         INSERT INTO events (namespace, key, at, type, from_state, to_state, attempt, owner, \
             correlation_id, note) \
         SELECT namespace, key, $1, {result_expired}, state, state, attempt, owner, \
-            correlation_id, 'retention: result and payloads dropped, tombstone kept' \
+            correlation_id, {note} \
         FROM expired RETURNING 1 \
     ), bodies AS ( \
         UPDATE intake_events e SET body = NULL FROM expired \
@@ -198,6 +198,7 @@ static EXPIRE_RESULTS: LazyLock<String> = LazyLock::new(|| {
         head = final_batch_head(),
         final_states = idem_store::sql::retained_states(),
         result_expired = idem_store::sql::event_type(idem_core::EventType::ResultExpired),
+        note = idem_store::sql::result_expired_note(),
         completed = idem_store::sql::state(idem_core::State::Completed)
     )
 });

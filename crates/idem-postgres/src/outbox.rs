@@ -258,7 +258,9 @@ pub(crate) async fn finish(
 /// The alert wrapper's finish: any live holder; on `Done` the record gets its `alert_sent`
 /// event in the same statement (if the record still exists), noting the reason from its
 /// payload.
-const FINISH_ALERT_SENT: &str = "WITH a AS ( \
+static FINISH_ALERT_SENT: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "WITH a AS ( \
         UPDATE outbox SET state = 'done', attempts = attempts + 1, finished_at = $2, \
             lease_owner = NULL, lease_until = NULL \
         WHERE id = $1 AND kind = 'alert' AND state IN ('pending', 'leased') \
@@ -267,8 +269,11 @@ const FINISH_ALERT_SENT: &str = "WITH a AS ( \
     INSERT INTO events (namespace, key, at, type, from_state, to_state, attempt, owner, \
         correlation_id, note) \
     SELECT r.namespace, r.key, $2, 'alert_sent', r.state, r.state, (a.p->>'attempt')::BIGINT, \
-        r.owner, r.correlation_id, 'alert delivered: ' || (a.p->>'reason') \
-    FROM a JOIN records r ON r.namespace = a.namespace AND r.key = a.key";
+        r.owner, r.correlation_id, {note} || (a.p->>'reason') \
+    FROM a JOIN records r ON r.namespace = a.namespace AND r.key = a.key",
+        note = idem_store::sql::alert_sent_note()
+    )
+});
 
 /// Records one delivery attempt of a live alert; `Done` also records `alert_sent` on its
 /// record (if the record still exists), in the same statement.
@@ -280,7 +285,7 @@ pub(crate) async fn finish_alert(
 ) -> Result<(), PgError> {
     let client = store.client().await?;
     if *outcome == OutboxOutcome::Done {
-        let stmt = client.prepare_cached(FINISH_ALERT_SENT).await?;
+        let stmt = client.prepare_cached(&FINISH_ALERT_SENT).await?;
         client.execute(&stmt, &[&id, &now.0]).await?;
         return Ok(());
     }

@@ -369,9 +369,10 @@ static LOG_EXPIRIES: LazyLock<String> = LazyLock::new(|| {
         "INSERT INTO events (rid, namespace, key, at, type, from_state, to_state, attempt, \
          owner, correlation_id, note, actor) \
          SELECT b.rid, r.namespace, r.key, ?1, {result_expired}, r.state, r.state, r.attempt, r.owner, \
-                r.correlation_id, 'result and prepared payload dropped after retention_ms', NULL \
+                r.correlation_id, {note}, NULL \
          FROM temp.retention_batch b JOIN records r ON r.rowid = b.rid ORDER BY b.rid",
-        result_expired = idem_store::sql::event_type(EventType::ResultExpired)
+        result_expired = idem_store::sql::event_type(EventType::ResultExpired),
+        note = idem_store::sql::result_expired_note()
     )
 });
 
@@ -628,7 +629,7 @@ fn alert_sent_event(rec: &Record, reason: &str, now: Timestamp) -> EventDraft {
         attempt: rec.attempt,
         owner: rec.owner.clone(),
         correlation_id: rec.correlation_id.clone(),
-        note: Some(format!("{reason} alert delivered")),
+        note: Some(format!("{}{reason}", idem_store::sql::ALERT_SENT_NOTE)),
         actor: None,
     }
 }

@@ -41,6 +41,23 @@ pub fn event_type(e: EventType) -> String {
     quote(e.as_str())
 }
 
+/// The note of the `result_expired` event retention writes, the same on every store.
+pub const RESULT_EXPIRED_NOTE: &str = "retention: result and payloads dropped, tombstone kept";
+
+/// What the note of an `alert_sent` event starts with, the same on every store; the alert's
+/// reason (`needs_review`, `stuck`, …) follows.
+pub const ALERT_SENT_NOTE: &str = "alert delivered: ";
+
+/// [`RESULT_EXPIRED_NOTE`] as an SQL string literal.
+pub fn result_expired_note() -> String {
+    format!("'{RESULT_EXPIRED_NOTE}'")
+}
+
+/// [`ALERT_SENT_NOTE`] as an SQL string literal.
+pub fn alert_sent_note() -> String {
+    format!("'{ALERT_SENT_NOTE}'")
+}
+
 /// When the oldest `processing` record was last active (the `records_processing` index).
 pub fn oldest_processing() -> String {
     format!(

@@ -102,3 +102,84 @@ async fn database_outage_gives_unavailable_fast_and_recovers_without_restart() {
         .is_none());
     store.ping().await.expect("ping after recovery");
 }
+
+/// A database that refuses new connections (`ALLOW_CONNECTIONS false`, an operator's
+/// maintenance switch; a dropped database or a role that may not log in fail the same way):
+/// the server answers the connection attempt with an error of its own (SQLSTATE 55000 here),
+/// which is the store being unavailable — nothing was sent — never an internal error.
+#[tokio::test]
+async fn a_database_that_refuses_connections_is_unavailable_then_recovers() {
+    let Some(db) = idem_testkit::pg::PgDb::create("refuses_connections") else {
+        return;
+    };
+    let admin = idem_testkit::pg::admin_url().expect("admin url");
+    let admin = idem_testkit::pg::driver_url(&admin);
+    let opts = PgOptions {
+        max_connections: 2,
+        connect_timeout: Duration::from_secs(2),
+        pool_wait_timeout: Duration::from_secs(2),
+        ..PgOptions::default()
+    };
+    let store = std::sync::Arc::new(
+        PgStore::connect_with(db.url(), opts)
+            .await
+            .expect("connect"),
+    );
+    let clock = TestClock::new(T0);
+    let l = ledger(store.clone(), &clock);
+    let n = ns("refuses");
+    l.claim(&n, &key("before"), ClaimRequest::default())
+        .await
+        .expect("claim while open");
+    let name = db.name();
+    idem_testkit::pg::admin(
+        &admin,
+        &format!(
+            "ALTER DATABASE {name} ALLOW_CONNECTIONS false; \
+             SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}'"
+        ),
+    )
+    .await
+    .expect("close the database");
+    let mut seen = vec![];
+    for k in ["during-1", "during-2", "during-3"] {
+        let r = l.claim(&n, &key(k), ClaimRequest::default()).await;
+        match r {
+            Err(LedgerError::Store(StoreError::Unavailable(m))) => seen.push(m),
+            other => panic!("claim while the database refuses connections: {other:?}"),
+        }
+    }
+    assert!(
+        seen.iter().any(|m| m.contains("55000")),
+        "the server's refusal is named: {seen:?}"
+    );
+    assert!(matches!(
+        store.ping().await,
+        Err(StoreError::Unavailable(_))
+    ));
+    idem_testkit::pg::admin(
+        &admin,
+        &format!("ALTER DATABASE {name} ALLOW_CONNECTIONS true"),
+    )
+    .await
+    .expect("open the database");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match l.claim(&n, &key("after"), ClaimRequest::default()).await {
+            Ok(c) => {
+                assert_eq!(c.outcome, ClaimOutcome::Acquired);
+                break;
+            }
+            Err(e) if Instant::now() < deadline => {
+                eprintln!("not yet: {e}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => panic!("no recovery within 30 s: {e}"),
+        }
+    }
+    assert!(store
+        .get(&n, &key("during-1"))
+        .await
+        .expect("get")
+        .is_none());
+}

@@ -168,6 +168,13 @@ pub async fn alert_outbox_delivery_lifecycle<B: Backend>(b: Arc<B>) {
         .expect("finish");
     let sent = h.get(&key("a")).await.events;
     assert_eq!(sent.last().map(|e| e.kind), Some(EventType::AlertSent));
+    // The same words on every store: the reason after the shared prefix.
+    let note = sent.last().and_then(|e| e.note.clone()).unwrap_or_default();
+    assert!(
+        note.starts_with(idem_store::sql::ALERT_SENT_NOTE)
+            && note.len() > idem_store::sql::ALERT_SENT_NOTE.len(),
+        "{note}"
+    );
     assert_eq!(
         count(&h.get(&key("b")).await.events, EventType::AlertSent),
         0

@@ -180,6 +180,12 @@ pub async fn tombstone_answers_completed_with_result_expired<B: Backend>(b: Arc<
         1,
         "dropping the result is an event"
     );
+    // The same words on every store.
+    assert!(got
+        .events
+        .iter()
+        .filter(|e| e.kind == EventType::ResultExpired)
+        .all(|e| e.note.as_deref() == Some(idem_store::sql::RESULT_EXPIRED_NOTE)));
     assert!(h.rec(&perm).await.result_expired);
     // the tombstone answers completed and never lets the operation run again
     for _ in 0..2 {

@@ -112,9 +112,10 @@ async fn resolve(st: &AppState, headers: &HeaderMap) -> Result<Found, ConsoleErr
     let store = st.ledger.store();
     let now = st.ledger.now();
     let open = st.auth.token_count().await? == 0;
-    let session = match cookie(headers, COOKIE) {
-        Some(v) if !v.is_empty() => store.session_find(&sha256_hex(&v), now).await?,
-        _ => None,
+    let presented = cookie(headers, COOKIE).filter(|v| !v.is_empty());
+    let session = match &presented {
+        Some(v) => store.session_find(&sha256_hex(v), now).await?,
+        None => None,
     };
     match (session, open) {
         (Some(s), true) if s.token_hash.is_none() => Ok(Found::Viewer(
@@ -149,6 +150,10 @@ async fn resolve(st: &AppState, headers: &HeaderMap) -> Result<Found, ConsoleErr
                 cookie,
             ))
         }
+        // A cookie that names no live session: it ran out (or was signed out elsewhere).
+        (None, false) if presented.is_some() => Ok(Found::SignIn(Some(
+            "Your session has ended: sign in again.",
+        ))),
         (None, false) => Ok(Found::SignIn(None)),
         (Some(s), false) => {
             let Some(hash) = &s.token_hash else {
@@ -162,7 +167,10 @@ async fn resolve(st: &AppState, headers: &HeaderMap) -> Result<Found, ConsoleErr
                 Some(t) if t.expired(now) => Ok(Found::SignIn(Some(
                     "Your session ended: its token has expired.",
                 ))),
-                Some(t) if t.role < Role::Operator => Ok(Found::SignIn(None)),
+                Some(t) if t.role < Role::Operator => Ok(Found::SignIn(Some(
+                    "Your session ended: its token has the worker role; the console needs an \
+                     operator or admin token.",
+                ))),
                 Some(t) => {
                     st.auth.touch(&t, now).await;
                     Ok(Found::Viewer(

@@ -320,10 +320,13 @@ pub async fn redeliver_dead(
     }
 }
 
-/// The API's message of a refusal, naming its field when it has one.
+/// The API's message of a refusal, naming its field when it has one (once: most messages
+/// start with it already).
 fn refusal_text(e: &ApiError) -> String {
     match e {
-        ApiError::InvalidField { field, message } if !field.is_empty() => {
+        ApiError::InvalidField { field, message }
+            if !field.is_empty() && !message.starts_with(&format!("`{field}`")) =>
+        {
             format!("`{field}` {message}")
         }
         e => e.to_string(),
@@ -534,4 +537,29 @@ fn per_source(rows: Vec<(String, String, u64)>) -> Vec<(String, u64)> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refusal_names_its_field_once() {
+        let named = ApiError::InvalidField {
+            field: "note".into(),
+            message: "`note` is required (a non-empty string)".into(),
+        };
+        assert_eq!(
+            refusal_text(&named),
+            "`note` is required (a non-empty string)"
+        );
+        let bare = ApiError::InvalidField {
+            field: "destination".into(),
+            message: "is not a destination of this event".into(),
+        };
+        assert_eq!(
+            refusal_text(&bare),
+            "`destination` is not a destination of this event"
+        );
+    }
 }

@@ -213,12 +213,34 @@ pub fn history(events: &[Event]) -> Markup {
                     (e.to_state.map_or("—", State::as_str))
                 }
                 td { (e.attempt) }
-                td { (e.actor.as_deref().or(e.owner.as_deref()).unwrap_or("—")) }
+                td { (actor(e)) }
                 td.note { (text_block(e.note.as_deref().unwrap_or(""))) }
             }
         }
     };
     table("history", &columns, rows)
+}
+
+/// Who did what an event records: its actor; for what a worker does (a claim, a report) its
+/// owner when no actor was recorded. An operator's decision (`resolved`, `approved`,
+/// `rejected`) and what idem does by itself (`moved_to_review`, `result_expired`,
+/// `alert_sent`) are never credited to the record's owner: without an actor (a server with no
+/// tokens) they show "—".
+fn actor(e: &Event) -> &str {
+    use idem::EventType as T;
+    let worker = !matches!(
+        e.kind,
+        T::Resolved
+            | T::Approved
+            | T::Rejected
+            | T::MovedToReview
+            | T::ResultExpired
+            | T::AlertSent
+    );
+    e.actor
+        .as_deref()
+        .or(e.owner.as_deref().filter(|_| worker))
+        .unwrap_or("—")
 }
 
 /// A table of the console: its class, one header per column, then the body's rows.

@@ -289,6 +289,26 @@ async fn sign_out_needs_the_csrf_token_and_ends_the_session() {
 }
 
 #[tokio::test]
+async fn a_session_past_its_life_gets_the_sign_in_page_with_a_message() {
+    for backend in backends() {
+        let app = app_with_tokens(backend).await;
+        let mut c = Console::signed_in(&app, &app.tokens[1]).await;
+        assert_eq!(c.get("/console/review").await.status, 200);
+        app.advance(12 * 3_600_000 + 1);
+        let p = c.get("/console/review").await;
+        assert_eq!(p.status, 401, "{backend:?}: {}", p.text);
+        p.assert_secure_headers();
+        assert!(p.text.contains("Your session has ended"), "{}", p.text);
+        assert!(!p.text.contains("evt_"), "never data");
+        // Without a cookie at all: the sign-in page, no message about a session.
+        let mut fresh = Console::new(&app);
+        let p = fresh.get("/console/review").await;
+        assert_eq!(p.status, 401);
+        assert!(!p.text.contains("Your session"), "{}", p.text);
+    }
+}
+
+#[tokio::test]
 async fn a_post_without_the_csrf_token_is_refused_and_changes_nothing() {
     for backend in backends() {
         let app = app_with_tokens(backend).await;
@@ -614,6 +634,32 @@ async fn an_open_server_opens_the_console_and_a_revoked_token_ends_its_session()
         let p = c.get("/console").await;
         assert_eq!(p.status, 200, "no tokens: open, like the API");
         assert!(!p.text.contains(">Sign out<"));
+        // Without tokens nobody is named: an operator's decision is not credited to the
+        // worker that owned the record (its claim is).
+        let api = app.as_token(None);
+        to_review(&app, &api, "pay", "evt_9:charge", "worker-7").await;
+        let r = api
+            .resolve(
+                "pay",
+                "evt_9:charge",
+                json!({"action": "completed", "note": "checked"}),
+            )
+            .await;
+        assert_eq!(r.status, 200, "{}", r.text);
+        let page = c.get(&rec("pay", "evt_9:charge")).await;
+        assert_eq!(page.status, 200, "{}", page.text);
+        let row = |kind: &str| {
+            page.text
+                .split("<tr>")
+                .find(|r| r.contains(&format!(">{kind}<")))
+                .unwrap_or_default()
+                .to_owned()
+        };
+        assert!(row("acquired").contains("worker-7"), "{}", row("acquired"));
+        let resolved = row("resolved");
+        assert!(!resolved.is_empty(), "{}", page.text);
+        assert!(!resolved.contains("worker-7"), "{resolved}");
+        assert!(!row("moved_to_review").contains("worker-7"));
 
         let app = app_with_tokens(backend).await;
         let admin = app.as_token(Some(&app.tokens[0]));

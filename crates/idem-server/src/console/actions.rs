@@ -167,6 +167,15 @@ fn deliver(d: &Value) -> Markup {
     html! { "—" }
 }
 
+/// A URL as the console shows it: scheme, host and path, without user info, query or
+/// fragment (a credential may be written in any of those).
+pub fn url_shown(url: &str) -> String {
+    match url.split_once("://") {
+        Some((scheme, _)) => format!("{scheme}://{}", url_target(url)),
+        None => url_target(url),
+    }
+}
+
 /// The host and path of a URL: no scheme, no user info, no query, no fragment (a credential
 /// may be written in any of those).
 pub fn url_target(url: &str) -> String {
@@ -233,6 +242,11 @@ mod tests {
         ] {
             assert_eq!(url_target(url), shown, "{url}");
         }
+        assert_eq!(
+            url_shown("https://user:pw@hooks.example.com/in?apikey=s3cr3t#f"),
+            "https://hooks.example.com/in"
+        );
+        assert_eq!(url_shown("http://127.0.0.1:9/x"), "http://127.0.0.1:9/x");
     }
 
     #[test]

@@ -512,7 +512,11 @@ pub async fn namespace(
     let activity = store.namespace_activity(&ns, now).await?;
     let href = ns_href(ns.as_str());
     let state_q = query.state.map(|s| s.as_str()).unwrap_or("");
-    let policy = info.policy.to_json();
+    let mut policy = info.policy.to_json();
+    // The alert URL without user info or query: a credential may be written there.
+    if let Some(u) = policy.get("alert_url").and_then(|u| u.as_str()) {
+        policy["alert_url"] = serde_json::json!(super::actions::url_shown(u));
+    }
     let actions = super::actions::read(&st, &viewer, &ns).await?;
     Ok(layout(
         ns.as_str(),

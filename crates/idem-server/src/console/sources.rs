@@ -250,7 +250,7 @@ async fn source_page(
         dl.fields {
             dt { "Provider" } dd { (doc.provider) }
             dt { "Namespace" } dd { a href=(view::ns_href(&doc.namespace)) { (doc.namespace) } }
-            dt { "Forward URL" } dd.mono { (forward.map_or("—", |f| f.url.as_str())) }
+            dt { "Forward URL" } dd.mono { (forward.map_or_else(|| "—".to_owned(), |f| super::actions::url_shown(&f.url))) }
             dt { "Signing secrets" } dd { @if hints.is_empty() { "—" } @else { "hints: " (hints) } }
             dt { "Forward secret" } dd { (forward.and_then(|f| f.secret_hint.as_deref()).map_or_else(|| "—".to_owned(), |h| format!("hint: …{h}"))) }
             dt { "Backlog (not delivered)" } dd { (backlog) }
@@ -258,8 +258,8 @@ async fn source_page(
             dt { "Updated" } dd { (doc.updated_at) }
         }
         details {
-            summary { "Configuration (secrets shown as hints only)" }
-            (view::json_block(&serde_json::to_value(&doc).unwrap_or_default(), false))
+            summary { "Configuration (secrets shown as hints only, URLs without user info or query)" }
+            (view::json_block(&shown_config(&doc), false))
         }
         section aria-labelledby="events-h" {
             h2 #events-h { "Events" }
@@ -318,6 +318,24 @@ pub async fn redeliver_dead(
         }
         Err(e) => Err(e.into()),
     }
+}
+
+/// A source's configuration as the console shows it: every destination URL without user
+/// info, query or fragment (a credential may be written there), secrets as hints already.
+fn shown_config(doc: &SourceRead) -> serde_json::Value {
+    let mut v = serde_json::to_value(doc).unwrap_or_default();
+    let mut strip = |d: &mut serde_json::Value| {
+        if let Some(u) = d.get("url").and_then(|u| u.as_str()) {
+            d["url"] = serde_json::json!(super::actions::url_shown(u));
+        }
+    };
+    if let Some(f) = v.get_mut("forward").filter(|f| f.is_object()) {
+        strip(f);
+    }
+    if let Some(fs) = v.get_mut("forwards").and_then(|f| f.as_object_mut()) {
+        fs.values_mut().for_each(&mut strip);
+    }
+    v
 }
 
 /// The API's message of a refusal, naming its field when it has one (once: most messages

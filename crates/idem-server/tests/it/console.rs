@@ -813,6 +813,41 @@ async fn post_signed(app: &TestApp, source: &str, body: &[u8]) -> String {
     r.body["events"][0]["key"].as_str().expect("key").to_owned()
 }
 
+#[tokio::test]
+async fn credentials_in_a_forward_or_alert_url_are_not_shown() {
+    for backend in backends() {
+        let app = app_with_tokens(backend).await;
+        let admin = app.as_token(Some(&app.tokens[0]));
+        let doc = stripe_doc("pay", "http://127.0.0.1:9/x?apikey=q-s3cr3t", 1000);
+        let r = admin
+            .send(
+                admin
+                    .http
+                    .put(format!("{}/v1/sources/creds", admin.base))
+                    .json(&doc),
+            )
+            .await;
+        assert_eq!(r.status, 201, "{}", r.text);
+        let r = admin
+            .patch_namespace(
+                "pay",
+                json!({"alert_url": "https://ops:a-s3cr3t@alerts.example.com/hook?k=k-s3cr3t"}),
+            )
+            .await;
+        assert_eq!(r.status, 200, "{}", r.text);
+        let mut c = Console::signed_in(&app, &app.tokens[1]).await;
+        let source = c.get("/console/sources/creds").await;
+        assert_eq!(source.status, 200, "{}", source.text);
+        source.assert_has("http://127.0.0.1:9/x");
+        let ns = c.get("/console/ns/pay").await;
+        assert_eq!(ns.status, 200, "{}", ns.text);
+        ns.assert_has("https://alerts.example.com/hook");
+        for page in [&source, &ns] {
+            assert!(!page.text.contains("s3cr3t"), "{}", page.text);
+        }
+    }
+}
+
 fn event_page(source: &str, key: &str) -> String {
     format!("/console/sources/{source}/events/{}", enc(key))
 }

@@ -112,6 +112,10 @@ patroni_cluster() {
   mkdir -p "$dir"
   chown postgres "$dir" 2>/dev/null || true
   ec="$(free_port)"; ep="$(free_port)"
+  # Run from the cluster's own directory: Patroni's worker processes change into the
+  # current directory, which the postgres user may not be allowed to enter (a clone in a
+  # private temp dir).
+  cd "$dir"
   as_pg etcd --name idem-drill --data-dir "$dir/etcd" \
     --listen-client-urls "http://127.0.0.1:$ec" --advertise-client-urls "http://127.0.0.1:$ec" \
     --listen-peer-urls "http://127.0.0.1:$ep" --initial-advertise-peer-urls "http://127.0.0.1:$ep" \
@@ -190,6 +194,7 @@ print("ok" if ok else "")' 2>/dev/null || true)"
   fi
   read -r pg1 _ <"$dir/n1.ports"
   as_pg "$PGBIN/createdb" -h 127.0.0.1 -p "$pg1" -U postgres idem >&2
+  cd - >/dev/null
   echo "$pg1 $pg $rest"
 }
 

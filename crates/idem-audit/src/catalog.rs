@@ -32,12 +32,15 @@ pub const CODE_NODES: &[&str] = &[
 ];
 
 /// Trigger types that do not end in `Trigger` (every `*Trigger` type is a trigger too:
-/// Schedule, Manual, Execute Workflow, Form, Chat, Error and every app trigger).
+/// Schedule, Manual, Execute Workflow, Form, Chat, Error and every app trigger). These are
+/// the nodes of `n8n-nodes-base` in the trigger group whose type name says nothing of it.
 pub const TRIGGERS: &[&str] = &[
     WEBHOOK,
     "n8n-nodes-base.cron",
     "n8n-nodes-base.interval",
     "n8n-nodes-base.start",
+    // Email Trigger (IMAP): polls a mailbox; each new mail starts an execution.
+    "n8n-nodes-base.emailReadImap",
 ];
 
 /// Triggers that fire on a clock: under them alone a key from today's date is stable.
@@ -563,6 +566,8 @@ mod tests {
         assert!(is_trigger("n8n-nodes-base.webhook"));
         assert!(is_trigger("n8n-nodes-base.stripeTrigger"));
         assert!(is_trigger("@n8n/n8n-nodes-langchain.chatTrigger"));
+        assert!(is_trigger("n8n-nodes-base.emailReadImap"));
+        assert!(!is_trigger("n8n-nodes-base.emailSend"));
         assert!(!is_trigger("n8n-nodes-base.httpRequest"));
         assert!(is_schedule("n8n-nodes-base.cron"));
     }

@@ -51,45 +51,83 @@ pub struct IdemPath {
     pub key: Option<String>,
 }
 
-static IDEM_PATH: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"/v1/(?:namespaces/[^/?#]+(?:/(?:keys|pause|resume)(?:/.*)?)?|keys/derive|tokens|audit)/?(?:[?#].*)?$")
-        .expect("static regex")
-});
+/// The operations of a key that idem serves under `/v1/namespaces/{ns}/keys/{key}/…`: the last
+/// segment of such a URL must be one of these, exactly.
+const KEY_OPS: &[&str] = &[
+    "claim",
+    "effect",
+    "complete",
+    "fail",
+    "prepare",
+    "heartbeat",
+    "resolve",
+    "approve",
+    "reject",
+];
+
+/// The path of a URL: `(offset, masked path)`, the offset into `url` where the path starts
+/// and the path with its expressions masked (see [`mask_expressions`]). The leading `=` of an
+/// expression parameter, the scheme and host (`https://host:port`), the query and the
+/// fragment are left out: only the path names what a URL calls. A `?` or `#` inside an
+/// expression (`{{ a ? b : c }}`) is masked, so it ends nothing.
+pub fn url_path(url: &str) -> (usize, String) {
+    let masked = mask_expressions(url);
+    let end = masked.find(['?', '#']).unwrap_or(masked.len());
+    let mut start = usize::from(masked.starts_with('='));
+    // `scheme://authority` before the first `/` of the rest; an expression for the base URL
+    // (`{{ $vars.IDEM_URL }}/v1/…`) is masked and stays in front of the path.
+    if let Some(at) = masked[start..end].find("://") {
+        if !masked[start..start + at].contains('/') {
+            let host = start + at + "://".len();
+            start = masked[host..end]
+                .find('/')
+                .map_or(end, |slash| host + slash);
+        }
+    }
+    (start, masked[start..end].to_owned())
+}
 
 /// Whether a URL (literal text and expressions) calls idem, and which operation. Idem is
-/// recognised by its path alone: templates read the base URL from a settings node.
+/// recognised by its path alone (templates read the base URL from a settings node): a
+/// `/v1/` route of idem that runs to the end of the path — a prefix before it is fine (a
+/// proxy), text after it is not (`…/claimx`, `…/claim/more`), and an idem path in the query or
+/// the fragment is not a call to idem. An expression may stand for the namespace or the key
+/// (`keys/{{ $json.key }}/claim`), not for the operation: the operation must be visible.
 pub fn idem_path(url: &str) -> Option<IdemPath> {
-    let masked = mask_expressions(url.trim());
-    let m = IDEM_PATH.find(&masked)?;
-    let tail = &masked[m.start()..];
-    let Some(keys_at) = tail
-        .find("/keys/")
-        .filter(|_| tail.starts_with("/v1/namespaces/"))
-    else {
-        return Some(IdemPath {
+    let url = url.trim();
+    let (offset, path) = url_path(url);
+    path.match_indices("/v1/").find_map(|(at, _)| {
+        let route_at = at + "/v1/".len();
+        let route = path[route_at..]
+            .strip_suffix('/')
+            .unwrap_or(&path[route_at..]);
+        let segments: Vec<&str> = route.split('/').collect();
+        if segments.iter().any(|s| s.is_empty()) {
+            return None;
+        }
+        let other = || IdemPath {
             op: "other".into(),
             key: None,
-        });
-    };
-    let key_start = m.start() + keys_at + "/keys/".len();
-    let rest = &masked[key_start..];
-    let rest_end = rest.find(['?', '#']).unwrap_or(rest.len());
-    let rest = rest[..rest_end].trim_end_matches('/');
-    let original = url.trim();
-    match rest.rfind('/') {
-        Some(slash) => Some(IdemPath {
-            op: rest[slash + 1..].to_owned(),
-            key: original
-                .get(key_start..key_start + slash)
-                .map(str::to_owned),
-        }),
-        None => Some(IdemPath {
-            op: "get".into(),
-            key: original
-                .get(key_start..key_start + rest.len())
-                .map(str::to_owned),
-        }),
-    }
+        };
+        match segments.as_slice() {
+            ["keys", "derive"] | ["tokens"] | ["audit"] => Some(other()),
+            ["namespaces", _] | ["namespaces", _, "pause" | "resume" | "keys"] => Some(other()),
+            ["namespaces", ns, "keys", key, rest @ ..] => {
+                let op = match rest {
+                    [] => "get",
+                    [op] if KEY_OPS.contains(op) => *op,
+                    _ => return None,
+                };
+                // Offsets in the masked path are offsets in `url`: masking keeps lengths.
+                let key_start = offset + route_at + "namespaces/".len() + ns.len() + "/keys/".len();
+                Some(IdemPath {
+                    op: op.to_owned(),
+                    key: url.get(key_start..key_start + key.len()).map(str::to_owned),
+                })
+            }
+            _ => None,
+        }
+    })
 }
 
 /// A token that makes a key differ between attempts of the same operation.

@@ -86,8 +86,9 @@ pub fn audit_value(doc: &Value, opts: &Options) -> Result<Vec<Finding>, ParseErr
         .collect())
 }
 
-/// Audits JSON text (the content of an exported file).
+/// Audits JSON text (the content of an exported file; a leading byte order mark is skipped).
 pub fn audit_str(text: &str, opts: &Options) -> Result<Vec<Finding>, ParseError> {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let doc: Value = serde_json::from_str(text).map_err(|e| ParseError {
         path: String::new(),
         message: format!("not JSON: {e}"),

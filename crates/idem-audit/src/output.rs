@@ -3,9 +3,6 @@
 //! the file as physical location, the node name as logical location, the rules in
 //! `tool.driver.rules`). Pure: the caller gives file names and contents.
 
-use std::sync::LazyLock;
-
-use regex::Regex;
 use serde_json::{json, Value};
 
 use crate::{Finding, Severity, RULES};
@@ -168,16 +165,248 @@ pub fn json(r: &Report) -> Value {
     json!({"findings": findings, "errors": errors})
 }
 
-/// The line (1-based) where node `name` is defined in an export's text.
-fn node_line(source: &str, name: &str) -> Option<usize> {
-    static NAME: LazyLock<Regex> =
-        LazyLock::new(|| Regex::new(r#""name"\s*:\s*"((?:[^"\\]|\\.)*)""#).expect("static regex"));
-    let quoted = serde_json::to_string(name).ok()?;
-    let want = quoted.get(1..quoted.len().saturating_sub(1))?;
-    NAME.captures_iter(source)
-        .find(|c| &c[1] == want)
-        .and_then(|c| c.get(0))
-        .map(|m| source[..m.start()].matches('\n').count() + 1)
+/// Where the nodes of an export are: for each workflow in the text (the document itself, or
+/// each object of an array), its `name` and `id` and the line of each node's own `"name"`
+/// member inside its `nodes` array — not the first `"name"` in the text, which may be the
+/// workflow's own name or a parameter's. serde_json keeps no positions, so this is a small
+/// scanner of its own; it is total over any text (what it cannot read is left out).
+#[derive(Debug, Default)]
+struct NodeLines {
+    workflows: Vec<WorkflowLines>,
+}
+
+#[derive(Debug, Default)]
+struct WorkflowLines {
+    name: Option<String>,
+    id: Option<String>,
+    /// `(node name, line)`, 1-based.
+    nodes: Vec<(String, usize)>,
+}
+
+impl NodeLines {
+    fn read(source: &str) -> NodeLines {
+        let mut sc = Scan {
+            b: source.as_bytes(),
+            i: if source.starts_with('\u{feff}') { 3 } else { 0 },
+            line_at: (0, 1),
+        };
+        let mut out = NodeLines::default();
+        match sc.peek() {
+            Some(b'{') => {
+                if let Some(w) = sc.workflow() {
+                    out.workflows.push(w);
+                }
+            }
+            Some(b'[') => {
+                // What was read before a malformed spot is kept.
+                let _ = sc.elements(|sc| {
+                    if sc.peek() == Some(b'{') {
+                        out.workflows.push(sc.workflow()?);
+                        Some(())
+                    } else {
+                        sc.skip_value()
+                    }
+                });
+            }
+            _ => {}
+        }
+        out
+    }
+
+    /// The line of node `node` of the workflow a finding names: the workflow with the same
+    /// name and id first, then the same name, then any workflow with such a node.
+    fn line(&self, workflow: &str, workflow_id: Option<&str>, node: &str) -> Option<usize> {
+        let node_line =
+            |w: &WorkflowLines| w.nodes.iter().find(|(n, _)| n == node).map(|(_, l)| *l);
+        let named = |w: &&WorkflowLines| w.name.as_deref() == Some(workflow);
+        let wfs = || self.workflows.iter();
+        wfs()
+            .filter(named)
+            .filter(|w| w.id.as_deref() == workflow_id)
+            .find_map(node_line)
+            .or_else(|| wfs().filter(named).find_map(node_line))
+            .or_else(|| wfs().find_map(node_line))
+    }
+}
+
+/// A cursor over JSON text; every method returns `None` where the text is not JSON.
+struct Scan<'a> {
+    b: &'a [u8],
+    i: usize,
+    /// `(offset, line)` of the last line lookup: offsets are asked in increasing order, so
+    /// lines are counted once over the text.
+    line_at: (usize, usize),
+}
+
+impl Scan<'_> {
+    /// The next byte after white space.
+    fn peek(&mut self) -> Option<u8> {
+        while self
+            .b
+            .get(self.i)
+            .is_some_and(|c| matches!(c, b' ' | b'\t' | b'\n' | b'\r'))
+        {
+            self.i += 1;
+        }
+        self.b.get(self.i).copied()
+    }
+
+    fn eat(&mut self, c: u8) -> Option<()> {
+        (self.peek()? == c).then(|| self.i += 1)
+    }
+
+    /// The line (1-based) of byte offset `at`.
+    fn line(&mut self, at: usize) -> usize {
+        let (from, line) = self.line_at;
+        let line = if at >= from {
+            line + self.b[from..at].iter().filter(|&&c| c == b'\n').count()
+        } else {
+            1 + self.b[..at].iter().filter(|&&c| c == b'\n').count()
+        };
+        self.line_at = (at, line);
+        line
+    }
+
+    /// The end (past the closing quote) of the string starting at `self.i`.
+    fn string_end(&self) -> Option<usize> {
+        let mut j = self.i + 1;
+        loop {
+            match self.b.get(j)? {
+                b'\\' => j += 2,
+                b'"' => return Some(j + 1),
+                _ => j += 1,
+            }
+        }
+    }
+
+    /// A string: its start offset and its decoded text.
+    fn string(&mut self) -> Option<(usize, String)> {
+        if self.peek()? != b'"' {
+            return None;
+        }
+        let (start, end) = (self.i, self.string_end()?);
+        self.i = end;
+        let text = std::str::from_utf8(&self.b[start..end]).ok()?;
+        Some((start, serde_json::from_str(text).ok()?))
+    }
+
+    /// Skips one value of any kind (without recursion: nesting is counted).
+    fn skip_value(&mut self) -> Option<()> {
+        let mut depth = 0usize;
+        loop {
+            match self.peek()? {
+                b'"' => self.i = self.string_end()?,
+                b'{' | b'[' => {
+                    depth += 1;
+                    self.i += 1;
+                }
+                b'}' | b']' => {
+                    depth = depth.checked_sub(1)?;
+                    self.i += 1;
+                }
+                b',' | b':' if depth > 0 => self.i += 1,
+                _ => {
+                    let start = self.i;
+                    while self
+                        .b
+                        .get(self.i)
+                        .is_some_and(|c| !b" \t\r\n,:]}[{\"".contains(c))
+                    {
+                        self.i += 1;
+                    }
+                    if self.i == start {
+                        return None;
+                    }
+                }
+            }
+            if depth == 0 {
+                return Some(());
+            }
+        }
+    }
+
+    /// The members of an object: `f` gets the key, its offset, and must consume the value.
+    fn members(&mut self, mut f: impl FnMut(&mut Self, String, usize) -> Option<()>) -> Option<()> {
+        self.eat(b'{')?;
+        if self.peek()? == b'}' {
+            self.i += 1;
+            return Some(());
+        }
+        loop {
+            let (at, key) = self.string()?;
+            self.eat(b':')?;
+            f(self, key, at)?;
+            if self.peek()? == b',' {
+                self.i += 1;
+            } else {
+                return self.eat(b'}');
+            }
+        }
+    }
+
+    /// The elements of an array: `f` must consume each.
+    fn elements(&mut self, mut f: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
+        self.eat(b'[')?;
+        if self.peek()? == b']' {
+            self.i += 1;
+            return Some(());
+        }
+        loop {
+            f(self)?;
+            if self.peek()? == b',' {
+                self.i += 1;
+            } else {
+                return self.eat(b']');
+            }
+        }
+    }
+
+    /// A workflow object: its name, id and the lines of its nodes' names.
+    fn workflow(&mut self) -> Option<WorkflowLines> {
+        let mut w = WorkflowLines::default();
+        self.members(|sc, key, _| match (key.as_str(), sc.peek()?) {
+            ("name", b'"') => {
+                w.name = Some(sc.string()?.1);
+                Some(())
+            }
+            ("id", b'"') => {
+                w.id = Some(sc.string()?.1).filter(|id| !id.is_empty());
+                Some(())
+            }
+            ("id", b'0'..=b'9' | b'-') => {
+                let start = sc.i;
+                sc.skip_value()?;
+                w.id = std::str::from_utf8(&sc.b[start..sc.i])
+                    .ok()
+                    .map(str::to_owned);
+                Some(())
+            }
+            ("nodes", b'[') => {
+                // A repeated member replaces the earlier one, as when the export is parsed.
+                w.nodes.clear();
+                sc.elements(|sc| {
+                    if sc.peek()? != b'{' {
+                        return sc.skip_value();
+                    }
+                    let mut name = None;
+                    sc.members(|sc, key, at| match (key.as_str(), sc.peek()?) {
+                        ("name", b'"') => {
+                            name = Some((sc.string()?.1, at));
+                            Some(())
+                        }
+                        _ => sc.skip_value(),
+                    })?;
+                    if let Some((name, at)) = name {
+                        let line = sc.line(at);
+                        w.nodes.push((name, line));
+                    }
+                    Some(())
+                })
+            }
+            _ => sc.skip_value(),
+        })?;
+        Some(w)
+    }
 }
 
 /// A SARIF 2.1.0 log of the report (one run, the rules in `tool.driver.rules`).
@@ -200,14 +429,17 @@ pub fn sarif(r: &Report) -> Value {
         })
         .collect();
     let results: Vec<Value> = r
-        .findings()
-        .map(|(file, f)| {
+        .files
+        .iter()
+        .flat_map(|file| {
+            let lines = file.source.as_deref().map(NodeLines::read);
+            file.findings.iter().map(move |f| (file, f, lines.as_ref().and_then(|l| {
+                l.line(&f.workflow, f.workflow_id.as_deref(), f.node.as_deref()?)
+            })))
+        })
+        .map(|(file, f, line)| {
             let rule_index = RULES.iter().position(|x| x.id == f.rule).unwrap_or(0);
-            let line = f
-                .node
-                .as_deref()
-                .and_then(|n| file.source.as_deref().and_then(|s| node_line(s, n)))
-                .unwrap_or(1);
+            let line = line.unwrap_or(1);
             let logical = match &f.node {
                 Some(n) => json!({"name": n, "fullyQualifiedName": format!("{}/{n}", f.workflow), "kind": "member"}),
                 None => json!({"name": f.workflow, "fullyQualifiedName": f.workflow, "kind": "module"}),
@@ -340,6 +572,58 @@ mod tests {
         assert_eq!(
             json(&r)["findings"][0]["workflow"],
             "Static\ndata\r\u{2028}x"
+        );
+    }
+
+    #[test]
+    fn sarif_points_at_the_node_inside_the_nodes_array() {
+        // The workflow, a parameter and the node share the name; in an array of workflows
+        // the node of the workflow the finding names is meant.
+        let source = r#"[
+  {"name": "Send", "id": "w0",
+   "nodes": [{"name": "Send", "parameters": {"x": {"name": "Send"}}}]},
+  {
+    "name": "Send",
+    "id": "w1",
+    "meta": {"name": "Send", "nodes": [{"name": "Send"}]},
+    "nodes": [
+      {"parameters": {"name": "Send", "list": [1, -2.5e3, true, null, "a\"b"]},
+       "type": "n8n-nodes-base.gmail",
+       "name": "Send"},
+      {"name": "Caf\u00e9"}
+    ]
+  }
+]"#;
+        let mut r = report();
+        r.files[0].source = Some(source.into());
+        let f = &mut r.files[0].findings[0];
+        f.workflow = "Send".into();
+        f.workflow_id = Some("w1".into());
+        f.node = Some("Send".into());
+        let mut g = f.clone();
+        g.node = Some("Café".into());
+        r.files[0].findings.push(g);
+        let s = sarif(&r);
+        let line = |i: usize| {
+            s["runs"][0]["results"][i]["locations"][0]["physicalLocation"]["region"]["startLine"]
+                .clone()
+        };
+        assert_eq!(line(0), 11);
+        assert_eq!(line(1), 12);
+        // The other workflow of the same name, by its id.
+        r.files[0].findings[0].workflow_id = Some("w0".into());
+        assert_eq!(
+            sarif(&r)["runs"][0]["results"][0]["locations"][0]["physicalLocation"]["region"]
+                ["startLine"],
+            3
+        );
+        // A single workflow with a BOM; text that is not JSON points at line 1.
+        let one = "\u{feff}{\"name\": \"Send\",\n \"nodes\": [\n {\"name\": \"Send\"}]}";
+        let lines = NodeLines::read(one);
+        assert_eq!(lines.line("Send", None, "Send"), Some(3));
+        assert_eq!(
+            NodeLines::read("{\"nodes\": [{\"name\": ").line("x", None, "x"),
+            None
         );
     }
 

@@ -4,8 +4,11 @@
 //!
 //! Invariant: one unreadable input never stops the others — it is reported by name (stderr,
 //! and in the JSON / SARIF output) and makes the exit code 2 even when other files have
-//! findings.
+//! findings. A file is audited once per run however often it is named or reached (by its
+//! canonical path), and a directory search does not follow links to directories (a link
+//! back up the tree would make it endless).
 
+use std::collections::HashSet;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
@@ -77,9 +80,18 @@ pub fn exit_code(report: &Report, fail_on: FailOn) -> u8 {
     }
 }
 
-/// Audits every input; directories are searched recursively for `*.json` (sorted).
+/// Audits every input; directories are searched recursively for `*.json` (sorted). A file
+/// reached twice (named twice, in two directories given, through a link) is audited once.
 pub fn audit_inputs(inputs: &[PathBuf], opts: &Options, stdin: &mut dyn Read) -> Report {
     let mut report = Report::default();
+    let mut seen = HashSet::new();
+    let mut audit_once = |path: &Path, report: &mut Report| {
+        // A path that cannot be resolved (not found) is reported by audit_file under its name.
+        let key = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+        if seen.insert(key) {
+            audit_file(path, opts, report);
+        }
+    };
     for input in inputs {
         if input.as_os_str() == "-" {
             let mut text = String::new();
@@ -104,26 +116,34 @@ pub fn audit_inputs(inputs: &[PathBuf], opts: &Options, stdin: &mut dyn Read) ->
                 eprintln!("idem audit: {}: no *.json files found", display(input));
             }
             for f in files {
-                audit_file(&f, opts, &mut report);
+                audit_once(&f, &mut report);
             }
         } else {
-            audit_file(input, opts, &mut report);
+            audit_once(input, &mut report);
         }
     }
     report
 }
 
+/// The `*.json` files below `dir`, sorted. Dot-folders and [`SKIPPED_DIRS`] are skipped, and
+/// so are symbolic links to directories: following them could loop (`ln -s .. up`) or leave
+/// the tree. A link to a file is read like the file.
 fn json_files(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
-    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)?
-        .filter_map(|e| e.ok().map(|e| e.path()))
+    let mut entries: Vec<(PathBuf, std::fs::FileType)> = std::fs::read_dir(dir)?
+        .filter_map(|e| {
+            e.ok()
+                .and_then(|e| e.file_type().ok().map(|t| (e.path(), t)))
+        })
         .collect();
-    entries.sort();
-    for p in entries {
+    entries.sort_by(|a, b| a.0.cmp(&b.0));
+    for (p, kind) in entries {
         let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        if p.is_dir() {
+        if kind.is_dir() {
             if !name.starts_with('.') && !SKIPPED_DIRS.contains(&name) {
                 json_files(&p, out)?;
             }
+        } else if kind.is_symlink() && p.is_dir() {
+            // Not followed (see above).
         } else if name.ends_with(".json") {
             out.push(p);
         }
@@ -149,6 +169,11 @@ fn audit_file(path: &Path, opts: &Options, report: &mut Report) {
 }
 
 fn audit_text(file: String, text: String, opts: &Options, report: &mut Report) {
+    // A byte order mark (some Windows editors write one) is not part of the JSON.
+    let text = match text.strip_prefix('\u{feff}') {
+        Some(rest) => rest.to_owned(),
+        None => text,
+    };
     let doc: serde_json::Value = match serde_json::from_str(&text) {
         Ok(d) => d,
         Err(e) => {

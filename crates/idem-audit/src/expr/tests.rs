@@ -26,6 +26,92 @@ fn idem_paths_are_found_by_path_not_host() {
 }
 
 #[test]
+fn idem_paths_are_read_from_the_path_only() {
+    let op = |url: &str| idem_path(url).map(|p| p.op);
+    // In the query or the fragment, an idem path is another service's parameter.
+    for url in [
+        "https://api.example.com/send?next=/v1/namespaces/a/keys/b/claim",
+        "https://api.example.com/send#/v1/namespaces/a/keys/b/complete",
+        "=https://api.example.com/send?u={{ $json.u }}&next=/v1/namespaces/a/keys/b/claim",
+        "https://api.example.com/send?x=1#/v1/keys/derive",
+        "https://v1/namespaces/a/keys/b/claim",
+    ] {
+        assert_eq!(op(url), None, "{url}");
+    }
+    // The route's last segment must be the operation, exactly.
+    for url in [
+        "https://api.example.com/v1/namespaces/a/keys/b/claimx",
+        "https://api.example.com/v1/namespaces/a/keys/b/claim/more",
+        "https://api.example.com/v1/namespaces/a/keys/b/Claim",
+        "https://api.example.com/v1/namespaces/a/keys/b/{{ $json.op }}",
+        "https://api.example.com/v1/namespaces/a/keys/b/claim{{ $json.suffix }}",
+        "https://api.example.com/v1/namespaces/a/keys//claim",
+        "https://api.example.com/v1/namespaces/a/pausex",
+        "https://api.example.com/v1/keys/derivex",
+        "https://api.example.com/v1/tokens/extra",
+        "https://api.example.com/v1/auditx",
+    ] {
+        assert_eq!(op(url), None, "{url}");
+    }
+    // A query or fragment after an idem path, a proxy prefix before it, a trailing slash.
+    assert_eq!(
+        op("https://idem.example/v1/namespaces/a/keys/b/claim?wait=1#x").as_deref(),
+        Some("claim")
+    );
+    assert_eq!(
+        op("https://gw.example/idem/v1/namespaces/a/keys/b/complete/").as_deref(),
+        Some("complete")
+    );
+    assert_eq!(
+        op("https://idem.example/v1/namespaces/a/keys/b/heartbeat").as_deref(),
+        Some("heartbeat")
+    );
+    for url in [
+        "https://idem.example/v1/namespaces/a",
+        "https://idem.example/v1/namespaces/a/pause",
+        "https://idem.example/v1/namespaces/a/keys",
+        "https://idem.example/v1/namespaces/a/keys/?limit=10",
+        "https://idem.example/v1/tokens",
+        "https://idem.example/v1/audit",
+    ] {
+        assert_eq!(op(url).as_deref(), Some("other"), "{url}");
+    }
+    // Expressions in the base URL, the namespace and the key still count, also when they
+    // hold a `?` or a `#` of their own.
+    let p =
+        idem_path("={{ $vars.IDEM_URL }}/v1/namespaces/{{ $vars.NS }}/keys/{{ $json.key }}/claim")
+            .unwrap();
+    assert_eq!(
+        (p.op.as_str(), p.key.as_deref()),
+        ("claim", Some("{{ $json.key }}"))
+    );
+    let p = idem_path(
+        "=https://idem.example/v1/namespaces/pay/keys/{{ $json.id ? $json.id + '#1' : 'x' }}:charge/effect?trace=1",
+    )
+    .unwrap();
+    assert_eq!(
+        (p.op.as_str(), p.key.as_deref()),
+        (
+            "effect",
+            Some("{{ $json.id ? $json.id + '#1' : 'x' }}:charge")
+        )
+    );
+    assert_eq!(
+        op("  =https://idem.example/v1/namespaces/a/keys/{{ $json.k }}  ").as_deref(),
+        Some("get")
+    );
+}
+
+#[test]
+fn url_paths_leave_out_scheme_host_query_and_fragment() {
+    assert_eq!(url_path("https://h:8080/a/b?c=/d#e").1, "/a/b");
+    assert_eq!(url_path("=http://h").1, "");
+    let (at, path) = url_path("={{ $vars.BASE }}/x?y");
+    assert_eq!((at, path.len()), (1, "{{ $vars.BASE }}/x".len()));
+    assert!(path.ends_with("/x"));
+}
+
+#[test]
 fn volatile_tokens_and_date_cuts() {
     let t = volatile_tokens("={{ $execution.id + ':' + Math.random() }}");
     let names: Vec<_> = t.iter().map(|v| v.token).collect();

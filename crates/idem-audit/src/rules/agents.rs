@@ -14,14 +14,15 @@ use regex::Regex;
 
 use super::Cx;
 use crate::catalog;
+use crate::expr;
 use crate::model::{self, Role};
 use crate::workflow::Node;
 use crate::Finding;
 
-/// idem's MCP endpoint: `…/mcp/{namespace}` and nothing after it (an expression for the
-/// base URL or the namespace is fine).
+/// idem's MCP endpoint: a path ending in `/mcp/{namespace}` with nothing after it (an
+/// expression for the base URL or the namespace is fine; they are masked).
 static IDEM_MCP: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"/mcp/([^/\s?#{}]+|\{\{[^}]*\}\})/?\s*$").expect("static regex"));
+    LazyLock::new(|| Regex::new(r"/mcp/[^/\s]+/?$").expect("static regex"));
 
 /// The MCP server URL of an MCP Client Tool (`endpointUrl` from 1.2, `sseEndpoint` before).
 fn mcp_url(node: &Node) -> &str {
@@ -30,9 +31,10 @@ fn mcp_url(node: &Node) -> &str {
         .unwrap_or("")
 }
 
-/// Whether `url` is idem's MCP endpoint of a namespace.
+/// Whether `url` is idem's MCP endpoint of a namespace, read from the URL's path alone (a
+/// `/mcp/…` in the query or the fragment is another server's URL).
 pub fn is_idem_mcp(url: &str) -> bool {
-    IDEM_MCP.is_match(url.trim().trim_start_matches('='))
+    IDEM_MCP.is_match(&expr::url_path(url.trim()).1)
 }
 
 /// What a tool node changes in the world, for the message; `None` for a read-only tool.
@@ -138,6 +140,36 @@ mod tests {
         assert!(check(idem017, near).is_empty());
     }
 
+    /// An MCP Client Tool whose URL only carries idem's `/mcp/{namespace}` in its query or
+    /// fragment is another server's: reported.
+    #[test]
+    fn idem017_reads_the_mcp_url_path_only() {
+        let wf = |url: &str| {
+            serde_json::json!({"name": "agent", "nodes": [
+                {"name": "Hook", "type": "n8n-nodes-base.webhook", "typeVersion": 2, "parameters": {}},
+                {"name": "AI Agent", "type": "@n8n/n8n-nodes-langchain.agent", "typeVersion": 1.7, "parameters": {}},
+                {"name": "Tools", "type": catalog::MCP_CLIENT_TOOL, "typeVersion": 1.2,
+                 "parameters": {"endpointUrl": url}}
+            ], "connections": {
+                "Hook": {"main": [[{"node": "AI Agent", "type": "main", "index": 0}]]},
+                "Tools": {"ai_tool": [[{"node": "AI Agent", "type": "ai_tool", "index": 0}]]}
+            }})
+            .to_string()
+        };
+        for url in [
+            "https://evil.example/tools?x=/mcp/shop",
+            "https://evil.example/tools#/mcp/shop",
+        ] {
+            assert_eq!(nodes_of(&check(idem017, &wf(url))), ["Tools"], "{url}");
+        }
+        for url in [
+            "https://idem.example/mcp/shop",
+            "={{ $vars.IDEM_URL }}/mcp/{{ $vars.NS }}",
+        ] {
+            assert!(check(idem017, &wf(url)).is_empty(), "{url}");
+        }
+    }
+
     #[test]
     fn idem_mcp_urls_are_told_from_other_mcp_servers() {
         for url in [
@@ -145,6 +177,8 @@ mod tests {
             "={{ $vars.IDEM_URL }}/mcp/shop",
             "https://idem.internal/mcp/agents/",
             "={{ $vars.IDEM_URL }}/mcp/{{ $vars.NAMESPACE }}",
+            "https://idem.internal/mcp/shop?session=1",
+            "=https://idem.internal/mcp/{{ $json.ns ? $json.ns : 'shop' }}",
         ] {
             assert!(is_idem_mcp(url), "{url}");
         }
@@ -152,6 +186,11 @@ mod tests {
             "https://mcp.example.com/mcp",
             "https://mcp.example.com/sse",
             "https://mcp.example.com/mcp/shop/tools",
+            // idem's path in the query or the fragment of another server's URL.
+            "https://evil.example/tools?x=/mcp/shop",
+            "https://evil.example/tools#/mcp/shop",
+            "=https://evil.example/tools?ns={{ $vars.NS }}&x=/mcp/shop",
+            "https://mcp/shop",
             "",
         ] {
             assert!(!is_idem_mcp(url), "{url}");

@@ -394,6 +394,43 @@ mod tests {
         assert_eq!(nodes_of(&check(idem007, &claim)), ["Tell sales"]);
     }
 
+    /// idem is recognised by the URL's path: an idem path in another service's query or
+    /// fragment, or a longer last segment, is a POST like any other — a side effect, no gate.
+    #[test]
+    fn idem_paths_outside_the_url_path_are_no_gate() {
+        let wf = |url: &str| {
+            serde_json::json!({"name": "fake gate", "nodes": [
+                {"name": "Hook", "type": "n8n-nodes-base.webhook", "typeVersion": 2, "parameters": {}},
+                {"name": "Claim", "type": "n8n-nodes-base.httpRequest", "typeVersion": 4.2,
+                 "parameters": {"method": "POST", "url": url}},
+                {"name": "Send", "type": "n8n-nodes-base.gmail", "typeVersion": 2.1, "parameters": {}}
+            ], "connections": {
+                "Hook": {"main": [[{"node": "Claim", "type": "main", "index": 0}]]},
+                "Claim": {"main": [[{"node": "Send", "type": "main", "index": 0}]]}
+            }})
+            .to_string()
+        };
+        for url in [
+            "https://evil.example/send?u=/v1/namespaces/shop/keys/k/claim",
+            "https://evil.example/send#/v1/namespaces/shop/keys/k/claim",
+            "={{ $vars.IDEM_URL }}/v1/namespaces/shop/keys/{{ $json.key }}/claimx",
+        ] {
+            assert_eq!(
+                nodes_of(&check(idem001, &wf(url))),
+                ["Claim", "Send"],
+                "{url}"
+            );
+        }
+        // The real thing, with an expression for the key and a query after the path.
+        for url in [
+            "={{ $vars.IDEM_URL }}/v1/namespaces/shop/keys/{{ $json.key }}/claim",
+            "=https://idem.example/v1/namespaces/shop/keys/{{ $json.key }}/claim?x=/send",
+        ] {
+            assert!(check(idem001, &wf(url)).is_empty(), "{url}");
+            assert_eq!(nodes_of(&check(idem005, &wf(url))), ["Claim"], "{url}");
+        }
+    }
+
     #[test]
     fn idem014_finds_one_key_for_two_effects() {
         let f = check(

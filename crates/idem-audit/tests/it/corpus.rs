@@ -158,6 +158,28 @@ fn extra_side_effect_types_count() {
     assert_eq!(rules, ["IDEM001", "IDEM016"]);
 }
 
+/// An export saved with a byte order mark (some Windows editors write one) audits like the
+/// same export without it; an IMAP Email Trigger starts executions like any trigger.
+#[test]
+fn a_byte_order_mark_is_skipped_and_an_imap_trigger_is_a_trigger() {
+    let text = fixture("idem001-ungated-gmail.json");
+    let plain = audit_str(&text, &Options::default()).expect("fixture audits");
+    assert_eq!(
+        audit_str(&format!("\u{feff}{text}"), &Options::default()).expect("BOM is skipped"),
+        plain
+    );
+    let wf = r#"{"name": "w", "nodes": [
+        {"name": "Mail in", "type": "n8n-nodes-base.emailReadImap", "typeVersion": 2, "parameters": {}},
+        {"name": "Reply", "type": "n8n-nodes-base.gmail", "typeVersion": 2.1, "parameters": {}}],
+      "connections": {"Mail in": {"main": [[{"node": "Reply", "type": "main", "index": 0}]]}}}"#;
+    let rules: Vec<&str> = audit_str(wf, &Options::default())
+        .expect("audits")
+        .iter()
+        .map(|f| f.rule)
+        .collect();
+    assert_eq!(rules, ["IDEM001", "IDEM016"]);
+}
+
 /// `n8n-2.8.4-export-all.json` is what `n8n export:workflow --all` (n8n 2.8.4) wrote after
 /// `n8n import:workflow` of seven fixtures: the real export shape (an array, with `shared`,
 /// `staticData`, `versionCounter`…). It must audit exactly like the fixtures it came from.

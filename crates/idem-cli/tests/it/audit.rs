@@ -140,6 +140,94 @@ fn a_directory_is_searched_recursively_for_json() {
     assert!(j["errors"].as_array().expect("errors").is_empty());
 }
 
+/// The files a JSON report names, in order, one entry per finding.
+fn files_of(j: &serde_json::Value) -> Vec<String> {
+    j["findings"]
+        .as_array()
+        .expect("findings")
+        .iter()
+        .filter_map(|f| f["file"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// A link back up the tree (`up -> ..`) or to itself (`self -> .`) is not followed: the
+/// search ends and each file is audited once; a link to a file is read like the file,
+/// once, and a file named twice on the command line is audited once too.
+#[cfg(unix)]
+#[test]
+fn directory_search_does_not_follow_linked_folders_and_audits_each_file_once() {
+    use std::os::unix::fs::symlink;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sub = dir.path().join("L/sub");
+    std::fs::create_dir_all(&sub).expect("mkdir");
+    std::fs::copy(
+        fixtures().join("idem001-ungated-gmail.json"),
+        sub.join("bad.json"),
+    )
+    .expect("copy");
+    symlink("..", sub.join("up")).expect("symlink");
+    symlink(".", sub.join("self")).expect("symlink");
+    let other = tempfile::tempdir().expect("tempdir");
+    std::fs::copy(
+        fixtures().join("idem013-stripe-post-without-key.json"),
+        other.path().join("refund.json"),
+    )
+    .expect("copy");
+    symlink(other.path(), sub.join("elsewhere")).expect("symlink");
+    symlink(sub.join("bad.json"), dir.path().join("L/again.json")).expect("symlink");
+    let top = dir.path().join("L").display().to_string();
+    let out = audit(&["--format", "json", &top]);
+    assert_eq!(out.code, 1, "{out:?}");
+    let j = out.json();
+    // idem001-ungated-gmail.json: IDEM001 ×2 and IDEM016, from one file, once.
+    let files = files_of(&j);
+    assert_eq!(files.len(), 3, "{files:?}");
+    assert!(files.iter().all(|f| f.ends_with("again.json")), "{files:?}");
+    assert!(j["errors"].as_array().expect("errors").is_empty());
+    // Named twice, and once more through a directory: still once.
+    let bad = sub.join("bad.json").display().to_string();
+    let out = audit(&["--format", "json", &bad, &bad, &top]);
+    let files = files_of(&out.json());
+    assert_eq!(files.len(), 3, "{files:?}");
+    assert!(
+        files.iter().all(|f| f.ends_with("sub/bad.json")),
+        "{files:?}"
+    );
+    // A linked directory given on the command line is searched: the user chose it.
+    let linked = sub.join("elsewhere").display().to_string();
+    let files = files_of(&audit(&["--format", "json", &linked]).json());
+    assert!(
+        !files.is_empty() && files.iter().all(|f| f.ends_with("elsewhere/refund.json")),
+        "{files:?}"
+    );
+}
+
+#[test]
+fn a_byte_order_mark_before_the_json_is_skipped() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let text =
+        std::fs::read_to_string(fixtures().join("idem001-ungated-gmail.json")).expect("read");
+    let bom = dir.path().join("bom.json");
+    std::fs::write(&bom, format!("\u{feff}{text}")).expect("write");
+    let out = audit(&["--format", "sarif", &bom.display().to_string()]);
+    assert_eq!(out.code, 1, "{out:?}");
+    let plain = audit(&["--format", "sarif", &fx("idem001-ungated-gmail.json")]);
+    let (a, b) = (out.json(), plain.json());
+    let results = |s: &serde_json::Value| s["runs"][0]["results"].clone();
+    let lines = |s: &serde_json::Value| {
+        results(s)
+            .as_array()
+            .expect("results")
+            .iter()
+            .map(|r| r["locations"][0]["physicalLocation"]["region"]["startLine"].clone())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(results(&a).as_array().expect("results").len(), 3);
+    assert_eq!(lines(&a), lines(&b));
+    let stdin = audit_stdin(&["-"], &format!("\u{feff}{text}"));
+    assert_eq!(stdin.code, 1, "{stdin:?}");
+}
+
 #[test]
 fn stdin_and_array_documents() {
     let text =

@@ -22,7 +22,10 @@ pub enum DeriveError {
     MissingField { pointer: String },
 }
 
-fn plain(v: &Value) -> Option<String> {
+/// A key part written as is: a string or integer of at most 64 characters from
+/// `[A-Za-z0-9_.-]` (an integral float, `3.0`, is its integer); `None` when it must be hashed.
+/// Derived keys and action keys both read values through this one rule.
+pub fn plain(v: &Value) -> Option<String> {
     let s = match v {
         Value::String(s) => s.clone(),
         Value::Number(n) if n.is_i64() || n.is_u64() => n.to_string(),

@@ -347,6 +347,16 @@ fn derive(
         Err(ApiError::InvalidField { field, message }) => {
             return Ok(Err(ToolAnswer::refused("invalid_field", &field, message)))
         }
+        // A member `_meta` `idem/cost` does not have: a tool error like the cost's other
+        // refusals, never an HTTP problem an MCP client cannot match to its request.
+        Err(e @ ApiError::UnknownField { .. }) => {
+            let field = match &e {
+                ApiError::UnknownField { field } => field.clone(),
+                _ => String::new(),
+            };
+            let message = format!("`{field}` is not a member of `_meta` `idem/cost` (tokens, usd)");
+            return Ok(Err(ToolAnswer::refused("invalid_field", &field, message)));
+        }
         Err(e) => return Err(e),
     };
     let d = Arc::new(Derived {
@@ -427,9 +437,16 @@ pub async fn call(
             // A resumed record delivers what was saved (approved, or prepared by the first
             // call), never this call's arguments.
             (false, Some(Value::Object(saved))) if *saved != d.args => {
-                let i = input_for(action, headers, saved, cost)?;
-                guarded = effects::guard(st, &policy, &i, key).await?;
-                saved_input = Some(i);
+                match unsendable(saved_request(st, &policy, action, headers, saved, cost, key).await)? {
+                    Ok((i, g)) => {
+                        guarded = g;
+                        saved_input = Some(i);
+                    }
+                    Err(why) => {
+                        let a = effects::fail_unsent(st, &nk, token, why).await?;
+                        return Ok(finish(action, key, a));
+                    }
+                }
                 sent = false;
                 None
             }
@@ -485,6 +502,35 @@ pub async fn call(
 /// Delivers an approved record's saved arguments (the outbox's work after an approval): the
 /// same claim (the record's own fingerprint) and effect path as a call. `None` when the
 /// record is gone or holds no arguments.
+/// The request of a record's saved arguments under the action as it now stands, through the
+/// egress guard.
+async fn saved_request(
+    st: &AppState,
+    policy: &idem::Policy,
+    action: &Action,
+    headers: &Headers,
+    saved: &Map<String, Value>,
+    cost: Option<&Value>,
+    key: &str,
+) -> ApiResult<(effects::Input, effects::Guarded)> {
+    let input = input_for(action, headers, saved, cost)?;
+    let guarded = effects::guard(st, policy, &input, key).await?;
+    Ok((input, guarded))
+}
+
+/// Splits a refusal of saved arguments (they no longer fit the action, or egress now refuses
+/// the destination: `Ok(Err(why))`, nothing can be sent) from a store or server failure
+/// (`Err`).
+fn unsendable<T>(r: ApiResult<T>) -> ApiResult<Result<T, String>> {
+    match r {
+        Ok(v) => Ok(Ok(v)),
+        Err(e) if e.status().is_client_error() => {
+            Ok(Err(format!("the saved arguments cannot be sent: {e}")))
+        }
+        Err(e) => Err(e),
+    }
+}
+
 pub async fn deliver_saved(
     st: &AppState,
     ns: &idem::Namespace,
@@ -499,13 +545,16 @@ pub async fn deliver_saved(
     let (Some(Value::Object(saved)), Some(fp)) = (rec.prepared_payload, rec.fingerprint) else {
         return Ok(None);
     };
-    let input = input_for(action, headers, &saved, None)?;
     let nk = NsKey {
         ns: ns.clone(),
         key: key.clone(),
     };
     let policy = st.policies.get(st.ledger.store().as_ref(), ns).await?;
-    let guarded = effects::guard(st, &policy, &input, key.as_str()).await?;
+    let saved_req = saved_request(st, &policy, action, headers, &saved, None, key.as_str());
+    let (input, guarded) = match unsendable(saved_req.await)? {
+        Ok(v) => v,
+        Err(why) => return fail_saved(st, &nk, &action.name, fp, why).await,
+    };
     let then = FollowUps {
         prepare: None,
         sent: effects::sent_follow_up(&input, &guarded),
@@ -518,6 +567,65 @@ pub async fn deliver_saved(
     };
     crate::metrics::action_call(ns.as_str(), &action.name, a.outcome);
     log_op("action", &nk, None, a.record.as_ref(), a.outcome);
+    Ok(Some(a.outcome))
+}
+
+/// An approved draft that cannot be delivered (see [`effects::fail_unsent`]): the background
+/// delivery takes the record's lease as a call would and fails the attempt with why, so the
+/// person who approved it sees it failed instead of waiting in `prepared` unseen. `Ok(None)`
+/// when the record holds no approved arguments; else the outcome, as [`deliver_saved`].
+pub async fn refuse_saved(
+    st: &AppState,
+    ns: &idem::Namespace,
+    name: &str,
+    key: &idem::Key,
+    why: String,
+) -> ApiResult<Option<&'static str>> {
+    let Some(found) = st.ledger.store().get(ns, key).await? else {
+        return Ok(None);
+    };
+    let rec = found.record;
+    let (Some(Value::Object(_)), Some(fp)) = (rec.prepared_payload, rec.fingerprint) else {
+        return Ok(None);
+    };
+    let nk = NsKey {
+        ns: ns.clone(),
+        key: key.clone(),
+    };
+    fail_saved(st, &nk, name, fp, why).await
+}
+
+async fn fail_saved(
+    st: &AppState,
+    nk: &NsKey,
+    name: &str,
+    fp: idem::Fingerprint,
+    why: String,
+) -> ApiResult<Option<&'static str>> {
+    let claim = idem::ClaimRequest {
+        fingerprint: Some(fp),
+        owner: Some(format!("action:{name}")),
+        lease_ms: None,
+        correlation_id: None,
+        lease_expiry: None,
+    };
+    let ex = exec(st, nk, Op::Claim(claim), None).await?;
+    let reply = match ex.reply {
+        Ok(idem::Reply::Claim(c)) => c,
+        Ok(other) => return Err(ApiError::internal(format!("unexpected reply {other:?}"))),
+        Err(e) => return Err(e.into()),
+    };
+    crate::metrics::claim(reply.outcome, reply.resumed, reply.reclaimed, false);
+    if reply.outcome != idem::ClaimOutcome::Acquired {
+        return Ok(Some(reply.outcome.as_str()));
+    }
+    let token = reply
+        .token
+        .as_ref()
+        .map(|t| t.secret())
+        .ok_or_else(|| ApiError::internal("acquired claim without a token"))?;
+    let a = effects::fail_unsent(st, nk, token, why).await?;
+    crate::metrics::action_call(nk.ns.as_str(), name, a.outcome);
     Ok(Some(a.outcome))
 }
 

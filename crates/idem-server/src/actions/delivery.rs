@@ -64,7 +64,17 @@ async fn deliver_item(st: &AppState, item: &idem::OutboxItem) -> OutboxOutcome {
     };
     let loaded = match super::load(st, &ns, &name).await {
         Ok(Some(l)) => l,
-        Ok(None) => return dead("the action was deleted"),
+        // Nothing can send it now: the record says so (failed, with why), never a silent
+        // wait in `prepared`.
+        Ok(None) => {
+            let why = format!("the action `{name}` was deleted before its approved delivery");
+            return match super::call::refuse_saved(st, &ns, &name, &key, why).await {
+                Ok(Some("in_flight")) => later(1_000, "in flight"),
+                Ok(_) => dead("the action was deleted"),
+                Err(e) if e.status().is_server_error() => later(5_000, "the store did not answer"),
+                Err(_) => dead("the action was deleted"),
+            };
+        }
         Err(_) => return later(5_000, "the store did not answer"),
     };
     match super::call::deliver_saved(st, &ns, &loaded.action, &loaded.headers, &key).await {

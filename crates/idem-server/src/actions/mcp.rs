@@ -308,7 +308,10 @@ pub fn negotiate(asked: Option<&str>) -> &'static str {
             body = McpAnswer),
     ))]
 pub async fn mcp(Authed { st, .. }: Authed, NsPath(ns): NsPath, raw: RawBody) -> Response {
-    match handle(&st, &ns, &raw.headers, &raw.bytes).await {
+    // In a task of its own: an agent that hangs up mid-call does not cancel the action's
+    // request or the report of its answer (see `effects::detached`).
+    let work = async move { handle(&st, &ns, &raw.headers, &raw.bytes).await };
+    match crate::api::v1::effects::detached(work).await {
         Ok(r) => r,
         Err(e) => e.into_response(),
     }

@@ -575,18 +575,7 @@ impl Action {
                 Part::Text(t) => out.push_str(t),
                 Part::Arg(a) => {
                     let v = args.get(a).cloned().unwrap_or(Value::Null);
-                    let plain = match &v {
-                        Value::String(s) => Some(s.clone()),
-                        Value::Number(n) if n.is_i64() || n.is_u64() => Some(n.to_string()),
-                        _ => None,
-                    }
-                    .filter(|s| {
-                        !s.is_empty()
-                            && s.len() <= 64
-                            && s.bytes().all(|b| {
-                                b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-')
-                            })
-                    });
+                    let plain = idem::derive::plain(&v);
                     match plain {
                         Some(s) => out.push_str(&s),
                         None => {

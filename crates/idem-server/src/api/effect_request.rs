@@ -74,12 +74,15 @@ impl std::fmt::Debug for HeadersMember {
     }
 }
 
-/// Headers the client sets itself.
-pub const RESERVED_HEADERS: [&str; 6] = [
+/// Headers the client sets itself: the message's framing and the connection's (hop-by-hop)
+/// headers, which a request must never carry from elsewhere.
+pub const RESERVED_HEADERS: [&str; 8] = [
     "host",
     "content-length",
     "transfer-encoding",
     "connection",
+    "keep-alive",
+    "proxy-connection",
     "te",
     "upgrade",
 ];

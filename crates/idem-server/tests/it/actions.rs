@@ -692,6 +692,94 @@ async fn approval_required_stores_the_draft_and_idem_delivers_it_once_approved()
     }
 }
 
+/// The state of `key` in `shop` once it is not `state` any more (or after 5 s).
+async fn state_after(app: &TestApp, key: &str, state: &str) -> Value {
+    for _ in 0..100 {
+        let rec = app.record("shop", key).await;
+        if rec.body["record"]["state"] != state {
+            return rec.body["record"].clone();
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    app.record("shop", key).await.body["record"].clone()
+}
+
+#[tokio::test]
+async fn an_approved_draft_that_can_no_longer_be_sent_fails_visibly() {
+    for backend in backends() {
+        let (d, port) = destination().await;
+        let app = app_for(backend, port).await;
+        let mut doc = followup(port, "/send");
+        doc["approval"] = json!("required");
+        put_action(&app, "shop", "send_followup", doc).await;
+
+        // The namespace's egress stops allowing the destination between the draft and its
+        // approval: nothing is sent, and the record says why instead of waiting in
+        // `prepared` unseen.
+        let r = followup_call(&app, "shop", "e1", "ann@example.com", "Draft").await;
+        assert_eq!(outcome(&r), "awaiting_approval", "{r}");
+        let p = app
+            .patch_namespace("shop", json!({"egress": {"allow": ["example.com"]}}))
+            .await;
+        assert_eq!(p.status, 200, "{}", p.text);
+        let ok = app.approve("shop", "e1:followup:v1", json!({"note": "fine"})).await;
+        assert_eq!(ok.status, 200, "{}", ok.text);
+        let rec = state_after(&app, "e1:followup:v1", "prepared").await;
+        assert_eq!(rec["state"], "failed_permanent", "{rec}");
+        assert_eq!(rec["last_error"]["category"], "validation", "{rec}");
+        let msg = rec["last_error"]["message"].as_str().unwrap_or("");
+        assert!(msg.contains("not an allowed destination"), "{msg}");
+        assert_eq!(d.count(), 0, "a refused destination is never sent to");
+        // Once the destination is allowed again, a call is answered with that failure (a
+        // person's `resolve retry` sends it), not sent behind the person's back.
+        let allow = format!("127.0.0.1:{port}");
+        app.patch_namespace("shop", json!({"egress": {"allow": [allow]}}))
+            .await;
+        let again = followup_call(&app, "shop", "e1", "ann@example.com", "Draft").await;
+        assert_eq!(outcome(&again), "failed_permanent", "{again}");
+        assert_eq!(d.count(), 0);
+
+        // The action is deleted before the approval: the same.
+        let r = followup_call(&app, "shop", "e2", "ann@example.com", "Draft").await;
+        assert_eq!(outcome(&r), "awaiting_approval", "{r}");
+        let del = app
+            .send(app.http.delete(format!(
+                "{}/v1/namespaces/shop/actions/send_followup",
+                app.base
+            )))
+            .await;
+        assert_eq!(del.status, 204, "{}", del.text);
+        let ok = app.approve("shop", "e2:followup:v1", json!({"note": "fine"})).await;
+        assert_eq!(ok.status, 200, "{}", ok.text);
+        let rec = state_after(&app, "e2:followup:v1", "prepared").await;
+        assert_eq!(rec["state"], "failed_permanent", "{rec}");
+        let msg = rec["last_error"]["message"].as_str().unwrap_or("");
+        assert!(msg.contains("was deleted"), "{msg}");
+        assert_eq!(d.count(), 0);
+    }
+}
+
+#[tokio::test]
+async fn a_bad_cost_member_is_a_tool_error_not_an_http_problem() {
+    for backend in backends() {
+        let (_d, _port, app) = followup_app(backend, "/send").await;
+        let r = rpc(
+            &app,
+            "shop",
+            "tools/call",
+            json!({"name": "send_followup", "arguments": args("c1", "ann@example.com", "x"),
+                   "_meta": {"idem/cost": {"tokens": 1, "bogus": 2}}}),
+        )
+        .await;
+        assert_eq!(r.status, 200, "{}", r.text);
+        assert_eq!(r.body["id"], 7, "{}", r.text);
+        let res = &r.body["result"];
+        assert_eq!(res["isError"], true, "{res}");
+        assert_eq!(res["structuredContent"]["outcome"], "invalid_field", "{res}");
+        assert_eq!(res["structuredContent"]["field"], "cost.bogus", "{res}");
+    }
+}
+
 // ------------------------------------------------------------------ deliver.mcp
 
 /// An upstream MCP server written with the official Python SDK (`mcp` from PyPI: its

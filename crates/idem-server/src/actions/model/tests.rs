@@ -198,6 +198,19 @@ fn the_key_keeps_plain_values_and_hashes_the_rest() {
     let k = a.key_for(mail.as_object().expect("obj")).expect("key");
     assert!(!k.as_str().contains('@'), "{k:?}");
     assert_eq!(k.as_str().len(), 64 + ":followup:1".len());
+    // An integer argument written as an integral float is that integer: one key, not a hash
+    // that would let the same call through twice.
+    for n in [json!(1.0), json!(1e0), serde_json::from_str::<Value>("1.000").expect("n")] {
+        let args = json!({"order_id": "847", "n": n, "text": "hi"});
+        let k = a.key_for(args.as_object().expect("obj")).expect("key");
+        assert_eq!(k.as_str(), "847:followup:1", "{n}");
+    }
+    let zero = json!({"order_id": "847", "n": serde_json::from_str::<Value>("-0").expect("n")});
+    let k = a.key_for(zero.as_object().expect("obj")).expect("key");
+    assert_eq!(k.as_str(), "847:followup:0");
+    let half = json!({"order_id": "847", "n": 1.5});
+    let k = a.key_for(half.as_object().expect("obj")).expect("key");
+    assert_eq!(k.as_str().len(), 64 + ":followup:".len() + 3, "{k:?}");
 }
 
 #[test]

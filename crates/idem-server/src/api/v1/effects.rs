@@ -190,6 +190,26 @@ pub async fn effect(
     nk: NsKey,
     Body(body): Body<EffectBody>,
 ) -> ApiResult<Response> {
+    detached(perform(st, nk, body)).await
+}
+
+/// Runs an effect (or an action's call) in a task of its own, so a caller that hangs up
+/// mid-request does not cancel it: the claim, the request and the report of the
+/// destination's answer run to their end, and the answer is stored for the next call to
+/// replay — where dropping the handler would leave the attempt `processing` with its answer
+/// lost (then `needs_review`, or sent again to an idempotent destination).
+pub(crate) async fn detached<F>(work: F) -> ApiResult<Response>
+where
+    F: std::future::Future<Output = ApiResult<Response>> + Send + 'static,
+{
+    let span = tracing::Span::current();
+    match tokio::spawn(work.instrument(span)).await {
+        Ok(r) => r,
+        Err(e) => Err(ApiError::internal(format!("the effect's task ended: {e}"))),
+    }
+}
+
+async fn perform(st: AppState, nk: NsKey, body: EffectBody) -> ApiResult<Response> {
     let input = body.into_input()?;
     let policy = st.policies.get(st.ledger.store().as_ref(), &nk.ns).await?;
     let guarded = guard(&st, &policy, &input, nk.key.as_str()).await?;
@@ -335,6 +355,47 @@ pub(crate) async fn claim(
         sent,
         prepared,
     })
+}
+
+/// An acquired attempt whose request cannot be sent as things now stand: a resumed record's
+/// saved arguments no longer fit the action, the action was deleted, or the namespace's egress
+/// now refuses the destination. Nothing is sent; the attempt is failed permanently with why
+/// (category `validation`, `sent: false`), so the record neither waits unseen in `prepared`
+/// nor holds its lease until expiry. An operator's `resolve` (`retry`) sends it again once
+/// the cause is fixed.
+pub(crate) async fn fail_unsent(
+    st: &AppState,
+    nk: &NsKey,
+    token: String,
+    why: String,
+) -> ApiResult<Answer> {
+    let op = Op::Fail(idem::FailRequest {
+        token,
+        kind: Some(idem::Class::Permanent),
+        sent: Some(false),
+        error: Some(idem::FailErrorInput {
+            category: "validation".to_owned(),
+            message: why,
+        }),
+        ..Default::default()
+    });
+    let ex = exec(st, nk, op, None).await?;
+    let record = match ex.reply {
+        Ok(Reply::Fail(f)) => {
+            metrics::fail(f.class.as_str(), None);
+            f.record
+        }
+        Ok(other) => return Err(ApiError::internal(format!("unexpected reply {other:?}"))),
+        Err(e) => return Err(refused("effect", nk, ex.from_state, e.into())),
+    };
+    log_op(
+        "effect",
+        nk,
+        ex.from_state,
+        Some(&record),
+        record.state.as_str(),
+    );
+    Ok(attempt_answer(record, None, false, st.ledger.now()))
 }
 
 /// The `sent` follow-up of a claim whose request leaves right after it: an HTTP request to

@@ -229,6 +229,7 @@ pub async fn authenticate(
 ) -> Result<Caller, ApiError> {
     let secret = bearer(headers)?;
     if auth.token_count().await? == 0 {
+        check_origin(headers, true)?;
         return Ok(Caller::Anonymous);
     }
     let secret =
@@ -237,9 +238,106 @@ pub async fn authenticate(
     match auth.lookup(&secret).await? {
         Some(t) if t.expired(now) => Err(ApiError::Unauthorized("this token has expired".into())),
         Some(t) => {
+            check_origin(headers, false)?;
             auth.touch(&t, now).await;
             Ok(Caller::Token(t))
         }
         None => Err(ApiError::Unauthorized("unknown token".into())),
+    }
+}
+
+/// A call made by a web page (it carries `Origin`; clients that are not browsers send none)
+/// is served only from a page on the loopback or, once tokens exist, from the server's own
+/// origin. Without tokens a page elsewhere could otherwise make the visitor's browser claim,
+/// resolve or call an action (a cross-site "simple" POST needs no preflight), or reach a
+/// loopback server through DNS rebinding, whose pages share the attacker's name with the
+/// server's `Host` — so there only a loopback `Origin` counts. MCP's Streamable HTTP
+/// transport asks the same of `/mcp` (403 for an invalid `Origin`).
+fn check_origin(headers: &HeaderMap, open: bool) -> Result<(), ApiError> {
+    let Some(origin) = headers.get(axum::http::header::ORIGIN) else {
+        return Ok(());
+    };
+    let origin = origin.to_str().unwrap_or("");
+    if origin_allowed(origin, headers, open) {
+        return Ok(());
+    }
+    let shown: String = origin.chars().take(100).collect();
+    Err(ApiError::Forbidden(format!(
+        "a call from the web page at `{shown}` is refused: only pages on the loopback{} may \
+         call idem from a browser",
+        if open { "" } else { " or on the server's own origin" }
+    )))
+}
+
+fn origin_allowed(origin: &str, headers: &HeaderMap, open: bool) -> bool {
+    let Some((scheme, authority)) = origin.split_once("://") else {
+        // `null` (a sandboxed frame, a file) and anything else that is not an origin.
+        return false;
+    };
+    if !(scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("https"))
+        || authority.is_empty()
+        || authority.contains(['/', '@', '?', '#'])
+    {
+        return false;
+    }
+    let host = match authority.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(""),
+        None => authority.rsplit_once(':').map_or(authority, |(h, _)| h),
+    };
+    let loopback = host.eq_ignore_ascii_case("localhost")
+        || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback());
+    if loopback {
+        return true;
+    }
+    !open
+        && headers
+            .get(axum::http::header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .is_some_and(|h| h.eq_ignore_ascii_case(authority))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn host(h: &str) -> HeaderMap {
+        let mut m = HeaderMap::new();
+        m.insert(
+            axum::http::header::HOST,
+            axum::http::HeaderValue::from_str(h).expect("host"),
+        );
+        m
+    }
+
+    #[test]
+    fn only_loopback_pages_without_tokens_and_the_own_origin_with_them() {
+        let h = host("idem.example.com:7780");
+        for (origin, open, ok) in [
+            ("http://127.0.0.1:5173", true, true),
+            ("http://localhost:6274", true, true),
+            ("HTTP://LOCALHOST", true, true),
+            ("http://[::1]:3000", true, true),
+            ("http://127.9.9.9", true, true),
+            ("https://evil.example", true, false),
+            // DNS rebinding: the page's name is the server's Host, and still refused.
+            ("http://idem.example.com:7780", true, false),
+            ("http://idem.example.com:7780", false, true),
+            ("http://idem.example.com", false, false),
+            ("https://evil.example", false, false),
+            ("null", true, false),
+            ("null", false, false),
+            ("file://", true, false),
+            ("http://user@127.0.0.1", true, false),
+            ("ftp://127.0.0.1", true, false),
+            ("http://127.0.0.1.evil.example", true, false),
+            ("http://localhost.evil.example", true, false),
+        ] {
+            assert_eq!(origin_allowed(origin, &h, open), ok, "{origin} open={open}");
+        }
+    }
+
+    #[test]
+    fn no_origin_is_a_client_that_is_not_a_browser() {
+        assert!(check_origin(&host("x"), true).is_ok());
     }
 }

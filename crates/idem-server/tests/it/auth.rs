@@ -300,3 +300,59 @@ async fn head_is_checked_like_get_and_wrong_methods_answer_405() {
         .await
         .problem(403, "forbidden");
 }
+
+/// A claim of `key` in `pay` carrying `Origin: origin`, as `api` (its token, if any).
+async fn claim_from(api: &Api, origin: &str, key: &str) -> Resp {
+    let req = api
+        .http
+        .post(format!("{}/v1/namespaces/pay/keys/{key}/claim", api.base))
+        .header("origin", origin)
+        .header("content-type", "text/plain;charset=UTF-8")
+        .body("{}");
+    api.send(req).await
+}
+
+#[tokio::test]
+async fn a_web_page_elsewhere_cannot_make_a_browser_call_idem() {
+    // Without tokens: a cross-site "simple" POST (no preflight) from another site, or from
+    // a DNS-rebound name, is refused and writes nothing; a loopback page and a client that
+    // is not a browser (no Origin) are served.
+    let app = spawn_app().await;
+    let port = app.base.rsplit(':').next().unwrap_or("0").to_owned();
+    for origin in [
+        "https://evil.example".to_owned(),
+        format!("http://rebound.example:{port}"),
+        "null".to_owned(),
+    ] {
+        claim_from(&app, &origin, "k1")
+            .await
+            .problem(403, "forbidden");
+    }
+    app.record("pay", "k1").await.problem(404, "not_found");
+    let mcp = app
+        .send(
+            app.http
+                .post(format!("{}/mcp/pay", app.base))
+                .header("origin", "https://evil.example")
+                .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "ping"})),
+        )
+        .await;
+    mcp.problem(403, "forbidden");
+    let ok = claim_from(&app, &format!("http://127.0.0.1:{port}"), "k2").await;
+    assert_eq!(ok.status, 201, "{}", ok.text);
+    let ok = app.claim("pay", "k3", json!({})).await;
+    assert_eq!(ok.status, 201, "{}", ok.text);
+
+    // With tokens: 401 first; with a token, another site is still refused.
+    let app = spawn_with(with_tokens()).await;
+    let admin = app.as_token(Some(&app.tokens[0]));
+    claim_from(&app.as_token(None), "https://evil.example", "k1")
+        .await
+        .problem(401, "unauthorized");
+    claim_from(&admin, "https://evil.example", "k1")
+        .await
+        .problem(403, "forbidden");
+    let own = app.base.trim_start_matches("http://").to_owned();
+    let ok = claim_from(&admin, &format!("http://{own}"), "k1").await;
+    assert_eq!(ok.status, 201, "{}", ok.text);
+}

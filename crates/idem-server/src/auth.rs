@@ -265,7 +265,11 @@ fn check_origin(headers: &HeaderMap, open: bool) -> Result<(), ApiError> {
     Err(ApiError::Forbidden(format!(
         "a call from the web page at `{shown}` is refused: only pages on the loopback{} may \
          call idem from a browser",
-        if open { "" } else { " or on the server's own origin" }
+        if open {
+            ""
+        } else {
+            " or on the server's own origin"
+        }
     )))
 }
 
@@ -285,7 +289,9 @@ fn origin_allowed(origin: &str, headers: &HeaderMap, open: bool) -> bool {
         None => authority.rsplit_once(':').map_or(authority, |(h, _)| h),
     };
     let loopback = host.eq_ignore_ascii_case("localhost")
-        || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback());
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback());
     if loopback {
         return true;
     }

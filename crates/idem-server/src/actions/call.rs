@@ -437,7 +437,9 @@ pub async fn call(
             // A resumed record delivers what was saved (approved, or prepared by the first
             // call), never this call's arguments.
             (false, Some(Value::Object(saved))) if *saved != d.args => {
-                match unsendable(saved_request(st, &policy, action, headers, saved, cost, key).await)? {
+                match unsendable(
+                    saved_request(st, &policy, action, headers, saved, cost, key).await,
+                )? {
                     Ok((i, g)) => {
                         guarded = g;
                         saved_input = Some(i);

@@ -722,7 +722,9 @@ async fn an_approved_draft_that_can_no_longer_be_sent_fails_visibly() {
             .patch_namespace("shop", json!({"egress": {"allow": ["example.com"]}}))
             .await;
         assert_eq!(p.status, 200, "{}", p.text);
-        let ok = app.approve("shop", "e1:followup:v1", json!({"note": "fine"})).await;
+        let ok = app
+            .approve("shop", "e1:followup:v1", json!({"note": "fine"}))
+            .await;
         assert_eq!(ok.status, 200, "{}", ok.text);
         let rec = state_after(&app, "e1:followup:v1", "prepared").await;
         assert_eq!(rec["state"], "failed_permanent", "{rec}");
@@ -749,7 +751,9 @@ async fn an_approved_draft_that_can_no_longer_be_sent_fails_visibly() {
             )))
             .await;
         assert_eq!(del.status, 204, "{}", del.text);
-        let ok = app.approve("shop", "e2:followup:v1", json!({"note": "fine"})).await;
+        let ok = app
+            .approve("shop", "e2:followup:v1", json!({"note": "fine"}))
+            .await;
         assert_eq!(ok.status, 200, "{}", ok.text);
         let rec = state_after(&app, "e2:followup:v1", "prepared").await;
         assert_eq!(rec["state"], "failed_permanent", "{rec}");
@@ -775,7 +779,10 @@ async fn a_bad_cost_member_is_a_tool_error_not_an_http_problem() {
         assert_eq!(r.body["id"], 7, "{}", r.text);
         let res = &r.body["result"];
         assert_eq!(res["isError"], true, "{res}");
-        assert_eq!(res["structuredContent"]["outcome"], "invalid_field", "{res}");
+        assert_eq!(
+            res["structuredContent"]["outcome"], "invalid_field",
+            "{res}"
+        );
         assert_eq!(res["structuredContent"]["field"], "cost.bogus", "{res}");
     }
 }

@@ -200,7 +200,11 @@ fn the_key_keeps_plain_values_and_hashes_the_rest() {
     assert_eq!(k.as_str().len(), 64 + ":followup:1".len());
     // An integer argument written as an integral float is that integer: one key, not a hash
     // that would let the same call through twice.
-    for n in [json!(1.0), json!(1e0), serde_json::from_str::<Value>("1.000").expect("n")] {
+    for n in [
+        json!(1.0),
+        json!(1e0),
+        serde_json::from_str::<Value>("1.000").expect("n"),
+    ] {
         let args = json!({"order_id": "847", "n": n, "text": "hi"});
         let k = a.key_for(args.as_object().expect("obj")).expect("key");
         assert_eq!(k.as_str(), "847:followup:1", "{n}");

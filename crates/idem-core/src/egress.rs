@@ -169,6 +169,18 @@ impl AllowEntry {
         self.port.is_none_or(|p| p == port)
     }
 
+    /// Whether a matching address entry names addresses of `class` on purpose: an IP entry
+    /// does, a CIDR entry only when its whole range is of that class.
+    fn lists_class(&self, class: AddrClass) -> bool {
+        match &self.pattern {
+            HostPattern::Ip(_) => true,
+            HostPattern::Cidr(net, len) => {
+                classify_addr(*net) == class && classify_addr(last_in(*net, *len)) == class
+            }
+            HostPattern::Exact(_) | HostPattern::Suffix(_) => false,
+        }
+    }
+
     /// The entry matches this address (an IP or CIDR entry and the port).
     pub fn matches_addr(&self, ip: IpAddr, port: u16) -> bool {
         if !self.port_matches(port) {
@@ -393,6 +405,20 @@ fn network(ip: IpAddr, len: u8) -> IpAddr {
     }
 }
 
+/// The last address of the block `net/len`.
+fn last_in(net: IpAddr, len: u8) -> IpAddr {
+    match net {
+        IpAddr::V4(a) => {
+            let host = u32::MAX.checked_shr(u32::from(len)).unwrap_or(0);
+            IpAddr::V4((u32::from(a) | host).into())
+        }
+        IpAddr::V6(a) => {
+            let host = u128::MAX.checked_shr(u32::from(len)).unwrap_or(0);
+            IpAddr::V6((u128::from(a) | host).into())
+        }
+    }
+}
+
 fn in_cidr(ip: IpAddr, net: IpAddr, len: u8) -> bool {
     let direct = match (ip, net) {
         (IpAddr::V4(_), IpAddr::V4(_)) | (IpAddr::V6(_), IpAddr::V6(_)) => network(ip, len) == net,
@@ -474,12 +500,21 @@ pub fn check_addr(
     port: u16,
     name: NameListing,
 ) -> Result<(), Refusal> {
+    let class = classify_addr(ip);
     let addr_listed = policy.allow.iter().any(|e| e.matches_addr(ip, port));
-    let exact = addr_listed || name == NameListing::Exact;
-    if !policy.allow.is_empty() && !exact && name == NameListing::No {
+    if !policy.allow.is_empty() && !addr_listed && name == NameListing::No {
         return Err(Refusal::NotListed);
     }
-    match classify_addr(ip) {
+    // A special address (loopback, link-local and metadata, private…) counts as listed by an
+    // address entry, or by a CIDR entry that lies wholly in its class (`127.0.0.0/8`,
+    // `169.254.169.254/32`, `10.0.0.0/8`), never by a catch-all such as `0.0.0.0/0`: "any
+    // address" does not say "the metadata service too".
+    let exact = name == NameListing::Exact
+        || policy
+            .allow
+            .iter()
+            .any(|e| e.matches_addr(ip, port) && e.lists_class(class));
+    match class {
         AddrClass::Public => Ok(()),
         // Never a destination, listed or not.
         c @ (AddrClass::Multicast | AddrClass::Unspecified) => Err(Refusal::Address(c)),
@@ -796,6 +831,36 @@ mod tests {
             Ok(())
         );
         assert!(check_addr(&block, ip("11.0.0.1"), 1, NameListing::No).is_err());
+        // A catch-all block lists public addresses, not the special ones inside it: those
+        // need an entry of their own class.
+        for all in [
+            pol(&["0.0.0.0/0", "::/0"], false),
+            pol(&["0.0.0.0/1"], false),
+        ] {
+            assert_eq!(check_addr(&all, ip("8.8.8.8"), 80, NameListing::No), Ok(()));
+            for special in ["127.0.0.1", "10.1.2.3", "::1"] {
+                assert!(
+                    check_addr(&all, ip(special), 80, NameListing::No).is_err(),
+                    "{special}"
+                );
+            }
+        }
+        let all = pol(&["0.0.0.0/0"], false);
+        assert!(check_addr(&all, ip("169.254.169.254"), 80, NameListing::No).is_err());
+        let all_private = pol(&["0.0.0.0/0"], true);
+        assert_eq!(
+            check_addr(&all_private, ip("10.1.2.3"), 80, NameListing::No),
+            Ok(())
+        );
+        let lo = pol(&["127.0.0.0/8", "169.254.0.0/16"], false);
+        assert_eq!(
+            check_addr(&lo, ip("127.3.2.1"), 80, NameListing::No),
+            Ok(())
+        );
+        assert_eq!(
+            check_addr(&lo, ip("169.254.169.254"), 80, NameListing::No),
+            Ok(())
+        );
         // Unspecified and multicast are never destinations, listed or not.
         let odd = pol(&["0.0.0.0", "224.0.0.0/4"], false);
         assert!(check_addr(&odd, ip("0.0.0.0"), 80, NameListing::No).is_err());

@@ -432,7 +432,7 @@ impl Egress {
             .no_proxy()
             .pool_max_idle_per_host(self.pool.max_idle_per_host)
             .pool_idle_timeout(self.pool.idle_timeout)
-            .connect_timeout(timeout)
+            .connect_timeout(connect_timeout(timeout))
             .timeout(timeout)
             .user_agent(concat!("idem/", env!("CARGO_PKG_VERSION")));
         if let Reach::Name(addrs) = &target.reach {
@@ -552,6 +552,15 @@ fn admit(
             reach: Reach::Name(passed),
         }),
     }
+}
+
+/// How long a new connection (TCP, then TLS) may take: a little less than the whole request's
+/// `timeout`, so a connection that never completes — a destination that drops SYNs, a TLS
+/// peer that never answers the ClientHello — fails as a connect error (nothing was sent:
+/// retryable) before the request's own timeout, which means "sent, no answer" (ambiguous),
+/// could claim it.
+fn connect_timeout(timeout: Duration) -> Duration {
+    timeout.saturating_sub((timeout / 10).min(Duration::from_millis(500)))
 }
 
 #[cfg(test)]

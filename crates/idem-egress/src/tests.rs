@@ -277,6 +277,33 @@ async fn a_hanging_destination_is_a_timeout_after_sending_and_a_closed_port_is_n
     );
 }
 
+#[tokio::test]
+async fn a_connection_that_never_completes_is_nothing_sent_not_a_timeout() {
+    // A TLS peer that accepts the TCP connection and never answers the ClientHello: the
+    // request never left, so the attempt is retryable, not "sent, no answer".
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = l.local_addr().expect("addr").port();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((sock, _)) = l.accept().await {
+            held.push(sock);
+        }
+    });
+    let e = egress(1024);
+    let t = allowed(&e, &format!("https://127.0.0.1:{port}/charge")).await;
+    assert_eq!(
+        e.send(&t, get(600)).await,
+        Outcome::NotSent(NotSent::Connect)
+    );
+    assert!(connect_timeout(Duration::from_millis(600)) < Duration::from_millis(600));
+    assert_eq!(
+        connect_timeout(Duration::from_secs(30)),
+        Duration::from_millis(29_500)
+    );
+}
+
 /// A raw loopback server that answers the status and part of a 100-byte body, then either
 /// stalls (`stall`) or closes the connection.
 async fn part_of_a_body(stall: bool) -> u16 {

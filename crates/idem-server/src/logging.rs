@@ -63,6 +63,9 @@ pub fn init_telemetry(
     let exporting = otel.is_some();
     let installed = tracing_subscriber::registry()
         .with(filter)
+        .with(tracing_subscriber::filter::filter_fn(|m| {
+            !never_logged(m.target())
+        }))
         .with(fmt)
         .with(otel)
         .try_init()
@@ -72,6 +75,12 @@ pub fn init_telemetry(
     }
     guard.traces = traces;
     guard
+}
+
+/// Targets whose lines carry what a log must never hold, at any level: PostgreSQL's driver
+/// logs every statement's parameters at DEBUG (stored results, keys, payloads).
+fn never_logged(target: &str) -> bool {
+    target == "tokio_postgres::query" || target.starts_with("tokio_postgres::query::")
 }
 
 struct Buffer {
@@ -229,6 +238,14 @@ impl Write for Line<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_drivers_statement_parameters_are_never_logged() {
+        assert!(never_logged("tokio_postgres::query"));
+        assert!(!never_logged("tokio_postgres::connection"));
+        assert!(!never_logged("tokio_postgres::queryx"));
+        assert!(!never_logged("idem_server::api"));
+    }
 
     /// A sink the test can read.
     #[derive(Clone, Default)]

@@ -87,6 +87,21 @@ fn unknown_and_invalid_fields_are_named() {
     let mut d = stripe();
     d["split"] = json!("items");
     assert_eq!(err(d).field(), "split");
+    // The framing and connection headers are the delivery's own, never the inbound ones.
+    for h in [
+        "Content-Length",
+        "host",
+        "Transfer-Encoding",
+        "Connection",
+        "Keep-Alive",
+    ] {
+        let mut d = stripe();
+        d["forward"]["headers"] = json!(["X-GitHub-Event", h]);
+        assert_eq!(err(d).field(), "forward.headers[1]", "{h}");
+    }
+    let mut d = stripe();
+    d["forward"]["headers"] = json!(["X-GitHub-Event", "Authorization"]);
+    assert!(SourceInput::parse("pay", &d).is_ok());
     // A `~` that is not `~0` or `~1` names nothing (RFC 6901): refused when written, not
     // found to hold every event later.
     for (field, bad) in [("split", "/items~2"), ("event_id.pointer", "/id~")] {

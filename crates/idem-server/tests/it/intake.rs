@@ -14,7 +14,7 @@ use hmac::{Hmac, Mac};
 use idem_intake::sign::{sign, Delivery};
 use idem_intake::Provider;
 use idem_testkit::app::{
-    backends, eventually, spawn_on, spawn_with, Backend, Options, Resp, TestApp,
+    backends, eventually, spawn_on, spawn_with, Api, Backend, Options, Resp, TestApp,
 };
 use serde_json::{json, Value};
 use sha2::Sha256;
@@ -179,7 +179,7 @@ pub(crate) fn stripe_source(url: &str) -> Value {
     })
 }
 
-pub(crate) async fn put_source(app: &TestApp, name: &str, doc: &Value) -> Resp {
+pub(crate) async fn put_source(app: &Api, name: &str, doc: &Value) -> Resp {
     app.send(
         app.http
             .put(format!("{}/v1/sources/{name}", app.base))
@@ -401,6 +401,47 @@ async fn operators_read_sources_admins_write_them_workers_neither() {
         // /in needs no token.
         let r = post_stripe(&app, "pay", SECRET, &evt("evt_1")).await;
         assert_eq!(r.status, 200, "{}", r.text);
+    }
+}
+
+#[tokio::test]
+async fn a_token_scoped_elsewhere_cannot_take_a_source_over_with_put() {
+    for backend in backends() {
+        let app = spawn_with(Options {
+            tokens: vec![(idem::Role::Admin, "*"), (idem::Role::Admin, "other")],
+            backend,
+            ..Default::default()
+        })
+        .await;
+        let mut doc = stripe_source("http://127.0.0.1:9/x");
+        doc["namespace"] = json!("payments");
+        assert_eq!(put_source(&app, "pay", &doc).await.status, 201);
+        let scoped = app.as_token(Some(&app.tokens[1]));
+        let mut take = stripe_source("http://127.0.0.1:9/attacker");
+        take["namespace"] = json!("other");
+        let r = scoped
+            .send(
+                scoped
+                    .http
+                    .put(format!("{}/v1/sources/pay", scoped.base))
+                    .json(&take),
+            )
+            .await;
+        r.problem(403, "forbidden");
+        let now = app.get("/v1/sources/pay").await;
+        assert_eq!(now.body["namespace"], "payments", "{}", now.text);
+        assert!(now.text.contains("127.0.0.1:9/x"), "{}", now.text);
+        // A new source in its own namespace it may write.
+        assert_eq!(put_source(&scoped, "mine", &take).await.status, 201);
+        // A body that is not an object is a JSON error, as everywhere in the API.
+        for bad in [json!([]), json!(5), json!("s")] {
+            put_source(&app, "pay", &bad)
+                .await
+                .problem(400, "invalid_json");
+            app.patch("/v1/sources/pay", bad.clone())
+                .await
+                .problem(400, "invalid_json");
+        }
     }
 }
 

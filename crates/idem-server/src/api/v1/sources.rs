@@ -32,7 +32,7 @@ use crate::intake::receive::ForwardItem;
 use crate::intake::{load, LoadedSource};
 use crate::route::{r, Route};
 use crate::state::AppState;
-use idem_intake::fanout::{delivery_key, DEFAULT};
+use idem_intake::fanout::{delivery_key, held_delivery_key, DEFAULT};
 
 /// The routes of this file.
 pub fn routes() -> Vec<Route> {
@@ -307,6 +307,11 @@ async fn write(
     let src = &input.source;
     caller.authorize(Role::Admin, Some(&source_ns(src)?))?;
     let before = load(st.ledger.store(), &src.name, st.ledger.now()).await?;
+    // A source that exists is written only by a caller who may write its namespace: a token
+    // scoped elsewhere must not move it (its secrets, its forward URL) into its own.
+    if let Some(b) = &before {
+        caller.authorize(Role::Admin, Some(&source_ns(&b.source)?))?;
+    }
     let w = SourceWrite {
         name: src.name.clone(),
         config: src.to_stored().to_string(),
@@ -392,6 +397,7 @@ pub async fn put_source(
     JsonBody(body): JsonBody,
 ) -> ApiResult<Response> {
     let name = source_name(&name)?;
+    object_body(&body)?;
     let input = SourceInput::parse(&name, &body)?;
     let (created, l) = write(&st, &caller, input, true).await?;
     let status = if created {
@@ -400,6 +406,18 @@ pub async fn put_source(
         StatusCode::OK
     };
     Ok((status, Json(l.read_shape())).into_response())
+}
+
+/// A source document is a JSON object: anything else is 400 `invalid_json`, as for every
+/// other body of the API.
+fn object_body(body: &serde_json::Value) -> ApiResult<()> {
+    if body.is_object() {
+        Ok(())
+    } else {
+        Err(ApiError::InvalidJson(
+            "the request body must be a JSON object".into(),
+        ))
+    }
 }
 
 /// Change a source (admin): the body merges into it recursively.
@@ -412,6 +430,7 @@ pub async fn patch_source(
     JsonBody(body): JsonBody,
 ) -> ApiResult<Json<SourceRead>> {
     let (_, l) = visible(&st, &caller, &name, Role::Admin).await?;
+    object_body(&body)?;
     let input = l.source.patch(&body)?;
     let (_, l) = write(&st, &caller, input, false).await?;
     Ok(Json(l.read_shape()))
@@ -576,7 +595,8 @@ pub async fn get_event(
         .store()
         .intake_event(ns.as_str(), key.as_str())
         .await?
-        .filter(|r| r.source == name)
+        // A delivery's row is no event (its event's read shows it).
+        .filter(|r| r.source == name && r.event_key.is_none())
         .ok_or_else(|| ApiError::NotFound("no such event for this source".into()))?;
     let stored = st.ledger.store().get(&ns, &key).await?;
     let destinations = destination_reads(&st, &ns, &row).await?;
@@ -650,21 +670,42 @@ pub struct DeliveryRead {
     pub state: String,
     pub attempts: Value,
     pub delivered_at: Option<String>,
+    /// Set when the delivery's own key was another record's: that key (the delivery is held
+    /// under `key`, in `needs_review`, until an operator redelivers it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub collides_with: Option<String>,
 }
 
-/// Each destination of the event `row`: its key, state and attempts.
+/// Each destination of the event `row`: its key, state and attempts. A named destination's
+/// delivery is the row under its key that names this event and destination, or — when that
+/// key was another record's — the one under its held key ([`held_delivery_key`]); a key
+/// that holds something else never lends its state to this delivery (while neither row is
+/// there, the delivery waits for its first pass: `prepared`).
 pub async fn destination_reads(
     st: &AppState,
     ns: &Namespace,
     row: &idem::IntakeEventRow,
 ) -> ApiResult<Vec<DeliveryRead>> {
     let mut out = vec![];
+    let store = st.ledger.store();
     for name in row.destination_names() {
-        let key = delivery_key(&row.key, &name);
+        let own = delivery_key(&row.key, &name);
+        let mut key = own.clone();
+        let ours = |d: &idem::IntakeEventRow| {
+            d.event_key.as_deref() == Some(row.key.as_str())
+                && d.destination.as_deref() == Some(name.as_str())
+        };
         let d = if key == row.key {
             Some(row.clone())
         } else {
-            st.ledger.store().intake_event(ns.as_str(), &key).await?
+            let held = held_delivery_key(&row.key, &name);
+            match store.intake_event(ns.as_str(), &held).await?.filter(ours) {
+                Some(d) => {
+                    key = held;
+                    Some(d)
+                }
+                None => store.intake_event(ns.as_str(), &key).await?.filter(ours),
+            }
         };
         let (state, attempts, delivered_at) = match &d {
             Some(d) => (
@@ -676,6 +717,7 @@ pub async fn destination_reads(
         };
         out.push(DeliveryRead {
             name,
+            collides_with: (key != own).then_some(own),
             key,
             state: state.as_str().to_owned(),
             attempts,

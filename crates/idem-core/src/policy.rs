@@ -141,20 +141,39 @@ fn int_in(v: &Value, field: &str, min: i64, max: i64) -> Result<i64, PolicyError
     }
 }
 
-/// Validates an `alert_url`: absolute http(s), at most 2048 characters.
+/// Validates an `alert_url`: absolute http(s) (the scheme in any case), a host and a valid
+/// port, no user info (it would be shown to every token that reads the namespace: a secret
+/// goes in `alert_secret`), no white space or control characters, at most 2048 characters —
+/// the rule of every other URL the API takes.
 pub fn validate_alert_url(s: &str) -> Result<(), String> {
     if s.len() > 2048 {
         return Err("must be at most 2048 characters".into());
     }
-    let rest = s
-        .strip_prefix("http://")
-        .or_else(|| s.strip_prefix("https://"))
-        .ok_or_else(|| String::from("must be an absolute http:// or https:// URL"))?;
-    if rest.is_empty()
-        || rest.starts_with('/')
-        || rest.chars().any(|c| c.is_whitespace() || c.is_control())
+    let scheme_ok = s
+        .get(..7)
+        .is_some_and(|p| p.eq_ignore_ascii_case("http://"))
+        || s.get(..8)
+            .is_some_and(|p| p.eq_ignore_ascii_case("https://"));
+    if !scheme_ok {
+        return Err("must be an absolute http:// or https:// URL".into());
+    }
+    let authority = s.split_once("://").map_or("", |(_, rest)| rest);
+    if authority.is_empty()
+        || authority.starts_with(['/', '\\'])
+        || s.chars().any(|c| c.is_whitespace() || c.is_control())
     {
         return Err("must be an absolute http:// or https:// URL with a host".into());
+    }
+    let u = url::Url::parse(s).map_err(|e| format!("is not an absolute URL ({e})"))?;
+    if u.host_str().is_none_or(str::is_empty) {
+        return Err("must be an absolute http:// or https:// URL with a host".into());
+    }
+    if !u.username().is_empty() || u.password().is_some() {
+        return Err(
+            "must not carry credentials (user:password@): every token that reads the \
+             namespace sees it; sign alerts with alert_secret instead"
+                .into(),
+        );
     }
     Ok(())
 }
@@ -497,6 +516,20 @@ mod tests {
             (json!({"daily_limit": -1}), "daily_limit"),
             (json!({"alert_url": "ftp://x"}), "alert_url"),
             (
+                json!({"alert_url": "https://alice:s3cret@hooks.example.com/x"}),
+                "alert_url",
+            ),
+            (
+                json!({"alert_url": "https://hooks.example.com@evil.example/x"}),
+                "alert_url",
+            ),
+            (
+                json!({"alert_url": "https://hooks.example.com:99999/x"}),
+                "alert_url",
+            ),
+            (json!({"alert_url": "https:///x"}), "alert_url"),
+            (json!({"alert_url": "https://a b/x"}), "alert_url"),
+            (
                 json!({"destination_idempotent": "yes"}),
                 "destination_idempotent",
             ),
@@ -545,6 +578,19 @@ mod tests {
             .expect("ok");
         assert_eq!(p.daily_limit, None);
         assert_eq!(p.alert_url, None);
+    }
+
+    #[test]
+    fn an_alert_url_follows_the_rule_of_every_other_url() {
+        for ok in [
+            "HTTPS://hooks.example.com/x",
+            "http://127.0.0.1:9/a?b=c#d",
+            "https://[::1]:8443/x",
+        ] {
+            assert_eq!(validate_alert_url(ok), Ok(()), "{ok}");
+        }
+        let e = validate_alert_url("https://alice:s3cret@hooks.example.com/x").expect_err("no");
+        assert!(!e.contains("s3cret"), "{e}");
     }
 }
 

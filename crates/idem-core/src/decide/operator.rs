@@ -86,6 +86,13 @@ pub(super) fn approve(rec: &Record, note: Option<&str>, ctx: &Ctx<'_>) -> Transi
     next.state = State::Prepared;
     next.lease_id = None;
     next.lease_expires_at = None;
+    // The delivery a person approved gets the namespace's whole budget from now, as after a
+    // `resolve retry`: the attempt before only drafted (nothing was sent), and the time spent
+    // waiting for the person is not retry time. Otherwise `max_attempts: 1` — the natural
+    // setting for money paths — or an approval later than `window_ms` would send every
+    // approved draft to review instead of delivering it.
+    next.budget_base = rec.attempt;
+    next.window_start = ctx.now;
     let e = operator_event(&next, EventType::Approved, rec.state, note, ctx);
     Transition::update_record(next, vec![e])
 }

@@ -1573,6 +1573,29 @@ fn approve_leaves_attempt_unchanged_and_the_resuming_claim_increments_it() {
 }
 
 #[test]
+fn an_approved_draft_gets_the_whole_budget_from_its_approval() {
+    let mut p = Policy::default();
+    p.retry.max_attempts = 1;
+    let mut h = H::with_policy(p);
+    let tok = h.acquire();
+    h.move_to(&tok, State::AwaitingApproval);
+    // The person approves after the retry window has passed.
+    let window = h.policy.retry.window_ms;
+    h.advance(window + 1);
+    let approved = h.approve().expect("approve");
+    assert_eq!((approved.attempt, approved.budget_base), (1, 1));
+    let c = h.claim();
+    assert_eq!(c.outcome, ClaimOutcome::Acquired, "{c:?}");
+    assert_eq!(c.resumed, Some(true));
+    let tok = c.token.expect("token");
+    assert_eq!(tok.attempt, 2);
+    // The budget itself still holds: one attempt after the approval, not two.
+    let f = h.fail(&tok.secret(), Class::Retryable).expect("fail");
+    assert!(!f.retry.allowed, "{f:?}");
+    assert_eq!(f.record.state, State::NeedsReview);
+}
+
+#[test]
 fn permanent_and_ambiguous_fails_are_never_retried() {
     let (h, _) = H::in_state(State::FailedPermanent);
     let rec = h.rec();

@@ -159,10 +159,11 @@ pub struct PolicyPatchBody {
     /// First-time acquisitions per UTC day; `null` for no ceiling.
     #[schema(minimum = 0, maximum = 9_223_372_036_854_775_807i64)]
     daily_limit: Option<i64>,
-    /// Absolute http(s) URL with a host, at most 2048 bytes; `null` for no alerts.
+    /// Absolute http(s) URL (the scheme in any case) with a host and no user info, at most
+    /// 2048 bytes; `null` for no alerts.
     #[schema(
         max_length = 2048,
-        pattern = "^https?://[^/\\s\\x00-\\x1F\\x7F-\\x9F][^\\s\\x00-\\x1F\\x7F-\\x9F]*$"
+        pattern = "^[Hh][Tt][Tt][Pp][Ss]?://[^/?#\\\\@\\s\\x00-\\x1F\\x7F-\\x9F]+(?:[/?#\\\\][^\\s\\x00-\\x1F\\x7F-\\x9F]*)?$"
     )]
     alert_url: Option<String>,
     /// Write-only: `whsec_` + base64 of 24-64 random bytes, or `null` to remove it. With a

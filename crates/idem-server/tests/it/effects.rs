@@ -1061,3 +1061,32 @@ async fn a_large_answer_is_whole_in_both_places_when_performed_and_replayed() {
         }
     }
 }
+
+#[tokio::test]
+async fn a_caller_that_hangs_up_mid_request_does_not_lose_the_answer() {
+    for backend in backends() {
+        let (d, port, app) = pay_app(backend).await;
+        // The destination answers 201 after 500 ms; the caller gives up after 100 ms.
+        let url = format!("{}{}/effect", app.base, Api::key_path("pay", "hangup"));
+        let gone = app
+            .http
+            .post(url)
+            .timeout(Duration::from_millis(100))
+            .json(&post_to(port, "/slow"))
+            .send()
+            .await;
+        assert!(gone.is_err(), "the caller hung up");
+        let done = eventually(Duration::from_secs(5), || async {
+            app.record("pay", "hangup").await.body["record"]["state"] == "completed"
+        })
+        .await;
+        let rec = app.record("pay", "hangup").await;
+        assert!(done, "{}", rec.text);
+        assert_eq!(rec.body["record"]["result"]["status"], 201, "{}", rec.text);
+        // The next call replays the stored answer; nothing is sent again.
+        let r = effect(&app, "pay", "hangup", post_to(port, "/slow")).await;
+        assert_eq!(r.status, 200, "{}", r.text);
+        assert_eq!(r.body["outcome"], "completed", "{}", r.text);
+        assert_eq!(d.count_path("/slow"), 1);
+    }
+}

@@ -158,7 +158,7 @@ async fn handle(
     let body = if hyper::body::Body::is_end_stream(&body) {
         Body::empty()
     } else if declared.is_some_and(|n| n > body_limit as u64) {
-        return closing(ApiError::BodyTooLarge { limit: body_limit });
+        return closing(&parts, ApiError::BodyTooLarge { limit: body_limit });
     } else {
         let read = Limited::new(body, body_limit).collect();
         match tokio::time::timeout(limits.body_read_timeout, read).await {
@@ -167,14 +167,15 @@ async fn handle(
                 if e.downcast_ref::<http_body_util::LengthLimitError>()
                     .is_some()
                 {
-                    return closing(ApiError::BodyTooLarge { limit: body_limit });
+                    return closing(&parts, ApiError::BodyTooLarge { limit: body_limit });
                 }
                 // The client went away or sent a broken body: nobody reads an answer.
-                return closing(ApiError::InvalidJson(
-                    "the request body could not be read".into(),
-                ));
+                return closing(
+                    &parts,
+                    ApiError::InvalidJson("the request body could not be read".into()),
+                );
             }
-            Err(_) => return closing(ApiError::RequestTimeout(limits.body_read_timeout)),
+            Err(_) => return closing(&parts, ApiError::RequestTimeout(limits.body_read_timeout)),
         }
     };
     match app.oneshot(Request::from_parts(parts, body)).await {
@@ -183,9 +184,14 @@ async fn handle(
     }
 }
 
-/// A refusal of this module: problem+json with `connection: close`.
-fn closing(e: ApiError) -> Response {
-    let mut resp = e.into_response();
+/// A refusal of this module with `connection: close`: problem+json, or for the console's
+/// paths the console's error page with its security headers (every console answer has them).
+fn closing(parts: &axum::http::request::Parts, e: ApiError) -> Response {
+    let mut resp = if crate::console::is_console_path(parts.uri.path()) {
+        crate::console::early_refusal(e)
+    } else {
+        e.into_response()
+    };
     resp.headers_mut()
         .insert(header::CONNECTION, HeaderValue::from_static("close"));
     resp

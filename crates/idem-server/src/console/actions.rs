@@ -192,10 +192,10 @@ pub fn url_target(url: &str) -> String {
 
 /// A header's hint as shown: the last characters of a long value, or only that it is set.
 fn hinted(name: &str, hint: &Value) -> String {
-    match hint.as_str().filter(|h| !h.is_empty()) {
-        Some(h) => format!("{name}: …{h}"),
-        None => format!("{name}: (set)"),
-    }
+    format!(
+        "{name}: {}",
+        super::view::hint_shown(hint.as_str().unwrap_or_default())
+    )
 }
 
 /// `name: …hint` per header, one a line (request headers; `reconcile` ones prefixed).

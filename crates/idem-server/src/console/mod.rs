@@ -99,7 +99,21 @@ pub fn router(state: AppState) -> Router<AppState> {
         .route("/console/{*rest}", get(not_found).post(not_found))
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(state, session::gate))
-        .layer(axum::middleware::map_response(security_headers))
+        .layer(axum::middleware::map_response(
+            |resp: Response| async move { secured(resp) },
+        ))
+}
+
+/// Whether `path` is the console's (its pages, forms and asset).
+pub fn is_console_path(path: &str) -> bool {
+    path == "/console" || path.starts_with("/console/")
+}
+
+/// A refusal made before the console's router ran (`crate::conn`: a body over the limit, a
+/// body that timed out or could not be read) as the console answers: its HTML error page,
+/// with its security headers.
+pub fn early_refusal(e: ApiError) -> Response {
+    secured(ConsoleError::Api(e).into_response())
 }
 
 /// The stylesheet, compiled into the binary.
@@ -130,7 +144,8 @@ async fn method_not_allowed() -> ConsoleError {
 /// The headers every console response carries, error pages included: no script or style
 /// from anywhere but this origin (and no inline script at all), never framed, never sniffed,
 /// never cached (pages show live ledger data and a CSRF token), no referrer sent elsewhere.
-async fn security_headers(mut resp: Response) -> Response {
+/// Set on everything the router answers, and by [`early_refusal`] on what is answered before.
+fn secured(mut resp: Response) -> Response {
     let h = resp.headers_mut();
     h.insert(
         header::CONTENT_SECURITY_POLICY,

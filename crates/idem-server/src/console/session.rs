@@ -201,11 +201,37 @@ async fn read_form(st: &AppState, body: Body) -> Result<FormData, ConsoleError> 
                 ),
             )
         })?;
-    Ok(FormData(
-        url::form_urlencoded::parse(&bytes)
-            .map(|(k, v)| (k.into_owned(), v.into_owned()))
-            .collect(),
-    ))
+    parse_form(&bytes).map(FormData).ok_or_else(|| {
+        ConsoleError::Page(
+            ErrorCode::InvalidJson,
+            "The form is not valid UTF-8 text; nothing was changed.".into(),
+        )
+    })
+}
+
+/// The fields of a urlencoded body (`application/x-www-form-urlencoded`: `&`-separated
+/// `name=value` pairs, `+` for a space, percent-escapes), or `None` when a name or a value
+/// is not UTF-8 once decoded. A form is text, as the API's JSON bodies are: bytes that are
+/// not UTF-8 are refused, never stored as replacement characters.
+fn parse_form(bytes: &[u8]) -> Option<Vec<(String, String)>> {
+    let decode = |raw: &[u8]| {
+        let spaced: Vec<u8> = raw
+            .iter()
+            .map(|&b| if b == b'+' { b' ' } else { b })
+            .collect();
+        String::from_utf8(percent_encoding::percent_decode(&spaced).collect()).ok()
+    };
+    bytes
+        .split(|&b| b == b'&')
+        .filter(|pair| !pair.is_empty())
+        .map(|pair| {
+            let (name, value) = match pair.iter().position(|&b| b == b'=') {
+                Some(i) => (&pair[..i], &pair[i + 1..]),
+                None => (pair, &[][..]),
+            };
+            Some((decode(name)?, decode(value)?))
+        })
+        .collect()
 }
 
 fn csrf_refused() -> ConsoleError {
@@ -495,6 +521,35 @@ mod tests {
         for next in ["/console/\n", "/console/review?state=needs_review"] {
             let resp = Redirect::to(&safe_next(Some(next))).into_response();
             assert_eq!(resp.status(), StatusCode::SEE_OTHER, "{next:?}");
+        }
+    }
+
+    #[test]
+    fn a_form_is_read_as_urlencoded_utf8_text_or_refused() {
+        let fields = |b: &[u8]| parse_form(b).expect("a readable form");
+        assert_eq!(
+            fields(b"csrf=abc&note=a+b%20c%C3%A9&&flag&empty=&x=1=2"),
+            [
+                ("csrf", "abc"),
+                ("note", "a b c\u{e9}"),
+                ("flag", ""),
+                ("empty", ""),
+                ("x", "1=2"),
+            ]
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        );
+        assert_eq!(fields(b""), vec![]);
+        assert_eq!(
+            fields(b"note=%2B%26"),
+            [("note".to_owned(), "+&".to_owned())]
+        );
+        for bad in [
+            &b"note=%FF%FE"[..],
+            b"csrf=x&note=ok&%C3=1",
+            b"note=\xff",
+            b"note=%C3",
+        ] {
+            assert_eq!(parse_form(bad), None, "{bad:?}");
         }
     }
 

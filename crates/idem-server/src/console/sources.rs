@@ -5,8 +5,9 @@
 //! Every read and every redeliver is the API's own handler (`crate::api::v1::sources`)
 //! called with the session's caller, so validation, role, scope and messages are the API's.
 //! What this file must never do: show a secret (sources are shown in their read shape, with
-//! hints only), show a request body or header without escaping it, or reveal a source of
-//! another namespace to a scoped session (such a source is answered like a missing one).
+//! hints only; a stored header whose name says it may carry a credential is shown as a hint
+//! too), show a request body or header without escaping it, or reveal a source of another
+//! namespace to a scoped session (such a source is answered like a missing one).
 
 use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
@@ -389,10 +390,16 @@ async fn event_page(
     let rec = &doc["record"];
     let ns = s(&doc, "/record/namespace");
     let key = s(ev, "/key");
+    // A forwarded header may carry a credential (`Authorization`, `Cookie`, a token): its
+    // value is shown as a hint only, as an action's header values are.
     let headers: Vec<(String, String)> = ev
         .get("headers")
         .and_then(Value::as_object)
-        .map(|m| m.iter().map(|(k, v)| (k.clone(), short(Some(v)))).collect())
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| (k.clone(), view::header_value_shown(k, &short(Some(v)))))
+                .collect()
+        })
         .unwrap_or_default();
     let attempts = doc
         .get("attempts")

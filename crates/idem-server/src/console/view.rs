@@ -169,6 +169,48 @@ pub fn text_block(s: &str) -> Markup {
     }
 }
 
+/// A hint as the console shows it: `…` and the last characters of the value the hint was
+/// made of ([`idem::Secret::hint`]: a value of 8 characters or fewer has none), or only that
+/// it is set.
+pub fn hint_shown(hint: &str) -> String {
+    if hint.is_empty() {
+        "(set)".to_owned()
+    } else {
+        format!("…{hint}")
+    }
+}
+
+/// Whether a header's value may carry a credential (the console shows it as a hint only):
+/// `Authorization`, `Proxy-Authorization`, `Cookie`, `Set-Cookie`, and any name that holds
+/// `token`, `secret`, `signature`, `api-key` / `apikey` / `api_key`, `auth`, `session`,
+/// `password` or `cookie`, in any case.
+pub fn credential_header(name: &str) -> bool {
+    const PARTS: [&str; 10] = [
+        "auth",
+        "cookie",
+        "token",
+        "secret",
+        "signature",
+        "api-key",
+        "apikey",
+        "api_key",
+        "session",
+        "password",
+    ];
+    let name = name.to_ascii_lowercase();
+    PARTS.iter().any(|p| name.contains(p))
+}
+
+/// A stored header's value as the console shows it: in full, or as a hint when its name says
+/// it may carry a credential ([`credential_header`]).
+pub fn header_value_shown(name: &str, value: &str) -> String {
+    if credential_header(name) {
+        hint_shown(&idem::Secret::new(value).hint())
+    } else {
+        value.to_owned()
+    }
+}
+
 pub fn state_badge(s: State) -> Markup {
     html! { span class={ "state state-" (s.as_str()) } { (s.as_str()) } }
 }
@@ -268,6 +310,46 @@ pub fn state_tabs(label: &str, href: &str, current: &str) -> Markup {
                 a href={ (href) "?state=" (s.as_str()) }
                   aria-current=[(current == s.as_str()).then_some("page")] { (s.as_str()) }
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credential_headers_are_shown_as_hints_and_others_in_full() {
+        for name in [
+            "Authorization",
+            "proxy-authorization",
+            "Cookie",
+            "set-cookie",
+            "X-Auth-Token",
+            "x-webhook-secret",
+            "X-Hub-Signature-256",
+            "stripe-signature",
+            "X-Api-Key",
+            "x-apikey",
+            "X_API_KEY",
+            "X-Session-Id",
+            "X-Password",
+        ] {
+            assert!(credential_header(name), "{name}");
+            assert_eq!(
+                header_value_shown(name, "Bearer s3cr3t-value-3456"),
+                "…3456"
+            );
+            assert_eq!(header_value_shown(name, "short"), "(set)");
+        }
+        for name in [
+            "X-GitHub-Event",
+            "content-type",
+            "User-Agent",
+            "X-Request-Id",
+        ] {
+            assert!(!credential_header(name), "{name}");
+            assert_eq!(header_value_shown(name, "push"), "push");
         }
     }
 }

@@ -121,6 +121,16 @@ impl Console {
         self.send(req).await
     }
 
+    /// POSTs `body` as it is, as a urlencoded form.
+    async fn post_raw(&mut self, path: &str, body: Vec<u8>) -> Page {
+        let req = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(body);
+        self.send(req).await
+    }
+
     /// Signs in with `token`; returns the answer to the sign-in POST.
     async fn sign_in(&mut self, token: &str) -> Page {
         let login = self.get("/console/login").await;
@@ -332,6 +342,69 @@ async fn a_post_without_the_csrf_token_is_refused_and_changes_nothing() {
         assert_eq!(api.record("pay", "evt_1:charge").await.body, before);
         assert_eq!(api.namespace("pay").await.body["paused"], false);
     }
+}
+
+#[tokio::test]
+async fn a_form_that_is_not_utf8_is_refused_and_changes_nothing() {
+    for backend in backends() {
+        let app = app_with_tokens(backend).await;
+        let api = app.as_token(Some(&app.tokens[1]));
+        to_review(&app, &api, "pay", "evt_8:charge", "w1").await;
+        let before = api.record("pay", "evt_8:charge").await.body;
+        let mut c = Console::signed_in(&app, &app.tokens[1]).await;
+        let csrf = c.csrf().await;
+        let path = format!("{}/resolve", rec("pay", "evt_8:charge"));
+        // A percent-escape of bytes that are not UTF-8, and such a byte sent as it is.
+        for tail in [&b"&note=%FF%FE"[..], b"&note=paid \xff"] {
+            let mut body = format!("csrf={csrf}&action=completed").into_bytes();
+            body.extend_from_slice(tail);
+            let p = c.post_raw(&path, body).await;
+            assert_eq!(p.status, 400, "{backend:?}: {}", p.text);
+            p.assert_secure_headers();
+            p.assert_has("not valid UTF-8");
+            assert_eq!(api.record("pay", "evt_8:charge").await.body, before);
+        }
+        // The same form in UTF-8 is taken.
+        let body = format!("csrf={csrf}&action=completed&note=paid+%E2%9C%93").into_bytes();
+        assert_eq!(c.post_raw(&path, body).await.status, 303);
+        let after = api.record("pay", "evt_8:charge").await;
+        assert_eq!(
+            last_event(&after)["note"],
+            "paid \u{2713}",
+            "{}",
+            after.text
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_form_over_the_body_limit_gets_the_console_error_page_with_its_headers() {
+    let app = spawn_with(Options {
+        tokens: vec![(Role::Operator, "*")],
+        body_limit: 4096,
+        ..Default::default()
+    })
+    .await;
+    let api = app.as_token(Some(&app.tokens[0]));
+    to_review(&app, &api, "pay", "evt_9:charge", "w1").await;
+    let before = api.record("pay", "evt_9:charge").await.body;
+    let mut c = Console::signed_in(&app, &app.tokens[0]).await;
+    let csrf = c.csrf().await;
+    let path = format!("{}/resolve", rec("pay", "evt_9:charge"));
+    let note = "n".repeat(8192);
+    let form = [("action", "completed"), ("note", note.as_str())];
+    let p = c.post_csrf(&path, &csrf, &form).await;
+    assert_eq!(p.status, 413, "{}", p.text);
+    p.assert_secure_headers();
+    assert_eq!(p.header("referrer-policy"), "same-origin");
+    p.assert_has("413 Payload Too Large");
+    assert_eq!(api.record("pay", "evt_9:charge").await.body, before);
+    // The API's refusal stays problem+json.
+    let r = api
+        .claim("pay", "big", json!({"payload": "x".repeat(8192)}))
+        .await;
+    r.problem(413, "body_too_large");
+    assert!(r.headers.get("content-security-policy").is_none());
 }
 
 #[tokio::test]
@@ -793,22 +866,32 @@ fn stripe_doc(ns: &str, url: &str, timeout_ms: u64) -> Value {
 /// A real signed `POST /in/{source}` (Stripe's scheme, signed here with HMAC directly);
 /// returns the key of its one event.
 async fn post_signed(app: &TestApp, source: &str, body: &[u8]) -> String {
+    post_signed_with(app, source, body, &[]).await
+}
+
+/// [`post_signed`] with `extra` request headers besides the signature.
+async fn post_signed_with(
+    app: &TestApp,
+    source: &str,
+    body: &[u8],
+    extra: &[(&str, &str)],
+) -> String {
     use hmac::{Hmac, Mac};
     let t = app.now().0 / 1000;
     let mut mac = Hmac::<sha2::Sha256>::new_from_slice(STRIPE_SECRET.as_bytes()).expect("key");
     mac.update(format!("{t}.").as_bytes());
     mac.update(body);
     let sig = format!("t={t},v1={}", hex::encode(mac.finalize().into_bytes()));
-    let r = app
-        .as_token(None)
-        .send(
-            app.http
-                .post(format!("{}/in/{source}", app.base))
-                .header("content-type", "application/json")
-                .header("stripe-signature", sig)
-                .body(body.to_vec()),
-        )
-        .await;
+    let mut req = app
+        .http
+        .post(format!("{}/in/{source}", app.base))
+        .header("content-type", "application/json")
+        .header("stripe-signature", sig)
+        .body(body.to_vec());
+    for (name, value) in extra {
+        req = req.header(*name, *value);
+    }
+    let r = app.as_token(None).send(req).await;
     assert_eq!(r.status, 200, "{}", r.text);
     r.body["events"][0]["key"].as_str().expect("key").to_owned()
 }
@@ -831,7 +914,8 @@ async fn credentials_in_a_forward_or_alert_url_are_not_shown() {
         let r = admin
             .patch_namespace(
                 "pay",
-                json!({"alert_url": "https://ops:a-s3cr3t@alerts.example.com/hook?k=k-s3cr3t"}),
+                // User info is refused in an alert URL; a query may still carry a credential.
+                json!({"alert_url": "https://alerts.example.com/hook?k=k-s3cr3t#a-s3cr3t"}),
             )
             .await;
         assert_eq!(r.status, 200, "{}", r.text);
@@ -968,6 +1052,74 @@ async fn sources_are_listed_and_an_event_shows_its_body_as_text() {
         assert!(!p.text.contains("<img"), "{}", p.text);
         assert_eq!(c.get(&event_page("pay", "nope")).await.status, 404);
         assert_eq!(c.get("/console/sources/nope").await.status, 404);
+    }
+}
+
+#[tokio::test]
+async fn forwarded_credentials_are_shown_as_hints_on_the_event_page() {
+    for backend in backends() {
+        let app = app_with_tokens(backend).await;
+        let admin = app.as_token(Some(&app.tokens[0]));
+        let mut doc = stripe_doc("pay", "http://127.0.0.1:9/x", 1000);
+        doc["forward"]["headers"] = json!([
+            "Authorization",
+            "X-GitHub-Event",
+            "Cookie",
+            "X-Api-Key",
+            "X-Short-Token",
+        ]);
+        let r = admin
+            .send(
+                admin
+                    .http
+                    .put(format!("{}/v1/sources/fwd", admin.base))
+                    .json(&doc),
+            )
+            .await;
+        assert_eq!(r.status, 201, "{}", r.text);
+        // No id: held, nothing is forwarded.
+        let key = post_signed_with(
+            &app,
+            "fwd",
+            br#"{"type":"push"}"#,
+            &[
+                ("authorization", "Bearer SECRET-bearer-3456"),
+                ("x-github-event", "push-event-shown"),
+                ("cookie", "sid=SECRET-cookie-7890"),
+                ("x-api-key", "SECRET-apikey-4321"),
+                ("x-short-token", "SHORT1"),
+            ],
+        )
+        .await;
+        let mut c = Console::signed_in(&app, &app.tokens[1]).await;
+        let p = c.get(&event_page("fwd", &key)).await;
+        assert_eq!(p.status, 200, "{backend:?}: {}", p.text);
+        assert!(!p.text.contains("SECRET-"), "{}", p.text);
+        assert!(!p.text.contains("SHORT1"), "{}", p.text);
+        let row = |name: &str, value: &str| {
+            format!("<td class=\"mono\">{name}</td><td class=\"mono\">{value}</td>")
+        };
+        p.assert_has_all(&[
+            &row("authorization", "…3456"),
+            &row("cookie", "…7890"),
+            &row("x-api-key", "…4321"),
+            &row("x-short-token", "(set)"),
+            &row("x-github-event", "push-event-shown"),
+        ]);
+        // The API answers the stored values whole to the operator who may read the event
+        // (what was received and is forwarded, as the body is).
+        let api = app.as_token(Some(&app.tokens[1]));
+        let r = api
+            .send(
+                api.http
+                    .get(format!("{}/v1/sources/fwd/events/{}", api.base, enc(&key))),
+            )
+            .await;
+        assert_eq!(r.status, 200, "{}", r.text);
+        assert_eq!(
+            r.body["event"]["headers"]["authorization"],
+            "Bearer SECRET-bearer-3456"
+        );
     }
 }
 

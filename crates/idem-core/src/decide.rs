@@ -43,8 +43,8 @@ mod sweep;
 mod worker;
 
 pub use intake::{
-    ForwardOutcome, ForwardReportRequest, ForwardRetry, ForwardStartRequest, IntakeReceiveRequest,
-    FORWARD_OWNER, PAUSED_RECHECK_MS,
+    DeliveryOf, ForwardOutcome, ForwardReportRequest, ForwardRetry, ForwardStartRequest,
+    IntakeReceiveRequest, COLLISION_MESSAGE, FORWARD_OWNER, PAUSED_RECHECK_MS,
 };
 pub use worker::{reports_effect, FENCED_COMPLETION_NOTE};
 
@@ -324,6 +324,9 @@ pub enum IntakeReply {
     Duplicate { record: Box<Record> },
     /// A new event without an id, kept in `needs_review`.
     Held { record: Box<Record> },
+    /// The key is taken by a record that is not this event (or this delivery): nothing was
+    /// written. The caller holds the event (or the delivery) for review under another key.
+    Collision { record: Box<Record> },
     /// A forward attempt holds the lease with this token.
     Started {
         token: String,

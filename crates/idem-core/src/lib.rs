@@ -33,8 +33,8 @@ pub use decide::{
     RetryDecision, Tally, Transition, Write, FENCED_COMPLETION_NOTE,
 };
 pub use decide::{
-    ForwardOutcome, ForwardReportRequest, ForwardRetry, ForwardStartRequest, IntakeReceiveRequest,
-    IntakeReply, FORWARD_OWNER, PAUSED_RECHECK_MS,
+    DeliveryOf, ForwardOutcome, ForwardReportRequest, ForwardRetry, ForwardStartRequest,
+    IntakeReceiveRequest, IntakeReply, COLLISION_MESSAGE, FORWARD_OWNER, PAUSED_RECHECK_MS,
 };
 pub use effect::{Reconciled, RequestSummary, Verdict};
 pub use egress::{AllowEntry, EgressPolicy};

@@ -350,6 +350,9 @@ pub enum AlertReason {
     DeliveryGone,
     /// A forward's retries (attempts or window) are spent: the event went to review.
     DeliveryExhausted,
+    /// An inbound event's key, or the key of one of its deliveries, was already taken by a
+    /// record that is not that event or that delivery: it was held for review.
+    KeyCollision,
 }
 
 impl AlertReason {
@@ -361,6 +364,7 @@ impl AlertReason {
             AlertReason::MissingIdentity => "missing_identity",
             AlertReason::DeliveryGone => "delivery_gone",
             AlertReason::DeliveryExhausted => "delivery_exhausted",
+            AlertReason::KeyCollision => "key_collision",
         }
     }
 }

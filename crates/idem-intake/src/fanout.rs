@@ -87,6 +87,17 @@ pub fn delivery_key(event_key: &str, name: &str) -> String {
     }
 }
 
+/// The ledger key of the delivery of the event `event_key` to destination `name` when its
+/// own key ([`delivery_key`]) was taken by a record that is not that delivery (an event whose
+/// id is that key, a claim): the delivery is held for review under this key instead,
+/// `sha256:{hex}` of a text with a line break, which no key and no other delivery key is
+/// (an id is hashed only when it is no valid key, so only an event whose id is exactly that
+/// text could meet it). Stable: the same event and destination always hold here.
+pub fn held_delivery_key(event_key: &str, name: &str) -> String {
+    let text = format!("held delivery\n{event_key}\n{name}");
+    format!("sha256:{}", hex::encode(Sha256::digest(text.as_bytes())))
+}
+
 /// The names of the destinations (`(name, filter)`, in the source's order) that an event
 /// with this body and these headers goes to. The body is parsed only when a filter needs it.
 pub fn matching<'a>(
@@ -138,6 +149,13 @@ mod tests {
         assert!(k.starts_with("sha256:") && k.len() == 71, "{k}");
         assert_eq!(k, delivery_key(&long, "receipt"));
         assert_ne!(k, delivery_key(&long, "slack"));
+        // A delivery held because its key was taken: stable, its own, never a delivery key.
+        let h = held_delivery_key("evt_1", "crm");
+        assert!(h.starts_with("sha256:") && h.len() == 71, "{h}");
+        assert_eq!(h, held_delivery_key("evt_1", "crm"));
+        assert_ne!(h, held_delivery_key("evt_1", "email"));
+        assert_ne!(h, held_delivery_key("evt_2", "crm"));
+        assert_ne!(h, delivery_key("evt_1", "crm"));
     }
 
     #[test]

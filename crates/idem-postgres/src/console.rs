@@ -65,24 +65,22 @@ impl PgStore {
     ) -> Result<NamespaceActivity, StoreError> {
         self.bounded(async {
             let client = self.client().await.map_err(store_err)?;
+            // The count the ceiling is checked against (with or without a ceiling set).
             let today = client
-                .query_opt(
-                    "SELECT count FROM daily_counts WHERE namespace = $1 AND day = $2",
-                    &[&ns.as_str(), &now.utc_day()],
+                .query_one(
+                    crate::execute::TODAY_COUNT,
+                    &[&ns.as_str(), &crate::execute::first_hour(now.utc_day())],
                 )
                 .await
                 .map_err(store_err)?;
-            let today: Option<i64> = match today {
-                Some(r) => r.try_get(0).map_err(|e| store_err(corrupt(&e)))?,
-                None => None,
-            };
+            let today: i64 = today.try_get(0).map_err(|e| store_err(corrupt(&e)))?;
             let oldest = client
                 .query_one(OLDEST_PROCESSING_OF.as_str(), &[&ns.as_str()])
                 .await
                 .map_err(store_err)?;
             let oldest: Option<i64> = oldest.try_get(0).map_err(|e| store_err(corrupt(&e)))?;
             Ok(NamespaceActivity {
-                acquired_today: today.map_or(0, as_u64),
+                acquired_today: as_u64(today),
                 oldest_processing_at: oldest.map(Timestamp),
             })
         })

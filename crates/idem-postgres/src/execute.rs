@@ -3,7 +3,7 @@
 //!
 //! It owns the statements of the decision read (record, namespace row and today's count in
 //! one statement) and of persisting a plan: one autocommit statement when the plan has at most
-//! one event, no guarded daily count and no alert (the common case: half the round trips),
+//! one event, no daily ceiling to guard and no alert (the common case: half the round trips),
 //! else one transaction whose statements go out pipelined in one round trip. Its shortcut runs
 //! the one-round-trip paths of `fast.rs` on the caches. It never decides: every decision is
 //! the engine's, and every write is guarded so that a lost race is reported, never persisted.
@@ -31,23 +31,50 @@ use crate::rows::{
 };
 use crate::{corrupt, AlertParams, PgStore, INSERT_ALERT};
 
-/// Reads the record, the namespace row and today's acquisition count in one statement (one
-/// snapshot, one round trip, no locks). Exactly one row comes back.
+/// Today's first-time acquisitions in a namespace (`$1`): the sum of the `acquired_first` of
+/// the day's 24 hourly stats buckets (`$2` = the day's first hour; every slot's rows). Every
+/// first acquisition bumps its hour's bucket in the statement or transaction that inserts
+/// its record, with or without a `daily_limit`, so the day's count needs no counter of its
+/// own and a write that counts waits on no other writer (schema V7's slots); the janitor
+/// keeps at least the last 47 hours. As SQLite counts.
+pub(crate) const TODAY_COUNT: &str = "SELECT COALESCE(sum(acquired_first), 0)::BIGINT \
+    FROM ns_stats WHERE namespace = $1 AND hour >= $2 AND hour < $2 + 24";
+
+/// Reads the record, the namespace row and — when the decision may depend on it: no record,
+/// and a policy whose `daily_limit` is not `null` — today's acquisition count ([`TODAY_COUNT`],
+/// `$3` = the day's first hour) in one statement (one snapshot, one round trip, no locks).
+/// Exactly one row comes back; its count is NULL when it was not read (the engine then asks
+/// [`Backend::daily_count`] if the decision does need it).
 static READ_FOR_DECISION: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     format!(
-        "SELECT n.policy, n.paused, n.revision, n.updated_at, d.count, {} \
+        "SELECT n.policy, n.paused, n.revision, n.updated_at, \
+         CASE WHEN r.key IS NULL AND strpos(n.policy, '\"daily_limit\":null') = 0 THEN \
+             (SELECT COALESCE(sum(s.acquired_first), 0)::BIGINT FROM ns_stats s \
+              WHERE s.namespace = $1 AND s.hour >= $3 AND s.hour < $3 + 24) END, {} \
          FROM (SELECT 1 AS one) AS x \
          LEFT JOIN namespaces n ON n.namespace = $1 \
-         LEFT JOIN daily_counts d ON d.namespace = $1 AND d.day = $3 \
          LEFT JOIN records r ON r.namespace = $1 AND r.key = $2",
         *R_RECORD_COLS
     )
 });
 
-/// Counts a first-time acquisition unless the ceiling was reached concurrently (no row back).
-const BUMP_DAILY: &str = "INSERT INTO daily_counts (namespace, day, count) VALUES ($1, $2, 1) \
-    ON CONFLICT (namespace, day) DO UPDATE SET count = daily_counts.count + 1 \
-    WHERE daily_counts.count < $3 RETURNING count";
+/// Guards a first-time acquisition under a ceiling against concurrent ones: `daily_counts`
+/// holds one row per namespace and day that every writer under a ceiling locks and moves
+/// to `max(row, seen) + 1`, where `seen` (`$4`) is the day's count the decision was made on;
+/// no row back (the ceiling was reached concurrently) is a lost race. The row never exceeds
+/// the day's count (each move counts the acquisition it guards, in the same transaction,
+/// and `seen` is a committed count), so acquisitions made while no ceiling was set — which
+/// never touch the row — are counted through `seen`, and those of racing writers through
+/// the row.
+const BUMP_DAILY: &str = "INSERT INTO daily_counts (namespace, day, count) \
+    VALUES ($1, $2, $4::BIGINT + 1) \
+    ON CONFLICT (namespace, day) DO UPDATE SET count = GREATEST(daily_counts.count, $4) + 1 \
+    WHERE GREATEST(daily_counts.count, $4) < $3 RETURNING count";
+
+/// The first hour bucket of UTC day `day` (`StatsBump::hour` of its first millisecond).
+pub(crate) fn first_hour(day: i64) -> i64 {
+    day.saturating_mul(24)
+}
 
 type StepFuture<'a> =
     Pin<Box<dyn Future<Output = Result<Step, tokio_postgres::Error>> + Send + 'a>>;
@@ -81,11 +108,18 @@ pub(crate) async fn race_pause(n: u32) {
 pub(crate) struct PgExec<'s> {
     store: &'s PgStore,
     client: Client,
+    /// The day's count [`Backend::daily_count`] answered in this attempt (when the decision
+    /// read did not include it): what the ceiling's guard is moved from.
+    counted: Option<u64>,
 }
 
 impl<'s> PgExec<'s> {
     pub(crate) fn new(store: &'s PgStore, client: Client) -> Self {
-        PgExec { store, client }
+        PgExec {
+            store,
+            client,
+            counted: None,
+        }
     }
 }
 
@@ -101,6 +135,7 @@ impl Backend for PgExec<'_> {
         ctx: &ExecCtx,
     ) -> Result<Shortcut<Arc<NsSettings>>, TxError> {
         let store = self.store;
+        self.counted = None;
         let Some(s) = store.ns_cache.get(ns) else {
             return Ok(Shortcut::Read);
         };
@@ -157,20 +192,21 @@ impl Backend for PgExec<'_> {
     }
 
     async fn daily_count(&mut self, ns: &Namespace, day: i64) -> Result<u64, TxError> {
-        // `load` reads the count with the record; this runs only if that ever changes.
-        let row = self
+        // `load` reads the count with the record when the policy text says there is a
+        // ceiling; this runs only when it did not and the decision needs it.
+        let stmt = self
             .client
-            .query_opt(
-                "SELECT count FROM daily_counts WHERE namespace = $1 AND day = $2",
-                &[&ns.as_str(), &day],
-            )
+            .prepare_cached(TODAY_COUNT)
             .await
             .map_err(PgError::from)?;
-        let n: Option<i64> = match row {
-            Some(r) => r.try_get(0).map_err(|e| corrupt(&e))?,
-            None => None,
-        };
-        Ok(as_u64(n.unwrap_or(0)))
+        let row = self
+            .client
+            .query_one(&stmt, &[&ns.as_str(), &first_hour(day)])
+            .await
+            .map_err(PgError::from)?;
+        let n = as_u64(row.try_get(0).map_err(|e| corrupt(&e))?);
+        self.counted = Some(n);
+        Ok(n)
     }
 
     async fn persist(
@@ -197,8 +233,14 @@ impl Backend for PgExec<'_> {
                 }
             }
         };
-        let persisted = persist(&mut self.client, ns, key, plan, from).await?;
-        if let Some(r) = stored {
+        let seen = basis.daily_count.or(self.counted);
+        let persisted = persist(&mut self.client, ns, key, plan, from, seen).await?;
+        // An insert writes at least one event: none numbered is a rider's key found taken,
+        // with nothing written (and nothing to remember).
+        let written = plan.rider.is_none()
+            || !matches!(plan.write, PlanWrite::Insert(_))
+            || persisted.seqs.get(0) != 0;
+        if let (Some(r), true) = (stored, written) {
             self.store.records.put(r);
         }
         Ok(persisted)
@@ -225,7 +267,7 @@ impl PgExec<'_> {
         let read = self.client.prepare_cached(&READ_FOR_DECISION).await?;
         let row = self
             .client
-            .query_one(&read, &[&ns.as_str(), &key.as_str(), &day])
+            .query_one(&read, &[&ns.as_str(), &key.as_str(), &first_hour(day)])
             .await?;
         let policy_json: Option<String> = row.try_get(0).map_err(|e| corrupt(&e))?;
         let settings = Arc::new(NsSettings {
@@ -255,13 +297,14 @@ impl PgExec<'_> {
         Ok(Loaded {
             record,
             ns: settings,
-            daily_count: Some(as_u64(daily.unwrap_or(0))),
+            daily_count: daily.map(as_u64),
         })
     }
 }
 
-/// Whether one autocommit statement can persist `plan`: at most one event, no daily count to
-/// guard (without a ceiling PostgreSQL does not count) and no alert.
+/// Whether one autocommit statement can persist `plan`: at most one event, no ceiling to
+/// guard and no alert. Without a ceiling a first acquisition is still counted: by its
+/// stats bump (`acquired_first`), which rides on the record's write (see [`TODAY_COUNT`]).
 pub(crate) fn fits_one_statement(plan: &Plan<'_>) -> bool {
     plan.events.len() <= 1
         && plan.alerts.is_empty()
@@ -283,16 +326,23 @@ static BUMP_NS_STATS: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
-/// Persists a plan: one autocommit statement when it can, else one transaction.
+/// Persists a plan: one autocommit statement when it can, else one transaction. `seen` is
+/// the day's count the decision was made on (read when the namespace has a ceiling).
 async fn persist(
     client: &mut Client,
     ns: &Namespace,
     key: &Key,
     plan: &Plan<'_>,
     from: Option<State>,
+    seen: Option<u64>,
 ) -> Result<Persisted, PgError> {
     let limit = plan.acquisition.and_then(|a| a.limit);
     let day = plan.acquisition.map_or(0, |a| a.day);
+    // Today's count is the sum of the stats buckets: a first acquisition counts through its
+    // stats bump, with or without a ceiling.
+    debug_assert!(plan
+        .acquisition
+        .is_none_or(|_| plan.stats.is_some_and(|b| b.acquired_first == 1)));
     let queue_alerts = !plan.alerts.is_empty();
     if matches!(plan.write, PlanWrite::None)
         && plan.events.is_empty()
@@ -368,6 +418,7 @@ async fn persist(
         .map(|e| EventParams::new(ns, key, e))
         .collect();
     let limit_i64: i64 = limit.map_or(i64::MAX, |l| i64::try_from(l).unwrap_or(i64::MAX));
+    let seen_i64: i64 = seen.map_or(0, |n| i64::try_from(n).unwrap_or(i64::MAX));
     let alert_params: Vec<AlertParams> = plan
         .alerts
         .iter()
@@ -407,8 +458,9 @@ async fn persist(
         let tx = &tx;
         let day = &day;
         let lim = &limit_i64;
+        let seen = &seen_i64;
         steps.push(Box::pin(async move {
-            let rows = tx.query(stmt, &[&ns_str, day, lim]).await?;
+            let rows = tx.query(stmt, &[&ns_str, day, lim, seen]).await?;
             Ok(Step::Daily(!rows.is_empty()))
         }));
     }
@@ -475,6 +527,18 @@ async fn persist(
             Step::Rider(stored) => rider_stored = stored,
         }
     }
+    if let (PlanWrite::Insert(_), Some(r), false) = (plan.write, plan.rider, rider_stored) {
+        // The rider found its key's row there. A statement of its own sees it even when a
+        // concurrent transaction committed it after the rider's snapshot: another record's
+        // row means this record is not to be made (see `Rider`): dropping `tx` rolls back
+        // everything, and nothing written is answered as `Persisted::default()`.
+        let row = tx
+            .query_opt(crate::intake::RIDER_KEY_ROW, &[&ns.as_str(), &key.as_str()])
+            .await?;
+        if crate::intake::rider_key_taken(r, row.as_ref())? {
+            return Ok(Persisted::default());
+        }
+    }
     tx.commit().await?;
     // The record's update held and committed, so its report rider went with it.
     rider_stored |= plan.report.is_some();
@@ -514,8 +578,8 @@ fn moved_from(plan: &Plan<'_>, from: Option<State>) -> Result<&'static str, PgEr
     }
 }
 
-/// Persists a plan with at most one event, no daily counter and no alerts in one autocommit
-/// statement. Returns the event's sequence number (0 when there is no event).
+/// Persists a plan with at most one event, no ceiling to guard and no alerts in one
+/// autocommit statement. Returns the event's sequence number (0 when there is no event).
 async fn single_statement(
     client: &Client,
     ns: &Namespace,

@@ -69,7 +69,8 @@ fn ns_guard(rev: usize, upd: usize) -> String {
 /// happened. Each event after the first is inserted from the row of the one before it, so
 /// their seqs follow the order of the transition (data-modifying CTEs run in no set order
 /// otherwise).
-fn speculative(k: usize, after_e: &str, flags: &str) -> String {
+/// `also` is appended to the record insert's condition (` AND …`).
+fn speculative(k: usize, after_e: &str, flags: &str, also: &str) -> String {
     let n = RECORD_COLUMNS.len();
     let name = |i: usize| {
         if i == 0 {
@@ -95,7 +96,7 @@ fn speculative(k: usize, after_e: &str, flags: &str) -> String {
     let g = n + 1 + k * EVENT_TAIL_LEN;
     format!(
         "WITH g AS (SELECT {guard} AS ok), \
-         w AS (INSERT INTO records ({cols}) SELECT {typed} FROM g WHERE g.ok \
+         w AS (INSERT INTO records ({cols}) SELECT {typed} FROM g WHERE g.ok{also} \
                ON CONFLICT (namespace, key) DO NOTHING RETURNING version){nc}, \
          {events}{after_e} \
          SELECT g.ok, {seqs}{flags}{rcols} FROM g \
@@ -124,17 +125,33 @@ static SPECULATIVE_INSERT: LazyLock<[String; MAX_CLAIM_EVENTS]> = LazyLock::new(
             k,
             &stats_cte("w", RECORD_COLUMNS.len() + 3 + k * EVENT_TAIL_LEN),
             "",
+            "",
         )
     })
 });
 
 /// [`speculative`] for a webhook delivery: no stats bump (receiving counts no acquisition);
 /// the rider's row and forward item ride on the record insert (`RIDER_PARAMS` more), and
-/// the row's flag says whether the row was stored.
+/// the row's flag says whether the row was stored. Only where the key has no row yet: a row
+/// there (another record's, or this event's left without its record) is for the normal path
+/// to judge (see `idem_store::Rider`), and so is one a concurrent transaction committed
+/// after this statement's snapshot: a record inserted without its row then fails the
+/// statement ([`TAKEN_MEANWHILE`]), which rolls it back.
 static SPECULATIVE_INTAKE: LazyLock<String> = LazyLock::new(|| {
     let rider = rider_ctes("FROM w", RECORD_COLUMNS.len() + 3 + EVENT_TAIL_LEN);
-    speculative(1, &format!(", {rider}"), "EXISTS (SELECT 1 FROM i), ")
+    speculative(
+        1,
+        &format!(", {rider}"),
+        "EXISTS (SELECT 1 FROM i), CASE WHEN EXISTS (SELECT 1 FROM w) \
+         AND NOT EXISTS (SELECT 1 FROM i) THEN 1 / (SELECT COUNT(*)::INT FROM i) END, ",
+        " AND NOT EXISTS (SELECT 1 FROM intake_events x WHERE x.namespace = $1 AND x.key = $2)",
+    )
 });
+
+/// How [`SPECULATIVE_INTAKE`] fails when its record went in but the key's row was there (a
+/// division by zero: plain SQL raises nothing else).
+const TAKEN_MEANWHILE: &tokio_postgres::error::SqlState =
+    &tokio_postgres::error::SqlState::DIVISION_BY_ZERO;
 
 /// $1/$2 namespace and key, $3..$13 event tail, $14/$15 namespace guard, $16/$17 the cached
 /// record's version and created_at. No row back: a guard missed.
@@ -291,8 +308,8 @@ pub(crate) async fn speculative_insert(f: FastOp<'_>) -> Result<Fast, PgError> {
         return Ok(Fast::Skip);
     }
     let plan = engine::plan(&t, &f.s.policy, f.ctx.now, f.ctx.traceparent.as_deref());
-    // One statement: no alert, no daily count to guard (`fits_one_statement` with the
-    // events this form inserts).
+    // One statement: no alert, no daily ceiling to guard (`fits_one_statement` with the
+    // events this form inserts). The acquisition is counted by the stats bump it carries.
     if !plan.alerts.is_empty() || plan.acquisition.and_then(|a| a.limit).is_some() {
         return Ok(Fast::Skip);
     }
@@ -332,7 +349,12 @@ pub(crate) async fn speculative_insert(f: FastOp<'_>) -> Result<Fast, PgError> {
         }
     };
     let stmt = f.client.prepare_cached(sql).await?;
-    let row = f.client.query_one(&stmt, &params).await?;
+    let row = match f.client.query_one(&stmt, &params).await {
+        Ok(row) => row,
+        // Rolled back: the normal path judges the key's row.
+        Err(e) if rider.is_some() && e.code() == Some(TAKEN_MEANWHILE) => return Ok(Fast::Skip),
+        Err(e) => return Err(e.into()),
+    };
     let ok: Option<bool> = row.try_get(0).map_err(|e| crate::corrupt(&e))?;
     if ok != Some(true) {
         return Ok(Fast::Miss);
@@ -347,13 +369,14 @@ pub(crate) async fn speculative_insert(f: FastOp<'_>) -> Result<Fast, PgError> {
             None => break,
         }
     }
-    // The record's columns follow the seqs, and the rider's flag in the intake form.
+    // The record's columns follow the seqs, and the rider's flag and check in the intake
+    // form.
     let (rider_stored, at) = match rider {
         None => (false, 1 + k),
         Some(_) => (
             row.try_get::<_, bool>(1 + k)
                 .map_err(|e| crate::corrupt(&e))?,
-            2 + k,
+            3 + k,
         ),
     };
     if seqs.get(0) != 0 {

@@ -133,15 +133,17 @@ pub(crate) async fn source_delete(
     Ok(SourceDelete::Deleted)
 }
 
-/// Parameters of [`rider_ctes`]: the event row's ten, its forward item's seven, then six
-/// arrays of its deliveries to named destinations.
-pub(crate) const RIDER_PARAMS: usize = 23;
+/// Parameters of [`rider_ctes`]: the event row's ten, its forward item's seven, six arrays of
+/// its deliveries to named destinations, then the row's `event_key` and `destination` (a
+/// delivery's row held under another key).
+pub(crate) const RIDER_PARAMS: usize = 25;
 
 /// Four CTEs writing a [`Rider`]: `i` stores the event's row (once: `ON CONFLICT DO NOTHING`)
 /// for each row of `from` (`""`: once), `o` its forward item when `i` stored the row and the
 /// rider has one (its kind, `$p+10`, is not NULL), `d` the rows of its deliveries to named
-/// destinations and `dq` their forward items, both only when `i` stored the row. Parameters
-/// `$p` .. `$p+22` ([`RiderParams`]).
+/// destinations (each only where neither a row nor a record holds its key) and `dq` their
+/// forward items, both only when `i` stored the row. Parameters `$p` .. `$p+24`
+/// ([`RiderParams`]).
 pub(crate) fn rider_ctes(from: &str, p: usize) -> String {
     let row = typed_params(
         p,
@@ -157,10 +159,11 @@ pub(crate) fn rider_ctes(from: &str, p: usize) -> String {
     // received_at, the item's kind; the deliveries' keys, names, kinds, dedupes, payloads and
     // due times.
     let [p1, p2, p3, p4, p7, k] = [1, 2, 3, 4, 7, 10].map(|i| p + i);
-    let [dk, dn, qk, qd, qp, qt] = [17, 18, 19, 20, 21, 22].map(|i| p + i);
+    let [dk, dn, qk, qd, qp, qt, ek, ed] = [17, 18, 19, 20, 21, 22, 23, 24].map(|i| p + i);
     format!(
         "i AS (INSERT INTO intake_events (namespace, key, source, event_id, content_type, \
-         headers, body, received_at, destinations, delivered_at) SELECT {row} {from} \
+         headers, body, received_at, destinations, delivered_at, event_key, destination) \
+         SELECT {row}, ${ek}::TEXT, ${ed}::TEXT {from} \
          ON CONFLICT (namespace, key) DO NOTHING RETURNING 1), \
          o AS (INSERT INTO outbox (kind, namespace, key, dedupe, payload, created_at, due_at) \
          SELECT {item} FROM i WHERE ${k}::TEXT IS NOT NULL \
@@ -169,6 +172,7 @@ pub(crate) fn rider_ctes(from: &str, p: usize) -> String {
          headers, body, received_at, event_key, destination) \
          SELECT ${p}::TEXT, u.k, ${p2}::TEXT, ${p3}::TEXT, ${p4}::TEXT, '{{}}', NULL, \
          ${p7}::BIGINT, ${p1}::TEXT, u.n FROM i, unnest(${dk}::TEXT[], ${dn}::TEXT[]) AS u(k, n) \
+         WHERE NOT EXISTS (SELECT 1 FROM records r WHERE r.namespace = ${p}::TEXT AND r.key = u.k) \
          ON CONFLICT (namespace, key) DO NOTHING RETURNING 1), \
          dq AS (INSERT INTO outbox (kind, namespace, key, dedupe, payload, created_at, due_at) \
          SELECT u.kind, ${p}::TEXT, u.k, u.dd, u.pl, ${p7}::BIGINT, u.due FROM i, \
@@ -176,6 +180,28 @@ pub(crate) fn rider_ctes(from: &str, p: usize) -> String {
          AS u(kind, k, dd, pl, due) \
          ON CONFLICT (namespace, key, kind, dedupe) DO NOTHING RETURNING id)"
     )
+}
+
+/// Whether the row under a rider's key belongs to something else
+/// ([`idem_store::NewIntakeEvent::is_same`]): `$1` namespace, `$2` key; the row's identity back
+/// (no row: nothing there). Run as a statement of its own inside the transaction that
+/// inserted the record, after the rider found the key's row there: it sees a row a concurrent
+/// transaction committed meanwhile, which the rider's own statement could not.
+pub(crate) const RIDER_KEY_ROW: &str = "SELECT source, event_id, event_key, destination \
+     FROM intake_events WHERE namespace = $1 AND key = $2";
+
+/// Whether `row` ([`RIDER_KEY_ROW`]) is another record's row than the rider's.
+pub(crate) fn rider_key_taken(rider: &Rider, row: Option<&Row>) -> Result<bool, PgError> {
+    let Some(row) = row else {
+        return Ok(false);
+    };
+    let source: String = column(row, 0)?;
+    let id: Option<String> = column(row, 1)?;
+    let ek: Option<String> = column(row, 2)?;
+    let dest: Option<String> = column(row, 3)?;
+    Ok(!rider
+        .intake
+        .is_same(&source, id.as_deref(), ek.as_deref(), dest.as_deref()))
 }
 
 /// A rider on its own, in the transaction that inserts its record: one row back, whether the
@@ -187,6 +213,8 @@ pub(crate) static STORE_RIDER: std::sync::LazyLock<String> = std::sync::LazyLock
 /// The values of [`rider_ctes`] for one rider (the item's all NULL when it has none).
 pub(crate) struct RiderParams<'a> {
     r: &'a Rider,
+    /// A delivery's row keeps no body (its event's row does).
+    body: Option<&'a [u8]>,
     delivered_at: Option<i64>,
     kind: Option<&'static str>,
     namespace: Option<&'a str>,
@@ -209,6 +237,11 @@ impl<'a> RiderParams<'a> {
         let ds = &r.deliveries;
         RiderParams {
             r,
+            body: r
+                .intake
+                .event_key
+                .is_none()
+                .then_some(r.intake.body.as_slice()),
             delivered_at: r.intake.delivered_at.map(|t| t.0),
             kind: f.map(|f| f.kind.as_str()),
             namespace: f.map(|f| f.namespace.as_str()),
@@ -235,7 +268,7 @@ impl<'a> RiderParams<'a> {
             &ev.event_id,
             &ev.content_type,
             &ev.headers,
-            &ev.body,
+            &self.body,
             &ev.received_at.0,
             &ev.destinations,
             &self.delivered_at,
@@ -252,6 +285,8 @@ impl<'a> RiderParams<'a> {
             &self.d_dedupes,
             &self.d_payloads,
             &self.d_due,
+            &ev.event_key,
+            &ev.destination,
         ]
     }
 }

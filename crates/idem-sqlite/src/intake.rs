@@ -122,16 +122,46 @@ pub(crate) fn source_delete(
     Ok(SourceDelete::Deleted)
 }
 
+/// Whether the row under a rider's key belongs to something else (see
+/// [`idem_store::NewIntakeEvent::is_same`]): then the step that would insert the rider's record
+/// writes nothing at all. Runs on the writer's connection, before the insert: nothing can come
+/// between the look and the write.
+pub(crate) fn rider_key_taken(conn: &Connection, rider: &Rider) -> Result<bool, StoreError> {
+    let ev = &rider.intake;
+    let row = conn
+        .prepare_cached(
+            "SELECT source, event_id, event_key, destination FROM intake_events \
+             WHERE namespace = ?1 AND key = ?2",
+        )
+        .db()?
+        .query_row(params![ev.namespace, ev.key], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, Option<String>>(1)?,
+                r.get::<_, Option<String>>(2)?,
+                r.get::<_, Option<String>>(3)?,
+            ))
+        })
+        .optional()
+        .db()?;
+    Ok(row.is_some_and(|(source, id, ek, dest)| {
+        !ev.is_same(&source, id.as_deref(), ek.as_deref(), dest.as_deref())
+    }))
+}
+
 /// Stores a rider on the step that just inserted its record: the event's row (kept once) and,
 /// when the row is new, its first forward item and its deliveries to named destinations (each
-/// a row and a first item). `true` when the row was stored.
+/// a row where neither a row nor a record holds its key, and a first item). `true` when the
+/// row was stored.
 pub(crate) fn store_rider(conn: &Connection, rider: &Rider) -> Result<bool, StoreError> {
     let ev = &rider.intake;
+    // A delivery's row keeps no body: its event's row does.
+    let body = ev.event_key.is_none().then_some(ev.body.as_slice());
     let n = conn
         .prepare_cached(
             "INSERT INTO intake_events (namespace, key, source, event_id, content_type, headers, \
-             body, received_at, destinations, delivered_at) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) \
+             body, received_at, destinations, delivered_at, event_key, destination) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12) \
              ON CONFLICT (namespace, key) DO NOTHING",
         )
         .db()?
@@ -142,10 +172,12 @@ pub(crate) fn store_rider(conn: &Connection, rider: &Rider) -> Result<bool, Stor
             ev.event_id,
             ev.content_type,
             ev.headers,
-            ev.body,
+            body,
             ev.received_at.0,
             ev.destinations,
             ev.delivered_at.map(|t| t.0),
+            ev.event_key,
+            ev.destination,
         ])
         .db()?;
     if n == 1 {
@@ -153,10 +185,14 @@ pub(crate) fn store_rider(conn: &Connection, rider: &Rider) -> Result<bool, Stor
             outbox::enqueue(conn, item, ev.received_at)?;
         }
         for d in &rider.deliveries {
+            // A key some record holds already is not this delivery's: no row (the event's
+            // read must not show that record's state as this delivery's); the item goes all
+            // the same, and the delivery worker holds the delivery for review.
             conn.prepare_cached(
                 "INSERT INTO intake_events (namespace, key, source, event_id, content_type, \
                  headers, body, received_at, event_key, destination) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, '{}', NULL, ?6, ?7, ?8) \
+                 SELECT ?1, ?2, ?3, ?4, ?5, '{}', NULL, ?6, ?7, ?8 WHERE NOT EXISTS \
+                 (SELECT 1 FROM records WHERE namespace = ?1 AND key = ?2) \
                  ON CONFLICT (namespace, key) DO NOTHING",
             )
             .db()?

@@ -75,6 +75,13 @@ impl Backend for WriteTx<'_> {
         basis: Loaded<NsOwned>,
     ) -> Result<Persisted, TxError> {
         let conn = self.conn;
+        // A webhook event whose key holds another record's row is not this event's to take:
+        // nothing is written (the caller reads the row to tell a collision from a duplicate).
+        if let (PlanWrite::Insert(_), Some(r)) = (plan.write, plan.rider) {
+            if crate::intake::rider_key_taken(conn, r)? {
+                return Ok(Persisted::default());
+            }
+        }
         // The one writer decides on what it reads, so a guard can only fail on a bug: it is an
         // error, not a race.
         let rid = match plan.write {

@@ -95,6 +95,29 @@ pub struct NewIntakeEvent {
     /// `Some(received_at)` when nothing is delivered under the event's own key (its
     /// destinations leave out `default`).
     pub delivered_at: Option<Timestamp>,
+    /// `Some`: this is not an event's row but the row of the delivery of the event under
+    /// this key to [`NewIntakeEvent::destination`] (stored without a body: the event's row
+    /// keeps it). Used for a delivery held under another key because its own was taken.
+    pub event_key: Option<String>,
+    pub destination: Option<String>,
+}
+
+impl NewIntakeEvent {
+    /// Whether the stored row `(source, event_id, event_key, destination)` is this row's
+    /// event (or delivery): anything else under its key is another record's row, and the
+    /// record this row rides on must not be made (see [`crate::Rider`]).
+    pub fn is_same(
+        &self,
+        source: &str,
+        event_id: Option<&str>,
+        event_key: Option<&str>,
+        destination: Option<&str>,
+    ) -> bool {
+        self.source == source
+            && self.event_id.as_deref() == event_id
+            && self.event_key.as_deref() == event_key
+            && self.destination.as_deref() == destination
+    }
 }
 
 /// The delivery of an event to a named destination, stored with the event's row: its row

@@ -44,6 +44,13 @@ pub struct ThenPrepare {
 /// record, never by a step that finds the record there. The webhook intake's event row and
 /// its first forward item are one: a delivery stores them exactly when it makes the event's
 /// record, so a record never exists without its body, and a duplicate writes no row.
+///
+/// A key whose row belongs to something else ([`crate::NewIntakeEvent::is_same`] false: a
+/// delivery of another event, another source's event) is not this event's to take: the step
+/// then writes nothing at all — no record, no row — and answers `rider_stored: false`, as for
+/// a duplicate; the caller reads the row to tell which. The named destinations' rows are
+/// written only where neither a row nor a record holds their key (a delivery whose key is
+/// taken gets its item all the same: the delivery worker finds the key taken and holds it).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rider {
     /// The inbound event's row (kept once: `ON CONFLICT DO NOTHING` on its key).

@@ -53,8 +53,8 @@ pub use idem_core::{
 pub use idem_core::{json_len_hint, to_text_sized};
 pub use idem_core::{CostError, CostTotals, FENCED_COMPLETION_NOTE, MAX_COST_TOKENS, MAX_COST_USD};
 pub use idem_core::{
-    ForwardOutcome, ForwardReportRequest, ForwardRetry, ForwardStartRequest, IntakeReceiveRequest,
-    IntakeReply, FORWARD_OWNER, PAUSED_RECHECK_MS,
+    DeliveryOf, ForwardOutcome, ForwardReportRequest, ForwardRetry, ForwardStartRequest,
+    IntakeReceiveRequest, IntakeReply, COLLISION_MESSAGE, FORWARD_OWNER, PAUSED_RECHECK_MS,
 };
 pub use idem_postgres::Pooler;
 pub use idem_store::intake::{

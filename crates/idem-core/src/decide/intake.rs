@@ -7,14 +7,23 @@
 //!   no id (`held`), or — when nothing is delivered under the event's own key (fan-out to
 //!   named destinations only, or no destination's filter passed) — `completed` at once with
 //!   the result `{"fan_out": true}` (each named destination's delivery has its own record); a
-//!   seen key, in any state → `duplicate`, recorded as a `duplicate_hit` event, the record
-//!   otherwise untouched.
+//!   seen key whose record stands for this very event (or delivery), in any state →
+//!   `duplicate`, recorded as a `duplicate_hit` event, the record otherwise untouched. A key
+//!   taken by any other record (a delivery of another event, another source's event, a plain
+//!   claim) → `collision`, nothing written: the caller holds the event for review under
+//!   another key, which it receives again with `collides_with` set (`needs_review`, alert
+//!   `key_collision`). What a record stands for is its prepared payload, written here once:
+//!   `{source, event_id}` for an event, plus `destination` for the delivery to a named
+//!   destination (delivery records made before that member existed carry the event's
+//!   `{source, event_id}` alone), plus `collides_with` for a record held on a collision.
 //! - `forward_start`: the delivery worker takes the record's lease for one attempt
 //!   (`attempt` + 1, a fresh lease id) — only from `prepared` or `failed_retryable` past its
 //!   `not_before`, only when no lease is held and the namespace is not paused. Anything else
 //!   answers without writing (`Wait` until the lease, the retry or the pause may be over;
 //!   `Skip` when nothing is left to deliver), so a stale or duplicated outbox item can never
-//!   start a second delivery: the record lease is what keeps one delivery in flight.
+//!   start a second delivery: the record lease is what keeps one delivery in flight. A start
+//!   that names the delivery it expects (an item queued for a named destination) and finds a
+//!   record standing for anything else answers `collision` without writing.
 //! - `forward_report`: the holder reports how the attempt ended: 2xx → `completed` (result
 //!   `{status, attempt, duration_ms}`); 410 → `needs_review` at once (`delivery_gone`); any
 //!   other failure → `failed_retryable` after a full-jitter backoff from the source's
@@ -48,6 +57,59 @@ pub struct IntakeReceiveRequest {
     /// Whether the event is delivered under its own key (the destination `default`);
     /// `false`: its record completes at once (a held event is held all the same).
     pub delivers: bool,
+    /// `Some(NAME)`: this is the record of the event's delivery to the named destination
+    /// NAME (made by the delivery worker), not the event's own.
+    pub destination: Option<String>,
+    /// `Some(key)`: the event's (or the delivery's) own key `key` is taken by a record that
+    /// is not it; it is kept under this other key in `needs_review` (alert `key_collision`)
+    /// and not delivered until an operator redelivers it.
+    pub collides_with: Option<String>,
+}
+
+impl IntakeReceiveRequest {
+    /// Whether `rec` is the record this request makes: its prepared payload names this
+    /// source, this event id and this destination (a record without a payload, or with
+    /// another one, is something else: a delivery of another event, another source's event,
+    /// a plain claim).
+    pub fn stands_for(&self, rec: &Record) -> bool {
+        let Some(p) = &rec.prepared_payload else {
+            return false;
+        };
+        let text = |m: &str| p.get(m).and_then(|v| v.as_str());
+        text("source") == Some(self.source.as_str())
+            && text("event_id") == self.event_id.as_deref()
+            && text("destination") == self.destination.as_deref()
+    }
+}
+
+/// The delivery an item of the delivery worker is for: the event's source and id and the
+/// named destination.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeliveryOf {
+    pub source: String,
+    pub event_id: Option<String>,
+    pub destination: String,
+}
+
+impl DeliveryOf {
+    /// Whether `rec` is this delivery's record: its payload names this source, event id and
+    /// destination, or (a delivery record made before the payload named its destination)
+    /// this source and event id and no destination. An event's own record never passes: a
+    /// delivery's key is its event's key plus `:NAME`, so an event stored under it has
+    /// another id.
+    pub fn stands_for(&self, rec: &Record) -> bool {
+        let Some(p) = &rec.prepared_payload else {
+            return false;
+        };
+        let text = |m: &str| p.get(m).and_then(|v| v.as_str());
+        text("source") == Some(self.source.as_str())
+            && text("event_id") == self.event_id.as_deref()
+            && p.get("collides_with").is_none()
+            && match p.get("destination") {
+                None => true,
+                Some(d) => d.as_str() == Some(self.destination.as_str()),
+            }
+    }
 }
 
 /// The delivery worker starts an attempt.
@@ -55,6 +117,9 @@ pub struct IntakeReceiveRequest {
 pub struct ForwardStartRequest {
     /// The attempt's lease: the forward timeout plus a margin.
     pub lease_ms: i64,
+    /// The delivery the item was queued for, when it names one: a record standing for
+    /// anything else answers `collision` and is left alone.
+    pub expect: Option<DeliveryOf>,
 }
 
 /// A source's `forward.retry`.
@@ -102,6 +167,12 @@ pub(super) fn receive(
     ctx: &Ctx<'_>,
 ) -> Transition {
     let now = ctx.now;
+    if let Some(rec) = existing.filter(|rec| !r.stands_for(rec)) {
+        // Not this event: never a duplicate (that would drop it), never written to.
+        return Transition::reply(Reply::Intake(IntakeReply::Collision {
+            record: Box::new(rec.clone()),
+        }));
+    }
     if let Some(rec) = existing {
         let e = event(
             rec,
@@ -121,7 +192,8 @@ pub(super) fn receive(
             tally: Default::default(),
         };
     }
-    let held = r.event_id.is_none();
+    let collided = r.collides_with.is_some();
+    let held = r.event_id.is_none() || collided;
     let fan_out = !held && !r.delivers;
     let state = if held {
         State::NeedsReview
@@ -140,14 +212,21 @@ pub(super) fn receive(
         correlation_id: None,
         lease_expires_at: None,
         not_before: None,
-        prepared_payload: Some(json!({"source": r.source, "event_id": r.event_id})),
+        prepared_payload: Some(payload(r)),
         result: fan_out.then(|| json!({"fan_out": true})),
         result_expired: false,
         external_ref: None,
-        last_error: held.then(|| LastError {
-            category: "missing_identity".into(),
-            message: "the signed event carries no event id".into(),
-            http_status: None,
+        last_error: held.then(|| match r.collides_with {
+            Some(_) => LastError {
+                category: "key_collision".into(),
+                message: COLLISION_MESSAGE.into(),
+                http_status: None,
+            },
+            None => LastError {
+                category: "missing_identity".into(),
+                message: "the signed event carries no event id".into(),
+                http_status: None,
+            },
         }),
         created_at: now,
         updated_at: now,
@@ -186,6 +265,17 @@ pub(super) fn receive(
         ));
     }
     if held {
+        let (note, reason) = if collided {
+            (
+                "held: its own key is taken by a record that is not it (key_collision)",
+                AlertReason::KeyCollision,
+            )
+        } else {
+            (
+                "held: the signed event carries no event id (missing_identity)",
+                AlertReason::MissingIdentity,
+            )
+        };
         events.push(with_note(
             event(
                 &rec,
@@ -194,9 +284,9 @@ pub(super) fn receive(
                 Some(State::NeedsReview),
                 now,
             ),
-            "held: the signed event carries no event id (missing_identity)",
+            note,
         ));
-        alerts.push(alert(&rec, AlertReason::MissingIdentity, now));
+        alerts.push(alert(&rec, reason, now));
     }
     let reply = if held {
         IntakeReply::Held {
@@ -217,6 +307,24 @@ pub(super) fn receive(
     }
 }
 
+/// The `last_error` message of a record held on a key collision.
+pub const COLLISION_MESSAGE: &str =
+    "its own key is taken by another record (a delivery of another event, another source's \
+     event or a claim): held for review, not delivered";
+
+/// The prepared payload of a received record: what it stands for (see
+/// [`IntakeReceiveRequest::stands_for`]).
+fn payload(r: &IntakeReceiveRequest) -> serde_json::Value {
+    let mut p = json!({"source": r.source, "event_id": r.event_id});
+    if let Some(d) = &r.destination {
+        p["destination"] = json!(d);
+    }
+    if let Some(k) = &r.collides_with {
+        p["collides_with"] = json!(k);
+    }
+    p
+}
+
 fn alert(rec: &Record, reason: AlertReason, now: crate::time::Timestamp) -> AlertDraft {
     AlertDraft {
         reason,
@@ -231,6 +339,12 @@ pub(super) fn start(rec: &Record, r: &ForwardStartRequest, ctx: &Ctx<'_>) -> Tra
     let now = ctx.now;
     let wait = |until| Transition::reply(Reply::Intake(IntakeReply::Wait { until }));
     let skip = || Transition::reply(Reply::Intake(IntakeReply::Skip { state: rec.state }));
+    if r.expect.as_ref().is_some_and(|d| !d.stands_for(rec)) {
+        // The key is another record's: never delivered as, nor read as, this delivery.
+        return Transition::reply(Reply::Intake(IntakeReply::Collision {
+            record: Box::new(rec.clone()),
+        }));
+    }
     match rec.state {
         State::Prepared | State::FailedRetryable => {}
         _ => return skip(),

@@ -60,10 +60,15 @@ impl H {
             source: "stripe".into(),
             event_id: id.map(str::to_owned),
             delivers: true,
+            destination: None,
+            collides_with: None,
         }))
     }
     fn start(&mut self) -> Transition {
-        self.run(Op::ForwardStart(ForwardStartRequest { lease_ms: 15_000 }))
+        self.run(Op::ForwardStart(ForwardStartRequest {
+            lease_ms: 15_000,
+            expect: None,
+        }))
     }
     fn token(&mut self) -> String {
         match self.start().reply {
@@ -396,6 +401,8 @@ fn an_event_delivered_only_by_named_destinations_completes_at_once() {
         source: "stripe".into(),
         event_id: Some("evt_1".into()),
         delivers: false,
+        destination: None,
+        collides_with: None,
     }));
     assert!(matches!(
         t.reply,
@@ -417,6 +424,179 @@ fn an_event_delivered_only_by_named_destinations_completes_at_once() {
         source: "stripe".into(),
         event_id: None,
         delivers: false,
+        destination: None,
+        collides_with: None,
     }));
     assert_eq!(h.state(), State::NeedsReview);
+}
+
+fn receive_as(
+    h: &mut H,
+    source: &str,
+    id: Option<&str>,
+    destination: Option<&str>,
+    collides_with: Option<&str>,
+) -> Transition {
+    h.run(Op::IntakeReceive(IntakeReceiveRequest {
+        source: source.into(),
+        event_id: id.map(str::to_owned),
+        delivers: true,
+        destination: destination.map(str::to_owned),
+        collides_with: collides_with.map(str::to_owned),
+    }))
+}
+
+#[test]
+fn a_key_taken_by_anything_but_this_event_is_a_collision_never_a_duplicate() {
+    // The delivery of event `y` to `crm` holds the key `y:crm`; event `y:crm` arrives.
+    let mut h = H::new();
+    receive_as(&mut h, "stripe", Some("y"), Some("crm"), None);
+    let before = h.rec.clone();
+    let t = receive_as(&mut h, "stripe", Some("y:crm"), None, None);
+    assert!(
+        matches!(&t.reply, Ok(Reply::Intake(IntakeReply::Collision { record })) if Some(&**record) == before.as_ref()),
+        "{:?}",
+        t.reply
+    );
+    assert_eq!(t.write, Write::None);
+    assert!(t.events.is_empty() && t.alerts.is_empty());
+    // A delivery record made before its payload named the destination is no event either.
+    let mut h = H::new();
+    receive_as(&mut h, "stripe", Some("y"), None, None);
+    if let Some(r) = h.rec.as_mut() {
+        r.prepared_payload = Some(serde_json::json!({"source": "stripe", "event_id": "y"}));
+    }
+    assert!(matches!(
+        receive_as(&mut h, "stripe", Some("y:crm"), None, None).reply,
+        Ok(Reply::Intake(IntakeReply::Collision { .. }))
+    ));
+    // Another source's event with the same id (two sources sharing a namespace).
+    let mut h = H::new();
+    receive_as(&mut h, "stripe", Some("evt_1"), None, None);
+    assert!(matches!(
+        receive_as(&mut h, "billing", Some("evt_1"), None, None).reply,
+        Ok(Reply::Intake(IntakeReply::Collision { .. }))
+    ));
+    // The same event again is the duplicate it always was (and so is a held one's).
+    let t = receive_as(&mut h, "stripe", Some("evt_1"), None, None);
+    assert!(matches!(
+        t.reply,
+        Ok(Reply::Intake(IntakeReply::Duplicate { .. }))
+    ));
+    assert_eq!(kinds(&t), [EventType::DuplicateHit]);
+    let mut h = H::new();
+    receive_as(&mut h, "stripe", None, None, None);
+    assert!(matches!(
+        receive_as(&mut h, "stripe", None, None, None).reply,
+        Ok(Reply::Intake(IntakeReply::Duplicate { .. }))
+    ));
+    // A plain claim's record (no payload) is not an event.
+    let mut h = H::new();
+    receive_as(&mut h, "stripe", Some("z"), None, None);
+    if let Some(r) = h.rec.as_mut() {
+        r.prepared_payload = None;
+    }
+    assert!(matches!(
+        receive_as(&mut h, "stripe", Some("z"), None, None).reply,
+        Ok(Reply::Intake(IntakeReply::Collision { .. }))
+    ));
+}
+
+#[test]
+fn an_event_held_on_a_collision_waits_in_review_with_its_reason() {
+    let mut h = H::new();
+    let t = receive_as(&mut h, "stripe", Some("y:crm"), None, Some("y:crm"));
+    assert!(matches!(
+        t.reply,
+        Ok(Reply::Intake(IntakeReply::Held { .. }))
+    ));
+    assert_eq!(h.state(), State::NeedsReview);
+    assert_eq!(kinds(&t), [EventType::Prepared, EventType::MovedToReview]);
+    let rec = h.rec.clone().expect("record");
+    let err = rec.last_error.clone().expect("last_error");
+    assert_eq!(err.category, "key_collision");
+    assert_eq!(
+        rec.prepared_payload,
+        Some(
+            serde_json::json!({"source": "stripe", "event_id": "y:crm", "collides_with": "y:crm"})
+        )
+    );
+    assert_eq!(
+        t.alerts.iter().map(|a| a.reason).collect::<Vec<_>>(),
+        [AlertReason::KeyCollision]
+    );
+    // Not delivered until an operator redelivers it.
+    assert!(matches!(
+        h.start().reply,
+        Ok(Reply::Intake(IntakeReply::Skip { .. }))
+    ));
+    // Its redelivery by the provider is a duplicate of the held record.
+    assert!(matches!(
+        receive_as(&mut h, "stripe", Some("y:crm"), None, Some("y:crm")).reply,
+        Ok(Reply::Intake(IntakeReply::Duplicate { .. }))
+    ));
+    // The same for a delivery held because its key is taken.
+    let mut h = H::new();
+    receive_as(&mut h, "stripe", Some("x"), Some("crm"), Some("x:crm"));
+    assert_eq!(h.state(), State::NeedsReview);
+    assert!(matches!(
+        receive_as(&mut h, "stripe", Some("x"), Some("crm"), Some("x:crm")).reply,
+        Ok(Reply::Intake(IntakeReply::Duplicate { .. }))
+    ));
+}
+
+#[test]
+fn a_start_for_a_delivery_leaves_any_other_record_alone() {
+    let expect = |id: &str, dest: &str| {
+        Op::ForwardStart(ForwardStartRequest {
+            lease_ms: 15_000,
+            expect: Some(DeliveryOf {
+                source: "stripe".into(),
+                event_id: Some(id.into()),
+                destination: dest.into(),
+            }),
+        })
+    };
+    let started =
+        |t: &Transition| matches!(t.reply, Ok(Reply::Intake(IntakeReply::Started { .. })));
+    // Event `x:crm` holds the key that event `x`'s delivery to `crm` would use.
+    let mut h = H::new();
+    receive_as(&mut h, "stripe", Some("x:crm"), None, None);
+    let t = h.run(expect("x", "crm"));
+    assert!(matches!(
+        t.reply,
+        Ok(Reply::Intake(IntakeReply::Collision { .. }))
+    ));
+    assert_eq!(t.write, Write::None);
+    assert_eq!(h.rec.as_ref().map(|r| r.attempt), Some(0));
+    // A completed foreign record never passes for a delivered one either.
+    let mut h = H::new();
+    h.run(Op::IntakeReceive(IntakeReceiveRequest {
+        source: "stripe".into(),
+        event_id: Some("x:crm".into()),
+        delivers: false,
+        destination: None,
+        collides_with: None,
+    }));
+    assert!(matches!(
+        h.run(expect("x", "crm")).reply,
+        Ok(Reply::Intake(IntakeReply::Collision { .. }))
+    ));
+    // Another destination's delivery, or one held on a collision, is not this one.
+    let mut h = H::new();
+    receive_as(&mut h, "stripe", Some("x"), Some("email"), None);
+    assert!(!started(&h.run(expect("x", "crm"))));
+    let mut h = H::new();
+    receive_as(&mut h, "stripe", Some("x"), Some("crm"), Some("x:crm"));
+    assert!(matches!(
+        h.run(expect("x", "crm")).reply,
+        Ok(Reply::Intake(IntakeReply::Collision { .. }))
+    ));
+    // The delivery itself starts, and so does one made before payloads named destinations.
+    let mut h = H::new();
+    receive_as(&mut h, "stripe", Some("x"), Some("crm"), None);
+    assert!(started(&h.run(expect("x", "crm"))));
+    let mut h = H::new();
+    receive_as(&mut h, "stripe", Some("x"), None, None);
+    assert!(started(&h.run(expect("x", "crm"))));
 }

@@ -122,6 +122,8 @@ async fn receive(l: &idem_store::Ledger, k: &str) -> idem_store::Executed {
             received_at: l.now(),
             destinations: None,
             delivered_at: None,
+            event_key: None,
+            destination: None,
         },
         forward: Some(idem_store::NewOutboxItem {
             kind: idem_store::OutboxKind::Forward,
@@ -137,6 +139,8 @@ async fn receive(l: &idem_store::Ledger, k: &str) -> idem_store::Executed {
         source: "src".into(),
         event_id: Some(k.into()),
         delivers: true,
+        destination: None,
+        collides_with: None,
     });
     l.execute_riding(&ns("hooks"), &key(k), op, rider)
         .await
@@ -246,8 +250,15 @@ async fn namespace_change_through_another_store_is_honoured_on_the_next_operatio
     let rec = c.record.expect("record");
     assert_eq!(rec.lease_expires_at, Some(now(&clock).plus_ms(1234)));
 
-    // A daily limit set through B is counted on A (the limit takes the read path).
-    patch(&b, &n, json!({"daily_limit": 1}), &clock).await;
+    // A daily limit set through B is counted on A (the limit takes the read path), with the
+    // acquisitions A made before it was set: room for one more.
+    let today = b
+        .namespace_activity(&n, now(&clock))
+        .await
+        .expect("activity")
+        .acquired_today;
+    assert_eq!(today, 4, "done, warm, new and short");
+    patch(&b, &n, json!({"daily_limit": today + 1}), &clock).await;
     let first = la.claim(&n, &key("l1"), claim_req()).await.expect("claim");
     assert_eq!(first.outcome, ClaimOutcome::Acquired);
     let second = la.claim(&n, &key("l2"), claim_req()).await.expect("claim");

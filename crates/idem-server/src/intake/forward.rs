@@ -44,7 +44,7 @@ use tokio::sync::{Notify, Semaphore};
 use super::receive::ForwardItem;
 use super::{LoadedSource, SourceCache};
 use crate::telemetry::TraceHeaders;
-use idem_intake::fanout::DEFAULT;
+use idem_intake::fanout::{held_delivery_key, DEFAULT};
 use idem_intake::source::Forward;
 use tracing::Instrument;
 
@@ -256,12 +256,16 @@ impl Forwarder {
             }
         }
         let lease_ms = fwd.timeout_ms + LEASE_MARGIN_MS;
+        let expect = queued.expects();
         let started = self
             .ledger
             .execute(
                 &ns,
                 &key,
-                Op::ForwardStart(ForwardStartRequest { lease_ms }),
+                Op::ForwardStart(ForwardStartRequest {
+                    lease_ms,
+                    expect: expect.clone(),
+                }),
                 None,
             )
             .await?;
@@ -278,6 +282,27 @@ impl Forwarder {
                     )
                     .await;
             }
+            // The key is another record's: this delivery is held for review under its
+            // held key, and that record is left alone.
+            Ok(Reply::Intake(IntakeReply::Collision { record })) => {
+                // A tombstone is this delivery's when its row is (retention dropped what
+                // the record stood for): nothing left to deliver.
+                if super::receive::is_tombstone(&record)
+                    && self
+                        .store
+                        .intake_event(ns.as_str(), key.as_str())
+                        .await?
+                        .is_some_and(|row| is_delivery(&row, &queued, &dest))
+                {
+                    return self.finish(&item, OutboxOutcome::Done).await;
+                }
+                return self.hold_collided(&item, &queued, &dest, &ns, &key).await;
+            }
+            Err(OpError::NotFound) if expect.is_some() => {
+                // A delivery's first pass: its record is made now (with its row, if the
+                // receive could not write it), then it is delivered on the next pass.
+                return self.make_delivery(&item, &queued, &dest, &ns, &key).await;
+            }
             Err(OpError::NotFound) => {
                 // The body was stored but the record not (the receive did not finish): make
                 // the record now, then deliver on the next pass.
@@ -288,8 +313,14 @@ impl Forwarder {
                         source: src_name.clone(),
                         event_id: row.event_id,
                         delivers: true,
+                        destination: row.destination,
+                        collides_with: None,
                     });
-                    self.ledger.execute(&ns, &key, op, None).await?;
+                    let made = self.ledger.execute(&ns, &key, op, None).await?;
+                    if matches!(made.reply, Ok(Reply::Intake(IntakeReply::Collision { .. }))) {
+                        let error = Some("the key is another record's".to_owned());
+                        return self.finish(&item, OutboxOutcome::Dead { error }).await;
+                    }
                     let at = self.ledger.now();
                     return self
                         .finish(&item, OutboxOutcome::Retry { at, error: None })
@@ -457,6 +488,108 @@ impl Forwarder {
         Ok(())
     }
 
+    /// The first pass of a delivery to a named destination whose record is not made yet:
+    /// makes it (`IntakeReceive` for that destination, its row riding on it when the receive
+    /// could not write it), then the item comes back at once to deliver. A key that turns out
+    /// to be another record's (its record, or its row) holds the delivery instead.
+    async fn make_delivery(
+        &self,
+        item: &OutboxItem,
+        queued: &ForwardItem,
+        dest: &str,
+        ns: &Namespace,
+        key: &Key,
+    ) -> Result<(), StoreError> {
+        let Some(event) = self.event_of(ns, queued).await? else {
+            let error = Some("no stored event".to_owned());
+            return self.finish(item, OutboxOutcome::Dead { error }).await;
+        };
+        let (op, rider) = delivery_receive(ns, key, queued, dest, &event, None);
+        let made = self.ledger.execute_riding(ns, key, op, rider).await?;
+        let taken = match &made.reply {
+            Ok(Reply::Intake(IntakeReply::Collision { .. })) => true,
+            Ok(Reply::Intake(IntakeReply::Accepted { .. })) if !made.rider_stored => self
+                .store
+                .intake_event(ns.as_str(), key.as_str())
+                .await?
+                .is_some_and(|row| !is_delivery(&row, queued, dest)),
+            _ => false,
+        };
+        if taken {
+            return self.hold_collided(item, queued, dest, ns, key).await;
+        }
+        let at = self.ledger.now();
+        self.finish(item, OutboxOutcome::Retry { at, error: None })
+            .await
+    }
+
+    /// A delivery whose key is another record's: kept under its held key
+    /// ([`held_delivery_key`]) in `needs_review` with a `key_collision` alert (with its row,
+    /// so the event's read shows it and an operator can redeliver it there), counted as
+    /// dead. The item is done.
+    async fn hold_collided(
+        &self,
+        item: &OutboxItem,
+        queued: &ForwardItem,
+        dest: &str,
+        ns: &Namespace,
+        key: &Key,
+    ) -> Result<(), StoreError> {
+        let src_name = &queued.source;
+        let (Some(event_key), Some(event)) = (&queued.event_key, self.event_of(ns, queued).await?)
+        else {
+            let error = Some("the key is another record's".to_owned());
+            return self.finish(item, OutboxOutcome::Dead { error }).await;
+        };
+        let held = held_delivery_key(event_key, dest);
+        let Ok(held_key) = Key::try_from(held.as_str()) else {
+            let error = Some("bad held key".to_owned());
+            return self.finish(item, OutboxOutcome::Dead { error }).await;
+        };
+        let (op, rider) = delivery_receive(ns, &held_key, queued, dest, &event, Some(key.as_str()));
+        let made = self.ledger.execute_riding(ns, &held_key, op, rider).await?;
+        let kept = match &made.reply {
+            Ok(Reply::Intake(IntakeReply::Held { .. })) if !made.rider_stored => self
+                .store
+                .intake_event(ns.as_str(), &held)
+                .await?
+                .is_some_and(|row| is_delivery(&row, queued, dest)),
+            Ok(Reply::Intake(IntakeReply::Held { .. } | IntakeReply::Duplicate { .. })) => true,
+            _ => false,
+        };
+        metrics::counter!("idem_deliveries_total", "source" => src_name.clone(),
+            "destination" => dest.to_owned(), "result" => "dead")
+        .increment(1);
+        if !kept {
+            // Only an event whose id is exactly the held key's text could hold it.
+            tracing::warn!(source = %src_name, destination = %dest,
+                key = %idem::mask_key(key.as_str()),
+                "forward: the delivery's key and its held key are other records'; not delivered");
+            let error = Some("the delivery's key and its held key are other records'".to_owned());
+            return self.finish(item, OutboxOutcome::Dead { error }).await;
+        }
+        tracing::warn!(source = %src_name, destination = %dest,
+            key = %idem::mask_key(key.as_str()), held = %idem::mask_key(&held),
+            "forward: the delivery's key is another record's; held for review");
+        self.finish(item, OutboxOutcome::Done).await
+    }
+
+    /// The event row of a delivery's item.
+    async fn event_of(
+        &self,
+        ns: &Namespace,
+        queued: &ForwardItem,
+    ) -> Result<Option<idem::IntakeEventRow>, StoreError> {
+        match &queued.event_key {
+            Some(k) => Ok(self
+                .store
+                .intake_event(ns.as_str(), k)
+                .await?
+                .filter(|e| e.event_key.is_none())),
+            None => Ok(None),
+        }
+    }
+
     #[allow(clippy::too_many_arguments)]
     async fn send(
         &self,
@@ -577,6 +710,52 @@ impl Forwarder {
             }
         }
     }
+}
+
+/// The receive that makes the record of `queued`'s delivery to `dest` under `key` (its own
+/// key, or its held key with `collides_with`), with the delivery's row riding on it.
+fn delivery_receive(
+    ns: &Namespace,
+    key: &Key,
+    queued: &ForwardItem,
+    dest: &str,
+    event: &idem::IntakeEventRow,
+    collides_with: Option<&str>,
+) -> (Op, idem::Rider) {
+    let op = Op::IntakeReceive(IntakeReceiveRequest {
+        source: queued.source.clone(),
+        event_id: queued.event_id.clone(),
+        delivers: true,
+        destination: Some(dest.to_owned()),
+        collides_with: collides_with.map(str::to_owned),
+    });
+    let row = idem::NewIntakeEvent {
+        namespace: ns.as_str().to_owned(),
+        key: key.as_str().to_owned(),
+        source: queued.source.clone(),
+        event_id: queued.event_id.clone(),
+        content_type: event.content_type.clone(),
+        headers: "{}".to_owned(),
+        body: Vec::new(),
+        received_at: event.received_at,
+        destinations: None,
+        delivered_at: None,
+        event_key: queued.event_key.clone(),
+        destination: Some(dest.to_owned()),
+    };
+    let rider = idem::Rider {
+        intake: row,
+        forward: None,
+        deliveries: vec![],
+    };
+    (op, rider)
+}
+
+/// Whether `row` is the row of `queued`'s delivery to `dest`.
+fn is_delivery(row: &idem::IntakeEventRow, queued: &ForwardItem, dest: &str) -> bool {
+    row.source == queued.source
+        && row.event_key == queued.event_key
+        && row.destination.as_deref() == Some(dest)
 }
 
 /// Where one delivery goes: the destination's name, settings and signing secret.

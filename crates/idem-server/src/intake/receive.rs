@@ -43,6 +43,14 @@ pub struct ForwardItem {
     pub traceparent: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tracestate: Option<String>,
+    /// For the first item of a delivery to a named destination: the event's key and id, so
+    /// the delivery worker can tell its delivery's record from another record holding the
+    /// key (absent in items queued before, and in redeliveries, which act on a record the
+    /// operator read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event_key: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event_id: Option<String>,
 }
 
 impl ForwardItem {
@@ -56,24 +64,50 @@ impl ForwardItem {
         due: idem::Timestamp,
         trace: Option<TraceHeaders>,
     ) -> NewOutboxItem {
+        Self::queued(source, destination, trace, None).outbox(ns, key, dedupe, due)
+    }
+
+    /// This item's payload, for `destination` of `source` (`event`: the event's key and id,
+    /// for the first item of a named destination's delivery).
+    fn queued(
+        source: &str,
+        destination: &str,
+        trace: Option<TraceHeaders>,
+        event: Option<(&str, Option<&str>)>,
+    ) -> ForwardItem {
         let (traceparent, tracestate) = match trace {
             Some(t) => (Some(t.traceparent), t.tracestate),
             None => (None, None),
         };
+        ForwardItem {
+            source: source.to_owned(),
+            destination: (destination != DEFAULT).then(|| destination.to_owned()),
+            traceparent,
+            tracestate,
+            event_key: event.map(|(k, _)| k.to_owned()),
+            event_id: event.and_then(|(_, id)| id.map(str::to_owned)),
+        }
+    }
+
+    fn outbox(&self, ns: &str, key: &str, dedupe: String, due: idem::Timestamp) -> NewOutboxItem {
         NewOutboxItem {
             kind: OutboxKind::Forward,
             namespace: ns.to_owned(),
             key: key.to_owned(),
             dedupe,
-            payload: serde_json::to_vec(&ForwardItem {
-                source: source.to_owned(),
-                destination: (destination != DEFAULT).then(|| destination.to_owned()),
-                traceparent,
-                tracestate,
-            })
-            .unwrap_or_default(),
+            payload: serde_json::to_vec(self).unwrap_or_default(),
             due_at: due,
         }
+    }
+
+    /// The delivery this item was queued for, when it names one (see [`idem::DeliveryOf`]).
+    pub fn expects(&self) -> Option<idem::DeliveryOf> {
+        self.event_key.as_ref()?;
+        Some(idem::DeliveryOf {
+            source: self.source.clone(),
+            event_id: self.event_id.clone(),
+            destination: self.destination.clone()?,
+        })
     }
 }
 
@@ -189,8 +223,7 @@ async fn run(st: &AppState, req: Request) -> ApiResult<Response> {
     }
     let mut out = Vec::with_capacity(events.len());
     for ev in events {
-        let key = ev.key.clone();
-        let status = match store_event(st, &loaded, &raw.headers, ev, now).await {
+        let (key, status) = match store_event(st, &loaded, &raw.headers, ev, now).await {
             Ok(s) => s,
             Err(e) => {
                 count(&name, "unavailable");
@@ -236,20 +269,95 @@ pub fn forwarded_headers(names: &[String], headers: &HeaderMap) -> String {
     serde_json::to_string(&Forwarded(names, headers)).unwrap_or_else(|_| "{}".to_owned())
 }
 
-/// Stores one event (row + forward item, then the record) and says how it was taken.
+/// Stores one event (row + forward item, then the record) and says under which key and how
+/// it was taken. An event whose key another record holds (a delivery of another event,
+/// another source's event, a claim: see [`idem::IntakeReceiveRequest::stands_for`]) is no
+/// duplicate: it is held for review under the key of its bytes, like an event without an id
+/// (`needs_review`, alert `key_collision`, answered `held`), and a redelivery of it finds
+/// that record (a duplicate).
 async fn store_event(
     st: &AppState,
     loaded: &LoadedSource,
     headers: &HeaderMap,
     ev: IncomingEvent,
     now: idem::Timestamp,
-) -> ApiResult<&'static str> {
+) -> ApiResult<(String, &'static str)> {
     let src = &loaded.source;
     let ns = Namespace::try_from(src.namespace())
         .map_err(|e| ApiError::internal(format!("source namespace: {e}")))?;
     let key = Key::try_from(ev.key.as_str())
         .map_err(|e| ApiError::internal(format!("intake key: {e}")))?;
-    let held = ev.held();
+    let IncomingEvent { event_id, body, .. } = ev;
+    let one = |key, body, collides_with| Receive {
+        ns: &ns,
+        key,
+        event_id: event_id.clone(),
+        body,
+        collides_with,
+        now,
+    };
+    let body = match receive_one(st, loaded, headers, one(&key, body, None)).await? {
+        Received::Stored(status) => return Ok((key.as_str().to_owned(), status)),
+        Received::KeyTaken(body) => body,
+    };
+    let held = idem_intake::held_key(&body);
+    let held_key =
+        Key::try_from(held.as_str()).map_err(|e| ApiError::internal(format!("held key: {e}")))?;
+    tracing::warn!(source = %src.name, key = %idem::mask_key(key.as_str()),
+        "intake: the event's key is another record's; held for review");
+    match receive_one(
+        st,
+        loaded,
+        headers,
+        one(&held_key, body, Some(key.as_str())),
+    )
+    .await?
+    {
+        Received::Stored(status) => Ok((held, status)),
+        // Only an event whose id is exactly that key's text could get here.
+        Received::KeyTaken(_) => Err(ApiError::internal(
+            "intake: the event's key and the key of its bytes are both other records'",
+        )),
+    }
+}
+
+/// One receive of an event under `key` (its own, or the key it is held under when its own
+/// is another record's: `collides_with`).
+struct Receive<'a> {
+    ns: &'a Namespace,
+    key: &'a Key,
+    event_id: Option<String>,
+    body: Vec<u8>,
+    collides_with: Option<&'a str>,
+    now: idem::Timestamp,
+}
+
+/// How [`receive_one`] went.
+enum Received {
+    /// Taken as this status (`accepted`, `held`, `duplicate`).
+    Stored(&'static str),
+    /// The key is another record's (its record, or its row); nothing was written. The body
+    /// comes back for the hold.
+    KeyTaken(Vec<u8>),
+}
+
+/// Stores one event under `r.key`: its row and forward items ride on its record's creation.
+async fn receive_one(
+    st: &AppState,
+    loaded: &LoadedSource,
+    headers: &HeaderMap,
+    r: Receive<'_>,
+) -> ApiResult<Received> {
+    let src = &loaded.source;
+    let Receive {
+        ns,
+        key,
+        event_id,
+        body,
+        collides_with,
+        now,
+    } = r;
+    let held = event_id.is_none() || collides_with.is_some();
     // Fan-out is decided here, once, on the stored bytes: the destinations whose filter the
     // event passes. `default` delivers under the event's own key; each other one gets its
     // delivery row and first item in the same step as the event.
@@ -261,7 +369,7 @@ async fn store_event(
             .map(|_| DEFAULT.to_owned())
             .collect::<Vec<_>>()
     } else {
-        src.matching(&ev.body, headers)
+        src.matching(&body, headers)
     };
     let delivers = matched.iter().any(|n| n == DEFAULT);
     let trace = crate::telemetry::operation_trace();
@@ -273,15 +381,14 @@ async fn store_event(
             .filter(|n| n.as_str() != DEFAULT)
             .map(|n| {
                 let k = delivery_key(key.as_str(), n);
+                let event = Some((key.as_str(), event_id.as_deref()));
+                // Its own dedupe: the key may be an event's too, whose first item is "0".
                 NewDelivery {
-                    item: ForwardItem::item(
-                        &src.name,
-                        n,
+                    item: ForwardItem::queued(&src.name, n, trace.clone(), event).outbox(
                         ns.as_str(),
                         &k,
-                        "0".into(),
+                        format!("0:{n}"),
                         now,
-                        trace.clone(),
                     ),
                     key: k,
                     destination: n.clone(),
@@ -293,16 +400,19 @@ async fn store_event(
         namespace: ns.as_str().to_owned(),
         key: key.as_str().to_owned(),
         source: src.name.clone(),
-        event_id: ev.event_id.clone(),
+        event_id: event_id.clone(),
         content_type: headers
             .get(header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned),
         headers: forwarded_headers(&src.forward_headers(), headers),
-        body: ev.body,
+        // Kept here too: a key found taken holds the event under the key of these bytes.
+        body: body.clone(),
         received_at: now,
         destinations: Some(Value::from(matched.clone()).to_string()),
         delivered_at: (!delivers && !held).then_some(now),
+        event_key: None,
+        destination: None,
     };
     // The event's row and its first forward item ride on the record's creation: stored in
     // the step that inserts the record, never by a delivery that finds it (a duplicate costs
@@ -318,31 +428,86 @@ async fn store_event(
             trace,
         )
     });
+    let rider = Rider {
+        intake: row,
+        forward,
+        deliveries,
+    };
     let ex = st
         .ledger
         .execute_riding(
-            &ns,
-            &key,
+            ns,
+            key,
             Op::IntakeReceive(IntakeReceiveRequest {
                 source: src.name.clone(),
-                event_id: ev.event_id,
+                event_id: event_id.clone(),
                 delivers,
+                destination: None,
+                collides_with: collides_with.map(str::to_owned),
             }),
-            Rider {
-                intake: row,
-                forward,
-                deliveries,
-            },
+            rider,
         )
         .await?;
     let stored = ex.rider_stored;
-    match receive_status(stored, held, ex.reply)? {
+    let inserted = matches!(
+        ex.reply,
+        Ok(Reply::Intake(
+            IntakeReply::Accepted { .. } | IntakeReply::Held { .. }
+        ))
+    );
+    let (collision, tombstone) = match &ex.reply {
+        Ok(Reply::Intake(IntakeReply::Collision { record })) => (true, is_tombstone(record)),
+        _ => (false, false),
+    };
+    if collision && !tombstone {
+        return Ok(Received::KeyTaken(body));
+    }
+    if tombstone || (inserted && !stored) {
+        // The key's row says whose it is. Inserted but not stored: this event's (left without
+        // its record) — else the store wrote nothing (see `idem::Rider`). A tombstone (its
+        // payload went with the body at retention): this event's when its row is, and then
+        // a duplicate, as a tombstone always answers.
+        let row = st
+            .ledger
+            .store()
+            .intake_event(ns.as_str(), key.as_str())
+            .await?;
+        let taken = match &row {
+            Some(row) => !is_event(row, &src.name, event_id.as_deref()),
+            None => collision,
+        };
+        if taken {
+            return Ok(Received::KeyTaken(body));
+        }
+    }
+    let reply = match ex.reply {
+        Ok(Reply::Intake(IntakeReply::Collision { record })) => {
+            Ok(Reply::Intake(IntakeReply::Duplicate { record }))
+        }
+        other => other,
+    };
+    match receive_status(stored, held, reply)? {
         "duplicate" => {
             metrics::counter!("idem_duplicate_hits_total").increment(1);
-            Ok("duplicate")
+            Ok(Received::Stored("duplicate"))
         }
-        status => Ok(status),
+        status => Ok(Received::Stored(status)),
     }
+}
+
+/// Whether `rec` is a tombstone: retention dropped its payload (what it stood for) with its
+/// result; its row, kept as long as it is, tells.
+pub fn is_tombstone(rec: &idem::Record) -> bool {
+    rec.result_expired && rec.prepared_payload.is_none()
+}
+
+/// Whether `row` is the row of the event `event_id` of `source` (not a delivery's, not
+/// another source's event's).
+fn is_event(row: &idem::IntakeEventRow, source: &str, event_id: Option<&str>) -> bool {
+    row.source == source
+        && row.event_id.as_deref() == event_id
+        && row.event_key.is_none()
+        && row.destination.is_none()
 }
 
 /// The status of one delivery. The event's row rides on its record's creation and is kept
@@ -444,6 +609,8 @@ mod tests {
             source: "stripe".into(),
             event_id: event_id.map(str::to_owned),
             delivers: true,
+            destination: None,
+            collides_with: None,
         });
         let first = apply(&ns, &key, None, &op, &ctx);
         let idem::Write::Insert(rec) = &first.write else {

@@ -528,3 +528,163 @@ async fn the_destination_label_follows_a_dead_letter_through_its_redeliver() {
         app.stop().await.expect("stop");
     }
 }
+
+/// A source with `forward` (the destination `default`) and `forwards.crm`.
+fn default_and_crm(default: &str, crm: &str) -> Value {
+    let retry = json!({"max_attempts": 3, "base_ms": 1, "max_ms": 1});
+    json!({
+        "provider": "stripe",
+        "secrets": [SECRET],
+        "forward": {"url": default, "timeout_ms": 1000, "retry": retry},
+        "forwards": {"crm": {"url": crm, "timeout_ms": 1000, "retry": retry}},
+    })
+}
+
+/// The read of one destination of an event.
+async fn destination(app: &TestApp, source: &str, key: &str, name: &str) -> Value {
+    let e = event(app, source, key).await;
+    e.body["destinations"]
+        .as_array()
+        .and_then(|a| a.iter().find(|d| d["name"] == name))
+        .cloned()
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn an_intake_event_whose_id_is_another_events_delivery_key_is_held_not_dropped() {
+    for backend in backends() {
+        let app = spawn_on(backend).await;
+        let default = Sink::start(vec![]).await;
+        let crm = Sink::start(vec![]).await;
+        let r = put_source(&app, "c", &default_and_crm(&default.url, &crm.url)).await;
+        assert_eq!(r.status, 201, "{}", r.text);
+        let r = post_stripe(&app, "c", SECRET, &body("y", "invoice.paid")).await;
+        assert_eq!(
+            r.body["events"],
+            json!([{"key": "y", "status": "accepted"}])
+        );
+        let delivered = json!({"default": "completed", "crm": "completed"});
+        assert!(until_states(&app, "c", "y", delivered.clone()).await);
+        // Event `y:crm` is new: the key `y:crm` holds `y`'s delivery to crm, not it.
+        let raw = body("y:crm", "invoice.paid");
+        let r = post_stripe(&app, "c", SECRET, &raw).await;
+        assert_eq!(r.status, 200, "{}", r.text);
+        let held = r.body["events"][0]["key"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        assert!(held.starts_with("body-sha256:"), "{}", r.text);
+        assert_eq!(r.body["events"][0]["status"], "held", "{}", r.text);
+        assert_eq!(r.header("idempotent-replayed"), None);
+        let e = event(&app, "c", &held).await;
+        assert_eq!(e.body["event"]["event_id"], "y:crm", "{}", e.text);
+        assert_eq!(e.body["record"]["state"], "needs_review");
+        assert_eq!(e.body["record"]["last_error"]["category"], "key_collision");
+        // The delivery row does not pose as an event; `y`'s delivery is untouched.
+        assert_eq!(event(&app, "c", "y:crm").await.status, 404);
+        assert_eq!(states(&app, "c", "y").await, delivered);
+        // The provider's retry is a duplicate of the held event, not of the delivery.
+        let again = post_stripe(&app, "c", SECRET, &raw).await;
+        assert_eq!(
+            again.body["events"],
+            json!([{"key": held, "status": "duplicate"}]),
+            "{}",
+            again.text
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(keys(&default), ["y"]);
+        assert_eq!(keys(&crm), ["y:crm"]);
+        // An operator lets it go: delivered under its held key, with its own id.
+        let r = app
+            .post(
+                &format!("/v1/sources/c/events/{held}/redeliver"),
+                json!({"note": "a real event, checked"}),
+            )
+            .await;
+        assert_eq!(r.status, 202, "{}", r.text);
+        let got = eventually(Duration::from_secs(10), || async {
+            app.advance(10);
+            default.count() == 2
+        })
+        .await;
+        assert!(got, "{:?}", keys(&default));
+        let last = default.got().pop().expect("a forward");
+        assert_eq!(last.header("idem-key"), Some(held.as_str()));
+        assert_eq!(last.header("idem-event-id"), Some("y:crm"));
+        assert_eq!(last.body.as_ref(), raw.as_slice());
+
+        // A key some claim holds is no event's either.
+        let r = app.post("/v1/namespaces/c/keys/z/claim", json!({})).await;
+        assert!(r.status < 300, "{}", r.text);
+        let r = post_stripe(&app, "c", SECRET, &body("z", "invoice.paid")).await;
+        assert_eq!(r.body["events"][0]["status"], "held", "{}", r.text);
+    }
+}
+
+#[tokio::test]
+async fn an_intake_delivery_whose_key_is_another_event_is_held_never_read_as_delivered() {
+    for backend in backends() {
+        let app = spawn_on(backend).await;
+        let default = Sink::start(vec![]).await;
+        let crm = Sink::start(vec![]).await;
+        put_source(&app, "c", &default_and_crm(&default.url, &crm.url)).await;
+        // Event `x:crm` first: it holds the key that `x`'s delivery to crm would use.
+        let r = post_stripe(&app, "c", SECRET, &body("x:crm", "invoice.paid")).await;
+        assert_eq!(
+            r.body["events"],
+            json!([{"key": "x:crm", "status": "accepted"}])
+        );
+        let done = json!({"default": "completed", "crm": "completed"});
+        assert!(until_states(&app, "c", "x:crm", done).await);
+        let r = post_stripe(&app, "c", SECRET, &body("x", "invoice.paid")).await;
+        assert_eq!(
+            r.body["events"],
+            json!([{"key": "x", "status": "accepted"}])
+        );
+        let want = json!({"default": "completed", "crm": "needs_review"});
+        assert!(
+            until_states(&app, "c", "x", want).await,
+            "{}",
+            event(&app, "c", "x").await.text
+        );
+        let d = destination(&app, "c", "x", "crm").await;
+        assert_eq!(d["collides_with"], "x:crm", "{d}");
+        let held = d["key"].as_str().unwrap_or_default().to_owned();
+        assert!(held.starts_with("sha256:"), "{d}");
+        let rec = app.record("c", &held).await;
+        assert_eq!(rec.body["record"]["state"], "needs_review", "{}", rec.text);
+        assert_eq!(
+            rec.body["record"]["last_error"]["category"],
+            "key_collision"
+        );
+        // Nothing went to crm for `x`; event `x:crm` is as it was.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(keys(&crm), ["x:crm:crm"]);
+        let other = event(&app, "c", "x:crm").await;
+        assert_eq!(other.body["event"]["event_id"], "x:crm");
+        assert_eq!(other.body["record"]["state"], "completed");
+        assert_eq!(other.body["record"]["attempt"], 1);
+        let m = app.get("/metrics").await.text;
+        assert!(
+            m.contains(r#"idem_deliveries_total{source="c",destination="crm",result="dead"}"#),
+            "{m}"
+        );
+        // A duplicate of `x` changes nothing.
+        let r = post_stripe(&app, "c", SECRET, &body("x", "invoice.paid")).await;
+        assert_eq!(r.body["events"][0]["status"], "duplicate");
+        // Redelivered by an operator: sent under its held key, with `x`'s body.
+        let r = app
+            .post(
+                "/v1/sources/c/events/x/redeliver",
+                json!({"note": "checked", "destination": "crm"}),
+            )
+            .await;
+        assert_eq!(r.status, 202, "{}", r.text);
+        let done = json!({"default": "completed", "crm": "completed"});
+        assert!(until_states(&app, "c", "x", done).await);
+        let last = crm.got().pop().expect("a forward");
+        assert_eq!(last.header("idem-key"), Some(held.as_str()));
+        assert_eq!(last.header("idem-event-id"), Some("x"));
+        assert_eq!(last.body.as_ref(), body("x", "invoice.paid").as_slice());
+    }
+}

@@ -104,27 +104,78 @@ async fn pause_stops_claims_but_lets_in_flight_work_land() {
 
 #[tokio::test]
 async fn daily_limit_answers_429_with_retry_after_until_midnight() {
-    let app = spawn_app().await;
-    app.patch_namespace("ns", json!({"daily_limit": 1})).await;
-    let t = Api::acquired(&app.claim("ns", "first", json!({})).await);
-    let r = app.claim("ns", "second", json!({})).await;
-    assert_eq!(r.status, 429, "{}", r.text);
-    assert_eq!(r.body["outcome"], "limited");
-    assert_eq!(r.body["record"], json!(null));
-    let secs: i64 = r
-        .header("retry-after")
-        .and_then(|v| v.parse().ok())
-        .expect("Retry-After");
-    let expect = (app.now().ms_to_next_utc_midnight() + 999) / 1000;
-    assert!((secs - expect).abs() <= 2, "{secs} vs {expect}");
-    // Existing keys are not first-time acquisitions: not limited.
-    assert_eq!(
-        app.claim("ns", "first", json!({})).await.body["outcome"],
-        "in_flight"
-    );
-    app.complete("ns", "first", json!({"token": t})).await;
-    assert_eq!(app.claim("ns", "first", json!({})).await.status, 200);
-    app.record("ns", "second").await.problem(404, "not_found");
+    for backend in backends() {
+        let app = spawn_on(backend).await;
+        app.patch_namespace("ns", json!({"daily_limit": 1})).await;
+        let t = Api::acquired(&app.claim("ns", "first", json!({})).await);
+        let r = app.claim("ns", "second", json!({})).await;
+        assert_eq!(r.status, 429, "{}", r.text);
+        assert_eq!(r.body["outcome"], "limited");
+        assert_eq!(r.body["record"], json!(null));
+        let secs: i64 = r
+            .header("retry-after")
+            .and_then(|v| v.parse().ok())
+            .expect("Retry-After");
+        let expect = (app.now().ms_to_next_utc_midnight() + 999) / 1000;
+        assert!((secs - expect).abs() <= 2, "{secs} vs {expect}");
+        // Existing keys are not first-time acquisitions: not limited.
+        assert_eq!(
+            app.claim("ns", "first", json!({})).await.body["outcome"],
+            "in_flight"
+        );
+        app.complete("ns", "first", json!({"token": t})).await;
+        assert_eq!(app.claim("ns", "first", json!({})).await.status, 200);
+        app.record("ns", "second").await.problem(404, "not_found");
+    }
+}
+
+/// What the console's namespace page shows as today's first-time acquisitions of `ns`
+/// ("count / limit").
+async fn acquired_today_shown(app: &TestApp, ns: &str) -> String {
+    let r = app
+        .http
+        .get(format!("{}/console/ns/{ns}", app.base))
+        .send()
+        .await
+        .expect("console");
+    assert_eq!(r.status(), 200);
+    let page = r.text().await.expect("page");
+    let from = page
+        .find("First-time acquisitions today: ")
+        .unwrap_or_else(|| panic!("no count on {page}"))
+        + "First-time acquisitions today: ".len();
+    let rest = &page[from..];
+    rest[..rest.find('.').expect("end")].to_owned()
+}
+
+/// The ceiling is of the day's first-time acquisitions, also those made while no
+/// `daily_limit` was set: the console counts them, and a limit set later counts them too.
+#[tokio::test]
+async fn first_time_claims_made_without_a_limit_count_against_a_later_one() {
+    for backend in backends() {
+        let app = spawn_on(backend).await;
+        for k in ["k0", "k1", "k2"] {
+            assert_eq!(
+                app.claim("a", k, json!({})).await.status,
+                201,
+                "{backend:?}"
+            );
+        }
+        assert_eq!(acquired_today_shown(&app, "a").await, "3 / no limit");
+        assert_eq!(app.namespace("a").await.body["stats"]["acquired_first"], 3);
+        let r = app.patch_namespace("a", json!({"daily_limit": 5})).await;
+        assert_eq!(r.status, 200, "{}", r.text);
+        let mut statuses = Vec::new();
+        for k in ["m0", "m1", "m2", "m3"] {
+            statuses.push(app.claim("a", k, json!({})).await.status);
+        }
+        assert_eq!(statuses, [201, 201, 429, 429], "{backend:?}");
+        assert_eq!(acquired_today_shown(&app, "a").await, "5 / 5");
+        // A ceiling below today's count: limited at once.
+        app.patch_namespace("a", json!({"daily_limit": 2})).await;
+        assert_eq!(app.claim("a", "x", json!({})).await.status, 429);
+        assert_eq!(acquired_today_shown(&app, "a").await, "5 / 2");
+    }
 }
 
 #[tokio::test]

@@ -387,6 +387,8 @@ fn rider() -> crate::Rider {
             received_at: Timestamp(1),
             destinations: None,
             delivered_at: None,
+            event_key: None,
+            destination: None,
         },
         forward: None,
         deliveries: vec![],

@@ -631,3 +631,83 @@ pub async fn daily_limit_limits_only_first_time_acquisitions<B: Backend>(b: Arc<
     assert_eq!(h.claim(&key("k4")).await.outcome, ClaimOutcome::Acquired);
     assert_eq!(h.claim(&key("k5")).await.outcome, ClaimOutcome::Limited);
 }
+
+/// Today's first-time acquisitions in `h`'s namespace, as the console reads them.
+async fn acquired_today(h: &H) -> u64 {
+    h.store
+        .namespace_activity(&h.ns, h.now())
+        .await
+        .expect("namespace activity")
+        .acquired_today
+}
+
+/// Today's count is kept whether or not a `daily_limit` is set (the spec's ceiling is of the
+/// day's first-time acquisitions, not of those made while it was set): the count read is
+/// exact on every path a first-time claim takes (the first claim of a handle that knows
+/// nothing of the namespace, the next ones, a claim with an effect's follow-ups), and a limit
+/// set later below it refuses the next first-time claim. A ceiling removed and set again the
+/// same day counts what was acquired in between.
+pub async fn first_time_acquisitions_count_with_or_without_a_limit<B: Backend>(b: Arc<B>) {
+    let h = H::new(&*b, "ns").await;
+    let other = H::on(h.store.clone(), "other", h.clock.clone());
+    other.acquire(&key("o1")).await;
+    let tok = h.acquire(&key("k1")).await;
+    h.acquire(&key("k2")).await;
+    h.acquire(&key("k3")).await;
+    let ctx = idem_store::ExecCtx {
+        then_prepare: Some(idem_store::ThenPrepare {
+            payload: json!({"to": "a@example.com"}),
+            approval_required: false,
+        }),
+        then_sent: Some(RequestSummary {
+            method: "POST".into(),
+            url: "https://api.example.com/v1/emails".into(),
+            idempotency_header: None,
+        }),
+        lease_id: idem_core::LeaseId::random(),
+        jitter: 0.5,
+        ..idem_store::ExecCtx::at(h.now())
+    };
+    let ex = h
+        .store
+        .execute(&h.ns, &key("e1"), Op::Claim(ClaimRequest::default()), ctx)
+        .await
+        .expect("claim with follow-ups");
+    assert_eq!(
+        kinds(&ex.events),
+        [EventType::Acquired, EventType::Prepared, EventType::Sent]
+    );
+    // Neither a replay, nor a later attempt, nor another namespace's claim is first-time.
+    assert_eq!(h.claim(&key("k2")).await.outcome, ClaimOutcome::InFlight);
+    ok(&h, &key("k1"), fail(&tok, Class::Retryable)).await;
+    h.advance(1_000);
+    assert_eq!(h.claim(&key("k1")).await.outcome, ClaimOutcome::Acquired);
+    assert_eq!(acquired_today(&h).await, 4);
+    assert_eq!(acquired_today(&other).await, 1);
+
+    // A ceiling below today's count: the next first-time claim is limited, and writes nothing.
+    h.patch(json!({"daily_limit": 3})).await;
+    assert_eq!(h.claim(&key("n1")).await.outcome, ClaimOutcome::Limited);
+    assert!(h.store.get(&h.ns, &key("n1")).await.expect("get").is_none());
+    assert_eq!(acquired_today(&h).await, 4);
+    // Above it: acquisitions up to the ceiling, then limited.
+    h.patch(json!({"daily_limit": 6})).await;
+    assert_eq!(h.claim(&key("n1")).await.outcome, ClaimOutcome::Acquired);
+    assert_eq!(h.claim(&key("n2")).await.outcome, ClaimOutcome::Acquired);
+    assert_eq!(h.claim(&key("n3")).await.outcome, ClaimOutcome::Limited);
+    assert_eq!(acquired_today(&h).await, 6);
+    // Removed, two more, set again: the two count.
+    h.patch(json!({"daily_limit": null})).await;
+    h.acquire(&key("m1")).await;
+    h.acquire(&key("m2")).await;
+    assert_eq!(acquired_today(&h).await, 8);
+    h.patch(json!({"daily_limit": 9})).await;
+    assert_eq!(h.claim(&key("m3")).await.outcome, ClaimOutcome::Acquired);
+    assert_eq!(h.claim(&key("m4")).await.outcome, ClaimOutcome::Limited);
+    assert_eq!(acquired_today(&h).await, 9);
+    // The next UTC day starts at zero.
+    h.clock.set(Timestamp(T0 + 14 * 3_600_000));
+    assert_eq!(acquired_today(&h).await, 0);
+    assert_eq!(h.claim(&key("m4")).await.outcome, ClaimOutcome::Acquired);
+    assert_eq!(acquired_today(&h).await, 1);
+}

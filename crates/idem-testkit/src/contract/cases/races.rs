@@ -138,6 +138,48 @@ pub async fn concurrent_first_acquisitions_never_exceed_the_daily_limit<B: Backe
     assert_eq!(info.counts.get(State::Processing), 5);
 }
 
+/// Acquisitions made while no `daily_limit` was set count against one set later, also for
+/// first-time claims racing from several handles: with 3 acquired and a ceiling of 5, exactly
+/// 2 more of 32 racing claims acquire.
+pub async fn racing_first_acquisitions_count_those_made_without_a_limit<B: Backend>(b: Arc<B>) {
+    let clock = TestClock::new(Timestamp(T0));
+    let mut handles = Vec::new();
+    for _ in 0..4 {
+        handles.push(H::on(b.open().await, "ns", clock.clone()));
+    }
+    for (i, h) in handles.iter().take(3).enumerate() {
+        h.acquire(&key(&format!("early{i}"))).await;
+    }
+    handles[3].patch(json!({"daily_limit": 5})).await;
+    let barrier = Arc::new(Barrier::new(32));
+    let mut tasks = Vec::new();
+    for i in 0..32 {
+        let h = handles[i % 4].clone();
+        let barrier = barrier.clone();
+        tasks.push(tokio::spawn(async move {
+            barrier.wait().await;
+            h.ledger
+                .claim(&h.ns, &key(&format!("k{i}")), ClaimRequest::default())
+                .await
+        }));
+    }
+    let mut outcomes = BTreeMap::new();
+    for t in tasks {
+        let c = t.await.expect("task").expect("claim");
+        *outcomes.entry(c.outcome.as_str()).or_insert(0) += 1;
+    }
+    assert_eq!(outcomes, BTreeMap::from([("acquired", 2), ("limited", 30)]));
+    let h = &handles[1];
+    let activity = h
+        .store
+        .namespace_activity(&h.ns, h.now())
+        .await
+        .expect("activity");
+    assert_eq!(activity.acquired_today, 5);
+    let info = h.store.namespace(&h.ns).await.expect("ns");
+    assert_eq!(info.counts.get(State::Processing), 5);
+}
+
 // ================================================================ more races and refusals
 
 pub async fn racing_late_completion_and_reclaim_never_both_win<B: Backend>(b: Arc<B>) {

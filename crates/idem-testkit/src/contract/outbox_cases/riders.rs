@@ -37,6 +37,8 @@ async fn receive(h: &H, k: &str, id: Option<&str>, body: &[u8]) -> Executed {
             received_at: h.now(),
             destinations: None,
             delivered_at: None,
+            event_key: None,
+            destination: None,
         },
         forward: id.map(|_| forward(h, k, "0")),
         deliveries: vec![],
@@ -45,6 +47,8 @@ async fn receive(h: &H, k: &str, id: Option<&str>, body: &[u8]) -> Executed {
         source: "src".into(),
         event_id: id.map(str::to_owned),
         delivers: true,
+        destination: None,
+        collides_with: None,
     });
     h.ledger
         .execute_riding(&h.ns, &key(k), op, rider)
@@ -57,6 +61,7 @@ fn intake_reply(e: &Executed) -> &'static str {
         Ok(Reply::Intake(IntakeReply::Accepted { .. })) => "accepted",
         Ok(Reply::Intake(IntakeReply::Held { .. })) => "held",
         Ok(Reply::Intake(IntakeReply::Duplicate { .. })) => "duplicate",
+        Ok(Reply::Intake(IntakeReply::Collision { .. })) => "collision",
         other => panic!("not an intake reply: {other:?}"),
     }
 }
@@ -113,16 +118,126 @@ pub async fn a_rider_is_stored_exactly_with_the_record_it_rides_on<B: Backend>(b
     );
     assert!(claim(&h, OutboxKind::Forward, 100).await.is_empty());
 
-    // A record made by another operation: the delivery finds it and stores no row.
+    // A record made by another operation: no duplicate of it (the event is not that record)
+    // but a collision, and nothing is stored.
     let taken = key("src:evt_taken");
     ok_reply(&h.exec(&taken, Op::Claim(Default::default()), None).await);
     let late = receive(&h, "src:evt_taken", Some("evt_taken"), b"late").await;
     assert_eq!(
         (intake_reply(&late), late.rider_stored),
-        ("duplicate", false)
+        ("collision", false)
     );
     assert_eq!(row_body(&h, "src:evt_taken").await, None);
     assert!(claim(&h, OutboxKind::Forward, 100).await.is_empty());
+}
+
+/// A key whose row is another record's (the row of a delivery of another event, written
+/// before its record is made) is not an event's to take: the receive writes nothing — no
+/// record, no row, no item — and says `rider_stored: false`. A delivery's row is written
+/// only where no record holds its key (its item goes all the same). Several keys, so that a
+/// backend's fast path is taken as well as its normal one.
+pub async fn a_key_holding_another_records_row_is_not_taken_by_a_receive<B: Backend>(b: Arc<B>) {
+    let h = H::new(&*b, "hooks").await;
+    // A claim holds `p3:crm`: the delivery of `p3` to crm gets no row there.
+    ok_reply(
+        &h.exec(&key("p3:crm"), Op::Claim(Default::default()), None)
+            .await,
+    );
+    for i in 0..4 {
+        let (parent, d) = (format!("p{i}"), format!("p{i}:crm"));
+        let mut rider = Rider {
+            intake: NewIntakeEvent {
+                namespace: h.ns.as_str().to_owned(),
+                key: parent.clone(),
+                source: "src".into(),
+                event_id: Some(parent.clone()),
+                content_type: None,
+                headers: "{}".into(),
+                body: b"parent".to_vec(),
+                received_at: h.now(),
+                destinations: Some(r#"["crm"]"#.into()),
+                delivered_at: Some(h.now()),
+                event_key: None,
+                destination: None,
+            },
+            forward: None,
+            deliveries: vec![idem_store::NewDelivery {
+                key: d.clone(),
+                destination: "crm".into(),
+                item: forward(&h, &d, "0"),
+            }],
+        };
+        let op = Op::IntakeReceive(IntakeReceiveRequest {
+            source: "src".into(),
+            event_id: Some(parent.clone()),
+            delivers: false,
+            destination: None,
+            collides_with: None,
+        });
+        let first = h
+            .ledger
+            .execute_riding(&h.ns, &key(&parent), op, rider.clone())
+            .await
+            .unwrap_or_else(|e| panic!("receive {parent}: {e}"));
+        assert!(first.rider_stored, "{parent}");
+        if i == 3 {
+            // Claimed: no delivery row under the claim's key.
+            let row = h.store.intake_event(h.ns.as_str(), &d).await.ok().flatten();
+            assert!(row.is_none(), "{row:?}");
+            continue;
+        }
+        // Now the event whose id is the delivery's key, before the delivery's record exists.
+        rider.intake.key = d.clone();
+        rider.intake.event_id = Some(d.clone());
+        rider.intake.body = b"other".to_vec();
+        rider.intake.destinations = None;
+        rider.intake.delivered_at = None;
+        rider.forward = Some(forward(&h, &d, "other"));
+        rider.deliveries = vec![];
+        let op = Op::IntakeReceive(IntakeReceiveRequest {
+            source: "src".into(),
+            event_id: Some(d.clone()),
+            delivers: true,
+            destination: None,
+            collides_with: None,
+        });
+        let other = h
+            .ledger
+            .execute_riding(&h.ns, &key(&d), op, rider)
+            .await
+            .unwrap_or_else(|e| panic!("receive {d}: {e}"));
+        assert!(!other.rider_stored, "{d}");
+        let rec = h.store.get(&h.ns, &key(&d)).await;
+        assert!(matches!(rec, Ok(None)), "{d}: {rec:?}");
+        let row = h
+            .store
+            .intake_event(h.ns.as_str(), &d)
+            .await
+            .ok()
+            .flatten()
+            .expect("the delivery's row");
+        assert_eq!(
+            (row.event_key.as_deref(), row.destination.as_deref()),
+            (Some(parent.as_str()), Some("crm")),
+            "{d}"
+        );
+    }
+    // One item per delivery (the claimed key's too), none for the event that was not taken.
+    let items = claim(&h, OutboxKind::Forward, 100).await;
+    let mut got: Vec<(&str, &str)> = items
+        .iter()
+        .map(|i| (i.key.as_str(), i.dedupe.as_str()))
+        .collect();
+    got.sort_unstable();
+    assert_eq!(
+        got,
+        [
+            ("p0:crm", "0"),
+            ("p1:crm", "0"),
+            ("p2:crm", "0"),
+            ("p3:crm", "0")
+        ]
+    );
 }
 
 /// Many first deliveries of one event at once, on separate handles: one stores the row and
@@ -171,7 +286,10 @@ async fn forward_start(h: &H, k: &str) -> String {
     let e = h
         .exec(
             &key(k),
-            Op::ForwardStart(ForwardStartRequest { lease_ms: 30_000 }),
+            Op::ForwardStart(ForwardStartRequest {
+                lease_ms: 30_000,
+                expect: None,
+            }),
             None,
         )
         .await;

@@ -196,6 +196,19 @@ pub async fn with_incoming<F: std::future::Future>(
     INCOMING.scope(incoming, fut).await
 }
 
+/// Spawns `fut` as a task of its own that keeps the current request's span and caller's
+/// trace context (a task-local does not pass to a spawned task by itself).
+pub fn spawn_in_request<F>(fut: F) -> tokio::task::JoinHandle<F::Output>
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    use tracing::Instrument;
+    let span = tracing::Span::current();
+    let incoming = INCOMING.try_with(Clone::clone).ok().flatten();
+    tokio::spawn(with_incoming(incoming, fut).instrument(span))
+}
+
 /// The caller's trace context while its request runs (only when spans are not exported).
 fn incoming() -> Option<TraceHeaders> {
     INCOMING.try_with(Clone::clone).ok().flatten()

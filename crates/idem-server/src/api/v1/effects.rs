@@ -202,8 +202,7 @@ pub(crate) async fn detached<F>(work: F) -> ApiResult<Response>
 where
     F: std::future::Future<Output = ApiResult<Response>> + Send + 'static,
 {
-    let span = tracing::Span::current();
-    match tokio::spawn(work.instrument(span)).await {
+    match crate::telemetry::spawn_in_request(work).await {
         Ok(r) => r,
         Err(e) => Err(ApiError::internal(format!("the effect's task ended: {e}"))),
     }

@@ -133,6 +133,20 @@ async fn three_destinations_one_failing_is_dead_lettered_and_redelivered_alone()
             json!({"crm": "completed", "receipt": "completed", "slack": "needs_review"})
         );
 
+        // A destination with a dead letter is not dropped: 409, the source unchanged.
+        let r = app
+            .patch("/v1/sources/pay", json!({"forwards": {"slack": null}}))
+            .await;
+        assert!(
+            r.problem(409, "invalid_transition")["detail"]
+                .as_str()
+                .is_some_and(|d| d.contains("`slack`") && d.contains("force=true")),
+            "{}",
+            r.text
+        );
+        let src = app.get("/v1/sources/pay").await;
+        assert!(src.body["forwards"]["slack"].is_object(), "{}", src.text);
+
         // Redeliver without a destination: every one not completed (slack alone).
         let r = app
             .post(
@@ -186,6 +200,12 @@ async fn three_destinations_one_failing_is_dead_lettered_and_redelivered_alone()
             )
             .await;
         assert_eq!(r.problem(422, "invalid_field")["field"], "destination");
+        // Everything delivered to slack: it may go now.
+        let r = app
+            .patch("/v1/sources/pay", json!({"forwards": {"slack": null}}))
+            .await;
+        assert_eq!(r.status, 200, "{}", r.text);
+        assert_eq!(r.body["forwards"]["slack"], Value::Null, "{}", r.text);
         app.stop().await.expect("stop");
     }
 }
@@ -686,5 +706,44 @@ async fn an_intake_delivery_whose_key_is_another_event_is_held_never_read_as_del
         assert_eq!(last.header("idem-key"), Some(held.as_str()));
         assert_eq!(last.header("idem-event-id"), Some("x"));
         assert_eq!(last.body.as_ref(), body("x", "invoice.paid").as_slice());
+    }
+}
+
+#[tokio::test]
+async fn a_destination_with_undelivered_deliveries_is_dropped_only_when_forced() {
+    for backend in backends() {
+        let app = spawn_on(backend).await;
+        let ok = Sink::start(vec![]).await;
+        let slack = Sink::start(vec![answer(500), answer(500), answer(500)]).await;
+        let r = put_source(&app, "pay", &three(&ok.url, &ok.url, &slack.url)).await;
+        assert_eq!(r.status, 201, "{}", r.text);
+        let r = post_stripe(&app, "pay", SECRET, &body("evt_f", "invoice.paid")).await;
+        assert_eq!(r.status, 200, "{}", r.text);
+        let want = json!({"crm": "completed", "receipt": "completed", "slack": "needs_review"});
+        assert!(until_states(&app, "pay", "evt_f", want).await);
+        // A PUT without slack is refused like the PATCH; `?force=true` drops it.
+        let r = put_source(&app, "pay", &three(&ok.url, &ok.url, &slack.url)).await;
+        assert_eq!(r.status, 200, "{}", r.text);
+        let mut without = three(&ok.url, &ok.url, &slack.url);
+        without["forwards"]
+            .as_object_mut()
+            .map(|m| m.remove("slack"));
+        put_source(&app, "pay", &without)
+            .await
+            .problem(409, "invalid_transition");
+        app.patch(
+            "/v1/sources/pay?force=maybe",
+            json!({"forwards": {"slack": null}}),
+        )
+        .await
+        .problem(422, "invalid_field");
+        let r = app
+            .patch(
+                "/v1/sources/pay?force=true",
+                json!({"forwards": {"slack": null}}),
+            )
+            .await;
+        assert_eq!(r.status, 200, "{}", r.text);
+        assert_eq!(r.body["forwards"]["slack"], Value::Null, "{}", r.text);
     }
 }

@@ -303,6 +303,7 @@ async fn write(
     caller: &Caller,
     input: SourceInput,
     replace_forward: bool,
+    force: bool,
 ) -> ApiResult<(bool, LoadedSource)> {
     let src = &input.source;
     caller.authorize(Role::Admin, Some(&source_ns(src)?))?;
@@ -311,6 +312,9 @@ async fn write(
     // scoped elsewhere must not move it (its secrets, its forward URL) into its own.
     if let Some(b) = &before {
         caller.authorize(Role::Admin, Some(&source_ns(&b.source)?))?;
+        if !force {
+            keeps_undelivered(st, &b.source, src).await?;
+        }
     }
     let w = SourceWrite {
         name: src.name.clone(),
@@ -335,6 +339,50 @@ async fn write(
     let created = created?;
     tracing::info!(source = %src.name, created, "source written");
     Ok((created, existing(st, &src.name).await?))
+}
+
+/// A destination is not dropped while deliveries to it are undelivered (waiting, retrying
+/// or dead letters): they could never be delivered, redelivered or counted out of the
+/// backlog again. 409 `invalid_transition`, as a `DELETE` of the source is, unless
+/// `?force=true` (their records stay; nothing more is forwarded to it).
+async fn keeps_undelivered(st: &AppState, before: &Source, after: &Source) -> ApiResult<()> {
+    let kept: Vec<&str> = after.destinations().iter().map(|(n, _)| *n).collect();
+    let gone: Vec<&str> = before
+        .destinations()
+        .iter()
+        .map(|(n, _)| *n)
+        .filter(|n| !kept.contains(n))
+        .collect();
+    if gone.is_empty() {
+        return Ok(());
+    }
+    let backlog = st.ledger.store().intake_backlog().await?;
+    let stranded = backlog
+        .iter()
+        .find(|(s, d, n)| *s == before.name && gone.contains(&d.as_str()) && *n > 0);
+    match stranded {
+        None => Ok(()),
+        Some((_, d, n)) => Err(ApiError::InvalidTransition(format!(
+            "{n} deliveries to destination `{d}` are not delivered yet; keep it until they are \
+             (or redeliver them), or write with ?force=true to drop it and forward nothing \
+             more to it"
+        ))),
+    }
+}
+
+/// `?force=true` of a write or a delete.
+fn force_of(q: Option<String>) -> ApiResult<bool> {
+    let mut force = false;
+    for (k, v) in url::form_urlencoded::parse(q.unwrap_or_default().as_bytes()) {
+        if k == "force" {
+            force = match v.as_ref() {
+                "true" | "1" => true,
+                "false" | "0" | "" => false,
+                _ => return Err(ApiError::invalid_field("force", "must be true or false")),
+            };
+        }
+    }
+    Ok(force)
 }
 
 /// The writes of the named destinations' secrets: those given; with `replace` (a PUT, the
@@ -387,19 +435,21 @@ pub async fn list_sources(Authed { st, caller }: Authed) -> ApiResult<Json<Sourc
 
 /// Create or replace a source (admin): 201 when created, 200 when replaced.
 #[utoipa::path(put, path = "/v1/sources/{source}", tag = "intake",
-    params(("source" = String, Path)), request_body = Object,
+    params(("source" = String, Path), ("force" = Option<bool>, Query, description = "drop a destination even with undelivered deliveries")), request_body = Object,
     responses(
         (status = 201, description = "created", body = SourceDoc),
         (status = 200, description = "replaced", body = SourceDoc)))]
 pub async fn put_source(
     Authed { st, caller }: Authed,
     Path(name): Path<String>,
+    RawQuery(q): RawQuery,
     JsonBody(body): JsonBody,
 ) -> ApiResult<Response> {
     let name = source_name(&name)?;
+    let force = force_of(q)?;
     object_body(&body)?;
     let input = SourceInput::parse(&name, &body)?;
-    let (created, l) = write(&st, &caller, input, true).await?;
+    let (created, l) = write(&st, &caller, input, true, force).await?;
     let status = if created {
         StatusCode::CREATED
     } else {
@@ -422,17 +472,19 @@ fn object_body(body: &serde_json::Value) -> ApiResult<()> {
 
 /// Change a source (admin): the body merges into it recursively.
 #[utoipa::path(patch, path = "/v1/sources/{source}", tag = "intake",
-    params(("source" = String, Path)), request_body = Object,
+    params(("source" = String, Path), ("force" = Option<bool>, Query, description = "drop a destination even with undelivered deliveries")), request_body = Object,
     responses((status = 200, description = "the source after the change", body = SourceDoc)))]
 pub async fn patch_source(
     Authed { st, caller }: Authed,
     Path(name): Path<String>,
+    RawQuery(q): RawQuery,
     JsonBody(body): JsonBody,
 ) -> ApiResult<Json<SourceRead>> {
     let (_, l) = visible(&st, &caller, &name, Role::Admin).await?;
+    let force = force_of(q)?;
     object_body(&body)?;
     let input = l.source.patch(&body)?;
-    let (_, l) = write(&st, &caller, input, false).await?;
+    let (_, l) = write(&st, &caller, input, false, force).await?;
     Ok(Json(l.read_shape()))
 }
 
@@ -459,16 +511,7 @@ pub async fn delete_source(
     RawQuery(q): RawQuery,
 ) -> ApiResult<Response> {
     let name = source_name(&name)?;
-    let mut force = false;
-    for (k, v) in url::form_urlencoded::parse(q.unwrap_or_default().as_bytes()) {
-        if k == "force" {
-            force = match v.as_ref() {
-                "true" | "1" => true,
-                "false" | "0" | "" => false,
-                _ => return Err(ApiError::invalid_field("force", "must be true or false")),
-            };
-        }
-    }
+    let force = force_of(q)?;
     visible(&st, &caller, &name, Role::Admin).await?;
     let deleted = st.ledger.store().source_delete(&name, force).await;
     st.sources.forget(&name);

@@ -473,6 +473,22 @@ pub fn name_may_pass(policy: &EgressPolicy, host: &str, port: u16) -> bool {
     policy.allow.is_empty() || name_listing(policy, host, port) != NameListing::No
 }
 
+/// Headers of the message's framing and of one connection (hop by hop): a request idem sends
+/// never carries them from elsewhere — an effect's or an action's `headers`, the inbound
+/// headers an intake source forwards — since they would describe another message or another
+/// connection (a split event is shorter than its batch; the inbound `Host` is idem's).
+pub const CONNECTION_HEADERS: [&str; 9] = [
+    "host",
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "upgrade",
+];
+
 /// Why an address was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {

@@ -82,24 +82,10 @@ fn header_name(field: &str, s: &str) -> Result<String, SourceError> {
         .map_err(|_| SourceError::invalid(field, "is not a valid HTTP header name"))
 }
 
-/// Headers a forward never copies from the inbound request: the message's framing (the
-/// body a destination gets is idem's, often one event of a split batch) and the connection's
-/// own (hop-by-hop) headers, which describe the inbound connection, not the delivery.
-const NOT_FORWARDED: [&str; 9] = [
-    "host",
-    "content-length",
-    "transfer-encoding",
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "te",
-    "trailer",
-    "upgrade",
-];
-
 fn forwarded_header(field: &str, s: &str) -> Result<String, SourceError> {
     let name = header_name(field, s)?;
-    if NOT_FORWARDED.contains(&name.to_ascii_lowercase().as_str()) {
+    // The framing and connection headers describe the inbound message and connection.
+    if idem_core::egress::CONNECTION_HEADERS.contains(&name.to_ascii_lowercase().as_str()) {
         return Err(SourceError::invalid(
             field,
             "is set by the delivery itself and cannot be forwarded",

@@ -76,16 +76,7 @@ impl std::fmt::Debug for HeadersMember {
 
 /// Headers the client sets itself: the message's framing and the connection's (hop-by-hop)
 /// headers, which a request must never carry from elsewhere.
-pub const RESERVED_HEADERS: [&str; 8] = [
-    "host",
-    "content-length",
-    "transfer-encoding",
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "te",
-    "upgrade",
-];
+pub const RESERVED_HEADERS: [&str; 9] = idem::egress::CONNECTION_HEADERS;
 
 impl Member for Option<HeadersMember> {
     fn read(o: &mut Obj, name: &str) -> Result<Self, ApiError> {

@@ -32,7 +32,7 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::{header, HeaderValue, Request};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use axum::Router;
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
@@ -45,6 +45,11 @@ use tower::ServiceExt;
 
 use crate::error::ApiError;
 use crate::tls::HANDSHAKE_TIMEOUT;
+
+/// How a refusal made here, before the router ran, is answered for a request path (the
+/// server's choice: the console answers its own pages); this module only adds
+/// `connection: close`. A plain function, so this module depends on no part of the app.
+pub type Refuse = fn(path: &str, e: ApiError) -> Response;
 
 /// The connection limits (see the module docs). `Debug` shows every value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -140,6 +145,7 @@ async fn handle(
     req: Request<Incoming>,
     limits: HttpLimits,
     body_limit: usize,
+    refuse: Refuse,
 ) -> Response {
     let (parts, body) = req.into_parts();
     // The intake's sources set their own body limit (up to the largest a source may have),
@@ -158,7 +164,7 @@ async fn handle(
     let body = if hyper::body::Body::is_end_stream(&body) {
         Body::empty()
     } else if declared.is_some_and(|n| n > body_limit as u64) {
-        return closing(&parts, ApiError::BodyTooLarge { limit: body_limit });
+        return closing(refuse, &parts, ApiError::BodyTooLarge { limit: body_limit });
     } else {
         let read = Limited::new(body, body_limit).collect();
         match tokio::time::timeout(limits.body_read_timeout, read).await {
@@ -167,15 +173,22 @@ async fn handle(
                 if e.downcast_ref::<http_body_util::LengthLimitError>()
                     .is_some()
                 {
-                    return closing(&parts, ApiError::BodyTooLarge { limit: body_limit });
+                    return closing(refuse, &parts, ApiError::BodyTooLarge { limit: body_limit });
                 }
                 // The client went away or sent a broken body: nobody reads an answer.
                 return closing(
+                    refuse,
                     &parts,
                     ApiError::InvalidJson("the request body could not be read".into()),
                 );
             }
-            Err(_) => return closing(&parts, ApiError::RequestTimeout(limits.body_read_timeout)),
+            Err(_) => {
+                return closing(
+                    refuse,
+                    &parts,
+                    ApiError::RequestTimeout(limits.body_read_timeout),
+                )
+            }
         }
     };
     match app.oneshot(Request::from_parts(parts, body)).await {
@@ -184,14 +197,9 @@ async fn handle(
     }
 }
 
-/// A refusal of this module with `connection: close`: problem+json, or for the console's
-/// paths the console's error page with its security headers (every console answer has them).
-fn closing(parts: &axum::http::request::Parts, e: ApiError) -> Response {
-    let mut resp = if crate::console::is_console_path(parts.uri.path()) {
-        crate::console::early_refusal(e)
-    } else {
-        e.into_response()
-    };
+/// A refusal of this module with `connection: close`, answered as `refuse` says for the path.
+fn closing(refuse: Refuse, parts: &axum::http::request::Parts, e: ApiError) -> Response {
+    let mut resp = refuse(parts.uri.path(), e);
     resp.headers_mut()
         .insert(header::CONNECTION, HeaderValue::from_static("close"));
     resp
@@ -205,6 +213,7 @@ pub async fn serve(
     tls: Option<TlsAcceptor>,
     limits: HttpLimits,
     body_limit: usize,
+    refuse: Refuse,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let graceful = GracefulShutdown::new();
@@ -238,7 +247,7 @@ pub async fn serve(
             let _permit = permit;
             let service = hyper::service::service_fn(move |req: Request<Incoming>| {
                 let app = app.clone();
-                async move { Ok::<_, Infallible>(handle(app, req, limits, body_limit).await) }
+                async move { Ok::<_, Infallible>(handle(app, req, limits, body_limit, refuse).await) }
             });
             let served = match tls {
                 None => serve_one(TokioIo::new(tcp), service, &builders, false, watcher).await,

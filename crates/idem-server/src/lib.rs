@@ -333,15 +333,31 @@ pub async fn run(
     };
     let (limits, body_limit) = (config.http, config.body_limit);
     let served = match https {
-        None => conn::serve(listener, app, None, limits, body_limit, signal)
-            .await
-            .context("server error"),
+        None => conn::serve(
+            listener,
+            app,
+            None,
+            limits,
+            body_limit,
+            early_refusal,
+            signal,
+        )
+        .await
+        .context("server error"),
         Some((certs, server)) => {
             let reload = tokio::spawn(tls::reload_on_sighup(certs));
             let acceptor = tokio_rustls::TlsAcceptor::from(server);
-            let served = conn::serve(listener, app, Some(acceptor), limits, body_limit, signal)
-                .await
-                .context("server error");
+            let served = conn::serve(
+                listener,
+                app,
+                Some(acceptor),
+                limits,
+                body_limit,
+                early_refusal,
+                signal,
+            )
+            .await
+            .context("server error");
             reload.abort();
             served
         }
@@ -356,4 +372,16 @@ pub async fn run(
     drop(ledger);
     tracing::info!("stopped");
     served
+}
+
+/// A refusal made before the router ran (a body over the limit, one that timed out or could
+/// not be read): the console's error page with its security headers on the console's paths,
+/// problem+json everywhere else.
+fn early_refusal(path: &str, e: error::ApiError) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    if console::is_console_path(path) {
+        console::early_refusal(e)
+    } else {
+        e.into_response()
+    }
 }

@@ -437,6 +437,10 @@ impl Model {
                 r.token = None;
                 r.lease_until = None;
                 r.state = if matches!(op, MOp::Approve) {
+                    // The approved delivery gets a fresh budget and window, as after a
+                    // `resolve retry`.
+                    r.budget_base = r.attempt;
+                    r.window_start = now;
                     State::Prepared
                 } else {
                     r.rejected = true;

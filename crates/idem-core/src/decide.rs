@@ -167,6 +167,10 @@ pub struct EffectReportRequest {
     pub reconciled: Option<crate::effect::Reconciled>,
     /// What the caller reports this attempt cost (as on complete and fail).
     pub cost: Option<crate::record::AttemptCost>,
+    /// What the attempt was to send. Kept by a record that shows no request yet: an attempt
+    /// that ended before anything could leave (no `sent`: the name did not resolve, the
+    /// upstream's handshake failed) still shows a person what it tried.
+    pub request: Option<crate::effect::RequestSummary>,
 }
 
 /// Every operation on one record.

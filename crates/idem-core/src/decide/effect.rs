@@ -79,6 +79,11 @@ pub(super) fn report(rec: &Record, r: &EffectReportRequest, op: &Op, ctx: &Ctx<'
     if r.verdict == Verdict::Permanent {
         keep_response(&mut t, r.response.clone());
     }
+    if rec.request.is_none() {
+        if let Some(req) = &r.request {
+            show_request(&mut t, req);
+        }
+    }
     if let (Some(found), Ok(_)) = (r.reconciled, &t.reply) {
         let e = with_note(
             event(
@@ -93,6 +98,23 @@ pub(super) fn report(rec: &Record, r: &EffectReportRequest, op: &Op, ctx: &Ctx<'
         t.events.insert(0, e);
     }
     t
+}
+
+/// The outcome of an attempt that recorded no `sent` shows the request it tried.
+fn show_request(t: &mut Transition, req: &crate::effect::RequestSummary) {
+    let set = |r: &mut Record| {
+        if r.request.is_none() {
+            r.request = Some(req.clone());
+        }
+    };
+    if let Write::Update(r) = &mut t.write {
+        set(r);
+    }
+    match &mut t.reply {
+        Ok(Reply::Fail(f)) => set(&mut f.record),
+        Ok(Reply::Record(r)) => set(r),
+        _ => {}
+    }
 }
 
 /// A `failed_permanent` effect keeps the destination's answer as its result (replayed to

@@ -2416,6 +2416,7 @@ impl H {
             sent: true,
             reconciled,
             cost: None,
+            request: None,
         }))
     }
 

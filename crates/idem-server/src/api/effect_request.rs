@@ -64,9 +64,21 @@ impl Member for Option<UrlMember> {
     }
 }
 
-/// Request headers: names and values checked, values never shown (not even by `Debug`).
+/// Request headers: names and values checked, values never shown (not even by `Debug`);
+/// with the names as the request spelled them, for the messages that name one.
 #[derive(Clone, Default)]
-pub struct HeadersMember(pub HeaderMap);
+pub struct HeadersMember(pub HeaderMap, Vec<String>);
+
+impl HeadersMember {
+    /// `h` as the request spelled it (the map keeps names in lowercase).
+    pub fn given_name(&self, h: &HeaderName) -> String {
+        self.1
+            .iter()
+            .find(|n| n.eq_ignore_ascii_case(h.as_str()))
+            .cloned()
+            .unwrap_or_else(|| h.as_str().to_owned())
+    }
+}
 
 impl std::fmt::Debug for HeadersMember {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -90,6 +102,7 @@ impl Member for Option<HeadersMember> {
             return Err(o.invalid(name, &format!("must have at most {MAX_HEADERS} headers")));
         }
         let mut out = HeaderMap::new();
+        let given = map.keys().cloned().collect();
         for (k, v) in map {
             let at = format!("{field}.{k}");
             let hn = HeaderName::from_bytes(k.as_bytes()).map_err(|_| {
@@ -116,7 +129,7 @@ impl Member for Option<HeadersMember> {
             })?;
             out.append(hn, hv);
         }
-        Ok(Some(HeadersMember(out)))
+        Ok(Some(HeadersMember(out, given)))
     }
 }
 

@@ -457,7 +457,7 @@ async fn refused_connections_and_unresolvable_names_back_off_without_a_sent_even
             &app,
             "open",
             "kdns",
-            post("http://no-such-host.invalid/charge".into()),
+            post("http://no-such-host.invalid/charge?card=s3cret".into()),
         )
         .await;
         assert_eq!(r.status, 409, "{}", r.text);
@@ -467,6 +467,12 @@ async fn refused_connections_and_unresolvable_names_back_off_without_a_sent_even
             ["acquired", "failed"],
             "nothing was sent"
         );
+        // Nothing left, yet the record shows a person what the attempt tried (never the
+        // query string).
+        let request = &r.body["record"]["request"];
+        assert_eq!(request["method"], "POST", "{}", r.text);
+        assert_eq!(request["url"], "http://no-such-host.invalid/charge");
+        assert!(!r.text.contains("s3cret"), "{}", r.text);
     }
 }
 
@@ -793,6 +799,24 @@ async fn bodies_can_be_text_or_bytes_and_validation_comes_first() {
     )
     .await;
     assert_eq!(r.problem(422, "invalid_field")["field"], "timeout_ms");
+    // A header that is the idempotency header is named as the request spells it.
+    let r = effect(
+        &app,
+        "pay",
+        "kbad",
+        json!({"request": {"method": "POST", "url": format!("http://127.0.0.1:{port}/"),
+                           "headers": {"Idempotency-Key": "mine"}}}),
+    )
+    .await;
+    let p = r.problem(422, "invalid_field");
+    assert_eq!(p["field"], "request.headers.Idempotency-Key", "{p}");
+    assert!(
+        p["detail"]
+            .as_str()
+            .unwrap_or("")
+            .contains("`request.headers.Idempotency-Key`"),
+        "{p}"
+    );
     assert_eq!(d.count(), 2);
 }
 

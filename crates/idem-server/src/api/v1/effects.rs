@@ -109,17 +109,18 @@ impl EffectBody {
                 ApiError::invalid_field("request.body_base64", format!("`request.body_base64` {m}"))
             })?),
         };
-        let mut headers = req.headers.map(|h| h.0).unwrap_or_default();
+        let given = req.headers.unwrap_or_default();
         let idempotency_header = self.idempotency_header.0;
         if let Some(h) = &idempotency_header {
-            if headers.contains_key(h) {
-                let at = format!("request.headers.{h}");
+            if given.0.contains_key(h) {
+                let at = format!("request.headers.{}", given.given_name(h));
                 return Err(ApiError::invalid_field(
                     &at,
                     format!("`{at}` is the idempotency header: idem sends the key in it"),
                 ));
             }
         }
+        let mut headers = given.0;
         if matches!(body, Some(EffBody::Json(_)))
             && !headers.contains_key(axum::http::header::CONTENT_TYPE)
         {
@@ -523,6 +524,7 @@ impl Attempt<'_> {
             sent,
             reconciled,
             cost: self.input.cost,
+            request: (!sent).then(|| request_summary(self.input)),
         });
         let ex = exec(self.st, self.nk, op, None).await?;
         let record = match ex.reply {

@@ -351,6 +351,7 @@ pub async fn stored_json_keeps_its_member_order<B: Backend>(b: Arc<B>) {
             sent: true,
             reconciled: None,
             cost: None,
+            request: None,
         };
         let rec = ok(&h, &ke, Op::EffectReport(report)).await;
         assert_eq!(rec.state, want, "{name}");

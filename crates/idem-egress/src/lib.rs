@@ -311,19 +311,28 @@ impl Egress {
     pub fn new(opts: &EgressOptions) -> Result<Egress, EgressError> {
         let mut roots = rustls::RootCertStore::empty();
         roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+        let mut pinned = Vec::new();
         if let Some(path) = &opts.extra_ca {
             for cert in load_extra_ca(path)? {
-                roots.add(cert).map_err(|e| EgressError::ExtraCa {
+                roots.add(cert.clone()).map_err(|e| EgressError::ExtraCa {
                     path: path.display().to_string(),
                     message: e.to_string(),
                 })?;
+                pinned.push(cert);
             }
         }
         let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let webpki = rustls::client::WebPkiServerVerifier::builder_with_provider(
+            Arc::new(roots),
+            provider.clone(),
+        )
+        .build()
+        .map_err(|e| EgressError::Tls(e.to_string()))?;
         let mut tls = rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
             .map_err(|e| EgressError::Tls(e.to_string()))?
-            .with_root_certificates(roots)
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(pinned::Verifier { webpki, pinned }))
             .with_no_client_auth();
         // reqwest uses a preconfigured TLS configuration as it is: HTTP/2 is offered here.
         tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
@@ -562,6 +571,8 @@ fn admit(
 fn connect_timeout(timeout: Duration) -> Duration {
     timeout.saturating_sub((timeout / 10).min(Duration::from_millis(500)))
 }
+
+mod pinned;
 
 #[cfg(test)]
 mod tests;

@@ -413,8 +413,14 @@ fn debug_never_shows_a_header_value() {
 /// An HTTPS destination on 127.0.0.1 with a certificate for `localhost` from a fresh CA;
 /// returns (port, CA file, requests answered).
 async fn https_destination() -> (u16, std::path::PathBuf, Arc<AtomicUsize>) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let (acceptor, ca_file) = tls_acceptor(&[], "https");
+    let (port, n) = https_destination_with(acceptor).await;
+    (port, ca_file, n)
+}
+
+/// [`https_destination`] behind `acceptor`.
+async fn https_destination_with(acceptor: tokio_rustls::TlsAcceptor) -> (u16, Arc<AtomicUsize>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let l = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
@@ -446,7 +452,74 @@ async fn https_destination() -> (u16, std::path::PathBuf, Arc<AtomicUsize>) {
             });
         }
     });
-    (port, ca_file, n)
+    (port, n)
+}
+
+/// A self-signed certificate for `localhost` that marks itself a CA (as `openssl req -x509`
+/// writes one), served as is; returns the acceptor and the certificate's PEM file.
+fn self_signed_ca_acceptor(tag: &str) -> (tokio_rustls::TlsAcceptor, std::path::PathBuf) {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+    let mut params = CertificateParams::new(vec!["localhost".to_owned()]).expect("params");
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let key = KeyPair::generate().expect("key");
+    let cert = params.self_signed(&key).expect("self-signed");
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let server = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![cert.der().clone()],
+            rustls::pki_types::PrivateKeyDer::try_from(key.serialize_der()).expect("key der"),
+        )
+        .expect("server config");
+    let dir = std::env::temp_dir().join(format!("idem-egress-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let file = dir.join("cert.pem");
+    std::fs::write(&file, cert.pem()).expect("write");
+    (tokio_rustls::TlsAcceptor::from(Arc::new(server)), file)
+}
+
+#[tokio::test]
+async fn a_self_signed_certificate_marked_ca_is_trusted_as_pinned_for_its_names_only() {
+    let (acceptor, file) = self_signed_ca_acceptor("pinned");
+    let (port, n) = https_destination_with(acceptor).await;
+    let trusting = trusting_client(file);
+    let p = policy(
+        &[&format!("localhost:{port}"), &format!("127.0.0.1:{port}")],
+        false,
+    );
+    let t = trusting
+        .check(&p, &format!("https://localhost:{port}/charge"))
+        .await
+        .expect("allowed");
+    match trusting.send(&t, get(5000)).await {
+        Outcome::Answered(a) => assert_eq!((a.status, a.body.as_slice()), (201, &b"ok"[..])),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(n.load(Ordering::SeqCst), 1);
+    // Another name than the certificate's: refused before a byte of the request leaves.
+    let t = trusting
+        .check(&p, &format!("https://127.0.0.1:{port}/charge"))
+        .await
+        .expect("allowed");
+    assert_eq!(
+        trusting.send(&t, get(5000)).await,
+        Outcome::NotSent(NotSent::Connect)
+    );
+    // Another self-signed certificate than the file's: refused.
+    let (other, _) = self_signed_ca_acceptor("pinned-other");
+    let (other_port, m) = https_destination_with(other).await;
+    let p = policy(&[&format!("localhost:{other_port}")], false);
+    let t = trusting
+        .check(&p, &format!("https://localhost:{other_port}/charge"))
+        .await
+        .expect("allowed");
+    assert_eq!(
+        trusting.send(&t, get(5000)).await,
+        Outcome::NotSent(NotSent::Connect)
+    );
+    assert_eq!((n.load(Ordering::SeqCst), m.load(Ordering::SeqCst)), (1, 0));
 }
 
 #[tokio::test]

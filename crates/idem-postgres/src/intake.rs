@@ -291,17 +291,40 @@ impl<'a> RiderParams<'a> {
     }
 }
 
-const EVENT_COLS: &str = "e.namespace, e.key, e.source, e.event_id, e.content_type, e.headers, \
-     e.body, e.received_at, e.attempts, e.delivered_at, r.state, e.event_key, e.destination, \
-     e.destinations";
-
-/// [`EVENT_COLS`] of every event row, with its record's state.
-static SELECT_EVENTS: LazyLock<String> = LazyLock::new(|| {
+/// `SELECT` of the columns of every event row `e` (its record joined as `r`), with `state`
+/// the state it shows (column 10).
+fn select_events(state: &str) -> String {
     format!(
-        "SELECT {EVENT_COLS} FROM intake_events e LEFT JOIN records r \
+        "SELECT e.namespace, e.key, e.source, e.event_id, e.content_type, e.headers, e.body, \
+         e.received_at, e.attempts, e.delivered_at, {state}, e.event_key, e.destination, \
+         e.destinations FROM intake_events e LEFT JOIN records r \
          ON r.namespace = e.namespace AND r.key = e.key"
     )
-});
+}
+
+/// Every event row with its record's state.
+static SELECT_EVENTS: LazyLock<String> = LazyLock::new(|| select_events("r.state"));
+
+/// The list of a source's rows (see `IntakeQuery`): `$2` filters on the state each row shows,
+/// its event's ([`idem_store::intake::event_list_state`]) for event rows alone, each row's
+/// own record's when delivery rows are listed too.
+fn list_sql(state: &str) -> String {
+    format!(
+        "{} \
+         WHERE e.source = $1 \
+         AND ($2::text IS NULL OR {state} = $2) \
+         AND ($3::bigint IS NULL OR e.received_at < $3 OR (e.received_at = $3 AND e.key < $4)) \
+         AND ($5::bigint IS NULL OR e.received_at >= $5) \
+         AND ($6::bigint IS NULL OR e.received_at <= $6) \
+         AND ($8::boolean OR e.event_key IS NULL) \
+         ORDER BY e.received_at DESC, e.key DESC LIMIT $7",
+        select_events(state)
+    )
+}
+
+static LIST_EVENTS: LazyLock<String> =
+    LazyLock::new(|| list_sql(&idem_store::intake::event_list_state()));
+static LIST_ROWS: LazyLock<String> = LazyLock::new(|| list_sql("r.state"));
 
 fn event_row(r: &Row) -> Result<IntakeEventRow, PgError> {
     let state: Option<String> = column(r, 10)?;
@@ -346,24 +369,18 @@ pub(crate) async fn intake_list(
     q: &IntakeQuery,
 ) -> Result<Vec<IntakeEventRow>, PgError> {
     let client = store.client().await?;
-    let sql = format!(
-        "{} \
-         WHERE e.source = $1 \
-         AND ($2::text IS NULL OR r.state = $2) \
-         AND ($3::bigint IS NULL OR e.received_at < $3 OR (e.received_at = $3 AND e.key < $4)) \
-         AND ($5::bigint IS NULL OR e.received_at >= $5) \
-         AND ($6::bigint IS NULL OR e.received_at <= $6) \
-         AND ($8::boolean OR e.event_key IS NULL) \
-         ORDER BY e.received_at DESC, e.key DESC LIMIT $7",
-        *SELECT_EVENTS
-    );
+    let sql: &str = if q.deliveries {
+        &LIST_ROWS
+    } else {
+        &LIST_EVENTS
+    };
     let (at, key) = match &q.after {
         Some((t, k)) => (Some(*t), k.clone()),
         None => (None, String::new()),
     };
     let rows = client
         .query(
-            &sql,
+            sql,
             &[
                 &q.source,
                 &q.state.map(State::as_str),

@@ -213,9 +213,15 @@ pub(crate) fn store_rider(conn: &Connection, rider: &Rider) -> Result<bool, Stor
     Ok(n == 1)
 }
 
-const EVENT_COLS: &str = "e.namespace, e.key, e.source, e.event_id, e.content_type, e.headers, \
-     e.body, e.received_at, e.attempts, e.delivered_at, r.state, e.event_key, e.destination, \
-     e.destinations";
+/// The columns of an event row `e` (its record joined as `r`), with `state` the state it
+/// shows (column 10).
+fn event_cols(state: &str) -> String {
+    format!(
+        "e.namespace, e.key, e.source, e.event_id, e.content_type, e.headers, e.body, \
+         e.received_at, e.attempts, e.delivered_at, {state}, e.event_key, e.destination, \
+         e.destinations"
+    )
+}
 
 fn event_row(r: &Row<'_>) -> rusqlite::Result<(IntakeEventRow, Option<String>)> {
     Ok((
@@ -257,8 +263,9 @@ pub(crate) fn intake_event(
     key: &str,
 ) -> Result<Option<IntakeEventRow>, StoreError> {
     let sql = format!(
-        "SELECT {EVENT_COLS} FROM intake_events e LEFT JOIN records r \
-         ON r.namespace = e.namespace AND r.key = e.key WHERE e.namespace = ?1 AND e.key = ?2"
+        "SELECT {} FROM intake_events e LEFT JOIN records r \
+         ON r.namespace = e.namespace AND r.key = e.key WHERE e.namespace = ?1 AND e.key = ?2",
+        event_cols("r.state")
     );
     let row = conn
         .prepare_cached(&sql)
@@ -273,15 +280,23 @@ pub(crate) fn intake_list(
     conn: &Connection,
     q: &IntakeQuery,
 ) -> Result<Vec<IntakeEventRow>, StoreError> {
+    // Event rows alone show their event's state; a list with delivery rows shows each row's
+    // own record's (see `IntakeQuery::deliveries`). The filter reads what the row shows.
+    let state = if q.deliveries {
+        "r.state".to_owned()
+    } else {
+        idem_store::intake::event_list_state()
+    };
     let sql = format!(
-        "SELECT {EVENT_COLS} FROM intake_events e LEFT JOIN records r \
+        "SELECT {} FROM intake_events e LEFT JOIN records r \
          ON r.namespace = e.namespace AND r.key = e.key \
          WHERE e.source = ?1 \
-         AND (?2 IS NULL OR r.state = ?2) \
+         AND (?2 IS NULL OR {state} = ?2) \
          AND (?3 IS NULL OR e.received_at < ?3 OR (e.received_at = ?3 AND e.key < ?4)) \
          AND (?5 IS NULL OR e.received_at >= ?5) AND (?6 IS NULL OR e.received_at <= ?6) \
          AND (?8 OR e.event_key IS NULL) \
-         ORDER BY e.received_at DESC, e.key DESC LIMIT ?7"
+         ORDER BY e.received_at DESC, e.key DESC LIMIT ?7",
+        event_cols(&state)
     );
     let (at, key) = match &q.after {
         Some((t, k)) => (Some(*t), k.clone()),

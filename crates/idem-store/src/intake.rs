@@ -197,6 +197,8 @@ impl std::fmt::Debug for IntakeEventRow {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct IntakeQuery {
     pub source: String,
+    /// Only rows in this state: each row's [`IntakeEventRow::state`] as this query reads it
+    /// (see [`IntakeQuery::deliveries`]).
     pub state: Option<State>,
     /// Rows to fetch (the caller asks one more than it shows).
     pub limit: usize,
@@ -206,8 +208,48 @@ pub struct IntakeQuery {
     pub since: Option<Timestamp>,
     /// `received_at <= until`.
     pub until: Option<Timestamp>,
-    /// Also list delivery rows (by their own record's state); else event rows only.
+    /// Also list delivery rows, each row with its own record's state; else event rows only,
+    /// each with its event's state ([`event_list_state`]: the worst of its record's and its
+    /// deliveries'), which `state` filters on too.
     pub deliveries: bool,
+}
+
+/// The states, worst first, by which an event shows the worst of its own record's state and
+/// its deliveries' states: a dead letter, then a final failure, then the states of a
+/// delivery not done yet, then `completed`.
+pub const EVENT_STATE_ORDER: [State; 7] = [
+    State::NeedsReview,
+    State::FailedPermanent,
+    State::FailedRetryable,
+    State::Processing,
+    State::AwaitingApproval,
+    State::Prepared,
+    State::Completed,
+];
+
+/// SQL, the same on both backends: the state an event row `e` (its record joined as `r`)
+/// shows in the list of events — the first in [`EVENT_STATE_ORDER`] of its record's state
+/// and the state of each of its delivery rows' records (`prepared` while a delivery's record
+/// is not made yet). An event that delivers under its own key alone shows its record's
+/// state; a fan-out event's record (`completed` at once) yields to a dead delivery. A
+/// delivery without a row (its key another record's until its first pass holds it, or its
+/// row gone with its record at retention) counts for nothing. `NULL`: no record and no
+/// delivery.
+pub fn event_list_state() -> String {
+    let rank: String = EVENT_STATE_ORDER
+        .iter()
+        .enumerate()
+        .map(|(i, st)| format!(" WHEN {} THEN {i}", crate::sql::state(*st)))
+        .collect();
+    format!(
+        "(SELECT s FROM (SELECT r.state AS s UNION ALL \
+         SELECT COALESCE(dr.state, {prepared}) FROM intake_events d LEFT JOIN records dr \
+         ON dr.namespace = d.namespace AND dr.key = d.key \
+         WHERE d.namespace = e.namespace AND d.event_key = e.key) x \
+         WHERE s IS NOT NULL ORDER BY CASE s{rank} ELSE {last} END LIMIT 1)",
+        prepared = crate::sql::state(State::Prepared),
+        last = EVENT_STATE_ORDER.len(),
+    )
 }
 
 /// How an update changes `delivered_at`.
@@ -250,4 +292,20 @@ pub fn append_attempt(attempts: &str, attempt: &str) -> String {
         list.push(v);
     }
     serde_json::to_string(&list).unwrap_or_else(|_| "[]".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_event_state_order_ranks_every_state_once() {
+        for st in State::ALL {
+            let n = EVENT_STATE_ORDER.iter().filter(|s| **s == st).count();
+            assert_eq!(n, 1, "{st:?}");
+        }
+        let sql = event_list_state();
+        assert!(sql.contains("WHEN 'needs_review' THEN 0 "), "{sql}");
+        assert!(sql.contains("WHEN 'completed' THEN 6 ELSE 7 END"), "{sql}");
+    }
 }

@@ -273,8 +273,10 @@ pub fn forwarded_headers(names: &[String], headers: &HeaderMap) -> String {
 /// it was taken. An event whose key another record holds (a delivery of another event,
 /// another source's event, a claim: see [`idem::IntakeReceiveRequest::stands_for`]) is no
 /// duplicate: it is held for review under the key of its bytes, like an event without an id
-/// (`needs_review`, alert `key_collision`, answered `held`), and a redelivery of it finds
-/// that record (a duplicate).
+/// (`needs_review`, alert `key_collision`, answered `held`). When another record holds that
+/// key too (the same bytes held for another source, or under another id), it is held under
+/// [`second_held_key`] instead. Each key is tried in that order, so a redelivery of it finds
+/// its record (a duplicate).
 async fn store_event(
     st: &AppState,
     loaded: &LoadedSource,
@@ -288,37 +290,72 @@ async fn store_event(
     let key = Key::try_from(ev.key.as_str())
         .map_err(|e| ApiError::internal(format!("intake key: {e}")))?;
     let IncomingEvent { event_id, body, .. } = ev;
-    let one = |key, body, collides_with| Receive {
+    let own = Receive {
         ns: &ns,
-        key,
+        key: &key,
         event_id: event_id.clone(),
         body,
-        collides_with,
+        collides_with: None,
         now,
     };
-    let body = match receive_one(st, loaded, headers, one(&key, body, None)).await? {
+    let mut body = match receive_one(st, loaded, headers, own).await? {
         Received::Stored(status) => return Ok((key.as_str().to_owned(), status)),
         Received::KeyTaken(body) => body,
     };
-    let held = idem_intake::held_key(&body);
-    let held_key =
-        Key::try_from(held.as_str()).map_err(|e| ApiError::internal(format!("held key: {e}")))?;
-    tracing::warn!(source = %src.name, key = %idem::mask_key(key.as_str()),
-        "intake: the event's key is another record's; held for review");
-    match receive_one(
-        st,
-        loaded,
-        headers,
-        one(&held_key, body, Some(key.as_str())),
-    )
-    .await?
-    {
-        Received::Stored(status) => Ok((held, status)),
-        // Only an event whose id is exactly that key's text could get here.
-        Received::KeyTaken(_) => Err(ApiError::internal(
-            "intake: the event's key and the key of its bytes are both other records'",
-        )),
+    // An event without an id already tried the key of its bytes as its own.
+    let mut tried = vec![key.as_str().to_owned()];
+    for held in [
+        idem_intake::held_key(&body),
+        second_held_key(&src.name, key.as_str(), &body),
+    ] {
+        if tried.contains(&held) {
+            continue;
+        }
+        let held_key = Key::try_from(held.as_str())
+            .map_err(|e| ApiError::internal(format!("held key: {e}")))?;
+        let r = Receive {
+            ns: &ns,
+            key: &held_key,
+            event_id: event_id.clone(),
+            body,
+            collides_with: Some(key.as_str()),
+            now,
+        };
+        match receive_one(st, loaded, headers, r).await? {
+            Received::Stored(status) => {
+                tracing::warn!(source = %src.name, key = %idem::mask_key(key.as_str()),
+                    held = %idem::mask_key(&held),
+                    "intake: the event's key is another record's; held for review");
+                return Ok((held, status));
+            }
+            Received::KeyTaken(b) => body = b,
+        }
+        tried.push(held);
     }
+    // Only records made under these very keys on purpose could get here. Nothing was
+    // written: the 500 (its cause logged) has the provider retry.
+    Err(ApiError::internal(format!(
+        "intake: source {}: the key {} of an event and both of its held keys are other \
+         records'; not stored",
+        src.name,
+        idem::mask_key(key.as_str())
+    )))
+}
+
+/// The key an event is held under when its own key and the key of its bytes
+/// ([`idem_intake::held_key`]) are both other records': `body-sha256:{hex}` of
+/// `held event\n{source}\n{own key}\n` followed by the bytes. Stable, so a redelivery of the
+/// event by the same source lands on it; distinct per source and own key, so the same bytes
+/// held for several sources or ids never meet. No event id is ever kept under a
+/// `body-sha256:` key (`idem_intake::key_for_event_id` hashes such an id to `sha256:…`), and
+/// neither a source name nor a key holds a line break: only bytes whose own hash is this one
+/// could share it.
+fn second_held_key(source: &str, key: &str, body: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    h.update(format!("held event\n{source}\n{key}\n").as_bytes());
+    h.update(body);
+    format!("body-sha256:{:x}", h.finalize())
 }
 
 /// One receive of an event under `key` (its own, or the key it is held under when its own
@@ -552,6 +589,24 @@ mod tests {
             }
         }
         Value::Object(m).to_string()
+    }
+
+    #[test]
+    fn the_second_held_key_is_a_stable_key_of_its_own_per_source_and_key() {
+        let body = br#"{"id":"evt_1"}"#;
+        let k = second_held_key("c", "evt_1", body);
+        assert!(Key::try_from(k.as_str()).is_ok(), "{k}");
+        assert_eq!(k.len(), "body-sha256:".len() + 64);
+        assert_eq!(k, second_held_key("c", "evt_1", body));
+        let others = [
+            idem_intake::held_key(body),
+            second_held_key("b", "evt_1", body),
+            second_held_key("c", "evt_2", body),
+            second_held_key("c", "evt_1", br#"{"id":"evt_2"}"#),
+        ];
+        assert!(others.iter().all(|o| *o != k), "{others:?}");
+        // No event id is kept under it: an id that reads as it is hashed.
+        assert_ne!(idem_intake::key_for_event_id(&k), k);
     }
 
     #[test]

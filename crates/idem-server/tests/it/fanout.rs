@@ -8,7 +8,7 @@ use std::time::Duration;
 use idem_testkit::app::{backends, eventually, spawn_on, spawn_with, Backend, Options, TestApp};
 use serde_json::{json, Value};
 
-use super::intake::{answer, event, post_stripe, put_source, Sink, SECRET};
+use super::intake::{answer, event, listed, post_stripe, put_source, Sink, SECRET};
 
 /// A Stripe source with three named destinations, retried quickly, at most 3 attempts.
 fn three(crm: &str, receipt: &str, slack: &str) -> Value {
@@ -745,5 +745,142 @@ async fn a_destination_with_undelivered_deliveries_is_dropped_only_when_forced()
             .await;
         assert_eq!(r.status, 200, "{}", r.text);
         assert_eq!(r.body["forwards"]["slack"], Value::Null, "{}", r.text);
+    }
+}
+
+/// Three sources share one namespace and receive the same event: the first takes its key,
+/// the second is held under the key of its bytes, the third — that key taken by the second's
+/// held record — under a key of its own (its source, key and bytes). Every provider gets its
+/// 200, each hold raises `key_collision`, and each redelivery finds its own record.
+#[tokio::test]
+async fn a_third_source_with_the_same_event_is_held_under_a_key_of_its_own() {
+    for backend in backends() {
+        let alerts = Sink::start(vec![]).await;
+        let app = spawn_with(Options {
+            alert_interval: Duration::from_millis(50),
+            backend,
+            ..Default::default()
+        })
+        .await;
+        let sink = Sink::start(vec![]).await;
+        app.patch_namespace(
+            "shared",
+            json!({"alert_url": alerts.url, "egress": {"allow": ["127.0.0.1"]}}),
+        )
+        .await;
+        for name in ["a", "b", "c"] {
+            let mut doc = super::intake::stripe_source(&sink.url);
+            doc["namespace"] = json!("shared");
+            assert_eq!(put_source(&app, name, &doc).await.status, 201);
+        }
+        let raw = body("evt_s", "invoice.paid");
+        let mut held = vec![];
+        for name in ["a", "b", "c"] {
+            let r = post_stripe(&app, name, SECRET, &raw).await;
+            assert_eq!(r.status, 200, "{name}: {}", r.text);
+            let status = if name == "a" { "accepted" } else { "held" };
+            assert_eq!(r.body["events"][0]["status"], status, "{name}: {}", r.text);
+            held.push(r.body["events"][0]["key"].as_str().expect("key").to_owned());
+        }
+        assert_eq!(held[0], "evt_s");
+        assert!(held[1].starts_with("body-sha256:"), "{held:?}");
+        assert!(held[2].starts_with("body-sha256:"), "{held:?}");
+        assert_ne!(held[1], held[2]);
+        for (name, key) in [("b", &held[1]), ("c", &held[2])] {
+            let e = event(&app, name, key).await;
+            assert_eq!(e.body["event"]["event_id"], "evt_s", "{}", e.text);
+            assert_eq!(e.body["record"]["state"], "needs_review");
+            assert_eq!(e.body["record"]["last_error"]["category"], "key_collision");
+            let item = listed(&app, name, "?state=needs_review", key).await;
+            assert_eq!(item["last_error"]["category"], "key_collision", "{item}");
+        }
+        let collisions = eventually(Duration::from_secs(10), || async {
+            let n = alerts
+                .got()
+                .iter()
+                .filter_map(|g| serde_json::from_slice::<Value>(&g.body).ok())
+                .filter(|v| v["reason"] == "key_collision")
+                .count();
+            n == 2
+        })
+        .await;
+        assert!(collisions, "two key_collision alerts");
+        // Each provider's retry is a duplicate of its own record.
+        for (name, key) in [("a", &held[0]), ("b", &held[1]), ("c", &held[2])] {
+            let r = post_stripe(&app, name, SECRET, &raw).await;
+            assert_eq!(
+                r.body["events"],
+                json!([{"key": key, "status": "duplicate"}]),
+                "{name}: {}",
+                r.text
+            );
+            assert_eq!(r.header("idempotent-replayed"), Some("true"));
+        }
+        assert!(eventually(Duration::from_secs(10), || async { sink.count() == 1 }).await);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(keys(&sink), ["evt_s"], "the held ones wait for an operator");
+        app.stop().await.expect("stop");
+    }
+}
+
+/// A fan-out event's record completes at once; the list shows the event by its worst
+/// delivery, and its `state` filter agrees with what each item shows.
+#[tokio::test]
+async fn a_fan_out_event_with_a_dead_delivery_is_listed_in_review() {
+    for backend in backends() {
+        let app = spawn_on(backend).await;
+        let ok = Sink::start(vec![]).await;
+        let gone = Sink::start(vec![answer(410)]).await;
+        let doc = json!({
+            "provider": "stripe",
+            "secrets": [SECRET],
+            "forwards": {
+                "ok": {"url": ok.url, "timeout_ms": 1000},
+                "gone": {"url": gone.url, "timeout_ms": 1000},
+            },
+        });
+        assert_eq!(put_source(&app, "fan", &doc).await.status, 201);
+        // `gone` answers its first delivery 410 (a dead letter at once), then 200.
+        post_stripe(&app, "fan", SECRET, &body("evt_d", "invoice.paid")).await;
+        let dead = json!({"ok": "completed", "gone": "needs_review"});
+        assert!(until_states(&app, "fan", "evt_d", dead).await);
+        let e = event(&app, "fan", "evt_d").await;
+        assert_eq!(e.body["record"]["state"], "completed");
+        post_stripe(&app, "fan", SECRET, &body("evt_e", "invoice.paid")).await;
+        let all = json!({"ok": "completed", "gone": "completed"});
+        assert!(until_states(&app, "fan", "evt_e", all.clone()).await);
+        let shown = |item: Value| item["state"].clone();
+        assert_eq!(
+            shown(listed(&app, "fan", "", "evt_d").await),
+            "needs_review"
+        );
+        assert_eq!(shown(listed(&app, "fan", "", "evt_e").await), "completed");
+        let in_review = listed(&app, "fan", "?state=needs_review", "evt_d").await;
+        assert_eq!(shown(in_review), "needs_review");
+        assert_eq!(
+            listed(&app, "fan", "?state=needs_review", "evt_e").await,
+            Value::Null
+        );
+        assert_eq!(
+            listed(&app, "fan", "?state=completed", "evt_d").await,
+            Value::Null
+        );
+        assert_eq!(
+            shown(listed(&app, "fan", "?state=completed", "evt_e").await),
+            "completed"
+        );
+        // Redelivered: it leaves review in the list as it does in its read.
+        let r = app
+            .post(
+                "/v1/sources/fan/events/evt_d/redeliver",
+                json!({"note": "gone is back", "destination": "gone"}),
+            )
+            .await;
+        assert_eq!(r.status, 202, "{}", r.text);
+        assert!(until_states(&app, "fan", "evt_d", all).await);
+        assert_eq!(shown(listed(&app, "fan", "", "evt_d").await), "completed");
+        let l = app.get("/v1/sources/fan/events?state=needs_review").await;
+        assert_eq!(l.body["items"], json!([]), "{}", l.text);
+        app.stop().await.expect("stop");
     }
 }

@@ -708,6 +708,52 @@ async fn an_event_without_its_id_is_held_not_forwarded() {
     }
 }
 
+/// The list item of `key` in `GET /v1/sources/{source}/events{query}` (`null` when absent).
+pub(crate) async fn listed(app: &TestApp, source: &str, query: &str, key: &str) -> Value {
+    let l = app
+        .get(&format!("/v1/sources/{source}/events{query}"))
+        .await;
+    assert_eq!(l.status, 200, "{}", l.text);
+    l.body["items"]
+        .as_array()
+        .and_then(|a| a.iter().find(|i| i["key"] == key))
+        .cloned()
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn a_held_events_summary_shows_its_records_last_error() {
+    for backend in backends() {
+        let app = spawn_on(backend).await;
+        let sink = Sink::start(vec![]).await;
+        put_source(&app, "pay", &stripe_source(&sink.url)).await;
+        // No event id: held as `missing_identity`.
+        let r = post_stripe(&app, "pay", SECRET, br#"{"type":"charge.succeeded"}"#).await;
+        assert_eq!(r.body["events"][0]["status"], "held", "{}", r.text);
+        let no_id = r.body["events"][0]["key"].as_str().expect("key").to_owned();
+        // Its key is a claim's: held as `key_collision`.
+        let c = app.claim("pay", "evt_claimed", json!({})).await;
+        assert!(c.status < 300, "{}", c.text);
+        let r = post_stripe(&app, "pay", SECRET, &evt("evt_claimed")).await;
+        assert_eq!(r.body["events"][0]["status"], "held", "{}", r.text);
+        let collided = r.body["events"][0]["key"].as_str().expect("key").to_owned();
+        for (key, category) in [(&no_id, "missing_identity"), (&collided, "key_collision")] {
+            let rec = app.record("pay", key).await.body["record"]["last_error"].clone();
+            let want = json!({"category": category, "message": rec["message"]});
+            assert!(
+                rec["message"].as_str().is_some_and(|m| !m.is_empty()),
+                "{rec}"
+            );
+            for query in ["", "?state=needs_review"] {
+                let item = listed(&app, "pay", query, key).await;
+                assert_eq!(item["state"], "needs_review", "{query}: {item}");
+                assert_eq!(item["attempts"], 0, "{item}");
+                assert_eq!(item["last_error"], want, "{query}: {item}");
+            }
+        }
+    }
+}
+
 #[tokio::test]
 async fn a_hubspot_batch_is_split_into_events() {
     for backend in backends() {

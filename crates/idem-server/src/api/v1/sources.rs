@@ -173,6 +173,8 @@ pub struct EventSummaryDoc {
     pub attempts: usize,
     pub received_at: String,
     pub delivered_at: Option<String>,
+    /// `{category, message}`: the last attempt's error; for an event in review that had no
+    /// attempt (held: `missing_identity`, `key_collision`), its record's.
     #[schema(value_type = Option<Object>)]
     pub last_error: Option<Value>,
     /// The destinations the event goes to (`default` delivers under the event's own key).
@@ -612,10 +614,30 @@ pub async fn list_events(
     } else {
         None
     };
-    Ok(Json(EventList {
-        items: rows.iter().map(summary).collect(),
-        next_cursor,
-    }))
+    let mut items = Vec::with_capacity(rows.len());
+    for row in &rows {
+        let mut item = summary(row);
+        if item.attempts == 0 && row.state == Some(RecState::NeedsReview) {
+            item.last_error = record_error(&st, row).await?;
+        }
+        items.push(item);
+    }
+    Ok(Json(EventList { items, next_cursor }))
+}
+
+/// The `last_error` of the record under `row`'s key, as `{category, message}` (a held event
+/// has one from the moment it is held, and no attempt).
+async fn record_error(st: &AppState, row: &idem::IntakeEventRow) -> ApiResult<Option<Value>> {
+    let (Ok(ns), Ok(key)) = (
+        Namespace::try_from(row.namespace.as_str()),
+        Key::try_from(row.key.as_str()),
+    ) else {
+        return Ok(None);
+    };
+    let stored = st.ledger.store().get(&ns, &key).await?;
+    Ok(stored
+        .and_then(|r| r.record.last_error)
+        .map(|e| json!({"category": e.category, "message": e.message})))
 }
 
 fn event_key(s: &str) -> ApiResult<Key> {

@@ -143,14 +143,24 @@ pub const EFFECTS: &[EffectSpec] = &[
         node_type: "n8n-nodes-base.discord",
         label: "Discord",
         kind: EffectKind::Message,
-        // v1 only posts through a webhook (no resource, no operation).
+        // v1 has no operation: it posts to its webhook URL (early v1 exports name the one
+        // resource, `webhook`). v2 with the default Bot Token connection opens on Channel →
+        // Create (a new channel each run); with a Webhook connection it sends (see
+        // `RESOURCE_BY_AUTH`).
         resource_default: &[(0.0, ""), (2.0, "channel")],
         operation_default: &[
             (0.0, "", "sendLegacy"),
-            (2.0, "message", "send"),
+            (0.0, "webhook", "sendLegacy"),
             (2.0, "channel", "create"),
+            (2.0, "message", "send"),
+            (2.0, "member", "getAll"),
         ],
-        writes: &["sendLegacy", "message:send", "message:sendAndWait"],
+        writes: &[
+            "sendLegacy",
+            "message:send",
+            "message:sendAndWait",
+            "channel:create",
+        ],
     },
     EffectSpec {
         node_type: "n8n-nodes-base.telegram",
@@ -411,21 +421,36 @@ pub const EFFECTS: &[EffectSpec] = &[
     },
 ];
 
+/// Connection types that fix the resource: `(node type, from typeVersion, authentication,
+/// resource)`. The node hides its `resource` parameter then, so an export has none, and n8n
+/// drops one left over from another connection type before the node runs.
+pub const RESOURCE_BY_AUTH: &[(&str, f64, &str, &str)] = &[
+    // Discord v2's router runs `webhook` when `resource` is hidden.
+    ("n8n-nodes-base.discord", 2.0, "webhook", "webhook"),
+];
+
 /// The spec of an app node type, if it is in [`EFFECTS`].
 pub fn effect_spec(node_type: &str) -> Option<&'static EffectSpec> {
     EFFECTS.iter().find(|e| e.node_type == node_type)
 }
 
 impl EffectSpec {
-    /// The resource and operation a node performs (its own values, else the defaults of its
-    /// typeVersion).
+    /// The resource and operation a node performs (the resource its `authentication` fixes,
+    /// else its own values, else the defaults of its typeVersion).
     pub fn resolve(
         &self,
         version: f64,
+        authentication: Option<&str>,
         resource: Option<&str>,
         operation: Option<&str>,
     ) -> (String, String) {
-        let resource = match resource {
+        let fixed = authentication.and_then(|a| {
+            RESOURCE_BY_AUTH
+                .iter()
+                .find(|(t, v, auth, _)| *t == self.node_type && *v <= version && *auth == a)
+                .map(|(_, _, _, r)| *r)
+        });
+        let resource = match fixed.or(resource) {
             Some(r) => r.to_owned(),
             None => last_at(self.resource_default.iter().map(|(v, r)| (*v, *r)), version)
                 .unwrap_or("")
@@ -542,20 +567,40 @@ mod tests {
     #[test]
     fn defaults_follow_the_node_descriptions() {
         let gmail = effect_spec("n8n-nodes-base.gmail").unwrap();
-        let (r, o) = gmail.resolve(2.1, None, None);
+        let (r, o) = gmail.resolve(2.1, None, None, None);
         assert_eq!((r.as_str(), o.as_str()), ("message", "send"));
         assert!(gmail.writes(&r, &o));
         // Gmail v1 defaults to creating a draft: not a send.
-        let (r, o) = gmail.resolve(1.0, None, None);
+        let (r, o) = gmail.resolve(1.0, None, None, None);
         assert!(!gmail.writes(&r, &o), "{r}:{o}");
         let pg = effect_spec("n8n-nodes-base.postgres").unwrap();
-        let (r, o) = pg.resolve(2.6, None, None);
+        let (r, o) = pg.resolve(2.6, None, None, None);
         assert!(pg.writes(&r, &o));
         assert!(!pg.writes("database", "select"));
         let stripe = effect_spec("n8n-nodes-base.stripe").unwrap();
-        let (r, o) = stripe.resolve(1.0, Some("charge"), None);
+        let (r, o) = stripe.resolve(1.0, None, Some("charge"), None);
         assert!(!stripe.writes(&r, &o), "charge defaults to get");
         assert!(stripe.writes("charge", "create"));
+        let discord = effect_spec("n8n-nodes-base.discord").unwrap();
+        // (typeVersion, authentication, resource) → what the node does.
+        for (v, auth, res, want) in [
+            (1.0, None, None, ("", "sendLegacy")),
+            (2.0, None, None, ("channel", "create")),
+            (2.0, Some("botToken"), Some("message"), ("message", "send")),
+            (2.0, Some("webhook"), None, ("webhook", "sendLegacy")),
+            (
+                2.0,
+                Some("webhook"),
+                Some("channel"),
+                ("webhook", "sendLegacy"),
+            ),
+        ] {
+            let (r, o) = discord.resolve(v, auth, res, None);
+            assert_eq!((r.as_str(), o.as_str()), want, "v{v} {auth:?} {res:?}");
+            assert!(discord.writes(&r, &o), "{r}:{o}");
+        }
+        let (r, o) = discord.resolve(2.0, None, Some("member"), None);
+        assert!(!discord.writes(&r, &o), "{r}:{o}");
         let tg = effect_spec("n8n-nodes-base.telegram").unwrap();
         assert!(tg.writes("message", "sendPhoto"));
         assert!(!tg.writes("chat", "get"));

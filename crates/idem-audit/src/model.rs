@@ -111,6 +111,7 @@ pub fn role(node: &Node, extra: &[String]) -> Role {
     if let Some(spec) = catalog::effect_spec(t) {
         let (resource, operation) = spec.resolve(
             node.version,
+            node.str_param(&["authentication"]),
             node.str_param(&["resource"]),
             node.str_param(&["operation"]),
         );
@@ -247,6 +248,28 @@ pub enum OutputCheck {
 /// One condition's test of the outcome: (`equal`, value).
 type Test = (bool, String);
 
+/// Every `outcome` idem answers: the claim's (API.md) and `performed` of an `/effect`.
+pub const OUTCOMES: &[&str] = &[
+    "acquired",
+    "completed",
+    "failed_permanent",
+    "conflict",
+    "in_flight",
+    "backoff",
+    "needs_review",
+    "awaiting_approval",
+    "paused",
+    "limited",
+    "performed",
+];
+
+/// A test of the outcome against `value`, if `value` is an outcome exactly: a comparison
+/// with anything else (`acquired_x`, `acquire`, ` acquired`) selects no outcome and tells
+/// nothing.
+fn outcome_test(equal: bool, value: &str) -> Option<Test> {
+    OUTCOMES.contains(&value).then(|| (equal, value.to_owned()))
+}
+
 fn check_of(tests: &[Option<Test>], all: bool) -> OutputCheck {
     let known: Vec<&Test> = tests.iter().flatten().collect();
     if known.is_empty() {
@@ -292,16 +315,16 @@ fn filter_condition(c: &Value) -> Option<Test> {
         ("string", "equals" | "notEquals") => {
             let eq = operation == "equals";
             if expr::reads_outcome(&left) && !right.starts_with('=') {
-                Some((eq, right.trim().to_owned()))
+                outcome_test(eq, &right)
             } else if expr::reads_outcome(&right) && !left.starts_with('=') {
-                Some((eq, left.trim().to_owned()))
+                outcome_test(eq, &left)
             } else {
                 None
             }
         }
         ("boolean", "true" | "false") => {
             let (eq, v) = expr::outcome_comparison(&left)?;
-            Some((if operation == "true" { eq } else { !eq }, v))
+            outcome_test(if operation == "true" { eq } else { !eq }, &v)
         }
         _ => None,
     }
@@ -340,10 +363,10 @@ fn if_v1_tests(node: &Node) -> (Vec<Option<Test>>, bool) {
                     .unwrap_or("equal");
                 let t = match (ty.as_str(), op) {
                     ("string", "equal" | "notEqual") if expr::reads_outcome(&v1) => {
-                        Some((op == "equal", v2))
+                        outcome_test(op == "equal", &v2)
                     }
                     ("boolean", _) => expr::outcome_comparison(&v1)
-                        .map(|(eq, v)| (if v2 == "false" { !eq } else { eq }, v)),
+                        .and_then(|(eq, v)| outcome_test(if v2 == "false" { !eq } else { eq }, &v)),
                     _ => None,
                 };
                 tests.push(t);
@@ -446,8 +469,8 @@ fn switch_checks(node: &Node) -> Vec<OutputCheck> {
                 .unwrap_or("equal");
             let v2 = r.get("value2").map(value_text).unwrap_or_default();
             let test = match op {
-                "equal" => Some((true, v2)),
-                "notEqual" => Some((false, v2)),
+                "equal" => outcome_test(true, &v2),
+                "notEqual" => outcome_test(false, &v2),
                 _ => None,
             };
             if output >= out.len() {
@@ -587,6 +610,48 @@ mod tests {
             {"value1": "={{ $json.outcome }}", "operation": "equal", "value2": "acquired"}]}}),
         );
         assert_eq!(output_checks(&v1, &Role::Other)[0], OutputCheck::Acquired);
+    }
+
+    /// A value that is no outcome selects nothing: neither the acquired branch nor a
+    /// non-acquired one (an effect there is still unchecked).
+    #[test]
+    fn near_miss_outcome_values_check_nothing() {
+        for v in [
+            "acquired_x",
+            "acquire",
+            "Acquired",
+            " acquired",
+            "acquired\n",
+        ] {
+            let v1 = node(
+                catalog::IF,
+                1.0,
+                json!({"conditions": {"string": [
+                {"value1": "={{ $json.outcome }}", "operation": "equal", "value2": v}]}}),
+            );
+            assert_eq!(
+                output_checks(&v1, &Role::Other),
+                [OutputCheck::Unchanged, OutputCheck::Unchanged],
+                "{v:?}"
+            );
+            let sw = node(
+                catalog::SWITCH,
+                2.0,
+                json!({"dataType": "string", "value1": "={{ $json.body.outcome }}",
+                "rules": {"rules": [{"operation": "equal", "value2": v, "output": 0}]}}),
+            );
+            assert_eq!(output_checks(&sw, &Role::Other)[0], OutputCheck::Unchanged);
+        }
+        let review = node(
+            catalog::IF,
+            1.0,
+            json!({"conditions": {"string": [
+            {"value1": "={{ $json.outcome }}", "operation": "equal", "value2": "needs_review"}]}}),
+        );
+        assert_eq!(
+            output_checks(&review, &Role::Other)[0],
+            OutputCheck::NotAcquired
+        );
     }
 
     #[test]

@@ -265,6 +265,56 @@ mod tests {
         assert!(check(idem001, GOOD).is_empty());
     }
 
+    /// n8n leaves parameters at their defaults out of an export, so a Discord node without
+    /// `resource` / `operation` does what its typeVersion does by default: v1 posts to its
+    /// webhook, v2 creates a channel (Bot Token) or sends (Webhook connection).
+    #[test]
+    fn idem001_finds_discord_nodes_at_their_defaults() {
+        let discord = |name: &str, v: f64, params: serde_json::Value| {
+            serde_json::json!({"name": name, "type": "n8n-nodes-base.discord", "typeVersion": v,
+                "parameters": params})
+        };
+        let targets: Vec<serde_json::Value> = [
+            "Send",
+            "Discord v1",
+            "Discord v2",
+            "Discord webhook",
+            "Discord members",
+        ]
+        .map(|n| serde_json::json!({"node": n, "type": "main", "index": 0}))
+        .into();
+        let wf = serde_json::json!({"name": "discord", "nodes": [
+            {"name": "Hook", "type": "n8n-nodes-base.webhook", "typeVersion": 2, "parameters": {}},
+            {"name": "Send", "type": "n8n-nodes-base.gmail", "typeVersion": 2.1, "parameters": {}},
+            discord("Discord v1", 1.0, serde_json::json!({"webhookUri": "https://discord.example/w", "text": "hi"})),
+            discord("Discord v2", 2.0, serde_json::json!({})),
+            discord("Discord webhook", 2.0, serde_json::json!({"authentication": "webhook", "content": "hi"})),
+            discord("Discord members", 2.0, serde_json::json!({"resource": "member"}))
+        ], "connections": {"Hook": {"main": [targets]}}})
+        .to_string();
+        let f = check(idem001, &wf);
+        // Listing the members of a server changes nothing.
+        assert_eq!(
+            nodes_of(&f),
+            ["Send", "Discord v1", "Discord v2", "Discord webhook"]
+        );
+        assert!(
+            f[1].message.contains("Discord sendLegacy"),
+            "{}",
+            f[1].message
+        );
+        assert!(
+            f[2].message.contains("Discord channel:create"),
+            "{}",
+            f[2].message
+        );
+        assert!(
+            f[3].message.contains("Discord webhook:sendLegacy"),
+            "{}",
+            f[3].message
+        );
+    }
+
     #[test]
     fn idem002_finds_a_gate_after_the_email() {
         let f = check(
@@ -304,6 +354,64 @@ mod tests {
         assert!(check(idem005, near).is_empty());
         // The good workflow alerts on-call with Slack on needs_review: not a guarded effect.
         assert!(check(idem005, GOOD).is_empty());
+    }
+
+    /// Hook → Claim → IF with `condition` (an IF v2 filter condition) → Gmail on true.
+    fn claim_if_send(condition: serde_json::Value) -> String {
+        serde_json::json!({"name": "if on outcome", "nodes": [
+            {"name": "Hook", "type": "n8n-nodes-base.webhook", "typeVersion": 2, "parameters": {}},
+            {"name": "Claim", "type": "n8n-nodes-base.httpRequest", "typeVersion": 4.2,
+             "parameters": {"method": "POST",
+               "url": "={{ $vars.IDEM_URL }}/v1/namespaces/shop/keys/{{ $json.body.id }}/claim"}},
+            {"name": "Acquired?", "type": "n8n-nodes-base.if", "typeVersion": 2.2,
+             "parameters": {"conditions": {"conditions": [condition], "combinator": "and"}}},
+            {"name": "Send", "type": "n8n-nodes-base.gmail", "typeVersion": 2.1, "parameters": {}}
+        ], "connections": {
+            "Hook": {"main": [[{"node": "Claim", "type": "main", "index": 0}]]},
+            "Claim": {"main": [[{"node": "Acquired?", "type": "main", "index": 0}]]},
+            "Acquired?": {"main": [[{"node": "Send", "type": "main", "index": 0}]]}
+        }})
+        .to_string()
+    }
+
+    /// Only a comparison with the outcome `acquired` itself checks it: a value that is no
+    /// outcome (`acquired_x`, `acquire`) or a partial match (contains, starts with) leaves
+    /// the send unchecked.
+    #[test]
+    fn idem005_counts_only_an_exact_outcome_value() {
+        let string = |operation: &str, value: &str| {
+            serde_json::json!({"leftValue": "={{ $json.body.outcome }}", "rightValue": value,
+                "operator": {"type": "string", "operation": operation}})
+        };
+        let boolean = |expr: &str| {
+            serde_json::json!({"leftValue": expr, "rightValue": "",
+                "operator": {"type": "boolean", "operation": "true", "singleValue": true}})
+        };
+        for exact in [
+            string("equals", "acquired"),
+            boolean("={{ $json.body.outcome === 'acquired' }}"),
+        ] {
+            let f = check(idem005, &claim_if_send(exact.clone()));
+            assert!(f.is_empty(), "{exact}: {f:#?}");
+        }
+        for near in [
+            string("equals", "acquired_x"),
+            string("equals", "acquire"),
+            string("equals", "acquired "),
+            string("contains", "acquired"),
+            string("contains", "acq"),
+            string("startsWith", "acq"),
+            string("endsWith", "ired"),
+            string("regex", "^acq"),
+            boolean("={{ $json.body.outcome === 'acquired_x' }}"),
+            boolean("={{ $json.body.outcome == 'acquire' }}"),
+        ] {
+            assert_eq!(
+                nodes_of(&check(idem005, &claim_if_send(near.clone()))),
+                ["Claim"],
+                "{near}"
+            );
+        }
     }
 
     #[test]

@@ -63,6 +63,25 @@ async fn audit_takes_an_array_of_workflows() {
     assert_eq!(workflows.len(), 3, "{}", r.text);
 }
 
+/// Windows editors save exports with a byte order mark; `idem audit FILE` skips it, and so
+/// does the endpoint: exactly one, at the very start.
+#[tokio::test]
+async fn a_leading_byte_order_mark_is_skipped() {
+    let app = spawn_app().await;
+    let text = fixture("idem001-ungated-gmail.json").to_string();
+    let r = app.post_raw("/v1/audit", format!("\u{feff}{text}")).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(rules(&r.body), ["IDEM001", "IDEM001", "IDEM016"]);
+    for not_json in [
+        format!("\u{feff}\u{feff}{text}"),
+        format!(" \u{feff}{text}"),
+        format!("{text}\u{feff}"),
+    ] {
+        let r = app.post_raw("/v1/audit", not_json).await;
+        r.problem(400, "invalid_json");
+    }
+}
+
 #[tokio::test]
 async fn malformed_json_is_invalid_json() {
     let app = spawn_app().await;

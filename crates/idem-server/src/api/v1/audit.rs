@@ -4,8 +4,10 @@
 //!
 //! Invariant: the handler only translates HTTP — malformed JSON is `invalid_json` (400), a
 //! document that is not an n8n workflow is `invalid_field` (422) naming where it stopped
-//! making sense; the body limit is the server's, as for every other endpoint. Nothing of the
-//! body is logged (workflows carry URLs, names and sometimes secrets in parameters).
+//! making sense; the body limit is the server's, as for every other endpoint. One leading
+//! UTF-8 byte order mark is skipped, as `idem audit FILE` skips it (editors on Windows save
+//! exports with one). Nothing of the body is logged (workflows carry URLs, names and
+//! sometimes secrets in parameters).
 
 use axum::routing::post;
 use axum::Json;
@@ -15,7 +17,7 @@ use serde_json::Value;
 use utoipa::{OpenApi, ToSchema};
 
 use crate::error::{ApiError, ApiResult};
-use crate::input::JsonBody;
+use crate::input::{parse_json, RawBody};
 use crate::route::{r, Route};
 
 /// The routes of this file.
@@ -72,10 +74,15 @@ pub struct AuditResponse {
     pub findings: Vec<idem_audit::Finding>,
 }
 
+/// U+FEFF in UTF-8.
+const BOM: &[u8] = b"\xEF\xBB\xBF";
+
 /// Audit exported n8n workflows for the mistakes that let duplicate side effects through.
 #[utoipa::path(post, path = "/v1/audit", tag = "audit", request_body = AuditBody,
     responses((status = 200, description = "the findings (none: nothing to fix)", body = AuditResponse)))]
-pub async fn audit(JsonBody(body): JsonBody) -> ApiResult<Json<AuditResponse>> {
+pub async fn audit(raw: RawBody) -> ApiResult<Json<AuditResponse>> {
+    let bytes = raw.bytes.strip_prefix(BOM).unwrap_or(&raw.bytes);
+    let body = parse_json(bytes)?;
     let findings =
         idem_audit::audit_value(&body, &idem_audit::Options::default()).map_err(|e| {
             let field = if e.path.is_empty() {

@@ -488,10 +488,10 @@ pub fn normalize(s: &str) -> String {
 }
 
 static OUTCOME_EQ: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"outcome['\x22\]]?\s*(===?|!==?)\s*['\x22`](\w+)['\x22`]").expect("static regex")
+    Regex::new(r"\boutcome['\x22\]]?\s*(===?|!==?)\s*['\x22`](\w+)['\x22`]").expect("static regex")
 });
 static OUTCOME_EQ_REV: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"['\x22`](\w+)['\x22`]\s*(===?|!==?)\s*[\w$.()'\x22\[\]]*outcome\b")
+    Regex::new(r"['\x22`](\w+)['\x22`]\s*(===?|!==?)\s*[\w$.()'\x22\[\]]*\boutcome\b")
         .expect("static regex")
 });
 
@@ -505,10 +505,14 @@ pub fn outcome_comparison(expr: &str) -> Option<(bool, String)> {
         .map(|c| (!c[2].starts_with('!'), c[1].to_owned()))
 }
 
-/// Whether an expression (the left side of a condition) reads the claim's `outcome`.
+/// Whether an expression (the left side of a condition) reads the claim's `outcome`: the
+/// word itself, not a longer name that holds it (`outcome_note`, `previous_outcome`).
 pub fn reads_outcome(expr: &str) -> bool {
-    expr.contains("outcome")
+    OUTCOME_WORD.is_match(expr)
 }
+
+static OUTCOME_WORD: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"\boutcome\b").expect("static regex"));
 
 #[cfg(test)]
 mod tests;

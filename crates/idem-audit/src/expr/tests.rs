@@ -476,6 +476,23 @@ fn outcome_comparisons() {
         Some((true, "acquired".into()))
     );
     assert_eq!(outcome_comparison("={{ $json.statusCode === 200 }}"), None);
+    // A longer name holding the word is another field.
+    assert_eq!(
+        outcome_comparison("={{ $json.outcome_note === 'acquired' }}"),
+        None
+    );
+    assert_eq!(
+        outcome_comparison("={{ $json.previous_outcome === 'acquired' }}"),
+        None
+    );
+    assert_eq!(
+        outcome_comparison("={{ 'acquired' === $json.previous_outcome }}"),
+        None
+    );
+    assert!(reads_outcome("={{ $json.body.outcome }}"));
+    assert!(reads_outcome("={{ $json[\"outcome\"] }}"));
+    assert!(!reads_outcome("={{ $json.outcome_note }}"));
+    assert!(!reads_outcome("={{ $json.previous_outcome }}"));
 }
 
 #[test]

@@ -65,7 +65,7 @@ fn requests_are_validated_naming_the_member() {
         (
             json!({"request": {"method": "POST", "url": url,
                    "headers": {"Idempotency-Key": "s3cr3t"}}}),
-            "request.headers.idempotency-key",
+            "request.headers.Idempotency-Key",
         ),
         (
             json!({"request": {"method": "POST", "url": url}, "timeout_ms": 300_001}),

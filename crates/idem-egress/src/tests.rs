@@ -463,8 +463,18 @@ fn self_signed_ca_acceptor(tag: &str) -> (tokio_rustls::TlsAcceptor, std::path::
     params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
     let key = KeyPair::generate().expect("key");
     let cert = params.self_signed(&key).expect("self-signed");
+    let server = server_config(&cert, &key, &[]);
+    (server, pem_file(tag, "cert.pem", &cert.pem()))
+}
+
+/// A TLS acceptor serving `cert` (signed for `key`) offering `alpn`.
+fn server_config(
+    cert: &rcgen::Certificate,
+    key: &rcgen::KeyPair,
+    alpn: &[&[u8]],
+) -> tokio_rustls::TlsAcceptor {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let server = rustls::ServerConfig::builder_with_provider(provider)
+    let mut server = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .expect("versions")
         .with_no_client_auth()
@@ -473,11 +483,17 @@ fn self_signed_ca_acceptor(tag: &str) -> (tokio_rustls::TlsAcceptor, std::path::
             rustls::pki_types::PrivateKeyDer::try_from(key.serialize_der()).expect("key der"),
         )
         .expect("server config");
+    server.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    tokio_rustls::TlsAcceptor::from(Arc::new(server))
+}
+
+/// `pem` written to `name` in a directory of this test process named by `tag`.
+fn pem_file(tag: &str, name: &str, pem: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("idem-egress-{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");
-    let file = dir.join("cert.pem");
-    std::fs::write(&file, cert.pem()).expect("write");
-    (tokio_rustls::TlsAcceptor::from(Arc::new(server)), file)
+    let file = dir.join(name);
+    std::fs::write(&file, pem).expect("write");
+    file
 }
 
 #[tokio::test]
@@ -826,22 +842,10 @@ fn tls_acceptor(alpn: &[&[u8]], tag: &str) -> (tokio_rustls::TlsAcceptor, std::p
         .expect("params")
         .signed_by(&key, &ca)
         .expect("sign");
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut server = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .expect("versions")
-        .with_no_client_auth()
-        .with_single_cert(
-            vec![cert.der().clone()],
-            rustls::pki_types::PrivateKeyDer::try_from(key.serialize_der()).expect("key der"),
-        )
-        .expect("server config");
-    server.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
-    let dir = std::env::temp_dir().join(format!("idem-egress-{tag}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("dir");
-    let ca_file = dir.join("ca.pem");
-    std::fs::write(&ca_file, ca.pem()).expect("write");
-    (tokio_rustls::TlsAcceptor::from(Arc::new(server)), ca_file)
+    (
+        server_config(&cert, &key, alpn),
+        pem_file(tag, "ca.pem", &ca.pem()),
+    )
 }
 
 #[tokio::test]

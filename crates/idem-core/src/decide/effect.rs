@@ -102,29 +102,25 @@ pub(super) fn report(rec: &Record, r: &EffectReportRequest, op: &Op, ctx: &Ctx<'
 
 /// The outcome of an attempt that recorded no `sent` shows the request it tried.
 fn show_request(t: &mut Transition, req: &crate::effect::RequestSummary) {
-    let set = |r: &mut Record| {
+    on_outcome(t, |r| {
         if r.request.is_none() {
             r.request = Some(req.clone());
         }
-    };
-    if let Write::Update(r) = &mut t.write {
-        set(r);
-    }
-    match &mut t.reply {
-        Ok(Reply::Fail(f)) => set(&mut f.record),
-        Ok(Reply::Record(r)) => set(r),
-        _ => {}
-    }
+    });
 }
 
 /// A `failed_permanent` effect keeps the destination's answer as its result (replayed to
 /// every later call).
 fn keep_response(t: &mut Transition, response: Option<serde_json::Value>) {
-    let set = |r: &mut Record| {
+    on_outcome(t, |r| {
         if r.state == State::FailedPermanent {
             r.result = response.clone();
         }
-    };
+    });
+}
+
+/// `set` applied to the record a report writes and to the one it answers with.
+fn on_outcome(t: &mut Transition, set: impl Fn(&mut Record)) {
     if let Write::Update(r) = &mut t.write {
         set(r);
     }

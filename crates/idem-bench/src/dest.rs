@@ -24,6 +24,8 @@ use hyper_util::rt::TokioIo;
 pub struct Destination {
     pub addr: SocketAddr,
     requests: Arc<AtomicU64>,
+    /// Connections accepted (TCP, before any TLS handshake).
+    connections: Arc<AtomicU64>,
     /// The distinct `Idem-Key` values received, when recording.
     keys: Option<Arc<Mutex<HashSet<String>>>>,
     accept: tokio::task::JoinHandle<()>,
@@ -113,10 +115,13 @@ impl Destination {
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
         let addr = listener.local_addr()?;
         let requests = Arc::new(AtomicU64::new(0));
+        let connections = Arc::new(AtomicU64::new(0));
         let count = requests.clone();
+        let accepted = connections.clone();
         let seen = keys.clone();
         let accept = tokio::spawn(async move {
             while let Ok((tcp, _)) = listener.accept().await {
+                accepted.fetch_add(1, Ordering::Relaxed);
                 let _ = tcp.set_nodelay(true);
                 let (body, count, seen) = (body.clone(), count.clone(), seen.clone());
                 let acceptor = acceptor.clone();
@@ -169,6 +174,7 @@ impl Destination {
         Ok(Destination {
             addr,
             requests,
+            connections,
             keys,
             accept,
             tls,
@@ -188,6 +194,11 @@ impl Destination {
     /// Requests received so far.
     pub fn requests(&self) -> u64 {
         self.requests.load(Ordering::Relaxed)
+    }
+
+    /// Connections accepted so far.
+    pub fn connections(&self) -> u64 {
+        self.connections.load(Ordering::Relaxed)
     }
 
     /// Distinct `Idem-Key` values received so far (0 unless recording).

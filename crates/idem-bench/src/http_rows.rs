@@ -227,7 +227,14 @@ fn effect_url(d: &dest::Destination) -> (String, String) {
 }
 
 /// Every effect answered `performed` must have reached the destination exactly once.
+/// Also says on stderr over how many connections the requests came (kept connections: a
+/// handful per row; one per request means none was reused).
 fn check_one_request_each(m: &Measurement, d: &dest::Destination) -> anyhow::Result<()> {
+    eprintln!(
+        "[destination] {} requests over {} connections",
+        d.requests(),
+        d.connections()
+    );
     if m.errors == 0 {
         anyhow::ensure!(
             d.requests() == m.ops,

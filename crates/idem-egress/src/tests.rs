@@ -687,6 +687,36 @@ async fn sequential_requests_to_one_destination_reuse_one_connection() {
 }
 
 #[tokio::test]
+async fn concurrent_requests_keep_their_connections_for_the_next_burst() {
+    // 64 requests at once need 64 connections; once answered, all 64 are kept, so the next
+    // bursts open none (with 16 kept, each burst reopened 48).
+    let (port, seen) = counting_on_loopback(None).await;
+    let e = egress(1024);
+    let t = allowed(&e, &format!("http://127.0.0.1:{port}/")).await;
+    let barrier = Arc::new(tokio::sync::Barrier::new(64));
+    for burst in 1..=3 {
+        let mut tasks = tokio::task::JoinSet::new();
+        for _ in 0..64 {
+            let (e, t, b) = (e.clone(), t.clone(), barrier.clone());
+            tasks.spawn(async move {
+                b.wait().await;
+                e.send(&t, get(5000)).await
+            });
+        }
+        while let Some(o) = tasks.join_next().await {
+            answered_ok(o.expect("task"));
+        }
+        assert_eq!(seen.requests(), 64 * burst);
+        assert!(
+            seen.connections() <= 64,
+            "burst {burst}: {} connections for {} requests",
+            seen.connections(),
+            seen.requests()
+        );
+    }
+}
+
+#[tokio::test]
 async fn no_idle_connections_kept_means_one_connection_per_request() {
     let (port, seen) = counting_on_loopback(None).await;
     let e = with_options(EgressOptions {

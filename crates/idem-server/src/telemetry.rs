@@ -198,6 +198,10 @@ pub async fn with_incoming<F: std::future::Future>(
 
 /// Spawns `fut` as a task of its own that keeps the current request's span and caller's
 /// trace context (a task-local does not pass to a spawned task by itself).
+///
+/// The future is boxed first: an effect's future is several KiB, and tokio moves a task's
+/// future (and later its output, which shares the slot) by value a few times while it
+/// spawns, polls and reads it; boxed, those moves are of a pointer.
 pub fn spawn_in_request<F>(fut: F) -> tokio::task::JoinHandle<F::Output>
 where
     F: std::future::Future + Send + 'static,
@@ -206,7 +210,7 @@ where
     use tracing::Instrument;
     let span = tracing::Span::current();
     let incoming = INCOMING.try_with(Clone::clone).ok().flatten();
-    tokio::spawn(with_incoming(incoming, fut).instrument(span))
+    tokio::spawn(with_incoming(incoming, Box::pin(fut)).instrument(span))
 }
 
 /// The caller's trace context while its request runs (only when spans are not exported).

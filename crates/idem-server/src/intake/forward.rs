@@ -179,8 +179,9 @@ impl Forwarder {
                 break;
             };
             let me = self.clone();
+            // Boxed: the delivery's future is large, and the task would move it by value.
             tokio::spawn(async move {
-                if let Err(e) = me.deliver(item).await {
+                if let Err(e) = Box::pin(me.deliver(item)).await {
                     tracing::warn!(error = %e, "forward: store error; the item is retried after its lease");
                 }
                 drop(permit);

@@ -15,7 +15,7 @@ use idem_store::{
     ConsoleSession, NamespaceActivity, NewConsoleSession, ReviewPage, ReviewQuery, StoreError,
 };
 use rusqlite::types::Value;
-use rusqlite::{params, params_from_iter, Connection, OptionalExtension, Transaction};
+use rusqlite::{params, params_from_iter, Connection, OptionalExtension};
 
 use crate::error::SqlResult;
 use crate::rows::{record_from_row, RECORD_SELECT};
@@ -37,7 +37,7 @@ pub(crate) fn namespace_activity(
     ns: &Namespace,
     now: Timestamp,
 ) -> Result<NamespaceActivity, StoreError> {
-    let tx = conn.transaction().db()?;
+    let tx = crate::read_ops::Snapshot::begin(conn)?;
     let today = crate::write_ops::daily_count(&tx, ns.as_str(), now.utc_day())?;
     let oldest: Option<i64> = tx
         .prepare_cached(&OLDEST_PROCESSING_OF)
@@ -56,7 +56,7 @@ pub(crate) fn review_queue(
     now: Timestamp,
 ) -> Result<ReviewPage, StoreError> {
     let plan = ReviewPlan::new(q, '?', &RECORD_SELECT)?;
-    let tx = conn.transaction().db()?;
+    let tx = crate::read_ops::Snapshot::begin(conn)?;
     let mut items = Vec::new();
     if let Some(waiting) = plan.waiting() {
         fetch_records(&tx, &waiting, &mut items)?;
@@ -74,7 +74,7 @@ pub(crate) fn review_queue(
 
 /// Runs one statement of the review queue and appends the records it returns.
 fn fetch_records(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     half: &Statement,
     items: &mut Vec<Record>,
 ) -> Result<(), StoreError> {

@@ -856,7 +856,26 @@ async fn a_fan_out_event_with_a_dead_delivery_is_listed_in_review() {
         );
         assert_eq!(shown(listed(&app, "fan", "", "evt_e").await), "completed");
         let in_review = listed(&app, "fan", "?state=needs_review", "evt_d").await;
-        assert_eq!(shown(in_review), "needs_review");
+        assert_eq!(shown(in_review.clone()), "needs_review");
+        // It shows why: the dead delivery's last error, as the event's read has it.
+        let e = event(&app, "fan", "evt_d").await;
+        let gone_read = e.body["destinations"]
+            .as_array()
+            .and_then(|d| d.iter().find(|d| d["name"] == "gone"))
+            .cloned()
+            .unwrap_or_default();
+        let why = gone_read["attempts"]
+            .as_array()
+            .and_then(|a| a.last())
+            .map(|a| a["error"].clone())
+            .unwrap_or_default();
+        assert!(why.is_object(), "{}", e.text);
+        assert_eq!(in_review["last_error"], why, "{in_review}");
+        assert_eq!(listed(&app, "fan", "", "evt_d").await["last_error"], why);
+        assert_eq!(
+            listed(&app, "fan", "", "evt_e").await["last_error"],
+            Value::Null
+        );
         assert_eq!(
             listed(&app, "fan", "?state=needs_review", "evt_e").await,
             Value::Null
@@ -879,6 +898,10 @@ async fn a_fan_out_event_with_a_dead_delivery_is_listed_in_review() {
         assert_eq!(r.status, 202, "{}", r.text);
         assert!(until_states(&app, "fan", "evt_d", all).await);
         assert_eq!(shown(listed(&app, "fan", "", "evt_d").await), "completed");
+        assert_eq!(
+            listed(&app, "fan", "", "evt_d").await["last_error"],
+            Value::Null
+        );
         let l = app.get("/v1/sources/fan/events?state=needs_review").await;
         assert_eq!(l.body["items"], json!([]), "{}", l.text);
         app.stop().await.expect("stop");

@@ -617,24 +617,76 @@ pub async fn list_events(
     let mut items = Vec::with_capacity(rows.len());
     for row in &rows {
         let mut item = summary(row);
-        if item.attempts == 0 && row.state == Some(RecState::NeedsReview) {
-            item.last_error = record_error(&st, row).await?;
+        if item.last_error.is_none() {
+            item.last_error = shown_error(&st, row, item.attempts).await?;
         }
         items.push(item);
     }
     Ok(Json(EventList { items, next_cursor }))
 }
 
+/// The `last_error` of a listed event whose own attempts name none: a fan-out event shown in
+/// a failed state (its record completed at once) shows the error of the first delivery in
+/// that state; a held event in review, its record's. Others show none. Read only for such
+/// items (dead letters, mostly).
+async fn shown_error(
+    st: &AppState,
+    row: &idem::IntakeEventRow,
+    attempts: usize,
+) -> ApiResult<Option<Value>> {
+    let Some(state) = row.state else {
+        return Ok(None);
+    };
+    let failed = matches!(
+        state,
+        RecState::NeedsReview | RecState::FailedPermanent | RecState::FailedRetryable
+    );
+    let fan_out = row
+        .destination_names()
+        .iter()
+        .any(|n| delivery_key(&row.key, n) != row.key);
+    if failed && fan_out && row.event_key.is_none() {
+        let Ok(ns) = Namespace::try_from(row.namespace.as_str()) else {
+            return Ok(None);
+        };
+        let reads = destination_reads(st, &ns, row).await?;
+        let Some(d) = reads.iter().find(|d| d.state == state.as_str()) else {
+            return Ok(None);
+        };
+        let last = d
+            .attempts
+            .as_array()
+            .and_then(|a| a.last())
+            .and_then(|a| a.get("error"))
+            .filter(|e| !e.is_null())
+            .cloned();
+        return match last {
+            Some(e) => Ok(Some(e)),
+            // A held delivery has made no attempt: its record says why it is held.
+            None => record_error_at(st, &ns, &d.key).await,
+        };
+    }
+    if state == RecState::NeedsReview && attempts == 0 {
+        return record_error(st, row).await;
+    }
+    Ok(None)
+}
+
 /// The `last_error` of the record under `row`'s key, as `{category, message}` (a held event
 /// has one from the moment it is held, and no attempt).
 async fn record_error(st: &AppState, row: &idem::IntakeEventRow) -> ApiResult<Option<Value>> {
-    let (Ok(ns), Ok(key)) = (
-        Namespace::try_from(row.namespace.as_str()),
-        Key::try_from(row.key.as_str()),
-    ) else {
+    let Ok(ns) = Namespace::try_from(row.namespace.as_str()) else {
         return Ok(None);
     };
-    let stored = st.ledger.store().get(&ns, &key).await?;
+    record_error_at(st, &ns, &row.key).await
+}
+
+/// The `last_error` of the record under `key`, as `{category, message}`.
+async fn record_error_at(st: &AppState, ns: &Namespace, key: &str) -> ApiResult<Option<Value>> {
+    let Ok(key) = Key::try_from(key) else {
+        return Ok(None);
+    };
+    let stored = st.ledger.store().get(ns, &key).await?;
     Ok(stored
         .and_then(|r| r.record.last_error)
         .map(|e| json!({"category": e.category, "message": e.message})))

@@ -349,7 +349,8 @@ fn run_jobs(conn: &Connection, batch: &mut [BoxJob], savepoints: bool) -> Pass {
     Pass::Done
 }
 
-fn exec(conn: &Connection, sql: &str) -> Result<(), StoreError> {
+/// Runs `sql` (no parameters, no rows) as a cached statement.
+pub(crate) fn exec(conn: &Connection, sql: &str) -> Result<(), StoreError> {
     conn.prepare_cached(sql)
         .and_then(|mut s| s.execute([]))
         .map(|_| ())

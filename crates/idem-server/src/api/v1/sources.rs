@@ -641,11 +641,12 @@ async fn shown_error(
         state,
         RecState::NeedsReview | RecState::FailedPermanent | RecState::FailedRetryable
     );
-    let fan_out = row
-        .destination_names()
-        .iter()
-        .any(|n| delivery_key(&row.key, n) != row.key);
-    if failed && fan_out && row.event_key.is_none() {
+    let fan_out = || {
+        row.destination_names()
+            .iter()
+            .any(|n| delivery_key(&row.key, n) != row.key)
+    };
+    if failed && row.event_key.is_none() && fan_out() {
         let Ok(ns) = Namespace::try_from(row.namespace.as_str()) else {
             return Ok(None);
         };

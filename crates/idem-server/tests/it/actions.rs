@@ -1121,8 +1121,11 @@ async fn deliver_mcp_failures_are_classified_as_the_contract_says() {
         assert!(!up.calls().iter().any(|(_, o, _)| *o == order));
 
         // The egress policy holds: an upstream outside it is refused before anything is
-        // stored.
-        let other = closed_port();
+        // stored. (A port freed by the OS may be handed out again: never one the policy
+        // opens.)
+        let other = std::iter::repeat_with(closed_port)
+            .find(|p| *p != closed && *p != up.port)
+            .unwrap_or_default();
         put_action(
             &app,
             "shop",

@@ -62,6 +62,14 @@ pub struct BacklogReport {
     pub doubled: u64,
     /// The server's peak resident memory over the whole run.
     pub peak_rss_mib: f64,
+    /// PostgreSQL only, from `pg_stat_database` of the ledger's database over the drain
+    /// (from the resume until every delivery was made and the server went quiet), divided by
+    /// the deliveries made meanwhile: committed transactions, and rows inserted, updated or
+    /// deleted. They count the fresh events accepted meanwhile too (about one in ten
+    /// deliveries at this pace), and the workers' polls. Unlike the rates they do not move
+    /// with the machine's load.
+    pub pg_commits_per_delivery: Option<f64>,
+    pub pg_rows_per_delivery: Option<f64>,
 }
 
 /// `clients` connections posting fresh events (ids `evt_<run>_<tag>_<n>`), `pause` apart,
@@ -127,7 +135,11 @@ pub async fn run(
 ) -> anyhow::Result<BacklogReport> {
     anyhow::ensure!(destinations >= 1, "at least one destination");
     let server = ServerProcess::start(bin, db_url).await?;
-    let result = drain_run(backend, &server, backlog, clients, destinations).await;
+    let pg = match backend {
+        Backend::Postgres => Some(db_url),
+        _ => None,
+    };
+    let result = drain_run(backend, &server, pg, backlog, clients, destinations).await;
     server.stop().await;
     result
 }
@@ -135,6 +147,7 @@ pub async fn run(
 async fn drain_run(
     backend: Backend,
     server: &ServerProcess,
+    pg: Option<&str>,
     backlog: u64,
     clients: usize,
     destinations: u32,
@@ -180,6 +193,10 @@ async fn drain_run(
     // what the stored backlog costs it.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let rss_mib_with_backlog = crate::history::rss_mib(server.pid);
+    let pg_before = match pg {
+        Some(url) => Some(crate::bare::pg_writes(url).await?),
+        None => None,
+    };
 
     http::post_path(
         &server.target,
@@ -218,6 +235,19 @@ async fn drain_run(
     // A moment more: a second forward of an event would show now.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let distinct = sink.distinct();
+    // A backend reports what it did at most once a second, and when it goes idle.
+    let per_delivery = match (pg, pg_before) {
+        (Some(url), Some(before)) => {
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            let after = crate::bare::pg_writes(url).await?;
+            let made = sink.requests().max(1) as f64;
+            Some((
+                after.commits.saturating_sub(before.commits) as f64 / made,
+                after.rows.saturating_sub(before.rows) as f64 / made,
+            ))
+        }
+        _ => None,
+    };
     Ok(BacklogReport {
         backend,
         backlog: filled,
@@ -235,13 +265,15 @@ async fn drain_run(
         lost: (accepted * d).saturating_sub(distinct),
         doubled: sink.requests().saturating_sub(distinct),
         peak_rss_mib: server.peak_rss_mib(),
+        pg_commits_per_delivery: per_delivery.map(|p| (p.0 * 100.0).round() / 100.0),
+        pg_rows_per_delivery: per_delivery.map(|p| (p.1 * 100.0).round() / 100.0),
     })
 }
 
 /// The report as a table of one line per backend.
 pub fn render(rows: &[BacklogReport]) -> String {
     let mut out = format!(
-        "{:<9} {:>8} {:>5} {:>5} {:>5} {:>9} {:>11} {:>8} {:>10} {:>12} {:>12} {:>9} {:>5} {:>7} {:>9}\n",
+        "{:<9} {:>8} {:>5} {:>5} {:>5} {:>9} {:>11} {:>8} {:>10} {:>12} {:>12} {:>9} {:>5} {:>7} {:>9} {:>14} {:>11}\n",
         "backend",
         "backlog",
         "dests",
@@ -256,11 +288,13 @@ pub fn render(rows: &[BacklogReport]) -> String {
         "accepted",
         "lost",
         "doubled",
-        "peak MiB"
+        "peak MiB",
+        "commits/deliv",
+        "rows/deliv"
     );
     for r in rows {
         out.push_str(&format!(
-            "{:<9} {:>8} {:>5} {:>5} {:>5} {:>9.0} {:>11.1} {:>8.2} {:>10.0} {:>12.0} {:>12.0} {:>9} {:>5} {:>7} {:>9.1}\n",
+            "{:<9} {:>8} {:>5} {:>5} {:>5} {:>9.0} {:>11.1} {:>8.2} {:>10.0} {:>12.0} {:>12.0} {:>9} {:>5} {:>7} {:>9.1} {:>14} {:>11}\n",
             r.backend.as_str(),
             r.backlog,
             r.destinations,
@@ -275,7 +309,11 @@ pub fn render(rows: &[BacklogReport]) -> String {
             r.accepted,
             r.lost,
             r.doubled,
-            r.peak_rss_mib
+            r.peak_rss_mib,
+            r.pg_commits_per_delivery
+                .map_or("-".to_owned(), |v| format!("{v:.2}")),
+            r.pg_rows_per_delivery
+                .map_or("-".to_owned(), |v| format!("{v:.2}"))
         ));
     }
     out

@@ -192,6 +192,33 @@ async fn pg_connect(
     Ok((client, h))
 }
 
+/// What `pg_stat_database` has counted for the database of `url` so far.
+#[derive(Debug, Clone, Copy)]
+pub struct PgWrites {
+    /// Committed transactions.
+    pub commits: u64,
+    /// Rows inserted, updated and deleted.
+    pub rows: u64,
+}
+
+/// Reads [`PgWrites`] of the database `url` names (a backend publishes its counts when its
+/// transaction ends, at most once a second, and when it goes idle).
+pub async fn pg_writes(url: &str) -> anyhow::Result<PgWrites> {
+    let (client, _h) = pg_connect(url).await?;
+    let row = client
+        .query_one(
+            "SELECT xact_commit::bigint, (tup_inserted + tup_updated + tup_deleted)::bigint \
+             FROM pg_stat_database WHERE datname = current_database()",
+            &[],
+        )
+        .await?;
+    let n = |i: usize| row.get::<_, i64>(i).max(0) as u64;
+    Ok(PgWrites {
+        commits: n(0),
+        rows: n(1),
+    })
+}
+
 /// Runs one statement on the server's admin database (CREATE/DROP DATABASE).
 pub async fn pg_admin(url: &str, sql: &str) -> anyhow::Result<()> {
     let (client, _h) = pg_connect(url).await?;

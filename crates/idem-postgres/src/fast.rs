@@ -132,21 +132,45 @@ static SPECULATIVE_INSERT: LazyLock<[String; MAX_CLAIM_EVENTS]> = LazyLock::new(
 
 /// [`speculative`] for a webhook delivery: no stats bump (receiving counts no acquisition);
 /// the rider's row and forward item ride on the record insert (`RIDER_PARAMS` more), and
-/// the row's flag says whether the row was stored. Only where the key has no row yet: a row
-/// there (another record's, or this event's left without its record) is for the normal path
-/// to judge (see `idem_store::Rider`), and so is one a concurrent transaction committed
-/// after this statement's snapshot: a record inserted without its row then fails the
-/// statement ([`TAKEN_MEANWHILE`]), which rolls it back.
+/// the row's flag says whether the row was stored. Where the key has no row yet, or where
+/// its row is the rider's own (`NewIntakeEvent::is_same`: a delivery's row, written with its
+/// event's, whose record its first pass makes now; the row is then kept and the flag is
+/// false, as on the normal path). Another record's row there is for the normal path to judge
+/// (see `idem_store::Rider`), and so is one a concurrent transaction committed after this
+/// statement's snapshot: a record inserted without its row, and with no row of its own in
+/// the snapshot, then fails the statement ([`TAKEN_MEANWHILE`]), which rolls it back.
 static SPECULATIVE_INTAKE: LazyLock<String> = LazyLock::new(|| {
-    let rider = rider_ctes("FROM w", RECORD_COLUMNS.len() + 3 + EVENT_TAIL_LEN);
+    let p = RECORD_COLUMNS.len() + 3 + EVENT_TAIL_LEN;
+    let rider = rider_ctes("FROM w", p);
+    let row = |own: &str| {
+        format!(
+            "SELECT 1 FROM intake_events x WHERE x.namespace = $1 AND x.key = $2 AND {own}({})",
+            riders_own(p)
+        )
+    };
     speculative(
         1,
         &format!(", {rider}"),
-        "EXISTS (SELECT 1 FROM i), CASE WHEN EXISTS (SELECT 1 FROM w) \
-         AND NOT EXISTS (SELECT 1 FROM i) THEN 1 / (SELECT COUNT(*)::INT FROM i) END, ",
-        " AND NOT EXISTS (SELECT 1 FROM intake_events x WHERE x.namespace = $1 AND x.key = $2)",
+        &format!(
+            "EXISTS (SELECT 1 FROM i), CASE WHEN EXISTS (SELECT 1 FROM w) \
+             AND NOT EXISTS (SELECT 1 FROM i) AND NOT EXISTS ({}) \
+             THEN 1 / (SELECT COUNT(*)::INT FROM i) END, ",
+            row("")
+        ),
+        &format!(" AND NOT EXISTS ({})", row("NOT ")),
     )
 });
+
+/// Whether the row `x` is the rider's own (its source, event id, event key and destination:
+/// `NewIntakeEvent::is_same`); `p` is the rider's first parameter ([`rider_ctes`]).
+fn riders_own(p: usize) -> String {
+    let [src, id, ek, dest] = [2, 3, 23, 24].map(|i| p + i);
+    format!(
+        "x.source = ${src}::TEXT AND x.event_id IS NOT DISTINCT FROM ${id}::TEXT \
+         AND x.event_key IS NOT DISTINCT FROM ${ek}::TEXT \
+         AND x.destination IS NOT DISTINCT FROM ${dest}::TEXT"
+    )
+}
 
 /// How [`SPECULATIVE_INTAKE`] fails when its record went in but the key's row was there (a
 /// division by zero: plain SQL raises nothing else).

@@ -212,6 +212,131 @@ async fn warm_intake_receive_and_duplicate_take_one_statement_each() {
     );
 }
 
+/// The rider of a delivery's first pass (`Ledger::execute_riding` as the delivery worker
+/// sends it), for the delivery of event `event` to `crm` under `event:crm`.
+async fn make_delivery(l: &idem_store::Ledger, event: &str) -> idem_store::Executed {
+    let d = format!("{event}:crm");
+    let rider = idem_store::Rider {
+        intake: idem_store::NewIntakeEvent {
+            namespace: "hooks".into(),
+            key: d.clone(),
+            source: "src".into(),
+            event_id: Some(event.into()),
+            content_type: None,
+            headers: "{}".into(),
+            body: vec![],
+            received_at: l.now(),
+            destinations: None,
+            delivered_at: None,
+            event_key: Some(event.into()),
+            destination: Some("crm".into()),
+        },
+        forward: None,
+        deliveries: vec![],
+    };
+    let op = idem_core::Op::IntakeReceive(idem_core::IntakeReceiveRequest {
+        source: "src".into(),
+        event_id: Some(event.into()),
+        delivers: true,
+        destination: Some("crm".into()),
+        collides_with: None,
+    });
+    l.execute_riding(&ns("hooks"), &key(&d), op, rider)
+        .await
+        .expect("make the delivery")
+}
+
+#[tokio::test]
+async fn a_deliverys_first_pass_over_its_own_row_takes_one_statement() {
+    let Some((_db, store, _clock, l)) = setup("delivery_first_pass_one_statement").await else {
+        return;
+    };
+    assert!(receive(&l, "warm-up").await.rider_stored); // reads the namespace settings once
+                                                        // An event fanned out to crm: its row and the delivery's row, written together.
+    let mut event = receive_fanned_out(&l, "evt_f").await;
+    assert!(event.rider_stored);
+    let before = store.fast_path_stats();
+    event = make_delivery(&l, "evt_f").await;
+    assert!(
+        matches!(
+            event.reply,
+            Ok(idem_core::Reply::Intake(
+                idem_core::IntakeReply::Accepted { .. }
+            ))
+        ),
+        "{:?}",
+        event.reply
+    );
+    // The row was the delivery's own: kept, not stored again.
+    assert!(!event.rider_stored);
+    let after = store.fast_path_stats();
+    assert_eq!(after.speculative_inserts, before.speculative_inserts + 1);
+    assert_eq!(
+        (after.full_reads, after.guard_misses),
+        (before.full_reads, before.guard_misses),
+        "{after:?}"
+    );
+    let rec = store
+        .get(&ns("hooks"), &key("evt_f:crm"))
+        .await
+        .expect("get")
+        .expect("made");
+    assert_eq!(rec.record.state, State::Prepared);
+    let row = store
+        .intake_event("hooks", "evt_f:crm")
+        .await
+        .expect("row")
+        .expect("kept");
+    assert_eq!(
+        (row.event_key.as_deref(), row.destination.as_deref()),
+        (Some("evt_f"), Some("crm"))
+    );
+}
+
+/// Event `k` of source `src`, fanned out to `crm` (its delivery's row and item ride along).
+async fn receive_fanned_out(l: &idem_store::Ledger, k: &str) -> idem_store::Executed {
+    let d = format!("{k}:crm");
+    let rider = idem_store::Rider {
+        intake: idem_store::NewIntakeEvent {
+            namespace: "hooks".into(),
+            key: k.into(),
+            source: "src".into(),
+            event_id: Some(k.into()),
+            content_type: None,
+            headers: "{}".into(),
+            body: vec![b'x'; 64],
+            received_at: l.now(),
+            destinations: Some(r#"["crm"]"#.into()),
+            delivered_at: Some(l.now()),
+            event_key: None,
+            destination: None,
+        },
+        forward: None,
+        deliveries: vec![idem_store::NewDelivery {
+            key: d.clone(),
+            destination: "crm".into(),
+            item: idem_store::NewOutboxItem {
+                kind: idem_store::OutboxKind::Forward,
+                namespace: "hooks".into(),
+                key: d,
+                dedupe: "0".into(),
+                payload: b"{}".to_vec(),
+                due_at: l.now(),
+            },
+        }],
+    };
+    let op = idem_core::Op::IntakeReceive(idem_core::IntakeReceiveRequest {
+        source: "src".into(),
+        event_id: Some(k.into()),
+        delivers: false,
+        destination: None,
+        collides_with: None,
+    });
+    l.execute_riding(&ns("hooks"), &key(k), op, rider)
+        .await
+        .expect("receive")
+}
+
 #[tokio::test]
 async fn namespace_change_through_another_store_is_honoured_on_the_next_operation() {
     let Some((_db, clock, [(a, la), (b, _)])) = setup_two("stale_namespace_cache").await else {

@@ -258,95 +258,119 @@ impl Forwarder {
         }
         let lease_ms = fwd.timeout_ms + LEASE_MARGIN_MS;
         let expect = queued.expects();
-        let started = self
-            .ledger
-            .execute(
-                &ns,
-                &key,
-                Op::ForwardStart(ForwardStartRequest {
-                    lease_ms,
-                    expect: expect.clone(),
-                }),
-                None,
-            )
-            .await?;
-        let (token, attempt) = match started.reply {
-            Ok(Reply::Intake(IntakeReply::Started { token, attempt, .. })) => (token, attempt),
-            Ok(Reply::Intake(IntakeReply::Wait { until })) => {
-                return self
-                    .finish(
-                        &item,
-                        OutboxOutcome::Retry {
-                            at: until,
-                            error: None,
-                        },
-                    )
-                    .await;
-            }
-            // The key is another record's: this delivery is held for review under its
-            // held key, and that record is left alone.
-            Ok(Reply::Intake(IntakeReply::Collision { record })) => {
-                // A tombstone is this delivery's when its row is (retention dropped what
-                // the record stood for): nothing left to deliver.
-                if super::receive::is_tombstone(&record)
-                    && self
-                        .store
-                        .intake_event(ns.as_str(), key.as_str())
-                        .await?
-                        .is_some_and(|row| is_delivery(&row, &queued, &dest))
-                {
-                    return self.finish(&item, OutboxOutcome::Done).await;
+        // The event's row, when this pass already read it (it made the delivery's record).
+        let mut made: Option<idem::IntakeEventRow> = None;
+        let (token, attempt) = loop {
+            let started = self
+                .ledger
+                .execute(
+                    &ns,
+                    &key,
+                    Op::ForwardStart(ForwardStartRequest {
+                        lease_ms,
+                        expect: expect.clone(),
+                    }),
+                    None,
+                )
+                .await?;
+            break match started.reply {
+                Ok(Reply::Intake(IntakeReply::Started { token, attempt, .. })) => (token, attempt),
+                Ok(Reply::Intake(IntakeReply::Wait { until })) => {
+                    return self
+                        .finish(
+                            &item,
+                            OutboxOutcome::Retry {
+                                at: until,
+                                error: None,
+                            },
+                        )
+                        .await;
                 }
-                return self.hold_collided(&item, &queued, &dest, &ns, &key).await;
-            }
-            Err(OpError::NotFound) if expect.is_some() => {
-                // A delivery's first pass: its record is made now (with its row, if the
-                // receive could not write it), then it is delivered on the next pass.
-                return self.make_delivery(&item, &queued, &dest, &ns, &key).await;
-            }
-            Err(OpError::NotFound) => {
-                // The body was stored but the record not (the receive did not finish): make
-                // the record now, then deliver on the next pass.
-                if let Some(row) = self.store.intake_event(ns.as_str(), key.as_str()).await? {
-                    // A delivery row (or an event row with a forward item) is delivered under
-                    // its own key.
-                    let op = Op::IntakeReceive(IntakeReceiveRequest {
-                        source: src_name.clone(),
-                        event_id: row.event_id,
-                        delivers: true,
-                        destination: row.destination,
-                        collides_with: None,
-                    });
-                    let made = self.ledger.execute(&ns, &key, op, None).await?;
-                    if matches!(made.reply, Ok(Reply::Intake(IntakeReply::Collision { .. }))) {
-                        let error = Some("the key is another record's".to_owned());
-                        return self.finish(&item, OutboxOutcome::Dead { error }).await;
+                // The key is another record's: this delivery is held for review under its
+                // held key, and that record is left alone.
+                Ok(Reply::Intake(IntakeReply::Collision { record })) => {
+                    // A tombstone is this delivery's when its row is (retention dropped what
+                    // the record stood for): nothing left to deliver.
+                    if super::receive::is_tombstone(&record)
+                        && self
+                            .store
+                            .intake_event(ns.as_str(), key.as_str())
+                            .await?
+                            .is_some_and(|row| is_delivery(&row, &queued, &dest))
+                    {
+                        return self.finish(&item, OutboxOutcome::Done).await;
                     }
+                    return self.hold_collided(&item, &queued, &dest, &ns, &key).await;
+                }
+                Err(OpError::NotFound) if expect.is_some() && made.is_none() => {
+                    // A delivery's first pass: its record is made now (with its row, if the
+                    // receive could not write it), then it is started in this same pass.
+                    match self.make_delivery(&item, &queued, &dest, &ns, &key).await? {
+                        Some(event) => {
+                            made = Some(event);
+                            continue;
+                        }
+                        None => return Ok(()),
+                    }
+                }
+                Err(OpError::NotFound) if expect.is_some() => {
+                    // Made a moment ago and gone again (retention, a forced drop): the next pass
+                    // sees why.
                     let at = self.ledger.now();
                     return self
                         .finish(&item, OutboxOutcome::Retry { at, error: None })
                         .await;
                 }
-                let error = Some("no stored event".to_owned());
-                return self.finish(&item, OutboxOutcome::Dead { error }).await;
-            }
-            // Delivered, in review, or not an intake record: nothing to send for this item.
-            _ => return self.finish(&item, OutboxOutcome::Done).await,
-        };
-        let Some(row) = self.store.intake_event(ns.as_str(), key.as_str()).await? else {
-            let error = Some("no stored event".to_owned());
-            return self.finish(&item, OutboxOutcome::Dead { error }).await;
-        };
-        // A delivery to a named destination reads the body from its event's row.
-        let event = match &row.event_key {
-            None => row,
-            Some(ek) => match self.store.intake_event(ns.as_str(), ek).await? {
-                Some(e) => e,
-                None => {
+                Err(OpError::NotFound) => {
+                    // The body was stored but the record not (the receive did not finish): make
+                    // the record now, then deliver on the next pass.
+                    if let Some(row) = self.store.intake_event(ns.as_str(), key.as_str()).await? {
+                        // A delivery row (or an event row with a forward item) is delivered under
+                        // its own key.
+                        let op = Op::IntakeReceive(IntakeReceiveRequest {
+                            source: src_name.clone(),
+                            event_id: row.event_id,
+                            delivers: true,
+                            destination: row.destination,
+                            collides_with: None,
+                        });
+                        let made = self.ledger.execute(&ns, &key, op, None).await?;
+                        if matches!(made.reply, Ok(Reply::Intake(IntakeReply::Collision { .. }))) {
+                            let error = Some("the key is another record's".to_owned());
+                            return self.finish(&item, OutboxOutcome::Dead { error }).await;
+                        }
+                        let at = self.ledger.now();
+                        return self
+                            .finish(&item, OutboxOutcome::Retry { at, error: None })
+                            .await;
+                    }
                     let error = Some("no stored event".to_owned());
                     return self.finish(&item, OutboxOutcome::Dead { error }).await;
                 }
-            },
+                // Delivered, in review, or not an intake record: nothing to send for this item.
+                _ => return self.finish(&item, OutboxOutcome::Done).await,
+            };
+        };
+        // A delivery to a named destination reads the body from its event's row (read
+        // already when this pass made the delivery's record).
+        let event = match made {
+            Some(event) => event,
+            None => {
+                let Some(row) = self.store.intake_event(ns.as_str(), key.as_str()).await? else {
+                    let error = Some("no stored event".to_owned());
+                    return self.finish(&item, OutboxOutcome::Dead { error }).await;
+                };
+                match &row.event_key {
+                    None => row,
+                    Some(ek) => match self.store.intake_event(ns.as_str(), ek).await? {
+                        Some(e) => e,
+                        None => {
+                            let error = Some("no stored event".to_owned());
+                            return self.finish(&item, OutboxOutcome::Dead { error }).await;
+                        }
+                    },
+                }
+            }
         };
         let row = &event;
         // Each attempt is an `intake.forward` span in the trace of the request that queued the
@@ -491,8 +515,10 @@ impl Forwarder {
 
     /// The first pass of a delivery to a named destination whose record is not made yet:
     /// makes it (`IntakeReceive` for that destination, its row riding on it when the receive
-    /// could not write it), then the item comes back at once to deliver. A key that turns out
-    /// to be another record's (its record, or its row) holds the delivery instead.
+    /// could not write it) and answers the event's row, so the same pass starts and sends the
+    /// delivery. A key that turns out to be another record's (its record, or its row) holds
+    /// the delivery instead; then, or when the event's row is gone, the item is finished here
+    /// and the answer is `None`.
     async fn make_delivery(
         &self,
         item: &OutboxItem,
@@ -500,10 +526,11 @@ impl Forwarder {
         dest: &str,
         ns: &Namespace,
         key: &Key,
-    ) -> Result<(), StoreError> {
+    ) -> Result<Option<idem::IntakeEventRow>, StoreError> {
         let Some(event) = self.event_of(ns, queued).await? else {
             let error = Some("no stored event".to_owned());
-            return self.finish(item, OutboxOutcome::Dead { error }).await;
+            self.finish(item, OutboxOutcome::Dead { error }).await?;
+            return Ok(None);
         };
         let (op, rider) = delivery_receive(ns, key, queued, dest, &event, None);
         let made = self.ledger.execute_riding(ns, key, op, rider).await?;
@@ -517,11 +544,10 @@ impl Forwarder {
             _ => false,
         };
         if taken {
-            return self.hold_collided(item, queued, dest, ns, key).await;
+            self.hold_collided(item, queued, dest, ns, key).await?;
+            return Ok(None);
         }
-        let at = self.ledger.now();
-        self.finish(item, OutboxOutcome::Retry { at, error: None })
-            .await
+        Ok(Some(event))
     }
 
     /// A delivery whose key is another record's: kept under its held key

@@ -53,6 +53,20 @@ async fn until_states(app: &TestApp, source: &str, key: &str, want: Value) -> bo
     .await
 }
 
+/// `(key, attempts, state)` of every forward item in the outbox (a fresh ledger's ids).
+async fn forward_items(app: &TestApp) -> Vec<(String, u32, String)> {
+    let mut out = vec![];
+    for id in 1..=200 {
+        if let Some(item) = app.store.outbox_item(id).await.expect("outbox item") {
+            if item.kind == idem::OutboxKind::Forward {
+                out.push((item.key, item.attempts, format!("{:?}", item.state)));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
 fn keys(sink: &Sink) -> Vec<String> {
     sink.got()
         .iter()
@@ -92,6 +106,18 @@ async fn three_destinations_one_failing_is_dead_lettered_and_redelivered_alone()
         assert_eq!(keys(&crm), ["evt_1:crm"]);
         assert_eq!(keys(&receipt), ["evt_1:receipt"]);
         assert_eq!(keys(&slack), ["evt_1:slack"; 3]);
+        // A delivery's first pass makes its record and sends it: its item is done in one
+        // attempt (the failing one took one per send).
+        let items = forward_items(&app).await;
+        let done_once = |k: &str| {
+            items
+                .iter()
+                .any(|(key, n, st)| key == k && *n == 1 && st == "Done")
+        };
+        assert!(
+            done_once("evt_1:crm") && done_once("evt_1:receipt"),
+            "{items:?}"
+        );
         assert!(slack
             .got()
             .iter()

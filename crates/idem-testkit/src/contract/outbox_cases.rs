@@ -42,6 +42,7 @@ macro_rules! outbox_suite {
             retention_deletes_a_records_outbox_items_with_it,
             a_rider_is_stored_exactly_with_the_record_it_rides_on,
             a_key_holding_another_records_row_is_not_taken_by_a_receive,
+            a_deliverys_record_is_made_over_its_own_row,
             concurrent_first_deliveries_store_one_rider,
             intake_updates_append_attempts_and_set_delivered_at,
             a_report_rider_moves_with_the_record_it_rides_on,

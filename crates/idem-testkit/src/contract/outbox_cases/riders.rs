@@ -240,6 +240,127 @@ pub async fn a_key_holding_another_records_row_is_not_taken_by_a_receive<B: Back
     );
 }
 
+/// A delivery's row is written with its event's; the delivery's first pass makes its record
+/// over that row, which is its own ([`idem_store::NewIntakeEvent::is_same`]): the record is
+/// made, the row is kept as it is (`rider_stored: false`, nothing else written), and a second
+/// pass is a duplicate. Several deliveries, so that a backend's fast path is taken as well as
+/// its normal one.
+pub async fn a_deliverys_record_is_made_over_its_own_row<B: Backend>(b: Arc<B>) {
+    let h = H::new(&*b, "hooks").await;
+    for i in 0..4 {
+        let (parent, d) = (format!("q{i}"), format!("q{i}:crm"));
+        let event = NewIntakeEvent {
+            namespace: h.ns.as_str().to_owned(),
+            key: parent.clone(),
+            source: "src".into(),
+            event_id: Some(parent.clone()),
+            content_type: Some("application/json".into()),
+            headers: "{}".into(),
+            body: b"parent".to_vec(),
+            received_at: h.now(),
+            destinations: Some(r#"["crm"]"#.into()),
+            delivered_at: Some(h.now()),
+            event_key: None,
+            destination: None,
+        };
+        let rider = Rider {
+            intake: event.clone(),
+            forward: None,
+            deliveries: vec![idem_store::NewDelivery {
+                key: d.clone(),
+                destination: "crm".into(),
+                item: forward(&h, &d, "0"),
+            }],
+        };
+        let op = Op::IntakeReceive(IntakeReceiveRequest {
+            source: "src".into(),
+            event_id: Some(parent.clone()),
+            delivers: false,
+            destination: None,
+            collides_with: None,
+        });
+        let first = h
+            .ledger
+            .execute_riding(&h.ns, &key(&parent), op, rider)
+            .await
+            .unwrap_or_else(|e| panic!("receive {parent}: {e}"));
+        assert!(first.rider_stored, "{parent}");
+        // The delivery's first pass, as the delivery worker sends it.
+        let delivery = || {
+            let op = Op::IntakeReceive(IntakeReceiveRequest {
+                source: "src".into(),
+                event_id: Some(parent.clone()),
+                delivers: true,
+                destination: Some("crm".into()),
+                collides_with: None,
+            });
+            let rider = Rider {
+                intake: NewIntakeEvent {
+                    key: d.clone(),
+                    headers: "{}".into(),
+                    body: Vec::new(),
+                    destinations: None,
+                    delivered_at: None,
+                    event_key: Some(parent.clone()),
+                    destination: Some("crm".into()),
+                    ..event.clone()
+                },
+                forward: None,
+                deliveries: vec![],
+            };
+            (op, rider)
+        };
+        let (op, rider) = delivery();
+        let made = h
+            .ledger
+            .execute_riding(&h.ns, &key(&d), op, rider)
+            .await
+            .unwrap_or_else(|e| panic!("delivery {d}: {e}"));
+        assert_eq!(
+            (intake_reply(&made), made.rider_stored),
+            ("accepted", false),
+            "{d}"
+        );
+        let rec = h.store.get(&h.ns, &key(&d)).await;
+        assert!(
+            matches!(&rec, Ok(Some(r)) if r.record.state == State::Prepared),
+            "{d}: {rec:?}"
+        );
+        let row = h
+            .store
+            .intake_event(h.ns.as_str(), &d)
+            .await
+            .ok()
+            .flatten()
+            .expect("the delivery's row");
+        assert_eq!(
+            (
+                row.event_key.as_deref(),
+                row.destination.as_deref(),
+                row.body
+            ),
+            (Some(parent.as_str()), Some("crm"), None),
+            "{d}"
+        );
+        let (op, rider) = delivery();
+        let again = h
+            .ledger
+            .execute_riding(&h.ns, &key(&d), op, rider)
+            .await
+            .unwrap_or_else(|e| panic!("delivery {d} again: {e}"));
+        assert_eq!(
+            (intake_reply(&again), again.rider_stored),
+            ("duplicate", false),
+            "{d}"
+        );
+    }
+    // One item per delivery: the passes queued none.
+    let items = claim(&h, OutboxKind::Forward, 100).await;
+    let mut got: Vec<&str> = items.iter().map(|i| i.key.as_str()).collect();
+    got.sort_unstable();
+    assert_eq!(got, ["q0:crm", "q1:crm", "q2:crm", "q3:crm"]);
+}
+
 /// Many first deliveries of one event at once, on separate handles: one stores the row and
 /// its forward item, every other one is a duplicate.
 pub async fn concurrent_first_deliveries_store_one_rider<B: Backend>(b: Arc<B>) {

@@ -351,26 +351,23 @@ impl Forwarder {
                 _ => return self.finish(&item, OutboxOutcome::Done).await,
             };
         };
-        // A delivery to a named destination reads the body from its event's row (read
-        // already when this pass made the delivery's record).
+        // A delivery to a named destination reads the body from its event's row, which its
+        // item names (read already when this pass made the delivery's record).
         let event = match made {
-            Some(event) => event,
-            None => {
-                let Some(row) = self.store.intake_event(ns.as_str(), key.as_str()).await? else {
-                    let error = Some("no stored event".to_owned());
-                    return self.finish(&item, OutboxOutcome::Dead { error }).await;
-                };
-                match &row.event_key {
-                    None => row,
-                    Some(ek) => match self.store.intake_event(ns.as_str(), ek).await? {
-                        Some(e) => e,
-                        None => {
-                            let error = Some("no stored event".to_owned());
-                            return self.finish(&item, OutboxOutcome::Dead { error }).await;
-                        }
-                    },
-                }
-            }
+            Some(event) => Some(event),
+            None if queued.event_key.is_some() => self.event_of(&ns, &queued).await?,
+            None => match self.store.intake_event(ns.as_str(), key.as_str()).await? {
+                // An item queued without its event's key, for a delivery's row.
+                Some(row) => match &row.event_key {
+                    None => Some(row),
+                    Some(ek) => self.store.intake_event(ns.as_str(), ek).await?,
+                },
+                None => None,
+            },
+        };
+        let Some(event) = event else {
+            let error = Some("no stored event".to_owned());
+            return self.finish(&item, OutboxOutcome::Dead { error }).await;
         };
         let row = &event;
         // Each attempt is an `intake.forward` span in the trace of the request that queued the

@@ -148,7 +148,41 @@ pub(crate) async fn claim(store: &PgStore, c: &OutboxClaim) -> Result<Vec<Outbox
         .collect::<Result<Vec<_>, _>>()?;
     // RETURNING gives no order; senders work oldest first.
     out.sort_by_key(|i| (i.created_at, i.id));
+    if kind == OutboxKind::Forward && !out.is_empty() && store.records.enabled() {
+        // Only a head start: the items are claimed whatever this read does (failing the
+        // claim now would leave them leased to nobody until their lease ran out).
+        if let Err(PgError::Store(e)) = remember_records(store, &client, &out).await {
+            tracing::debug!(error = %e, "postgres: reading the claimed items' records failed");
+        }
+    }
     Ok(out)
+}
+
+/// The records of claimed forward items, read in one statement (they are sent next).
+static ITEM_RECORDS: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT {} FROM records r \
+         JOIN unnest($1::TEXT[], $2::TEXT[]) AS u(namespace, key) \
+         ON r.namespace = u.namespace AND r.key = u.key",
+        *crate::rows::R_RECORD_COLS
+    )
+});
+
+/// Remembers the records of claimed forward items in the instance's record cache, so that
+/// each delivery's start is one guarded statement rather than a read and a write (a record
+/// moved meanwhile fails the guard and is read again: the cache is never trusted blindly).
+async fn remember_records(
+    store: &PgStore,
+    client: &crate::conn::Conn,
+    items: &[OutboxItem],
+) -> Result<(), PgError> {
+    let namespaces: Vec<&str> = items.iter().map(|i| i.namespace.as_str()).collect();
+    let keys: Vec<&str> = items.iter().map(|i| i.key.as_str()).collect();
+    let stmt = client.prepare_cached(&ITEM_RECORDS).await?;
+    for row in client.query(&stmt, &[&namespaces, &keys]).await? {
+        store.records.put(crate::rows::record_from_row(&row, 0)?);
+    }
+    Ok(())
 }
 
 /// The columns a finish writes (`$p+2..$p+5` of [`finish_sql`]): state, due_at, error,

@@ -293,6 +293,53 @@ async fn a_deliverys_first_pass_over_its_own_row_takes_one_statement() {
     );
 }
 
+#[tokio::test]
+async fn a_claimed_forward_items_record_is_started_in_one_statement() {
+    let Some((db, store, clock, l)) = setup("claimed_items_records").await else {
+        return;
+    };
+    // Received through another instance: this one has not seen the record.
+    let (_other, lo) = store_and_ledger(&db, &clock).await;
+    assert!(receive(&lo, "evt_c").await.rider_stored);
+    assert!(receive(&l, "warm-up").await.rider_stored); // reads the namespace settings once
+    let items = store
+        .outbox_claim(idem_store::OutboxClaim {
+            kind: idem_store::OutboxKind::Forward,
+            now: now(&clock),
+            limit: 10,
+            lease_ms: 1_000,
+        })
+        .await
+        .expect("claim");
+    assert!(items.iter().any(|i| i.key == "evt_c"), "{items:?}");
+    let before = store.fast_path_stats();
+    let started = l
+        .execute(
+            &ns("hooks"),
+            &key("evt_c"),
+            idem_core::Op::ForwardStart(idem_core::ForwardStartRequest {
+                lease_ms: 1_000,
+                expect: None,
+            }),
+            None,
+        )
+        .await
+        .expect("start");
+    assert!(
+        matches!(
+            started.reply,
+            Ok(idem_core::Reply::Intake(
+                idem_core::IntakeReply::Started { .. }
+            ))
+        ),
+        "{:?}",
+        started.reply
+    );
+    let after = store.fast_path_stats();
+    assert_eq!(after.cached_writes, before.cached_writes + 1, "{after:?}");
+    assert_eq!(after.full_reads, before.full_reads, "{after:?}");
+}
+
 /// Event `k` of source `src`, fanned out to `crm` (its delivery's row and item ride along).
 async fn receive_fanned_out(l: &idem_store::Ledger, k: &str) -> idem_store::Executed {
     let d = format!("{k}:crm");

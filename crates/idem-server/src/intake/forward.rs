@@ -22,7 +22,8 @@
 //! destination's URL, timeout, headers, secret and retry budget, is bounded by its
 //! `concurrency` per instance, and, with a `rate`, first takes the destination's next slot
 //! from the ledger (`Store::pace_take`; an item whose slot is not due yet waits for it in the
-//! outbox). The body comes from the event's row.
+//! outbox). The body comes from the event's row, which the item names. A delivery whose record
+//! is not made yet (its row is written with the event's) makes it first, in the same pass.
 //!
 //! Never here: following a redirect, reading more of an answer than its status and
 //! `Retry-After`, keeping a response body, or logging a body, a header value or a secret.

@@ -108,22 +108,30 @@ async fn warm_pair_and_duplicate_take_one_statement_each() {
     assert_eq!(got.record.version, 2);
 }
 
+/// The row of event `id` under key `k` in namespace `hooks` (source `src`, no body).
+fn intake_row(l: &idem_store::Ledger, k: &str, id: &str) -> idem_store::NewIntakeEvent {
+    idem_store::NewIntakeEvent {
+        namespace: "hooks".into(),
+        key: k.into(),
+        source: "src".into(),
+        event_id: Some(id.into()),
+        content_type: None,
+        headers: "{}".into(),
+        body: vec![],
+        received_at: l.now(),
+        destinations: None,
+        delivered_at: None,
+        event_key: None,
+        destination: None,
+    }
+}
+
 /// A webhook delivery with its rider (`Ledger::execute_riding`).
 async fn receive(l: &idem_store::Ledger, k: &str) -> idem_store::Executed {
     let rider = idem_store::Rider {
         intake: idem_store::NewIntakeEvent {
-            namespace: "hooks".into(),
-            key: k.into(),
-            source: "src".into(),
-            event_id: Some(k.into()),
-            content_type: None,
-            headers: "{}".into(),
             body: vec![b'x'; 1024],
-            received_at: l.now(),
-            destinations: None,
-            delivered_at: None,
-            event_key: None,
-            destination: None,
+            ..intake_row(l, k, k)
         },
         forward: Some(idem_store::NewOutboxItem {
             kind: idem_store::OutboxKind::Forward,
@@ -218,18 +226,9 @@ async fn make_delivery(l: &idem_store::Ledger, event: &str) -> idem_store::Execu
     let d = format!("{event}:crm");
     let rider = idem_store::Rider {
         intake: idem_store::NewIntakeEvent {
-            namespace: "hooks".into(),
-            key: d.clone(),
-            source: "src".into(),
-            event_id: Some(event.into()),
-            content_type: None,
-            headers: "{}".into(),
-            body: vec![],
-            received_at: l.now(),
-            destinations: None,
-            delivered_at: None,
             event_key: Some(event.into()),
             destination: Some("crm".into()),
+            ..intake_row(l, &d, event)
         },
         forward: None,
         deliveries: vec![],
@@ -345,18 +344,10 @@ async fn receive_fanned_out(l: &idem_store::Ledger, k: &str) -> idem_store::Exec
     let d = format!("{k}:crm");
     let rider = idem_store::Rider {
         intake: idem_store::NewIntakeEvent {
-            namespace: "hooks".into(),
-            key: k.into(),
-            source: "src".into(),
-            event_id: Some(k.into()),
-            content_type: None,
-            headers: "{}".into(),
             body: vec![b'x'; 64],
-            received_at: l.now(),
             destinations: Some(r#"["crm"]"#.into()),
             delivered_at: Some(l.now()),
-            event_key: None,
-            destination: None,
+            ..intake_row(l, k, k)
         },
         forward: None,
         deliveries: vec![idem_store::NewDelivery {

@@ -176,8 +176,22 @@ async fn remember_records(
     client: &crate::conn::Conn,
     items: &[OutboxItem],
 ) -> Result<(), PgError> {
-    let namespaces: Vec<&str> = items.iter().map(|i| i.namespace.as_str()).collect();
-    let keys: Vec<&str> = items.iter().map(|i| i.key.as_str()).collect();
+    // Records the instance remembers already (it received them, say) are not read again.
+    let unknown = |i: &&OutboxItem| match (
+        idem_core::Namespace::try_from(i.namespace.as_str()),
+        idem_core::Key::try_from(i.key.as_str()),
+    ) {
+        (Ok(ns), Ok(key)) => store.records.get(&ns, &key).is_none(),
+        _ => false,
+    };
+    let (namespaces, keys): (Vec<&str>, Vec<&str>) = items
+        .iter()
+        .filter(unknown)
+        .map(|i| (i.namespace.as_str(), i.key.as_str()))
+        .unzip();
+    if keys.is_empty() {
+        return Ok(());
+    }
     let stmt = client.prepare_cached(&ITEM_RECORDS).await?;
     for row in client.query(&stmt, &[&namespaces, &keys]).await? {
         store.records.put(crate::rows::record_from_row(&row, 0)?);

@@ -250,24 +250,24 @@ async fn a_deliverys_first_pass_over_its_own_row_takes_one_statement() {
     let Some((_db, store, _clock, l)) = setup("delivery_first_pass_one_statement").await else {
         return;
     };
-    assert!(receive(&l, "warm-up").await.rider_stored); // reads the namespace settings once
-                                                        // An event fanned out to crm: its row and the delivery's row, written together.
-    let mut event = receive_fanned_out(&l, "evt_f").await;
-    assert!(event.rider_stored);
+    // Reads the namespace settings once.
+    assert!(receive(&l, "warm-up").await.rider_stored);
+    // An event fanned out to crm: its row and the delivery's row, written together.
+    assert!(receive_fanned_out(&l, "evt_f").await.rider_stored);
     let before = store.fast_path_stats();
-    event = make_delivery(&l, "evt_f").await;
+    let made = make_delivery(&l, "evt_f").await;
     assert!(
         matches!(
-            event.reply,
+            made.reply,
             Ok(idem_core::Reply::Intake(
                 idem_core::IntakeReply::Accepted { .. }
             ))
         ),
         "{:?}",
-        event.reply
+        made.reply
     );
     // The row was the delivery's own: kept, not stored again.
-    assert!(!event.rider_stored);
+    assert!(!made.rider_stored);
     let after = store.fast_path_stats();
     assert_eq!(after.speculative_inserts, before.speculative_inserts + 1);
     assert_eq!(

@@ -131,6 +131,47 @@ pub async fn a_rider_is_stored_exactly_with_the_record_it_rides_on<B: Backend>(b
     assert!(claim(&h, OutboxKind::Forward, 100).await.is_empty());
 }
 
+/// Receives event `parent` fanned out to `crm`, its delivery's row under `d` riding along,
+/// and answers the rider it stored.
+async fn receive_fanned_out(h: &H, parent: &str, d: &str) -> Rider {
+    let rider = Rider {
+        intake: NewIntakeEvent {
+            namespace: h.ns.as_str().to_owned(),
+            key: parent.to_owned(),
+            source: "src".into(),
+            event_id: Some(parent.to_owned()),
+            content_type: None,
+            headers: "{}".into(),
+            body: b"parent".to_vec(),
+            received_at: h.now(),
+            destinations: Some(r#"["crm"]"#.into()),
+            delivered_at: Some(h.now()),
+            event_key: None,
+            destination: None,
+        },
+        forward: None,
+        deliveries: vec![idem_store::NewDelivery {
+            key: d.to_owned(),
+            destination: "crm".into(),
+            item: forward(h, d, "0"),
+        }],
+    };
+    let op = Op::IntakeReceive(IntakeReceiveRequest {
+        source: "src".into(),
+        event_id: Some(parent.to_owned()),
+        delivers: false,
+        destination: None,
+        collides_with: None,
+    });
+    let first = h
+        .ledger
+        .execute_riding(&h.ns, &key(parent), op, rider.clone())
+        .await
+        .unwrap_or_else(|e| panic!("receive {parent}: {e}"));
+    assert!(first.rider_stored, "{parent}");
+    rider
+}
+
 /// A key whose row is another record's (the row of a delivery of another event, written
 /// before its record is made) is not an event's to take: the receive writes nothing — no
 /// record, no row, no item — and says `rider_stored: false`. A delivery's row is written
@@ -145,41 +186,7 @@ pub async fn a_key_holding_another_records_row_is_not_taken_by_a_receive<B: Back
     );
     for i in 0..4 {
         let (parent, d) = (format!("p{i}"), format!("p{i}:crm"));
-        let mut rider = Rider {
-            intake: NewIntakeEvent {
-                namespace: h.ns.as_str().to_owned(),
-                key: parent.clone(),
-                source: "src".into(),
-                event_id: Some(parent.clone()),
-                content_type: None,
-                headers: "{}".into(),
-                body: b"parent".to_vec(),
-                received_at: h.now(),
-                destinations: Some(r#"["crm"]"#.into()),
-                delivered_at: Some(h.now()),
-                event_key: None,
-                destination: None,
-            },
-            forward: None,
-            deliveries: vec![idem_store::NewDelivery {
-                key: d.clone(),
-                destination: "crm".into(),
-                item: forward(&h, &d, "0"),
-            }],
-        };
-        let op = Op::IntakeReceive(IntakeReceiveRequest {
-            source: "src".into(),
-            event_id: Some(parent.clone()),
-            delivers: false,
-            destination: None,
-            collides_with: None,
-        });
-        let first = h
-            .ledger
-            .execute_riding(&h.ns, &key(&parent), op, rider.clone())
-            .await
-            .unwrap_or_else(|e| panic!("receive {parent}: {e}"));
-        assert!(first.rider_stored, "{parent}");
+        let mut rider = receive_fanned_out(&h, &parent, &d).await;
         if i == 3 {
             // Claimed: no delivery row under the claim's key.
             let row = h.store.intake_event(h.ns.as_str(), &d).await.ok().flatten();
@@ -249,42 +256,7 @@ pub async fn a_deliverys_record_is_made_over_its_own_row<B: Backend>(b: Arc<B>) 
     let h = H::new(&*b, "hooks").await;
     for i in 0..4 {
         let (parent, d) = (format!("q{i}"), format!("q{i}:crm"));
-        let event = NewIntakeEvent {
-            namespace: h.ns.as_str().to_owned(),
-            key: parent.clone(),
-            source: "src".into(),
-            event_id: Some(parent.clone()),
-            content_type: Some("application/json".into()),
-            headers: "{}".into(),
-            body: b"parent".to_vec(),
-            received_at: h.now(),
-            destinations: Some(r#"["crm"]"#.into()),
-            delivered_at: Some(h.now()),
-            event_key: None,
-            destination: None,
-        };
-        let rider = Rider {
-            intake: event.clone(),
-            forward: None,
-            deliveries: vec![idem_store::NewDelivery {
-                key: d.clone(),
-                destination: "crm".into(),
-                item: forward(&h, &d, "0"),
-            }],
-        };
-        let op = Op::IntakeReceive(IntakeReceiveRequest {
-            source: "src".into(),
-            event_id: Some(parent.clone()),
-            delivers: false,
-            destination: None,
-            collides_with: None,
-        });
-        let first = h
-            .ledger
-            .execute_riding(&h.ns, &key(&parent), op, rider)
-            .await
-            .unwrap_or_else(|e| panic!("receive {parent}: {e}"));
-        assert!(first.rider_stored, "{parent}");
+        let event = receive_fanned_out(&h, &parent, &d).await.intake;
         // The delivery's first pass, as the delivery worker sends it.
         let delivery = || {
             let op = Op::IntakeReceive(IntakeReceiveRequest {

@@ -10,6 +10,10 @@
 //! `--extra-ca`; ALPN offers HTTP/2 and HTTP/1.1), with no proxy from the environment, no
 //! redirects, a connect and a whole-attempt timeout, and a cap on the response body.
 //!
+//! The client is hyper's (hyper-util's pooled client over hyper-rustls), not a higher-level
+//! one: it lets the read buffer of a kept HTTP/1 connection be bounded ([`client`]), and its
+//! resolver answers only the checked addresses.
+//!
 //! Connections are kept: a client, with its pool of keep-alive connections (one multiplexed
 //! HTTP/2 connection where the destination offers `h2` over TLS), is kept per pinned
 //! destination — scheme, host, port, the sorted set of addresses the check passed — and
@@ -17,8 +21,9 @@
 //! that name, so a kept connection only ever goes to an address that passed the guard for the
 //! request that uses it: a check that resolves to another set (a changed DNS answer, or a
 //! policy that refuses one of the addresses) gets another client, and its connections go to
-//! addresses that passed. No resolver runs when connecting (no second answer: no DNS
-//! rebinding). The clients are bounded ([`EgressOptions::pool_max_clients`]: clients idle past
+//! addresses that passed. No system resolver runs when connecting (no second answer: no DNS
+//! rebinding): the client's resolver answers the checked name with the checked addresses and
+//! refuses any other name. The clients are bounded ([`EgressOptions::pool_max_clients`]: clients idle past
 //! the idle timeout are dropped first, then the least recently used), and so are the idle
 //! connections of each ([`EgressOptions::pool_max_idle_per_host`],
 //! [`EgressOptions::pool_idle_timeout`]). The idle timeout is shorter than the keep-alive
@@ -42,9 +47,9 @@ use idem_core::egress::{check_addr, name_listing, name_may_pass, EgressPolicy, N
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::CertificateDer;
 
+pub use hyper::header::{HeaderMap, HeaderName, HeaderValue};
+pub use hyper::Method;
 pub use idem_core::egress::Refusal;
-pub use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
-pub use reqwest::Method;
 
 /// Reads `url` as [`Egress::check`] does (its error is the one `check` answers).
 pub fn parse(url: &str) -> Result<url::Url, Forbidden> {
@@ -74,9 +79,10 @@ pub struct EgressOptions {
 /// fewer kept than are in flight, every burst closes the connections beyond the bound as they
 /// come back and opens them again for the next requests: at 64 clients and 16 kept, two
 /// requests in five paid a new TCP connection (and over TLS without HTTP/2, a handshake). An
-/// idle HTTP/1 connection keeps the read buffer its largest answer grew (at most 408 KiB in
-/// hyper), so the bound is also what caps that memory: 64 × 408 KiB per destination at worst.
-/// Idle connections still close after [`DEFAULT_POOL_IDLE_TIMEOUT`].
+/// idle HTTP/1 connection keeps the read buffer its largest answer grew, below 128 KiB
+/// (`client::HTTP1_MAX_BUF`; hyper's own bound is about 400 KiB), so 64 kept connections hold
+/// at most 8 MiB of read buffers per destination. Idle connections still close after
+/// [`DEFAULT_POOL_IDLE_TIMEOUT`].
 pub const DEFAULT_POOL_MAX_IDLE_PER_HOST: usize = 64;
 
 /// Default [`EgressOptions::pool_idle_timeout`]: under the 5 s keep-alive timeout of Node.js
@@ -224,7 +230,7 @@ impl PoolKey {
 }
 
 struct Kept {
-    client: reqwest::Client,
+    client: client::HttpClient,
     last_used: Instant,
 }
 
@@ -237,7 +243,7 @@ struct Pool {
 }
 
 impl Pool {
-    fn get(&self, key: &PoolKey) -> Option<reqwest::Client> {
+    fn get(&self, key: &PoolKey) -> Option<client::HttpClient> {
         let mut clients = self.clients.lock().unwrap_or_else(|e| e.into_inner());
         let kept = clients.get_mut(key)?;
         kept.last_used = Instant::now();
@@ -246,7 +252,7 @@ impl Pool {
 
     /// Keeps `client` for `key` (or returns the one a concurrent request kept first), after
     /// dropping clients idle past the idle timeout and, at the cap, the least recently used.
-    fn keep(&self, key: PoolKey, client: reqwest::Client) -> reqwest::Client {
+    fn keep(&self, key: PoolKey, client: client::HttpClient) -> client::HttpClient {
         let now = Instant::now();
         let mut clients = self.clients.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(kept) = clients.get_mut(&key) {
@@ -344,8 +350,8 @@ impl Egress {
             .dangerous()
             .with_custom_certificate_verifier(Arc::new(pinned::Verifier { webpki, pinned }))
             .with_no_client_auth();
-        // reqwest uses a preconfigured TLS configuration as it is: HTTP/2 is offered here.
-        tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        // ALPN (`h2`, then `http/1.1`) is set by the connector of each client.
+        tls.alpn_protocols = Vec::new();
         Ok(Egress {
             tls: Arc::new(tls),
             max_response_bytes: opts.max_response_bytes,
@@ -435,52 +441,44 @@ impl Egress {
     }
 
     /// The kept client of `target`'s pinned destination, built on first use.
-    fn client(&self, target: &Target, timeout: Duration) -> Result<reqwest::Client, String> {
+    fn client(&self, target: &Target, timeout: Duration) -> client::HttpClient {
         let key = PoolKey::of(target, timeout);
         if let Some(c) = self.pool.get(&key) {
-            return Ok(c);
+            return c;
         }
-        let built = self.build_client(target, timeout)?;
-        Ok(self.pool.keep(key, built))
-    }
-
-    fn build_client(&self, target: &Target, timeout: Duration) -> Result<reqwest::Client, String> {
-        let mut b = reqwest::Client::builder()
-            .use_preconfigured_tls((*self.tls).clone())
-            .redirect(reqwest::redirect::Policy::none())
-            .no_proxy()
-            .pool_max_idle_per_host(self.pool.max_idle_per_host)
-            .pool_idle_timeout(self.pool.idle_timeout)
-            .connect_timeout(connect_timeout(timeout))
-            .timeout(timeout)
-            .user_agent(concat!("idem/", env!("CARGO_PKG_VERSION")));
-        if let Reach::Name(addrs) = &target.reach {
-            b = b.resolve_to_addrs(&target.host, addrs);
-        }
-        b.build().map_err(|e| e.to_string())
+        let built = client::build(client::Settings {
+            tls: (*self.tls).clone(),
+            pinned: match &target.reach {
+                Reach::Name(addrs) => Some((target.host.clone(), addrs.clone())),
+                Reach::Literal | Reach::Unresolvable => None,
+            },
+            connect_timeout: connect_timeout(timeout),
+            max_idle_per_host: self.pool.max_idle_per_host,
+            idle_timeout: self.pool.idle_timeout,
+        });
+        self.pool.keep(key, built)
     }
 
     /// Sends `req` to `target` (exactly the addresses the check passed) and reads at most
-    /// `max_response_bytes` of the answer.
+    /// `max_response_bytes` of the answer, all within `req.timeout`.
     pub async fn send(&self, target: &Target, req: Outbound) -> Outcome {
+        use http_body_util::BodyExt as _;
+        use hyper::body::Body as _;
         if target.unresolvable() {
             return Outcome::NotSent(NotSent::Dns);
         }
-        let Ok(client) = self.client(target, req.timeout) else {
-            // Building never fails with our settings; if it did, nothing was sent.
+        let timeout = req.timeout;
+        let deadline = tokio::time::Instant::now() + timeout;
+        let Some(request) = request_of(target, req) else {
+            // A checked URL is always a valid request target; if one were not, nothing was sent.
             return Outcome::NotSent(NotSent::Connect);
         };
-        let mut rb = client
-            .request(req.method, target.url.clone())
-            .headers(req.headers);
-        if let Some(body) = req.body {
-            rb = rb.body(body);
-        }
-        let mut resp = match rb.send().await {
-            Ok(r) => r,
-            Err(e) if e.is_connect() => return Outcome::NotSent(NotSent::Connect),
-            Err(e) if e.is_timeout() => return Outcome::Lost(Lost::Timeout),
-            Err(_) => return Outcome::Lost(Lost::Broken),
+        let client = self.client(target, timeout);
+        let resp = match tokio::time::timeout_at(deadline, client.request(request)).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) if e.is_connect() => return Outcome::NotSent(NotSent::Connect),
+            Ok(Err(_)) => return Outcome::Lost(Lost::Broken),
+            Err(_) => return Outcome::Lost(Lost::Timeout),
         };
         let status = resp.status().as_u16();
         let headers = resp
@@ -488,9 +486,10 @@ impl Egress {
             .iter()
             .map(|(n, v)| (n.as_str().to_owned(), v.as_bytes().to_vec()))
             .collect();
+        let mut incoming = resp.into_body();
         // Room for the announced length up front (never more than the cap): the body is not
         // copied from one doubling to the next as it arrives.
-        let announced = resp.content_length().unwrap_or(0);
+        let announced = incoming.size_hint().exact().unwrap_or(0);
         let mut body = Vec::with_capacity(
             usize::try_from(announced)
                 .map_or(self.max_response_bytes, |n| n.min(self.max_response_bytes)),
@@ -498,8 +497,12 @@ impl Egress {
         let mut truncated = false;
         let mut broke_off = None;
         loop {
-            match resp.chunk().await {
-                Ok(Some(chunk)) => {
+            match tokio::time::timeout_at(deadline, incoming.frame()).await {
+                Ok(Some(Ok(frame))) => {
+                    // Trailers are not part of the answer.
+                    let Ok(chunk) = frame.into_data() else {
+                        continue;
+                    };
                     let room = self.max_response_bytes.saturating_sub(body.len());
                     if chunk.len() > room {
                         body.extend_from_slice(&chunk[..room]);
@@ -510,13 +513,14 @@ impl Egress {
                 }
                 Ok(None) => break,
                 // The status came back: the answer stands, its body is incomplete.
-                Err(e) => {
+                Ok(Some(Err(_))) => {
                     truncated = true;
-                    broke_off = Some(if e.is_timeout() {
-                        Lost::Timeout
-                    } else {
-                        Lost::Broken
-                    });
+                    broke_off = Some(Lost::Broken);
+                    break;
+                }
+                Err(_) => {
+                    truncated = true;
+                    broke_off = Some(Lost::Timeout);
                     break;
                 }
             }
@@ -529,6 +533,41 @@ impl Egress {
             broke_off,
         })
     }
+}
+
+/// The request of `req` to `target`: the URL without userinfo or fragment (the server refuses
+/// URLs with userinfo before they get here), idem's `user-agent` and `accept: */*` unless the
+/// request sets its own.
+fn request_of(
+    target: &Target,
+    req: Outbound,
+) -> Option<hyper::Request<http_body_util::Full<bytes::Bytes>>> {
+    use hyper::header::{ACCEPT, USER_AGENT};
+    let u = &target.url;
+    // `host_str` writes an IPv6 literal in its brackets.
+    let mut text = format!("{}://{}", u.scheme(), u.host_str()?);
+    if let Some(port) = u.port() {
+        text.push_str(&format!(":{port}"));
+    }
+    text.push_str(&u[url::Position::BeforePath..url::Position::AfterQuery]);
+    let uri: hyper::Uri = text.parse().ok()?;
+    let mut request = hyper::Request::new(http_body_util::Full::new(bytes::Bytes::from(
+        req.body.unwrap_or_default(),
+    )));
+    *request.method_mut() = req.method;
+    *request.uri_mut() = uri;
+    let mut headers = req.headers;
+    headers
+        .entry(USER_AGENT)
+        .or_insert(HeaderValue::from_static(concat!(
+            "idem/",
+            env!("CARGO_PKG_VERSION")
+        )));
+    headers
+        .entry(ACCEPT)
+        .or_insert(HeaderValue::from_static("*/*"));
+    *request.headers_mut() = headers;
+    Some(request)
 }
 
 /// The target of the name `host` (one that may pass `policy`) given the addresses it resolved
@@ -582,6 +621,7 @@ fn connect_timeout(timeout: Duration) -> Duration {
     timeout.saturating_sub((timeout / 10).min(Duration::from_millis(500)))
 }
 
+mod client;
 mod pinned;
 
 #[cfg(test)]

@@ -11,8 +11,8 @@
 //! redirects, a connect and a whole-attempt timeout, and a cap on the response body.
 //!
 //! The client is hyper's (hyper-util's pooled client over hyper-rustls), not a higher-level
-//! one: it lets the read buffer of a kept HTTP/1 connection be bounded ([`client`]), and its
-//! resolver answers only the checked addresses.
+//! one: it lets the read buffer of a kept HTTP/1 connection be bounded (`client.rs`), and
+//! its resolver answers only the checked addresses.
 //!
 //! Connections are kept: a client, with its pool of keep-alive connections (one multiplexed
 //! HTTP/2 connection where the destination offers `h2` over TLS), is kept per pinned
@@ -23,9 +23,9 @@
 //! policy that refuses one of the addresses) gets another client, and its connections go to
 //! addresses that passed. No system resolver runs when connecting (no second answer: no DNS
 //! rebinding): the client's resolver answers the checked name with the checked addresses and
-//! refuses any other name. The clients are bounded ([`EgressOptions::pool_max_clients`]: clients idle past
-//! the idle timeout are dropped first, then the least recently used), and so are the idle
-//! connections of each ([`EgressOptions::pool_max_idle_per_host`],
+//! refuses any other name. The clients are bounded ([`EgressOptions::pool_max_clients`]:
+//! clients idle past the idle timeout are dropped first, then the least recently used), and
+//! so are the idle connections of each ([`EgressOptions::pool_max_idle_per_host`],
 //! [`EgressOptions::pool_idle_timeout`]). The idle timeout is shorter than the keep-alive
 //! timeout of common servers (5 s for Node.js and Apache): a request written onto a connection
 //! the server is closing at that moment is a reset after sending — ambiguous, an effect in

@@ -123,6 +123,18 @@ impl RecordCache {
         Some(out)
     }
 
+    /// Whether [`RecordCache::put`] would keep `rec`: the cache is on and the record is not
+    /// one of the large ones it forgets instead. A writer asks before it builds the record as
+    /// stored (a copy of its JSON, parsed back from the text written), so an effect's answer of
+    /// hundreds of KiB is not copied twice more only to be dropped.
+    pub fn admits(&self, rec: &Record) -> bool {
+        self.enabled() && approx_size(rec) <= self.max_record_bytes()
+    }
+
+    fn max_record_bytes(&self) -> usize {
+        self.gen_bytes / 64
+    }
+
     /// Remembers `rec` unless an entry of the same incarnation with a newer version is there
     /// (concurrent operations of this instance may finish out of order).
     pub fn put(&self, rec: Record) {
@@ -130,7 +142,7 @@ impl RecordCache {
             return;
         }
         let size = approx_size(&rec);
-        if size > self.gen_bytes / 64 {
+        if size > self.max_record_bytes() {
             // Large results are rare and cheap to read again; do not let them evict hundreds.
             self.remove(&rec.namespace, &rec.key);
             return;
@@ -240,12 +252,12 @@ impl Counters {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use idem_core::{ClaimRequest, Op, Timestamp, Write};
 
     /// The record a fresh claim of `k` at `created` makes, at `version`.
-    fn rec(k: &str, version: i64, created: i64) -> Record {
+    pub(crate) fn rec(k: &str, version: i64, created: i64) -> Record {
         let policy = Policy::default();
         let ctx = idem_store::ExecCtx::at(Timestamp(created));
         let claim = Op::Claim(ClaimRequest::default());
@@ -307,5 +319,24 @@ mod tests {
         r.result = Some(Value::String("x".repeat(1 << 20)));
         c.put(r);
         assert!(c.get(&ns(), &key("big")).is_none());
+    }
+
+    #[test]
+    fn admits_what_put_keeps_and_nothing_else() {
+        let c = RecordCache::new(10);
+        let small = rec("small", 1, 0);
+        let mut edge = rec("edge", 1, 0);
+        // Just under and just over the per-record bound (a string's size is its length + 16).
+        let room = c.max_record_bytes() - approx_size(&edge) - 16;
+        edge.result = Some(Value::String("x".repeat(room)));
+        let mut over = rec("over", 1, 0);
+        over.result = Some(Value::String("x".repeat(room + 1)));
+        for (r, kept) in [(small, true), (edge, true), (over, false)] {
+            assert_eq!(c.admits(&r), kept, "{}", r.key.as_str());
+            let k = r.key.clone();
+            c.put(r);
+            assert_eq!(c.get(&ns(), &k).is_some(), kept, "{}", k.as_str());
+        }
+        assert!(!RecordCache::new(0).admits(&rec("small", 1, 0)));
     }
 }

@@ -21,7 +21,7 @@ use idem_store::{sql, ExecCtx};
 
 use crate::cache::{Counters, NsSettings, NO_ROW};
 use crate::error::PgError;
-use crate::fast::{self, Fast};
+use crate::fast::{self, Fast, Remember};
 use crate::intake::{RiderParams, UpdateParams, INTAKE_UPDATE, STORE_RIDER};
 use crate::outbox::{FinishParams, FINISH};
 use crate::rows::{
@@ -142,6 +142,7 @@ impl Backend for PgExec<'_> {
         let cached = store.records.get(ns, key);
         let f = fast::FastOp {
             client: &self.client,
+            records: &store.records,
             ns,
             key,
             op,
@@ -153,14 +154,16 @@ impl Backend for PgExec<'_> {
             None => fast::speculative_insert(f).await?,
         };
         Ok(match found {
-            Fast::Done(ran, stored) => {
+            Fast::Done(ran, remember) => {
                 Counters::bump(if cached.is_some() {
                     &store.counters.cached_writes
                 } else {
                     &store.counters.speculative_inserts
                 });
-                if let Some(r) = stored {
-                    store.records.put(*r);
+                match remember {
+                    Remember::Unchanged => {}
+                    Remember::Put(r) => store.records.put(*r),
+                    Remember::Forget => store.records.remove(ns, key),
                 }
                 Shortcut::Done(*ran)
             }
@@ -217,22 +220,6 @@ impl Backend for PgExec<'_> {
         basis: Loaded<Arc<NsSettings>>,
     ) -> Result<Persisted, TxError> {
         let from = basis.record.as_ref().map(|r| r.state);
-        // The record as it will be stored, remembered once the write committed.
-        let stored = match plan.write {
-            PlanWrite::None => basis.record,
-            PlanWrite::Insert(r) | PlanWrite::Update { record: r, .. } => {
-                if self.store.records.enabled() {
-                    Some(
-                        RecordParams::new(r)
-                            .map_err(PgError::from)?
-                            .stored(r)
-                            .map_err(PgError::from)?,
-                    )
-                } else {
-                    None
-                }
-            }
-        };
         let seen = basis.daily_count.or(self.counted);
         let persisted = persist(&mut self.client, ns, key, plan, from, seen).await?;
         // An insert writes at least one event: none numbered is a rider's key found taken,
@@ -240,8 +227,28 @@ impl Backend for PgExec<'_> {
         let written = plan.rider.is_none()
             || !matches!(plan.write, PlanWrite::Insert(_))
             || persisted.seqs.get(0) != 0;
-        if let (Some(r), true) = (stored, written) {
-            self.store.records.put(r);
+        if written {
+            // The record as now stored, built once the write is done and only when the cache
+            // keeps it.
+            let records = &self.store.records;
+            match plan.write {
+                PlanWrite::None => {
+                    if let Some(r) = basis.record {
+                        records.put(r);
+                    }
+                }
+                PlanWrite::Insert(r) | PlanWrite::Update { record: r, .. } => {
+                    if records.admits(r) {
+                        records.put(
+                            RecordParams::new(r)
+                                .and_then(|p| p.stored(r))
+                                .map_err(PgError::from)?,
+                        );
+                    } else {
+                        records.remove(ns, key);
+                    }
+                }
+            }
         }
         Ok(persisted)
     }
@@ -554,7 +561,7 @@ async fn persist(
 }
 
 /// The record write's parameters and the version its guard expects (0 for an insert).
-fn record_params(plan: &Plan<'_>) -> Result<(Option<RecordParams>, i64), PgError> {
+fn record_params<'a>(plan: &Plan<'a>) -> Result<(Option<RecordParams<'a>>, i64), PgError> {
     Ok(match plan.write {
         PlanWrite::None => (None, 0),
         PlanWrite::Insert(r) => (Some(RecordParams::new(r)?), 0),

@@ -35,7 +35,7 @@ use idem_store::engine::{self, Persisted, Ran, Seqs};
 use idem_store::ExecCtx;
 use tokio_postgres::types::ToSql;
 
-use crate::cache::NsSettings;
+use crate::cache::{NsSettings, RecordCache};
 use crate::error::PgError;
 use crate::execute::fits_one_statement;
 use crate::intake::{intake_update_sql, rider_ctes, RiderParams, UpdateParams};
@@ -258,8 +258,8 @@ static GUARDED_UPDATE_WITH_EVENT_REPORT: LazyLock<String> = LazyLock::new(|| {
 
 /// What a fast path did.
 pub(crate) enum Fast {
-    /// Persisted and answered; the record as now stored (to cache) when it changed.
-    Done(Box<Ran>, Option<Box<Record>>),
+    /// Persisted and answered, with what the record cache does about it.
+    Done(Box<Ran>, Remember),
     /// The key exists: decide on this record (read in the same snapshot as a namespace guard
     /// that held) and persist on the normal path.
     Existing(Box<Record>),
@@ -267,6 +267,27 @@ pub(crate) enum Fast {
     Skip,
     /// A guard failed: the cached namespace or record is stale.
     Miss,
+}
+
+/// What the record cache does after a fast write.
+pub(crate) enum Remember {
+    /// The record did not change (an appended event only): the entry stays.
+    Unchanged,
+    /// The record as now stored.
+    Put(Box<Record>),
+    /// The record changed and the cache does not keep it (too large): its entry goes.
+    Forget,
+}
+
+impl Remember {
+    /// `new` as stored (built only when the cache keeps it, and only once the write is done).
+    fn written(records: &RecordCache, rp: &RecordParams, new: &Record) -> Result<Self, PgError> {
+        Ok(if records.admits(new) {
+            Remember::Put(Box::new(rp.stored(new)?))
+        } else {
+            Remember::Forget
+        })
+    }
 }
 
 /// The answer of a fast write that appended (at most) the event numbered `seq`.
@@ -297,6 +318,9 @@ fn done_riding(
 #[derive(Clone, Copy)]
 pub(crate) struct FastOp<'a> {
     pub(crate) client: &'a Client,
+    /// The record cache: asked whether it keeps the written record before that record is
+    /// built as stored.
+    pub(crate) records: &'a RecordCache,
     pub(crate) ns: &'a Namespace,
     pub(crate) key: &'a Key,
     pub(crate) op: &'a Op,
@@ -404,7 +428,7 @@ pub(crate) async fn speculative_insert(f: FastOp<'_>) -> Result<Fast, PgError> {
         ),
     };
     if seqs.get(0) != 0 {
-        let stored = rp.stored(new)?;
+        let remember = Remember::written(f.records, &rp, new)?;
         let ran = engine::finish(
             t,
             Persisted {
@@ -414,7 +438,7 @@ pub(crate) async fn speculative_insert(f: FastOp<'_>) -> Result<Fast, PgError> {
             },
             None,
         );
-        return Ok(Fast::Done(Box::new(ran), Some(Box::new(stored))));
+        return Ok(Fast::Done(Box::new(ran), remember));
     }
     let there: Option<String> = row.try_get(at).map_err(|e| crate::corrupt(&e))?;
     match there {
@@ -458,7 +482,10 @@ pub(crate) async fn cached_record(f: FastOp<'_>, rec: &Record) -> Result<Fast, P
                 None => Ok(Fast::Miss),
                 Some(row) => {
                     let seq: i64 = row.try_get(0).map_err(|e| crate::corrupt(&e))?;
-                    Ok(Fast::Done(Box::new(done(t, Some(seq), from)), None))
+                    Ok(Fast::Done(
+                        Box::new(done(t, Some(seq), from)),
+                        Remember::Unchanged,
+                    ))
                 }
             }
         }
@@ -468,7 +495,6 @@ pub(crate) async fn cached_record(f: FastOp<'_>, rec: &Record) -> Result<Fast, P
                 return Ok(Fast::Skip);
             }
             let rp = RecordParams::new(new)?;
-            let stored = rp.stored(new)?;
             let mut params: Vec<&(dyn ToSql + Sync)> = Vec::with_capacity(40);
             params.extend(rp.params());
             params.push(&rec.version);
@@ -492,10 +518,8 @@ pub(crate) async fn cached_record(f: FastOp<'_>, rec: &Record) -> Result<Fast, P
                     params.push(&from_state);
                     let stmt = f.client.prepare_cached(&GUARDED_UPDATE).await?;
                     if f.client.execute(&stmt, &params).await? == 1 {
-                        Ok(Fast::Done(
-                            Box::new(done(t, None, from)),
-                            Some(Box::new(stored)),
-                        ))
+                        let remember = Remember::written(f.records, &rp, new)?;
+                        Ok(Fast::Done(Box::new(done(t, None, from)), remember))
                     } else {
                         Ok(Fast::Miss)
                     }
@@ -523,9 +547,10 @@ pub(crate) async fn cached_record(f: FastOp<'_>, rec: &Record) -> Result<Fast, P
                         None => Ok(Fast::Miss),
                         Some(row) => {
                             let seq: i64 = row.try_get(0).map_err(|e| crate::corrupt(&e))?;
+                            let remember = Remember::written(f.records, &rp, new)?;
                             Ok(Fast::Done(
                                 Box::new(done_riding(t, Some(seq), from, rode)),
-                                Some(Box::new(stored)),
+                                remember,
                             ))
                         }
                     }

@@ -99,7 +99,7 @@ pub(crate) async fn sweep_once(
             }
             // The row is locked at `rec`'s version: its count moves from `rec`'s state.
             records.push((
-                RecordParams::new(record)?,
+                RecordParams::owned(record)?,
                 expected_version,
                 rec.state.as_str(),
             ));

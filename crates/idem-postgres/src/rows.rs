@@ -6,13 +6,14 @@
 
 use std::sync::LazyLock;
 
+use bytes::{BufMut, BytesMut};
 use idem_core::{
     AttemptCost, CostTotals, Event, EventDraft, EventType, Fingerprint, Key, LastError,
     LeaseExpiry, LeaseId, Namespace, Policy, Record, ReviewReason, State, Timestamp,
 };
 use idem_store::StoreError;
 use serde_json::Value;
-use tokio_postgres::types::ToSql;
+use tokio_postgres::types::{to_sql_checked, IsNull, ToSql, Type};
 use tokio_postgres::Row;
 
 /// The record columns, in the order [`record_from_row`] and [`RecordParams`] use (one list for
@@ -170,8 +171,52 @@ pub(crate) fn amount(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
-/// A record as owned SQL parameters ($1..$n in [`RECORD_COLUMNS`] order).
-pub(crate) struct RecordParams {
+/// A record's JSON column as a statement parameter (TEXT).
+#[derive(Debug)]
+pub(crate) enum JsonParam<'a> {
+    /// Written as its JSON text straight into the statement's message: a stored answer of
+    /// hundreds of KiB is not held as a text of its own while the write waits and runs.
+    Value(&'a Value),
+    /// The text already made (parameters that outlive the record they were made from).
+    Text(String),
+}
+
+impl JsonParam<'_> {
+    fn text(&self) -> Result<String, StoreError> {
+        match self {
+            JsonParam::Value(v) => idem_core::to_text_sized(v)
+                .map_err(|e| StoreError::Internal(format!("json encoding: {e}"))),
+            JsonParam::Text(t) => Ok(t.clone()),
+        }
+    }
+}
+
+impl ToSql for JsonParam<'_> {
+    fn to_sql(
+        &self,
+        _ty: &Type,
+        out: &mut BytesMut,
+    ) -> Result<IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        match self {
+            JsonParam::Value(v) => {
+                out.reserve(idem_core::json_len_hint(v));
+                serde_json::to_writer(out.writer(), v)?;
+            }
+            JsonParam::Text(t) => out.extend_from_slice(t.as_bytes()),
+        }
+        Ok(IsNull::No)
+    }
+
+    fn accepts(ty: &Type) -> bool {
+        <String as ToSql>::accepts(ty)
+    }
+
+    to_sql_checked!();
+}
+
+/// A record as SQL parameters ($1..$n in [`RECORD_COLUMNS`] order): owned, except the JSON
+/// columns of [`RecordParams::new`], which borrow the record's values.
+pub(crate) struct RecordParams<'a> {
     namespace: String,
     key: String,
     state: &'static str,
@@ -181,8 +226,8 @@ pub(crate) struct RecordParams {
     correlation_id: Option<String>,
     lease_expires_at: Option<i64>,
     not_before: Option<i64>,
-    prepared_payload: Option<String>,
-    result: Option<String>,
+    prepared_payload: Option<JsonParam<'a>>,
+    result: Option<JsonParam<'a>>,
     result_expired: bool,
     external_ref: Option<String>,
     error_category: Option<String>,
@@ -209,8 +254,30 @@ pub(crate) struct RecordParams {
     request: Option<String>,
 }
 
-impl RecordParams {
-    pub(crate) fn new(r: &Record) -> Result<Self, StoreError> {
+impl<'a> RecordParams<'a> {
+    /// The parameters of `r`, its JSON columns borrowed.
+    pub(crate) fn new(r: &'a Record) -> Result<Self, StoreError> {
+        Self::with_json(
+            r,
+            r.prepared_payload.as_ref().map(JsonParam::Value),
+            r.result.as_ref().map(JsonParam::Value),
+        )
+    }
+
+    /// The parameters of `r`, owning everything (to keep beyond `r`).
+    pub(crate) fn owned(r: &Record) -> Result<RecordParams<'static>, StoreError> {
+        RecordParams::with_json(
+            r,
+            json_text(&r.prepared_payload)?.map(JsonParam::Text),
+            json_text(&r.result)?.map(JsonParam::Text),
+        )
+    }
+
+    fn with_json(
+        r: &Record,
+        prepared_payload: Option<JsonParam<'a>>,
+        result: Option<JsonParam<'a>>,
+    ) -> Result<Self, StoreError> {
         Ok(RecordParams {
             namespace: r.namespace.as_str().to_owned(),
             key: r.key.as_str().to_owned(),
@@ -221,8 +288,8 @@ impl RecordParams {
             correlation_id: r.correlation_id.clone(),
             lease_expires_at: r.lease_expires_at.map(|t| t.0),
             not_before: r.not_before.map(|t| t.0),
-            prepared_payload: json_text(&r.prepared_payload)?,
-            result: json_text(&r.result)?,
+            prepared_payload,
+            result,
             result_expired: r.result_expired,
             external_ref: r.external_ref.clone(),
             error_category: r.last_error.as_ref().map(|e| e.category.clone()),
@@ -262,8 +329,17 @@ impl RecordParams {
     /// returns it: JSON values parsed back from the text that is written.
     pub(crate) fn stored(&self, r: &Record) -> Result<Record, StoreError> {
         let mut out = r.clone();
-        out.prepared_payload = json_value(self.prepared_payload.clone(), "prepared_payload")?;
-        out.result = json_value(self.result.clone(), "result")?;
+        out.prepared_payload = json_value(
+            self.prepared_payload
+                .as_ref()
+                .map(JsonParam::text)
+                .transpose()?,
+            "prepared_payload",
+        )?;
+        out.result = json_value(
+            self.result.as_ref().map(JsonParam::text).transpose()?,
+            "result",
+        )?;
         Ok(out)
     }
 
@@ -648,6 +724,34 @@ pub(crate) fn as_u64(n: i64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_json_parameter_is_sent_as_the_text_a_string_of_it_would_be() {
+        let v = serde_json::json!({
+            "b": [1, 2.5, -0.0, null, true],
+            "a": "line\nbreak \"quoted\" é \u{1F600}",
+            "big": "x".repeat(300 * 1024),
+        });
+        let text = serde_json::to_string(&v).expect("text");
+        for p in [JsonParam::Value(&v), JsonParam::Text(text.clone())] {
+            let mut out = BytesMut::new();
+            assert!(matches!(
+                p.to_sql_checked(&Type::TEXT, &mut out),
+                Ok(IsNull::No)
+            ));
+            assert_eq!(&out[..], text.as_bytes());
+            assert_eq!(p.text().expect("text"), text);
+            // Typed like the text it replaces, and refused where text would be.
+            assert!(p.to_sql_checked(&Type::INT8, &mut BytesMut::new()).is_err());
+        }
+        // The record as stored parses the same text back.
+        let mut r = crate::cache::tests::rec("k", 1, 0);
+        r.result = Some(v.clone());
+        let rp = RecordParams::new(&r).expect("params");
+        assert_eq!(rp.stored(&r).expect("stored").result, Some(v));
+        let owned = RecordParams::owned(&r).expect("owned");
+        assert!(matches!(owned.result, Some(JsonParam::Text(ref t)) if *t == text));
+    }
 
     #[test]
     fn the_state_moved_from_is_numbered_after_every_other_parameter() {

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""Instructions per request of `idem serve`, counted by callgrind (SQLite, one client).
+"""Instructions per request of `idem serve`, counted by callgrind (one client).
 
 Wall-clock rows on a shared machine move by a third between runs of one binary; the
 instructions a request costs do not. This runs `idem serve` under
-`valgrind --tool=callgrind` on a fresh SQLite file, drives it with one keep-alive HTTP/1.1
+`valgrind --tool=callgrind` on a fresh SQLite file (or, with `--db URL`, on the
+PostgreSQL database the URL names: an empty one of its own), drives it with one keep-alive HTTP/1.1
 client, and for each kind of request:
 
   warm up (`--warmup` requests), `callgrind_control -z`, `--count` requests,
@@ -20,6 +21,10 @@ The count includes what the server's timers do during the window (the outbox's a
 janitor's passes), so compare builds with the same `--count`. Needs valgrind.
 
     bench/callgrind.py target/release/idem --kinds pair,duplicate,effect --count 300
+    bench/callgrind.py target/release/idem --kinds pair,effect --count 300 \
+        --db postgres://postgres@127.0.0.1:5432/cg_run1   # created empty beforehand
+
+On PostgreSQL the count is idem's process only, not the database's.
 
 Prints one line per kind: `kind  instructions/request  (total, requests)`.
 """
@@ -108,6 +113,8 @@ def main():
     ap.add_argument("--count", type=int, default=300)
     ap.add_argument("--warmup", type=int, default=60)
     ap.add_argument("--label", default="", help="printed before each line")
+    ap.add_argument("--db", help="the store `idem serve` runs on (default: a fresh SQLite file); "
+                    "for PostgreSQL give the URL of an empty database of its own")
     ap.add_argument("--keep", help="a folder to copy each kind's dump to (KIND.callgrind), "
                     "for callgrind_annotate")
     args = ap.parse_args()
@@ -124,7 +131,7 @@ def main():
     proc = subprocess.Popen(
         ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}.%p",
          args.idem, "serve", "--listen", f"127.0.0.1:{port}",
-         "--db", os.path.join(work, "idem.db")],
+         "--db", args.db or os.path.join(work, "idem.db")],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     try:

@@ -570,7 +570,7 @@ pub async fn pairs(target: &Target, conns: usize, keys: &[String]) -> anyhow::Re
         })
         .await
     }));
-    tokio::time::timeout(GRACE + Duration::from_millis(keys.len() as u64), all)
+    tokio::time::timeout(GRACE + Duration::from_millis(10 * keys.len() as u64), all)
         .await
         .context("preparing the keys took too long")??;
     Ok(())

@@ -189,11 +189,15 @@ tokio::task_local! {
 }
 
 /// Runs `fut` (a request) with the caller's trace context from [`link_request`] at hand.
-pub async fn with_incoming<F: std::future::Future>(
+///
+/// The task-local's own future, not an `async fn` around it: that would hold `fut` twice in
+/// its state (as the argument and as the value awaited), doubling the size of every
+/// request's future, which is copied whole when it is boxed.
+pub fn with_incoming<F: std::future::Future>(
     incoming: Option<TraceHeaders>,
     fut: F,
-) -> F::Output {
-    INCOMING.scope(incoming, fut).await
+) -> tokio::task::futures::TaskLocalFuture<Option<TraceHeaders>, F> {
+    INCOMING.scope(incoming, fut)
 }
 
 /// Spawns `fut` as a task of its own that keeps the current request's span and caller's

@@ -310,6 +310,11 @@ pub enum Reply {
     Claim(ClaimReply),
     /// prepare, heartbeat, complete, resolve, approve, reject: the record after the operation.
     Record(Record),
+    /// The record the transition's write leaves, which is the answer: a decision holds it
+    /// once, in [`Transition::write`], and [`Transition::into_reply`] moves it into a
+    /// [`Reply::Record`] once it is written. Only a store's decision carries it; what a store
+    /// answers never does.
+    Written,
     Fail(FailReply),
     /// Sweep: whether the record changed.
     Swept {
@@ -439,9 +444,35 @@ impl Transition {
             tally: Tally::default(),
         }
     }
-    /// The common shape of a write: `next` replaces the stored record and is the answer.
+    /// The common shape of a write: `next` replaces the stored record and is the answer
+    /// ([`Reply::Written`]: one record, not a copy for the answer).
     fn update_record(next: Record, events: Vec<EventDraft>) -> Self {
-        Self::update(next.clone(), events, vec![], Reply::Record(next))
+        Self::update(next, events, vec![], Reply::Written)
+    }
+
+    /// The answer, with [`Reply::Written`] turned into the [`Reply::Record`] the write holds
+    /// (moved, not copied). Stores call it once the write is persisted.
+    pub fn into_reply(self) -> Result<Reply, OpError> {
+        written_reply(self.write, self.reply)
+    }
+
+    /// [`Transition::into_reply`] on a copy, the transition left as it is: for tests and
+    /// models that go on reading the write.
+    pub fn reply_resolved(&self) -> Result<Reply, OpError> {
+        match &self.reply {
+            Ok(Reply::Written) => written_reply(self.write.clone(), Ok(Reply::Written)),
+            other => other.clone(),
+        }
+    }
+}
+
+/// The answer of a transition whose parts were taken apart: [`Reply::Written`] becomes the
+/// record `write` holds. A `Written` without a record to write (no rule makes one) stays as it
+/// is, for the caller's "unexpected reply" error rather than a guess.
+pub fn written_reply(write: Write, reply: Result<Reply, OpError>) -> Result<Reply, OpError> {
+    match (reply, write) {
+        (Ok(Reply::Written), Write::Insert(r) | Write::Update(r)) => Ok(Reply::Record(*r)),
+        (reply, _) => reply,
     }
 }
 

@@ -26,6 +26,7 @@ pub mod webhook;
 
 pub use classify::{classify, Class, FailSignal};
 pub use decide::sanitize_message;
+pub use decide::written_reply;
 pub use decide::{
     apply, reports_effect, Acquired, ClaimOutcome, ClaimReply, ClaimRequest, CompleteRequest, Ctx,
     EffectReportRequest, EffectSentRequest, FailErrorInput, FailReply, FailRequest,

@@ -677,7 +677,7 @@ pub(crate) fn create_token_step(
 pub(crate) fn reply_kind(r: &Result<Reply, idem_core::OpError>) -> &'static str {
     match r {
         Ok(Reply::Claim(c)) => c.outcome.as_str(),
-        Ok(Reply::Record(_)) => "ok",
+        Ok(Reply::Record(_) | Reply::Written) => "ok",
         Ok(Reply::Fail(_)) => "failed",
         Ok(Reply::Swept { .. }) => "swept",
         Ok(Reply::Intake(_)) => "intake",

@@ -342,7 +342,8 @@ pub fn finish(t: Transition, persisted: Persisted, from_state: Option<State>) ->
         .collect();
     Ran {
         executed: Executed {
-            reply: t.reply,
+            // The record written becomes the answer: moved, it was held once.
+            reply: idem_core::written_reply(t.write, t.reply),
             events,
             from_state,
             alerts_queued: persisted.alerts_queued,
@@ -477,7 +478,7 @@ pub fn follow_ups(
     for op in &steps {
         let step = idem_core::apply(ns, key, Some(&current), op, decision);
         match (step.write, step.reply) {
-            (Write::Update(r), Ok(Reply::Record(_)))
+            (Write::Update(r), Ok(Reply::Written))
                 if step.alerts.is_empty()
                     && !step.first_acquisition
                     && step.tally == idem_core::Tally::default() =>

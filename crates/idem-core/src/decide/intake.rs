@@ -478,7 +478,7 @@ pub(super) fn report(rec: &Record, r: &ForwardReportRequest, ctx: &Ctx<'_>) -> T
                     ),
                 ];
                 let alerts = vec![alert(&next, reason, now)];
-                Transition::update(next.clone(), events, alerts, Reply::Record(next))
+                Transition::update(next, events, alerts, Reply::Written)
             } else {
                 next.state = State::FailedRetryable;
                 next.not_before = Some(retry_at);

@@ -48,7 +48,8 @@ impl H {
         };
         let ns = Namespace::try_from("pay").expect("ns");
         let key = Key::try_from("evt_1").expect("key");
-        let t = apply(&ns, &key, self.rec.as_ref(), &op, &ctx);
+        let mut t = apply(&ns, &key, self.rec.as_ref(), &op, &ctx);
+        t.reply = t.reply_resolved();
         match &t.write {
             Write::Insert(r) | Write::Update(r) => self.rec = Some((**r).clone()),
             Write::None => {}

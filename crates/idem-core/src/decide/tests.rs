@@ -51,6 +51,56 @@ fn ctx_at(policy: &Policy, now: i64, lease: u32) -> Ctx<'_> {
     }
 }
 
+/// A [`Reply::Written`] is only ever answered by a transition that writes a record, and a
+/// [`Reply::Record`] the write also holds should have been one.
+fn written_is_the_write(t: &Transition) {
+    let written = match &t.write {
+        Write::Insert(r) | Write::Update(r) => Some(&**r),
+        Write::None => None,
+    };
+    match &t.reply {
+        Ok(Reply::Written) => assert!(written.is_some(), "Written without a write: {t:?}"),
+        Ok(Reply::Record(r)) => assert!(
+            written != Some(r),
+            "an answer that copies the written record: {t:?}"
+        ),
+        _ => {}
+    }
+}
+
+#[test]
+fn written_answers_with_the_record_the_write_holds() {
+    let mut h = H::new();
+    let tok = h.acquire();
+    let t = apply(
+        &ns(),
+        &key(),
+        h.rec.as_ref(),
+        &Op::Complete(CompleteRequest {
+            token: tok,
+            result: Some(json!({"id": "ch_1"})),
+            external_ref: None,
+            cost: None,
+        }),
+        &h.ctx(),
+    );
+    assert_eq!(t.reply, Ok(Reply::Written));
+    let Write::Update(written) = t.write.clone() else {
+        panic!("complete writes: {t:?}");
+    };
+    assert_eq!(t.reply_resolved(), Ok(Reply::Record((*written).clone())));
+    assert_eq!(t.into_reply(), Ok(Reply::Record(*written)));
+    // Nothing to write: the reply stays what it is, for the caller's own error.
+    assert_eq!(
+        written_reply(Write::None, Ok(Reply::Written)),
+        Ok(Reply::Written)
+    );
+    assert_eq!(
+        written_reply(Write::None, Err(OpError::LeaseLost)),
+        Err(OpError::LeaseLost)
+    );
+}
+
 /// One record, driven through `apply` the way a store would drive it.
 struct H {
     policy: Policy,
@@ -100,7 +150,9 @@ impl H {
     /// Applies `op` and persists the transition like a store; checks the invariants every
     /// transition keeps.
     fn run(&mut self, op: Op) -> Transition {
-        let t = apply(&ns(), &key(), self.rec.as_ref(), &op, &self.ctx());
+        let mut t = apply(&ns(), &key(), self.rec.as_ref(), &op, &self.ctx());
+        written_is_the_write(&t);
+        t.reply = t.reply_resolved();
         self.next_lease += 1;
         if let Err(e) = &t.reply {
             assert!(!t.first_acquisition);

@@ -635,7 +635,7 @@ fn follow_ups_one_by_one(
     for op in ops {
         let step = idem_core::apply(&ns(), &key(), Some(&current), &op, &d);
         match (step.write, step.reply) {
-            (Write::Update(r), Ok(Reply::Record(_))) => {
+            (Write::Update(r), Ok(Reply::Written)) => {
                 current = *r;
                 events.extend(step.events.iter().map(|e| e.kind));
             }

@@ -115,6 +115,7 @@ fn record_of(reply: &Reply) -> Record {
         Reply::Fail(f) => f.record.clone(),
         Reply::Claim(c) => c.record.clone().expect("claim reply with a record"),
         Reply::Swept { .. } => panic!("sweep reply has no record"),
+        Reply::Written => panic!("a store answered `Written` instead of the record it wrote"),
         Reply::Intake(i) => match i {
             idem_core::IntakeReply::Accepted { record }
             | idem_core::IntakeReply::Duplicate { record }

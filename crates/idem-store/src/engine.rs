@@ -632,7 +632,9 @@ async fn once<B: Backend>(
         {
             *expected_version = r.version;
         }
-        b.persist(ns, key, &plan, loaded).await?
+        // Boxed: this future is the largest of `once`'s, and without the box every call's
+        // state (fast paths included) is as large as it, and copied whole as it is moved.
+        Box::pin(b.persist(ns, key, &plan, loaded)).await?
     };
     Ok(finish(t, persisted, from_state))
 }

@@ -311,8 +311,8 @@ pub enum Reply {
     /// prepare, heartbeat, complete, resolve, approve, reject: the record after the operation.
     Record(Record),
     /// The record the transition's write leaves, which is the answer: a decision holds it
-    /// once, in [`Transition::write`], and [`Transition::into_reply`] moves it into a
-    /// [`Reply::Record`] once it is written. Only a store's decision carries it; what a store
+    /// once, in [`Transition::write`], and [`written_reply`] moves it into a
+    /// [`Reply::Record`] once it is written (`engine::finish`). Only a store's decision carries it; what a store
     /// answers never does.
     Written,
     Fail(FailReply),
@@ -450,14 +450,8 @@ impl Transition {
         Self::update(next, events, vec![], Reply::Written)
     }
 
-    /// The answer, with [`Reply::Written`] turned into the [`Reply::Record`] the write holds
-    /// (moved, not copied). Stores call it once the write is persisted.
-    pub fn into_reply(self) -> Result<Reply, OpError> {
-        written_reply(self.write, self.reply)
-    }
-
-    /// [`Transition::into_reply`] on a copy, the transition left as it is: for tests and
-    /// models that go on reading the write.
+    /// [`written_reply`] on a copy, the transition left as it is: for tests and models that go
+    /// on reading the write.
     pub fn reply_resolved(&self) -> Result<Reply, OpError> {
         match &self.reply {
             Ok(Reply::Written) => written_reply(self.write.clone(), Ok(Reply::Written)),

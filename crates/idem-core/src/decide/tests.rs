@@ -89,7 +89,7 @@ fn written_answers_with_the_record_the_write_holds() {
         panic!("complete writes: {t:?}");
     };
     assert_eq!(t.reply_resolved(), Ok(Reply::Record((*written).clone())));
-    assert_eq!(t.into_reply(), Ok(Reply::Record(*written)));
+    assert_eq!(written_reply(t.write, t.reply), Ok(Reply::Record(*written)));
     // Nothing to write: the reply stays what it is, for the caller's own error.
     assert_eq!(
         written_reply(Write::None, Ok(Reply::Written)),
